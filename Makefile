@@ -1,0 +1,36 @@
+# megasched: `make test` and `make demo` each install what is missing (Debian packages, when run as
+# root; otherwise they print the apt-get line and stop), configure, build and run.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+PKGS := cmake g++ make nlohmann-json3-dev libeigen3-dev libcli11-dev libgtest-dev libbenchmark-dev
+
+.PHONY: all deps configure build test demo bench clean format
+
+all: build
+
+deps:
+	@./scripts/ensure_deps.sh $(PKGS)
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	./scripts/demo.sh $(BUILD)
+
+bench: build
+	@for b in $(BUILD)/*_bench; do echo "== $$b"; $$b --benchmark_min_time=0.05 || exit 1; done
+
+format:
+	clang-format -i $$(git ls-files '*.h' '*.cpp' '*.cuh')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,28 @@
+// The evaluator seam: the loop, the strategies and the CLI ask one interface for a Verdict, so the
+// CPU evaluator (predicted latency), the GPU evaluator (measured latency, in a worker process) and
+// the fakes in tests all plug in the same way.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/verdict.h"
+#include "schedule/config.h"
+
+namespace megasched::harness {
+
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  /// One trial of `config`. Never throws for an expected failure (bad lowering, rejected program,
+  /// wrong output, crash, hang): those are verdicts.
+  virtual eval::Verdict evaluate(const schedule::ScheduleConfig& config) = 0;
+  /// Model, target and device this evaluator serves, for logs: {"model":..,"target":..,"device":..}.
+  virtual nlohmann::json identity() const = 0;
+  /// The schedule id this evaluator would give `config` (hash of canonical config + model +
+  /// target + build identity), without evaluating it: the loop dedups on it before a trial.
+  virtual std::string schedule_id(const schedule::ScheduleConfig& config) const = 0;
+};
+
+}  // namespace megasched::harness

@@ -1,0 +1,122 @@
+// A Program is what lower() makes of (model, target, config) and what both VMs run: fixed-width
+// tasks (vm/abi.h Instr), their waits, the counters they signal, one ordered queue per block (or
+// one global queue claimed dynamically), named regions of the buffers, the launch shape and the
+// kernel build knobs. It is plain data: to_json / from_json round-trip it exactly, and validate()
+// (schedule/validate.h) decides whether it is safe to run.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "vm/abi.h"
+
+namespace megasched::schedule {
+
+/// What a logical op computes (its tasks are its tiles).
+enum class OpKind : uint8_t {
+  kEmbed,
+  kNorm,        // RMSNorm (attention / MLP / final)
+  kQkv,         // Q, K, V projections (one op or three)
+  kRope,        // RoPE + KV append (unfused)
+  kAttention,   // attention (partials when split)
+  kAttnCombine, // flash-decoding combine
+  kO,           // output projection
+  kGateUp,      // gate / up projections (one op or two)
+  kSiluMul,     // SiLU(gate) * up (unfused)
+  kDown,        // down projection
+  kAdd,         // residual add (unfused)
+  kReduce,      // split-K reduction of some GEMV
+  kLmHead,      // LM head GEMV
+  kArgmax,
+  kCount,
+};
+const char* op_kind_name(OpKind kind);
+
+/// One logical op of the decode step; tasks point at it through Instr::op_id.
+struct OpInfo {
+  std::string name;  // "L3.qkv", "L3.attn", "lm_head" ...
+  OpKind kind = OpKind::kEmbed;
+  int layer = -1;    // -1 for ops outside the layers
+};
+
+/// A named element range of one buffer ("L3.q", "kv.L3.k.h2"), for diagnostics and profiles.
+struct Region {
+  std::string name;
+  uint32_t buffer = 0;  // ms_abi::BufferId
+  uint64_t begin = 0;   // element offsets [begin, end)
+  uint64_t end = 0;
+  bool input = false;   // written before the step starts (weights, the rope table, the step cell,
+                        // the KV history of earlier positions): reads need no producer
+};
+
+/// Launch shape and the per-block resources the kernel uses.
+struct LaunchShape {
+  int threads_per_block = 256;
+  int blocks_per_sm = 1;
+  int grid_blocks = 0;        // num_sms * blocks_per_sm: the persistent grid
+  int smem_pages = 0;         // shared-memory pages per block
+  int smem_page_bytes = 0;    // bytes per page
+  int smem_bytes = 0;         // dynamic shared memory per block (pages * page_bytes)
+  int prefetch_depth = 0;     // upcoming tasks whose weights a block prefetches while waiting
+  bool dynamic_queue = false; // true: queues[0] is one global queue claimed with an atomic ticket
+};
+
+/// Kernel build knobs, realised as NVRTC -D options (vm/nvrtc_build).
+struct KernelBuild {
+  int vector_bytes = 16;
+  int rows_per_warp = 2;
+  int unroll = 2;
+  int weight_load = 0;  // schedule::WeightLoad
+  int threads_per_block = 256;
+
+  /// The -D options, sorted; the build identity hashes these with the sources and the arch.
+  std::vector<std::string> defines() const;
+};
+
+struct Program {
+  std::string model_name;
+  ms_abi::ModelParams model{};                 // constants the opcodes read
+  std::array<uint64_t, ms_abi::kBufCount> buffer_elements{};  // extent of each buffer, elements
+  std::vector<ms_abi::Instr> tasks;            // task id = index
+  std::vector<ms_abi::Wait> waits;             // Instr::wait_begin/wait_count index this table
+  std::vector<uint32_t> counter_totals;        // per counter: increments it receives per step
+  std::vector<std::string> counter_names;      // per counter, for diagnostics
+  std::vector<std::vector<uint32_t>> queues;   // per block: task ids in execution order
+  std::vector<OpInfo> ops;                     // Instr::op_id indexes this table
+  std::vector<Region> regions;                 // named buffer regions
+  LaunchShape launch;
+  KernelBuild build;
+
+  uint32_t num_counters() const { return static_cast<uint32_t>(counter_totals.size()); }
+  /// "task 812 (L3.down tile 5)".
+  std::string task_label(uint32_t task) const;
+  /// "act[2048:4096] (L3.attn_out[0:2048])": the range and the region that holds its start.
+  std::string range_label(uint32_t buffer, uint64_t begin, uint64_t end) const;
+  /// Finds a region by name.
+  const Region* find_region(const std::string& name) const;
+};
+
+const char* opcode_name(uint16_t opcode);  // "gemv", "attn_partial", ...; "?" if out of range
+const char* buffer_name(uint32_t buffer);  // "weights", "act", "kv", "step"
+
+/// Exact round trip (every field of every struct).
+nlohmann::json to_json(const Program& program);
+/// Strict: a missing field or wrong type is an error in *error, never an exception.
+std::optional<Program> program_from_json(const nlohmann::json& j, std::string* error);
+
+/// Sum of weight bytes the program's tasks stream (each weight element counted once per task
+/// that reads it); used by the cost model.
+struct ProgramStats {
+  uint64_t tasks = 0;
+  uint64_t waits = 0;
+  uint64_t counters = 0;
+  uint64_t queues = 0;
+};
+ProgramStats stats(const Program& program);
+
+}  // namespace megasched::schedule

@@ -1,0 +1,71 @@
+// ReferenceVm: interprets any Program on the CPU, task by task, with the exact opcode semantics of
+// vm/abi.h. It runs in queue order or in a seeded random valid order (any task whose waits hold
+// and that heads its queue may run next), with monotone counters scaled by the step epoch just like
+// the GPU. Token and position are inputs; the KV cache persists across steps. A race-free program
+// gives bit-identical output in every valid order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "schedule/model.h"
+#include "schedule/program.h"
+
+namespace megasched::vm {
+
+/// How the VM picks the next task.
+enum class RunOrder : uint8_t {
+  kQueueOrder,   // block 0's queue until it blocks, then block 1 ... (round-robin over ready heads)
+  kRandomOrder,  // a uniformly random ready queue head each time (seeded)
+};
+
+/// One element access made while executing a task (for the ground-truth race checker).
+struct ElementAccess {
+  uint32_t buffer;  // ms_abi::BufferId
+  uint64_t index;   // element index
+  bool write;
+};
+
+class ReferenceVm {
+ public:
+  /// The program and weights must outlive the VM. Allocates activations, the KV cache (zeroed)
+  /// and the counters (zero, epoch 0).
+  ReferenceVm(const schedule::Program& program, const schedule::Weights& weights);
+
+  struct StepResult {
+    std::vector<float> logits;  // vocab entries
+    int32_t argmax = -1;        // as written by the program's kArgmax task
+    bool completed = false;     // false: some queue never drained (deadlock); see stuck
+    std::string stuck;          // which tasks were stuck and on what (when !completed)
+    uint64_t tasks_run = 0;
+  };
+
+  /// Runs one decode step: writes the step cell {token, position, epoch}, runs every task, bumps
+  /// the epoch. Logits are read from the region named "logits".
+  StepResult step(int32_t token, int32_t position, RunOrder order = RunOrder::kQueueOrder,
+                  uint64_t seed = 0);
+
+  /// Executes one task's opcode on the current state (no waits checked, no signal). For tests and
+  /// the ground-truth explorer; `record`, when set, sees every element access the task makes.
+  void execute(uint32_t task, const std::function<void(const ElementAccess&)>* record = nullptr);
+
+  /// Sets the step cell without running (for driving execute() by hand).
+  void set_step(int32_t token, int32_t position);
+
+  const std::vector<float>& activations() const { return act_; }
+  const std::vector<uint32_t>& counters() const { return counters_; }
+
+ private:
+  const schedule::Program& program_;
+  const schedule::Weights& weights_;
+  std::vector<float> act_;
+  std::vector<float> kv_f32_;      // KV when the model is fp32
+  std::vector<uint16_t> kv_bf16_;  // KV when the model is bf16
+  std::vector<uint32_t> counters_;
+  ms_abi::StepCell cell_{};
+};
+
+}  // namespace megasched::vm
