@@ -1,0 +1,58 @@
+// The GPU half of a trial: build the kernel for the program (NVRTC, cached), check co-residency,
+// run it at the checked positions and compare with the eager logits, then time it (CUDA events,
+// warm-up, many iterations, L2 flushed when the model fits in L2), re-check correctness after
+// timing, and time the cuBLAS CUDA-graph baseline interleaved with it. Implemented in
+// eval/gpu_trial_cuda.cpp; without the CUDA toolkit eval/gpu_trial_nocuda.cpp reports that no GPU
+// is available.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "schedule/model.h"
+#include "schedule/program.h"
+#include "schedule/target.h"
+
+namespace megasched::eval {
+
+struct GpuTrialOptions {
+  int warmup = 10;              // untimed iterations
+  int iterations = 100;         // timed iterations (>= 100 for a reported latency)
+  bool time_baseline = true;    // also time the cuBLAS CUDA-graph baseline, interleaved
+  double hang_timeout_s = 5.0;  // device-side spin bound
+  bool force_launch = false;    // test-only: launch even when not co-resident / not validated
+};
+
+struct GpuTrialResult {
+  std::string status;   // "ok" | "rejected" (not co-resident) | "incorrect" | "hang" | "crash"
+  std::string message;  // one line when status != "ok"
+  nlohmann::json hang_dump = nlohmann::json::array();  // per block: queue, task, counter, value, threshold
+  nlohmann::json kernel = nlohmann::json::object();    // registers, spills, smem, cache hit, build ms
+  double max_abs_err = 0.0;  // worst over checked positions (and the post-timing re-check)
+  double rel_err = 0.0;
+  bool argmax_match = false;
+  std::vector<double> samples_us;           // megakernel step latency samples
+  std::vector<double> baseline_samples_us;  // cuBLAS graph baseline samples (same run)
+  int timed_position = 0;
+};
+
+/// tokens[p] is the token fed at position p (p = 0 .. max(positions)); refs[i] holds the eager
+/// logits at positions[i]. The KV cache is filled by running the kernel at every position up to
+/// the largest checked one.
+GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::Weights& weights,
+                             const std::vector<int32_t>& tokens,
+                             const std::vector<std::vector<float>>& refs,
+                             const std::vector<int>& positions, const GpuTrialOptions& options);
+
+/// False (with the reason) when there is no CUDA toolkit in this build or no device.
+bool gpu_available(std::string* why);
+
+/// `--gpu auto`: the live device as a GpuTarget (cudaGetDeviceProperties), with the measured
+/// bandwidth from workspace/device.json when `doctor --measure` has stored one.
+std::optional<schedule::GpuTarget> live_target(std::string* error);
+
+}  // namespace megasched::eval
