@@ -270,7 +270,8 @@ std::optional<ScheduleConfig> parse_config_text(const std::string& text, std::st
   if (j.is_discarded()) {
     // Re-parse with exceptions to get the position-bearing message.
     try {
-      (void)json::parse(text);
+      const json unused = json::parse(text);
+      (void)unused;
     } catch (const json::parse_error& e) {
       if (error) *error = std::string("config is not valid JSON: ") + e.what();
       return std::nullopt;
