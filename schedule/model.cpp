@@ -7,6 +7,10 @@
 #include <numbers>
 #include <thread>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace megasched::schedule {
 
 const char* dtype_name(DType dtype) {
@@ -280,6 +284,55 @@ Distribution distribution_for(const ModelShape& shape, const TensorInfo& tensor)
   return {0.0f, std::sqrt(3.0f / static_cast<float>(tensor.cols))};
 }
 
+// The fill loops are built twice (AVX-512 and baseline x86-64, picked at load time) because the
+// 64-bit multiplies of splitmix64 only vectorise with AVX-512DQ; both give identical bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MS_GENERATOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define MS_GENERATOR_CLONES
+#endif
+
+MS_GENERATOR_CLONES
+void fill_f32(float* out, int64_t begin, int64_t end, uint64_t base, float center, float scale) {
+  for (int64_t i = begin; i < end; ++i) {
+    out[i] = center + scale * to_unit(splitmix64(base + static_cast<uint64_t>(i)));
+  }
+}
+
+MS_GENERATOR_CLONES
+void fill_bf16(uint16_t* out, int64_t begin, int64_t end, uint64_t base, float center, float scale) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float value = center + scale * to_unit(splitmix64(base + static_cast<uint64_t>(i)));
+    // Generated values are finite, so this is f32_to_bf16 without its NaN branch.
+    const uint32_t bits = std::bit_cast<uint32_t>(value);
+    out[i] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
+/// Faults in the pages of [data, data + bytes) from several threads: first-touch page faults of a
+/// multi-GB arena cost more than generating its contents when done by one thread.
+void populate_parallel(void* data, size_t bytes, int threads) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kPage - 1);
+  if (end <= begin || threads <= 1) return;
+  const uintptr_t pages = (end - begin) / kPage;
+  std::vector<std::thread> pool;
+  for (int w = 0; w < threads; ++w) {
+    const uintptr_t first = begin + pages * static_cast<uintptr_t>(w) / static_cast<uintptr_t>(threads) * kPage;
+    const uintptr_t last = begin + pages * static_cast<uintptr_t>(w + 1) / static_cast<uintptr_t>(threads) * kPage;
+    // A failure (an old kernel) only loses the speed-up: the pages fault in on first use.
+    pool.emplace_back([first, last] { (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE); });
+  }
+  for (std::thread& t : pool) t.join();
+#else
+  (void)data;
+  (void)bytes;
+  (void)threads;
+#endif
+}
+
 }  // namespace
 
 Weights generate_weights(const ModelShape& shape, uint64_t seed, int threads) {
@@ -287,10 +340,15 @@ Weights generate_weights(const ModelShape& shape, uint64_t seed, int threads) {
   weights.shape = shape;
   weights.layout = layout_for(shape);
   const size_t total = static_cast<size_t>(weights.layout.total_elements);
+  const int hw_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
   if (shape.dtype == DType::kF32) {
-    weights.f32.assign(total, 0.0f);
+    weights.f32.reserve(total);
+    populate_parallel(weights.f32.data(), total * sizeof(float), hw_threads);
+    weights.f32.resize(total, 0.0f);  // padding between tensors stays zero
   } else {
-    weights.bf16.assign(total, 0);
+    weights.bf16.reserve(total);
+    populate_parallel(weights.bf16.data(), total * sizeof(uint16_t), hw_threads);
+    weights.bf16.resize(total, 0);
   }
 
   // Work items: fixed-size chunks of each tensor, so the split (and the result) never depends on
@@ -314,20 +372,13 @@ Weights generate_weights(const ModelShape& shape, uint64_t seed, int threads) {
     const Distribution d = dists[c.tensor];
     const uint64_t base = seed + 0x9E3779B97F4A7C15ull * (c.tensor + 1);
     if (shape.dtype == DType::kF32) {
-      float* out = weights.f32.data() + t.offset;
-      for (int64_t i = c.begin; i < c.end; ++i) {
-        out[i] = d.center + d.scale * to_unit(splitmix64(base + static_cast<uint64_t>(i)));
-      }
+      fill_f32(weights.f32.data() + t.offset, c.begin, c.end, base, d.center, d.scale);
     } else {
-      uint16_t* out = weights.bf16.data() + t.offset;
-      for (int64_t i = c.begin; i < c.end; ++i) {
-        out[i] = f32_to_bf16(d.center + d.scale * to_unit(splitmix64(base + static_cast<uint64_t>(i))));
-      }
+      fill_bf16(weights.bf16.data() + t.offset, c.begin, c.end, base, d.center, d.scale);
     }
   };
 
-  int n_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  n_threads = std::max(1, std::min<int>(n_threads, static_cast<int>(chunks.size())));
+  const int n_threads = std::max(1, std::min<int>(hw_threads, static_cast<int>(chunks.size())));
   if (n_threads == 1) {
     for (const Chunk& c : chunks) run_chunk(c);
     return weights;
