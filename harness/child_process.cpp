@@ -162,7 +162,14 @@ ChildProcess::ReadStatus ChildProcess::read_all(double timeout_s, std::string* t
 }
 
 std::string ChildProcess::describe_status(int status) const {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    // A shell reports a child killed by signal N as exit 128 + N.
+    if (code > 128 && code < 128 + 65)
+      return "exit " + std::to_string(code) + " (signal " + std::to_string(code - 128) + ", " +
+             ::strsignal(code - 128) + ")";
+    return "exit " + std::to_string(code);
+  }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     return "signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")";
