@@ -62,25 +62,25 @@ class Reader {
   T as(const nlohmann::json& v, const std::string& path) {
     if (!ok()) return T{};
     if constexpr (std::is_same_v<T, bool>) {
-      if (!v.is_boolean()) return fail_type(path, "a boolean");
+      if (!v.is_boolean()) return fail_type<T>(path, "a boolean");
       return v.get<bool>();
     } else if constexpr (std::is_same_v<T, std::string>) {
-      if (!v.is_string()) return fail_type(path, "a string");
+      if (!v.is_string()) return fail_type<T>(path, "a string");
       return v.get<std::string>();
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (!v.is_number()) return fail_type(path, "a number");
+      if (!v.is_number()) return fail_type<T>(path, "a number");
       return static_cast<T>(v.get<double>());
     } else if constexpr (std::is_unsigned_v<T>) {
-      if (!v.is_number_unsigned()) return fail_type(path, "a non-negative integer");
+      if (!v.is_number_unsigned()) return fail_type<T>(path, "a non-negative integer");
       const uint64_t x = v.get<uint64_t>();
-      if (x > std::numeric_limits<T>::max()) return fail_type(path, "a smaller integer");
+      if (x > std::numeric_limits<T>::max()) return fail_type<T>(path, "a smaller integer");
       return static_cast<T>(x);
     } else {
       static_assert(std::is_signed_v<T>);
-      if (!v.is_number_integer()) return fail_type(path, "an integer");
+      if (!v.is_number_integer()) return fail_type<T>(path, "an integer");
       const int64_t x = v.get<int64_t>();
       if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
-        return fail_type(path, "a smaller integer");
+        return fail_type<T>(path, "a smaller integer");
       return static_cast<T>(x);
     }
   }
