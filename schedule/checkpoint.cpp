@@ -57,7 +57,8 @@ class MappedFile {
   /// Maps `path`; false with a message on failure.
   bool open(const fs::path& path, std::string* error) {
     const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) return failed(error, path.string() + ": cannot open (" + std::strerror(errno) + ")");
+    if (fd < 0)
+      return failed(error, path.string() + ": cannot open (" + std::strerror(errno) + ")");
     struct stat st {};
     if (fstat(fd, &st) != 0) {
       ::close(fd);
@@ -86,8 +87,8 @@ class MappedFile {
 
 /// One tensor entry of a safetensors header, with its bytes inside a mapped file.
 struct TensorRef {
-  std::string file;              // file name, for messages
-  std::string dtype;             // "F32" | "F16" | "BF16" | anything else (rejected on use)
+  std::string file;   // file name, for messages
+  std::string dtype;  // "F32" | "F16" | "BF16" | anything else (rejected on use)
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   size_t bytes = 0;
@@ -107,7 +108,7 @@ bool index_safetensors(const MappedFile& file, const std::string& name,
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file.bytes()[i];
   if (header_len > file.size() - 8) {
     return failed(error, name + ": safetensors header length " + std::to_string(header_len) +
-                           " exceeds the file size (truncated file?)");
+                             " exceeds the file size (truncated file?)");
   }
   const json header = json::parse(file.bytes() + 8, file.bytes() + 8 + header_len, nullptr, false);
   if (header.is_discarded() || !header.is_object()) {
@@ -126,7 +127,8 @@ bool index_safetensors(const MappedFile& file, const std::string& name,
     ref.file = name;
     ref.dtype = entry["dtype"].get<std::string>();
     for (const json& d : entry["shape"]) {
-      if (!d.is_number_integer()) return failed(error, name + ": tensor " + key + " has a non-integer shape");
+      if (!d.is_number_integer())
+        return failed(error, name + ": tensor " + key + " has a non-integer shape");
       ref.shape.push_back(d.get<int64_t>());
     }
     const json& offsets = entry["data_offsets"];
@@ -136,8 +138,8 @@ bool index_safetensors(const MappedFile& file, const std::string& name,
     const uint64_t begin = offsets[0].get<uint64_t>();
     const uint64_t end = offsets[1].get<uint64_t>();
     if (end < begin || end > data_size) {
-      return failed(error, name + ": tensor " + key + " data_offsets [" + std::to_string(begin) + ", " +
-                             std::to_string(end) + ") outside the file (truncated file?)");
+      return failed(error, name + ": tensor " + key + " data_offsets [" + std::to_string(begin) +
+                               ", " + std::to_string(end) + ") outside the file (truncated file?)");
     }
     ref.data = base + begin;
     ref.bytes = static_cast<size_t>(end - begin);
@@ -153,26 +155,29 @@ std::optional<int64_t> dtype_size(const std::string& dtype) {
 }
 
 /// Reads an integer field; `fallback` when absent (or null) and not required.
-std::optional<int64_t> int_field(const json& config, const char* key, std::optional<int64_t> fallback,
-                                 std::string* error) {
+std::optional<int64_t> int_field(const json& config, const char* key,
+                                 std::optional<int64_t> fallback, std::string* error) {
   if (!config.contains(key) || config[key].is_null()) {
     if (fallback) return fallback;
     return fail(error, std::string("config.json: missing field ") + key);
   }
   if (!config[key].is_number_integer()) {
-    return fail(error, std::string("config.json: field ") + key + " must be an integer, got " + config[key].dump());
+    return fail(error, std::string("config.json: field ") + key + " must be an integer, got " +
+                           config[key].dump());
   }
   return config[key].get<int64_t>();
 }
 
-std::optional<double> number_field(const json& config, const char* key, std::optional<double> fallback,
-                                   const std::string& where, std::string* error) {
+std::optional<double> number_field(const json& config, const char* key,
+                                   std::optional<double> fallback, const std::string& where,
+                                   std::string* error) {
   if (!config.contains(key) || config[key].is_null()) {
     if (fallback) return fallback;
     return fail(error, "config.json: missing field " + where + key);
   }
   if (!config[key].is_number()) {
-    return fail(error, "config.json: field " + where + key + " must be a number, got " + config[key].dump());
+    return fail(error, "config.json: field " + where + key + " must be a number, got " +
+                           config[key].dump());
   }
   return config[key].get<double>();
 }
@@ -186,22 +191,28 @@ struct ParsedConfig {
 std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* error) {
   const fs::path path = fs::path(dir) / "config.json";
   const std::optional<std::string> text = read_text(path);
-  if (!text) return fail(error, path.string() + ": cannot read (is " + dir + " a Hugging Face checkpoint directory?)");
+  if (!text)
+    return fail(error, path.string() + ": cannot read (is " + dir +
+                           " a Hugging Face checkpoint directory?)");
   const json config = json::parse(*text, nullptr, false);
-  if (config.is_discarded() || !config.is_object()) return fail(error, path.string() + ": not a JSON object");
+  if (config.is_discarded() || !config.is_object())
+    return fail(error, path.string() + ": not a JSON object");
 
   if (config.contains("architectures")) {
     const json& arch = config["architectures"];
     const bool llama = arch.is_array() && std::any_of(arch.begin(), arch.end(), [](const json& a) {
                          return a.is_string() && a.get<std::string>() == "LlamaForCausalLM";
                        });
-    if (!llama) return fail(error, "config.json: architectures " + arch.dump() + " unsupported (only LlamaForCausalLM)");
+    if (!llama)
+      return fail(error, "config.json: architectures " + arch.dump() +
+                             " unsupported (only LlamaForCausalLM)");
   }
   if (!config.contains("model_type") || !config["model_type"].is_string()) {
     return fail(error, "config.json: missing field model_type (expected \"llama\")");
   }
   if (config["model_type"].get<std::string>() != "llama") {
-    return fail(error, "config.json: model_type " + config["model_type"].dump() + " unsupported (only \"llama\")");
+    return fail(error, "config.json: model_type " + config["model_type"].dump() +
+                           " unsupported (only \"llama\")");
   }
 
   ParsedConfig parsed;
@@ -222,22 +233,29 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
   const auto max_pos = int_field(config, "max_position_embeddings", 2048, error);
   if (!max_pos) return std::nullopt;
   for (const auto& [value, key] : std::initializer_list<std::pair<int64_t, const char*>>{
-           {*hidden, "hidden_size"}, {*layers, "num_hidden_layers"},
-                                   {*heads, "num_attention_heads"}, {*kv_heads, "num_key_value_heads"},
-                                   {*ffn, "intermediate_size"}, {*vocab, "vocab_size"},
-                                   {*max_pos, "max_position_embeddings"}}) {
+           {*hidden, "hidden_size"},
+           {*layers, "num_hidden_layers"},
+           {*heads, "num_attention_heads"},
+           {*kv_heads, "num_key_value_heads"},
+           {*ffn, "intermediate_size"},
+           {*vocab, "vocab_size"},
+           {*max_pos, "max_position_embeddings"}}) {
     if (value <= 0 || value > (int64_t{1} << 30)) {
-      return fail(error, std::string("config.json: field ") + key + " = " + std::to_string(value) + " out of range");
+      return fail(error, std::string("config.json: field ") + key + " = " + std::to_string(value) +
+                             " out of range");
     }
   }
   if (*heads % *kv_heads != 0) {
     return fail(error, "config.json: num_attention_heads " + std::to_string(*heads) +
-                           " is not a multiple of num_key_value_heads " + std::to_string(*kv_heads));
+                           " is not a multiple of num_key_value_heads " +
+                           std::to_string(*kv_heads));
   }
   const auto head_dim = int_field(config, "head_dim", *hidden / *heads, error);
   if (!head_dim) return std::nullopt;
-  if (*head_dim <= 0 || *head_dim % 2 != 0 || (!config.contains("head_dim") && *hidden % *heads != 0)) {
-    return fail(error, "config.json: head_dim " + std::to_string(*head_dim) + " must be positive and even");
+  if (*head_dim <= 0 || *head_dim % 2 != 0 ||
+      (!config.contains("head_dim") && *hidden % *heads != 0)) {
+    return fail(
+        error, "config.json: head_dim " + std::to_string(*head_dim) + " must be positive and even");
   }
   s.hidden = static_cast<int>(*hidden);
   s.layers = static_cast<int>(*layers);
@@ -251,7 +269,9 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
   // transformers v5 moves rope_theta and the scaling into "rope_parameters".
   const json none = json::object();
   const json& rope_params =
-      config.contains("rope_parameters") && config["rope_parameters"].is_object() ? config["rope_parameters"] : none;
+      config.contains("rope_parameters") && config["rope_parameters"].is_object()
+          ? config["rope_parameters"]
+          : none;
   const json& theta_home = config.contains("rope_theta") ? config : rope_params;
   const auto theta = number_field(theta_home, "rope_theta", 10000.0, "", error);
   if (!theta) return std::nullopt;
@@ -269,8 +289,10 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
   if (scaling != nullptr) {
     const json& r = *scaling;
     std::string type = "default";
-    if (r.contains("rope_type") && r["rope_type"].is_string()) type = r["rope_type"].get<std::string>();
-    else if (r.contains("type") && r["type"].is_string()) type = r["type"].get<std::string>();
+    if (r.contains("rope_type") && r["rope_type"].is_string())
+      type = r["rope_type"].get<std::string>();
+    else if (r.contains("type") && r["type"].is_string())
+      type = r["type"].get<std::string>();
     if (type == "llama3") {
       const auto factor = number_field(r, "factor", std::nullopt, "rope_scaling.", error);
       if (!factor) return std::nullopt;
@@ -278,17 +300,21 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
       if (!low) return std::nullopt;
       const auto high = number_field(r, "high_freq_factor", std::nullopt, "rope_scaling.", error);
       if (!high) return std::nullopt;
-      const auto original = number_field(r, "original_max_position_embeddings", std::nullopt, "rope_scaling.", error);
+      const auto original =
+          number_field(r, "original_max_position_embeddings", std::nullopt, "rope_scaling.", error);
       if (!original) return std::nullopt;
       if (*factor <= 0 || *high <= *low) {
-        return fail(error, "config.json: rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor");
+        return fail(
+            error,
+            "config.json: rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor");
       }
       s.rope_scaling_factor = static_cast<float>(*factor);
       s.rope_low_freq_factor = static_cast<float>(*low);
       s.rope_high_freq_factor = static_cast<float>(*high);
       s.rope_original_max_position = static_cast<int>(*original);
     } else if (type != "default") {
-      return fail(error, "config.json: rope_scaling type \"" + type + "\" unsupported (only llama3)");
+      return fail(error,
+                  "config.json: rope_scaling type \"" + type + "\" unsupported (only llama3)");
     }
   }
 
@@ -299,9 +325,12 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
     s.tied_embeddings = config["tie_word_embeddings"].get<bool>();
   }
 
-  const char* dtype_key = config.contains("torch_dtype") ? "torch_dtype" : config.contains("dtype") ? "dtype" : nullptr;
+  const char* dtype_key = config.contains("torch_dtype") ? "torch_dtype"
+                          : config.contains("dtype")     ? "dtype"
+                                                         : nullptr;
   if (dtype_key != nullptr && !config[dtype_key].is_null()) {
-    const std::string name = config[dtype_key].is_string() ? config[dtype_key].get<std::string>() : config[dtype_key].dump();
+    const std::string name = config[dtype_key].is_string() ? config[dtype_key].get<std::string>()
+                                                           : config[dtype_key].dump();
     if (name == "bfloat16") {
       s.dtype = DType::kBF16;
     } else if (name == "float32" || name == "float16") {
@@ -316,7 +345,8 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
 }
 
 /// The safetensors files of a checkpoint: those the index names, else every *.safetensors.
-std::optional<std::vector<std::string>> safetensors_files(const std::string& dir, std::string* error) {
+std::optional<std::vector<std::string>> safetensors_files(const std::string& dir,
+                                                          std::string* error) {
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> files;
   if (fs::exists(index)) {
@@ -327,14 +357,16 @@ std::optional<std::vector<std::string>> safetensors_files(const std::string& dir
     }
     std::set<std::string> unique;
     for (const auto& [tensor, file] : j["weight_map"].items()) {
-      if (!file.is_string()) return fail(error, index.string() + ": weight_map entry " + tensor + " is not a file name");
+      if (!file.is_string())
+        return fail(error, index.string() + ": weight_map entry " + tensor + " is not a file name");
       unique.insert(file.get<std::string>());
     }
     files.assign(unique.begin(), unique.end());
   } else {
     std::error_code ec;
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().filename().string());
+      if (e.is_regular_file() && e.path().extension() == ".safetensors")
+        files.push_back(e.path().filename().string());
     }
     if (ec) return fail(error, dir + ": cannot list (" + ec.message() + ")");
     std::sort(files.begin(), files.end());
@@ -349,17 +381,18 @@ bool copy_tensor(const TensorRef& ref, const std::string& name, const std::vecto
   const std::optional<int64_t> size = dtype_size(ref.dtype);
   if (!size) {
     return failed(error, "tensor " + name + " in " + ref.file + ": unsupported dtype " + ref.dtype +
-                           " (supported: F32, F16, BF16)");
+                             " (supported: F32, F16, BF16)");
   }
   if (ref.shape != shape) {
-    return failed(error, "tensor " + name + " in " + ref.file + ": shape " + shape_string(ref.shape) +
-                           ", expected " + shape_string(shape));
+    return failed(error, "tensor " + name + " in " + ref.file + ": shape " +
+                             shape_string(ref.shape) + ", expected " + shape_string(shape));
   }
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (static_cast<int64_t>(ref.bytes) != n * *size) {
-    return failed(error, "tensor " + name + " in " + ref.file + ": holds " + std::to_string(ref.bytes) +
-                           " bytes, expected " + std::to_string(n * *size));
+    return failed(error, "tensor " + name + " in " + ref.file + ": holds " +
+                             std::to_string(ref.bytes) + " bytes, expected " +
+                             std::to_string(n * *size));
   }
   const bool to_bf16 = weights.shape.dtype == DType::kBF16;
   if (to_bf16 && ref.dtype == "BF16") {
@@ -421,10 +454,10 @@ std::string hf_tensor_name(const std::string& arena_name) {
   if (dot == std::string::npos) return "";
   const std::string prefix = "model." + arena_name.substr(0, dot + 1);
   static const std::map<std::string, std::string> kParts = {
-      {"attn_norm", "input_layernorm.weight"},     {"wq", "self_attn.q_proj.weight"},
-      {"wk", "self_attn.k_proj.weight"},           {"wv", "self_attn.v_proj.weight"},
-      {"wo", "self_attn.o_proj.weight"},           {"mlp_norm", "post_attention_layernorm.weight"},
-      {"w_gate", "mlp.gate_proj.weight"},          {"w_up", "mlp.up_proj.weight"},
+      {"attn_norm", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
+      {"wk", "self_attn.k_proj.weight"},       {"wv", "self_attn.v_proj.weight"},
+      {"wo", "self_attn.o_proj.weight"},       {"mlp_norm", "post_attention_layernorm.weight"},
+      {"w_gate", "mlp.gate_proj.weight"},      {"w_up", "mlp.up_proj.weight"},
       {"w_down", "mlp.down_proj.weight"}};
   const auto it = kParts.find(arena_name.substr(dot + 1));
   return it == kParts.end() ? "" : prefix + it->second;
@@ -471,7 +504,8 @@ std::optional<Weights> load_checkpoint_unguarded(const std::string& dir, std::st
   if (!parsed->dtype_given) {
     // No torch_dtype in config.json: keep the embedding's precision (BF16 stays bf16).
     const auto embed = tensors.find("model.embed_tokens.weight");
-    shape.dtype = embed != tensors.end() && embed->second.dtype == "BF16" ? DType::kBF16 : DType::kF32;
+    shape.dtype =
+        embed != tensors.end() && embed->second.dtype == "BF16" ? DType::kBF16 : DType::kF32;
   }
   Weights weights;
   weights.shape = shape;
@@ -485,7 +519,9 @@ std::optional<Weights> load_checkpoint_unguarded(const std::string& dir, std::st
     const std::string name = hf_tensor_name(t.name);
     const auto it = tensors.find(name);
     if (it == tensors.end()) {
-      std::string hint = name == "lm_head.weight" ? " (set tie_word_embeddings if the LM head is the embedding)" : "";
+      std::string hint = name == "lm_head.weight"
+                             ? " (set tie_word_embeddings if the LM head is the embedding)"
+                             : "";
       return fail(error, "missing tensor " + name + " in " + dir + hint);
     }
     const std::vector<int64_t> expected = t.rows == 1 && t.name.ends_with("norm")
@@ -556,7 +592,8 @@ bool save_checkpoint(const Weights& weights, const std::string& dir, std::string
   const fs::path path = fs::path(dir) / "model.safetensors";
   std::ofstream out(path, std::ios::binary);
   uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
   out.write(reinterpret_cast<const char*>(len), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   const char* arena = static_cast<const char*>(weights.data());

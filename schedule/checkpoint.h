@@ -35,9 +35,9 @@ std::optional<Weights> load_checkpoint(const std::string& dir, std::string* erro
 /// arena dtype (BF16 or F32). Returns false with *error set on an I/O failure.
 bool save_checkpoint(const Weights& weights, const std::string& dir, std::string* error);
 
-/// The Hugging Face name of an arena tensor: "layers.3.wq" -> "model.layers.3.self_attn.q_proj.weight",
-/// "embed" -> "model.embed_tokens.weight", "final_norm" -> "model.norm.weight",
-/// "lm_head" -> "lm_head.weight". Empty for an unknown name.
+/// The Hugging Face name of an arena tensor: "layers.3.wq" ->
+/// "model.layers.3.self_attn.q_proj.weight", "embed" -> "model.embed_tokens.weight", "final_norm"
+/// -> "model.norm.weight", "lm_head" -> "lm_head.weight". Empty for an unknown name.
 std::string hf_tensor_name(const std::string& arena_name);
 
 /// IEEE binary16 bits -> fp32 (exact; subnormals, inf and NaN included).

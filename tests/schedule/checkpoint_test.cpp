@@ -21,7 +21,8 @@ using nlohmann::json;
 class TempDir {
  public:
   explicit TempDir(const std::string& tag)
-      : path_(fs::temp_directory_path() / ("megasched_ckpt_" + tag + "_" + std::to_string(getpid()))) {
+      : path_(fs::temp_directory_path() /
+              ("megasched_ckpt_" + tag + "_" + std::to_string(getpid()))) {
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -46,7 +47,9 @@ void write_safetensors(const fs::path& path, const std::vector<RawTensor>& tenso
   json header = json::object();
   uint64_t cursor = 0;
   for (const RawTensor& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {cursor, cursor + t.bytes.size()}}};
+    header[t.name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {cursor, cursor + t.bytes.size()}}};
     cursor += t.bytes.size();
   }
   const std::string text = header.dump();
@@ -54,7 +57,9 @@ void write_safetensors(const fs::path& path, const std::vector<RawTensor>& tenso
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
   out << text;
-  for (const RawTensor& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+  for (const RawTensor& t : tensors)
+    out.write(reinterpret_cast<const char*>(t.bytes.data()),
+              static_cast<std::streamsize>(t.bytes.size()));
 }
 
 /// The tensors of `w` in HF naming and the arena dtype.
@@ -65,7 +70,8 @@ std::vector<RawTensor> raw_tensors(const Weights& w) {
     RawTensor r;
     r.name = hf_tensor_name(t.name);
     r.dtype = w.shape.dtype == DType::kBF16 ? "BF16" : "F32";
-    r.shape = t.name.ends_with("norm") ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.rows, t.cols};
+    r.shape = t.name.ends_with("norm") ? std::vector<int64_t>{t.cols}
+                                       : std::vector<int64_t>{t.rows, t.cols};
     const auto* begin = static_cast<const uint8_t*>(w.data()) + t.offset * elem;
     r.bytes.assign(begin, begin + t.rows * t.cols * elem);
     out.push_back(std::move(r));
@@ -74,7 +80,8 @@ std::vector<RawTensor> raw_tensors(const Weights& w) {
 }
 
 /// Saves `w`, then rewrites model.safetensors after `edit` changes the tensor list.
-void save_with_edit(const Weights& w, const TempDir& dir, const std::function<void(std::vector<RawTensor>&)>& edit) {
+void save_with_edit(const Weights& w, const TempDir& dir,
+                    const std::function<void(std::vector<RawTensor>&)>& edit) {
   std::string error;
   ASSERT_TRUE(save_checkpoint(w, dir.str(), &error)) << error;
   std::vector<RawTensor> tensors = raw_tensors(w);
@@ -216,7 +223,8 @@ TEST(CheckpointImport, ReadsShardedCheckpointThroughTheIndex) {
   write_safetensors(dir.path() / "model-00002-of-00002.safetensors", second);
   json index = {{"metadata", json::object()}, {"weight_map", json::object()}};
   for (const RawTensor& t : first) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
-  for (const RawTensor& t : second) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  for (const RawTensor& t : second)
+    index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
   std::ofstream(dir.path() / "model.safetensors.index.json") << index.dump();
   const std::optional<Weights> loaded = load_checkpoint(dir.str(), &error);
   ASSERT_TRUE(loaded.has_value()) << error;
@@ -226,12 +234,25 @@ TEST(CheckpointImport, ReadsShardedCheckpointThroughTheIndex) {
 TEST(CheckpointImport, ConfigDefaultsAndCaps) {
   TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << json{
-      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 4096},
-      {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
-      {"intermediate_size", 14336}, {"vocab_size", 128256}, {"max_position_embeddings", 131072},
-      {"rope_theta", 500000.0}, {"torch_dtype", "bfloat16"}, {"rms_norm_eps", 1e-5},
-      {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                        {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}}.dump();
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", 4096},
+      {"num_hidden_layers", 32},
+      {"num_attention_heads", 32},
+      {"num_key_value_heads", 8},
+      {"intermediate_size", 14336},
+      {"vocab_size", 128256},
+      {"max_position_embeddings", 131072},
+      {"rope_theta", 500000.0},
+      {"torch_dtype", "bfloat16"},
+      {"rms_norm_eps", 1e-5},
+      {"rope_scaling",
+       {{"rope_type", "llama3"},
+        {"factor", 8.0},
+        {"low_freq_factor", 1.0},
+        {"high_freq_factor", 4.0},
+        {"original_max_position_embeddings",
+         8192}}}}.dump();
   std::string error;
   const std::optional<ModelShape> shape = read_checkpoint_config(dir.str(), &error);
   ASSERT_TRUE(shape.has_value()) << error;
@@ -247,10 +268,12 @@ TEST(CheckpointImport, ConfigDefaultsAndCaps) {
 TEST(CheckpointErrors, MissingTensorIsNamed) {
   TempDir dir("missing");
   save_with_edit(generate_weights(*find_preset("toy"), 0), dir, [](std::vector<RawTensor>& t) {
-    std::erase_if(t, [](const RawTensor& r) { return r.name == "model.layers.0.mlp.up_proj.weight"; });
+    std::erase_if(t,
+                  [](const RawTensor& r) { return r.name == "model.layers.0.mlp.up_proj.weight"; });
   });
   const std::string error = load_error(dir);
-  EXPECT_NE(error.find("missing tensor model.layers.0.mlp.up_proj.weight"), std::string::npos) << error;
+  EXPECT_NE(error.find("missing tensor model.layers.0.mlp.up_proj.weight"), std::string::npos)
+      << error;
 }
 
 TEST(CheckpointErrors, MissingLmHeadOfUntiedModelHintsAtTying) {
@@ -293,7 +316,8 @@ TEST(CheckpointErrors, UnsupportedDtypeIsNamed) {
 TEST(CheckpointErrors, WrongArchitectureOrModelTypeIsNamed) {
   TempDir dir("arch");
   std::string error;
-  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error)) << error;
+  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error))
+      << error;
   edit_config(dir, [](json& c) { c["architectures"] = {"MistralForCausalLM"}; });
   error = load_error(dir);
   EXPECT_NE(error.find("architectures"), std::string::npos) << error;
@@ -309,7 +333,8 @@ TEST(CheckpointErrors, WrongArchitectureOrModelTypeIsNamed) {
 TEST(CheckpointErrors, MissingOrMistypedConfigFieldIsNamed) {
   TempDir dir("field");
   std::string error;
-  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error)) << error;
+  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error))
+      << error;
   edit_config(dir, [](json& c) { c.erase("intermediate_size"); });
   EXPECT_FALSE(read_checkpoint_config(dir.str(), &error).has_value());
   EXPECT_EQ(error, "config.json: missing field intermediate_size");
@@ -330,7 +355,8 @@ TEST(CheckpointErrors, MissingDirectoryAndTruncatedFileAreReported) {
   EXPECT_NE(error.find("config.json"), std::string::npos) << error;
 
   TempDir dir("truncated");
-  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error)) << error;
+  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error))
+      << error;
   const fs::path file = dir.path() / "model.safetensors";
   fs::resize_file(file, fs::file_size(file) - 100);
   error = load_error(dir);
