@@ -154,6 +154,10 @@ int complexity(const ScheduleConfig& config);
 /// JSON form documented in schemas/search_space.schema.json.
 nlohmann::json search_space_json(const ModelShape& shape);
 
+/// Whether a knob value can be lowered for this shape (e.g. attn_q_heads_per_task must divide the
+/// KV group; gemv_k_split must keep every GEMV's column chunks multiples of 8 elements).
+bool knob_value_fits(const std::string& path, const nlohmann::json& value, const ModelShape& shape);
+
 /// 64-bit FNV-1a of a string, hex-formatted (16 digits). Used for schedule ids and cache keys.
 std::string hash_hex(const std::string& bytes);
 

@@ -167,10 +167,9 @@ struct Instr {
   uint32_t out;
   uint32_t aux;
   uint32_t op_id;             // index of the logical op (for names in diagnostics and profiles)
-  uint32_t reserved0;         // zero; keeps the size a multiple of 16
-  uint64_t reserved1;         // zero
+  uint32_t reserved;          // zero; keeps the size a multiple of 16
 };
-static_assert(sizeof(Instr) == 112, "Instr layout is part of the ABI");
+static_assert(sizeof(Instr) == 96, "Instr layout is part of the ABI");
 
 /// Model constants the opcodes need, passed to the kernel once.
 struct ModelParams {

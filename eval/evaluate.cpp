@@ -1,0 +1,291 @@
+#include "eval/evaluate.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "eval/eager.h"
+#include "eval/oracle.h"
+#include "eval/roofline.h"
+#include "eval/timing.h"
+#include "schedule/checkpoint.h"
+#include "schedule/cost_model.h"
+#include "schedule/lower.h"
+#include "schedule/validate.h"
+#include "vm/reference_vm.h"
+
+namespace megasched::eval {
+
+using nlohmann::json;
+using schedule::GpuTarget;
+using schedule::ModelShape;
+
+namespace {
+
+/// Diagnostics beyond this many are counted, not listed (a broken program can have thousands).
+constexpr size_t kMaxDiagnosticsInVerdict = 50;
+
+std::string preset_names() {
+  std::string s;
+  for (const auto& p : schedule::presets()) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+}  // namespace
+
+std::optional<ModelShape> resolve_shape(const std::string& model, std::string* error) {
+  if (auto p = schedule::find_preset(model)) return p;
+  if (std::filesystem::is_directory(model)) return schedule::read_checkpoint_config(model, error);
+  std::vector<std::string> names;
+  for (const auto& p : schedule::presets()) names.push_back(p.name);
+  const std::string near = schedule::nearest(model, names);
+  if (error)
+    *error = "unknown model '" + model + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+             "; use a preset (" + preset_names() +
+             ") or a directory with a Hugging Face checkpoint (config.json + *.safetensors)";
+  return std::nullopt;
+}
+
+std::optional<schedule::Weights> load_weights(const std::string& model, uint64_t seed,
+                                              std::string* error) {
+  if (auto p = schedule::find_preset(model)) return schedule::generate_weights(*p, seed);
+  if (!resolve_shape(model, error)) return std::nullopt;
+  return schedule::load_checkpoint(model, error);
+}
+
+std::optional<GpuTarget> resolve_target(const std::string& gpu, std::string* error) {
+  if (gpu == "auto") return live_target(error);
+  if (auto t = schedule::find_target(gpu)) return t;
+  std::vector<std::string> names;
+  std::string all;
+  for (const auto& t : schedule::target_registry()) {
+    names.push_back(t.name);
+    all += (all.empty() ? "" : ", ") + t.name;
+  }
+  const std::string near = schedule::nearest(gpu, names);
+  if (error)
+    *error = "unknown GPU target '" + gpu + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+             "; known: " + all + ", or auto (the live device)";
+  return std::nullopt;
+}
+
+std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 0x5eedull);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(count));
+  for (auto& t : tokens) t = pick(rng);
+  return tokens;
+}
+
+std::unique_ptr<TrialEvaluator> TrialEvaluator::create(const EvaluatorOptions& options,
+                                                       std::string* error) {
+  auto fail = [&](std::string msg) -> std::unique_ptr<TrialEvaluator> {
+    if (error) *error = std::move(msg);
+    return nullptr;
+  };
+  if (options.device != "cpu" && options.device != "gpu")
+    return fail("unknown device '" + options.device + "'; use cpu (predicted latency) or gpu (measured)");
+  if (options.positions.empty()) return fail("no positions to check; pass e.g. --positions 0,3,7");
+  std::unique_ptr<TrialEvaluator> ev(new TrialEvaluator());
+  ev->options_ = options;
+  std::sort(ev->options_.positions.begin(), ev->options_.positions.end());
+  ev->options_.positions.erase(std::unique(ev->options_.positions.begin(), ev->options_.positions.end()),
+                               ev->options_.positions.end());
+  std::string why;
+  if (options.device == "gpu" && !gpu_available(&why))
+    return fail("--device gpu: " + why + "; use --device cpu for a predicted latency");
+  auto shape = resolve_shape(options.model, error);
+  if (!shape) return nullptr;
+  const int last = std::max(ev->options_.positions.back(), options.timed_position);
+  if (ev->options_.positions.front() < 0 || last >= shape->max_seq)
+    return fail("positions must lie in [0, " + std::to_string(shape->max_seq - 1) + "] for model " +
+                shape->name);
+  auto target = resolve_target(options.gpu, error);
+  if (!target) return nullptr;
+  ev->target_ = *target;
+  auto weights = load_weights(options.model, options.seed, error);
+  if (!weights) return nullptr;
+  ev->weights_ = std::move(*weights);
+  const int max_pos = ev->options_.positions.back();
+  ev->tokens_ = trial_tokens(ev->weights_.shape.vocab, max_pos + 1, options.seed);
+  EagerModel eager(ev->weights_);
+  size_t next = 0;
+  for (int p = 0; p <= max_pos; ++p) {
+    auto logits = eager.step(ev->tokens_[static_cast<size_t>(p)], p);
+    if (next < ev->options_.positions.size() && ev->options_.positions[next] == p) {
+      ev->reference_.push_back(std::move(logits));
+      ++next;
+    }
+  }
+  return ev;
+}
+
+json TrialEvaluator::identity() const {
+  return {{"model", weights_.shape.name},
+          {"target", target_.name},
+          {"device", options_.device},
+          {"seed", options_.seed}};
+}
+
+std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) const {
+  // The build identity (ABI version + kernel -D options) is a function of the config, so the
+  // canonical config, the model (and its weight seed) and the target identify the trial.
+  return schedule::hash_hex(schedule::canonical_string(config) + "|" + weights_.shape.name + "#" +
+                            std::to_string(options_.seed) + "|" + target_.name + "|abi" +
+                            std::to_string(ms_abi::kAbiVersion) + "|" + options_.device);
+}
+
+Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
+  std::string error;
+  auto program = schedule::lower(weights_.shape, target_, config, &error);
+  if (!program) {
+    Verdict v;
+    v.model = weights_.shape.name;
+    v.target = target_.name;
+    v.device = options_.device;
+    v.schedule_id = schedule_id(config);
+    v.status = "rejected";
+    v.rejected_reason = "lowering";
+    v.diagnostics = json::array({{{"rule", "lowering"}, {"message", error}}});
+    v.notes.push_back(error);
+    return v;
+  }
+  return evaluate_program(*program, schedule_id(config));
+}
+
+Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
+                                         const std::string& schedule_id) {
+  const ModelShape& shape = weights_.shape;
+  Verdict v;
+  v.model = shape.name;
+  v.target = target_.name;
+  v.device = options_.device;
+  v.schedule_id = schedule_id;
+  v.tasks = program.tasks.size();
+  const Floor floor = floor_for(shape, target_, options_.timed_position);
+  v.weight_bytes = static_cast<uint64_t>(shape.weight_bytes());
+  v.bytes_min = floor.bytes_min;
+  v.floor_us = floor.floor_us;
+  v.floor_datasheet_us = floor.floor_datasheet_us;
+  if (!floor.measured_bandwidth)
+    v.notes.push_back("floor_us uses the datasheet bandwidth of " + target_.name +
+                      " (run `megasched doctor --measure` on the GPU for the measured figure)");
+
+  // 1. Nothing unsafe runs.
+  const schedule::ValidationReport report = schedule::validate(program, target_);
+  if (!report.ok()) {
+    v.rejected_reason = report.rules();
+    v.diagnostics = json::array();
+    for (size_t i = 0; i < report.diagnostics.size() && i < kMaxDiagnosticsInVerdict; ++i)
+      v.diagnostics.push_back(schedule::to_json(report.diagnostics[i]));
+    if (report.diagnostics.size() > kMaxDiagnosticsInVerdict)
+      v.notes.push_back(std::to_string(report.diagnostics.size() - kMaxDiagnosticsInVerdict) +
+                        " more diagnostics not listed; run `megasched validate` for all of them");
+    if (!options_.skip_validation) {
+      v.status = "rejected";
+      return v;
+    }
+    v.notes.push_back("validation failed but was skipped (test-only switch)");
+  }
+  v.valid = report.ok();
+
+  // 2. Program correctness: the ReferenceVm against the eager forward at every checked position.
+  v.positions_checked = options_.positions;
+  bool program_ok = true;
+  v.argmax_match = true;
+  if (report.ok()) {
+    vm::ReferenceVm ref(program, weights_);
+    size_t next = 0;
+    for (int p = 0; p <= options_.positions.back(); ++p) {
+      auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
+      if (!step.completed) {
+        v.status = "incorrect";
+        v.notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " + step.stuck);
+        return v;
+      }
+      if (options_.positions[next] != p) continue;
+      const Comparison c = compare_logits(step.logits, reference_[next], shape.dtype);
+      v.max_abs_err = std::max(v.max_abs_err, c.max_abs_err);
+      v.rel_err = std::max(v.rel_err, c.rel_err);
+      v.argmax_match = v.argmax_match && c.argmax_match;
+      if (step.argmax != argmax(step.logits)) {
+        program_ok = false;
+        v.notes.push_back("program argmax task wrote " + std::to_string(step.argmax) + " at position " +
+                          std::to_string(p) + " but the logits' argmax is " +
+                          std::to_string(argmax(step.logits)));
+      }
+      if (!c.pass) {
+        program_ok = false;
+        v.notes.push_back("ReferenceVm differs from eager at position " + std::to_string(p) +
+                          ": rel_err " + std::to_string(c.rel_err) + ", max_abs_err " +
+                          std::to_string(c.max_abs_err) + (c.argmax_match ? "" : ", argmax differs"));
+      }
+      ++next;
+    }
+  }
+  if (!program_ok) {
+    v.status = "incorrect";
+    return v;
+  }
+
+  // 3. The latency: measured on the GPU (after the kernel's own correctness pass) or predicted.
+  std::optional<double> latency;
+  if (options_.device == "gpu") {
+    const GpuTrialResult g = run_gpu_trial(program, weights_, tokens_, reference_, options_.positions,
+                                           options_.gpu_options);
+    v.kernel = g.kernel;
+    v.max_abs_err = std::max(v.max_abs_err, g.max_abs_err);
+    v.rel_err = std::max(v.rel_err, g.rel_err);
+    v.argmax_match = v.argmax_match && g.argmax_match;
+    if (g.status != "ok") {
+      v.status = g.status;
+      if (g.status == "rejected") {
+        v.valid = false;
+        v.rejected_reason = "launch";
+      }
+      if (g.status == "hang") v.diagnostics = json::array({{{"rule", "hang"}, {"dump", g.hang_dump}}});
+      v.notes.push_back(g.message);
+      return v;
+    }
+    const SampleStats s = sample_stats(g.samples_us);
+    v.samples_us = g.samples_us;
+    v.latency_p90_us = s.p90;
+    v.latency_spread_us = s.p90 - s.p10;
+    v.latency_kind = "measured-gpu";
+    latency = s.median;
+    if (!g.baseline_samples_us.empty()) {
+      const double base = sample_stats(g.baseline_samples_us).median;
+      v.speedup_vs_baseline = base / s.median;
+      v.notes.push_back("cuBLAS CUDA-graph baseline median " + std::to_string(base) + " us (same run)");
+    }
+  } else {
+    const auto est = schedule::predict(program, shape, target_, options_.timed_position, floor.floor_us);
+    if (!est.completed) {
+      v.status = "incorrect";
+      v.notes.push_back("the cost model's simulation did not drain every queue");
+      return v;
+    }
+    v.latency_kind = "predicted";
+    latency = est.latency_us;
+    v.notes.push_back("latency predicted by the cost model for " + target_.name +
+                      " at position " + std::to_string(options_.timed_position) +
+                      " (no GPU run): " + std::to_string(static_cast<int>(est.critical_path_stages)) +
+                      " dependent stages");
+  }
+  v.correct = true;
+  v.status = "ok";
+
+  // 4. The floor guard: a latency below the floor is physically impossible and is withheld.
+  if (*latency < floor.floor_us) {
+    v.notes.push_back("latency " + std::to_string(*latency) + " us is below the floor " +
+                      std::to_string(floor.floor_us) + " us: withheld (a timing or accounting error)");
+    v.latency_kind.clear();
+    return v;
+  }
+  v.latency_us = latency;
+  v.pct_of_floor = 100.0 * floor.floor_us / *latency;
+  if (floor.floor_datasheet_us > 0) v.pct_of_datasheet = 100.0 * floor.floor_datasheet_us / *latency;
+  return v;
+}
+
+}  // namespace megasched::eval

@@ -1,0 +1,71 @@
+// One trial, end to end (DESIGN.md section 1): lower -> validate -> ReferenceVm vs eager ->
+// (GPU: kernel vs eager, timing, baseline) or (CPU: cost-model prediction) -> floor -> Verdict.
+// The TrialEvaluator holds the model's weights and the eager reference logits, so a loop pays for
+// them once and each trial pays only for its own program.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eval/gpu_trial.h"
+#include "eval/verdict.h"
+#include "harness/evaluator.h"
+#include "schedule/config.h"
+#include "schedule/model.h"
+#include "schedule/program.h"
+#include "schedule/target.h"
+
+namespace megasched::eval {
+
+struct EvaluatorOptions {
+  std::string model = "toy";         // preset name or checkpoint directory
+  std::string gpu = "h100";          // registry target name, or "auto" (the live device)
+  std::string device = "cpu";        // "cpu" (predicted latency) | "gpu" (measured)
+  std::vector<int> positions = {0, 3, 7};  // positions whose logits are checked
+  int timed_position = 0;            // position the latency (and the floor) refer to
+  uint64_t seed = 0;                 // preset weight seed; also seeds the token sequence
+  GpuTrialOptions gpu_options;
+  bool skip_validation = false;      // test-only: run a program the validator rejected
+};
+
+/// Resolves a model name: a preset, or a directory holding a Hugging Face checkpoint.
+std::optional<schedule::ModelShape> resolve_shape(const std::string& model, std::string* error);
+/// Loads (or generates) the weights of `model`.
+std::optional<schedule::Weights> load_weights(const std::string& model, uint64_t seed,
+                                              std::string* error);
+/// Resolves a target name ("auto" reads the live device).
+std::optional<schedule::GpuTarget> resolve_target(const std::string& gpu, std::string* error);
+
+class TrialEvaluator : public harness::Evaluator {
+ public:
+  /// Loads the model and target and computes the eager reference once. nullptr + *error on a bad
+  /// model, target or device.
+  static std::unique_ptr<TrialEvaluator> create(const EvaluatorOptions& options, std::string* error);
+
+  Verdict evaluate(const schedule::ScheduleConfig& config) override;
+  nlohmann::json identity() const override;
+  std::string schedule_id(const schedule::ScheduleConfig& config) const override;
+
+  /// Runs a ready-made program (`megasched evaluate --program`, tests that force a program past
+  /// the validator). `schedule_id` labels the verdict.
+  Verdict evaluate_program(const schedule::Program& program, const std::string& schedule_id);
+
+  const schedule::ModelShape& shape() const { return weights_.shape; }
+  const schedule::GpuTarget& target() const { return target_; }
+  const EvaluatorOptions& options() const { return options_; }
+
+ private:
+  TrialEvaluator() = default;
+  EvaluatorOptions options_;
+  schedule::Weights weights_;
+  schedule::GpuTarget target_;
+  std::vector<int32_t> tokens_;                // token fed at each position 0 .. max checked
+  std::vector<std::vector<float>> reference_;  // eager logits at options_.positions[i]
+};
+
+/// The token fed at each position 0 .. count-1 (deterministic in the seed).
+std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed);
+
+}  // namespace megasched::eval

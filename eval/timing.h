@@ -1,0 +1,23 @@
+// Order statistics of timing samples: the median is the reported latency, p10/p90 give the spread
+// the keep rule compares against.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace megasched::eval {
+
+struct SampleStats {
+  size_t n = 0;
+  double median = 0.0;
+  double p10 = 0.0;
+  double p90 = 0.0;
+  double mean = 0.0;
+  double min = 0.0;
+  double max = 0.0;
+};
+
+/// Linear-interpolated percentiles; all zero for an empty input.
+SampleStats sample_stats(std::vector<double> samples);
+
+}  // namespace megasched::eval

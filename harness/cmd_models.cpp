@@ -1,0 +1,77 @@
+// `megasched models` and `megasched targets`: what can be lowered, and for which GPU.
+#include <cstdio>
+
+#include "harness/cli_util.h"
+#include "harness/commands.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
+
+namespace megasched::harness {
+
+namespace {
+
+nlohmann::json shape_json(const schedule::ModelShape& s) {
+  return {{"name", s.name},
+          {"hidden", s.hidden},
+          {"layers", s.layers},
+          {"heads", s.heads},
+          {"kv_heads", s.kv_heads},
+          {"head_dim", s.head_dim},
+          {"ffn", s.ffn},
+          {"vocab", s.vocab},
+          {"max_seq", s.max_seq},
+          {"dtype", schedule::dtype_name(s.dtype)},
+          {"tied_embeddings", s.tied_embeddings},
+          {"rope_theta", s.rope_theta},
+          {"params", s.param_count()},
+          {"weight_bytes", s.weight_bytes()}};
+}
+
+}  // namespace
+
+void add_models_command(CLI::App& app, CliContext& ctx) {
+  auto* cmd = app.add_subcommand("models", "List the model presets with parameter count and weight bytes");
+  auto json_out = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json_out, "Print JSON instead of a table");
+  cmd->callback([&ctx, json_out] {
+    if (*json_out) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& p : schedule::presets()) arr.push_back(shape_json(p));
+      print_json(arr);
+    } else {
+      std::printf("%-10s %6s %7s %5s %5s %5s %6s %7s %5s %14s %10s\n", "model", "dtype", "hidden",
+                  "layer", "heads", "kv", "hd", "ffn", "tied", "params", "weight MB");
+      for (const auto& p : schedule::presets())
+        std::printf("%-10s %6s %7d %5d %5d %5d %6d %7d %5s %14lld %10.1f\n", p.name.c_str(),
+                    schedule::dtype_name(p.dtype), p.hidden, p.layers, p.heads, p.kv_heads,
+                    p.head_dim, p.ffn, p.tied_embeddings ? "yes" : "no",
+                    static_cast<long long>(p.param_count()), p.weight_bytes() / 1e6);
+      std::printf("A directory with a Hugging Face Llama checkpoint also works as --model.\n");
+    }
+    ctx.exit_code = kExitOk;
+  });
+}
+
+void add_targets_command(CLI::App& app, CliContext& ctx) {
+  auto* cmd = app.add_subcommand("targets", "List the GPU targets of the registry (plus `auto`: the live device)");
+  auto json_out = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json_out, "Print JSON instead of a table");
+  cmd->callback([&ctx, json_out] {
+    if (*json_out) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& t : schedule::target_registry()) arr.push_back(schedule::to_json(t));
+      print_json(arr);
+    } else {
+      std::printf("%-10s %5s %5s %12s %10s %9s %10s\n", "target", "sm", "SMs", "smem/block", "L2 MiB",
+                  "HBM GB", "BW GB/s");
+      for (const auto& t : schedule::target_registry())
+        std::printf("%-10s %5d %5d %12d %10.0f %9.0f %10.0f\n", t.name.c_str(), t.sm_arch, t.num_sms,
+                    t.smem_per_block_optin, t.l2_bytes / 1048576.0, t.hbm_bytes / 1e9,
+                    t.datasheet_bw_gbs);
+      std::printf("`--gpu auto` reads the live device (needs a CUDA build and a GPU).\n");
+    }
+    ctx.exit_code = kExitOk;
+  });
+}
+
+}  // namespace megasched::harness

@@ -1,0 +1,72 @@
+// megasched: the command line. One table of subcommands over library calls; each subcommand lives
+// in harness/cmd_<name>.cpp. JSON goes to stdout, diagnostics to stderr; exit codes are in
+// harness/commands.h (and HARNESS.md).
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/commands.h"
+#include "schedule/config.h"
+
+namespace {
+
+using megasched::harness::CliContext;
+
+struct CommandEntry {
+  const char* name;
+  void (*add)(CLI::App&, CliContext&);
+};
+
+const CommandEntry kCommands[] = {
+    {"models", megasched::harness::add_models_command},
+    {"targets", megasched::harness::add_targets_command},
+    {"propose", megasched::harness::add_propose_command},
+    {"evaluate", megasched::harness::add_evaluate_command},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "megasched: an autoresearch search harness over a megakernel schedule IR.\n"
+      "Edit one ScheduleConfig (JSON); megasched lowers it into a program for a persistent CUDA\n"
+      "megakernel VM, proves it safe, checks it against an eager forward, times it (or predicts\n"
+      "its latency without a GPU) against the HBM floor, and logs every trial.",
+      "megasched"};
+  app.require_subcommand(1);
+  CliContext ctx;
+  std::vector<std::string> names;
+  for (const auto& c : kCommands) {
+    c.add(app, ctx);
+    names.emplace_back(c.name);
+  }
+  // An unknown command gets a suggestion rather than CLI11's generic message.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    bool known = false;
+    for (const auto& n : names) known = known || n == cmd;
+    if (!known) {
+      const std::string near = megasched::schedule::nearest(cmd, names);
+      std::string all;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "megasched: unknown command '%s'%s; commands: %s (see megasched --help)\n",
+                   cmd.c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(),
+                   all.c_str());
+      return megasched::harness::kExitUsage;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : megasched::harness::kExitUsage;
+  }
+  return ctx.exit_code;
+}

@@ -1,0 +1,374 @@
+#include "schedule/config.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+
+namespace megasched::schedule {
+namespace {
+
+using nlohmann::json;
+
+/// Accessors of one knob: read its value as JSON, write it from JSON (already checked against the
+/// knob's choices).
+struct KnobAccess {
+  std::function<json(const ScheduleConfig&)> get;
+  std::function<void(ScheduleConfig*, const json&)> set;
+};
+
+struct KnobEntry {
+  KnobSpec spec;
+  KnobAccess access;
+};
+
+template <typename Group, typename Field>
+KnobAccess field_access(Group ScheduleConfig::*group, Field Group::*field) {
+  return {[=](const ScheduleConfig& c) { return json(c.*group.*field); },
+          [=](ScheduleConfig* c, const json& v) { (c->*group).*field = v.get<Field>(); }};
+}
+
+template <typename Group, typename Enum>
+KnobAccess enum_access(Group ScheduleConfig::*group, Enum Group::*field,
+                       std::vector<std::pair<Enum, std::string>> names) {
+  return {[=](const ScheduleConfig& c) {
+            for (const auto& [e, n] : names)
+              if (e == c.*group.*field) return json(n);
+            return json(nullptr);
+          },
+          [=](ScheduleConfig* c, const json& v) {
+            for (const auto& [e, n] : names)
+              if (n == v.get<std::string>()) (c->*group).*field = e;
+          }};
+}
+
+std::vector<json> ints(std::initializer_list<int> values) {
+  std::vector<json> out;
+  for (int v : values) out.emplace_back(v);
+  return out;
+}
+
+const std::vector<KnobEntry>& knob_table() {
+  static const std::vector<KnobEntry> table = [] {
+    const ScheduleConfig d;
+    const std::vector<std::pair<Granularity, std::string>> gran = {
+        {Granularity::kPerOp, "per_op"}, {Granularity::kPerSlice, "per_slice"}};
+    const std::vector<json> gran_choices = {"per_op", "per_slice"};
+    const std::vector<json> bools = {true, false};
+    std::vector<KnobEntry> t;
+    auto add = [&](std::string path, std::vector<json> choices, std::string description,
+                   KnobAccess access) {
+      json def = access.get(d);
+      t.push_back({{std::move(path), std::move(choices), def, std::move(description)},
+                   std::move(access)});
+    };
+    add("tiling.gemv_rows_per_task", ints({8, 16, 32, 64, 128, 256}),
+        "output rows per GEMV task (QKV tiles round up to whole heads when RoPE is fused)",
+        field_access(&ScheduleConfig::tiling, &TilingConfig::gemv_rows_per_task));
+    add("tiling.gemv_k_split", ints({1, 2, 4, 8}),
+        "reduction split of each GEMV tile: >1 adds partial tasks and a deterministic reduce task",
+        field_access(&ScheduleConfig::tiling, &TilingConfig::gemv_k_split));
+    add("tiling.lm_head_rows_per_task", ints({128, 256, 512, 1024, 2048}),
+        "output rows (vocabulary entries) per LM-head task",
+        field_access(&ScheduleConfig::tiling, &TilingConfig::lm_head_rows_per_task));
+    add("tiling.attn_q_heads_per_task", ints({0, 1, 2, 4, 8}),
+        "query heads per attention task (0: the whole KV group); must divide heads/kv_heads",
+        field_access(&ScheduleConfig::tiling, &TilingConfig::attn_q_heads_per_task));
+    add("tiling.attn_kv_partitions", ints({1, 2, 4, 8, 16}),
+        "flash-decoding partitions of the KV history per head group (>1 adds combine tasks)",
+        field_access(&ScheduleConfig::tiling, &TilingConfig::attn_kv_partitions));
+    add("fusion.norm_into_gemv", bools, "RMSNorm in the next GEMV's input load (no norm task)",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::norm_into_gemv));
+    add("fusion.residual_into_gemv", bools, "residual add in the O / down GEMV epilogue",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::residual_into_gemv));
+    add("fusion.silu_mul_into_down", bools, "SiLU(gate) * up in the down projection's input load",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::silu_mul_into_down));
+    add("fusion.rope_kv_into_qkv", bools, "RoPE and the KV-cache append in the QKV epilogue",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::rope_kv_into_qkv));
+    add("fusion.qkv_single_gemv", bools, "Q, K and V as one GEMV over the concatenated rows",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::qkv_single_gemv));
+    add("fusion.gate_up_single_gemv", bools, "gate and up projections as one GEMV",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::gate_up_single_gemv));
+    add("dependencies.qkv_to_attention", gran_choices,
+        "QKV -> attention edge: one counter per op (all-join) or per producer tile",
+        enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));
+    add("dependencies.attention_to_o", gran_choices,
+        "attention (or combine) -> O projection edge",
+        enum_access(&ScheduleConfig::dependencies, &DependencyConfig::attention_to_o, gran));
+    add("dependencies.gate_up_to_down", gran_choices,
+        "gate/up (or SiLU*mul) -> down projection edge",
+        enum_access(&ScheduleConfig::dependencies, &DependencyConfig::gate_up_to_down, gran));
+    add("dependencies.residual", gran_choices,
+        "residual-stream producers (embed, O, down, adds) -> their readers",
+        enum_access(&ScheduleConfig::dependencies, &DependencyConfig::residual, gran));
+    add("assignment.policy", {"round_robin", "load_balance", "layer_affine", "dynamic"},
+        "task-to-block assignment: static queues, or one global queue claimed with an atomic",
+        enum_access(&ScheduleConfig::assignment, &AssignmentConfig::policy,
+                    std::vector<std::pair<AssignPolicy, std::string>>{
+                        {AssignPolicy::kRoundRobin, "round_robin"},
+                        {AssignPolicy::kLoadBalance, "load_balance"},
+                        {AssignPolicy::kLayerAffine, "layer_affine"},
+                        {AssignPolicy::kDynamic, "dynamic"}}));
+    add("pipeline.prefetch_depth", ints({0, 1, 2, 3, 4}),
+        "upcoming tasks whose weights a block prefetches into L2 while it waits",
+        field_access(&ScheduleConfig::pipeline, &PipelineConfig::prefetch_depth));
+    add("smem.pages", ints({1, 2, 4, 8}),
+        "shared-memory pages per block (the GEMV stages its input vector through them)",
+        field_access(&ScheduleConfig::smem, &SmemConfig::pages));
+    add("smem.page_bytes", ints({4096, 8192, 16384, 32768}), "bytes per shared-memory page",
+        field_access(&ScheduleConfig::smem, &SmemConfig::page_bytes));
+    add("launch.threads_per_block", ints({128, 256, 384, 512, 1024}), "threads per block",
+        field_access(&ScheduleConfig::launch, &LaunchConfig::threads_per_block));
+    add("launch.blocks_per_sm", ints({1, 2, 3, 4}), "persistent blocks per SM (grid = SMs x this)",
+        field_access(&ScheduleConfig::launch, &LaunchConfig::blocks_per_sm));
+    add("kernel.vector_bytes", ints({4, 8, 16}), "bytes per weight load per thread",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::vector_bytes));
+    add("kernel.rows_per_warp", ints({1, 2, 4}), "GEMV rows a warp computes at once",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::rows_per_warp));
+    add("kernel.unroll", ints({1, 2, 4, 8}), "independent weight-load batches in flight per warp",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::unroll));
+    add("kernel.weight_load", {"ldg", "ldg_stream"},
+        "weight load instruction: ld.global, or ld.global.nc.L1::no_allocate (streaming)",
+        enum_access(&ScheduleConfig::kernel, &KernelConfig::weight_load,
+                    std::vector<std::pair<WeightLoad, std::string>>{
+                        {WeightLoad::kLdg, "ldg"}, {WeightLoad::kLdgStream, "ldg_stream"}}));
+    return t;
+  }();
+  return table;
+}
+
+const KnobEntry* find_knob(const std::string& path) {
+  for (const auto& k : knob_table())
+    if (k.spec.path == path) return &k;
+  return nullptr;
+}
+
+std::string choices_text(const KnobSpec& spec) {
+  std::string s;
+  for (const auto& c : spec.choices) s += (s.empty() ? "" : ", ") + c.dump();
+  return s;
+}
+
+const char* json_type(const json& v) {
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  return "null";
+}
+
+bool value_allowed(const KnobSpec& spec, const json& value) {
+  for (const auto& c : spec.choices) {
+    if (c.is_boolean() != value.is_boolean()) continue;
+    if (c.is_number_integer() && !value.is_number_integer()) continue;
+    if (c.is_string() && !value.is_string()) continue;
+    if (c == value) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> group_names() {
+  std::vector<std::string> groups;
+  for (const auto& k : knob_table()) {
+    std::string g = k.spec.path.substr(0, k.spec.path.find('.'));
+    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  }
+  return groups;
+}
+
+std::vector<std::string> keys_of_group(const std::string& group) {
+  std::vector<std::string> keys;
+  for (const auto& k : knob_table())
+    if (k.spec.path.rfind(group + ".", 0) == 0) keys.push_back(k.spec.path.substr(group.size() + 1));
+  return keys;
+}
+
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string near = nearest(name, candidates);
+  std::string all;
+  for (const auto& c : candidates) all += (all.empty() ? "" : ", ") + c;
+  return (near.empty() ? std::string() : " (did you mean '" + near + "'?)") + "; valid keys: " + all;
+}
+
+}  // namespace
+
+const std::vector<KnobSpec>& knob_specs() {
+  static const std::vector<KnobSpec> specs = [] {
+    std::vector<KnobSpec> s;
+    for (const auto& k : knob_table()) s.push_back(k.spec);
+    return s;
+  }();
+  return specs;
+}
+
+int edit_distance(const std::string& a, const std::string& b) {
+  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      int sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  int best_d = 1 << 30;
+  for (const auto& c : candidates) {
+    int d = edit_distance(name, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  // Close enough to be a typo: at most a third of the longer name (and at least 2 edits allowed).
+  int limit = std::max<int>(2, static_cast<int>(std::max(name.size(), best.size())) / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+std::optional<ScheduleConfig> parse_config(const json& j, std::string* error) {
+  auto fail = [&](std::string msg) -> std::optional<ScheduleConfig> {
+    if (error) *error = std::move(msg);
+    return std::nullopt;
+  };
+  if (!j.is_object())
+    return fail(std::string("config must be a JSON object, got ") + json_type(j) +
+                "; start from `megasched propose` output");
+  ScheduleConfig config;
+  const auto groups = group_names();
+  for (const auto& [group, body] : j.items()) {
+    if (std::find(groups.begin(), groups.end(), group) == groups.end())
+      return fail("unknown config key '" + group + "'" + did_you_mean(group, groups));
+    if (!body.is_object())
+      return fail("config key '" + group + "' must be an object, got " + json_type(body));
+    const auto keys = keys_of_group(group);
+    for (const auto& [key, value] : body.items()) {
+      const std::string path = group + "." + key;
+      const KnobEntry* knob = find_knob(path);
+      if (!knob) {
+        std::string near = nearest(key, keys);
+        std::string all;
+        for (const auto& k : keys) all += (all.empty() ? "" : ", ") + k;
+        return fail("unknown config key '" + path + "'" +
+                    (near.empty() ? "" : " (did you mean '" + group + "." + near + "'?)") +
+                    "; valid keys in '" + group + "': " + all);
+      }
+      if (!value_allowed(knob->spec, value))
+        return fail("config key '" + path + "' has value " + value.dump() + " (" + json_type(value) +
+                    "); allowed values: " + choices_text(knob->spec));
+      knob->access.set(&config, value);
+    }
+  }
+  return config;
+}
+
+std::optional<ScheduleConfig> parse_config_text(const std::string& text, std::string* error) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Re-parse with exceptions to get the position-bearing message.
+    try {
+      const json unused = json::parse(text);
+      (void)unused;
+    } catch (const json::parse_error& e) {
+      if (error) *error = std::string("config is not valid JSON: ") + e.what();
+      return std::nullopt;
+    }
+    if (error) *error = "config is not valid JSON";
+    return std::nullopt;
+  }
+  return parse_config(j, error);
+}
+
+json to_json(const ScheduleConfig& config) {
+  json j = json::object();
+  for (const auto& k : knob_table()) {
+    const auto dot = k.spec.path.find('.');
+    j[k.spec.path.substr(0, dot)][k.spec.path.substr(dot + 1)] = k.access.get(config);
+  }
+  return j;
+}
+
+std::string canonical_string(const ScheduleConfig& config) { return to_json(config).dump(); }
+
+json get_knob(const ScheduleConfig& config, const std::string& path) {
+  const KnobEntry* knob = find_knob(path);
+  return knob ? knob->access.get(config) : json(nullptr);
+}
+
+bool set_knob(ScheduleConfig* config, const std::string& path, const json& value,
+              std::string* error) {
+  const KnobEntry* knob = find_knob(path);
+  if (!knob) {
+    std::vector<std::string> paths;
+    for (const auto& k : knob_table()) paths.push_back(k.spec.path);
+    if (error) *error = "unknown knob '" + path + "'" + did_you_mean(path, paths);
+    return false;
+  }
+  if (!value_allowed(knob->spec, value)) {
+    if (error)
+      *error = "knob '" + path + "' has value " + value.dump() +
+               "; allowed values: " + choices_text(knob->spec);
+    return false;
+  }
+  knob->access.set(config, value);
+  return true;
+}
+
+std::vector<std::string> changed_knobs(const ScheduleConfig& a, const ScheduleConfig& b) {
+  std::vector<std::string> out;
+  for (const auto& k : knob_table())
+    if (k.access.get(a) != k.access.get(b)) out.push_back(k.spec.path);
+  return out;
+}
+
+int complexity(const ScheduleConfig& config) {
+  return static_cast<int>(changed_knobs(config, ScheduleConfig{}).size());
+}
+
+bool knob_value_fits(const std::string& path, const json& value, const ModelShape& shape) {
+  if (path == "tiling.attn_q_heads_per_task") {
+    const int group = shape.kv_heads > 0 ? shape.heads / shape.kv_heads : 0;
+    const int v = value.get<int>();
+    return v == 0 || (group > 0 && v <= group && group % v == 0);
+  }
+  if (path == "tiling.gemv_k_split") {
+    // Every GEMV's columns must split into chunks that stay multiples of 8 elements.
+    const int v = value.get<int>();
+    for (int cols : {shape.hidden, shape.q_dim(), shape.ffn})
+      if (cols % (8 * v) != 0) return false;
+    return true;
+  }
+  return true;
+}
+
+json search_space_json(const ModelShape& shape) {
+  json knobs = json::array();
+  for (const auto& spec : knob_specs()) {
+    json choices = json::array();
+    for (const auto& c : spec.choices)
+      if (knob_value_fits(spec.path, c, shape)) choices.push_back(c);
+    knobs.push_back({{"path", spec.path},
+                     {"choices", choices},
+                     {"default", spec.default_value},
+                     {"description", spec.description}});
+  }
+  double size = 1;
+  for (const auto& k : knobs) size *= static_cast<double>(k["choices"].size());
+  return {{"model", shape.name}, {"knobs", knobs}, {"size", size}};
+}
+
+std::string hash_hex(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace megasched::schedule

@@ -1,0 +1,91 @@
+#include "schedule/search.h"
+
+#include <algorithm>
+
+namespace megasched::schedule {
+
+bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const GpuTarget& target,
+                 std::string* why) {
+  auto fail = [&](std::string msg) {
+    if (why) *why = std::move(msg);
+    return false;
+  };
+  const nlohmann::json j = to_json(config);
+  for (const auto& spec : knob_specs()) {
+    const auto dot = spec.path.find('.');
+    const auto& v = j[spec.path.substr(0, dot)][spec.path.substr(dot + 1)];
+    if (!knob_value_fits(spec.path, v, shape))
+      return fail(spec.path + "=" + v.dump() + " does not fit model " + shape.name);
+  }
+  const int threads = config.launch.threads_per_block * config.launch.blocks_per_sm;
+  if (threads > target.max_threads_per_sm)
+    return fail("launch: " + std::to_string(threads) + " threads per SM exceed " +
+                std::to_string(target.max_threads_per_sm) + " on " + target.name);
+  if (config.launch.blocks_per_sm > target.max_blocks_per_sm)
+    return fail("launch: more blocks per SM than " + target.name + " allows");
+  const int smem = config.smem.pages * config.smem.page_bytes;
+  if (smem > target.smem_per_block_optin)
+    return fail("smem: " + std::to_string(smem) + " bytes per block exceed the opt-in cap " +
+                std::to_string(target.smem_per_block_optin));
+  constexpr int kReservedSmemPerBlock = 1024;
+  if (config.launch.blocks_per_sm * (smem + kReservedSmemPerBlock) > target.smem_per_sm)
+    return fail("smem: " + std::to_string(config.launch.blocks_per_sm) + " blocks x " +
+                std::to_string(smem) + " bytes do not fit one SM's shared memory");
+  if (target.regs_per_sm / threads < kMinRegistersPerThread)
+    return fail("launch: " + std::to_string(threads) + " threads per SM leave fewer than " +
+                std::to_string(kMinRegistersPerThread) + " registers per thread");
+  return true;
+}
+
+namespace {
+
+std::vector<nlohmann::json> fitting_choices(const KnobSpec& spec, const ModelShape& shape) {
+  std::vector<nlohmann::json> out;
+  for (const auto& c : spec.choices)
+    if (knob_value_fits(spec.path, c, shape)) out.push_back(c);
+  return out;
+}
+
+}  // namespace
+
+ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target,
+                             std::mt19937_64& rng) {
+  for (;;) {
+    ScheduleConfig config;
+    for (const auto& spec : knob_specs()) {
+      const auto choices = fitting_choices(spec, shape);
+      std::uniform_int_distribution<size_t> pick(0, choices.size() - 1);
+      set_knob(&config, spec.path, choices[pick(rng)], nullptr);
+    }
+    if (config_fits(config, shape, target)) return config;
+  }
+}
+
+std::vector<ScheduleConfig> neighbours(const ScheduleConfig& config, const ModelShape& shape,
+                                       const GpuTarget& target) {
+  std::vector<ScheduleConfig> out;
+  for (const auto& spec : knob_specs()) {
+    const auto current = get_knob(config, spec.path);
+    for (const auto& c : fitting_choices(spec, shape)) {
+      if (c == current) continue;
+      ScheduleConfig n = config;
+      set_knob(&n, spec.path, c, nullptr);
+      if (config_fits(n, shape, target)) out.push_back(n);
+    }
+  }
+  return out;
+}
+
+ScheduleConfig mutate(const ScheduleConfig& config, const ModelShape& shape,
+                      const GpuTarget& target, std::mt19937_64& rng, int knobs) {
+  ScheduleConfig out = config;
+  for (int i = 0; i < knobs; ++i) {
+    auto n = neighbours(out, shape, target);
+    if (n.empty()) break;
+    std::uniform_int_distribution<size_t> pick(0, n.size() - 1);
+    out = n[pick(rng)];
+  }
+  return out;
+}
+
+}  // namespace megasched::schedule

@@ -1,0 +1,37 @@
+// Search moves over the ScheduleConfig space of one model on one target: the default, uniform
+// random sampling, one-knob neighbours and mutation. Every config these produce lowers for the
+// shape (knob_value_fits) and fits the target's launch limits (config_fits), so the search never
+// wastes trials on configs that cannot launch; validate() still checks every lowered program.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "schedule/config.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
+
+namespace megasched::schedule {
+
+/// Launch limits of the target (threads and shared memory per SM, the opt-in cap, a register
+/// budget of at least kMinRegistersPerThread per thread) and the shape's knob constraints.
+/// Returns false with a one-line reason.
+bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const GpuTarget& target,
+                 std::string* why = nullptr);
+
+/// Registers per thread the launch shape must leave each thread (the kernel's working set).
+constexpr int kMinRegistersPerThread = 64;
+
+/// Every knob drawn uniformly from its fitting choices (rejection-sampled until config_fits).
+ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target, std::mt19937_64& rng);
+
+/// Every config that differs from `config` in exactly one knob and fits.
+std::vector<ScheduleConfig> neighbours(const ScheduleConfig& config, const ModelShape& shape,
+                                       const GpuTarget& target);
+
+/// `config` with `knobs` randomly chosen knobs changed to other fitting values.
+ScheduleConfig mutate(const ScheduleConfig& config, const ModelShape& shape,
+                      const GpuTarget& target, std::mt19937_64& rng, int knobs = 1);
+
+}  // namespace megasched::schedule

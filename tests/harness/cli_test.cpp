@@ -1,0 +1,108 @@
+// End-to-end tests of the megasched binary as an agent uses it: JSON on stdout, one-line errors
+// with hints on stderr, and exit codes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr, merged when requested
+};
+
+RunResult run(const std::string& args, bool merge_stderr = false) {
+  const std::string cmd = std::string(MS_BINARY_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  RunResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(Cli, EvaluateDefaultToyOnCpuIsValidCorrectAndPredictedAboveTheFloor) {
+  auto r = run("evaluate --model toy --gpu h100 --device cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto v = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(v["valid"].get<bool>());
+  EXPECT_TRUE(v["correct"].get<bool>());
+  EXPECT_EQ(v["latency_kind"], "predicted");
+  EXPECT_GE(v["latency_us"].get<double>(), v["floor_us"].get<double>());
+  EXPECT_GT(v["floor_us"].get<double>(), 0.0);
+  EXPECT_EQ(v["positions_checked"].size(), 3u);
+  EXPECT_EQ(v["schedule_id"].get<std::string>().size(), 16u);
+  for (const char* key : {"rejected_reason", "diagnostics", "max_abs_err", "rel_err", "argmax_match",
+                          "pct_of_floor", "tasks", "weight_bytes", "bytes_min", "target", "model",
+                          "device", "notes"})
+    EXPECT_TRUE(v.contains(key)) << key;
+}
+
+TEST(Cli, EvaluateConfigTypoFromStdinNamesKeyAndSuggestion) {
+  // Empty stdin is not a config either.
+  auto r = run("evaluate --model toy --gpu h100 --device cpu --config - < /dev/null", true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  const std::string cmd = std::string("printf '%s' '{\"tilng\": {}}' | ") + MS_BINARY_PATH +
+                          " evaluate --model toy --gpu h100 --device cpu --config - 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_NE(out.find("tilng"), std::string::npos) << out;
+  EXPECT_NE(out.find("did you mean 'tiling'"), std::string::npos) << out;
+}
+
+TEST(Cli, UnknownModelAndTargetAreOneLineErrorsWithHints) {
+  auto r = run("evaluate --model tyo --gpu h100 --device cpu", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("did you mean 'toy'"), std::string::npos) << r.out;
+  r = run("propose --model toy --gpu h10", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("unknown GPU target 'h10'"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MissingConfigFileIsAnErrorNotACrash) {
+  auto r = run("evaluate --model toy --device cpu --config /nonexistent/cfg.json", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("cannot read '/nonexistent/cfg.json'"), std::string::npos) << r.out;
+}
+
+TEST(Cli, UnknownCommandGetsASuggestion) {
+  auto r = run("evalute", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("did you mean 'evaluate'"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ProposePrintsIncumbentAndSearchSpace) {
+  auto r = run("propose --model toy --gpu h100");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "toy");
+  EXPECT_TRUE(j["incumbent"].contains("tiling"));
+  EXPECT_GE(j["search_space"]["knobs"].size(), 20u);
+}
+
+TEST(Cli, ModelsAndTargetsListAsJson) {
+  auto r = run("models --json");
+  ASSERT_EQ(r.exit_code, 0);
+  auto models = nlohmann::json::parse(r.out);
+  bool has_1b = false;
+  for (const auto& m : models) has_1b = has_1b || (m["name"] == "llama-1b" && m["params"] == 1235814400);
+  EXPECT_TRUE(has_1b) << r.out;
+  r = run("targets --json");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_GE(nlohmann::json::parse(r.out).size(), 8u);
+}
+
+}  // namespace

@@ -1,0 +1,130 @@
+#include "schedule/config.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace megasched::schedule {
+namespace {
+
+TEST(ScheduleConfigParse, EmptyObjectGivesDefaults) {
+  std::string error;
+  auto c = parse_config_text("{}", &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(*c, ScheduleConfig{});
+}
+
+TEST(ScheduleConfigParse, UnknownTopLevelKeyNamesItAndSuggestsNearest) {
+  std::string error;
+  EXPECT_FALSE(parse_config_text(R"({"tilng": {}})", &error));
+  EXPECT_NE(error.find("'tilng'"), std::string::npos) << error;
+  EXPECT_NE(error.find("did you mean 'tiling'"), std::string::npos) << error;
+}
+
+TEST(ScheduleConfigParse, UnknownNestedKeyNamesFullPathAndSuggestion) {
+  std::string error;
+  EXPECT_FALSE(parse_config_text(R"({"tiling": {"gemv_rows_per_tsk": 64}})", &error));
+  EXPECT_NE(error.find("tiling.gemv_rows_per_tsk"), std::string::npos) << error;
+  EXPECT_NE(error.find("did you mean 'tiling.gemv_rows_per_task'"), std::string::npos) << error;
+}
+
+TEST(ScheduleConfigParse, WrongTypeNamesKeyAndAllowedValues) {
+  std::string error;
+  EXPECT_FALSE(parse_config_text(R"({"fusion": {"norm_into_gemv": 1}})", &error));
+  EXPECT_NE(error.find("fusion.norm_into_gemv"), std::string::npos) << error;
+  EXPECT_NE(error.find("allowed values: true, false"), std::string::npos) << error;
+}
+
+TEST(ScheduleConfigParse, OutOfRangeValueNamesAllowedValues) {
+  std::string error;
+  EXPECT_FALSE(parse_config_text(R"({"tiling": {"gemv_rows_per_task": 63}})", &error));
+  EXPECT_NE(error.find("63"), std::string::npos) << error;
+  EXPECT_NE(error.find("8, 16, 32, 64, 128, 256"), std::string::npos) << error;
+}
+
+TEST(ScheduleConfigParse, FloatWhereIntegerExpectedIsRejected) {
+  std::string error;
+  EXPECT_FALSE(parse_config_text(R"({"tiling": {"gemv_rows_per_task": 64.0}})", &error));
+  EXPECT_NE(error.find("tiling.gemv_rows_per_task"), std::string::npos) << error;
+}
+
+TEST(ScheduleConfigParse, BadJsonIsAnErrorWithPosition) {
+  std::string error;
+  EXPECT_FALSE(parse_config_text(R"({"tiling": )", &error));
+  EXPECT_NE(error.find("not valid JSON"), std::string::npos) << error;
+}
+
+TEST(ScheduleConfigParse, NonObjectGroupIsRejected) {
+  std::string error;
+  EXPECT_FALSE(parse_config_text(R"({"tiling": 3})", &error));
+  EXPECT_NE(error.find("'tiling' must be an object"), std::string::npos) << error;
+}
+
+TEST(ScheduleConfigCanonical, RoundTripsEveryKnob) {
+  ScheduleConfig c;
+  c.tiling.gemv_k_split = 4;
+  c.dependencies.residual = Granularity::kPerSlice;
+  c.assignment.policy = AssignPolicy::kDynamic;
+  c.kernel.weight_load = WeightLoad::kLdgStream;
+  std::string error;
+  auto back = parse_config(to_json(c), &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(*back, c);
+  EXPECT_EQ(canonical_string(*back), canonical_string(c));
+}
+
+TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths) {
+  std::set<std::string> paths;
+  for (const auto& k : knob_specs()) {
+    EXPECT_TRUE(paths.insert(k.path).second) << k.path;
+    bool found = false;
+    for (const auto& c : k.choices) found = found || c == k.default_value;
+    EXPECT_TRUE(found) << k.path;
+    EXPECT_GE(k.choices.size(), 2u) << k.path << " has a single choice: a knob that does nothing";
+    EXPECT_FALSE(k.description.empty()) << k.path;
+  }
+  EXPECT_EQ(paths.size(), 24u);
+}
+
+TEST(ScheduleConfigKnobs, SetAndGetByPathAndChangedKnobs) {
+  ScheduleConfig c;
+  std::string error;
+  ASSERT_TRUE(set_knob(&c, "tiling.attn_kv_partitions", 4, &error)) << error;
+  EXPECT_EQ(c.tiling.attn_kv_partitions, 4);
+  EXPECT_EQ(get_knob(c, "tiling.attn_kv_partitions"), 4);
+  EXPECT_FALSE(set_knob(&c, "tiling.attn_kv_partitions", 3, &error));
+  EXPECT_FALSE(set_knob(&c, "tiling.nope", 3, &error));
+  EXPECT_EQ(changed_knobs(ScheduleConfig{}, c), std::vector<std::string>{"tiling.attn_kv_partitions"});
+  EXPECT_EQ(complexity(c), 1);
+}
+
+TEST(ScheduleConfigSearchSpace, FiltersChoicesThatDoNotFitTheShape) {
+  ModelShape shape;
+  shape.name = "t";
+  shape.hidden = 64;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 16;
+  shape.ffn = 128;
+  auto space = search_space_json(shape);
+  for (const auto& k : space["knobs"]) {
+    if (k["path"] == "tiling.attn_q_heads_per_task")
+      EXPECT_EQ(k["choices"], nlohmann::json({0, 1, 2}));
+    if (k["path"] == "tiling.gemv_k_split") EXPECT_EQ(k["choices"], nlohmann::json({1, 2, 4, 8}));
+  }
+}
+
+TEST(ScheduleConfigHash, IsStableAndSensitive) {
+  EXPECT_EQ(hash_hex(""), "cbf29ce484222325");
+  EXPECT_NE(hash_hex("a"), hash_hex("b"));
+  EXPECT_EQ(hash_hex("abc").size(), 16u);
+}
+
+TEST(ScheduleConfigNearest, SuggestsOnlyCloseNames) {
+  EXPECT_EQ(nearest("evalute", {"evaluate", "propose"}), "evaluate");
+  EXPECT_EQ(nearest("zzzzzzzz", {"evaluate", "propose"}), "");
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3);
+}
+
+}  // namespace
+}  // namespace megasched::schedule

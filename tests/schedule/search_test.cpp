@@ -1,0 +1,89 @@
+#include "schedule/search.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace megasched::schedule {
+namespace {
+
+ModelShape toy_like() {
+  ModelShape s;
+  s.name = "toy-like";
+  s.hidden = 64;
+  s.layers = 1;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 16;
+  s.ffn = 128;
+  s.vocab = 256;
+  s.max_seq = 64;
+  return s;
+}
+
+GpuTarget h100_like() {
+  GpuTarget t;
+  t.name = "h100-like";
+  t.sm_arch = 90;
+  t.num_sms = 132;
+  t.smem_per_sm = 233472;
+  t.smem_per_block_optin = 232448;
+  t.max_threads_per_sm = 2048;
+  t.max_blocks_per_sm = 32;
+  t.datasheet_bw_gbs = 3350;
+  return t;
+}
+
+TEST(SearchMoves, RandomConfigsFitAndCoverManyValues) {
+  std::mt19937_64 rng(7);
+  std::set<std::string> seen;
+  for (int i = 0; i < 300; ++i) {
+    auto c = random_config(toy_like(), h100_like(), rng);
+    std::string why;
+    EXPECT_TRUE(config_fits(c, toy_like(), h100_like(), &why)) << why;
+    seen.insert(canonical_string(c));
+  }
+  EXPECT_GT(seen.size(), 290u);
+}
+
+TEST(SearchMoves, RandomConfigIsDeterministicInTheSeed) {
+  std::mt19937_64 a(3), b(3);
+  EXPECT_EQ(random_config(toy_like(), h100_like(), a), random_config(toy_like(), h100_like(), b));
+}
+
+TEST(SearchMoves, NeighboursDifferInExactlyOneKnob) {
+  auto n = neighbours(ScheduleConfig{}, toy_like(), h100_like());
+  EXPECT_GT(n.size(), 30u);
+  for (const auto& c : n) EXPECT_EQ(changed_knobs(ScheduleConfig{}, c).size(), 1u);
+}
+
+TEST(SearchMoves, ConfigFitsRejectsLaunchesThatCannotBeCoResident) {
+  ScheduleConfig c;
+  c.launch.threads_per_block = 1024;
+  c.launch.blocks_per_sm = 4;
+  std::string why;
+  EXPECT_FALSE(config_fits(c, toy_like(), h100_like(), &why));
+  EXPECT_NE(why.find("threads per SM"), std::string::npos) << why;
+  c = ScheduleConfig{};
+  c.smem.pages = 8;
+  c.smem.page_bytes = 32768;
+  EXPECT_FALSE(config_fits(c, toy_like(), h100_like(), &why));
+  EXPECT_NE(why.find("opt-in cap"), std::string::npos) << why;
+}
+
+TEST(SearchMoves, ConfigFitsRejectsQHeadsThatDoNotDivideTheGroup) {
+  ScheduleConfig c;
+  c.tiling.attn_q_heads_per_task = 4;  // group is 2
+  std::string why;
+  EXPECT_FALSE(config_fits(c, toy_like(), h100_like(), &why));
+  EXPECT_NE(why.find("tiling.attn_q_heads_per_task"), std::string::npos) << why;
+}
+
+TEST(SearchMoves, MutateChangesRequestedNumberOfKnobsAtMost) {
+  std::mt19937_64 rng(1);
+  auto m = mutate(ScheduleConfig{}, toy_like(), h100_like(), rng, 1);
+  EXPECT_EQ(changed_knobs(ScheduleConfig{}, m).size(), 1u);
+}
+
+}  // namespace
+}  // namespace megasched::schedule

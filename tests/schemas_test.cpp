@@ -1,0 +1,55 @@
+// The JSON Schemas in schemas/ must describe what the code reads and writes.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/verdict.h"
+#include "schedule/config.h"
+
+namespace {
+
+nlohmann::json load_schema(const std::string& name) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/schemas/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  return nlohmann::json::parse(in);
+}
+
+TEST(Schemas, ScheduleConfigSchemaMatchesKnobTable) {
+  const auto schema = load_schema("schedule_config.schema.json");
+  size_t knobs = 0;
+  for (const auto& k : megasched::schedule::knob_specs()) {
+    const auto dot = k.path.find('.');
+    const auto& p = schema["properties"][k.path.substr(0, dot)]["properties"][k.path.substr(dot + 1)];
+    ASSERT_TRUE(p.is_object()) << k.path;
+    EXPECT_EQ(p["enum"], nlohmann::json(k.choices)) << k.path;
+    EXPECT_EQ(p["default"], k.default_value) << k.path;
+    ++knobs;
+  }
+  size_t in_schema = 0;
+  for (const auto& [g, body] : schema["properties"].items()) in_schema += body["properties"].size();
+  EXPECT_EQ(in_schema, knobs);
+}
+
+TEST(Schemas, VerdictSchemaListsExactlyTheVerdictFields) {
+  const auto schema = load_schema("verdict.schema.json");
+  const auto v = megasched::eval::to_json(megasched::eval::Verdict{});
+  for (const auto& [key, value] : v.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
+  for (const auto& [key, value] : schema["properties"].items()) EXPECT_TRUE(v.contains(key)) << key;
+}
+
+TEST(Schemas, SearchSpaceSchemaRequiresWhatTheCodeWrites) {
+  const auto schema = load_schema("search_space.schema.json");
+  megasched::schedule::ModelShape s;
+  s.name = "x";
+  s.hidden = s.ffn = 64;
+  s.heads = s.kv_heads = 1;
+  s.head_dim = 64;
+  const auto space = megasched::schedule::search_space_json(s);
+  for (const auto& key : schema["required"]) EXPECT_TRUE(space.contains(key.get<std::string>())) << key;
+  for (const auto& key : schema["properties"]["knobs"]["items"]["required"])
+    EXPECT_TRUE(space["knobs"][0].contains(key.get<std::string>())) << key;
+}
+
+}  // namespace
