@@ -35,6 +35,7 @@ enum class OpKind : uint8_t {
   kArgmax,
   kCount,
 };
+/// "qkv", "attention", ...; "?" if out of range.
 const char* op_kind_name(OpKind kind);
 
 /// One logical op of the decode step; tasks point at it through Instr::op_id.
@@ -104,18 +105,19 @@ struct Program {
 const char* opcode_name(uint16_t opcode);  // "gemv", "attn_partial", ...; "?" if out of range
 const char* buffer_name(uint32_t buffer);  // "weights", "act", "kv", "step"
 
-/// Exact round trip (every field of every struct).
+/// Exact round trip (every field of every struct; Instr's reserved words are zero by the ABI and
+/// are not written).
 nlohmann::json to_json(const Program& program);
 /// Strict: a missing field or wrong type is an error in *error, never an exception.
 std::optional<Program> program_from_json(const nlohmann::json& j, std::string* error);
 
-/// Sum of weight bytes the program's tasks stream (each weight element counted once per task
-/// that reads it); used by the cost model.
+/// Size figures of a program; weight_bytes feeds the cost model.
 struct ProgramStats {
   uint64_t tasks = 0;
   uint64_t waits = 0;
   uint64_t counters = 0;
   uint64_t queues = 0;
+  uint64_t weight_bytes = 0;  // weight bytes the tasks stream (each element once per task reading it)
 };
 ProgramStats stats(const Program& program);
 

@@ -3,6 +3,12 @@
 // and that heads its queue may run next), with monotone counters scaled by the step epoch just like
 // the GPU. Token and position are inputs; the KV cache persists across steps. A race-free program
 // gives bit-identical output in every valid order.
+//
+// A dynamic-queue program (launch.dynamic_queue) runs as one global queue claimed in ticket order by
+// launch.grid_blocks workers: a claimed task occupies its worker until it runs, and the VM runs one
+// of the claimed tasks whose waits hold (the lowest ticket in queue order, a random one in random
+// order). A program that cannot finish leaves the step incomplete with the stuck tasks named; the
+// epoch is bumped only after a completed step.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +24,9 @@ namespace megasched::vm {
 
 /// How the VM picks the next task.
 enum class RunOrder : uint8_t {
-  kQueueOrder,   // block 0's queue until it blocks, then block 1 ... (round-robin over ready heads)
-  kRandomOrder,  // a uniformly random ready queue head each time (seeded)
+  kQueueOrder,   // block 0's queue until it blocks, then block 1 ... (round-robin over ready heads);
+                 // dynamic queue: the lowest claimed ticket that is ready
+  kRandomOrder,  // a uniformly random ready queue head (dynamic: claimed task) each time (seeded)
 };
 
 /// One element access made while executing a task (for the ground-truth race checker).
@@ -57,8 +64,16 @@ class ReferenceVm {
 
   const std::vector<float>& activations() const { return act_; }
   const std::vector<uint32_t>& counters() const { return counters_; }
+  /// Decode steps completed so far (the epoch the next step runs at).
+  int32_t epoch() const { return cell_.epoch; }
 
  private:
+  bool ready(uint32_t task) const;
+  void run_task(uint32_t task);
+  std::string describe_wait(uint32_t task) const;
+  bool run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run, std::string* stuck);
+  bool run_dynamic(RunOrder order, uint64_t seed, uint64_t* tasks_run, std::string* stuck);
+
   const schedule::Program& program_;
   const schedule::Weights& weights_;
   std::vector<float> act_;
@@ -66,6 +81,9 @@ class ReferenceVm {
   std::vector<uint16_t> kv_bf16_;  // KV when the model is bf16
   std::vector<uint32_t> counters_;
   ms_abi::StepCell cell_{};
+  std::vector<float> scratch_;     // GEMV input vector and tile results
+  uint64_t logits_begin_ = 0;      // the "logits" region
+  uint64_t logits_end_ = 0;
 };
 
 }  // namespace megasched::vm

@@ -1,0 +1,844 @@
+// lower(): ModelShape x GpuTarget x ScheduleConfig -> Program (see schedule/lower.h for the steps).
+//
+// Dependencies are computed in each op's *logical row space*: the QKV ops (and the unfused RoPE op)
+// share the rows of the concatenated [Wq; Wk; Wv] matrix, attention and combine use the element
+// rows of attn_out (head h covers [h * head_dim, (h + 1) * head_dim)), gate/up (and SiLU) use
+// [0, 2 * ffn) with gate rows first, and everything on the residual stream uses [0, hidden).
+// A producer op is cut into slices (row ranges, each signalled by a known number of tasks); a
+// consumer names the producer ops and the rows it reads, and gets one wait per intersecting slice
+// (per_slice) or one all-join wait on the op's counter (per_op).
+//
+// The internal edges of a split op (split-K partials to their reduce, attention partitions to their
+// combine) are always per slice: a reduce reads only its own tile's partials, so no knob is needed.
+// The LM head signals one counter for the whole op (its only reader, argmax, reads every row).
+#include "schedule/lower.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+
+namespace megasched::schedule {
+namespace {
+
+using ms_abi::Instr;
+
+constexpr uint64_t kArenaAlign = 16;  // activation regions start at multiples of 16 floats (64 B)
+
+uint32_t round_up(uint32_t value, uint32_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+/// A row range of a producer op, signalled by `tasks` tasks on `counter`.
+struct Slice {
+  uint32_t row_begin = 0;
+  uint32_t row_end = 0;
+  uint32_t tasks = 0;
+  uint32_t counter = 0;
+};
+
+/// The counters of one emitted op.
+struct OpCounters {
+  Granularity granularity = Granularity::kPerOp;
+  std::vector<Slice> slices;  // ascending, disjoint
+  uint32_t op_counter = 0;    // per_op: the one counter
+  uint32_t tasks = 0;         // per_op: its threshold
+  bool signals = true;        // false only for the argmax, which nothing waits on
+};
+
+/// The producer ops that together cover one logical row space.
+using Source = std::vector<uint32_t>;
+
+/// How a GEMV loads its input vector (which rows of the input producer a task reads).
+enum class InputLoad : uint8_t {
+  kPlain,     // columns [col_begin, col_end) of the input
+  kNorm,      // the whole input (RMSNorm statistic), gamma at weight2
+  kSiluMul,   // columns of gate and of up (up rows start at `in2_rows`)
+};
+
+struct GemvSpec {
+  std::string name;
+  OpKind kind = OpKind::kQkv;
+  int layer = 0;
+  uint32_t row_begin = 0;  // the op's rows in its logical row space
+  uint32_t row_end = 0;
+  uint32_t tile_rows = 0;
+  uint32_t cols = 0;       // K: columns of the full weight matrix (= ld)
+  uint64_t weight = 0;     // element offset of logical row 0, column 0
+  uint64_t gamma = 0;      // RMSNorm gamma for InputLoad::kNorm
+  InputLoad load = InputLoad::kPlain;
+  uint32_t in = 0;
+  uint32_t in2 = 0;
+  uint32_t in2_rows = 0;   // kSiluMul: logical row of up's column 0 in the input source
+  Source in_src;
+  uint16_t epilogue = 0;   // 0, kFlagResidual or kFlagRopeKv
+  uint32_t out = 0;        // act offset of logical row 0
+  uint32_t aux = 0;        // kFlagResidual: act offset of logical row 0 of the residual
+  Source aux_src;
+  Granularity granularity = Granularity::kPerOp;
+};
+
+class Lowerer {
+ public:
+  Lowerer(const ModelShape& shape, const GpuTarget& target, const ScheduleConfig& config)
+      : shape_(shape), target_(target), config_(config) {}
+
+  std::optional<Program> run(std::string* error);
+
+ private:
+  bool check(std::string* error) const;
+  uint32_t alloc(const std::string& name, uint64_t elements, uint64_t min_begin = 0);
+
+  /// Starts an op; its tasks signal its counter(s) unless `signals` is false (the argmax).
+  uint32_t begin_op(const std::string& name, OpKind kind, int layer, Granularity granularity,
+                    bool signals = true);
+  void begin_slice(uint32_t row_begin, uint32_t row_end);
+  void read(const Source& source, uint32_t row_begin, uint32_t row_end);
+  void emit(Instr instr, double cost);
+
+  uint32_t emit_gemv(const GemvSpec& spec);
+  void emit_input_waits(const GemvSpec& spec, uint32_t col_begin, uint32_t col_end);
+  uint32_t emit_norm(const std::string& name, int layer, uint32_t in, const Source& src,
+                     uint64_t gamma, uint32_t out);
+  uint32_t emit_add(const std::string& name, int layer, uint32_t in, const Source& in_src,
+                    uint32_t in2, const Source& in2_src, uint32_t out);
+  void assign_queues();
+
+  const ModelShape& shape_;
+  const GpuTarget& target_;
+  const ScheduleConfig& config_;
+  Program program_;
+  WeightLayout layout_;
+  uint64_t arena_ = 0;
+  uint32_t wbytes_ = 4;
+
+  std::vector<OpCounters> counters_;       // per op
+  std::vector<ms_abi::Wait> pending_;      // waits of the task being emitted
+  std::vector<double> cost_;               // per task: estimated bytes moved
+  std::vector<uint32_t> tile_;             // per task: ordinal within its op
+  uint32_t current_op_ = 0;
+  uint32_t op_tasks_ = 0;
+};
+
+bool Lowerer::check(std::string* error) const {
+  const auto fail = [&](const std::string& message) {
+    if (error != nullptr) *error = message;
+    return false;
+  };
+  const TilingConfig& t = config_.tiling;
+  if (target_.num_sms <= 0) return fail("target " + target_.name + " has no SMs");
+  if (t.gemv_rows_per_task <= 0)
+    return fail("tiling.gemv_rows_per_task must be positive (got " +
+                std::to_string(t.gemv_rows_per_task) + ")");
+  if (t.lm_head_rows_per_task <= 0)
+    return fail("tiling.lm_head_rows_per_task must be positive (got " +
+                std::to_string(t.lm_head_rows_per_task) + ")");
+  if (t.gemv_k_split <= 0)
+    return fail("tiling.gemv_k_split must be at least 1 (got " + std::to_string(t.gemv_k_split) +
+                ")");
+  for (const auto& [what, k] : {std::pair<const char*, int>{"hidden", shape_.hidden},
+                                {"q_dim", shape_.q_dim()},
+                                {"ffn", shape_.ffn}}) {
+    if (k % (8 * t.gemv_k_split) != 0)
+      return fail("tiling.gemv_k_split = " + std::to_string(t.gemv_k_split) + " cuts the " + what +
+                  " = " + std::to_string(k) +
+                  " reduction columns into pieces that are not a multiple of 8; allowed: a split S "
+                  "with " + what + " % (8 * S) == 0");
+  }
+  const int group = shape_.heads / shape_.kv_heads;
+  if (t.attn_q_heads_per_task < 0 ||
+      (t.attn_q_heads_per_task > 0 && group % t.attn_q_heads_per_task != 0))
+    return fail("tiling.attn_q_heads_per_task = " + std::to_string(t.attn_q_heads_per_task) +
+                " does not divide the " + std::to_string(group) + " query heads per KV head of " +
+                shape_.name + "; allowed: 0 (whole group) or a divisor of " +
+                std::to_string(group));
+  if (t.attn_kv_partitions < 1)
+    return fail("tiling.attn_kv_partitions must be at least 1 (got " +
+                std::to_string(t.attn_kv_partitions) + ")");
+  if (config_.pipeline.prefetch_depth < 0)
+    return fail("pipeline.prefetch_depth must be >= 0 (got " +
+                std::to_string(config_.pipeline.prefetch_depth) + ")");
+  if (config_.smem.pages < 0 || config_.smem.page_bytes <= 0)
+    return fail("smem.pages must be >= 0 and smem.page_bytes positive (got " +
+                std::to_string(config_.smem.pages) + " x " +
+                std::to_string(config_.smem.page_bytes) + ")");
+  if (config_.launch.threads_per_block <= 0 || config_.launch.blocks_per_sm <= 0)
+    return fail("launch.threads_per_block and launch.blocks_per_sm must be positive (got " +
+                std::to_string(config_.launch.threads_per_block) + ", " +
+                std::to_string(config_.launch.blocks_per_sm) + ")");
+  return true;
+}
+
+uint32_t Lowerer::alloc(const std::string& name, uint64_t elements, uint64_t min_begin) {
+  arena_ = std::max(arena_, min_begin);
+  arena_ = (arena_ + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  Region region;
+  region.name = name;
+  region.buffer = ms_abi::kBufActivations;
+  region.begin = arena_;
+  region.end = arena_ + elements;
+  program_.regions.push_back(region);
+  arena_ = region.end;
+  return static_cast<uint32_t>(region.begin);  // the arena size is checked against 2^32 at the end
+}
+
+uint32_t Lowerer::begin_op(const std::string& name, OpKind kind, int layer,
+                           Granularity granularity, bool signals) {
+  current_op_ = static_cast<uint32_t>(program_.ops.size());
+  program_.ops.push_back({name, kind, layer});
+  OpCounters c;
+  c.granularity = granularity;
+  c.signals = signals;
+  if (signals && granularity == Granularity::kPerOp) {
+    c.op_counter = program_.num_counters();
+    program_.counter_totals.push_back(0);
+    program_.counter_names.push_back(name);
+  }
+  counters_.push_back(std::move(c));
+  op_tasks_ = 0;
+  return current_op_;
+}
+
+void Lowerer::begin_slice(uint32_t row_begin, uint32_t row_end) {
+  OpCounters& c = counters_[current_op_];
+  Slice slice;
+  slice.row_begin = row_begin;
+  slice.row_end = row_end;
+  if (c.signals && c.granularity == Granularity::kPerSlice) {
+    slice.counter = program_.num_counters();
+    program_.counter_totals.push_back(0);
+    program_.counter_names.push_back(program_.ops[current_op_].name + "[" +
+                                     std::to_string(c.slices.size()) + "]");
+  } else {
+    slice.counter = c.op_counter;
+  }
+  c.slices.push_back(slice);
+}
+
+void Lowerer::read(const Source& source, uint32_t row_begin, uint32_t row_end) {
+  for (uint32_t op : source) {
+    const OpCounters& c = counters_[op];
+    auto it = std::upper_bound(c.slices.begin(), c.slices.end(), row_begin,
+                               [](uint32_t row, const Slice& s) { return row < s.row_end; });
+    for (; it != c.slices.end() && it->row_begin < row_end; ++it) {
+      if (c.granularity == Granularity::kPerOp) {
+        pending_.push_back({c.op_counter, c.tasks});
+        break;
+      }
+      pending_.push_back({it->counter, it->tasks});
+    }
+  }
+}
+
+void Lowerer::emit(Instr instr, double cost) {
+  // Merge duplicate counters (two reads of one per_op producer), keeping the larger threshold.
+  std::sort(pending_.begin(), pending_.end(), [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
+    return a.counter != b.counter ? a.counter < b.counter : a.threshold > b.threshold;
+  });
+  pending_.erase(std::unique(pending_.begin(), pending_.end(),
+                             [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
+                               return a.counter == b.counter;
+                             }),
+                 pending_.end());
+  instr.wait_begin = static_cast<uint32_t>(program_.waits.size());
+  instr.wait_count = static_cast<uint32_t>(pending_.size());
+  program_.waits.insert(program_.waits.end(), pending_.begin(), pending_.end());
+  pending_.clear();
+
+  instr.op_id = current_op_;
+  OpCounters& c = counters_[current_op_];
+  if (c.signals) {
+    Slice& slice = c.slices.back();
+    instr.signal_counter = slice.counter;
+    instr.signal_increment = 1;
+    program_.counter_totals[slice.counter] += 1;
+    slice.tasks += 1;
+    c.tasks += 1;
+  }
+  program_.tasks.push_back(instr);
+  cost_.push_back(cost);
+  tile_.push_back(op_tasks_++);
+}
+
+void Lowerer::emit_input_waits(const GemvSpec& spec, uint32_t col_begin, uint32_t col_end) {
+  switch (spec.load) {
+    case InputLoad::kPlain:
+      read(spec.in_src, col_begin, col_end);
+      break;
+    case InputLoad::kNorm:
+      read(spec.in_src, 0, spec.cols);
+      break;
+    case InputLoad::kSiluMul:
+      read(spec.in_src, col_begin, col_end);
+      read(spec.in_src, spec.in2_rows + col_begin, spec.in2_rows + col_end);
+      break;
+  }
+}
+
+uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
+  const uint32_t splits = static_cast<uint32_t>(config_.tiling.gemv_k_split);
+  const uint32_t split_cols = spec.cols / splits;
+  const uint32_t rows = spec.row_end - spec.row_begin;
+  uint16_t prologue = 0;
+  if (spec.load == InputLoad::kNorm) prologue = ms_abi::kFlagNormPrologue;
+  if (spec.load == InputLoad::kSiluMul) prologue = ms_abi::kFlagSiluMulPrologue;
+
+  Instr base{};
+  base.opcode = ms_abi::kGemv;
+  base.layer = static_cast<uint32_t>(spec.layer);
+  base.ld = spec.cols;
+  base.weight = spec.weight;
+  base.weight2 = spec.load == InputLoad::kNorm ? spec.gamma : 0;
+  base.in = spec.in;
+  base.in2 = spec.load == InputLoad::kSiluMul ? spec.in2 : 0;
+
+  const double weight_bytes_per_row = static_cast<double>(split_cols) * wbytes_;
+  const double input_bytes = (spec.load == InputLoad::kNorm ? spec.cols : split_cols) * 4.0 *
+                             (spec.load == InputLoad::kSiluMul ? 2 : 1);
+
+  if (splits == 1) {
+    const uint32_t op = begin_op(spec.name, spec.kind, spec.layer, spec.granularity);
+    for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += spec.tile_rows) {
+      const uint32_t r1 = std::min(spec.row_end, r0 + spec.tile_rows);
+      begin_slice(r0, r1);
+      Instr t = base;
+      t.flags = prologue | spec.epilogue;
+      t.row_begin = r0;
+      t.row_end = r1;
+      t.col_begin = 0;
+      t.col_end = spec.cols;
+      t.out = spec.out;
+      t.aux = spec.epilogue == ms_abi::kFlagResidual ? spec.aux : 0;
+      emit_input_waits(spec, 0, spec.cols);
+      if (spec.epilogue == ms_abi::kFlagResidual) read(spec.aux_src, r0, r1);
+      emit(t, (r1 - r0) * weight_bytes_per_row + input_bytes + (r1 - r0) * 4.0);
+    }
+      return op;
+  }
+
+  // Split-K: partial tasks into a [splits][rows] buffer, then one reduce per tile. The partial
+  // buffer's effective base makes logical row r of split s land at base + s * rows + r.
+  const uint32_t region = alloc(spec.name + ".partial", static_cast<uint64_t>(splits) * rows,
+                                spec.row_begin);
+  const uint32_t part_base = region - spec.row_begin;
+  const uint32_t partial_op =
+      begin_op(spec.name, spec.kind, spec.layer, Granularity::kPerSlice);
+  for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += spec.tile_rows) {
+    const uint32_t r1 = std::min(spec.row_end, r0 + spec.tile_rows);
+    begin_slice(r0, r1);
+    for (uint32_t s = 0; s < splits; ++s) {
+      Instr t = base;
+      t.flags = prologue | ms_abi::kFlagPartial;
+      t.row_begin = r0;
+      t.row_end = r1;
+      t.col_begin = s * split_cols;
+      t.col_end = (s + 1) * split_cols;
+      t.out = part_base + s * rows;
+      emit_input_waits(spec, t.col_begin, t.col_end);
+      emit(t, (r1 - r0) * weight_bytes_per_row + input_bytes + (r1 - r0) * 4.0);
+    }
+  }
+  const uint32_t reduce_op =
+      begin_op(spec.name + ".reduce", OpKind::kReduce, spec.layer, spec.granularity);
+  for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += spec.tile_rows) {
+    const uint32_t r1 = std::min(spec.row_end, r0 + spec.tile_rows);
+    begin_slice(r0, r1);
+    Instr t{};
+    t.opcode = ms_abi::kGemvReduce;
+    t.flags = spec.epilogue;
+    t.layer = static_cast<uint32_t>(spec.layer);
+    t.row_begin = r0;
+    t.row_end = r1;
+    t.param0 = splits;
+    t.param1 = rows;
+    t.in = part_base;
+    t.out = spec.out;
+    t.aux = spec.epilogue == ms_abi::kFlagResidual ? spec.aux : 0;
+    read({partial_op}, r0, r1);
+    if (spec.epilogue == ms_abi::kFlagResidual) read(spec.aux_src, r0, r1);
+    emit(t, (r1 - r0) * 4.0 * (splits + 2));
+  }
+  return reduce_op;
+}
+
+uint32_t Lowerer::emit_norm(const std::string& name, int layer, uint32_t in, const Source& src,
+                            uint64_t gamma, uint32_t out) {
+  const uint32_t hidden = static_cast<uint32_t>(shape_.hidden);
+  const uint32_t op = begin_op(name, OpKind::kNorm, layer, config_.dependencies.residual);
+  begin_slice(0, hidden);
+  Instr t{};
+  t.opcode = ms_abi::kRmsNorm;
+  t.layer = static_cast<uint32_t>(layer);
+  t.row_begin = 0;
+  t.row_end = hidden;
+  t.col_begin = 0;
+  t.col_end = hidden;
+  t.weight2 = gamma;
+  t.in = in;
+  t.out = out;
+  read(src, 0, hidden);
+  emit(t, hidden * (8.0 + wbytes_));
+  return op;
+}
+
+uint32_t Lowerer::emit_add(const std::string& name, int layer, uint32_t in, const Source& in_src,
+                           uint32_t in2, const Source& in2_src, uint32_t out) {
+  const uint32_t hidden = static_cast<uint32_t>(shape_.hidden);
+  const uint32_t tile = static_cast<uint32_t>(config_.tiling.gemv_rows_per_task);
+  const uint32_t op = begin_op(name, OpKind::kAdd, layer, config_.dependencies.residual);
+  for (uint32_t r0 = 0; r0 < hidden; r0 += tile) {
+    const uint32_t r1 = std::min(hidden, r0 + tile);
+    begin_slice(r0, r1);
+    Instr t{};
+    t.opcode = ms_abi::kAdd;
+    t.layer = static_cast<uint32_t>(layer);
+    t.row_begin = r0;
+    t.row_end = r1;
+    t.in = in;
+    t.in2 = in2;
+    t.out = out;
+    read(in_src, r0, r1);
+    read(in2_src, r0, r1);
+    emit(t, (r1 - r0) * 12.0);
+  }
+  return op;
+}
+
+void Lowerer::assign_queues() {
+  const uint32_t grid = static_cast<uint32_t>(program_.launch.grid_blocks);
+  const uint32_t n = static_cast<uint32_t>(program_.tasks.size());
+  program_.queues.clear();
+  switch (config_.assignment.policy) {
+    case AssignPolicy::kRoundRobin:
+      program_.queues.assign(grid, {});
+      for (uint32_t i = 0; i < n; ++i) program_.queues[i % grid].push_back(i);
+      break;
+    case AssignPolicy::kLoadBalance: {
+      program_.queues.assign(grid, {});
+      // (work so far, block): ties go to the lower block index.
+      using Entry = std::pair<double, uint32_t>;
+      std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+      for (uint32_t b = 0; b < grid; ++b) heap.push({0.0, b});
+      for (uint32_t i = 0; i < n; ++i) {
+        auto [work, block] = heap.top();
+        heap.pop();
+        program_.queues[block].push_back(i);
+        heap.push({work + cost_[i], block});
+      }
+      break;
+    }
+    case AssignPolicy::kLayerAffine:
+      program_.queues.assign(grid, {});
+      for (uint32_t i = 0; i < n; ++i) program_.queues[tile_[i] % grid].push_back(i);
+      break;
+    case AssignPolicy::kDynamic:
+      program_.queues.assign(1, {});
+      program_.queues[0].resize(n);
+      std::iota(program_.queues[0].begin(), program_.queues[0].end(), 0u);
+      break;
+  }
+}
+
+std::optional<Program> Lowerer::run(std::string* error) {
+  if (!check(error)) return std::nullopt;
+  const ScheduleConfig& cfg = config_;
+  const FusionConfig& fusion = cfg.fusion;
+  const DependencyConfig& deps = cfg.dependencies;
+  layout_ = layout_for(shape_);
+  wbytes_ = static_cast<uint32_t>(dtype_bytes(shape_.dtype));
+
+  const uint32_t hidden = static_cast<uint32_t>(shape_.hidden);
+  const uint32_t heads = static_cast<uint32_t>(shape_.heads);
+  const uint32_t kv_heads = static_cast<uint32_t>(shape_.kv_heads);
+  const uint32_t hd = static_cast<uint32_t>(shape_.head_dim);
+  const uint32_t q_dim = heads * hd;
+  const uint32_t kv_dim = kv_heads * hd;
+  const uint32_t qkv_rows = q_dim + 2 * kv_dim;
+  const uint32_t ffn = static_cast<uint32_t>(shape_.ffn);
+  const uint32_t vocab = static_cast<uint32_t>(shape_.vocab);
+  const uint32_t rows_per_task = static_cast<uint32_t>(cfg.tiling.gemv_rows_per_task);
+  const uint32_t group = heads / kv_heads;
+  const uint32_t q_chunk =
+      cfg.tiling.attn_q_heads_per_task > 0 ? static_cast<uint32_t>(cfg.tiling.attn_q_heads_per_task)
+                                           : group;
+  const uint32_t partitions = static_cast<uint32_t>(cfg.tiling.attn_kv_partitions);
+  const DType dtype = shape_.dtype;
+  const ms_abi::DTypeCode dcode = dtype == DType::kBF16 ? ms_abi::kDTypeBF16 : ms_abi::kDTypeF32;
+
+  Program& p = program_;
+  p.model_name = shape_.name;
+  ms_abi::ModelParams& m = p.model;
+  m.hidden = hidden;
+  m.layers = static_cast<uint32_t>(shape_.layers);
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.head_dim = hd;
+  m.ffn = ffn;
+  m.vocab = vocab;
+  m.max_seq = static_cast<uint32_t>(shape_.max_seq);
+  m.weight_dtype = dcode;
+  m.kv_dtype = dcode;
+  m.rms_eps = shape_.rms_eps;
+  m.rope_theta = shape_.rope_theta;
+  m.attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  // Inputs: weights, the step cell, the KV cache, the rope table.
+  for (const TensorInfo& tensor : layout_.tensors)
+    p.regions.push_back({"w." + tensor.name, ms_abi::kBufWeights,
+                         static_cast<uint64_t>(tensor.offset),
+                         static_cast<uint64_t>(tensor.offset + tensor.rows * tensor.cols), true});
+  p.regions.push_back({"step", ms_abi::kBufStep, 0, 4, true});
+  const uint64_t kv_head_elements = static_cast<uint64_t>(m.max_seq) * hd;
+  for (uint32_t l = 0; l < m.layers; ++l)
+    for (uint32_t kv = 0; kv < 2; ++kv)
+      for (uint32_t g = 0; g < kv_heads; ++g) {
+        const uint64_t begin = ms_abi::kv_offset(m, l, kv, g);
+        p.regions.push_back({"kv.L" + std::to_string(l) + (kv == 0 ? ".k.h" : ".v.h") +
+                                 std::to_string(g),
+                             ms_abi::kBufKv, begin, begin + kv_head_elements, true});
+      }
+  m.rope_table = alloc("rope_table", hd / 2);
+  p.regions.back().input = true;
+
+  // Embed.
+  const uint32_t x0 = alloc("embed.x", hidden);
+  const uint32_t embed_op = begin_op("embed", OpKind::kEmbed, -1, deps.residual);
+  begin_slice(0, hidden);
+  {
+    Instr t{};
+    t.opcode = ms_abi::kEmbed;
+    t.layer = 0;
+    t.row_begin = 0;
+    t.row_end = hidden;
+    t.ld = hidden;
+    t.weight = static_cast<uint64_t>(layout_.embed);
+    t.out = x0;
+    emit(t, hidden * (4.0 + wbytes_));
+  }
+  uint32_t x = x0;
+  Source x_src = {embed_op};
+
+  for (int layer = 0; layer < shape_.layers; ++layer) {
+    const std::string L = "L" + std::to_string(layer) + ".";
+    const WeightLayout::Layer& w = layout_.layer[static_cast<size_t>(layer)];
+    const uint32_t lu = static_cast<uint32_t>(layer);
+
+    // ---- attention block ----
+    GemvSpec qkv;
+    qkv.kind = OpKind::kQkv;
+    qkv.layer = layer;
+    qkv.cols = hidden;
+    qkv.weight = static_cast<uint64_t>(w.wq);
+    qkv.granularity = deps.qkv_to_attention;
+    if (fusion.norm_into_gemv) {
+      qkv.load = InputLoad::kNorm;
+      qkv.gamma = static_cast<uint64_t>(w.attn_norm);
+      qkv.in = x;
+      qkv.in_src = x_src;
+    } else {
+      const uint32_t xn = alloc(L + "xn", hidden);
+      qkv.in = xn;
+      qkv.in_src = {emit_norm(L + "attn_norm", layer, x, x_src, static_cast<uint64_t>(w.attn_norm),
+                              xn)};
+    }
+    const uint32_t q = alloc(L + "q", q_dim);
+    uint32_t qkv_raw = 0;
+    if (fusion.rope_kv_into_qkv) {
+      qkv.epilogue = ms_abi::kFlagRopeKv;
+      qkv.out = q;
+      qkv.tile_rows = round_up(rows_per_task, hd);
+    } else {
+      qkv_raw = alloc(L + "qkv_raw", qkv_rows);
+      qkv.out = qkv_raw;
+      qkv.tile_rows = rows_per_task;
+    }
+    Source qkv_src;
+    if (fusion.qkv_single_gemv) {
+      qkv.name = L + "qkv";
+      qkv.row_begin = 0;
+      qkv.row_end = qkv_rows;
+      qkv_src.push_back(emit_gemv(qkv));
+    } else {
+      const uint32_t bounds[4] = {0, q_dim, q_dim + kv_dim, qkv_rows};
+      const char* names[3] = {"q_proj", "k_proj", "v_proj"};
+      for (int i = 0; i < 3; ++i) {
+        qkv.name = L + names[i];
+        qkv.row_begin = bounds[i];
+        qkv.row_end = bounds[i + 1];
+        qkv_src.push_back(emit_gemv(qkv));
+      }
+    }
+    if (!fusion.rope_kv_into_qkv) {
+      const uint32_t op = begin_op(L + "rope", OpKind::kRope, layer, deps.qkv_to_attention);
+      for (uint32_t r0 = 0; r0 < qkv_rows; r0 += hd) {
+        begin_slice(r0, r0 + hd);
+        Instr t{};
+        t.opcode = ms_abi::kRopeKv;
+        t.layer = lu;
+        t.row_begin = r0;
+        t.row_end = r0 + hd;
+        t.in = qkv_raw;
+        t.out = q;
+        read(qkv_src, r0, r0 + hd);
+        emit(t, hd * (r0 < q_dim ? 8.0 : 4.0 + wbytes_));
+      }
+          qkv_src = {op};
+    }
+
+    const uint32_t attn_out = alloc(L + "attn_out", q_dim);
+    const uint32_t records =
+        partitions > 1 ? alloc(L + "attn_partial",
+                               static_cast<uint64_t>(partitions) * heads * (hd + 2))
+                       : 0;
+    const uint32_t attn_op =
+        begin_op(L + "attn", OpKind::kAttention, layer,
+                 partitions > 1 ? Granularity::kPerSlice : deps.attention_to_o);
+    // KV bytes an attention task streams at a mid-cache position (for load balancing only).
+    const double kv_task_bytes = 2.0 * hd * wbytes_ * std::max(1, shape_.max_seq / 2) / partitions;
+    for (uint32_t g = 0; g < kv_heads; ++g) {
+      for (uint32_t h0 = g * group; h0 < (g + 1) * group; h0 += q_chunk) {
+        const uint32_t h1 = h0 + q_chunk;
+        begin_slice(h0 * hd, h1 * hd);
+        for (uint32_t part = 0; part < partitions; ++part) {
+          Instr t{};
+          t.opcode = ms_abi::kAttnPartial;
+          t.layer = lu;
+          t.row_begin = h0;
+          t.row_end = h1;
+          t.param0 = g;
+          t.param1 = part;
+          t.param2 = partitions;
+          t.in = q;
+          t.out = partitions == 1 ? attn_out : 0;
+          t.aux = partitions > 1 ? records : 0;
+          read(qkv_src, h0 * hd, h1 * hd);
+          read(qkv_src, q_dim + g * hd, q_dim + (g + 1) * hd);
+          read(qkv_src, q_dim + kv_dim + g * hd, q_dim + kv_dim + (g + 1) * hd);
+          emit(t, kv_task_bytes + (h1 - h0) * hd * 8.0);
+        }
+      }
+    }
+      Source attn_src = {attn_op};
+    if (partitions > 1) {
+      const uint32_t op =
+          begin_op(L + "attn_combine", OpKind::kAttnCombine, layer, deps.attention_to_o);
+      for (uint32_t g = 0; g < kv_heads; ++g) {
+        for (uint32_t h0 = g * group; h0 < (g + 1) * group; h0 += q_chunk) {
+          const uint32_t h1 = h0 + q_chunk;
+          begin_slice(h0 * hd, h1 * hd);
+          Instr t{};
+          t.opcode = ms_abi::kAttnCombine;
+          t.layer = lu;
+          t.row_begin = h0;
+          t.row_end = h1;
+          t.param0 = g;
+          t.param2 = partitions;
+          t.out = attn_out;
+          t.aux = records;
+          read(attn_src, h0 * hd, h1 * hd);
+          emit(t, (h1 - h0) * (partitions * (hd + 2) + hd) * 4.0);
+        }
+      }
+          attn_src = {op};
+    }
+
+    GemvSpec o;
+    o.name = L + "o";
+    o.kind = OpKind::kO;
+    o.layer = layer;
+    o.row_begin = 0;
+    o.row_end = hidden;
+    o.tile_rows = rows_per_task;
+    o.cols = q_dim;
+    o.weight = static_cast<uint64_t>(w.wo);
+    o.in = attn_out;
+    o.in_src = attn_src;
+    o.granularity = deps.residual;
+    const uint32_t x_mid = alloc(L + "x_mid", hidden);
+    if (fusion.residual_into_gemv) {
+      o.epilogue = ms_abi::kFlagResidual;
+      o.out = x_mid;
+      o.aux = x;
+      o.aux_src = x_src;
+      x_src = {emit_gemv(o)};
+    } else {
+      const uint32_t o_out = alloc(L + "o_out", hidden);
+      o.out = o_out;
+      const uint32_t o_op = emit_gemv(o);
+      x_src = {emit_add(L + "attn_add", layer, o_out, {o_op}, x, x_src, x_mid)};
+    }
+    x = x_mid;
+
+    // ---- MLP block ----
+    GemvSpec gu;
+    gu.kind = OpKind::kGateUp;
+    gu.layer = layer;
+    gu.tile_rows = rows_per_task;
+    gu.cols = hidden;
+    gu.weight = static_cast<uint64_t>(w.w_gate);
+    gu.granularity = deps.gate_up_to_down;
+    if (fusion.norm_into_gemv) {
+      gu.load = InputLoad::kNorm;
+      gu.gamma = static_cast<uint64_t>(w.mlp_norm);
+      gu.in = x;
+      gu.in_src = x_src;
+    } else {
+      const uint32_t xn2 = alloc(L + "xn2", hidden);
+      gu.in = xn2;
+      gu.in_src = {emit_norm(L + "mlp_norm", layer, x, x_src, static_cast<uint64_t>(w.mlp_norm),
+                             xn2)};
+    }
+    const uint32_t gate_up = alloc(L + "gate_up", 2ull * ffn);
+    gu.out = gate_up;
+    Source gu_src;
+    if (fusion.gate_up_single_gemv) {
+      gu.name = L + "gate_up";
+      gu.row_begin = 0;
+      gu.row_end = 2 * ffn;
+      gu_src.push_back(emit_gemv(gu));
+    } else {
+      gu.name = L + "gate";
+      gu.row_begin = 0;
+      gu.row_end = ffn;
+      gu_src.push_back(emit_gemv(gu));
+      gu.name = L + "up";
+      gu.row_begin = ffn;
+      gu.row_end = 2 * ffn;
+      gu_src.push_back(emit_gemv(gu));
+    }
+
+    GemvSpec down;
+    down.name = L + "down";
+    down.kind = OpKind::kDown;
+    down.layer = layer;
+    down.row_begin = 0;
+    down.row_end = hidden;
+    down.tile_rows = rows_per_task;
+    down.cols = ffn;
+    down.weight = static_cast<uint64_t>(w.w_down);
+    down.granularity = deps.residual;
+    if (fusion.silu_mul_into_down) {
+      down.load = InputLoad::kSiluMul;
+      down.in = gate_up;
+      down.in2 = gate_up + ffn;
+      down.in2_rows = ffn;
+      down.in_src = gu_src;
+    } else {
+      const uint32_t act = alloc(L + "act", ffn);
+      const uint32_t op =
+          begin_op(L + "silu_mul", OpKind::kSiluMul, layer, deps.gate_up_to_down);
+      for (uint32_t r0 = 0; r0 < ffn; r0 += rows_per_task) {
+        const uint32_t r1 = std::min(ffn, r0 + rows_per_task);
+        begin_slice(r0, r1);
+        Instr t{};
+        t.opcode = ms_abi::kSiluMul;
+        t.layer = lu;
+        t.row_begin = r0;
+        t.row_end = r1;
+        t.in = gate_up;
+        t.in2 = gate_up + ffn;
+        t.out = act;
+        read(gu_src, r0, r1);
+        read(gu_src, ffn + r0, ffn + r1);
+        emit(t, (r1 - r0) * 12.0);
+      }
+          down.in = act;
+      down.in_src = {op};
+    }
+    const uint32_t x_out = alloc(L + "x_out", hidden);
+    if (fusion.residual_into_gemv) {
+      down.epilogue = ms_abi::kFlagResidual;
+      down.out = x_out;
+      down.aux = x;
+      down.aux_src = x_src;
+      x_src = {emit_gemv(down)};
+    } else {
+      const uint32_t down_out = alloc(L + "down_out", hidden);
+      down.out = down_out;
+      const uint32_t down_op = emit_gemv(down);
+      x_src = {emit_add(L + "mlp_add", layer, down_out, {down_op}, x, x_src, x_out)};
+    }
+    x = x_out;
+  }
+
+  // ---- final norm, LM head, argmax ----
+  GemvSpec head;
+  head.name = "lm_head";
+  head.kind = OpKind::kLmHead;
+  head.layer = shape_.layers;
+  head.row_begin = 0;
+  head.row_end = vocab;
+  head.tile_rows = static_cast<uint32_t>(cfg.tiling.lm_head_rows_per_task);
+  head.cols = hidden;
+  head.weight = static_cast<uint64_t>(layout_.lm_head);
+  head.granularity = Granularity::kPerOp;
+  if (fusion.norm_into_gemv) {
+    head.load = InputLoad::kNorm;
+    head.gamma = static_cast<uint64_t>(layout_.final_norm);
+    head.in = x;
+    head.in_src = x_src;
+  } else {
+    const uint32_t xn = alloc("final.xn", hidden);
+    head.in = xn;
+    head.in_src = {emit_norm("final_norm", shape_.layers, x, x_src,
+                             static_cast<uint64_t>(layout_.final_norm), xn)};
+  }
+  const uint32_t logits = alloc("logits", vocab);
+  head.out = logits;
+  const Source head_src = {emit_gemv(head)};
+  begin_op("argmax", OpKind::kArgmax, -1, Granularity::kPerOp, /*signals=*/false);
+  begin_slice(0, 1);
+  {
+    Instr t{};
+    t.opcode = ms_abi::kArgmax;
+    t.layer = static_cast<uint32_t>(shape_.layers);
+    t.row_begin = 0;
+    t.row_end = 1;
+    t.col_begin = 0;
+    t.col_end = vocab;
+    t.in = logits;
+    read(head_src, 0, vocab);
+    emit(t, vocab * 4.0);
+  }
+
+  if (arena_ >= (uint64_t{1} << 32)) {
+    if (error != nullptr)
+      *error = "model " + shape_.name + " needs " + std::to_string(arena_) +
+               " activation elements, more than 32-bit operand offsets address";
+    return std::nullopt;
+  }
+  p.buffer_elements[ms_abi::kBufWeights] = static_cast<uint64_t>(layout_.total_elements);
+  p.buffer_elements[ms_abi::kBufActivations] = arena_;
+  p.buffer_elements[ms_abi::kBufKv] = 2ull * m.layers * kv_heads * kv_head_elements;
+  p.buffer_elements[ms_abi::kBufStep] = 4;
+
+  LaunchShape& launch = p.launch;
+  launch.threads_per_block = cfg.launch.threads_per_block;
+  launch.blocks_per_sm = cfg.launch.blocks_per_sm;
+  launch.grid_blocks = target_.num_sms * cfg.launch.blocks_per_sm;
+  launch.smem_pages = cfg.smem.pages;
+  launch.smem_page_bytes = cfg.smem.page_bytes;
+  launch.smem_bytes = cfg.smem.pages * cfg.smem.page_bytes;
+  launch.prefetch_depth = cfg.pipeline.prefetch_depth;
+  launch.dynamic_queue = cfg.assignment.policy == AssignPolicy::kDynamic;
+
+  KernelBuild& build = p.build;
+  build.vector_bytes = cfg.kernel.vector_bytes;
+  build.rows_per_warp = cfg.kernel.rows_per_warp;
+  build.unroll = cfg.kernel.unroll;
+  build.weight_load = static_cast<int>(cfg.kernel.weight_load);
+  build.threads_per_block = cfg.launch.threads_per_block;
+
+  assign_queues();
+  return std::move(program_);
+}
+
+}  // namespace
+
+std::optional<Program> lower(const ModelShape& shape, const GpuTarget& target,
+                             const ScheduleConfig& config, std::string* error) {
+  Lowerer lowerer(shape, target, config);
+  return lowerer.run(error);
+}
+
+}  // namespace megasched::schedule

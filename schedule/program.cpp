@@ -1,0 +1,430 @@
+// Program helpers: name tables, labels for diagnostics, the kernel build's -D options, the exact
+// JSON round trip and summary statistics.
+#include "schedule/program.h"
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <type_traits>
+
+namespace megasched::schedule {
+namespace {
+
+constexpr const char* kOpcodeNames[] = {
+    "embed", "rms_norm", "gemv", "gemv_reduce", "rope_kv",
+    "attn_partial", "attn_combine", "silu_mul", "add", "argmax",
+};
+static_assert(std::size(kOpcodeNames) == ms_abi::kOpcodeCount,
+              "kOpcodeNames is out of date with ms_abi::Opcode");
+
+constexpr const char* kBufferNames[] = {"weights", "act", "kv", "step"};
+static_assert(std::size(kBufferNames) == ms_abi::kBufCount,
+              "kBufferNames is out of date with ms_abi::BufferId");
+
+constexpr const char* kOpKindNames[] = {
+    "embed", "norm", "qkv",    "rope",    "attention", "attn_combine", "o",
+    "gate_up", "silu_mul", "down", "add", "reduce",    "lm_head",      "argmax",
+};
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kCount),
+              "kOpKindNames is out of date with OpKind");
+
+// Strict JSON reading: every accessor records the first error (with its path) and returns a
+// default, so from_json reads straight through and reports once at the end.
+class Reader {
+ public:
+  explicit Reader(std::string* error) : error_(error) {}
+
+  bool ok() const { return failed_.empty(); }
+  const std::string& failure() const { return failed_; }
+
+  const nlohmann::json* field(const nlohmann::json& obj, const char* key, const std::string& path) {
+    if (!ok()) return nullptr;
+    if (!obj.is_object()) {
+      fail(path + ": expected an object");
+      return nullptr;
+    }
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      fail(path + "." + key + ": missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  template <typename T>
+  T get(const nlohmann::json& obj, const char* key, const std::string& path) {
+    const nlohmann::json* v = field(obj, key, path);
+    if (v == nullptr) return T{};
+    return as<T>(*v, path + "." + key);
+  }
+
+  template <typename T>
+  T as(const nlohmann::json& v, const std::string& path) {
+    if (!ok()) return T{};
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) return fail_type<T>(path, "a boolean");
+      return v.get<bool>();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!v.is_string()) return fail_type<T>(path, "a string");
+      return v.get<std::string>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) return fail_type<T>(path, "a number");
+      return static_cast<T>(v.get<double>());
+    } else if constexpr (std::is_unsigned_v<T>) {
+      if (!v.is_number_unsigned()) return fail_type<T>(path, "a non-negative integer");
+      const uint64_t x = v.get<uint64_t>();
+      if (x > std::numeric_limits<T>::max()) return fail_type<T>(path, "a smaller integer");
+      return static_cast<T>(x);
+    } else {
+      static_assert(std::is_signed_v<T>);
+      if (!v.is_number_integer()) return fail_type<T>(path, "an integer");
+      const int64_t x = v.get<int64_t>();
+      if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
+        return fail_type<T>(path, "a smaller integer");
+      return static_cast<T>(x);
+    }
+  }
+
+  const nlohmann::json* array(const nlohmann::json& obj, const char* key, const std::string& path) {
+    const nlohmann::json* v = field(obj, key, path);
+    if (v != nullptr && !v->is_array()) {
+      fail(path + "." + key + ": expected an array");
+      return nullptr;
+    }
+    return v;
+  }
+
+  void fail(const std::string& message) {
+    if (ok()) {
+      failed_ = message;
+      if (error_ != nullptr) *error_ = message;
+    }
+  }
+
+ private:
+  template <typename Ret = int>
+  Ret fail_type(const std::string& path, const char* expected) {
+    fail(path + ": expected " + expected);
+    return Ret{};
+  }
+
+  std::string* error_;
+  std::string failed_;
+};
+
+nlohmann::json instr_json(const ms_abi::Instr& t) {
+  return {{"opcode", t.opcode},       {"flags", t.flags},
+          {"layer", t.layer},         {"wait_begin", t.wait_begin},
+          {"wait_count", t.wait_count}, {"signal_counter", t.signal_counter},
+          {"signal_increment", t.signal_increment}, {"row_begin", t.row_begin},
+          {"row_end", t.row_end},     {"col_begin", t.col_begin},
+          {"col_end", t.col_end},     {"ld", t.ld},
+          {"param0", t.param0},       {"param1", t.param1},
+          {"param2", t.param2},       {"weight", t.weight},
+          {"weight2", t.weight2},     {"in", t.in},
+          {"in2", t.in2},             {"out", t.out},
+          {"aux", t.aux},             {"op_id", t.op_id}};
+}
+
+ms_abi::Instr instr_from(Reader& r, const nlohmann::json& j, const std::string& p) {
+  ms_abi::Instr t{};
+  t.opcode = r.get<uint16_t>(j, "opcode", p);
+  t.flags = r.get<uint16_t>(j, "flags", p);
+  t.layer = r.get<uint32_t>(j, "layer", p);
+  t.wait_begin = r.get<uint32_t>(j, "wait_begin", p);
+  t.wait_count = r.get<uint32_t>(j, "wait_count", p);
+  t.signal_counter = r.get<uint32_t>(j, "signal_counter", p);
+  t.signal_increment = r.get<uint32_t>(j, "signal_increment", p);
+  t.row_begin = r.get<uint32_t>(j, "row_begin", p);
+  t.row_end = r.get<uint32_t>(j, "row_end", p);
+  t.col_begin = r.get<uint32_t>(j, "col_begin", p);
+  t.col_end = r.get<uint32_t>(j, "col_end", p);
+  t.ld = r.get<uint32_t>(j, "ld", p);
+  t.param0 = r.get<uint32_t>(j, "param0", p);
+  t.param1 = r.get<uint32_t>(j, "param1", p);
+  t.param2 = r.get<uint32_t>(j, "param2", p);
+  t.weight = r.get<uint64_t>(j, "weight", p);
+  t.weight2 = r.get<uint64_t>(j, "weight2", p);
+  t.in = r.get<uint32_t>(j, "in", p);
+  t.in2 = r.get<uint32_t>(j, "in2", p);
+  t.out = r.get<uint32_t>(j, "out", p);
+  t.aux = r.get<uint32_t>(j, "aux", p);
+  t.op_id = r.get<uint32_t>(j, "op_id", p);
+  return t;
+}
+
+nlohmann::json model_json(const ms_abi::ModelParams& m) {
+  return {{"hidden", m.hidden},       {"layers", m.layers},
+          {"heads", m.heads},         {"kv_heads", m.kv_heads},
+          {"head_dim", m.head_dim},   {"ffn", m.ffn},
+          {"vocab", m.vocab},         {"max_seq", m.max_seq},
+          {"weight_dtype", m.weight_dtype}, {"kv_dtype", m.kv_dtype},
+          {"rms_eps", m.rms_eps},     {"rope_theta", m.rope_theta},
+          {"attn_scale", m.attn_scale}, {"rope_table", m.rope_table}};
+}
+
+ms_abi::ModelParams model_from(Reader& r, const nlohmann::json& j, const std::string& p) {
+  ms_abi::ModelParams m{};
+  m.hidden = r.get<uint32_t>(j, "hidden", p);
+  m.layers = r.get<uint32_t>(j, "layers", p);
+  m.heads = r.get<uint32_t>(j, "heads", p);
+  m.kv_heads = r.get<uint32_t>(j, "kv_heads", p);
+  m.head_dim = r.get<uint32_t>(j, "head_dim", p);
+  m.ffn = r.get<uint32_t>(j, "ffn", p);
+  m.vocab = r.get<uint32_t>(j, "vocab", p);
+  m.max_seq = r.get<uint32_t>(j, "max_seq", p);
+  m.weight_dtype = r.get<uint32_t>(j, "weight_dtype", p);
+  m.kv_dtype = r.get<uint32_t>(j, "kv_dtype", p);
+  m.rms_eps = r.get<float>(j, "rms_eps", p);
+  m.rope_theta = r.get<float>(j, "rope_theta", p);
+  m.attn_scale = r.get<float>(j, "attn_scale", p);
+  m.rope_table = r.get<uint32_t>(j, "rope_table", p);
+  return m;
+}
+
+}  // namespace
+
+const char* opcode_name(uint16_t opcode) {
+  return opcode < ms_abi::kOpcodeCount ? kOpcodeNames[opcode] : "?";
+}
+
+const char* buffer_name(uint32_t buffer) {
+  return buffer < ms_abi::kBufCount ? kBufferNames[buffer] : "?";
+}
+
+const char* op_kind_name(OpKind kind) {
+  const auto i = static_cast<size_t>(kind);
+  return i < std::size(kOpKindNames) ? kOpKindNames[i] : "?";
+}
+
+std::string Program::task_label(uint32_t task) const {
+  std::string label = "task " + std::to_string(task);
+  if (task >= tasks.size()) return label + " (out of range)";
+  const uint32_t op = tasks[task].op_id;
+  if (op >= ops.size()) return label + " (" + opcode_name(tasks[task].opcode) + ")";
+  uint32_t tile = 0;  // ordinal of this task among its op's tasks
+  for (uint32_t i = 0; i < task; ++i) tile += tasks[i].op_id == op ? 1 : 0;
+  return label + " (" + ops[op].name + " tile " + std::to_string(tile) + ")";
+}
+
+std::string Program::range_label(uint32_t buffer, uint64_t begin, uint64_t end) const {
+  std::string label = std::string(buffer_name(buffer)) + "[" + std::to_string(begin) + ":" +
+                      std::to_string(end) + "]";
+  for (const Region& region : regions) {
+    if (region.buffer == buffer && region.begin <= begin && begin < region.end) {
+      const uint64_t rel_end = std::min(end, region.end) - region.begin;
+      return label + " (" + region.name + "[" + std::to_string(begin - region.begin) + ":" +
+             std::to_string(rel_end) + "])";
+    }
+  }
+  return label;
+}
+
+const Region* Program::find_region(const std::string& name) const {
+  for (const Region& region : regions)
+    if (region.name == name) return &region;
+  return nullptr;
+}
+
+std::vector<std::string> KernelBuild::defines() const {
+  std::vector<std::string> d = {
+      "MS_ROWS_PER_WARP=" + std::to_string(rows_per_warp),
+      "MS_THREADS=" + std::to_string(threads_per_block),
+      "MS_UNROLL=" + std::to_string(unroll),
+      "MS_VECTOR_BYTES=" + std::to_string(vector_bytes),
+      "MS_WEIGHT_LOAD=" + std::to_string(weight_load),
+  };
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+nlohmann::json to_json(const Program& p) {
+  nlohmann::json j;
+  j["model_name"] = p.model_name;
+  j["model"] = model_json(p.model);
+  j["buffer_elements"] = p.buffer_elements;
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const ms_abi::Instr& t : p.tasks) tasks.push_back(instr_json(t));
+  j["tasks"] = std::move(tasks);
+  nlohmann::json waits = nlohmann::json::array();
+  for (const ms_abi::Wait& w : p.waits) waits.push_back({w.counter, w.threshold});
+  j["waits"] = std::move(waits);
+  j["counter_totals"] = p.counter_totals;
+  j["counter_names"] = p.counter_names;
+  j["queues"] = p.queues;
+  nlohmann::json ops = nlohmann::json::array();
+  for (const OpInfo& op : p.ops)
+    ops.push_back({{"name", op.name}, {"kind", op_kind_name(op.kind)}, {"layer", op.layer}});
+  j["ops"] = std::move(ops);
+  nlohmann::json regions = nlohmann::json::array();
+  for (const Region& r : p.regions)
+    regions.push_back({{"name", r.name},
+                       {"buffer", r.buffer},
+                       {"begin", r.begin},
+                       {"end", r.end},
+                       {"input", r.input}});
+  j["regions"] = std::move(regions);
+  const LaunchShape& l = p.launch;
+  j["launch"] = {{"threads_per_block", l.threads_per_block}, {"blocks_per_sm", l.blocks_per_sm},
+                 {"grid_blocks", l.grid_blocks},             {"smem_pages", l.smem_pages},
+                 {"smem_page_bytes", l.smem_page_bytes},     {"smem_bytes", l.smem_bytes},
+                 {"prefetch_depth", l.prefetch_depth},       {"dynamic_queue", l.dynamic_queue}};
+  const KernelBuild& b = p.build;
+  j["build"] = {{"vector_bytes", b.vector_bytes}, {"rows_per_warp", b.rows_per_warp},
+                {"unroll", b.unroll},             {"weight_load", b.weight_load},
+                {"threads_per_block", b.threads_per_block}};
+  return j;
+}
+
+std::optional<Program> program_from_json(const nlohmann::json& j, std::string* error) {
+  Reader r(error);
+  Program p;
+  const std::string root = "program";
+  if (!j.is_object()) {
+    r.fail("program: expected an object");
+    return std::nullopt;
+  }
+  p.model_name = r.get<std::string>(j, "model_name", root);
+  if (const nlohmann::json* m = r.field(j, "model", root)) p.model = model_from(r, *m, root + ".model");
+
+  if (const nlohmann::json* a = r.array(j, "buffer_elements", root)) {
+    if (a->size() != p.buffer_elements.size())
+      r.fail("program.buffer_elements: expected " + std::to_string(p.buffer_elements.size()) +
+             " entries");
+    for (size_t i = 0; r.ok() && i < p.buffer_elements.size(); ++i)
+      p.buffer_elements[i] =
+          r.as<uint64_t>((*a)[i], "program.buffer_elements[" + std::to_string(i) + "]");
+  }
+  if (const nlohmann::json* a = r.array(j, "tasks", root)) {
+    p.tasks.reserve(a->size());
+    for (size_t i = 0; r.ok() && i < a->size(); ++i)
+      p.tasks.push_back(instr_from(r, (*a)[i], "program.tasks[" + std::to_string(i) + "]"));
+  }
+  if (const nlohmann::json* a = r.array(j, "waits", root)) {
+    p.waits.reserve(a->size());
+    for (size_t i = 0; r.ok() && i < a->size(); ++i) {
+      const std::string path = "program.waits[" + std::to_string(i) + "]";
+      const nlohmann::json& w = (*a)[i];
+      if (!w.is_array() || w.size() != 2) {
+        r.fail(path + ": expected [counter, threshold]");
+        break;
+      }
+      p.waits.push_back({r.as<uint32_t>(w[0], path + "[0]"), r.as<uint32_t>(w[1], path + "[1]")});
+    }
+  }
+  if (const nlohmann::json* a = r.array(j, "counter_totals", root))
+    for (size_t i = 0; r.ok() && i < a->size(); ++i)
+      p.counter_totals.push_back(
+          r.as<uint32_t>((*a)[i], "program.counter_totals[" + std::to_string(i) + "]"));
+  if (const nlohmann::json* a = r.array(j, "counter_names", root))
+    for (size_t i = 0; r.ok() && i < a->size(); ++i)
+      p.counter_names.push_back(
+          r.as<std::string>((*a)[i], "program.counter_names[" + std::to_string(i) + "]"));
+  if (const nlohmann::json* a = r.array(j, "queues", root)) {
+    for (size_t q = 0; r.ok() && q < a->size(); ++q) {
+      const std::string path = "program.queues[" + std::to_string(q) + "]";
+      const nlohmann::json& queue = (*a)[q];
+      if (!queue.is_array()) {
+        r.fail(path + ": expected an array");
+        break;
+      }
+      std::vector<uint32_t> ids;
+      ids.reserve(queue.size());
+      for (size_t i = 0; r.ok() && i < queue.size(); ++i)
+        ids.push_back(r.as<uint32_t>(queue[i], path + "[" + std::to_string(i) + "]"));
+      p.queues.push_back(std::move(ids));
+    }
+  }
+  if (const nlohmann::json* a = r.array(j, "ops", root)) {
+    for (size_t i = 0; r.ok() && i < a->size(); ++i) {
+      const std::string path = "program.ops[" + std::to_string(i) + "]";
+      OpInfo op;
+      op.name = r.get<std::string>((*a)[i], "name", path);
+      const std::string kind = r.get<std::string>((*a)[i], "kind", path);
+      op.layer = r.get<int>((*a)[i], "layer", path);
+      if (!r.ok()) break;
+      bool found = false;
+      for (size_t k = 0; k < std::size(kOpKindNames); ++k) {
+        if (kind == kOpKindNames[k]) {
+          op.kind = static_cast<OpKind>(k);
+          found = true;
+        }
+      }
+      if (!found) r.fail(path + ".kind: unknown op kind \"" + kind + "\"");
+      p.ops.push_back(std::move(op));
+    }
+  }
+  if (const nlohmann::json* a = r.array(j, "regions", root)) {
+    for (size_t i = 0; r.ok() && i < a->size(); ++i) {
+      const std::string path = "program.regions[" + std::to_string(i) + "]";
+      const nlohmann::json& e = (*a)[i];
+      Region region;
+      region.name = r.get<std::string>(e, "name", path);
+      region.buffer = r.get<uint32_t>(e, "buffer", path);
+      region.begin = r.get<uint64_t>(e, "begin", path);
+      region.end = r.get<uint64_t>(e, "end", path);
+      region.input = r.get<bool>(e, "input", path);
+      p.regions.push_back(std::move(region));
+    }
+  }
+  if (const nlohmann::json* l = r.field(j, "launch", root)) {
+    const std::string path = "program.launch";
+    p.launch.threads_per_block = r.get<int>(*l, "threads_per_block", path);
+    p.launch.blocks_per_sm = r.get<int>(*l, "blocks_per_sm", path);
+    p.launch.grid_blocks = r.get<int>(*l, "grid_blocks", path);
+    p.launch.smem_pages = r.get<int>(*l, "smem_pages", path);
+    p.launch.smem_page_bytes = r.get<int>(*l, "smem_page_bytes", path);
+    p.launch.smem_bytes = r.get<int>(*l, "smem_bytes", path);
+    p.launch.prefetch_depth = r.get<int>(*l, "prefetch_depth", path);
+    p.launch.dynamic_queue = r.get<bool>(*l, "dynamic_queue", path);
+  }
+  if (const nlohmann::json* b = r.field(j, "build", root)) {
+    const std::string path = "program.build";
+    p.build.vector_bytes = r.get<int>(*b, "vector_bytes", path);
+    p.build.rows_per_warp = r.get<int>(*b, "rows_per_warp", path);
+    p.build.unroll = r.get<int>(*b, "unroll", path);
+    p.build.weight_load = r.get<int>(*b, "weight_load", path);
+    p.build.threads_per_block = r.get<int>(*b, "threads_per_block", path);
+  }
+  if (!r.ok()) return std::nullopt;
+  return p;
+}
+
+ProgramStats stats(const Program& program) {
+  ProgramStats s;
+  s.tasks = program.tasks.size();
+  s.waits = program.waits.size();
+  s.counters = program.counter_totals.size();
+  s.queues = program.queues.size();
+  const uint64_t elem_bytes = program.model.weight_dtype == ms_abi::kDTypeBF16 ? 2 : 4;
+  for (const ms_abi::Instr& t : program.tasks) {
+    const uint64_t rows = t.row_end - t.row_begin;
+    uint64_t elements = 0;
+    switch (static_cast<ms_abi::Opcode>(t.opcode)) {
+      case ms_abi::kEmbed:
+        elements = rows;
+        break;
+      case ms_abi::kRmsNorm:
+        elements = rows;  // gamma
+        break;
+      case ms_abi::kGemv:
+        elements = rows * (t.col_end - t.col_begin);
+        if (t.flags & ms_abi::kFlagNormPrologue) elements += t.col_end - t.col_begin;
+        break;
+      case ms_abi::kGemvReduce:
+      case ms_abi::kRopeKv:
+      case ms_abi::kAttnPartial:
+      case ms_abi::kAttnCombine:
+      case ms_abi::kSiluMul:
+      case ms_abi::kAdd:
+      case ms_abi::kArgmax:
+        break;
+      case ms_abi::kOpcodeCount:
+        break;
+    }
+    s.weight_bytes += elements * elem_bytes;
+  }
+  return s;
+}
+
+}  // namespace megasched::schedule

@@ -1,0 +1,601 @@
+// ReferenceVm: the CPU twin of the megakernel. One function per opcode (named after the device
+// function), one dispatch switch, the semantics of vm/abi.h to the letter. Each opcode is a
+// template over the weight element type and a recorder: the recorder that records nothing compiles
+// away, so the fast path has no per-element callbacks.
+#include "vm/reference_vm.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
+
+namespace megasched::vm {
+namespace {
+
+using ms_abi::Instr;
+
+#define MS_VM_ASSERT(cond, msg)                                                            \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "%s:%d: ReferenceVm: %s (%s)\n", __FILE__, __LINE__, msg, #cond); \
+      std::abort();                                                                         \
+    }                                                                                       \
+  } while (0)
+
+inline float upcast(float w) { return w; }
+inline float upcast(uint16_t w) { return std::bit_cast<float>(static_cast<uint32_t>(w) << 16); }
+
+/// Records nothing; every call compiles away.
+struct NoRecord {
+  static constexpr bool kOn = false;
+  void operator()(uint32_t, uint64_t, bool) const {}
+};
+
+/// Forwards every access to the caller's callback.
+struct FnRecord {
+  static constexpr bool kOn = true;
+  const std::function<void(const ElementAccess&)>& fn;
+  void operator()(uint32_t buffer, uint64_t index, bool write) const {
+    fn(ElementAccess{buffer, index, write});
+  }
+};
+
+/// sum_c w[c] * x[c] with 16 independent accumulators (vectorisable; fixed association order).
+template <typename W>
+float dot(const W* w, const float* x, uint32_t n) {
+  float acc[16] = {};
+  uint32_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += upcast(w[c + j]) * x[c + j];
+  float tail = 0.0f;
+  for (; c < n; ++c) tail += upcast(w[c]) * x[c];
+  for (int width = 8; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  return acc[0] + tail;
+}
+
+/// 1 / sqrt(mean(x^2) + eps) over n elements (8 accumulators, fixed order).
+float inv_rms(const float* x, uint32_t n, float eps) {
+  float acc[8] = {};
+  uint32_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += x[c + j] * x[c + j];
+  float tail = 0.0f;
+  for (; c < n; ++c) tail += x[c] * x[c];
+  const float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+  return 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+}
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+/// The machine state one task sees.
+template <typename W>
+struct Machine {
+  const schedule::Program& program;
+  const ms_abi::ModelParams& m;
+  const W* weights;
+  float* act;
+  float* kv_f32;
+  uint16_t* kv_bf16;
+  ms_abi::StepCell& cell;
+  std::vector<float>& scratch;
+
+  void store_kv(uint64_t index, float value) {
+    if (kv_f32 != nullptr)
+      kv_f32[index] = value;
+    else
+      kv_bf16[index] = schedule::f32_to_bf16(value);
+  }
+  float load_kv(uint64_t index) const {
+    return kv_f32 != nullptr ? kv_f32[index] : upcast(kv_bf16[index]);
+  }
+
+  // QKV rows [r0, r1) with values vals[r - r0]: RoPE on query and key heads, query rows to
+  // act[out + r], key / value rows into the KV cache at the step's position.
+  template <typename Rec>
+  void qkv_rows(const Instr& t, const float* vals, uint32_t r0, uint32_t r1, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint32_t half = hd / 2;
+    const uint32_t q_dim = m.heads * hd;
+    const uint32_t kv_dim = m.kv_heads * hd;
+    MS_VM_ASSERT(r0 % hd == 0 && r1 % hd == 0, "a RoPE task must cover whole heads");
+    const int32_t pos = cell.position;
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
+    const float* inv_freq = act + m.rope_table;
+    float rotated[1024];
+    MS_VM_ASSERT(hd <= 1024, "head_dim above 1024");
+    for (uint32_t h = r0; h < r1; h += hd) {
+      const float* v = vals + (h - r0);
+      const bool is_v = h >= q_dim + kv_dim;
+      if (is_v) {
+        std::copy(v, v + hd, rotated);
+      } else {
+        for (uint32_t d = 0; d < half; ++d) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, m.rope_table + d, false);
+          const float angle = static_cast<float>(pos) * inv_freq[d];
+          const float c = std::cos(angle);
+          const float s = std::sin(angle);
+          const float x1 = v[d];
+          const float x2 = v[d + half];
+          rotated[d] = x1 * c - x2 * s;
+          rotated[d + half] = x2 * c + x1 * s;
+        }
+      }
+      if (h < q_dim) {
+        for (uint32_t d = 0; d < hd; ++d) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h + d, true);
+          act[t.out + h + d] = rotated[d];
+        }
+      } else {
+        const uint32_t kv = is_v ? 1 : 0;
+        const uint32_t g = (h - q_dim - kv * kv_dim) / hd;
+        const uint64_t base =
+            ms_abi::kv_offset(m, t.layer, kv, g) + static_cast<uint64_t>(pos) * hd;
+        for (uint32_t d = 0; d < hd; ++d) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufKv, base + d, true);
+          store_kv(base + d, rotated[d]);
+        }
+      }
+    }
+  }
+
+  // The GEMV / reduce epilogue over rows [r0, r1), vals[r - r0].
+  template <typename Rec>
+  void epilogue(const Instr& t, const float* vals, const Rec& rec) {
+    if (t.flags & ms_abi::kFlagRopeKv) {
+      qkv_rows(t, vals, t.row_begin, t.row_end, rec);
+      return;
+    }
+    const bool residual = (t.flags & ms_abi::kFlagResidual) != 0;
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+      float v = vals[r - t.row_begin];
+      if (residual) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.aux + r, false);
+        v += act[t.aux + r];
+      }
+      if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + r, true);
+      act[t.out + r] = v;
+    }
+  }
+
+  template <typename Rec>
+  void embed(const Instr& t, const Rec& rec) {
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 0, false);
+    const uint64_t row = t.weight + static_cast<uint64_t>(cell.token) * t.ld;
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+      if constexpr (Rec::kOn) {
+        rec(ms_abi::kBufWeights, row + r, false);
+        rec(ms_abi::kBufActivations, t.out + r, true);
+      }
+      act[t.out + r] = upcast(weights[row + r]);
+    }
+  }
+
+  template <typename Rec>
+  void rms_norm(const Instr& t, const Rec& rec) {
+    if constexpr (Rec::kOn)
+      for (uint32_t c = 0; c < t.col_end; ++c) rec(ms_abi::kBufActivations, t.in + c, false);
+    const float inv = inv_rms(act + t.in, t.col_end, m.rms_eps);
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+      if constexpr (Rec::kOn) {
+        rec(ms_abi::kBufWeights, t.weight2 + r, false);
+        rec(ms_abi::kBufActivations, t.out + r, true);
+      }
+      act[t.out + r] = act[t.in + r] * inv * upcast(weights[t.weight2 + r]);
+    }
+  }
+
+  template <typename Rec>
+  void gemv(const Instr& t, const Rec& rec) {
+    const uint32_t cb = t.col_begin;
+    const uint32_t n = t.col_end - t.col_begin;
+    const uint32_t rows = t.row_end - t.row_begin;
+    scratch.resize(static_cast<size_t>(n) + rows);
+    float* x = scratch.data();
+    float* vals = scratch.data() + n;
+    const float* xin = x;
+    if (t.flags & ms_abi::kFlagNormPrologue) {
+      if constexpr (Rec::kOn)
+        for (uint32_t c = 0; c < t.ld; ++c) rec(ms_abi::kBufActivations, t.in + c, false);
+      const float inv = inv_rms(act + t.in, t.ld, m.rms_eps);
+      for (uint32_t c = 0; c < n; ++c) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufWeights, t.weight2 + cb + c, false);
+        x[c] = act[t.in + cb + c] * inv * upcast(weights[t.weight2 + cb + c]);
+      }
+    } else if (t.flags & ms_abi::kFlagSiluMulPrologue) {
+      for (uint32_t c = 0; c < n; ++c) {
+        if constexpr (Rec::kOn) {
+          rec(ms_abi::kBufActivations, t.in + cb + c, false);
+          rec(ms_abi::kBufActivations, t.in2 + cb + c, false);
+        }
+        x[c] = silu(act[t.in + cb + c]) * act[t.in2 + cb + c];
+      }
+    } else {
+      if constexpr (Rec::kOn)
+        for (uint32_t c = 0; c < n; ++c) rec(ms_abi::kBufActivations, t.in + cb + c, false);
+      xin = act + t.in + cb;
+    }
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+      const uint64_t row = t.weight + static_cast<uint64_t>(r) * t.ld + cb;
+      if constexpr (Rec::kOn)
+        for (uint32_t c = 0; c < n; ++c) rec(ms_abi::kBufWeights, row + c, false);
+      vals[r - t.row_begin] = dot(weights + row, xin, n);
+    }
+    if (t.flags & ms_abi::kFlagPartial) {
+      for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + r, true);
+        act[t.out + r] = vals[r - t.row_begin];
+      }
+      return;
+    }
+    epilogue(t, vals, rec);
+  }
+
+  template <typename Rec>
+  void gemv_reduce(const Instr& t, const Rec& rec) {
+    const uint32_t rows = t.row_end - t.row_begin;
+    scratch.resize(rows);
+    float* vals = scratch.data();
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+      float acc = 0.0f;
+      for (uint32_t s = 0; s < t.param0; ++s) {
+        const uint64_t i = t.in + static_cast<uint64_t>(s) * t.param1 + r;
+        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, i, false);
+        acc = s == 0 ? act[i] : acc + act[i];
+      }
+      vals[r - t.row_begin] = acc;
+    }
+    epilogue(t, vals, rec);
+  }
+
+  template <typename Rec>
+  void rope_kv(const Instr& t, const Rec& rec) {
+    if constexpr (Rec::kOn)
+      for (uint32_t r = t.row_begin; r < t.row_end; ++r)
+        rec(ms_abi::kBufActivations, t.in + r, false);
+    qkv_rows(t, act + t.in + t.row_begin, t.row_begin, t.row_end, rec);
+  }
+
+  template <typename Rec>
+  void attn_partial(const Instr& t, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint32_t g = t.param0;
+    const uint32_t part = t.param1;
+    const uint32_t parts = t.param2;
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
+    const uint32_t n = static_cast<uint32_t>(cell.position) + 1;
+    const uint32_t chunk = (n + parts - 1) / parts;
+    const uint32_t t0 = std::min(n, part * chunk);
+    const uint32_t t1 = std::min(n, (part + 1) * chunk);
+    const uint64_t k_base = ms_abi::kv_offset(m, t.layer, 0, g);
+    const uint64_t v_base = ms_abi::kv_offset(m, t.layer, 1, g);
+    scratch.resize(static_cast<size_t>(t1 - t0) + 3 * hd);
+    float* scores = scratch.data();
+    float* kv_row = scratch.data() + (t1 - t0);
+    float* o = kv_row + hd;
+    for (uint32_t h = t.row_begin; h < t.row_end; ++h) {
+      const float* q = act + t.in + static_cast<uint64_t>(h) * hd;
+      if constexpr (Rec::kOn)
+        for (uint32_t d = 0; d < hd; ++d) rec(ms_abi::kBufActivations, t.in + h * hd + d, false);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (uint32_t k = t0; k < t1; ++k) {
+        for (uint32_t d = 0; d < hd; ++d) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufKv, k_base + k * hd + d, false);
+          kv_row[d] = load_kv(k_base + static_cast<uint64_t>(k) * hd + d);
+        }
+        const float s = m.attn_scale * dot(kv_row, q, hd);
+        scores[k - t0] = s;
+        mx = std::max(mx, s);
+      }
+      float l = 0.0f;
+      std::fill(o, o + hd, 0.0f);
+      for (uint32_t k = t0; k < t1; ++k) {
+        const float p = std::exp(scores[k - t0] - mx);
+        l += p;
+        for (uint32_t d = 0; d < hd; ++d) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufKv, v_base + k * hd + d, false);
+          o[d] += p * load_kv(v_base + static_cast<uint64_t>(k) * hd + d);
+        }
+      }
+      if (parts == 1) {
+        for (uint32_t d = 0; d < hd; ++d) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h * hd + d, true);
+          act[t.out + static_cast<uint64_t>(h) * hd + d] = o[d] / l;
+        }
+      } else {
+        const uint64_t rec_at = t.aux + (static_cast<uint64_t>(part) * m.heads + h) * (hd + 2);
+        if constexpr (Rec::kOn)
+          for (uint32_t i = 0; i < hd + 2; ++i) rec(ms_abi::kBufActivations, rec_at + i, true);
+        act[rec_at] = mx;  // -inf and l = 0 for an empty partition
+        act[rec_at + 1] = l;
+        std::copy(o, o + hd, act + rec_at + 2);
+      }
+    }
+  }
+
+  template <typename Rec>
+  void attn_combine(const Instr& t, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint32_t parts = t.param2;
+    scratch.resize(static_cast<size_t>(hd) + parts);
+    float* o = scratch.data();
+    float* weight = scratch.data() + hd;
+    for (uint32_t h = t.row_begin; h < t.row_end; ++h) {
+      const auto record = [&](uint32_t p) {
+        return t.aux + (static_cast<uint64_t>(p) * m.heads + h) * (hd + 2);
+      };
+      float mx = -std::numeric_limits<float>::infinity();
+      for (uint32_t p = 0; p < parts; ++p) {
+        if constexpr (Rec::kOn) {
+          for (uint32_t i = 0; i < hd + 2; ++i) rec(ms_abi::kBufActivations, record(p) + i, false);
+        }
+        mx = std::max(mx, act[record(p)]);
+      }
+      float l = 0.0f;
+      for (uint32_t p = 0; p < parts; ++p) {
+        weight[p] = std::exp(act[record(p)] - mx);
+        l += act[record(p) + 1] * weight[p];
+      }
+      std::fill(o, o + hd, 0.0f);
+      for (uint32_t p = 0; p < parts; ++p)
+        for (uint32_t d = 0; d < hd; ++d) o[d] += act[record(p) + 2 + d] * weight[p];
+      for (uint32_t d = 0; d < hd; ++d) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h * hd + d, true);
+        act[t.out + static_cast<uint64_t>(h) * hd + d] = o[d] / l;
+      }
+    }
+  }
+
+  template <typename Rec>
+  void silu_mul(const Instr& t, const Rec& rec) {
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+      if constexpr (Rec::kOn) {
+        rec(ms_abi::kBufActivations, t.in + r, false);
+        rec(ms_abi::kBufActivations, t.in2 + r, false);
+        rec(ms_abi::kBufActivations, t.out + r, true);
+      }
+      act[t.out + r] = silu(act[t.in + r]) * act[t.in2 + r];
+    }
+  }
+
+  template <typename Rec>
+  void add(const Instr& t, const Rec& rec) {
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
+      if constexpr (Rec::kOn) {
+        rec(ms_abi::kBufActivations, t.in + r, false);
+        rec(ms_abi::kBufActivations, t.in2 + r, false);
+        rec(ms_abi::kBufActivations, t.out + r, true);
+      }
+      act[t.out + r] = act[t.in + r] + act[t.in2 + r];
+    }
+  }
+
+  template <typename Rec>
+  void argmax(const Instr& t, const Rec& rec) {
+    int32_t best = 0;
+    for (uint32_t c = 0; c < t.col_end; ++c) {
+      if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.in + c, false);
+      if (act[t.in + c] > act[t.in + best]) best = static_cast<int32_t>(c);
+    }
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 3, true);
+    cell.argmax = best;
+  }
+
+  template <typename Rec>
+  void execute(const Instr& t, const Rec& rec) {
+    switch (static_cast<ms_abi::Opcode>(t.opcode)) {
+      case ms_abi::kEmbed:
+        return embed(t, rec);
+      case ms_abi::kRmsNorm:
+        return rms_norm(t, rec);
+      case ms_abi::kGemv:
+        return gemv(t, rec);
+      case ms_abi::kGemvReduce:
+        return gemv_reduce(t, rec);
+      case ms_abi::kRopeKv:
+        return rope_kv(t, rec);
+      case ms_abi::kAttnPartial:
+        return attn_partial(t, rec);
+      case ms_abi::kAttnCombine:
+        return attn_combine(t, rec);
+      case ms_abi::kSiluMul:
+        return silu_mul(t, rec);
+      case ms_abi::kAdd:
+        return add(t, rec);
+      case ms_abi::kArgmax:
+        return argmax(t, rec);
+      case ms_abi::kOpcodeCount:
+        break;
+    }
+    MS_VM_ASSERT(false, "opcode out of range");
+  }
+};
+
+}  // namespace
+
+ReferenceVm::ReferenceVm(const schedule::Program& program, const schedule::Weights& weights)
+    : program_(program), weights_(weights) {
+  act_.assign(program.buffer_elements[ms_abi::kBufActivations], 0.0f);
+  const uint64_t kv_elements = program.buffer_elements[ms_abi::kBufKv];
+  if (program.model.kv_dtype == ms_abi::kDTypeBF16)
+    kv_bf16_.assign(kv_elements, 0);
+  else
+    kv_f32_.assign(kv_elements, 0.0f);
+  counters_.assign(program.num_counters(), 0);
+  const std::vector<float> inv_freq = schedule::rope_inv_freq(weights.shape);
+  MS_VM_ASSERT(program.model.rope_table + inv_freq.size() <= act_.size(),
+               "rope table outside the activation arena");
+  std::copy(inv_freq.begin(), inv_freq.end(), act_.begin() + program.model.rope_table);
+  if (const schedule::Region* logits = program.find_region("logits")) {
+    logits_begin_ = logits->begin;
+    logits_end_ = logits->end;
+  }
+  cell_.argmax = -1;
+}
+
+void ReferenceVm::set_step(int32_t token, int32_t position) {
+  cell_.token = token;
+  cell_.position = position;
+}
+
+void ReferenceVm::execute(uint32_t task, const std::function<void(const ElementAccess&)>* record) {
+  const Instr& t = program_.tasks[task];
+  float* kv_f32 = kv_f32_.empty() ? nullptr : kv_f32_.data();
+  uint16_t* kv_bf16 = kv_bf16_.empty() ? nullptr : kv_bf16_.data();
+  const auto run = [&](const auto* weights) {
+    using W = std::remove_cv_t<std::remove_pointer_t<decltype(weights)>>;
+    Machine<W> machine{program_, program_.model, weights, act_.data(), kv_f32, kv_bf16, cell_,
+                       scratch_};
+    if (record != nullptr)
+      machine.execute(t, FnRecord{*record});
+    else
+      machine.execute(t, NoRecord{});
+  };
+  if (weights_.shape.dtype == schedule::DType::kBF16)
+    run(weights_.bf16.data());
+  else
+    run(weights_.f32.data());
+}
+
+bool ReferenceVm::ready(uint32_t task) const {
+  const Instr& t = program_.tasks[task];
+  const uint64_t epoch = static_cast<uint64_t>(cell_.epoch);
+  for (uint32_t i = 0; i < t.wait_count; ++i) {
+    const ms_abi::Wait& w = program_.waits[t.wait_begin + i];
+    if (counters_[w.counter] < epoch * program_.counter_totals[w.counter] + w.threshold)
+      return false;
+  }
+  return true;
+}
+
+void ReferenceVm::run_task(uint32_t task) {
+  execute(task);
+  const Instr& t = program_.tasks[task];
+  if (t.signal_increment != 0) counters_[t.signal_counter] += t.signal_increment;
+}
+
+std::string ReferenceVm::describe_wait(uint32_t task) const {
+  const Instr& t = program_.tasks[task];
+  const uint64_t epoch = static_cast<uint64_t>(cell_.epoch);
+  std::string s = program_.task_label(task) + " waits";
+  for (uint32_t i = 0; i < t.wait_count; ++i) {
+    const ms_abi::Wait& w = program_.waits[t.wait_begin + i];
+    const uint64_t need = epoch * program_.counter_totals[w.counter] + w.threshold;
+    if (counters_[w.counter] >= need) continue;
+    const std::string name = w.counter < program_.counter_names.size()
+                                 ? program_.counter_names[w.counter]
+                                 : "c" + std::to_string(w.counter);
+    s += " " + name + " >= " + std::to_string(need) + " (has " +
+         std::to_string(counters_[w.counter]) + ")";
+  }
+  return s;
+}
+
+namespace {
+
+std::string join_stuck(const std::vector<std::string>& items) {
+  constexpr size_t kShown = 8;
+  std::string s;
+  for (size_t i = 0; i < items.size() && i < kShown; ++i) s += (i ? "; " : "") + items[i];
+  if (items.size() > kShown) s += "; ... and " + std::to_string(items.size() - kShown) + " more";
+  return s;
+}
+
+}  // namespace
+
+bool ReferenceVm::run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run,
+                             std::string* stuck) {
+  const auto& queues = program_.queues;
+  std::vector<size_t> head(queues.size(), 0);
+  if (order == RunOrder::kQueueOrder) {
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (size_t b = 0; b < queues.size(); ++b) {
+        while (head[b] < queues[b].size() && ready(queues[b][head[b]])) {
+          run_task(queues[b][head[b]++]);
+          ++*tasks_run;
+          progress = true;
+        }
+      }
+    }
+  } else {
+    std::mt19937_64 rng(seed);
+    std::vector<size_t> candidates;
+    for (;;) {
+      candidates.clear();
+      for (size_t b = 0; b < queues.size(); ++b)
+        if (head[b] < queues[b].size() && ready(queues[b][head[b]])) candidates.push_back(b);
+      if (candidates.empty()) break;
+      const size_t b = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
+      run_task(queues[b][head[b]++]);
+      ++*tasks_run;
+    }
+  }
+  std::vector<std::string> blocked;
+  for (size_t b = 0; b < queues.size(); ++b)
+    if (head[b] < queues[b].size())
+      blocked.push_back("block " + std::to_string(b) + ": " + describe_wait(queues[b][head[b]]));
+  *stuck = join_stuck(blocked);
+  return blocked.empty();
+}
+
+bool ReferenceVm::run_dynamic(RunOrder order, uint64_t seed, uint64_t* tasks_run,
+                              std::string* stuck) {
+  const std::vector<uint32_t>& queue = program_.queues.empty() ? std::vector<uint32_t>{}
+                                                               : program_.queues[0];
+  const size_t workers = static_cast<size_t>(std::max(1, program_.launch.grid_blocks));
+  std::vector<size_t> claimed;  // tickets held by workers, ascending
+  size_t next_ticket = 0;
+  std::mt19937_64 rng(seed);
+  std::vector<size_t> candidates;
+  for (;;) {
+    while (claimed.size() < workers && next_ticket < queue.size()) claimed.push_back(next_ticket++);
+    candidates.clear();
+    for (size_t i = 0; i < claimed.size(); ++i) {
+      if (ready(queue[claimed[i]])) {
+        candidates.push_back(i);
+        if (order == RunOrder::kQueueOrder) break;  // the lowest ready ticket
+      }
+    }
+    if (candidates.empty()) break;
+    const size_t pick =
+        order == RunOrder::kQueueOrder
+            ? candidates[0]
+            : candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
+    run_task(queue[claimed[pick]]);
+    ++*tasks_run;
+    claimed.erase(claimed.begin() + static_cast<std::ptrdiff_t>(pick));
+  }
+  std::vector<std::string> blocked;
+  for (size_t ticket : claimed) blocked.push_back(describe_wait(queue[ticket]));
+  if (next_ticket < queue.size())
+    blocked.push_back(std::to_string(queue.size() - next_ticket) + " unclaimed tasks");
+  *stuck = join_stuck(blocked);
+  return claimed.empty() && next_ticket == queue.size();
+}
+
+ReferenceVm::StepResult ReferenceVm::step(int32_t token, int32_t position, RunOrder order,
+                                          uint64_t seed) {
+  StepResult result;
+  MS_VM_ASSERT(token >= 0 && static_cast<uint32_t>(token) < program_.model.vocab,
+               "token outside the vocabulary");
+  MS_VM_ASSERT(position >= 0 && static_cast<uint32_t>(position) < program_.model.max_seq,
+               "position outside the KV cache");
+  cell_.token = token;
+  cell_.position = position;
+  cell_.argmax = -1;
+  result.completed = program_.launch.dynamic_queue
+                         ? run_dynamic(order, seed, &result.tasks_run, &result.stuck)
+                         : run_static(order, seed, &result.tasks_run, &result.stuck);
+  result.logits.assign(act_.begin() + static_cast<std::ptrdiff_t>(logits_begin_),
+                       act_.begin() + static_cast<std::ptrdiff_t>(logits_end_));
+  result.argmax = cell_.argmax;
+  if (result.completed) ++cell_.epoch;
+  return result;
+}
+
+}  // namespace megasched::vm
