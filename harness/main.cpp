@@ -26,6 +26,8 @@ const CommandEntry kCommands[] = {
     {"propose", megasched::harness::add_propose_command},
     {"evaluate", megasched::harness::add_evaluate_command},
     {"generate", megasched::harness::add_generate_command},
+    {"doctor", megasched::harness::add_doctor_command},
+    {"baseline", megasched::harness::add_baseline_command},
 };
 
 }  // namespace
