@@ -26,4 +26,9 @@ void add_generate_command(CLI::App& app, CliContext& ctx);
 void add_doctor_command(CLI::App& app, CliContext& ctx);    // harness/cmd_doctor.cpp
 void add_baseline_command(CLI::App& app, CliContext& ctx);  // harness/cmd_baseline.cpp
 
+void add_loop_command(CLI::App& app, CliContext& ctx);    // harness/cmd_loop.cpp
+void add_report_command(CLI::App& app, CliContext& ctx);  // harness/cmd_report.cpp
+void add_prior_command(CLI::App& app, CliContext& ctx);   // harness/cmd_prior.cpp
+void add_worker_command(CLI::App& app, CliContext& ctx);  // harness/cmd_worker.cpp
+
 }  // namespace megasched::harness
