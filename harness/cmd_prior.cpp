@@ -4,6 +4,7 @@
 //   --compare  prior versus random on the predicted-latency landscape of a model: for each seed,
 //              both strategies run `--budget` trials from scratch (cold: no corpus), and the
 //              number of trials each needs to reach the target latency is reported
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,27 +27,6 @@ namespace megasched::harness {
 namespace {
 
 using nlohmann::json;
-
-// Predicted latencies are deterministic: evaluate each schedule once across seeds and strategies.
-class CachingEvaluator : public Evaluator {
- public:
-  explicit CachingEvaluator(Evaluator& inner) : inner_(inner) {}
-  eval::Verdict evaluate(const schedule::ScheduleConfig& config) override {
-    const std::string id = inner_.schedule_id(config);
-    auto it = cache_.find(id);
-    if (it != cache_.end()) return it->second;
-    return cache_[id] = inner_.evaluate(config);
-  }
-  json identity() const override { return inner_.identity(); }
-  std::string schedule_id(const schedule::ScheduleConfig& config) const override {
-    return inner_.schedule_id(config);
-  }
-  size_t unique_evaluations() const { return cache_.size(); }
-
- private:
-  Evaluator& inner_;
-  std::map<std::string, eval::Verdict> cache_;
-};
 
 // best_us after each trial of a finished run.
 std::vector<double> best_curve(const std::string& results_path) {
@@ -92,6 +72,7 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     int budget = 60;
     double target_us = 0;
     std::string positions = "0";
+    int jobs = 1;
     std::string work_dir;
   };
   auto opt = std::make_shared<Options>();
@@ -111,6 +92,8 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
                   "--compare: latency to reach (default: the median over seeds of random search's best after --budget trials)");
   cmd->add_option("--positions", opt->positions,
                   "--compare: positions whose logits each trial checks (the latency is predicted at position 0 either way)")
+      ->capture_default_str();
+  cmd->add_option("--jobs", opt->jobs, "--compare: runs at a time (forked processes sharing the loaded model)")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Fold shuffle seed (--eval) / first strategy seed (--compare)")->capture_default_str();
   cmd->add_option("--work-dir", opt->work_dir, "--compare: where the per-run logs go (default: a temporary folder, removed)");
@@ -153,36 +136,74 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     opt->ev.positions = *positions;
     auto trial = eval::TrialEvaluator::create(opt->ev, &error);
     if (!trial) return print_error("prior", error), void(ctx.exit_code = kExitUsage);
-    CachingEvaluator cached(*trial);
     const bool own_dir = opt->work_dir.empty();
     const std::filesystem::path dir =
         own_dir ? std::filesystem::temp_directory_path() / ("megasched_compare_" + std::to_string(::getpid()))
                 : std::filesystem::path(opt->work_dir);
     std::filesystem::create_directories(dir);
-    std::map<std::string, std::vector<std::vector<double>>> curves;
-    for (const std::string name : {"random", "prior"}) {
+    // One process per (strategy, seed) run, forked after the model is loaded, --jobs at a time.
+    struct Run {
+      std::string name;
+      uint64_t seed;
+      std::string results, corpus;
+    };
+    std::vector<Run> runs;
+    for (const std::string name : {"random", "prior"})
       for (int s = 0; s < opt->seeds; ++s) {
-        StrategyOptions so;
-        so.name = name;
-        so.seed = opt->seed + static_cast<uint64_t>(s);
-        so.shape = trial->shape();
-        auto strategy = make_strategy(so, &error);
-        LoopOptions lo;
-        lo.budget = opt->budget;
-        const std::string stem = name + "_seed" + std::to_string(so.seed);
-        lo.results_path = (dir / (stem + ".tsv")).string();
-        lo.corpus_path = (dir / (stem + ".jsonl")).string();
-        std::filesystem::remove(lo.results_path);
-        std::filesystem::remove(lo.corpus_path);
-        SystemClock clock;
-        LoopResult r = run_loop(cached, trial->shape(), trial->target(), *strategy, clock, lo);
-        if (!r.ok) return print_error("prior", r.error), void(ctx.exit_code = kExitEnvironment);
-        curves[name].push_back(best_curve(lo.results_path));
-        std::cerr << "prior --compare: " << stem << " best "
-                  << (r.summary["best"].is_null() ? json(nullptr) : r.summary["best"]["latency_us"]).dump()
-                  << " us after " << r.summary["trials"] << " trials\n";
+        const uint64_t seed = opt->seed + static_cast<uint64_t>(s);
+        const std::string stem = name + "_seed" + std::to_string(seed);
+        runs.push_back({name, seed, (dir / (stem + ".tsv")).string(), (dir / (stem + ".jsonl")).string()});
+        std::filesystem::remove(runs.back().results);
+        std::filesystem::remove(runs.back().corpus);
       }
+    auto run_one = [&](const Run& run) {
+      StrategyOptions so;
+      so.name = run.name;
+      so.seed = run.seed;
+      so.shape = trial->shape();
+      std::string why;
+      auto strategy = make_strategy(so, &why);
+      LoopOptions lo;
+      lo.budget = opt->budget;
+      lo.results_path = run.results;
+      lo.corpus_path = run.corpus;
+      SystemClock clock;
+      LoopResult r = run_loop(*trial, trial->shape(), trial->target(), *strategy, clock, lo);
+      std::cerr << "prior --compare: " << run.name << " seed " << run.seed << ": best "
+                << (r.summary["best"].is_null() ? nlohmann::json(nullptr) : r.summary["best"]["latency_us"]).dump()
+                << " us after " << r.summary["trials"] << " trials\n";
+      return r.ok;
+    };
+    if (opt->jobs <= 1) {
+      for (const Run& run : runs)
+        if (!run_one(run)) return print_error("prior", "cannot write the run logs in " + dir.string()), void(ctx.exit_code = kExitEnvironment);
+    } else {
+      std::cout.flush();
+      std::cerr.flush();
+      int running = 0;
+      bool failed = false;
+      auto reap = [&] {
+        int status = 0;
+        if (::wait(&status) > 0) {
+          --running;
+          failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        }
+      };
+      for (const Run& run : runs) {
+        while (running >= opt->jobs) reap();
+        pid_t pid = ::fork();
+        if (pid == 0) ::_exit(run_one(run) ? 0 : 1);
+        if (pid < 0) {
+          failed = true;
+          break;
+        }
+        ++running;
+      }
+      while (running > 0) reap();
+      if (failed) return print_error("prior", "a comparison run failed (logs in " + dir.string() + ")"), void(ctx.exit_code = kExitEnvironment);
     }
+    std::map<std::string, std::vector<std::vector<double>>> curves;
+    for (const Run& run : runs) curves[run.name].push_back(best_curve(run.results));
     std::vector<double> random_final;
     for (const auto& c : curves["random"]) random_final.push_back(c.empty() ? 1e300 : c.back());
     const double target_us = opt->target_us > 0 ? opt->target_us : flywheel::median(random_final);
@@ -196,7 +217,6 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
                 {"target_us", target_us},
                 {"target_rule", opt->target_us > 0 ? "given (--target-us)"
                                                    : "median over seeds of random search's best after the budget"},
-                {"unique_schedules_evaluated", cached.unique_evaluations()},
                 {"censored_value", opt->budget + 1}};
     for (const std::string name : {"random", "prior"}) {
       std::vector<int> trials;
