@@ -1,5 +1,6 @@
 // schemas/results_row.schema.json and schemas/corpus_record.schema.json describe exactly what
 // flywheel/ writes.
+#include <algorithm>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -30,8 +31,9 @@ TEST(FlywheelSchemas, CorpusRecordSchemaListsExactlyTheRecordFields) {
   for (const auto& [key, value] : record.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
   for (const auto& [key, value] : schema["properties"].items()) EXPECT_TRUE(record.contains(key)) << key;
   EXPECT_EQ(schema["properties"]["status"]["enum"], nlohmann::json(status_vocabulary()));
+  const nlohmann::json shape = shape_to_json(schedule::ModelShape{});
   std::vector<std::string> shape_keys;
-  for (const auto& [key, value] : shape_to_json(schedule::ModelShape{}).items()) shape_keys.push_back(key);
+  for (const auto& [key, value] : shape.items()) shape_keys.push_back(key);
   std::vector<std::string> required = schema["properties"]["model_shape"]["required"];
   std::sort(required.begin(), required.end());
   EXPECT_EQ(required, shape_keys);
