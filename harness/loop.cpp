@@ -14,6 +14,7 @@
 #include "flywheel/dedup.h"
 #include "flywheel/results.h"
 #include "vm/abi.h"
+#include "vm/embedded_sources.h"
 
 namespace megasched::harness {
 namespace {
@@ -127,6 +128,9 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
     d.reason = "near-tie (" + pct + ", margin " + margin + "), simpler: " +
                std::to_string(candidate_complexity) + " knobs off default vs " +
                std::to_string(incumbent_complexity);
+  } else if (std::abs(d.gain_us) < 5e-4) {
+    d.reason = "as fast as the incumbent, and not simpler (" + std::to_string(candidate_complexity) +
+               " knobs off default vs " + std::to_string(incumbent_complexity) + ")";
   } else if (std::abs(d.gain_us) <= d.margin_us) {
     d.reason = (d.gain_us > 0 ? "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") but"
                               : "slower by " + fmt("%.3f us", -d.gain_us) + " (" + fmt("%.2f%%", -100.0 * d.gain_us / inc) + "),") +
@@ -162,9 +166,18 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
   std::map<std::string, const flywheel::ResultRow*> row_of;
   for (const auto& row : results.rows) row_of.emplace(row.schedule_id, &row);
 
-  const json versions = {{"abi", ms_abi::kAbiVersion},
-                         {"ir", identity.value("ir_version", json(ms_abi::kAbiVersion))},
-                         {"build", identity.value("build", json("unreported"))}};
+  // The program's binary form is the ABI, so the ABI version is the IR version unless the
+  // evaluator says otherwise; the build is identified by the kernel sources this binary embeds.
+  std::string kernel_sources;
+  for (const vm::EmbeddedSource& source : vm::embedded_sources()) {
+    kernel_sources += source.path;
+    kernel_sources += '\n';
+    kernel_sources += source.text;
+  }
+  const json versions = {
+      {"abi", ms_abi::kAbiVersion},
+      {"ir", identity.value("ir_version", json(ms_abi::kAbiVersion))},
+      {"build", identity.value("build", json("kernel-sources-" + schedule::hash_hex(kernel_sources)))}};
   json fingerprint = identity;
   {
     char host[256] = {0};

@@ -151,7 +151,15 @@ class PriorStrategy : public Strategy {
     std::vector<Proposal> pool;
     for (ScheduleConfig& c : schedule::neighbours(state.incumbent, *state.shape, *state.target))
       pool.push_back({std::move(c), "neighbour of the incumbent", state.incumbent});
-    for (int i = 0; i < pool_size_; ++i)
+    // Multi-knob jumps from the incumbent let the model take several good moves at once;
+    // random configs let it jump elsewhere when it predicts that is better.
+    std::uniform_int_distribution<int> knobs(2, 4);
+    for (int i = 0; i < pool_size_ / 2; ++i) {
+      const int k = knobs(rng_);
+      pool.push_back({schedule::mutate(state.incumbent, *state.shape, *state.target, rng_, k),
+                      std::to_string(k) + "-knob mutation of the incumbent", state.incumbent});
+    }
+    for (int i = 0; i < pool_size_ - pool_size_ / 2; ++i)
       pool.push_back({schedule::random_config(*state.shape, *state.target, rng_), "random", {}});
     double best_score = 0.0;
     const Proposal* best = nullptr;

@@ -4,8 +4,9 @@
 //   hillclimb  one-knob moves around a local base; the base moves on every improvement beyond 1%;
 //              after `restart_after` trials without one (or when every neighbour is tried) it
 //              restarts from a random config
-//   prior      the learned prior (flywheel/prior.h) ranks a pool of random configs and incumbent
-//              neighbours; an `exploration` share of trials is random; retrained after each trial
+//   prior      the learned prior (flywheel/prior.h) ranks a pool of the incumbent's neighbours,
+//              2-4 knob mutations of it and random configs; an `exploration` share of trials is
+//              random; retrained after each trial
 //   proposer   an external command (an agent): the search context as JSON on its stdin, candidate
 //              configs on its stdout (HARNESS.md, "The proposer seam")
 // The loop owns keep/revert and dedup; a strategy only proposes and learns from outcomes.
@@ -78,7 +79,7 @@ struct StrategyOptions {
   std::string name = "hillclimb";   // random | hillclimb | prior | proposer
   uint64_t seed = 0;
   int restart_after = 8;            // hillclimb: trials without a local improvement
-  double exploration = 0.2;         // prior: share of random trials
+  double exploration = 0.1;         // prior: share of random trials
   int pool_size = 256;              // prior: candidates ranked per trial
   int min_prior_samples = 8;        // prior: random trials until it has this many latencies
   std::vector<flywheel::CorpusRecord> training;  // prior: corpus records (same target and device)
