@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <queue>
+#include <span>
 #include <unordered_map>
 #include <utility>
 
@@ -163,7 +165,8 @@ class Checker {
 
   void check_structure() {
     const ModelParamsCheck mp = check_model();
-    footprints_.assign(n_, {});
+    fp_all_.clear();
+    fp_begin_.assign(n_ + 1, 0);
     task_ok_.assign(n_, false);
     std::string error;
     for (uint32_t t = 0; t < n_; ++t) {
@@ -188,14 +191,15 @@ class Checker {
         add("structure", label_.task(t) + " signals counter " + std::to_string(in.signal_counter) + ", but the program has " +
                              std::to_string(p_.counter_totals.size()) + " counters", {t}, {in.signal_counter});
       error.clear();
-      std::vector<Access>& fp = footprints_[t];
+      const size_t first = fp_all_.size();
       if (!mp.ok) {
         ok = false;
-      } else if (!task_footprint(p_, t, &fp, &error)) {
+      } else if (!task_footprint(p_, t, &fp_all_, &error)) {
         add("structure", label_.task(t) + " is malformed: " + error, {t});
         ok = false;
       } else {
-        for (const Access& a : fp) {
+        for (size_t k = first; k < fp_all_.size(); ++k) {
+          const Access& a = fp_all_[k];
           const uint64_t extent = a.buffer < ms_abi::kBufCount ? p_.buffer_elements[a.buffer] : 0;
           if (a.end > extent) {
             add("structure", label_.task(t) + (a.write ? " writes " : " reads ") + fmt_range(a.buffer, a.begin, a.end) +
@@ -209,7 +213,8 @@ class Checker {
           }
         }
       }
-      if (!ok) fp.clear();
+      if (!ok) fp_all_.resize(first);
+      fp_begin_[t + 1] = static_cast<uint32_t>(fp_all_.size());
       task_ok_[t] = ok;
     }
     check_queues();
@@ -304,10 +309,11 @@ class Checker {
 
   // ---- deadlock ---------------------------------------------------------------------------
   // First wait of `task` not satisfied by `value`; -1 when all hold, -2 when a wait is malformed.
-  int first_unsatisfied(uint32_t task, const std::vector<uint64_t>& value) const {
+  // Counters only grow, so waits before `from` that held once still hold.
+  int first_unsatisfied(uint32_t task, const std::vector<uint64_t>& value, uint32_t from = 0) const {
     const ms_abi::Instr& in = p_.tasks[task];
     if (!waits_ok(in)) return -2;
-    for (uint32_t w = 0; w < in.wait_count; ++w) {
+    for (uint32_t w = from; w < in.wait_count; ++w) {
       const ms_abi::Wait& wt = p_.waits[in.wait_begin + w];
       if (!counter_ok(wt.counter)) return -2;
       if (value[wt.counter] < wt.threshold) return static_cast<int>(w);
@@ -330,12 +336,14 @@ class Checker {
     std::vector<int64_t> slot_task(slot_count, -1);  // task waiting in the slot, -1 none
     std::vector<size_t> pos(p_.queues.size(), 0);    // next entry of each queue
     std::vector<int> malformed(slot_count, 0);
+    std::vector<uint32_t> cursor(slot_count, 0);  // first wait of the slot's task not yet seen to hold
     std::vector<uint32_t> work;
     auto refill = [&](uint32_t s) {
       const std::vector<uint32_t>& q = dynamic ? p_.queues[0] : p_.queues[s];
       size_t& next = dynamic ? pos[0] : pos[s];
       while (next < q.size() && q[next] >= n_) ++next;  // ids out of range: a structure error already
       slot_task[s] = next < q.size() ? static_cast<int64_t>(q[next++]) : -1;
+      cursor[s] = 0;
     };
     for (uint32_t s = 0; s < slot_count; ++s) {
       refill(s);
@@ -347,12 +355,13 @@ class Checker {
       work.pop_back();
       while (slot_task[s] >= 0) {
         const uint32_t t = static_cast<uint32_t>(slot_task[s]);
-        const int w = first_unsatisfied(t, value);
+        const int w = first_unsatisfied(t, value, cursor[s]);
         if (w == -2) {
           malformed[s] = 1;
           break;
         }
         if (w >= 0) {
+          cursor[s] = static_cast<uint32_t>(w);
           const ms_abi::Wait& wt = p_.waits[p_.tasks[t].wait_begin + w];
           blocked[wt.counter].push({wt.threshold, s});
           break;
@@ -420,6 +429,7 @@ class Checker {
   // (membership is then "signals c"); partial ones list their producers, sorted by id.
   struct Join {
     uint32_t counter = 0;
+    uint32_t threshold = 0;
     bool full = false;
     std::vector<uint32_t> producers;
   };
@@ -454,7 +464,8 @@ class Checker {
         }
     }
     wait_join_.assign(p_.waits.size(), -1);
-    std::unordered_map<uint64_t, int32_t> join_of;  // (counter << 32 | threshold) -> join
+    // Per counter, the joins made so far as (threshold, join); nearly always one entry.
+    std::vector<std::vector<std::pair<uint32_t, int32_t>>> join_of(p_.counter_totals.size());
     for (uint32_t t = 0; t < n_; ++t) {
       const ms_abi::Instr& in = p_.tasks[t];
       if (!waits_ok(in)) continue;
@@ -462,11 +473,12 @@ class Checker {
         const uint32_t wi = in.wait_begin + w;
         const ms_abi::Wait& wt = p_.waits[wi];
         if (!counter_ok(wt.counter) || wt.threshold == 0) continue;
-        const uint64_t key = (static_cast<uint64_t>(wt.counter) << 32) | wt.threshold;
-        auto it = join_of.find(key);
-        if (it == join_of.end()) {
+        auto& known = join_of[wt.counter];
+        auto it = std::find_if(known.begin(), known.end(), [&](const auto& e) { return e.first == wt.threshold; });
+        if (it == known.end()) {
           Join j;
           j.counter = wt.counter;
+          j.threshold = wt.threshold;
           j.producers = guaranteed_simple(wt.counter, wt.threshold);
           j.full = j.producers.size() == producers_[wt.counter].size();
           std::sort(j.producers.begin(), j.producers.end());
@@ -474,8 +486,11 @@ class Checker {
           if (!j.producers.empty()) {
             id = static_cast<int32_t>(joins_.size());
             joins_.push_back(std::move(j));
+          } else if (!producers_[wt.counter].empty()) {
+            has_empty_partial_ = true;
           }
-          it = join_of.emplace(key, id).first;
+          known.push_back({wt.threshold, id});
+          it = known.end() - 1;
         }
         wait_join_[wi] = it->second;
       }
@@ -488,18 +503,9 @@ class Checker {
   // the simple joins, which are sound, so the refined joins are sound too.
   void refine_partial_joins() {
     std::vector<std::pair<size_t, std::vector<uint32_t>>> grown;
-    std::unordered_map<uint64_t, uint32_t> threshold_of;  // join -> one threshold that made it
-    for (uint32_t t = 0; t < n_; ++t) {
-      const ms_abi::Instr& in = p_.tasks[t];
-      if (!waits_ok(in)) continue;
-      for (uint32_t w = 0; w < in.wait_count; ++w) {
-        const int32_t j = wait_join_[in.wait_begin + w];
-        if (j >= 0) threshold_of.emplace(static_cast<uint64_t>(j), p_.waits[in.wait_begin + w].threshold);
-      }
-    }
     // Partial waits with no guaranteed producer have no join yet: give them one if refinement finds any.
     std::unordered_map<uint64_t, std::vector<uint32_t>> empty_waits;  // key -> wait indices
-    for (uint32_t t = 0; t < n_; ++t) {
+    for (uint32_t t = 0; t < n_ && has_empty_partial_; ++t) {
       const ms_abi::Instr& in = p_.tasks[t];
       if (!waits_ok(in)) continue;
       for (uint32_t w = 0; w < in.wait_count; ++w) {
@@ -528,7 +534,7 @@ class Checker {
     };
     for (size_t j = 0; j < joins_.size(); ++j) {
       if (joins_[j].full) continue;
-      std::vector<uint32_t> r = refine(joins_[j].counter, threshold_of[j], joins_[j].producers);
+      std::vector<uint32_t> r = refine(joins_[j].counter, joins_[j].threshold, joins_[j].producers);
       if (r.size() != joins_[j].producers.size()) grown.push_back({j, std::move(r)});
     }
     std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> fresh;  // (producers, waits)
@@ -543,6 +549,7 @@ class Checker {
     for (auto& [r, waits] : fresh) {
       Join jn;
       jn.counter = p_.waits[waits[0]].counter;
+      jn.threshold = p_.waits[waits[0]].threshold;
       jn.full = r.size() == producers_[jn.counter].size();
       jn.producers = std::move(r);
       for (uint32_t wi : waits) wait_join_[wi] = static_cast<int32_t>(joins_.size());
@@ -613,7 +620,7 @@ class Checker {
     // waits for that counter in full).
     std::vector<std::vector<WriteRange>> writes(ms_abi::kBufCount);
     for (uint32_t t = 0; t < n_; ++t)
-      for (const Access& a : footprints_[t])
+      for (const Access& a : footprint(t))
         if (a.write) writes[a.buffer].push_back({a.begin, a.end, t});
     std::vector<std::vector<uint64_t>> max_end(ms_abi::kBufCount);
     std::vector<std::vector<uint32_t>> run_end(ms_abi::kBufCount);
@@ -635,17 +642,20 @@ class Checker {
     }
     // Elements a read may find without a writer in this step: inputs (weights, the step cell's
     // token/position/epoch, the KV history, regions marked input) and whatever some task writes.
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> covered(ms_abi::kBufCount);
-    for (uint32_t b = 0; b < ms_abi::kBufCount; ++b)
-      for (const WriteRange& w : writes[b]) covered[b].push_back({w.begin, w.end});
-    covered[ms_abi::kBufStep].push_back({0, 3});
+    const std::vector<std::vector<std::pair<uint64_t, uint64_t>>> written = covered_writes(writes);
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount), covered(ms_abi::kBufCount);
+    inputs[ms_abi::kBufStep].push_back({0, 3});
     for (const Region& r : p_.regions)
-      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end) covered[r.buffer].push_back({r.begin, r.end});
-    for (auto& c : covered) merge(&c);
+      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end) inputs[r.buffer].push_back({r.begin, r.end});
+    for (uint32_t b = 0; b < ms_abi::kBufCount; ++b) {
+      std::sort(inputs[b].begin(), inputs[b].end());
+      std::merge(written[b].begin(), written[b].end(), inputs[b].begin(), inputs[b].end(), std::back_inserter(covered[b]));
+      merge_sorted(&covered[b]);
+    }
 
     std::vector<uint32_t> full_mark(p_.counter_totals.size(), UINT32_MAX);  // counter -> reader waiting on it in full
     for (uint32_t x = 0; x < n_; ++x) {
-      if (footprints_[x].empty()) continue;
+      if (footprint(x).empty()) continue;
       const ms_abi::Instr& in = p_.tasks[x];
       if (waits_ok(in))
         for (uint32_t w = 0; w < in.wait_count; ++w) {
@@ -653,7 +663,7 @@ class Checker {
           if (j >= 0 && joins_[static_cast<size_t>(j)].full) full_mark[joins_[static_cast<size_t>(j)].counter] = x;
         }
       size_t reported = 0;
-      for (const Access& a : footprints_[x]) {
+      for (const Access& a : footprint(x)) {
         if (a.write || a.buffer == ms_abi::kBufWeights) continue;
         if (a.buffer != ms_abi::kBufKv) check_covered(x, a, covered[a.buffer]);
         if (!ran_[x]) continue;  // never runs (deadlock, reported): it cannot race
@@ -689,7 +699,7 @@ class Checker {
         }
       }
     }
-    check_logits(covered_writes(writes));
+    check_logits(written);
   }
 
   void check_double_writes(uint32_t buffer, const std::vector<WriteRange>& w) {
@@ -710,8 +720,8 @@ class Checker {
     }
   }
 
-  static void merge(std::vector<std::pair<uint64_t, uint64_t>>* v) {
-    std::sort(v->begin(), v->end());
+  // Merges touching or overlapping ranges of a list sorted by begin.
+  static void merge_sorted(std::vector<std::pair<uint64_t, uint64_t>>* v) {
     std::vector<std::pair<uint64_t, uint64_t>> out;
     for (const auto& r : *v) {
       if (!out.empty() && r.first <= out.back().second)
@@ -744,8 +754,8 @@ class Checker {
       const std::vector<std::vector<WriteRange>>& writes) {
     std::vector<std::vector<std::pair<uint64_t, uint64_t>>> out(writes.size());
     for (size_t b = 0; b < writes.size(); ++b) {
-      for (const WriteRange& w : writes[b]) out[b].push_back({w.begin, w.end});
-      merge(&out[b]);
+      for (const WriteRange& w : writes[b]) out[b].push_back({w.begin, w.end});  // sorted by begin already
+      merge_sorted(&out[b]);
     }
     return out;
   }
@@ -765,7 +775,11 @@ class Checker {
   const uint32_t n_;
   ValidationReport report_;
   std::map<std::string, size_t> counts_;
-  std::vector<std::vector<Access>> footprints_;
+  std::vector<Access> fp_all_;     // every task's accesses, task t at [fp_begin_[t], fp_begin_[t + 1])
+  std::vector<uint32_t> fp_begin_;
+  std::span<const Access> footprint(uint32_t t) const {
+    return {fp_all_.data() + fp_begin_[t], fp_all_.data() + fp_begin_[t + 1]};
+  }
   std::vector<char> task_ok_;
   std::vector<std::vector<uint32_t>> producers_;
   std::vector<uint64_t> actual_total_;
@@ -778,6 +792,7 @@ class Checker {
   std::vector<uint32_t> anc_stamp_, join_stamp_;       // ancestor search marks
   uint32_t anc_epoch_ = 0;
   uint32_t anc_for_ = UINT32_MAX;                      // task whose ancestors the marks hold
+  bool has_empty_partial_ = false;                     // some wait guarantees no producer by the simple rule
 };
 
 }  // namespace

@@ -314,27 +314,36 @@ TEST(ScheduleFootprint, WidensKvAccessesToWholeHeads) {
 }
 
 // Every config of a random search over the real search space lowers to a program the validator
-// accepts (500 per model; the default and smallest tiles included by the sampler's reach).
-class ValidatorOnRealLowerings : public ::testing::TestWithParam<const char*> {};
+// accepts. 500 configs on toy here; small and llama-1b lower slowly, so the unit test samples fewer
+// and `megasched validate --model M --random-configs 500` runs the full 500 (dev/validator_notes.md).
+struct RealSearch {
+  const char* model;
+  int configs;
+};
+class ValidatorOnRealLowerings : public ::testing::TestWithParam<RealSearch> {};
 
 TEST_P(ValidatorOnRealLowerings, AcceptsEveryRandomConfig) {
-  const ModelShape shape = *find_preset(GetParam());
+  const ModelShape shape = *find_preset(GetParam().model);
   const GpuTarget target = *find_target("h100");
   std::mt19937_64 rng(20261122);
-  int lowered = 0;
-  for (int i = 0; i < 500; ++i) {
+  for (int i = 0; i < GetParam().configs; ++i) {
     const ScheduleConfig cfg = random_config(shape, target, rng);
     std::string error;
     const std::optional<Program> p = lower(shape, target, cfg, &error);
     ASSERT_TRUE(p) << error << "\n" << canonical_string(cfg);
-    ++lowered;
     const ValidationReport r = validate(*p, target);
     ASSERT_TRUE(r.ok()) << canonical_string(cfg) << "\n" << to_json(r).dump(1).substr(0, 4000);
   }
-  EXPECT_EQ(lowered, 500);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ValidatorOnRealLowerings, ::testing::Values("toy", "small", "llama-1b"));
+INSTANTIATE_TEST_SUITE_P(Models, ValidatorOnRealLowerings,
+                         ::testing::Values(RealSearch{"toy", 500}, RealSearch{"small", 40}, RealSearch{"llama-1b", 6}),
+                         [](const auto& info) {
+                           std::string name = info.param.model;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace megasched::schedule
