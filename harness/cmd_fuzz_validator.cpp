@@ -29,6 +29,7 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
     uint64_t n = 10000;
     uint64_t seed = 1;
     std::string out;
+    std::string dump_dir;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("fuzz-validator",
@@ -36,6 +37,8 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--n", opt->n, "Programs to generate")->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Generator seed")->capture_default_str();
   cmd->add_option("--out", opt->out, "Also write the JSON summary to this file");
+  cmd->add_option("--dump-rejected-safe", opt->dump_dir,
+                  "Write each program validate() rejects but the ground truth calls safe to DIR/<index>.json");
   cmd->callback([&ctx, opt] {
     using namespace schedule;
     const GpuTarget target = fuzz_target(4);
@@ -59,18 +62,22 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
         ++kept;
       }
     }
-    so.record = [&weights](const Program& p, std::vector<std::vector<uint64_t>>* reads,
+    so.record = [&weights](const Program& p, int32_t position, std::vector<std::vector<uint64_t>>* reads,
                            std::vector<std::vector<uint64_t>>* writes) {
       auto it = weights.find(p.model_name);
       const Weights& w = it != weights.end() ? it->second : weights.at("toy");  // hand-built programs read no weights
       TaskAccesses acc;
       std::string error;
-      if (!record_accesses(p, w, 3, &acc, &error)) return false;
+      if (!record_accesses(p, w, position, &acc, &error)) return false;
       *reads = std::move(acc.reads);
       *writes = std::move(acc.writes);
       return true;
     };
     so.progress = [](uint64_t done) { std::fprintf(stderr, "fuzz-validator: %llu programs\n", static_cast<unsigned long long>(done)); };
+    if (!opt->dump_dir.empty())
+      so.on_rejected_safe = [dir = opt->dump_dir](uint64_t i, const std::string&, const Program& p) {
+        std::ofstream(dir + "/" + std::to_string(i) + ".json") << to_json(p).dump() << "\n";
+      };
     const Scorecard card = run_scorecard(so);
     std::fputs(format_scorecard(card).c_str(), stderr);
     nlohmann::json j = to_json(card);

@@ -19,11 +19,20 @@ const Weights& toy_weights() {
   return w;
 }
 
+// The verdict over every position that matters (an unsafe position makes the program unsafe).
 GroundTruth truth_of(const Program& p, const GpuTarget& t = fuzz_target()) {
-  TaskAccesses acc;
-  std::string error;
-  EXPECT_TRUE(record_accesses(p, toy_weights(), 3, &acc, &error)) << error;
-  return explore_ground_truth(p, t, acc);
+  GroundTruth all;
+  for (int32_t position : ground_truth_positions(p)) {
+    TaskAccesses acc;
+    std::string error;
+    EXPECT_TRUE(record_accesses(p, toy_weights(), position, &acc, &error)) << error;
+    const GroundTruth g = explore_ground_truth(p, t, acc);
+    all.complete = all.complete && g.complete;
+    all.states += g.states;
+    all.kinds.insert(g.kinds.begin(), g.kinds.end());
+    all.findings.insert(all.findings.end(), g.findings.begin(), g.findings.end());
+  }
+  return all;
 }
 
 TEST(GroundTruth, RecordsElementAccessesFromTheReferenceVm) {
@@ -147,6 +156,29 @@ TEST(GroundTruth, RealToyLoweringsAreSafeAndOrderIndependent) {
     ++checked;
   }
   EXPECT_EQ(checked, 6);
+}
+
+TEST(GroundTruth, CoversEveryPositionAtWhichAPartitionReadsTheCurrentKey) {
+  ScheduleConfig cfg;
+  cfg.tiling.attn_kv_partitions = 4;
+  std::string error;
+  const std::optional<Program> p = lower(*find_preset("toy"), fuzz_target(4), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  EXPECT_EQ(ground_truth_positions(*p), (std::vector<int32_t>{0, 1, 2, 3}));
+  // Partition 0 without its wait on the K/V append: safe at position 3 (it reads only history
+  // there), unsafe at position 0 (it reads the key being appended).
+  Program m = *p;
+  bool dropped = false;
+  for (auto& in : m.tasks)
+    if (in.opcode == ms_abi::kAttnPartial && in.param1 == 0 && !dropped) {
+      in.wait_count = 0;
+      dropped = true;
+    }
+  ASSERT_TRUE(dropped);
+  TaskAccesses at3;
+  ASSERT_TRUE(record_accesses(m, toy_weights(), 3, &at3, &error));
+  EXPECT_FALSE(truth_of(m, fuzz_target(4)).safe());
+  EXPECT_FALSE(validate(m, fuzz_target(4)).ok());
 }
 
 TEST(GroundTruth, DynamicCheckSeesADroppedWait) {

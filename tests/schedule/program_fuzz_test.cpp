@@ -66,10 +66,11 @@ TEST(ProgramFuzz, ScorecardAcceptsNothingUnsafe) {
   opt.n = 400;
   opt.seed = 1;
   opt.bases = {toy_base()};
-  opt.record = [](const Program& p, std::vector<std::vector<uint64_t>>* reads, std::vector<std::vector<uint64_t>>* writes) {
+  opt.record = [](const Program& p, int32_t position, std::vector<std::vector<uint64_t>>* reads,
+                  std::vector<std::vector<uint64_t>>* writes) {
     TaskAccesses acc;
     std::string error;
-    if (!record_accesses(p, toy_weights(), 3, &acc, &error)) return false;
+    if (!record_accesses(p, toy_weights(), position, &acc, &error)) return false;
     *reads = std::move(acc.reads);
     *writes = std::move(acc.writes);
     return true;
