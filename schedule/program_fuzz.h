@@ -89,6 +89,7 @@ struct ScorecardRow {
   uint64_t unsafe = 0;            // unsafe by the ground truth
   uint64_t accepted_unsafe = 0;   // validate() accepted a program the ground truth calls unsafe
   uint64_t rejected_safe = 0;     // validate() rejected a program the ground truth calls safe
+  uint64_t rejected_safe_occupancy = 0;  // of those: safe only because busy dynamic-queue workers order tasks
   uint64_t inconclusive = 0;      // the ground truth hit its state limit (not counted above)
   std::vector<std::string> rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few
   std::vector<std::string> accepted_unsafe_cases;  // ground-truth finding, first few
