@@ -22,5 +22,6 @@ void add_models_command(CLI::App& app, CliContext& ctx);
 void add_targets_command(CLI::App& app, CliContext& ctx);
 void add_propose_command(CLI::App& app, CliContext& ctx);
 void add_evaluate_command(CLI::App& app, CliContext& ctx);
+void add_generate_command(CLI::App& app, CliContext& ctx);
 
 }  // namespace megasched::harness

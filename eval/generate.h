@@ -1,0 +1,46 @@
+// Greedy generation with one built program: the prompt is fed one token per step from position 0,
+// then each step's argmax becomes the next step's token. The KV cache persists across steps, and
+// the program (and, on a GPU, the kernel) is lowered and built once for every step. With verify,
+// every step's logits and token are checked against the eager reference.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "schedule/config.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
+
+namespace megasched::eval {
+
+struct GenerateOptions {
+  std::vector<int32_t> prompt;  // token ids, at least one
+  int max_tokens = 16;          // tokens to generate after the prompt
+  std::string device = "cpu";   // "cpu" (ReferenceVm) | "gpu" (the megakernel)
+  bool verify = false;          // compare every step with the eager reference
+  /// Called with each step's logits (position, vocab floats), e.g. to dump them for a cross-check.
+  std::function<void(int, const std::vector<float>&)> on_logits;
+};
+
+struct GenerateResult {
+  bool ok = false;                // ran to the end (and, with verify, every step matched)
+  std::string error;              // one line when !ok
+  std::vector<int32_t> tokens;    // generated tokens (excluding the prompt)
+  std::vector<double> step_us;    // wall time of each step (prompt steps included)
+  double tokens_per_s = 0.0;      // generated tokens over the time of the generating steps
+  int steps_verified = 0;
+  double max_rel_err = 0.0;       // worst over verified steps
+  int first_mismatch_step = -1;   // step whose token or logits differ from eager (-1: none)
+};
+
+/// Lowers `config` once, validates it, and generates.
+GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
+                        const schedule::ScheduleConfig& config, const GenerateOptions& options);
+
+nlohmann::json to_json(const GenerateResult& result);
+
+}  // namespace megasched::eval

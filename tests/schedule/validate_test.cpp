@@ -1,0 +1,3 @@
+#include "schedule/validate.h"
+#include <gtest/gtest.h>
+TEST(ScheduleValidator, Placeholder) { EXPECT_TRUE(true); }
