@@ -7,6 +7,7 @@
 #include <set>
 
 #include "schedule/search.h"
+#include "schedule/validate.h"
 
 namespace megasched::schedule {
 namespace {
@@ -148,6 +149,20 @@ TEST(Lowering, RandomConfigsGiveWellFormedPrograms) {
         }
       }
       EXPECT_EQ(increments, p.counter_totals);
+    }
+  }
+}
+
+TEST(Lowering, RandomConfigsPassTheValidator) {
+  std::mt19937_64 rng(11);
+  const GpuTarget target = test_target();
+  for (const char* name : {"toy", "toy-2L"}) {
+    const ModelShape shape = *find_preset(name);
+    for (int i = 0; i < 60; ++i) {
+      const ScheduleConfig config = i == 0 ? ScheduleConfig{} : random_config(shape, target, rng);
+      const ValidationReport report = validate(lower_ok(shape, config, target), target);
+      EXPECT_TRUE(report.ok()) << name << " " << canonical_string(config) << ": "
+                               << (report.ok() ? "" : report.diagnostics[0].message);
     }
   }
 }
