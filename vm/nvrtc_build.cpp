@@ -11,17 +11,10 @@
 namespace megasched::vm {
 
 std::vector<std::string> kernel_defines(const schedule::Program& program) {
-  const schedule::KernelBuild& b = program.build;
-  std::vector<std::string> d = {
-      "MS_HEAD_DIM=" + std::to_string(program.model.head_dim),
-      "MS_KV_BF16=" + std::to_string(program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0),
-      "MS_ROWS_PER_WARP=" + std::to_string(b.rows_per_warp),
-      "MS_THREADS=" + std::to_string(program.launch.threads_per_block),
-      "MS_UNROLL=" + std::to_string(b.unroll),
-      "MS_VECTOR_BYTES=" + std::to_string(b.vector_bytes),
-      "MS_WEIGHT_BF16=" + std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0),
-      "MS_WEIGHT_LOAD=" + std::to_string(b.weight_load),
-  };
+  std::vector<std::string> d = program.build.defines();
+  d.push_back("MS_HEAD_DIM=" + std::to_string(program.model.head_dim));
+  d.push_back("MS_KV_BF16=" + std::to_string(program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
+  d.push_back("MS_WEIGHT_BF16=" + std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
   std::sort(d.begin(), d.end());
   return d;
 }
