@@ -28,7 +28,7 @@ struct Shared {
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // ---- kEmbed ----
-__device__ __forceinline__ void op_embed(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void embed(const KernelArgs& a, const Instr& in) {
   const uint64_t row = uint64_t(uint32_t(a.step->token)) * in.ld;
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = weight_at(a, in.weight + row + r);
@@ -36,7 +36,7 @@ __device__ __forceinline__ void op_embed(const KernelArgs& a, const Instr& in) {
 }
 
 // ---- kRmsNorm ----
-__device__ __forceinline__ void op_rms_norm(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void rms_norm(const KernelArgs& a, const Instr& in, Shared& s) {
   const float inv = block_inv_rms(a.act + in.in, in.col_end, a.model.rms_eps, s.red);
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = act_load(a.act + in.in + r) * inv * weight_at(a, in.weight2 + r);
@@ -172,7 +172,7 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 
 /// The GEMV: rows in chunks of kEpilogueRows; the input vector staged through the page ring in
 /// chunks of its capacity (no pages: computed on the fly from global memory).
-__device__ __forceinline__ void op_gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
+__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float inv = 0.0f;
   if (in.flags & kFlagNormPrologue) inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
@@ -212,7 +212,7 @@ __device__ __forceinline__ void op_gemv(const KernelArgs& a, const Instr& in, Sh
 }
 
 // ---- kGemvReduce ----
-__device__ __forceinline__ void op_gemv_reduce(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void gemv_reduce(const KernelArgs& a, const Instr& in, Shared& s) {
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
     const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
     for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) {
@@ -227,7 +227,7 @@ __device__ __forceinline__ void op_gemv_reduce(const KernelArgs& a, const Instr&
 }
 
 // ---- kRopeKv ----
-__device__ __forceinline__ void op_rope_kv(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void rope_kv(const KernelArgs& a, const Instr& in, Shared& s) {
   Instr rope = in;
   rope.flags = kFlagRopeKv;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
@@ -273,7 +273,7 @@ __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int
   }
 }
 
-__device__ __forceinline__ void op_attn_partial(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& in, Shared& s) {
   const ModelParams& m = a.model;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t g = in.param0, p = in.param1, P = in.param2;
@@ -391,7 +391,7 @@ __device__ __forceinline__ void op_attn_partial(const KernelArgs& a, const Instr
 }
 
 // ---- kAttnCombine ----
-__device__ __forceinline__ void op_attn_combine(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& in) {
   const uint32_t hd = a.model.head_dim, heads = a.model.heads, P = in.param2;
   const uint32_t rec_len = hd + 2;
   const uint32_t nh = in.row_end - in.row_begin;
@@ -411,21 +411,21 @@ __device__ __forceinline__ void op_attn_combine(const KernelArgs& a, const Instr
 }
 
 // ---- kSiluMul ----
-__device__ __forceinline__ void op_silu_mul(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void silu_mul(const KernelArgs& a, const Instr& in) {
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = silu(act_load(a.act + in.in + r)) * act_load(a.act + in.in2 + r);
   }
 }
 
 // ---- kAdd ----
-__device__ __forceinline__ void op_add(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void add(const KernelArgs& a, const Instr& in) {
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = act_load(a.act + in.in + r) + act_load(a.act + in.in2 + r);
   }
 }
 
 // ---- kArgmax ----
-__device__ __forceinline__ void op_argmax(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Shared& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float best = neg_inf();
   int32_t best_i = 0x7fffffff;
@@ -469,16 +469,16 @@ __device__ __forceinline__ void op_argmax(const KernelArgs& a, const Instr& in, 
 /// added without a device function).
 __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
   switch (static_cast<Opcode>(in.opcode)) {
-    case kEmbed: op_embed(a, in); break;
-    case kRmsNorm: op_rms_norm(a, in, s); break;
-    case kGemv: op_gemv(a, in, s, pages); break;
-    case kGemvReduce: op_gemv_reduce(a, in, s); break;
-    case kRopeKv: op_rope_kv(a, in, s); break;
-    case kAttnPartial: op_attn_partial(a, in, s); break;
-    case kAttnCombine: op_attn_combine(a, in); break;
-    case kSiluMul: op_silu_mul(a, in); break;
-    case kAdd: op_add(a, in); break;
-    case kArgmax: op_argmax(a, in, s); break;
+    case kEmbed: embed(a, in); break;
+    case kRmsNorm: rms_norm(a, in, s); break;
+    case kGemv: gemv(a, in, s, pages); break;
+    case kGemvReduce: gemv_reduce(a, in, s); break;
+    case kRopeKv: rope_kv(a, in, s); break;
+    case kAttnPartial: attn_partial(a, in, s); break;
+    case kAttnCombine: attn_combine(a, in); break;
+    case kSiluMul: silu_mul(a, in); break;
+    case kAdd: add(a, in); break;
+    case kArgmax: argmax(a, in, s); break;
     case kOpcodeCount: break;
   }
 }
