@@ -25,6 +25,7 @@ const CommandEntry kCommands[] = {
     {"targets", megasched::harness::add_targets_command},
     {"propose", megasched::harness::add_propose_command},
     {"evaluate", megasched::harness::add_evaluate_command},
+    {"generate", megasched::harness::add_generate_command},
 };
 
 }  // namespace
