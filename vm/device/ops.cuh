@@ -328,21 +328,29 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
           mx[j] = mnew;
         }
       }
+      // Values: kValueBatch keys' rows are loaded before any is used, so their latencies overlap.
+      constexpr uint32_t kValueBatch = 8;
       const uint32_t keys = min(32u, t1 - kb);
-      for (uint32_t k = 0; k < keys; ++k) {
-        const KvT* vrow = V + uint64_t(kb + k) * kHeadDim;
-        float vv[kHeadDimPerLane];
+      for (uint32_t k0 = 0; k0 < keys; k0 += kValueBatch) {
+        float vv[kValueBatch][kHeadDimPerLane];
 #pragma unroll
-        for (int i = 0; i < kHeadDimPerLane; ++i) {
-          const int d = lane + 32 * i;
-          vv[i] = d < kHeadDim ? kv_load(vrow + d) : 0.0f;
+        for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
+          const KvT* vrow = V + uint64_t(kb + k0 + kk) * kHeadDim;
+#pragma unroll
+          for (int i = 0; i < kHeadDimPerLane; ++i) {
+            const int d = lane + 32 * i;
+            vv[kk][i] = (k0 + kk < keys && d < kHeadDim) ? kv_load(vrow + d) : 0.0f;
+          }
         }
 #pragma unroll
-        for (int j = 0; j < kAttnHeadBatch; ++j) {
-          const float pk = __shfl_sync(0xffffffffu, pr[j], int(k));
-          if (j < nh) {
+        for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
 #pragma unroll
-            for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] += pk * vv[i];
+          for (int j = 0; j < kAttnHeadBatch; ++j) {
+            const float pk = __shfl_sync(0xffffffffu, pr[j], int(k0 + kk) & 31);  // 0 for keys past t1
+            if (j < nh) {
+#pragma unroll
+              for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] += pk * vv[kk][i];
+            }
           }
         }
       }
