@@ -130,21 +130,42 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
     constexpr uint32_t kStep = 32 * kVecElems;
     const uint32_t vend = k0 + ((k1 - k0) / kVecElems) * kVecElems;
     uint32_t c = k0 + lane * kVecElems;
-    for (; c + (kUnroll - 1) * kStep + kVecElems <= vend; c += kUnroll * kStep) {
-      WeightVec v[kUnroll][kRowsPerWarp];
+    // Batches of kUnroll vectors per row, double-buffered in registers: the next batch's loads are
+    // in flight while this one is multiplied, so a warp always has two batches outstanding.
+    constexpr uint32_t kBatch = kUnroll * kStep;
+    if (c + (kUnroll - 1) * kStep + kVecElems <= vend) {
+      WeightVec cur[kUnroll][kRowsPerWarp], nxt[kUnroll][kRowsPerWarp];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-        for (int j = 0; j < kRowsPerWarp; ++j) v[u][j] = load_weight_vec(rowp[j] + c + u * kStep);
+        for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = load_weight_vec(rowp[j] + c + u * kStep);
       }
+      while (true) {
+        const uint32_t cn = c + kBatch;
+        const bool more = cn + (kUnroll - 1) * kStep + kVecElems <= vend;
+        if (more) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+          for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-        for (int e = 0; e < kVecElems; ++e) {
-          const uint32_t col = c + u * kStep + e;
-          const float xv = staged ? x[col] : gemv_input(a, in, col, inv);
+            for (int j = 0; j < kRowsPerWarp; ++j) nxt[u][j] = load_weight_vec(rowp[j] + cn + u * kStep);
+          }
+        }
 #pragma unroll
-          for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(v[u][j], e) * xv;
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int e = 0; e < kVecElems; ++e) {
+            const uint32_t col = c + u * kStep + e;
+            const float xv = staged ? x[col] : gemv_input(a, in, col, inv);
+#pragma unroll
+            for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(cur[u][j], e) * xv;
+          }
+        }
+        c = cn;
+        if (!more) break;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = nxt[u][j];
         }
       }
     }
