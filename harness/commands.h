@@ -27,3 +27,8 @@ void add_doctor_command(CLI::App& app, CliContext& ctx);    // harness/cmd_docto
 void add_baseline_command(CLI::App& app, CliContext& ctx);  // harness/cmd_baseline.cpp
 
 }  // namespace megasched::harness
+
+namespace megasched::harness {
+void add_validate_command(CLI::App& app, CliContext& ctx);        // harness/cmd_validate.cpp
+void add_fuzz_validator_command(CLI::App& app, CliContext& ctx);  // harness/cmd_fuzz_validator.cpp
+}  // namespace megasched::harness
