@@ -57,7 +57,8 @@ float round_to_dtype(float value, schedule::DType dtype) {
 
 }  // namespace
 
-void rms_norm(std::span<const float> x, std::span<const float> gamma, float eps, std::span<float> out) {
+void rms_norm(std::span<const float> x, std::span<const float> gamma, float eps,
+              std::span<float> out) {
   MS_EAGER_REQUIRE(gamma.size() == x.size() && out.size() == x.size(), "rms_norm: size mismatch");
   float sum_sq = 0.0f;
   for (float v : x) sum_sq += v * v;
@@ -119,8 +120,8 @@ void gemv(const schedule::Weights& weights, int64_t offset, int64_t rows, int64_
   MS_EAGER_REQUIRE(offset >= 0 && offset + rows * cols <= weights.layout.total_elements,
                    "gemv: weights out of the arena");
   int n_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-  n_threads = static_cast<int>(std::clamp<int64_t>(rows * cols / kParallelElements, 1,
-                                                   std::min<int64_t>(n_threads, rows)));
+  n_threads = static_cast<int>(
+      std::clamp<int64_t>(rows * cols / kParallelElements, 1, std::min<int64_t>(n_threads, rows)));
   if (n_threads == 1) {
     gemv_rows(weights, offset, 0, rows, cols, x.data(), y.data());
     return;
@@ -129,7 +130,8 @@ void gemv(const schedule::Weights& weights, int64_t offset, int64_t rows, int64_
   for (int t = 0; t < n_threads; ++t) {
     const int64_t begin = rows * t / n_threads;
     const int64_t end = rows * (t + 1) / n_threads;
-    pool.emplace_back([&, begin, end] { gemv_rows(weights, offset, begin, end, cols, x.data(), y.data()); });
+    pool.emplace_back(
+        [&, begin, end] { gemv_rows(weights, offset, begin, end, cols, x.data(), y.data()); });
   }
   for (std::thread& t : pool) t.join();
 }
@@ -166,7 +168,8 @@ std::vector<float> EagerModel::step(int32_t token, int32_t position) {
   const int n_keys = position + 1;
 
   std::vector<float> x(static_cast<size_t>(h));
-  for (int64_t i = 0; i < h; ++i) x[static_cast<size_t>(i)] = weights_.at(layout.embed + token * h + i);
+  for (int64_t i = 0; i < h; ++i)
+    x[static_cast<size_t>(i)] = weights_.at(layout.embed + token * h + i);
   std::vector<float> gamma, normed(static_cast<size_t>(h)), proj(static_cast<size_t>(h));
   std::vector<float> qkv(static_cast<size_t>(q_dim + 2 * kv_dim)), attn(static_cast<size_t>(q_dim));
   std::vector<float> gate_up(static_cast<size_t>(2) * s.ffn), mlp(static_cast<size_t>(s.ffn));
@@ -180,7 +183,8 @@ std::vector<float> EagerModel::step(int32_t token, int32_t position) {
     std::span<float> q(qkv.data(), static_cast<size_t>(q_dim));
     std::span<float> k(qkv.data() + q_dim, static_cast<size_t>(kv_dim));
     std::span<float> v(qkv.data() + q_dim + kv_dim, static_cast<size_t>(kv_dim));
-    for (int head = 0; head < s.heads; ++head) apply_rope(q.subspan(static_cast<size_t>(head) * hd, hd), position, inv_freq_);
+    for (int head = 0; head < s.heads; ++head)
+      apply_rope(q.subspan(static_cast<size_t>(head) * hd, hd), position, inv_freq_);
     for (int g = 0; g < s.kv_heads; ++g) {
       apply_rope(k.subspan(static_cast<size_t>(g) * hd, hd), position, inv_freq_);
       const size_t at = cache_offset(l, g) + static_cast<size_t>(position) * hd;

@@ -12,7 +12,8 @@
 namespace megasched::eval {
 
 /// RMSNorm: out[i] = (x[i] * inv) * gamma[i], inv = 1 / sqrt(mean(x^2) + eps). `out` may alias `x`.
-void rms_norm(std::span<const float> x, std::span<const float> gamma, float eps, std::span<float> out);
+void rms_norm(std::span<const float> x, std::span<const float> gamma, float eps,
+              std::span<float> out);
 
 /// RoPE, rotate-half pairing, on one head in place: for d < head_dim / 2, with
 /// angle = float(position) * inv_freq[d]:

@@ -22,6 +22,8 @@ struct GenerateOptions {
   int max_tokens = 16;          // tokens to generate after the prompt
   std::string device = "cpu";   // "cpu" (ReferenceVm) | "gpu" (the megakernel)
   bool verify = false;          // compare every step with the eager reference
+  /// Called with each step's logits (position, vocab floats), e.g. to dump them for a cross-check.
+  std::function<void(int, const std::vector<float>&)> on_logits;
 };
 
 struct GenerateResult {

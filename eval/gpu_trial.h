@@ -25,6 +25,8 @@ struct GpuTrialOptions {
   bool time_baseline = true;    // also time the cuBLAS CUDA-graph baseline, interleaved
   double hang_timeout_s = 5.0;  // device-side spin bound
   bool force_launch = false;    // test-only: launch even when not co-resident / not validated
+  int timed_position = -1;      // position timed; -1: the largest checked position. Positions past
+                                // the checked ones are filled by the kernel (tokens repeat) first.
 };
 
 struct GpuTrialResult {
@@ -54,5 +56,14 @@ bool gpu_available(std::string* why);
 /// `--gpu auto`: the live device as a GpuTarget (cudaGetDeviceProperties), with the measured
 /// bandwidth from workspace/device.json when `doctor --measure` has stored one.
 std::optional<schedule::GpuTarget> live_target(std::string* error);
+
+/// Where `doctor --measure` stores the measured device data: <workspace>/device.json
+/// ($MEGASCHED_WORKSPACE, else ./workspace).
+std::string device_json_path();
+
+/// The streaming-read bandwidth of a read-only kernel over a buffer `buffer_bytes` long (many
+/// times the L2), median of `repeats` timed passes, GB/s (1e9 B/s). Samples in *samples_gbs.
+std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats, std::vector<double>* samples_gbs,
+                                               std::string* error);
 
 }  // namespace megasched::eval

@@ -23,6 +23,8 @@ void add_targets_command(CLI::App& app, CliContext& ctx);
 void add_propose_command(CLI::App& app, CliContext& ctx);
 void add_evaluate_command(CLI::App& app, CliContext& ctx);
 void add_generate_command(CLI::App& app, CliContext& ctx);
+void add_doctor_command(CLI::App& app, CliContext& ctx);    // harness/cmd_doctor.cpp
+void add_baseline_command(CLI::App& app, CliContext& ctx);  // harness/cmd_baseline.cpp
 
 }  // namespace megasched::harness
 

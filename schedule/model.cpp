@@ -15,16 +15,20 @@ namespace megasched::schedule {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }
 
 int dtype_bytes(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
   }
   return 0;
 }
@@ -52,10 +56,10 @@ float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint3
 
 int64_t ModelShape::param_count() const {
   const int64_t h = hidden;
-  const int64_t per_layer = 2 * h                      // attn_norm, mlp_norm
-                            + 2 * h * q_dim()          // wq, wo
-                            + 2 * h * kv_dim()         // wk, wv
-                            + 3 * h * int64_t{ffn};    // w_gate, w_up, w_down
+  const int64_t per_layer = 2 * h                    // attn_norm, mlp_norm
+                            + 2 * h * q_dim()        // wq, wo
+                            + 2 * h * kv_dim()       // wk, wv
+                            + 3 * h * int64_t{ffn};  // w_gate, w_up, w_down
   const int64_t embed = int64_t{vocab} * h;
   return embed + layers * per_layer + h + (tied_embeddings ? 0 : embed);
 }
@@ -248,9 +252,7 @@ uint64_t splitmix64(uint64_t x) {
 }
 
 /// The top 24 bits as k * 2^-23 - 1: exact in fp32, uniform over [-1, 1).
-float to_unit(uint64_t bits) {
-  return static_cast<float>(bits >> 40) * (1.0f / 8388608.0f) - 1.0f;
-}
+float to_unit(uint64_t bits) { return static_cast<float>(bits >> 40) * (1.0f / 8388608.0f) - 1.0f; }
 
 /// Per-tensor generator parameters: value = center + scale * u, u uniform in [-1, 1).
 struct Distribution {
@@ -300,7 +302,8 @@ void fill_f32(float* out, int64_t begin, int64_t end, uint64_t base, float cente
 }
 
 MS_GENERATOR_CLONES
-void fill_bf16(uint16_t* out, int64_t begin, int64_t end, uint64_t base, float center, float scale) {
+void fill_bf16(uint16_t* out, int64_t begin, int64_t end, uint64_t base, float center,
+               float scale) {
   for (int64_t i = begin; i < end; ++i) {
     const float value = center + scale * to_unit(splitmix64(base + static_cast<uint64_t>(i)));
     // Generated values are finite, so this is f32_to_bf16 without its NaN branch.
@@ -320,10 +323,14 @@ void populate_parallel(void* data, size_t bytes, int threads) {
   const uintptr_t pages = (end - begin) / kPage;
   std::vector<std::thread> pool;
   for (int w = 0; w < threads; ++w) {
-    const uintptr_t first = begin + pages * static_cast<uintptr_t>(w) / static_cast<uintptr_t>(threads) * kPage;
-    const uintptr_t last = begin + pages * static_cast<uintptr_t>(w + 1) / static_cast<uintptr_t>(threads) * kPage;
+    const uintptr_t first =
+        begin + pages * static_cast<uintptr_t>(w) / static_cast<uintptr_t>(threads) * kPage;
+    const uintptr_t last =
+        begin + pages * static_cast<uintptr_t>(w + 1) / static_cast<uintptr_t>(threads) * kPage;
     // A failure (an old kernel) only loses the speed-up: the pages fault in on first use.
-    pool.emplace_back([first, last] { (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE); });
+    pool.emplace_back([first, last] {
+      (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
+    });
   }
   for (std::thread& t : pool) t.join();
 #else
@@ -340,7 +347,8 @@ Weights generate_weights(const ModelShape& shape, uint64_t seed, int threads) {
   weights.shape = shape;
   weights.layout = layout_for(shape);
   const size_t total = static_cast<size_t>(weights.layout.total_elements);
-  const int hw_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int hw_threads =
+      threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
   if (shape.dtype == DType::kF32) {
     weights.f32.reserve(total);
     populate_parallel(weights.f32.data(), total * sizeof(float), hw_threads);
@@ -386,7 +394,8 @@ Weights generate_weights(const ModelShape& shape, uint64_t seed, int threads) {
   std::vector<std::thread> pool;
   for (int w = 0; w < n_threads; ++w) {
     pool.emplace_back([&, w] {
-      for (size_t i = static_cast<size_t>(w); i < chunks.size(); i += static_cast<size_t>(n_threads)) {
+      for (size_t i = static_cast<size_t>(w); i < chunks.size();
+           i += static_cast<size_t>(n_threads)) {
         run_chunk(chunks[i]);
       }
     });

@@ -118,7 +118,8 @@ TEST(EagerOps, GemvUpcastsBf16RowsAndSplitsAcrossThreads) {
   gemv(w, 64, rows, cols, x, two, 2);
   for (int64_t r = 0; r < rows; ++r) {
     double ref = 0;
-    for (int64_t c = 0; c < cols; ++c) ref += double(w.at(64 + r * cols + c)) * x[static_cast<size_t>(c)];
+    for (int64_t c = 0; c < cols; ++c)
+      ref += double(w.at(64 + r * cols + c)) * x[static_cast<size_t>(c)];
     // Every product and partial sum here is exact in fp32 (multiples of 1/32, small).
     ASSERT_EQ(one[static_cast<size_t>(r)], static_cast<float>(ref)) << "row " << r;
     ASSERT_EQ(two[static_cast<size_t>(r)], static_cast<float>(ref)) << "row " << r;
@@ -191,7 +192,8 @@ class NaiveModel {
         }
         for (int t = 0; t <= pos; ++t) sum += std::exp(sc[t] - m);
         for (int t = 0; t <= pos; ++t)
-          for (int d = 0; d < hd; ++d) att[i * hd + d] += std::exp(sc[t] - m) / sum * v_[l][t][g * hd + d];
+          for (int d = 0; d < hd; ++d)
+            att[i * hd + d] += std::exp(sc[t] - m) / sum * v_[l][t][g * hd + d];
       }
       const auto o = matvec(L.wo, h, s.q_dim(), att);
       for (int i = 0; i < h; ++i) x[i] += o[i];
@@ -286,7 +288,8 @@ std::pair<size_t, double> argmax_spread(const Weights& w) {
 }
 
 TEST(EagerModel, ArgmaxVariesWithTheTokenAndLogitsAreWellSpread) {
-  const auto [toy_distinct, toy_std] = argmax_spread(schedule::generate_weights(*schedule::find_preset("toy"), 0));
+  const auto [toy_distinct, toy_std] =
+      argmax_spread(schedule::generate_weights(*schedule::find_preset("toy"), 0));
   EXPECT_GE(toy_distinct, 10u);
   EXPECT_GT(toy_std, 1.0);
   EXPECT_LT(toy_std, 5.0);

@@ -74,8 +74,8 @@ TEST(ModelPresets, AllPresetsArePresentAndConsistent) {
   }
   EXPECT_FALSE(find_preset("llama-70b").has_value());
   EXPECT_EQ(find_preset("toy-2L")->layers, 2);
-  EXPECT_EQ(find_preset("toy")->param_count(), 256 * 64 * 2 + 64 + 2 * 64 + 2 * 64 * 64 +
-                                                    2 * 64 * 32 + 3 * 64 * 128);
+  EXPECT_EQ(find_preset("toy")->param_count(),
+            256 * 64 * 2 + 64 + 2 * 64 + 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128);
   // Llama-3.1-8B: 8,030,261,248 parameters.
   EXPECT_EQ(find_preset("llama-8b")->param_count(), 8030261248);
 }
@@ -122,7 +122,8 @@ TEST(ModelLayout, TensorsAreAlignedAndQkvGateUpAdjacent) {
   ASSERT_EQ(layout.layer.size(), 2u);
   EXPECT_EQ(layout.embed, 0);
   for (const TensorInfo& t : layout.tensors) {
-    const bool packed = t.name.ends_with(".wk") || t.name.ends_with(".wv") || t.name.ends_with(".w_up");
+    const bool packed =
+        t.name.ends_with(".wk") || t.name.ends_with(".wv") || t.name.ends_with(".w_up");
     if (!packed) {
       EXPECT_EQ(t.offset % kTensorAlignElements, 0) << t.name;
     }

@@ -1,0 +1,116 @@
+#include "eval/generate.h"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "eval/eager.h"
+#include "eval/oracle.h"
+#include "schedule/lower.h"
+#include "schedule/validate.h"
+#include "vm/gpu_vm.h"
+#include "vm/reference_vm.h"
+
+namespace megasched::eval {
+
+namespace {
+
+/// One decode step of whichever VM generates: logits for (token, position).
+using StepFn = std::function<std::optional<std::vector<float>>(int32_t, int32_t, std::string*)>;
+
+}  // namespace
+
+GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
+                        const schedule::ScheduleConfig& config, const GenerateOptions& options) {
+  GenerateResult r;
+  const auto& shape = weights.shape;
+  if (options.prompt.empty()) return r.error = "the prompt is empty; pass --prompt-ids 1,2,3", r;
+  for (int32_t t : options.prompt)
+    if (t < 0 || t >= shape.vocab)
+      return r.error = "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " +
+                       std::to_string(shape.vocab) + ")", r;
+  const int total_steps = static_cast<int>(options.prompt.size()) + options.max_tokens;
+  if (total_steps > shape.max_seq)
+    return r.error = "prompt + max tokens = " + std::to_string(total_steps) + " exceeds the KV cache of " +
+                     std::to_string(shape.max_seq) + " positions", r;
+  std::string error;
+  auto program = schedule::lower(shape, target, config, &error);
+  if (!program) return r.error = "lowering: " + error, r;
+  const auto report = schedule::validate(*program, target);
+  if (!report.ok()) return r.error = "the program is unsafe (" + report.rules() + "): " + report.diagnostics[0].message, r;
+
+  StepFn step;
+  std::unique_ptr<vm::ReferenceVm> ref;
+  std::unique_ptr<vm::GpuVm> gpu;
+  if (options.device == "gpu") {
+    bool rejected = false;
+    gpu = vm::GpuVm::create(*program, weights, vm::GpuVmOptions{}, &error, &rejected);
+    if (!gpu) return r.error = "gpu: " + error, r;
+    step = [&](int32_t token, int32_t pos, std::string* why) -> std::optional<std::vector<float>> {
+      auto s = gpu->step(token, pos);
+      if (s.status != "ok") {
+        *why = s.status + ": " + s.message;
+        return std::nullopt;
+      }
+      return std::move(s.logits);
+    };
+  } else {
+    ref = std::make_unique<vm::ReferenceVm>(*program, weights);
+    step = [&](int32_t token, int32_t pos, std::string* why) -> std::optional<std::vector<float>> {
+      auto s = ref->step(token, pos);
+      if (!s.completed) {
+        *why = "the program did not finish: " + s.stuck;
+        return std::nullopt;
+      }
+      return std::move(s.logits);
+    };
+  }
+  std::unique_ptr<EagerModel> eager;
+  if (options.verify) eager = std::make_unique<EagerModel>(weights);
+
+  int32_t token = options.prompt[0];
+  double generating_us = 0.0;
+  for (int pos = 0; pos < total_steps; ++pos) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto logits = step(token, pos, &error);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (!logits) return r.error = "step " + std::to_string(pos) + ": " + error, r;
+    r.step_us.push_back(us);
+    const int32_t next = argmax(*logits);
+    if (options.on_logits) options.on_logits(pos, *logits);
+    if (eager) {
+      const auto expect = eager->step(token, pos);
+      const Comparison c = compare_logits(*logits, expect, shape.dtype);
+      r.max_rel_err = std::max(r.max_rel_err, c.rel_err);
+      ++r.steps_verified;
+      if (!c.pass && r.first_mismatch_step < 0) r.first_mismatch_step = pos;
+    }
+    const bool in_prompt = pos + 1 < static_cast<int>(options.prompt.size());
+    if (in_prompt) {
+      token = options.prompt[static_cast<size_t>(pos + 1)];
+    } else {
+      r.tokens.push_back(next);
+      generating_us += us;
+      token = next;
+    }
+  }
+  if (generating_us > 0) r.tokens_per_s = static_cast<double>(r.tokens.size()) / (generating_us * 1e-6);
+  r.ok = r.first_mismatch_step < 0;
+  if (!r.ok)
+    r.error = "step " + std::to_string(r.first_mismatch_step) + " differs from the eager reference";
+  return r;
+}
+
+nlohmann::json to_json(const GenerateResult& r) {
+  nlohmann::json j = {{"ok", r.ok},
+                      {"tokens", r.tokens},
+                      {"tokens_per_s", r.tokens_per_s},
+                      {"step_us", r.step_us},
+                      {"steps_verified", r.steps_verified},
+                      {"max_rel_err", r.max_rel_err}};
+  if (!r.error.empty()) j["error"] = r.error;
+  if (r.first_mismatch_step >= 0) j["first_mismatch_step"] = r.first_mismatch_step;
+  return j;
+}
+
+}  // namespace megasched::eval

@@ -1,0 +1,142 @@
+#include "eval/evaluate.h"
+
+#include <gtest/gtest.h>
+
+#include "schedule/cost_model.h"
+#include "schedule/lower.h"
+
+namespace megasched::eval {
+namespace {
+
+std::unique_ptr<TrialEvaluator> toy_evaluator(const std::string& model = "toy") {
+  EvaluatorOptions o;
+  o.model = model;
+  o.gpu = "h100";
+  o.device = "cpu";
+  o.positions = {0, 3, 7};
+  std::string error;
+  auto ev = TrialEvaluator::create(o, &error);
+  EXPECT_TRUE(ev) << error;
+  return ev;
+}
+
+TEST(TrialEvaluator, DefaultToyIsCorrectAndPredictedAboveTheFloor) {
+  auto ev = toy_evaluator();
+  const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+  EXPECT_TRUE(v.valid) << v.rejected_reason;
+  EXPECT_TRUE(v.correct);
+  EXPECT_EQ(v.status, "ok");
+  EXPECT_EQ(v.latency_kind, "predicted");
+  ASSERT_TRUE(v.latency_us.has_value());
+  EXPECT_GE(*v.latency_us, v.floor_us);
+  EXPECT_NEAR(*v.pct_of_floor, 100.0 * v.floor_us / *v.latency_us, 1e-9);
+  EXPECT_EQ(v.positions_checked, (std::vector<int>{0, 3, 7}));
+  EXPECT_TRUE(v.argmax_match);
+  EXPECT_LT(v.rel_err, 1e-4);
+  EXPECT_GT(v.tasks, 0u);
+}
+
+TEST(TrialEvaluator, ScheduleIdDependsOnConfigAndTarget) {
+  auto ev = toy_evaluator();
+  schedule::ScheduleConfig other;
+  other.tiling.gemv_rows_per_task = 32;
+  EXPECT_NE(ev->schedule_id(schedule::ScheduleConfig{}), ev->schedule_id(other));
+  EXPECT_EQ(ev->schedule_id(other), ev->schedule_id(other));
+  EvaluatorOptions o;
+  o.gpu = "a100";
+  std::string error;
+  auto ev2 = TrialEvaluator::create(o, &error);
+  ASSERT_TRUE(ev2) << error;
+  EXPECT_NE(ev->schedule_id(other), ev2->schedule_id(other));
+}
+
+TEST(TrialEvaluator, UnsafeProgramIsRejectedWithRuleNamesAndNoLatency) {
+  auto ev = toy_evaluator();
+  std::string error;
+  auto program = schedule::lower(ev->shape(), ev->target(), schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  // Drop every wait: consumers now race their producers.
+  for (auto& t : program->tasks) t.wait_count = 0;
+  const Verdict v = ev->evaluate_program(*program, "deadbeefdeadbeef");
+  EXPECT_FALSE(v.valid);
+  EXPECT_EQ(v.status, "rejected");
+  EXPECT_NE(v.rejected_reason.find("race"), std::string::npos) << v.rejected_reason;
+  EXPECT_FALSE(v.latency_us.has_value());
+  EXPECT_FALSE(v.diagnostics.empty());
+}
+
+TEST(TrialEvaluator, WrongProgramIsIncorrectAndGetsNoLatency) {
+  auto ev = toy_evaluator();
+  std::string error;
+  auto program = schedule::lower(ev->shape(), ev->target(), schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  // Point the LM head at the embedding table (same shape, toy is untied): in bounds, aligned and
+  // race-free, so the validator accepts it, but the logits are wrong.
+  const auto layout = schedule::layout_for(ev->shape());
+  ASSERT_NE(layout.lm_head, layout.embed);
+  bool changed = false;
+  for (auto& t : program->tasks)
+    if (t.opcode == ms_abi::kGemv && program->ops[t.op_id].kind == schedule::OpKind::kLmHead) {
+      t.weight = t.weight - static_cast<uint64_t>(layout.lm_head) + static_cast<uint64_t>(layout.embed);
+      changed = true;
+    }
+  ASSERT_TRUE(changed);
+  const Verdict v = ev->evaluate_program(*program, "0123456789abcdef");
+  EXPECT_TRUE(v.valid);
+  EXPECT_FALSE(v.correct);
+  EXPECT_EQ(v.status, "incorrect");
+  EXPECT_FALSE(v.latency_us.has_value());
+  EXPECT_GT(v.rel_err, 1e-3);
+}
+
+TEST(TrialEvaluator, BadInputsAreErrorsWithHints) {
+  EvaluatorOptions o;
+  std::string error;
+  o.model = "tiny";
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("unknown model 'tiny'"), std::string::npos) << error;
+  o = EvaluatorOptions{};
+  o.gpu = "h1000";
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("did you mean 'h100'"), std::string::npos) << error;
+  o = EvaluatorOptions{};
+  o.positions = {0, 100000};
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("positions must lie in"), std::string::npos) << error;
+}
+
+TEST(CostModel, NeverPredictsBelowTheFloorAndRespondsToKnobs) {
+  auto ev = toy_evaluator();
+  std::string error;
+  const double floor = 1000.0;  // a floor far above the toy's makespan: the prediction sits on it
+  auto program = schedule::lower(ev->shape(), ev->target(), schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  auto est = schedule::predict(*program, ev->shape(), ev->target(), 0, floor);
+  EXPECT_TRUE(est.completed);
+  EXPECT_GE(est.latency_us, floor);
+  auto base = schedule::predict(*program, ev->shape(), ev->target(), 0, 0.0);
+  schedule::ScheduleConfig narrow;
+  narrow.kernel.vector_bytes = 4;
+  auto p2 = schedule::lower(ev->shape(), ev->target(), narrow, &error);
+  ASSERT_TRUE(p2) << error;
+  auto est2 = schedule::predict(*p2, ev->shape(), ev->target(), 0, 0.0);
+  EXPECT_GT(est2.makespan_us, base.makespan_us);
+  EXPECT_GT(base.critical_path_stages, 3.0);
+}
+
+TEST(CostModel, DeadlockedProgramDoesNotComplete) {
+  auto ev = toy_evaluator();
+  std::string error;
+  auto program = schedule::lower(ev->shape(), ev->target(), schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  // Make the first task wait for a threshold no producer can reach.
+  ms_abi::Wait w{0, 1000000};
+  program->waits.push_back(w);
+  program->tasks[program->queues[0][0]].wait_begin = static_cast<uint32_t>(program->waits.size() - 1);
+  program->tasks[program->queues[0][0]].wait_count = 1;
+  auto est = schedule::predict(*program, ev->shape(), ev->target(), 0, 0.0);
+  EXPECT_FALSE(est.completed);
+}
+
+}  // namespace
+}  // namespace megasched::eval

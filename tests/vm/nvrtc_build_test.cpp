@@ -1,0 +1,184 @@
+// The NVRTC build of the device code, on the CPU (no GPU needed; runs in CI wherever the CUDA
+// toolkit is installed): every value of every kernel build knob compiles for sm_90 and sm_80, the
+// cache returns the same cubin without compiling, and a failed build carries the whole log.
+#include "vm/nvrtc_build.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "schedule/config.h"
+
+namespace megasched::vm {
+namespace {
+
+std::vector<int> int_choices(const std::string& path) {
+  for (const schedule::KnobSpec& k : schedule::knob_specs()) {
+    if (k.path != path) continue;
+    std::vector<int> out;
+    for (const auto& c : k.choices) out.push_back(c.get<int>());
+    return out;
+  }
+  ADD_FAILURE() << "no knob " << path;
+  return {};
+}
+
+/// A program carrying only what the build reads: model constants, launch and kernel knobs.
+schedule::Program program_for(int vector_bytes, int rows_per_warp, int unroll, int weight_load, int threads,
+                              bool bf16, int head_dim, int blocks_per_sm = 1) {
+  schedule::Program p;
+  p.launch.blocks_per_sm = blocks_per_sm;
+  p.model.head_dim = static_cast<uint32_t>(head_dim);
+  p.model.weight_dtype = bf16 ? ms_abi::kDTypeBF16 : ms_abi::kDTypeF32;
+  p.model.kv_dtype = p.model.weight_dtype;
+  p.launch.threads_per_block = threads;
+  p.build.vector_bytes = vector_bytes;
+  p.build.rows_per_warp = rows_per_warp;
+  p.build.unroll = unroll;
+  p.build.weight_load = weight_load;
+  p.build.threads_per_block = threads;
+  return p;
+}
+
+bool have_nvrtc() { return nvrtc_version() != "none"; }
+
+TEST(NvrtcBuild, ParsesPtxasResourceLines) {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'ms_megakernel' for 'sm_90'\n"
+      "ptxas info    : Function properties for ms_megakernel\n"
+      "    32 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 128 registers, used 1 barriers, 32 bytes cumulative stack size, 4256 bytes smem\n"
+      "ptxas info    : Compiling entry function 'ms_bl_embed' for 'sm_90'\n"
+      "ptxas info    : Function properties for ms_bl_embed\n"
+      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 12 registers, used 0 barriers\n";
+  const auto ks = parse_ptxas_log(log);
+  ASSERT_EQ(ks.size(), 2u);
+  EXPECT_EQ(ks[0].name, "ms_megakernel");
+  EXPECT_EQ(ks[0].registers, 128);
+  EXPECT_EQ(ks[0].spill_store_bytes, 8);
+  EXPECT_EQ(ks[0].spill_load_bytes, 12);
+  EXPECT_EQ(ks[0].stack_bytes, 32);
+  EXPECT_EQ(ks[0].smem_static_bytes, 4256);
+  EXPECT_EQ(ks[1].name, "ms_bl_embed");
+  EXPECT_EQ(ks[1].registers, 12);
+  EXPECT_EQ(ks[1].smem_static_bytes, 0);
+}
+
+TEST(NvrtcBuild, KernelDefinesExtendTheProgramsBuildKnobs) {
+  const schedule::Program p = program_for(8, 4, 2, 1, 384, false, 128);
+  const std::vector<std::string> d = kernel_defines(p);
+  for (const std::string& knob : p.build.defines()) {
+    EXPECT_NE(std::find(d.begin(), d.end(), knob), d.end()) << knob;
+  }
+  EXPECT_NE(std::find(d.begin(), d.end(), "MS_WEIGHT_BF16=0"), d.end());
+  EXPECT_NE(std::find(d.begin(), d.end(), "MS_HEAD_DIM=128"), d.end());
+  EXPECT_TRUE(std::is_sorted(d.begin(), d.end()));
+}
+
+TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const auto vec = int_choices("kernel.vector_bytes");
+  const auto rpw = int_choices("kernel.rows_per_warp");
+  const auto unroll = int_choices("kernel.unroll");
+  const auto threads = int_choices("launch.threads_per_block");
+  const auto blocks = int_choices("launch.blocks_per_sm");
+  const std::vector<int> load = {0, 1};
+  const std::vector<int> head_dims = {64, 128, 16};
+  size_t n = std::max({vec.size(), rpw.size(), unroll.size(), threads.size(), load.size(), head_dims.size(),
+                       blocks.size()});
+  std::set<std::string> seen;
+  int reports = 0;
+  std::printf("%-6s %-80s %5s %6s %6s %6s\n", "arch", "defines", "regs", "spillS", "spillL", "smem");
+  for (int arch : {90, 80}) {
+    for (size_t i = 0; i < n; ++i) {
+      const schedule::Program p = program_for(vec[i % vec.size()], rpw[i % rpw.size()], unroll[i % unroll.size()],
+                                              load[i % load.size()], threads[i % threads.size()], i % 2 == 0,
+                                              head_dims[i % head_dims.size()], blocks[(i + 1) % blocks.size()]);
+      BuildRequest req;
+      req.entry = "vm/device/megakernel.cuh";
+      req.defines = kernel_defines(p);
+      req.sm_arch = arch;
+      const BuildResult r = build_cubin(req);
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_FALSE(r.cubin.empty());
+      // ptxas -v resources, when NVRTC returned its report (it did not always on the GPU machine);
+      // the loader reads registers with cuFuncGetAttribute regardless.
+      const KernelResources k = r.kernels.empty() ? KernelResources{"(no ptxas report)"} : r.kernels[0];
+      if (!r.kernels.empty()) {
+        EXPECT_EQ(k.name, "ms_megakernel");
+        EXPECT_GT(k.registers, 0);
+        ++reports;
+      }
+      std::string joined;
+      for (const auto& d : req.defines) joined += d + " ";
+      std::printf("sm_%-3d %-80s %5d %6d %6d %6d\n", arch, joined.c_str(), k.registers, k.spill_store_bytes,
+                  k.spill_load_bytes, k.smem_static_bytes);
+      for (const auto& d : req.defines) seen.insert(d);
+    }
+    for (bool bf16 : {true, false}) {
+      schedule::ModelShape shape;
+      shape.head_dim = 64;
+      shape.dtype = bf16 ? schedule::DType::kBF16 : schedule::DType::kF32;
+      BuildRequest req{"vm/device/baseline.cuh", baseline_defines(shape), arch, ""};
+      const BuildResult r = build_cubin(req);
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_TRUE(r.kernels.empty() || r.kernels.size() == 7u) << r.log;
+    }
+  }
+  EXPECT_GT(reports, 0);
+  // Every value of every build knob was compiled at least once.
+  for (int v : vec) EXPECT_TRUE(seen.count("MS_VECTOR_BYTES=" + std::to_string(v))) << v;
+  for (int v : rpw) EXPECT_TRUE(seen.count("MS_ROWS_PER_WARP=" + std::to_string(v))) << v;
+  for (int v : unroll) EXPECT_TRUE(seen.count("MS_UNROLL=" + std::to_string(v))) << v;
+  for (int v : threads) EXPECT_TRUE(seen.count("MS_THREADS=" + std::to_string(v))) << v;
+  for (int v : load) EXPECT_TRUE(seen.count("MS_WEIGHT_LOAD=" + std::to_string(v))) << v;
+  // blocks_per_sm is clamped to 2048 threads' worth, so only the values that fit some thread count.
+  for (int v : blocks) {
+    if (v * threads.front() <= 2048) {
+      EXPECT_TRUE(seen.count("MS_MIN_BLOCKS=" + std::to_string(v))) << v;
+    }
+  }
+}
+
+TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ms_cubin_cache_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  std::filesystem::remove_all(dir);
+  BuildRequest req{"vm/device/megakernel.cuh", kernel_defines(program_for(16, 2, 2, 0, 256, true, 64)), 90,
+                   dir.string()};
+  const BuildResult cold = build_cubin(req);
+  ASSERT_TRUE(cold.ok) << cold.error;
+  EXPECT_FALSE(cold.cache_hit);
+  EXPECT_GT(cold.compile_ms, 0.0);
+  const BuildResult warm = build_cubin(req);
+  ASSERT_TRUE(warm.ok) << warm.error;
+  EXPECT_TRUE(warm.cache_hit);
+  EXPECT_EQ(warm.compile_ms, 0.0);
+  EXPECT_EQ(warm.cubin, cold.cubin);
+  EXPECT_EQ(warm.key, cold.key);
+  ASSERT_EQ(warm.kernels.size(), 1u);
+  EXPECT_EQ(warm.kernels[0].registers, cold.kernels[0].registers);
+  // A different knob is a different key.
+  req.defines = kernel_defines(program_for(16, 2, 4, 0, 256, true, 64));
+  EXPECT_NE(build_cubin(req).key, cold.key);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NvrtcBuild, FailedBuildCarriesTheWholeLog) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  BuildRequest req{"vm/device/megakernel.cuh", {"MS_VECTOR_BYTES=3"}, 90, ""};
+  const BuildResult r = build_cubin(req);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("NVRTC failed"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("MS_VECTOR_BYTES"), std::string::npos) << r.error;  // the static_assert text
+  EXPECT_NE(r.error.find(r.log), std::string::npos);
+  EXPECT_FALSE(r.log.empty());
+}
+
+}  // namespace
+}  // namespace megasched::vm

@@ -1,0 +1,291 @@
+// Device helpers of the megakernel: the build knobs (NVRTC -D options) with their defaults, dtype
+// conversion, the weight-load path, L2 prefetch, block reductions and the bounded counter waits.
+// Compiled by NVRTC only: no host headers, no CUDA library headers.
+#pragma once
+
+#include "vm/abi.h"
+#include "vm/device/kernel_args.cuh"
+
+// ---- Build knobs (vm/nvrtc_build.h kernel_defines() sets every one of them) ----
+#ifndef MS_THREADS
+#define MS_THREADS 256          // threads per block (launch.threads_per_block)
+#endif
+#ifndef MS_MIN_BLOCKS
+#define MS_MIN_BLOCKS 1         // blocks per SM the registers must allow (launch.blocks_per_sm)
+#endif
+#ifndef MS_VECTOR_BYTES
+#define MS_VECTOR_BYTES 16      // bytes per weight load per lane: 4, 8 or 16
+#endif
+#ifndef MS_ROWS_PER_WARP
+#define MS_ROWS_PER_WARP 2      // GEMV rows a warp accumulates against one input load
+#endif
+#ifndef MS_UNROLL
+#define MS_UNROLL 2             // independent weight vectors in flight per row
+#endif
+#ifndef MS_WEIGHT_LOAD
+#define MS_WEIGHT_LOAD 0        // 0: ld.global; 1: ld.global.nc.L1::no_allocate
+#endif
+#ifndef MS_WEIGHT_BF16
+#define MS_WEIGHT_BF16 1        // weight dtype: 1 bf16, 0 fp32
+#endif
+#ifndef MS_KV_BF16
+#define MS_KV_BF16 1            // KV cache dtype: 1 bf16, 0 fp32
+#endif
+#ifndef MS_HEAD_DIM
+#define MS_HEAD_DIM 64          // attention head dimension of the model
+#endif
+
+namespace ms_dev {
+
+using namespace ms_abi;
+
+constexpr int kThreads = MS_THREADS;
+constexpr int kWarps = MS_THREADS / 32;
+constexpr int kVectorBytes = MS_VECTOR_BYTES;
+constexpr int kRowsPerWarp = MS_ROWS_PER_WARP;
+constexpr int kUnroll = MS_UNROLL;
+constexpr int kHeadDim = MS_HEAD_DIM;
+constexpr int kHeadDimPerLane = (MS_HEAD_DIM + 31) / 32;  // head dims a lane owns (d = lane + 32 j)
+constexpr int kAttnHeadBatch = 8;     // query heads an attention warp carries at once
+constexpr int kRowChunk = 1024;       // GEMV rows whose results are staged for one epilogue pass
+
+static_assert(MS_THREADS % 32 == 0 && MS_THREADS >= 32 && MS_THREADS <= 1024, "MS_THREADS");
+static_assert(MS_VECTOR_BYTES == 4 || MS_VECTOR_BYTES == 8 || MS_VECTOR_BYTES == 16, "MS_VECTOR_BYTES");
+static_assert(MS_ROWS_PER_WARP >= 1 && MS_ROWS_PER_WARP <= 8, "MS_ROWS_PER_WARP");
+static_assert(MS_UNROLL >= 1 && MS_UNROLL <= 8, "MS_UNROLL");
+static_assert(MS_HEAD_DIM >= 2 && MS_HEAD_DIM <= 256 && MS_HEAD_DIM % 2 == 0, "MS_HEAD_DIM");
+
+#if MS_WEIGHT_BF16
+typedef uint16_t WeightT;
+#else
+typedef float WeightT;
+#endif
+#if MS_KV_BF16
+typedef uint16_t KvT;
+#else
+typedef float KvT;
+#endif
+constexpr int kWeightBytes = sizeof(WeightT);
+constexpr int kVecElems = kVectorBytes / kWeightBytes;  // weight elements per vector load
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+/// Round-to-nearest-even, NaN kept quiet: the same rule as schedule::f32_to_bf16.
+__device__ __forceinline__ uint16_t f32_to_bf16(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0) {
+    return uint16_t((bits >> 16) | 0x0040u);
+  }
+  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ float to_f32(uint16_t v) { return bf16_to_f32(v); }
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ void from_f32(float v, uint16_t* dst) { *dst = f32_to_bf16(v); }
+__device__ __forceinline__ void from_f32(float v, float* dst) { *dst = v; }
+
+/// One scalar weight, upcast.
+__device__ __forceinline__ float weight_at(const KernelArgs& a, uint64_t i) {
+  return to_f32(reinterpret_cast<const WeightT*>(a.weights)[i]);
+}
+
+/// Activations are written by other blocks within the launch: read them at L2 (ld.global.cg), never
+/// from a possibly stale L1 line.
+__device__ __forceinline__ float act_load(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float kv_load(const KvT* p) {
+#if MS_KV_BF16
+  return bf16_to_f32(__ldcg(reinterpret_cast<const unsigned short*>(p)));
+#else
+  return __ldcg(p);
+#endif
+}
+
+/// A vector of kVectorBytes weight bytes, as 32-bit words.
+struct WeightVec {
+  uint32_t w[kVectorBytes / 4];
+};
+
+/// The weight-load path (MS_WEIGHT_LOAD): weights never change during a launch, so the streaming
+/// variant may use the non-coherent path and skip L1.
+__device__ __forceinline__ WeightVec load_weight_vec(const void* p) {
+  WeightVec v;
+#if MS_WEIGHT_LOAD == 1
+#define MS_LD_SPACE "ld.global.nc.L1::no_allocate"
+#else
+#define MS_LD_SPACE "ld.global"
+#endif
+#if MS_VECTOR_BYTES == 16
+  asm volatile(MS_LD_SPACE ".v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+#elif MS_VECTOR_BYTES == 8
+  asm volatile(MS_LD_SPACE ".v2.u32 {%0, %1}, [%2];" : "=r"(v.w[0]), "=r"(v.w[1]) : "l"(p));
+#else
+  asm volatile(MS_LD_SPACE ".u32 %0, [%1];" : "=r"(v.w[0]) : "l"(p));
+#endif
+#undef MS_LD_SPACE
+  return v;
+}
+
+/// Element e (0 .. kVecElems-1) of a weight vector, upcast.
+__device__ __forceinline__ float vec_elem(const WeightVec& v, int e) {
+#if MS_WEIGHT_BF16
+  const uint32_t word = v.w[e >> 1];
+  return __uint_as_float((e & 1) ? (word & 0xFFFF0000u) : (word << 16));
+#else
+  return __uint_as_float(v.w[e]);
+#endif
+}
+
+/// Brings [p, p + bytes) into L2 without waiting; weights never depend on other tasks.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int lane, int lanes) {
+  const char* base = reinterpret_cast<const char*>(p);
+#if __CUDA_ARCH__ >= 900
+  // Bulk prefetch: one instruction per 16 KiB (address and size 16-byte aligned).
+  const uint64_t start = reinterpret_cast<uint64_t>(base) & ~uint64_t(15);
+  const uint64_t end = (reinterpret_cast<uint64_t>(base) + bytes + 15) & ~uint64_t(15);
+  constexpr uint64_t kChunk = 16384;
+  for (uint64_t c = start + uint64_t(lane) * kChunk; c < end; c += uint64_t(lanes) * kChunk) {
+    const uint32_t n = uint32_t(end - c < kChunk ? end - c : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c), "r"(n) : "memory");
+  }
+#else
+  for (uint64_t off = uint64_t(lane) * 128; off < bytes; off += uint64_t(lanes) * 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+  }
+#endif
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Block-wide sum in a fixed order (deterministic); every thread gets the result. `scratch` holds
+/// kWarps floats and is reused, so the function ends with a barrier.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  __syncthreads();
+  return total;
+}
+
+/// rsqrt(mean(x[0 .. n)^2) + eps) of an activation vector, computed by the whole block.
+__device__ __forceinline__ float block_inv_rms(const float* x, uint32_t n, float eps, float* scratch) {
+  float ss = 0.0f;
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    const float v = act_load(x + i);
+    ss += v * v;
+  }
+  const float total = block_sum(ss, scratch);
+  return rsqrtf(total / float(n) + eps);
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// ---- Counters: acquire loads, release increments, bounded waits ----
+
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ int32_t abort_raised(const int32_t* flag) {
+  return *reinterpret_cast<const volatile int32_t*>(flag);
+}
+
+/// Where a block's wait ended.
+struct WaitOutcome {
+  int32_t exit;        // kExitRunning (all waits hold) / kExitTimedOut / kExitAborted
+  uint32_t counter;    // the wait it gave up on
+  uint32_t value;
+  uint32_t target;
+  uint32_t threshold;
+};
+
+/// Waits until every wait of `instr` holds at this epoch. Lane i of warp 0 polls wait i (i < 32;
+/// further waits go round again), so the waits of one task are polled in parallel. Bounded: past
+/// spin_bound_ns the block raises the abort flag; a block that sees the flag gives up. The result
+/// is shared through `shared_out` and a barrier, so every thread returns the same outcome.
+__device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr& instr, uint32_t epoch,
+                                                WaitOutcome* shared_out) {
+  if (threadIdx.x < 32) {
+    WaitOutcome out = {kExitRunning, 0, 0, 0, 0};
+    const int lane = threadIdx.x;
+    const uint64_t start = instr.wait_count > 0 ? global_ns() : 0;
+    for (uint32_t base = 0; base < instr.wait_count && out.exit == kExitRunning; base += 32) {
+      const uint32_t i = base + lane;
+      const bool mine = i < instr.wait_count;
+      Wait w = {0, 0};
+      uint32_t target = 0;
+      if (mine) {
+        w = a.waits[instr.wait_begin + i];
+        target = epoch * a.counter_totals[w.counter] + w.threshold;
+      }
+      uint32_t spins = 0;
+      while (true) {
+        const uint32_t v = mine ? load_acquire(a.counters + w.counter) : 0;
+        const bool ok = !mine || v >= target;
+        if (__all_sync(0xffffffffu, ok)) break;
+        if ((++spins & 15u) == 0) {
+          int32_t exit = kExitRunning;
+          if (lane == 0) {
+            if (abort_raised(a.abort_flag)) exit = kExitAborted;
+            else if (global_ns() - start > a.spin_bound_ns) exit = kExitTimedOut;
+          }
+          exit = __shfl_sync(0xffffffffu, exit, 0);  // one decision for the whole warp
+          if (exit != kExitRunning) {
+            // Report the lowest-numbered wait that does not hold.
+            const uint32_t pending = __ballot_sync(0xffffffffu, !ok);
+            const int src = __ffs(pending) - 1;
+            out.exit = exit;
+            out.counter = __shfl_sync(0xffffffffu, w.counter, src);
+            out.value = __shfl_sync(0xffffffffu, v, src);
+            out.target = __shfl_sync(0xffffffffu, target, src);
+            out.threshold = __shfl_sync(0xffffffffu, w.threshold, src);
+            if (exit == kExitTimedOut && lane == 0) {
+              atomicExch(a.abort_flag, 1);
+              __threadfence();
+            }
+            break;
+          }
+          if (spins > 1024) __nanosleep(64);
+        }
+      }
+    }
+    if (threadIdx.x == 0) *shared_out = out;
+  }
+  __syncthreads();
+  const WaitOutcome out = *shared_out;
+  __syncthreads();
+  return out;
+}
+
+/// Publishes the block's writes of one task: barrier, then thread 0 fences at gpu scope and adds the
+/// increment (a release: a consumer that acquires the new value sees every write of the task).
+__device__ __forceinline__ void signal(const KernelArgs& a, const Instr& instr) {
+  __syncthreads();
+  if (threadIdx.x == 0 && instr.signal_increment != 0) {
+    __threadfence();
+    atomicAdd(a.counters + instr.signal_counter, instr.signal_increment);
+  }
+}
+
+}  // namespace ms_dev

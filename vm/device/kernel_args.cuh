@@ -1,0 +1,56 @@
+// The argument block of the persistent megakernel `ms_megakernel` and the per-block hang record it
+// leaves behind. Shared by the host loader (vm/gpu_vm_cuda.cpp) and the device code, so it holds
+// only fixed-width fields and pointers; it is passed by value as the kernel's single parameter.
+#pragma once
+
+#include "vm/abi.h"
+
+namespace ms_abi {
+
+/// Why a block left the interpreter loop (HangRecord::state).
+enum BlockExit : int32_t {
+  kExitRunning = 0,   // never written: the block did not get to its exit (a crash)
+  kExitDrained = 1,   // ran its whole queue
+  kExitTimedOut = 2,  // a wait passed the spin bound: this block raised the abort flag
+  kExitAborted = 3,   // saw the abort flag (raised by another block) while waiting
+};
+
+/// What one block was doing when it left; the host turns these into the `hang` dump.
+struct HangRecord {
+  int32_t state;       // BlockExit
+  int32_t queue_pos;   // position in its queue (dynamic queue: the claimed ticket)
+  int32_t task;        // task id at that position (-1: none)
+  uint32_t counter;    // counter it waited on (when state is kExitTimedOut / kExitAborted)
+  uint32_t value;      // the counter's value when it gave up
+  uint32_t target;     // epoch * per_step_total + threshold: the value it needed
+  uint32_t threshold;  // the program's (epoch-relative) threshold
+  uint32_t tasks_run;  // tasks this block completed in this launch
+};
+static_assert(sizeof(HangRecord) == 32, "HangRecord layout is shared with the host");
+
+/// Everything the kernel reads; one build and one upload serve every step and position.
+struct KernelArgs {
+  const Instr* tasks;              // [num_tasks]
+  const Wait* waits;               // the program's wait table
+  const uint32_t* counter_totals;  // [num_counters] increments per step (epoch scale)
+  const uint32_t* queue_offsets;   // [num_queues + 1] into queue_tasks
+  const uint32_t* queue_tasks;     // flattened queues (task ids)
+  const void* weights;             // kBufWeights (dtype MS_WEIGHT_BF16 ? bf16 : fp32)
+  float* act;                      // kBufActivations
+  void* kv;                        // kBufKv (dtype MS_KV_BF16 ? bf16 : fp32)
+  StepCell* step;                  // kBufStep
+  uint32_t* counters;              // [num_counters], only grow
+  uint32_t* ticket;                // dynamic queue: claims so far (grows by num_tasks + grid per step)
+  int32_t* abort_flag;             // 0 = running; 1 = some block timed out
+  HangRecord* dump;                // [gridDim.x]
+  uint64_t spin_bound_ns;          // a wait longer than this aborts the launch
+  uint32_t num_tasks;
+  uint32_t num_queues;             // queues[b] is run by block b (blocks >= num_queues idle)
+  uint32_t dynamic_queue;          // 1: queue 0 is claimed task by task through `ticket`
+  uint32_t prefetch_depth;         // weights of the current and this many upcoming tasks go to L2
+  uint32_t smem_bytes;             // dynamic shared memory (the page ring): GEMV input staging
+  uint32_t reserved;
+  ModelParams model;
+};
+
+}  // namespace ms_abi

@@ -1,0 +1,515 @@
+// The opcodes of the megakernel: one device function per opcode, each run by the whole block, with
+// exactly the semantics of vm/abi.h. Each has a CPU twin of the same name in the ReferenceVm
+// (vm/reference_vm.cpp). All arithmetic is fp32; weights and KV are upcast on load; no atomics on
+// data, so results are deterministic.
+#pragma once
+
+#include "vm/device/common.cuh"
+
+namespace ms_dev {
+
+constexpr int kEpilogueRows = (kRowChunk / kHeadDim) * kHeadDim;  // head-aligned (RoPE pairs)
+
+/// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
+/// stages GEMV input vectors.
+struct Shared {
+  float red[kWarps];        // block reductions
+  WaitOutcome wait;         // wait_all's result
+  uint32_t claim;           // dynamic queue: the ticket thread 0 claimed
+  union {
+    float rows[kEpilogueRows];  // GEMV results of one row chunk, before the epilogue
+    struct {
+      float q[kAttnHeadBatch * kHeadDim];   // query heads of one batch
+      float rec[kWarps * (kHeadDim + 2)];   // per-warp {m, l, o[hd]} of one head
+    } attn;
+  } u;
+};
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// ---- kEmbed ----
+__device__ __forceinline__ void embed(const KernelArgs& a, const Instr& in) {
+  const uint64_t row = uint64_t(uint32_t(a.step->token)) * in.ld;
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+    a.act[in.out + r] = weight_at(a, in.weight + row + r);
+  }
+}
+
+// ---- kRmsNorm ----
+__device__ __forceinline__ void rms_norm(const KernelArgs& a, const Instr& in, Shared& s) {
+  const float inv = block_inv_rms(a.act + in.in, in.col_end, a.model.rms_eps, s.red);
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+    a.act[in.out + r] = act_load(a.act + in.in + r) * inv * weight_at(a, in.weight2 + r);
+  }
+}
+
+// ---- The QKV-row epilogue (RoPE + KV append) shared by kGemv, kGemvReduce and kRopeKv ----
+
+/// Row r of the concatenated [Wq; Wk; Wv] output with value v; `pair` is the value of its
+/// rotate-half partner (r + hd/2 or r - hd/2 within the head).
+__device__ __forceinline__ void qkv_row(const KernelArgs& a, const Instr& in, uint32_t r, float v,
+                                        float pair) {
+  const ModelParams& m = a.model;
+  const uint32_t hd = m.head_dim, half = hd / 2;
+  const uint32_t q_dim = m.heads * hd, kv_dim = m.kv_heads * hd;
+  const uint32_t pos = uint32_t(a.step->position);
+  KvT* kv = reinterpret_cast<KvT*>(a.kv);
+  if (r < q_dim + kv_dim) {
+    const uint32_t local = r < q_dim ? r : r - q_dim;
+    const uint32_t d = local % hd;
+    const float angle = float(pos) * act_load(a.act + m.rope_table + (d % half));
+    const float c = cosf(angle), sn = sinf(angle);
+    const float rotated = d < half ? v * c - pair * sn : v * c + pair * sn;
+    if (r < q_dim) {
+      a.act[in.out + r] = rotated;
+    } else {
+      const uint32_t g = local / hd;
+      from_f32(rotated, kv + kv_offset(m, in.layer, 0, g) + uint64_t(pos) * hd + d);
+    }
+  } else {
+    const uint32_t local = r - q_dim - kv_dim;
+    const uint32_t g = local / hd, d = local % hd;
+    from_f32(v, kv + kv_offset(m, in.layer, 1, g) + uint64_t(pos) * hd + d);
+  }
+}
+
+/// Applies the epilogue to rows [row0, row1) whose accumulated values are in s.u.rows.
+__device__ __forceinline__ void gemv_epilogue(const KernelArgs& a, const Instr& in, Shared& s,
+                                              uint32_t row0, uint32_t row1) {
+  const uint32_t half = a.model.head_dim / 2;
+  for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) {
+    const float v = s.u.rows[r - row0];
+    if (in.flags & kFlagPartial) {
+      a.act[in.out + r] = v;
+    } else if (in.flags & kFlagResidual) {
+      a.act[in.out + r] = v + act_load(a.act + in.aux + r);
+    } else if (in.flags & kFlagRopeKv) {
+      // Rows are head-aligned (the lowering guarantees it), so the partner is in this chunk.
+      const uint32_t q_dim = a.model.heads * a.model.head_dim;
+      const uint32_t local = r < q_dim ? r : r - q_dim;
+      const uint32_t d = local % a.model.head_dim;
+      const uint32_t partner = d < half ? r + half : r - half;
+      const float pair = (partner >= row0 && partner < row1) ? s.u.rows[partner - row0] : 0.0f;
+      qkv_row(a, in, r, v, pair);
+    } else {
+      a.act[in.out + r] = v;
+    }
+  }
+}
+
+// ---- kGemv ----
+
+/// x(c): the GEMV input after its prologue.
+__device__ __forceinline__ float gemv_input(const KernelArgs& a, const Instr& in, uint32_t c, float inv) {
+  if (in.flags & kFlagNormPrologue) {
+    return act_load(a.act + in.in + c) * inv * weight_at(a, in.weight2 + c);
+  }
+  if (in.flags & kFlagSiluMulPrologue) {
+    return silu(act_load(a.act + in.in + c)) * act_load(a.act + in.in2 + c);
+  }
+  return act_load(a.act + in.in + c);
+}
+
+/// One warp's dot products of kRowsPerWarp weight rows (first row r_first, clamped to row_last)
+/// with x over columns [k0, k1). `x` is indexed by absolute column; when `staged` is false it is
+/// unused and the input is computed on the fly.
+__device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, uint32_t r_first,
+                                          uint32_t row_last, uint32_t k0, uint32_t k1, bool vec_ok,
+                                          const float* x, bool staged, float inv, float* acc) {
+  const int lane = threadIdx.x & 31;
+  const WeightT* W = reinterpret_cast<const WeightT*>(a.weights);
+  const WeightT* rowp[kRowsPerWarp];
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    const uint32_t r = r_first + j <= row_last ? r_first + j : row_last;
+    rowp[j] = W + in.weight + uint64_t(r) * in.ld;
+    acc[j] = 0.0f;
+  }
+  uint32_t scalar_from = k0;
+  if (vec_ok) {
+    constexpr uint32_t kStep = 32 * kVecElems;
+    const uint32_t vend = k0 + ((k1 - k0) / kVecElems) * kVecElems;
+    uint32_t c = k0 + lane * kVecElems;
+    // Batches of kUnroll vectors per row, double-buffered in registers: the next batch's loads are
+    // in flight while this one is multiplied, so a warp always has two batches outstanding.
+    constexpr uint32_t kBatch = kUnroll * kStep;
+    if (c + (kUnroll - 1) * kStep + kVecElems <= vend) {
+      WeightVec cur[kUnroll][kRowsPerWarp], nxt[kUnroll][kRowsPerWarp];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = load_weight_vec(rowp[j] + c + u * kStep);
+      }
+      while (true) {
+        const uint32_t cn = c + kBatch;
+        const bool more = cn + (kUnroll - 1) * kStep + kVecElems <= vend;
+        if (more) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+            for (int j = 0; j < kRowsPerWarp; ++j) nxt[u][j] = load_weight_vec(rowp[j] + cn + u * kStep);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int e = 0; e < kVecElems; ++e) {
+            const uint32_t col = c + u * kStep + e;
+            const float xv = staged ? x[col] : gemv_input(a, in, col, inv);
+#pragma unroll
+            for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(cur[u][j], e) * xv;
+          }
+        }
+        c = cn;
+        if (!more) break;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = nxt[u][j];
+        }
+      }
+    }
+    for (; c + kVecElems <= vend; c += kStep) {
+      WeightVec v[kRowsPerWarp];
+#pragma unroll
+      for (int j = 0; j < kRowsPerWarp; ++j) v[j] = load_weight_vec(rowp[j] + c);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e) {
+        const float xv = staged ? x[c + e] : gemv_input(a, in, c + e, inv);
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(v[j], e) * xv;
+      }
+    }
+    scalar_from = vend;
+  }
+  for (uint32_t c = scalar_from + lane; c < k1; c += 32) {
+    const float xv = staged ? x[c] : gemv_input(a, in, c, inv);
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += to_f32(rowp[j][c]) * xv;
+  }
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) acc[j] = warp_sum(acc[j]);
+}
+
+/// The GEMV: rows in chunks of kEpilogueRows; the input vector staged through the page ring in
+/// chunks of its capacity (no pages: computed on the fly from global memory).
+__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float inv = 0.0f;
+  if (in.flags & kFlagNormPrologue) inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
+  const uint32_t capacity = (a.smem_bytes / 4) / kVecElems * kVecElems;
+  const bool staged = capacity >= uint32_t(kVecElems);
+  const uint32_t k_chunk = staged ? capacity : in.col_end - in.col_begin;
+  const bool vec_ok = (in.weight + in.col_begin) % kVecElems == 0 && in.ld % kVecElems == 0;
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
+    const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
+    const uint32_t nrows = row1 - row0;
+    for (uint32_t k0 = in.col_begin; k0 < in.col_end; k0 += k_chunk) {
+      const uint32_t k1 = min(in.col_end, k0 + k_chunk);
+      if (staged) {
+        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads) pages[c - k0] = gemv_input(a, in, c, inv);
+        __syncthreads();
+      }
+      const float* x = pages - k0;  // indexed by absolute column
+      for (uint32_t g = warp; g * kRowsPerWarp < nrows; g += kWarps) {
+        const uint32_t r_first = row0 + g * kRowsPerWarp;
+        float acc[kRowsPerWarp];
+        gemv_rows(a, in, r_first, row1 - 1, k0, k1, vec_ok, x, staged, inv, acc);
+        if (lane == 0) {
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) {
+            if (r_first + j < row1) {
+              float* slot = &s.u.rows[r_first + j - row0];
+              *slot = (k0 == in.col_begin) ? acc[j] : *slot + acc[j];
+            }
+          }
+        }
+      }
+      __syncthreads();
+    }
+    gemv_epilogue(a, in, s, row0, row1);
+    __syncthreads();
+  }
+}
+
+// ---- kGemvReduce ----
+__device__ __forceinline__ void gemv_reduce(const KernelArgs& a, const Instr& in, Shared& s) {
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
+    const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
+    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) {
+      float acc = 0.0f;
+      for (uint32_t sp = 0; sp < in.param0; ++sp) acc += act_load(a.act + in.in + sp * in.param1 + r);
+      s.u.rows[r - row0] = acc;
+    }
+    __syncthreads();
+    gemv_epilogue(a, in, s, row0, row1);
+    __syncthreads();
+  }
+}
+
+// ---- kRopeKv ----
+__device__ __forceinline__ void rope_kv(const KernelArgs& a, const Instr& in, Shared& s) {
+  Instr rope = in;
+  rope.flags = kFlagRopeKv;
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
+    const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
+    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) s.u.rows[r - row0] = act_load(a.act + in.in + r);
+    __syncthreads();
+    gemv_epilogue(a, rope, s, row0, row1);
+    __syncthreads();
+  }
+}
+
+// ---- kAttnPartial ----
+
+/// Dot products of one key row with the nh staged query heads (acc[j] += q_j . k).
+__device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int nh, float* sc) {
+  constexpr bool kVec = (kHeadDim * sizeof(KvT)) % 16 == 0;
+  if (kVec) {
+    constexpr int kPer = 16 / sizeof(KvT);
+    for (int d0 = 0; d0 < kHeadDim; d0 += kPer) {
+      const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(krow + d0));
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+#if MS_KV_BF16
+        const float kv = __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
+#else
+        const float kv = __uint_as_float(w[e]);
+#endif
+#pragma unroll
+        for (int j = 0; j < kAttnHeadBatch; ++j) {
+          if (j < nh) sc[j] += q[j * kHeadDim + d0 + e] * kv;
+        }
+      }
+    }
+  } else {
+    for (int d = 0; d < kHeadDim; ++d) {
+      const float kv = kv_load(krow + d);
+#pragma unroll
+      for (int j = 0; j < kAttnHeadBatch; ++j) {
+        if (j < nh) sc[j] += q[j * kHeadDim + d] * kv;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& in, Shared& s) {
+  const ModelParams& m = a.model;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t g = in.param0, p = in.param1, P = in.param2;
+  const uint32_t n = uint32_t(a.step->position) + 1;
+  const uint32_t chunk = (n + P - 1) / P;
+  const uint32_t t0 = p * chunk;
+  const uint32_t t1 = min(n, t0 + chunk);
+  const uint32_t rec_len = kHeadDim + 2;
+  if (t0 >= t1) {  // empty partition (only when P > 1)
+    for (uint32_t h = in.row_begin; h < in.row_end; ++h) {
+      float* rec = a.act + in.aux + (uint64_t(p) * m.heads + h) * rec_len;
+      for (uint32_t i = threadIdx.x; i < rec_len; i += kThreads) rec[i] = i == 0 ? neg_inf() : 0.0f;
+    }
+    return;
+  }
+  const KvT* K = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 0, g);
+  const KvT* V = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 1, g);
+  for (uint32_t hb = in.row_begin; hb < in.row_end; hb += kAttnHeadBatch) {
+    const int nh = int(min(uint32_t(kAttnHeadBatch), in.row_end - hb));
+    for (uint32_t i = threadIdx.x; i < uint32_t(nh) * kHeadDim; i += kThreads) {
+      s.u.attn.q[i] = act_load(a.act + in.in + uint64_t(hb) * kHeadDim + i);
+    }
+    __syncthreads();
+    float mx[kAttnHeadBatch], l[kAttnHeadBatch], o[kAttnHeadBatch][kHeadDimPerLane];
+#pragma unroll
+    for (int j = 0; j < kAttnHeadBatch; ++j) {
+      mx[j] = neg_inf();
+      l[j] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = 0.0f;
+    }
+    // Warp w takes key blocks of 32 (lane = key for the scores, lane = dim for the values).
+    for (uint32_t kb = t0 + warp * 32; kb < t1; kb += kWarps * 32) {
+      const uint32_t t = kb + lane;
+      const bool valid = t < t1;
+      float sc[kAttnHeadBatch];
+#pragma unroll
+      for (int j = 0; j < kAttnHeadBatch; ++j) sc[j] = 0.0f;
+      if (valid) attn_scores(K + uint64_t(t) * kHeadDim, s.u.attn.q, nh, sc);
+      float pr[kAttnHeadBatch];
+#pragma unroll
+      for (int j = 0; j < kAttnHeadBatch; ++j) {
+        pr[j] = 0.0f;
+        if (j < nh) {
+          const float sj = valid ? m.attn_scale * sc[j] : neg_inf();
+          const float mnew = fmaxf(mx[j], warp_max(sj));  // finite: lane 0's key is valid
+          pr[j] = valid ? expf(sj - mnew) : 0.0f;
+          const float corr = expf(mx[j] - mnew);
+          l[j] = l[j] * corr + warp_sum(pr[j]);
+#pragma unroll
+          for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] *= corr;
+          mx[j] = mnew;
+        }
+      }
+      // Values: kValueBatch keys' rows are loaded before any is used, so their latencies overlap.
+      constexpr uint32_t kValueBatch = 8;
+      const uint32_t keys = min(32u, t1 - kb);
+      for (uint32_t k0 = 0; k0 < keys; k0 += kValueBatch) {
+        float vv[kValueBatch][kHeadDimPerLane];
+#pragma unroll
+        for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
+          const KvT* vrow = V + uint64_t(kb + k0 + kk) * kHeadDim;
+#pragma unroll
+          for (int i = 0; i < kHeadDimPerLane; ++i) {
+            const int d = lane + 32 * i;
+            vv[kk][i] = (k0 + kk < keys && d < kHeadDim) ? kv_load(vrow + d) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
+#pragma unroll
+          for (int j = 0; j < kAttnHeadBatch; ++j) {
+            const float pk = __shfl_sync(0xffffffffu, pr[j], int(k0 + kk) & 31);  // 0 for keys past t1
+            if (j < nh) {
+#pragma unroll
+              for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] += pk * vv[kk][i];
+            }
+          }
+        }
+      }
+    }
+    // Merge the warps' online-softmax states, head by head, in warp order.
+#pragma unroll
+    for (int j = 0; j < kAttnHeadBatch; ++j) {
+      if (j < nh) {
+        float* mine = s.u.attn.rec + warp * rec_len;
+        if (lane == 0) {
+          mine[0] = mx[j];
+          mine[1] = l[j];
+        }
+#pragma unroll
+        for (int i = 0; i < kHeadDimPerLane; ++i) {
+          const int d = lane + 32 * i;
+          if (d < kHeadDim) mine[2 + d] = o[j][i];
+        }
+        __syncthreads();
+        float M = neg_inf();
+        for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s.u.attn.rec[w * rec_len]);
+        const uint32_t h = hb + j;
+        for (uint32_t d = threadIdx.x; d < kHeadDim; d += kThreads) {
+          float L = 0.0f, O = 0.0f;
+          for (int w = 0; w < kWarps; ++w) {
+            const float* r = s.u.attn.rec + w * rec_len;
+            const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
+            L += r[1] * f;
+            O += r[2 + d] * f;
+          }
+          if (P == 1) {
+            a.act[in.out + uint64_t(h) * kHeadDim + d] = O / L;
+          } else {
+            float* rec = a.act + in.aux + (uint64_t(p) * m.heads + h) * rec_len;
+            if (d == 0) {
+              rec[0] = M;
+              rec[1] = L;
+            }
+            rec[2 + d] = O;
+          }
+        }
+        __syncthreads();
+      }
+    }
+  }
+}
+
+// ---- kAttnCombine ----
+__device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& in) {
+  const uint32_t hd = a.model.head_dim, heads = a.model.heads, P = in.param2;
+  const uint32_t rec_len = hd + 2;
+  const uint32_t nh = in.row_end - in.row_begin;
+  for (uint32_t i = threadIdx.x; i < nh * hd; i += kThreads) {
+    const uint32_t h = in.row_begin + i / hd, d = i % hd;
+    float M = neg_inf();
+    for (uint32_t p = 0; p < P; ++p) M = fmaxf(M, act_load(a.act + in.aux + (uint64_t(p) * heads + h) * rec_len));
+    float L = 0.0f, O = 0.0f;
+    for (uint32_t p = 0; p < P; ++p) {
+      const float* rec = a.act + in.aux + (uint64_t(p) * heads + h) * rec_len;
+      const float f = expf(act_load(rec) - M);
+      L += act_load(rec + 1) * f;
+      O += act_load(rec + 2 + d) * f;
+    }
+    a.act[in.out + uint64_t(h) * hd + d] = O / L;
+  }
+}
+
+// ---- kSiluMul ----
+__device__ __forceinline__ void silu_mul(const KernelArgs& a, const Instr& in) {
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+    a.act[in.out + r] = silu(act_load(a.act + in.in + r)) * act_load(a.act + in.in2 + r);
+  }
+}
+
+// ---- kAdd ----
+__device__ __forceinline__ void add(const KernelArgs& a, const Instr& in) {
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+    a.act[in.out + r] = act_load(a.act + in.in + r) + act_load(a.act + in.in2 + r);
+  }
+}
+
+// ---- kArgmax ----
+__device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Shared& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float best = neg_inf();
+  int32_t best_i = 0x7fffffff;
+  for (uint32_t i = threadIdx.x; i < in.col_end; i += kThreads) {
+    const float v = act_load(a.act + in.in + i);
+    if (v > best || best_i == 0x7fffffff) {  // strided scan: the first hit is the smallest index
+      best = v;
+      best_i = int32_t(i);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (ov > best || (ov == best && oi < best_i)) {
+      best = ov;
+      best_i = oi;
+    }
+  }
+  __shared__ int32_t idx[kWarps];
+  if (lane == 0) {
+    s.red[warp] = best;
+    idx[warp] = best_i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float b = s.red[0];
+    int32_t bi = idx[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (s.red[w] > b || (s.red[w] == b && idx[w] < bi)) {
+        b = s.red[w];
+        bi = idx[w];
+      }
+    }
+    a.step->argmax = bi;
+  }
+  __syncthreads();
+}
+
+/// The dispatch switch: one case per opcode, no default (kOpcodeCount breaks it when an opcode is
+/// added without a device function).
+__device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
+  switch (static_cast<Opcode>(in.opcode)) {
+    case kEmbed: embed(a, in); break;
+    case kRmsNorm: rms_norm(a, in, s); break;
+    case kGemv: gemv(a, in, s, pages); break;
+    case kGemvReduce: gemv_reduce(a, in, s); break;
+    case kRopeKv: rope_kv(a, in, s); break;
+    case kAttnPartial: attn_partial(a, in, s); break;
+    case kAttnCombine: attn_combine(a, in); break;
+    case kSiluMul: silu_mul(a, in); break;
+    case kAdd: add(a, in); break;
+    case kArgmax: argmax(a, in, s); break;
+    case kOpcodeCount: break;
+  }
+}
+
+}  // namespace ms_dev

@@ -1,0 +1,107 @@
+// GpuVm: the loader and runner of the persistent megakernel. It builds the kernel for a program
+// (NVRTC, cached on disk and per process), uploads the model's weights once per process (shared by
+// every trial of that model and by the cuBLAS baseline), uploads the program's tables, checks
+// co-residency with the occupancy API before any launch, and runs decode steps: write the step
+// cell {token, position, epoch}, launch, read the logits. A step that hits the kernel's spin bound
+// comes back as `hang` with a per-block dump; a failed driver call throws vm::GpuError.
+// No CUDA types appear here, so the header compiles without the toolkit (vm/gpu_vm_nocuda.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "schedule/model.h"
+#include "schedule/program.h"
+
+namespace megasched::vm {
+
+/// The live device as read from cudaGetDeviceProperties and the driver.
+struct DeviceInfo {
+  std::string name;
+  int sm_arch = 0;               // major * 10 + minor
+  int num_sms = 0;
+  int64_t l2_bytes = 0;
+  int64_t hbm_bytes = 0;
+  int smem_per_sm = 0;
+  int smem_per_block_optin = 0;
+  int regs_per_sm = 0;
+  int max_threads_per_sm = 0;
+  int max_blocks_per_sm = 0;
+  int driver_version = 0;        // e.g. 13000
+  int runtime_version = 0;
+  std::string pci_bus_id;
+};
+
+/// Reads device 0 (nullopt + *why when there is no toolkit, no driver or no device).
+std::optional<DeviceInfo> device_info(std::string* why);
+
+struct GpuVmOptions {
+  double hang_timeout_s = 5.0;  // device spin bound of one wait
+  bool force_launch = false;    // test-only: launch even when the grid is not co-resident
+  std::string cache_dir;        // cubin cache; empty: vm::default_cache_dir()
+};
+
+/// What one step came to.
+struct StepOutput {
+  std::string status;           // "ok" | "hang" (spin bound hit) | "timeout" (host watchdog)
+  std::string message;
+  std::vector<float> logits;    // the "logits" region (status ok)
+  int32_t argmax = -1;          // written by the program's kArgmax task
+  nlohmann::json hang_dump = nlohmann::json::array();
+};
+
+class GpuVm {
+ public:
+  /// Builds, loads and uploads. Returns nullptr with *error when the build or a check fails;
+  /// *rejected is set when the only problem is that the grid is not co-resident (never launched).
+  static std::unique_ptr<GpuVm> create(const schedule::Program& program, const schedule::Weights& weights,
+                                       const GpuVmOptions& options, std::string* error, bool* rejected);
+  ~GpuVm();
+  GpuVm(const GpuVm&) = delete;
+  GpuVm& operator=(const GpuVm&) = delete;
+
+  /// One decode step, synchronously: logits and argmax, or a hang dump.
+  StepOutput step(int32_t token, int32_t position);
+
+  /// One timed step (CUDA events around the launch only; the step cell is written and, when
+  /// `flush_l2`, the L2 is flushed before the start event). Microseconds. Check hung() after a
+  /// batch of timed steps.
+  double time_step_us(int32_t token, int32_t position, bool flush_l2);
+
+  /// True once a launch hit the spin bound (the abort flag is set): the VM is dead.
+  bool hung();
+
+  /// Registers, spills, shared memory, occupancy, cache hit, build time: goes into the verdict.
+  const nlohmann::json& kernel_info() const { return kernel_info_; }
+
+  struct Impl;
+
+ private:
+  GpuVm() = default;
+  std::unique_ptr<Impl> impl_;
+  nlohmann::json kernel_info_;
+};
+
+/// Flushes the L2 (writes a buffer twice its size) on the shared stream; used between timed
+/// iterations when the model fits in L2.
+void flush_l2();
+
+/// The process's device copy of a model's weights: uploaded on first use, reused by every later
+/// trial of the same weights (keyed by model name, size and a content fingerprint). Returns the
+/// device pointer as an integer.
+uint64_t device_weights(const schedule::Weights& weights);
+
+/// The one stream every GpuVm and the baseline run on (a cudaStream_t, as void*).
+void* shared_stream();
+
+/// The loaded cubin functions of a build, cached per process by build key: `names` in order.
+/// Returns CUfunction handles as void*.
+std::vector<void*> load_functions(const std::vector<char>& cubin, const std::string& key,
+                                  const std::vector<std::string>& names);
+
+}  // namespace megasched::vm

@@ -1,0 +1,35 @@
+// Without the CUDA toolkit there is no GPU VM: every entry point reports so (see vm/gpu_vm.h).
+#include "vm/gpu_vm.h"
+
+namespace megasched::vm {
+
+namespace {
+constexpr const char* kNoCuda = "this megasched was built without the CUDA toolkit";
+}
+
+std::optional<DeviceInfo> device_info(std::string* why) {
+  if (why) *why = kNoCuda;
+  return std::nullopt;
+}
+
+struct GpuVm::Impl {};
+GpuVm::~GpuVm() = default;
+
+std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program&, const schedule::Weights&, const GpuVmOptions&,
+                                     std::string* error, bool* rejected) {
+  if (rejected) *rejected = false;
+  *error = kNoCuda;
+  return nullptr;
+}
+
+StepOutput GpuVm::step(int32_t, int32_t) { return {"crash", kNoCuda, {}, -1, nlohmann::json::array()}; }
+double GpuVm::time_step_us(int32_t, int32_t, bool) { return 0.0; }
+bool GpuVm::hung() { return false; }
+void flush_l2() {}
+uint64_t device_weights(const schedule::Weights&) { return 0; }
+void* shared_stream() { return nullptr; }
+std::vector<void*> load_functions(const std::vector<char>&, const std::string&, const std::vector<std::string>&) {
+  return {};
+}
+
+}  // namespace megasched::vm

@@ -1,0 +1,72 @@
+// The parts of the NVRTC build that need no toolkit: the -D options of each kernel family, the
+// cache folder and the ptxas log parser (see vm/nvrtc_build.h).
+#include "vm/nvrtc_build.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+namespace megasched::vm {
+
+std::vector<std::string> kernel_defines(const schedule::Program& program) {
+  std::vector<std::string> d = program.build.defines();
+  d.push_back("MS_HEAD_DIM=" + std::to_string(program.model.head_dim));
+  // __launch_bounds__' minimum blocks per SM; never more than 2048 threads' worth (the validator
+  // rejects such a launch, and ptxas would reject the bound).
+  const int threads = std::max(program.launch.threads_per_block, 32);
+  const int min_blocks = std::clamp(program.launch.blocks_per_sm, 1, std::max(1, 2048 / threads));
+  d.push_back("MS_MIN_BLOCKS=" + std::to_string(min_blocks));
+  d.push_back("MS_KV_BF16=" + std::to_string(program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
+  d.push_back("MS_WEIGHT_BF16=" + std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+std::vector<std::string> baseline_defines(const schedule::ModelShape& shape) {
+  const int bf16 = shape.dtype == schedule::DType::kBF16 ? 1 : 0;
+  std::vector<std::string> d = {"MS_HEAD_DIM=" + std::to_string(shape.head_dim), "MS_KV_BF16=" + std::to_string(bf16),
+                                "MS_THREADS=256", "MS_WEIGHT_BF16=" + std::to_string(bf16)};
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+std::string default_cache_dir() {
+  if (const char* env = std::getenv("MEGASCHED_KERNEL_CACHE"); env && *env) return env;
+  const char* ws = std::getenv("MEGASCHED_WORKSPACE");
+  return (std::filesystem::path(ws && *ws ? ws : "workspace") / "kernel_cache").string();
+}
+
+std::vector<KernelResources> parse_ptxas_log(const std::string& log) {
+  std::vector<KernelResources> out;
+  static const std::regex fn_re(R"(Compiling entry function '([^']+)')");
+  static const std::regex stack_re(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex regs_re(R"(Used (\d+) registers)");
+  static const std::regex smem_re(R"((\d+) bytes smem)");
+  std::istringstream in(log);
+  std::string line;
+  KernelResources* cur = nullptr;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, fn_re)) {
+      out.push_back(KernelResources{});
+      out.back().name = m[1];
+      cur = &out.back();
+      continue;
+    }
+    if (!cur) continue;
+    if (std::regex_search(line, m, stack_re)) {
+      cur->stack_bytes = std::stoi(m[1]);
+      cur->spill_store_bytes = std::stoi(m[2]);
+      cur->spill_load_bytes = std::stoi(m[3]);
+    }
+    if (std::regex_search(line, m, regs_re)) {
+      cur->registers = std::stoi(m[1]);
+      cur->smem_static_bytes = std::regex_search(line, m, smem_re) ? std::stoi(m[1]) : 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace megasched::vm

@@ -1,0 +1,69 @@
+// The NVRTC build of the device code: the embedded sources (vm/embedded_sources.h) compiled for one
+// arch with the kernel build knobs as -D options, into a cubin, with an on-disk cache keyed by a
+// hash of sources, options, arch and NVRTC version so a warm loop never recompiles. The NVRTC log
+// is always kept, and is the whole message of a failed build. Implemented in
+// vm/nvrtc_build_cuda.cpp; vm/nvrtc_build_nocuda.cpp reports that NVRTC is absent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedule/model.h"
+#include "schedule/program.h"
+
+namespace megasched::vm {
+
+/// What to compile: a translation unit that includes one embedded device header.
+struct BuildRequest {
+  std::string entry;                 // embedded header that holds the kernels ("vm/device/megakernel.cuh")
+  std::vector<std::string> defines;  // "NAME=VALUE", sorted (see kernel_defines)
+  int sm_arch = 90;                  // compute capability x 10
+  std::string cache_dir;             // cubin cache folder; empty: no cache
+};
+
+/// Per-kernel resource use read from ptxas (-v) in the log; registers also come from
+/// cuFuncGetAttribute once loaded (vm/gpu_vm).
+struct KernelResources {
+  std::string name;
+  int registers = -1;
+  int spill_store_bytes = -1;
+  int spill_load_bytes = -1;
+  int stack_bytes = -1;
+  int smem_static_bytes = -1;
+};
+
+struct BuildResult {
+  bool ok = false;
+  std::string error;                  // one line + the full NVRTC log when !ok
+  std::string log;                    // the NVRTC log (ptxas -v output included)
+  std::vector<char> cubin;
+  std::string key;                    // cache key (16 hex digits)
+  bool cache_hit = false;
+  double compile_ms = 0.0;            // 0 on a cache hit
+  std::vector<KernelResources> kernels;  // parsed from the log (empty on a cache hit unless stored)
+};
+
+/// The -D options of the megakernel for a program: its kernel build knobs (vector bytes, rows per
+/// warp, unroll, weight-load path, threads per block), the blocks per SM the registers must allow
+/// (launch.blocks_per_sm, as __launch_bounds__' minimum) and the model constants the device code
+/// specialises on (weight and KV dtype, head dim). Sorted.
+std::vector<std::string> kernel_defines(const schedule::Program& program);
+
+/// The -D options of the baseline kernels for a model (dtype, head dim; 256 threads).
+std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
+
+/// Compiles (or loads from the cache) one cubin. Never throws for a compile error: it is in
+/// BuildResult::error with the whole log.
+BuildResult build_cubin(const BuildRequest& request);
+
+/// "13.0" (the NVRTC version), or "none" without the toolkit.
+std::string nvrtc_version();
+
+/// The default cache folder: $MEGASCHED_KERNEL_CACHE, else <workspace>/kernel_cache.
+std::string default_cache_dir();
+
+/// Parses ptxas -v lines ("Used 40 registers", "N bytes spill stores") per function.
+std::vector<KernelResources> parse_ptxas_log(const std::string& log);
+
+}  // namespace megasched::vm

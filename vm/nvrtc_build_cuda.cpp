@@ -1,0 +1,189 @@
+// NVRTC build of the device sources with an on-disk cubin cache (see vm/nvrtc_build.h).
+#include "vm/nvrtc_build.h"
+
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "vm/embedded_sources.h"
+
+namespace megasched::vm {
+namespace {
+
+std::string fnv1a_hex(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::vector<std::string> compile_options(const BuildRequest& r) {
+  std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(r.sm_arch), "--ptxas-options=-v",
+                                   "-default-device"};
+  for (const std::string& d : r.defines) opts.push_back("-D" + d);
+  return opts;
+}
+
+std::string entry_source(const BuildRequest& r) { return "#include \"" + r.entry + "\"\n"; }
+
+/// The cache key: every embedded source, the options, the arch and the NVRTC version.
+std::string cache_key(const BuildRequest& r) {
+  std::string all = "nvrtc " + nvrtc_version() + "\n" + entry_source(r);
+  for (const std::string& o : compile_options(r)) all += o + "\n";
+  for (const EmbeddedSource& s : embedded_sources()) {
+    all += s.path;
+    all += '\n';
+    all += s.text;
+    all += '\n';
+  }
+  return fnv1a_hex(all);
+}
+
+bool read_file(const std::filesystem::path& p, std::string* out) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+void write_file_atomic(const std::filesystem::path& p, const std::string& bytes) {
+  std::error_code ec;
+  std::filesystem::create_directories(p.parent_path(), ec);
+  const std::filesystem::path tmp = p.string() + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) return;
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::filesystem::rename(tmp, p, ec);
+}
+
+nlohmann::json resources_json(const std::vector<KernelResources>& ks) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const KernelResources& k : ks) {
+    arr.push_back({{"name", k.name}, {"registers", k.registers}, {"spill_store_bytes", k.spill_store_bytes},
+                   {"spill_load_bytes", k.spill_load_bytes}, {"stack_bytes", k.stack_bytes},
+                   {"smem_static_bytes", k.smem_static_bytes}});
+  }
+  return arr;
+}
+
+std::vector<KernelResources> resources_from_json(const nlohmann::json& arr) {
+  std::vector<KernelResources> ks;
+  for (const auto& j : arr) {
+    KernelResources k;
+    k.name = j.value("name", "");
+    k.registers = j.value("registers", -1);
+    k.spill_store_bytes = j.value("spill_store_bytes", -1);
+    k.spill_load_bytes = j.value("spill_load_bytes", -1);
+    k.stack_bytes = j.value("stack_bytes", -1);
+    k.smem_static_bytes = j.value("smem_static_bytes", -1);
+    ks.push_back(k);
+  }
+  return ks;
+}
+
+}  // namespace
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+BuildResult build_cubin(const BuildRequest& request) {
+  BuildResult result;
+  result.key = cache_key(request);
+  const std::filesystem::path cubin_path =
+      request.cache_dir.empty() ? std::filesystem::path()
+                                : std::filesystem::path(request.cache_dir) / (result.key + ".cubin");
+  if (!request.cache_dir.empty()) {
+    std::string bytes, meta;
+    if (read_file(cubin_path, &bytes) && !bytes.empty()) {
+      result.cubin.assign(bytes.begin(), bytes.end());
+      result.ok = true;
+      result.cache_hit = true;
+      if (read_file(cubin_path.string() + ".json", &meta)) {
+        const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
+        if (j.is_object()) {
+          result.log = j.value("log", "");
+          result.kernels = resources_from_json(j.value("kernels", nlohmann::json::array()));
+        }
+      }
+      return result;
+    }
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<const char*> header_names, header_texts;
+  for (const EmbeddedSource& s : embedded_sources()) {
+    header_names.push_back(s.path);
+    header_texts.push_back(s.text);
+  }
+  const std::string src = entry_source(request);
+  nvrtcProgram prog = nullptr;
+  nvrtcResult rc = nvrtcCreateProgram(&prog, src.c_str(), "megasched_device.cu", static_cast<int>(header_names.size()),
+                                      header_texts.data(), header_names.data());
+  if (rc != NVRTC_SUCCESS) {
+    result.error = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
+    return result;
+  }
+  const std::vector<std::string> opts = compile_options(request);
+  std::vector<const char*> copts;
+  for (const std::string& o : opts) copts.push_back(o.c_str());
+  rc = nvrtcCompileProgram(prog, static_cast<int>(copts.size()), copts.data());
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(prog, &log_size);
+  std::string log(log_size, '\0');
+  if (log_size > 0) nvrtcGetProgramLog(prog, log.data());
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  result.log = log;
+  if (rc != NVRTC_SUCCESS) {
+    std::string opt_line;
+    for (const std::string& o : opts) opt_line += " " + o;
+    result.error = std::string("NVRTC failed to compile ") + request.entry + " for sm_" +
+                   std::to_string(request.sm_arch) + " (" + nvrtcGetErrorString(rc) + "; options:" + opt_line +
+                   ")\n" + log;
+    nvrtcDestroyProgram(&prog);
+    return result;
+  }
+  size_t cubin_size = 0;
+  rc = nvrtcGetCUBINSize(prog, &cubin_size);
+  if (rc != NVRTC_SUCCESS || cubin_size == 0) {
+    result.error = std::string("nvrtcGetCUBINSize failed: ") + nvrtcGetErrorString(rc) + "\n" + log;
+    nvrtcDestroyProgram(&prog);
+    return result;
+  }
+  result.cubin.resize(cubin_size);
+  nvrtcGetCUBIN(prog, result.cubin.data());
+  nvrtcDestroyProgram(&prog);
+  result.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  result.kernels = parse_ptxas_log(log);
+  result.ok = true;
+  if (!request.cache_dir.empty()) {
+    write_file_atomic(cubin_path, std::string(result.cubin.begin(), result.cubin.end()));
+    const nlohmann::json meta = {{"entry", request.entry}, {"defines", request.defines},
+                                 {"sm_arch", request.sm_arch}, {"nvrtc", nvrtc_version()},
+                                 {"log", log}, {"kernels", resources_json(result.kernels)}};
+    write_file_atomic(cubin_path.string() + ".json", meta.dump(2));
+  }
+  return result;
+}
+
+}  // namespace megasched::vm
