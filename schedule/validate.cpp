@@ -164,10 +164,9 @@ class Checker {
   }
 
   void check_structure() {
-    const ModelParamsCheck mp = check_model();
+    const bool model_ok = check_model();
     fp_all_.clear();
     fp_begin_.assign(n_ + 1, 0);
-    task_ok_.assign(n_, false);
     std::string error;
     for (uint32_t t = 0; t < n_; ++t) {
       const ms_abi::Instr& in = p_.tasks[t];
@@ -192,7 +191,7 @@ class Checker {
                              std::to_string(p_.counter_totals.size()) + " counters", {t}, {in.signal_counter});
       error.clear();
       const size_t first = fp_all_.size();
-      if (!mp.ok) {
+      if (!model_ok) {
         ok = false;
       } else if (!task_footprint(p_, t, &fp_all_, &error)) {
         add("structure", label_.task(t) + " is malformed: " + error, {t});
@@ -215,7 +214,6 @@ class Checker {
       }
       if (!ok) fp_all_.resize(first);
       fp_begin_[t + 1] = static_cast<uint32_t>(fp_all_.size());
-      task_ok_[t] = ok;
     }
     check_queues();
     for (size_t r = 0; r < p_.regions.size(); ++r) {
@@ -225,10 +223,8 @@ class Checker {
     }
   }
 
-  struct ModelParamsCheck {
-    bool ok;
-  };
-  ModelParamsCheck check_model() {
+  // Model constants and buffers every footprint depends on; false: no footprint is trustworthy.
+  bool check_model() {
     bool ok = true;
     const ms_abi::ModelParams& m = p_.model;
     if (m.weight_dtype > ms_abi::kDTypeBF16 || m.kv_dtype > ms_abi::kDTypeBF16) {
@@ -241,7 +237,7 @@ class Checker {
                            " elements; the step cell needs 4");
       ok = false;
     }
-    return {ok};
+    return ok;
   }
 
   void check_queues() {
@@ -780,7 +776,6 @@ class Checker {
   std::span<const Access> footprint(uint32_t t) const {
     return {fp_all_.data() + fp_begin_[t], fp_all_.data() + fp_begin_[t + 1]};
   }
-  std::vector<char> task_ok_;
   std::vector<std::vector<uint32_t>> producers_;
   std::vector<uint64_t> actual_total_;
   std::vector<char> ran_;  // tasks the deadlock simulation ran
