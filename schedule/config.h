@@ -58,6 +58,8 @@ struct TilingConfig {
   int lm_head_rows_per_task = 512;  // output rows per LM-head task
   int attn_q_heads_per_task = 0;    // query heads per attention task; 0 = the whole KV group
   int attn_kv_partitions = 1;       // flash-decoding partitions of the KV history (>1 adds combine tasks)
+
+  bool operator==(const TilingConfig&) const = default;
 };
 
 struct FusionConfig {
@@ -67,6 +69,8 @@ struct FusionConfig {
   bool rope_kv_into_qkv = true;     // RoPE + KV append in the QKV epilogue (no rope task)
   bool qkv_single_gemv = true;      // Q, K, V as one GEMV over the concatenated rows
   bool gate_up_single_gemv = true;  // gate and up as one GEMV
+
+  bool operator==(const FusionConfig&) const = default;
 };
 
 struct DependencyConfig {
@@ -74,24 +78,34 @@ struct DependencyConfig {
   Granularity attention_to_o = Granularity::kPerOp;
   Granularity gate_up_to_down = Granularity::kPerOp;
   Granularity residual = Granularity::kPerOp;  // residual-stream producers (O, down, adds) to their readers
+
+  bool operator==(const DependencyConfig&) const = default;
 };
 
 struct AssignmentConfig {
   AssignPolicy policy = AssignPolicy::kRoundRobin;
+
+  bool operator==(const AssignmentConfig&) const = default;
 };
 
 struct PipelineConfig {
   int prefetch_depth = 2;  // upcoming tasks whose weights a block prefetches while it waits
+
+  bool operator==(const PipelineConfig&) const = default;
 };
 
 struct SmemConfig {
   int pages = 2;           // shared-memory pages per block
   int page_bytes = 16384;  // bytes per page (the GEMV stages its input vector through them)
+
+  bool operator==(const SmemConfig&) const = default;
 };
 
 struct LaunchConfig {
   int threads_per_block = 256;
   int blocks_per_sm = 1;
+
+  bool operator==(const LaunchConfig&) const = default;
 };
 
 struct KernelConfig {
@@ -99,6 +113,8 @@ struct KernelConfig {
   int rows_per_warp = 2;  // GEMV rows a warp computes at once (reusing each input load)
   int unroll = 2;         // independent load batches in flight per warp
   WeightLoad weight_load = WeightLoad::kLdg;
+
+  bool operator==(const KernelConfig&) const = default;
 };
 
 struct ScheduleConfig {

@@ -83,7 +83,7 @@ TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths
     EXPECT_GE(k.choices.size(), 2u) << k.path << " has a single choice: a knob that does nothing";
     EXPECT_FALSE(k.description.empty()) << k.path;
   }
-  EXPECT_EQ(paths.size(), 24u);
+  EXPECT_EQ(paths.size(), 25u);
 }
 
 TEST(ScheduleConfigKnobs, SetAndGetByPathAndChangedKnobs) {
@@ -108,9 +108,18 @@ TEST(ScheduleConfigSearchSpace, FiltersChoicesThatDoNotFitTheShape) {
   shape.ffn = 128;
   auto space = search_space_json(shape);
   for (const auto& k : space["knobs"]) {
-    if (k["path"] == "tiling.attn_q_heads_per_task")
+    if (k["path"] == "tiling.attn_q_heads_per_task") {
       EXPECT_EQ(k["choices"], nlohmann::json({0, 1, 2}));
-    if (k["path"] == "tiling.gemv_k_split") EXPECT_EQ(k["choices"], nlohmann::json({1, 2, 4, 8}));
+    }
+    if (k["path"] == "tiling.gemv_k_split") {
+      EXPECT_EQ(k["choices"], nlohmann::json({1, 2, 4, 8}));  // 64 columns split into >= 8
+    }
+  }
+  shape.hidden = 48;  // 48 columns: only k_split 1 and 2 keep chunks multiples of 8
+  for (const auto& k : search_space_json(shape)["knobs"]) {
+    if (k["path"] == "tiling.gemv_k_split") {
+      EXPECT_EQ(k["choices"], nlohmann::json({1, 2}));
+    }
   }
 }
 
