@@ -47,11 +47,15 @@ void BM_EagerStepSmall(benchmark::State& state) { eager_step(state, "small"); }
 void BM_EagerStepLlama1b(benchmark::State& state) { eager_step(state, "llama-1b"); }
 
 BENCHMARK(BM_GenerateWeightsToy)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GenerateWeightsSmall)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GenerateWeightsLlama1b)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK(BM_EagerStepToy)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_EagerStepSmall)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_EagerStepLlama1b)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_GenerateWeightsSmall)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GenerateWeightsLlama1b)
+    ->Arg(0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+BENCHMARK(BM_EagerStepToy)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_EagerStepSmall)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_EagerStepLlama1b)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 
 }  // namespace
 
