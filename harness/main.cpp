@@ -25,6 +25,8 @@ const CommandEntry kCommands[] = {
     {"targets", megasched::harness::add_targets_command},
     {"propose", megasched::harness::add_propose_command},
     {"evaluate", megasched::harness::add_evaluate_command},
+    {"validate", megasched::harness::add_validate_command},
+    {"fuzz-validator", megasched::harness::add_fuzz_validator_command},
     {"generate", megasched::harness::add_generate_command},
     {"doctor", megasched::harness::add_doctor_command},
     {"baseline", megasched::harness::add_baseline_command},

@@ -127,6 +127,10 @@ bool Lowerer::check(std::string* error) const {
   };
   const TilingConfig& t = config_.tiling;
   if (target_.num_sms <= 0) return fail("target " + target_.name + " has no SMs");
+  if (shape_.kv_heads <= 0 || shape_.heads % shape_.kv_heads != 0 || shape_.head_dim <= 0 ||
+      shape_.head_dim % 2 != 0 || shape_.head_dim > 1024)
+    return fail("model " + shape_.name +
+                ": heads must be a multiple of kv_heads and head_dim even and at most 1024");
   if (t.gemv_rows_per_task <= 0)
     return fail("tiling.gemv_rows_per_task must be positive (got " +
                 std::to_string(t.gemv_rows_per_task) + ")");

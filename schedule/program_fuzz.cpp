@@ -504,15 +504,22 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     ScorecardRow& row = rows[name];
     row.name = name;
     ++row.generated;
-    TaskAccesses acc;
-    const bool recorded = options.record ? options.record(*program, &acc.reads, &acc.writes)
-                                         : elementwise_accesses(*program, &acc.reads, &acc.writes);
     GroundTruth truth;
-    if (!recorded) {
-      truth.kinds.insert("malformed");
-      truth.findings.push_back("malformed: the ReferenceVm cannot execute it");
-    } else {
-      truth = explore_ground_truth(*program, target, acc);
+    for (int32_t position : ground_truth_positions(*program)) {
+      TaskAccesses acc;
+      const bool recorded = options.record ? options.record(*program, position, &acc.reads, &acc.writes)
+                                           : elementwise_accesses(*program, &acc.reads, &acc.writes);
+      if (!recorded) {
+        truth.kinds.insert("malformed");
+        truth.findings.push_back("malformed: the ReferenceVm cannot execute it");
+        break;
+      }
+      GroundTruth at = explore_ground_truth(*program, target, acc);
+      truth.complete = truth.complete && at.complete;
+      truth.states += at.states;
+      truth.kinds.insert(at.kinds.begin(), at.kinds.end());
+      for (const std::string& f : at.findings) truth.findings.push_back("position " + std::to_string(position) + ": " + f);
+      if (!at.safe()) break;
     }
     if (!truth.complete) {
       ++row.inconclusive;
@@ -528,6 +535,7 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     }
     if (!unsafe && !report.ok()) {
       ++row.rejected_safe;
+      if (options.on_rejected_safe) options.on_rejected_safe(i, name, *program);
       if (row.rejected_safe_reasons.size() < kReasonsKept)
         row.rejected_safe_reasons.push_back("program " + std::to_string(i) + ": " + report.diagnostics.front().rule + ": " +
                                             report.diagnostics.front().message);

@@ -99,13 +99,16 @@ struct ScorecardOptions {
   uint64_t seed = 1;
   /// Valid base programs to mutate (real lowerings); safe random DAGs are used as well.
   std::vector<Program> bases;
-  /// Records a program's element accesses for the ground truth (ground_truth.h record_accesses
-  /// with the model's weights); when empty the scorecard uses element-wise kAdd semantics, which
-  /// is exact for ProgramBuilder programs only, and skips bases.
-  std::function<bool(const Program&, std::vector<std::vector<uint64_t>>* reads,
+  /// Records a program's element accesses at a position for the ground truth (ground_truth.h
+  /// record_accesses with the model's weights); the scorecard asks for every position of
+  /// ground_truth_positions. When empty it uses element-wise kAdd semantics, which is exact for
+  /// ProgramBuilder programs only, and skips bases.
+  std::function<bool(const Program&, int32_t position, std::vector<std::vector<uint64_t>>* reads,
                      std::vector<std::vector<uint64_t>>* writes)>
       record;
   std::function<void(uint64_t done)> progress;
+  /// Called for every program validate() rejects although the ground truth calls it safe.
+  std::function<void(uint64_t index, const std::string& name, const Program& program)> on_rejected_safe;
 };
 
 struct Scorecard {

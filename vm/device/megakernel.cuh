@@ -63,7 +63,7 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
 
 }  // namespace ms_dev
 
-extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_megakernel(const ms_abi::KernelArgs a) {
+extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS) ms_megakernel(const ms_abi::KernelArgs a) {
   using namespace ms_dev;
   extern __shared__ __align__(16) float pages[];
   __shared__ Shared s;
@@ -77,8 +77,15 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_megakernel(const ms_
   const int pf_lane = int(threadIdx.x) - 32;
   const int pf_lanes = kThreads > 32 ? kThreads - 32 : 32;
   uint32_t prefetched = 0;  // static queue: positions [qbegin, qbegin + prefetched) already prefetched
+  // Static queue: the next task's id and instruction are loaded while the current one waits and
+  // runs, taking two dependent L2 round trips off every hop of the critical path.
+  uint32_t next_task = (!dynamic && qbegin < qend) ? a.queue_tasks[qbegin] : 0;
+  Instr next_instr;
+  if (!dynamic && qbegin < qend) next_instr = a.tasks[next_task];
   for (uint32_t pos = 0;; ++pos) {
     uint32_t slot;  // index into queue_tasks
+    uint32_t task;
+    Instr instr;
     if (dynamic) {
       if (threadIdx.x == 0) s.claim = atomicAdd(a.ticket, 1u) - claim_base;
       __syncthreads();
@@ -86,12 +93,19 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_megakernel(const ms_
       __syncthreads();
       if (slot >= a.num_tasks) break;
       rec.queue_pos = int32_t(slot);
+      task = a.queue_tasks[slot];
+      instr = a.tasks[task];
     } else {
       slot = qbegin + pos;
       if (slot >= qend) break;
       rec.queue_pos = int32_t(pos);
+      task = next_task;
+      instr = next_instr;
+      if (slot + 1 < qend) {
+        next_task = a.queue_tasks[slot + 1];
+        next_instr = a.tasks[next_task];
+      }
     }
-    const uint32_t task = a.queue_tasks[slot];
     rec.task = int32_t(task);
     if (kThreads == 32 || pf_lane >= 0) {
       const int lane = kThreads == 32 ? int(threadIdx.x) : pf_lane;
@@ -108,7 +122,6 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_megakernel(const ms_
       }
     }
     if (!dynamic) prefetched = min(qend, slot + a.prefetch_depth + 1) - qbegin;
-    const Instr instr = a.tasks[task];
     const WaitOutcome w = wait_all(a, instr, epoch, &s.wait);
     if (w.exit != kExitRunning) {
       rec.state = w.exit;

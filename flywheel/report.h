@@ -1,0 +1,38 @@
+// The analyst report over results.tsv and corpus.jsonl, per (model, target, device): the best
+// config and its verdict, status counts, keep rate, best-so-far versus trial, and the effect of
+// each knob value (median latency and count). One JSON document (build_report) rendered as text
+// or as a self-contained HTML page with inline SVG plots (no scripts, no external files).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flywheel/corpus.h"
+#include "flywheel/results.h"
+
+namespace megasched::flywheel {
+
+/// The report document:
+///   {"sources": {"results": path, "corpus": path}, "problems": [..],
+///    "groups": [{"model", "target", "device", "latency_kind", "trials", "runs": [run ids],
+///                "status_counts": {status: n}, "keep_rate", "default_us",
+///                "best": {"schedule_id", "run_id", "trial", "latency_us", "pct_of_floor",
+///                         "speedup_vs_default", "floor_us", "config", "verdict"} | null,
+///                "best_so_far": [{"index", "run_id", "trial", "status", "latency_us", "best_us"}],
+///                "knob_effects": [{"knob", "values": [{"value", "count", "with_latency",
+///                                                      "median_us"}]}]}]}
+/// Rows are grouped in order of first appearance; best_so_far follows file order.
+nlohmann::json build_report(const std::vector<ResultRow>& rows,
+                            const std::vector<CorpusRecord>& records);
+
+/// Plain text for a terminal.
+std::string report_text(const nlohmann::json& report);
+/// A self-contained HTML page (inline CSS and SVG).
+std::string report_html(const nlohmann::json& report);
+
+/// Median of a non-empty list (mean of the middle two for an even count).
+double median(std::vector<double> values);
+
+}  // namespace megasched::flywheel

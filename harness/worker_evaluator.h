@@ -1,0 +1,75 @@
+// GPU fault isolation: trials run in a worker process (`megasched worker`), so a CUDA error that
+// poisons the context, a segfault or a kernel that never finishes costs one trial, not the loop.
+// The WorkerEvaluator is the loop's side of it: an Evaluator that sends each config to the child
+// as one JSON line and reads one JSON line back, under a per-trial wall-clock deadline. When the
+// child dies, hangs past the deadline, answers garbage, or reports a crash or a hang itself, it
+// is killed (its whole process group) and started afresh on the next call; the trial's verdict
+// says "crash" or "timeout" with what happened in its notes.
+//
+// Protocol (HARNESS.md, "The worker"): the worker first prints
+//   {"ready": true, "identity": {"model": .., "target": .., "device": ..}}
+// (or {"ready": false, "error": ".."} and exits), then answers one line per request line:
+//   {"op": "evaluate", "config": {..}}      -> {"verdict": {..}}
+//   {"op": "schedule_id", "config": {..}}   -> {"schedule_id": ".."}
+//   {"op": "identity"}                      -> {"identity": {..}}
+//   {..a bare config..}                     -> {..a bare verdict..}   (for people at a terminal)
+// and {"error": ".."} for a request it cannot read.
+#pragma once
+
+#include <istream>
+#include <map>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/child_process.h"
+#include "harness/evaluator.h"
+
+namespace megasched::harness {
+
+struct WorkerOptions {
+  std::string command;           // e.g. "/path/megasched worker --model small --gpu auto --device gpu"
+  double trial_timeout_s = 300;  // wall clock per evaluate request
+  double start_timeout_s = 300;  // until the ready line (model load, reference logits)
+  double request_timeout_s = 60; // schedule_id / identity requests
+};
+
+class WorkerEvaluator : public Evaluator {
+ public:
+  explicit WorkerEvaluator(WorkerOptions options) : options_(std::move(options)) {}
+  ~WorkerEvaluator() override;
+
+  /// Starts the worker and waits for its ready line. False (with *error, including the worker's
+  /// stderr) when it does not come up: the loop should not start.
+  bool start(std::string* error);
+
+  eval::Verdict evaluate(const schedule::ScheduleConfig& config) override;
+  nlohmann::json identity() const override { return identity_; }
+  std::string schedule_id(const schedule::ScheduleConfig& config) const override;
+
+  /// Workers started after the first (after a crash, a hang or a protocol error).
+  int restarts() const { return restarts_; }
+
+ private:
+  // Sends one request and reads one reply line; on failure kills the child and sets *what.
+  enum class Reply { kOk, kDied, kTimeout, kGarbage };
+  Reply request(const nlohmann::json& message, double timeout_s, nlohmann::json* reply,
+                std::string* what) const;
+  bool ensure_running(std::string* error) const;
+  eval::Verdict failure_verdict(const schedule::ScheduleConfig& config, const std::string& status,
+                                const std::string& note) const;
+
+  WorkerOptions options_;
+  mutable ChildProcess child_;
+  mutable nlohmann::json identity_ = nlohmann::json::object();
+  mutable std::map<std::string, std::string> ids_;  // canonical config -> schedule id
+  mutable int starts_ = 0;
+  mutable int restarts_ = 0;
+};
+
+/// The worker's side: prints the ready line, then answers requests from `in` until end of input.
+/// Returns the number of requests answered.
+int serve_worker(Evaluator& evaluator, std::istream& in, std::ostream& out);
+
+}  // namespace megasched::harness

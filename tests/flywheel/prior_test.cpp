@@ -1,0 +1,113 @@
+// The learned prior: features, ridge fit, rank correlation, failure model.
+#include "flywheel/prior.h"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "schedule/config.h"
+#include "schedule/search.h"
+
+namespace megasched::flywheel {
+namespace {
+
+using schedule::ScheduleConfig;
+
+TEST(Spearman, IdenticalOrderIsOneAndReversedIsMinusOne) {
+  EXPECT_DOUBLE_EQ(spearman({1, 2, 3, 4}, {10, 20, 30, 400}), 1.0);
+  EXPECT_DOUBLE_EQ(spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0);
+}
+
+TEST(Spearman, TiesTakeTheirAverageRank) {
+  // ranks a: 1, 2.5, 2.5, 4; b: 1, 2, 3, 4 -> r = 4.5 / sqrt(4.5 * 5)
+  EXPECT_NEAR(spearman({1, 2, 2, 3}, {1, 2, 3, 4}), 4.5 / std::sqrt(4.5 * 5.0), 1e-12);
+  EXPECT_DOUBLE_EQ(spearman({1, 1, 1}, {1, 2, 3}), 0.0);  // a constant series ranks nothing
+}
+
+schedule::GpuTarget h100() {
+  schedule::GpuTarget t;
+  t.name = "h100";
+  t.sm_arch = 90;
+  t.num_sms = 132;
+  t.smem_per_sm = 233472;
+  t.smem_per_block_optin = 232448;
+  t.datasheet_bw_gbs = 3350;
+  return t;
+}
+
+// A landscape with main effects and one interaction (rows per task x blocks per SM).
+double synthetic_us(const ScheduleConfig& c) {
+  double us = 200.0;
+  us *= 1.0 + 0.3 * std::abs(std::log2(c.tiling.gemv_rows_per_task / 32.0)) / 3.0;
+  us *= c.kernel.vector_bytes == 16 ? 1.0 : c.kernel.vector_bytes == 8 ? 1.15 : 1.4;
+  us *= 1.0 + 0.1 * c.tiling.gemv_k_split / 8.0;
+  if (c.tiling.gemv_rows_per_task <= 16 && c.launch.blocks_per_sm >= 2) us *= 0.8;
+  us *= c.fusion.norm_into_gemv ? 1.0 : 1.08;
+  return us;
+}
+
+TEST(Prior, RanksHeldOutConfigsOfASyntheticLandscape) {
+  const schedule::ModelShape shape = *schedule::find_preset("small");
+  const schedule::GpuTarget target = h100();
+  std::mt19937_64 rng(3);
+  std::vector<PriorSample> samples;
+  for (int i = 0; i < 240; ++i) {
+    ScheduleConfig c = schedule::random_config(shape, target, rng);
+    samples.push_back({schedule::to_json(c), shape_to_json(shape), synthetic_us(c), "small"});
+  }
+  PriorEvaluation e = evaluate_prior(samples, 5, 1);
+  EXPECT_EQ(e.samples, 240);
+  EXPECT_GT(e.spearman, 0.85);
+  EXPECT_GT(e.per_model["small"]["spearman"].get<double>(), 0.85);
+}
+
+TEST(Prior, UntrainedBelowTheMinimumSampleCount) {
+  const schedule::ModelShape shape = *schedule::find_preset("toy");
+  Prior prior;
+  std::vector<PriorSample> samples(3, {schedule::to_json(ScheduleConfig{}), shape_to_json(shape), 10.0, "toy"});
+  EXPECT_FALSE(prior.fit(samples, 4));
+  EXPECT_FALSE(prior.trained());
+}
+
+TEST(Prior, FailureModelFlagsConfigsLikeThoseThatFailed) {
+  const schedule::ModelShape shape = *schedule::find_preset("toy");
+  const schedule::GpuTarget target = h100();
+  std::mt19937_64 rng(5);
+  std::vector<PriorSample> samples;
+  for (int i = 0; i < 120; ++i) {
+    ScheduleConfig c = schedule::random_config(shape, target, rng);
+    PriorSample s{schedule::to_json(c), shape_to_json(shape), std::nullopt, "toy"};
+    if (c.kernel.weight_load != schedule::WeightLoad::kLdgStream) s.latency_us = 100.0 + c.kernel.unroll;
+    samples.push_back(s);
+  }
+  Prior prior;
+  ASSERT_TRUE(prior.fit(samples));
+  ScheduleConfig stream;
+  stream.kernel.weight_load = schedule::WeightLoad::kLdgStream;
+  EXPECT_GT(prior.predict_failure(schedule::to_json(stream), shape_to_json(shape)), 0.6);
+  EXPECT_LT(prior.predict_failure(schedule::to_json(ScheduleConfig{}), shape_to_json(shape)), 0.4);
+}
+
+TEST(Prior, SamplesKeepOnlyTheRequestedTargetAndLatencyKind) {
+  CorpusRecord a;
+  a.target = "h100";
+  a.device = "cpu";
+  a.status = kStatusKept;
+  a.verdict.correct = true;
+  a.verdict.latency_us = 5.0;
+  a.verdict.latency_kind = "predicted";
+  CorpusRecord b = a;
+  b.target = "a100";
+  CorpusRecord c = a;
+  c.status = kStatusRejected;
+  c.verdict.correct = false;
+  c.verdict.latency_us.reset();
+  auto samples = prior_samples({a, b, c}, "h100", "cpu");
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_TRUE(samples[0].latency_us.has_value());
+  EXPECT_FALSE(samples[1].latency_us.has_value());  // a failure: the failure model's negative
+}
+
+}  // namespace
+}  // namespace megasched::flywheel

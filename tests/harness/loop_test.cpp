@@ -1,0 +1,574 @@
+// The keep/revert loop against a fake evaluator (a scripted latency landscape) and a scripted
+// clock: keep decisions, dedup across runs, resume after a kill, budgets, the proposer seam.
+#include "harness/loop.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "flywheel/corpus.h"
+#include "flywheel/results.h"
+#include "harness/strategy.h"
+#include "schedule/config.h"
+#include "schedule/target.h"
+
+namespace megasched::harness {
+namespace {
+
+using schedule::ScheduleConfig;
+
+class ScriptedClock : public Clock {
+ public:
+  double now_s() override { return now; }
+  double now = 1.8e9;
+};
+
+eval::Verdict ok_verdict(double latency_us, double sigma_us, const std::string& kind) {
+  eval::Verdict v;
+  v.valid = true;
+  v.correct = true;
+  v.argmax_match = true;
+  v.status = "ok";
+  v.latency_us = latency_us;
+  v.latency_kind = kind;
+  v.floor_us = 10.0;
+  if (sigma_us > 0) v.samples_us = {latency_us - sigma_us, latency_us, latency_us + sigma_us};
+  return v;
+}
+
+// A scripted landscape: latencies by canonical config; anything else gets `fallback`.
+class FakeEvaluator : public Evaluator {
+ public:
+  explicit FakeEvaluator(ScriptedClock* clock, std::string device = "cpu")
+      : clock_(clock), device_(std::move(device)) {}
+
+  void script(const ScheduleConfig& c, eval::Verdict v) { scripted_[schedule::canonical_string(c)] = v; }
+  eval::Verdict evaluate(const ScheduleConfig& c) override {
+    if (clock_) clock_->now += seconds_per_trial;
+    ++evaluations[schedule_id(c)];
+    if (on_evaluate) on_evaluate();
+    auto it = scripted_.find(schedule::canonical_string(c));
+    eval::Verdict v = it != scripted_.end() ? it->second : fallback(c);
+    v.schedule_id = schedule_id(c);
+    v.model = "toy";
+    v.target = "h100";
+    v.device = device_;
+    return v;
+  }
+  nlohmann::json identity() const override {
+    return {{"model", "toy"}, {"target", "h100"}, {"device", device_}};
+  }
+  std::string schedule_id(const ScheduleConfig& c) const override {
+    return schedule::hash_hex(schedule::canonical_string(c) + "|toy|h100|" + device_);
+  }
+
+  std::function<eval::Verdict(const ScheduleConfig&)> fallback = [](const ScheduleConfig& c) {
+    // A smooth landscape over a few knobs, so strategies have something to find.
+    double us = 100.0;
+    us *= 1.0 + 0.002 * std::abs(c.tiling.gemv_rows_per_task - 32);
+    us *= 1.0 + 0.05 * (c.launch.blocks_per_sm - 1);
+    us *= c.kernel.vector_bytes == 16 ? 1.0 : 1.2;
+    return ok_verdict(us, 0.0, "predicted");
+  };
+  std::function<void()> on_evaluate;
+  std::map<std::string, int> evaluations;
+  double seconds_per_trial = 2.0;
+
+ private:
+  ScriptedClock* clock_;
+  std::string device_;
+  std::map<std::string, eval::Verdict> scripted_;
+};
+
+// Proposes a fixed list, in order.
+class ScriptedStrategy : public Strategy {
+ public:
+  explicit ScriptedStrategy(std::vector<ScheduleConfig> list) : list_(std::move(list)) {}
+  std::string name() const override { return "scripted"; }
+  std::vector<Proposal> propose(const SearchState&, int) override {
+    if (next_ >= list_.size()) return {};
+    return {{list_[next_++], "scripted", std::nullopt}};
+  }
+  void observe(const TrialOutcome& o) override { observed.push_back(o); }
+  std::vector<TrialOutcome> observed;
+
+ private:
+  std::vector<ScheduleConfig> list_;
+  size_t next_ = 0;
+};
+
+ScheduleConfig with(std::vector<std::pair<std::string, nlohmann::json>> knobs) {
+  ScheduleConfig c;
+  for (const auto& [path, value] : knobs) {
+    std::string error;
+    EXPECT_TRUE(schedule::set_knob(&c, path, value, &error)) << error;
+  }
+  return c;
+}
+
+class HarnessLoop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ms_loop_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    options.results_path = (dir_ / "results.tsv").string();
+    options.corpus_path = (dir_ / "corpus.jsonl").string();
+    options.budget = 10;
+    shape = *schedule::find_preset("toy");
+    // H100 SXM figures (the registry lives in schedule/target.cpp; the fake needs only these).
+    target.name = "h100";
+    target.sm_arch = 90;
+    target.num_sms = 132;
+    target.smem_per_sm = 233472;
+    target.smem_per_block_optin = 232448;
+    target.l2_bytes = 50331648;
+    target.hbm_bytes = 85899345920;
+    target.datasheet_bw_gbs = 3350;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  LoopResult run(Evaluator& ev, Strategy& strategy) {
+    return run_loop(ev, shape, target, strategy, clock, options);
+  }
+  std::vector<flywheel::ResultRow> rows() { return flywheel::read_results(options.results_path).rows; }
+  std::vector<flywheel::CorpusRecord> records() {
+    return flywheel::read_corpus(options.corpus_path).records;
+  }
+
+  std::filesystem::path dir_;
+  LoopOptions options;
+  ScriptedClock clock;
+  schedule::ModelShape shape;
+  schedule::GpuTarget target;
+};
+
+TEST_F(HarnessLoop, RevertsWhenCandidateIsSlower) {
+  FakeEvaluator ev(&clock);
+  const ScheduleConfig slower = with({{"launch.blocks_per_sm", 2}});
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
+  ev.script(slower, ok_verdict(110.0, 0, "predicted"));
+  ScriptedStrategy strategy({slower});
+  LoopResult r = run(ev, strategy);
+  ASSERT_TRUE(r.ok) << r.error;
+  auto log = rows();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].status, "kept");
+  EXPECT_EQ(log[0].strategy, "default");
+  EXPECT_EQ(log[1].status, "discarded");
+  EXPECT_NE(log[1].description.find("slower by 10.000 us"), std::string::npos) << log[1].description;
+  EXPECT_EQ(log[1].changed_knobs, "launch.blocks_per_sm=2");
+  EXPECT_DOUBLE_EQ(*log[1].best_us, 100.0);
+  EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(ScheduleConfig{}));
+  EXPECT_EQ(r.summary["stop_reason"], "exhausted: the strategy has nothing new");
+}
+
+TEST_F(HarnessLoop, DiscardsMeasuredCandidateFasterOnlyWithinNoise) {
+  FakeEvaluator ev(&clock, "gpu");
+  const ScheduleConfig candidate = with({{"kernel.unroll", 4}});
+  // 3% faster, but sigma 2 us on each side: margin 2 * sqrt(8) = 5.66 us.
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 2.0, "measured-gpu"));
+  ev.script(candidate, ok_verdict(97.0, 2.0, "measured-gpu"));
+  ScriptedStrategy strategy({candidate});
+  ASSERT_TRUE(run(ev, strategy).ok);
+  auto log = records();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].status, "discarded");
+  EXPECT_NEAR(log[1].keep["margin_us"].get<double>(), 2.0 * std::sqrt(8.0), 1e-9);
+  EXPECT_NE(log[1].description.find("within margin"), std::string::npos);
+  EXPECT_EQ(ev.evaluations[ev.schedule_id(ScheduleConfig{})], 1);  // no re-measure for a loser
+}
+
+TEST_F(HarnessLoop, KeepsMeasuredCandidateFasterBeyondNoiseAfterRemeasuringIncumbent) {
+  FakeEvaluator ev(&clock, "gpu");
+  const ScheduleConfig candidate = with({{"kernel.unroll", 4}});
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 1.0, "measured-gpu"));
+  ev.script(candidate, ok_verdict(90.0, 1.0, "measured-gpu"));
+  ScriptedStrategy strategy({candidate});
+  LoopResult r = run(ev, strategy);
+  auto log = records();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].status, "kept");
+  EXPECT_EQ(ev.evaluations[ev.schedule_id(ScheduleConfig{})], 2);  // back to back re-measure
+  EXPECT_DOUBLE_EQ(log[1].keep["remeasured_incumbent_us"].get<double>(), 100.0);
+  EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(candidate));
+  EXPECT_NEAR(r.summary["best"]["speedup_vs_default"].get<double>(), 100.0 / 90.0, 1e-9);
+  EXPECT_EQ(r.summary["evaluations"], 3);
+}
+
+TEST_F(HarnessLoop, DiscardsMeasuredCandidateWhenRemeasuredIncumbentCatchesUp) {
+  FakeEvaluator ev(&clock, "gpu");
+  const ScheduleConfig candidate = with({{"kernel.unroll", 4}});
+  int default_runs = 0;
+  ev.fallback = [&](const ScheduleConfig& c) {
+    if (schedule::complexity(c) == 0) return ok_verdict(++default_runs == 1 ? 100.0 : 91.0, 0.5, "measured-gpu");
+    return ok_verdict(90.0, 0.5, "measured-gpu");
+  };
+  ScriptedStrategy strategy({candidate});
+  LoopResult r = run(ev, strategy);
+  auto log = records();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].status, "discarded");
+  EXPECT_DOUBLE_EQ(log[1].keep["remeasured_incumbent_us"].get<double>(), 91.0);
+  EXPECT_DOUBLE_EQ(r.summary["best"]["latency_us"].get<double>(), 91.0);
+}
+
+TEST_F(HarnessLoop, KeepsPredictedCandidateOnlyBeyondOnePercent) {
+  FakeEvaluator ev(&clock);
+  const ScheduleConfig a = with({{"kernel.unroll", 4}});
+  const ScheduleConfig b = with({{"kernel.unroll", 8}});
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
+  ev.script(a, ok_verdict(99.5, 0, "predicted"));
+  ev.script(b, ok_verdict(98.9, 0, "predicted"));
+  ScriptedStrategy strategy({a, b});
+  ASSERT_TRUE(run(ev, strategy).ok);
+  auto log = rows();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[1].status, "discarded");
+  EXPECT_EQ(log[2].status, "kept");
+  EXPECT_NEAR(*log[2].speedup_vs_default, 100.0 / 98.9, 1e-3);
+  EXPECT_NEAR(*log[2].pct_of_floor, 100.0 * 10.0 / 98.9, 1e-3);
+  EXPECT_EQ(ev.evaluations[ev.schedule_id(ScheduleConfig{})], 1);  // predictions are not re-run
+}
+
+TEST_F(HarnessLoop, NeverKeepsIncorrectOrRejectedCandidates) {
+  FakeEvaluator ev(&clock);
+  const ScheduleConfig wrong = with({{"kernel.unroll", 4}});
+  const ScheduleConfig unsafe = with({{"kernel.unroll", 8}});
+  const ScheduleConfig crashed = with({{"kernel.unroll", 1}});
+  const ScheduleConfig hung = with({{"kernel.rows_per_warp", 4}});
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
+  eval::Verdict incorrect = ok_verdict(10.0, 0, "predicted");
+  incorrect.correct = false;
+  incorrect.status = "incorrect";
+  ev.script(wrong, incorrect);
+  eval::Verdict rejected;
+  rejected.status = "rejected";
+  rejected.rejected_reason = "race.read_before_write";
+  ev.script(unsafe, rejected);
+  eval::Verdict crash;
+  crash.status = "crash";
+  ev.script(crashed, crash);
+  eval::Verdict hang;
+  hang.status = "hang";
+  ev.script(hung, hang);
+  ScriptedStrategy strategy({wrong, unsafe, crashed, hung});
+  LoopResult r = run(ev, strategy);
+  auto log = rows();
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_EQ(log[1].status, "incorrect");
+  EXPECT_FALSE(log[1].latency_us.has_value());  // no latency without a correctness pass
+  EXPECT_EQ(log[2].status, "rejected");
+  EXPECT_NE(log[2].description.find("race.read_before_write"), std::string::npos);
+  EXPECT_EQ(log[3].status, "crash");
+  EXPECT_EQ(log[4].status, "timeout");
+  EXPECT_DOUBLE_EQ(r.summary["best"]["latency_us"].get<double>(), 100.0);
+  EXPECT_EQ(r.summary["status_counts"]["kept"], 1);
+  EXPECT_EQ(r.summary["status_counts"]["incorrect"], 1);
+}
+
+TEST_F(HarnessLoop, NearTieGoesToTheSimplerConfig) {
+  FakeEvaluator ev(&clock);
+  const ScheduleConfig two_knobs = with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}});
+  const ScheduleConfig three_knobs =
+      with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}, {"pipeline.prefetch_depth", 3}});
+  const ScheduleConfig one_knob = with({{"kernel.unroll", 4}});
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
+  ev.script(two_knobs, ok_verdict(80.0, 0, "predicted"));
+  ev.script(three_knobs, ok_verdict(79.6, 0, "predicted"));  // within 1%, more complex
+  ev.script(one_knob, ok_verdict(80.4, 0, "predicted"));     // within 1%, simpler
+  ScriptedStrategy strategy({two_knobs, three_knobs, one_knob});
+  LoopResult r = run(ev, strategy);
+  auto log = rows();
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_EQ(log[1].status, "kept");
+  EXPECT_EQ(log[2].status, "discarded");
+  EXPECT_EQ(log[3].status, "kept");
+  EXPECT_NE(log[3].description.find("simpler"), std::string::npos);
+  EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(one_knob));
+}
+
+TEST_F(HarnessLoop, SkipsSchedulesAlreadyEvaluatedInEarlierRunsFailuresIncluded) {
+  FakeEvaluator ev(&clock);
+  const ScheduleConfig a = with({{"kernel.unroll", 4}});
+  const ScheduleConfig b = with({{"kernel.unroll", 8}});
+  const ScheduleConfig c = with({{"kernel.unroll", 1}});
+  eval::Verdict rejected;
+  rejected.status = "rejected";
+  ev.script(b, rejected);
+  ScriptedStrategy first({a, b});
+  ASSERT_TRUE(run(ev, first).ok);
+  ScriptedStrategy second({a, b, c});
+  LoopResult r = run(ev, second);
+  ASSERT_TRUE(r.ok) << r.error;
+  for (const auto& [id, n] : ev.evaluations) EXPECT_EQ(n, 1) << id;
+  EXPECT_EQ(ev.evaluations.size(), 4u);  // default, a, b, c
+  EXPECT_EQ(r.summary["skipped_known"], 2);
+  EXPECT_EQ(r.summary["seed"]["evaluated"], false);  // the default was adopted from run 1
+  auto log = rows();
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_NE(log[3].run_id, log[0].run_id);
+  EXPECT_EQ(log[3].schedule_id, ev.schedule_id(c));
+  EXPECT_EQ(log[3].trial, 0);
+}
+
+TEST_F(HarnessLoop, WarmStartAdoptsTheBestKnownConfig) {
+  FakeEvaluator ev(&clock);
+  const ScheduleConfig fast = with({{"tiling.gemv_rows_per_task", 32}});
+  ScriptedStrategy first({fast});
+  ASSERT_TRUE(run(ev, first).ok);
+  options.warm_start = true;
+  ScriptedStrategy second({with({{"kernel.unroll", 4}})});
+  LoopResult r = run(ev, second);
+  EXPECT_EQ(r.summary["seed"]["source"], "warm-start");
+  EXPECT_EQ(r.summary["seed"]["schedule_id"], ev.schedule_id(fast));
+  auto log = rows();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[2].parent_id, ev.schedule_id(fast));
+  EXPECT_EQ(log[2].status, "discarded");
+}
+
+TEST_F(HarnessLoop, StopsOnPlateau) {
+  FakeEvaluator ev(&clock);
+  ev.fallback = [](const ScheduleConfig& c) {
+    return ok_verdict(schedule::complexity(c) == 0 ? 50.0 : 100.0, 0, "predicted");
+  };
+  options.plateau = 3;
+  options.budget = 50;
+  StrategyOptions so;
+  so.name = "random";
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  EXPECT_EQ(r.summary["stop_reason"], "plateau");
+  EXPECT_EQ(r.summary["trials"], 4);
+}
+
+TEST_F(HarnessLoop, StopsWhenMinutesRunOutAndPrintsOneProgressLinePerTrial) {
+  FakeEvaluator ev(&clock);
+  ev.seconds_per_trial = 30.0;
+  options.minutes = 2.0;
+  options.budget = 100;
+  std::ostringstream progress;
+  options.progress = &progress;
+  StrategyOptions so;
+  so.name = "random";
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  EXPECT_EQ(r.summary["stop_reason"], "minutes");
+  EXPECT_EQ(r.summary["trials"], 4);
+  std::istringstream lines(progress.str());
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    ++count;
+    EXPECT_EQ(line.rfind("trial ", 0), 0u) << line;
+    EXPECT_NE(line.find("best "), std::string::npos);
+    EXPECT_NE(line.find("eta "), std::string::npos);
+  }
+  EXPECT_EQ(count, 4);
+  EXPECT_NE(progress.str().find("elapsed 2:00"), std::string::npos) << progress.str();
+}
+
+TEST_F(HarnessLoop, StopRequestFinishesTheCurrentTrialAndSummarizes) {
+  FakeEvaluator ev(&clock);
+  std::atomic<bool> stop{false};
+  options.stop = &stop;
+  options.budget = 20;
+  int calls = 0;
+  ev.on_evaluate = [&] {
+    if (++calls == 3) stop = true;  // arrives during trial 2
+  };
+  StrategyOptions so;
+  so.name = "random";
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  EXPECT_EQ(r.summary["stop_reason"], "interrupted");
+  EXPECT_EQ(rows().size(), 3u);
+  EXPECT_EQ(records().size(), 3u);
+}
+
+TEST_F(HarnessLoop, ResumeAfterKillFinishesTheBudgetWithoutReevaluatingAnything) {
+  options.budget = 30;
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FakeEvaluator slow(nullptr);
+    slow.on_evaluate = [] { ::usleep(20000); };
+    StrategyOptions so;
+    so.name = "random";
+    so.seed = 7;
+    std::string error;
+    auto strategy = make_strategy(so, &error);
+    SystemClock clock_real;
+    run_loop(slow, shape, target, *strategy, clock_real, options);
+    ::_exit(0);
+  }
+  ::usleep(250000);  // about a dozen trials in
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the loop finished before the kill; slow it down";
+  const size_t before = rows().size();
+  ASSERT_GT(before, 2u);
+  ASSERT_LT(before, 30u);
+
+  FakeEvaluator ev(&clock);
+  options.resume = true;
+  StrategyOptions so;
+  so.name = "random";
+  so.seed = 7;
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.summary["resumed"], true);
+  EXPECT_EQ(r.summary["trials"], 30);
+  auto log = rows();
+  std::set<std::string> ids;
+  std::set<int> trials;
+  for (const auto& row : log) {
+    EXPECT_EQ(row.run_id, log[0].run_id);
+    ids.insert(row.schedule_id);
+    trials.insert(row.trial);
+  }
+  EXPECT_EQ(log.size(), 30u);
+  EXPECT_EQ(ids.size(), 30u);     // no schedule twice
+  EXPECT_EQ(trials.size(), 30u);  // trials 0..29, each once
+  EXPECT_EQ(*trials.rbegin(), 29);
+  for (const auto& [id, n] : ev.evaluations) EXPECT_FALSE(ids.count(id) && n > 1);
+  EXPECT_EQ(records().size(), 30u);
+}
+
+TEST_F(HarnessLoop, ResumeRestoresARowLostBetweenCorpusAndResults) {
+  FakeEvaluator ev(&clock);
+  options.budget = 4;
+  StrategyOptions so;
+  so.name = "random";
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  ASSERT_TRUE(run(ev, *strategy).ok);
+  // Simulate a kill after the corpus append: cut the last results row in half.
+  std::string text;
+  {
+    std::ifstream in(options.results_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  text.resize(text.size() - 1);
+  text.resize(text.rfind('\n') + 20);
+  std::ofstream(options.results_path, std::ios::trunc) << text;
+  auto torn = flywheel::read_results(options.results_path);
+  EXPECT_EQ(torn.rows.size(), 3u);
+  ASSERT_EQ(torn.problems.size(), 1u);
+  EXPECT_NE(torn.problems[0].find("truncated"), std::string::npos);
+
+  options.resume = true;
+  options.budget = 6;
+  auto again = make_strategy(so, &error);
+  LoopResult r = run(ev, *again);
+  EXPECT_EQ(r.summary["restored_rows"], 1);
+  auto log = flywheel::read_results(options.results_path);
+  std::set<int> trials;
+  for (const auto& row : log.rows) trials.insert(row.trial);
+  EXPECT_EQ(trials, (std::set<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(log.rows.size(), 6u);
+  for (const auto& [id, n] : ev.evaluations) EXPECT_EQ(n, 1);
+}
+
+TEST_F(HarnessLoop, HillclimbChangesOneKnobAtATimeAroundItsBase) {
+  FakeEvaluator ev(&clock);
+  options.budget = 80;
+  StrategyOptions so;
+  so.name = "hillclimb";
+  so.restart_after = 100;
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  ASSERT_TRUE(r.ok);
+  auto log = rows();
+  ASSERT_EQ(log.size(), 80u);
+  for (size_t i = 1; i < log.size(); ++i) {
+    EXPECT_EQ(std::count(log[i].changed_knobs.begin(), log[i].changed_knobs.end(), '='), 1)
+        << log[i].changed_knobs;
+  }
+  // The default (rows 64: 106.4 us) is one move from the optimum (rows 32: 100 us).
+  EXPECT_DOUBLE_EQ(r.summary["best"]["latency_us"].get<double>(), 100.0);
+}
+
+TEST_F(HarnessLoop, ProposerRoundTripSendsContextAndReadsCandidates) {
+  const std::string script = (dir_ / "agent.py").string();
+  std::ofstream(script) << R"PY(import json, sys
+ctx = json.load(sys.stdin)
+assert "search_space" in ctx and "incumbent" in ctx and "recent_trials" in ctx, ctx.keys()
+cfg = ctx["incumbent"]["config"]
+cfg["kernel"]["unroll"] = [4, 8, 1][len(ctx["recent_trials"]) - 1]
+with open(sys.argv[1], "a") as log:
+    log.write("%d %s\n" % (len(ctx["recent_trials"]), ctx["model"]))
+print(json.dumps([{"config": cfg, "description": "unroll from the agent"}, {"tiling": {"bogus": 1}}]))
+)PY";
+  FakeEvaluator ev(&clock);
+  options.budget = 3;
+  StrategyOptions so;
+  so.name = "proposer";
+  so.proposer_command = "python3 " + script + " " + (dir_ / "calls.txt").string();
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  ASSERT_TRUE(strategy) << error;
+  LoopResult r = run(ev, *strategy);
+  ASSERT_TRUE(r.ok) << r.error;
+  auto log = rows();
+  ASSERT_EQ(log.size(), 3u) << r.summary.dump();
+  EXPECT_EQ(log[1].strategy, "proposer");
+  EXPECT_EQ(log[1].changed_knobs, "kernel.unroll=4");
+  EXPECT_NE(log[1].description.find("unroll from the agent"), std::string::npos);
+  std::ifstream calls(dir_ / "calls.txt");
+  std::string first, second;
+  std::getline(calls, first);
+  std::getline(calls, second);
+  EXPECT_EQ(first, "1 toy");   // trial 0 was in the context
+  EXPECT_EQ(second, "2 toy");
+}
+
+TEST_F(HarnessLoop, ProposerRepeatingKnownSchedulesStopsTheLoopQuickly) {
+  FakeEvaluator ev(&clock);
+  options.budget = 10;
+  StrategyOptions so;
+  so.name = "proposer";
+  so.proposer_command = "echo '{}'";  // always the default, which trial 0 evaluated
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  EXPECT_EQ(r.summary["skipped_known"], 3);
+  EXPECT_NE(r.summary["stop_reason"].get<std::string>().find("already evaluated"), std::string::npos);
+}
+
+TEST_F(HarnessLoop, FailingProposerStopsTheLoopWithItsMessage) {
+  FakeEvaluator ev(&clock);
+  StrategyOptions so;
+  so.name = "proposer";
+  so.proposer_command = "echo 'no model loaded' >&2; exit 3";
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  const std::string reason = r.summary["stop_reason"];
+  EXPECT_NE(reason.find("exit 3"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("no model loaded"), std::string::npos) << reason;
+  EXPECT_EQ(rows().size(), 1u);
+}
+
+}  // namespace
+}  // namespace megasched::harness
