@@ -49,12 +49,16 @@ std::vector<std::pair<std::string, json>> bench_configs(bool all) {
   std::vector<std::pair<std::string, json>> c = {{"default", json::object()}};
   if (!all) return c;
   c.push_back({"prefetch0", {{"pipeline", {{"prefetch_depth", 0}}}}});
+  c.push_back({"prefetch4", {{"pipeline", {{"prefetch_depth", 4}}}}});
   c.push_back({"kv_part4", {{"tiling", {{"attn_kv_partitions", 4}}}}});
   c.push_back({"rows16", {{"tiling", {{"gemv_rows_per_task", 16}}}}});
   c.push_back({"unroll4_rpw4", {{"kernel", {{"unroll", 4}, {"rows_per_warp", 4}}}}});
   c.push_back({"ldg_stream", {{"kernel", {{"weight_load", "ldg_stream"}}}}});
   c.push_back({"dynamic", {{"assignment", {{"policy", "dynamic"}}}}});
   c.push_back({"512thr_kv8", {{"launch", {{"threads_per_block", 512}}}, {"tiling", {{"attn_kv_partitions", 8}}}}});
+  c.push_back({"1024thr_rows16_kv8",
+               {{"launch", {{"threads_per_block", 1024}}},
+                {"tiling", {{"attn_kv_partitions", 8}, {"gemv_rows_per_task", 16}}}}});
   return c;
 }
 

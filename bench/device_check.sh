@@ -32,7 +32,9 @@ has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
 log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
 {
-  echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || cat "$ROOT/COMMIT" 2>/dev/null || echo unknown)"
+  # A staged copy (not a git checkout of its own) carries its commit in a COMMIT file.
+  if [ -f "$ROOT/COMMIT" ]; then echo "commit: $(cat "$ROOT/COMMIT")"
+  else echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"; fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
   nvcc --version 2>&1 | tail -1
   cmake --version 2>&1 | head -1

@@ -54,7 +54,7 @@ std::string value_text(const json& value) {
 std::string status_color(const std::string& status) {
   static const std::map<std::string, std::string> colors = {
       {kStatusKept, "#2e7d32"},      {kStatusDiscarded, "#9e9e9e"}, {kStatusRejected, "#ef6c00"},
-      {kStatusIncorrect, "#c62828"}, {kStatusCrash, "#6a1b9a"},     {kStatusTimeout, "#1565c0"}};
+      {kStatusIncorrect, "#c62828"}, {kStatusCrash, "#6a1b9a"},     {kStatusTimeout, "#795548"}};
   auto it = colors.find(status);
   return it == colors.end() ? "#000000" : it->second;
 }

@@ -28,4 +28,9 @@ void add_baseline_command(CLI::App& app, CliContext& ctx);  // harness/cmd_basel
 void add_validate_command(CLI::App& app, CliContext& ctx);        // harness/cmd_validate.cpp
 void add_fuzz_validator_command(CLI::App& app, CliContext& ctx);  // harness/cmd_fuzz_validator.cpp
 
+void add_loop_command(CLI::App& app, CliContext& ctx);    // harness/cmd_loop.cpp
+void add_report_command(CLI::App& app, CliContext& ctx);  // harness/cmd_report.cpp
+void add_prior_command(CLI::App& app, CliContext& ctx);   // harness/cmd_prior.cpp
+void add_worker_command(CLI::App& app, CliContext& ctx);  // harness/cmd_worker.cpp
+
 }  // namespace megasched::harness

@@ -127,8 +127,11 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
     d.reason = "near-tie (" + pct + ", margin " + margin + "), simpler: " +
                std::to_string(candidate_complexity) + " knobs off default vs " +
                std::to_string(incumbent_complexity);
-  } else if (d.gain_us > 0) {
-    d.reason = "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") but within margin " + margin;
+  } else if (std::abs(d.gain_us) <= d.margin_us) {
+    d.reason = (d.gain_us > 0 ? "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") but"
+                              : "slower by " + fmt("%.3f us", -d.gain_us) + " (" + fmt("%.2f%%", -100.0 * d.gain_us / inc) + "),") +
+               " within margin " + margin + ", and not simpler (" + std::to_string(candidate_complexity) +
+               " knobs off default vs " + std::to_string(incumbent_complexity) + ")";
   } else {
     d.reason = "slower by " + fmt("%.3f us", -d.gain_us) + " (" + fmt("%.2f%%", -100.0 * d.gain_us / inc) + ")";
   }

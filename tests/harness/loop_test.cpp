@@ -452,6 +452,53 @@ TEST_F(HarnessLoop, ResumeAfterKillFinishesTheBudgetWithoutReevaluatingAnything)
   EXPECT_EQ(records().size(), 30u);
 }
 
+TEST_F(HarnessLoop, TwoLoopsSharingTheLogsLoseAndInterleaveNothing) {
+  options.budget = 40;
+  pid_t children[2];
+  for (int p = 0; p < 2; ++p) {
+    children[p] = ::fork();
+    ASSERT_GE(children[p], 0);
+    if (children[p] == 0) {
+      FakeEvaluator ev(nullptr, p == 0 ? "cpu" : "gpu");  // two workloads, disjoint schedule ids
+      ev.fallback = [](const ScheduleConfig& c) {
+        eval::Verdict v = ok_verdict(100.0 + c.kernel.unroll, 0, "predicted");
+        v.notes.assign(40, std::string(100, 'n'));  // records of several KiB
+        return v;
+      };
+      StrategyOptions so;
+      so.name = "random";
+      so.seed = static_cast<uint64_t>(p);
+      std::string error;
+      auto strategy = make_strategy(so, &error);
+      SystemClock real;
+      LoopResult r = run_loop(ev, shape, target, *strategy, real, options);
+      ::_exit(r.ok && r.summary["trials"] == 40 ? 0 : 1);
+    }
+  }
+  for (pid_t child : children) {
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  auto results = flywheel::read_results(options.results_path);
+  auto corpus = flywheel::read_corpus(options.corpus_path);
+  EXPECT_TRUE(results.problems.empty()) << results.problems[0];
+  EXPECT_TRUE(corpus.problems.empty()) << corpus.problems[0];
+  ASSERT_EQ(results.rows.size(), 80u);
+  ASSERT_EQ(corpus.records.size(), 80u);
+  std::map<std::string, std::set<int>> trials_by_device;
+  for (const auto& row : results.rows) trials_by_device[row.device].insert(row.trial);
+  EXPECT_EQ(trials_by_device["cpu"].size(), 40u);
+  EXPECT_EQ(trials_by_device["gpu"].size(), 40u);
+  std::ifstream in(options.results_path);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first, flywheel::results_header());
+  int headers = 0;
+  for (std::string line; std::getline(in, line);) headers += line == first;
+  EXPECT_EQ(headers, 0);
+}
+
 TEST_F(HarnessLoop, ResumeRestoresARowLostBetweenCorpusAndResults) {
   FakeEvaluator ev(&clock);
   options.budget = 4;

@@ -1,7 +1,7 @@
 // The persistent megakernel: one launch runs one decode step. Block b walks queue b (or, with a
 // dynamic queue, claims tasks from one global queue with an atomic ticket): for each task it
-// prefetches the weights of this and the next `prefetch_depth` tasks into L2 (weights depend on
-// nothing, so this overlaps the dependency wait with HBM traffic), waits on the task's counters
+// prefetches into L2 the weights of the `prefetch_depth` tasks starting at this one (weights depend
+// on nothing, so this overlaps the dependency wait with HBM traffic), waits on the task's counters
 // (acquire loads, bounded), runs the opcode with the whole block and signals (release). Counters
 // only grow: thresholds are scaled by the step epoch, so no reset launch is needed between steps.
 // Every wait is bounded; a timeout raises the abort flag, every block leaves, and each leaves a
@@ -107,21 +107,24 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS) ms_megak
       }
     }
     rec.task = int32_t(task);
-    if (kThreads == 32 || pf_lane >= 0) {
+    // Prefetch window: the prefetch_depth tasks starting at this one (0: no prefetch). Each task
+    // is prefetched once: a static queue tracks how far it got; in the dynamic queue the claimer
+    // of ticket t prefetches ticket t + depth - 1 (and the first tickets prefetch themselves).
+    if (a.prefetch_depth > 0 && (kThreads == 32 || pf_lane >= 0)) {
       const int lane = kThreads == 32 ? int(threadIdx.x) : pf_lane;
       if (dynamic) {
-        prefetch_task(a, task, lane, pf_lanes);
-        if (a.prefetch_depth > 0 && slot + a.prefetch_depth < a.num_tasks) {
-          prefetch_task(a, a.queue_tasks[slot + a.prefetch_depth], lane, pf_lanes);
+        if (slot + 1 < a.prefetch_depth) prefetch_task(a, task, lane, pf_lanes);
+        if (slot + a.prefetch_depth - 1 < a.num_tasks) {
+          prefetch_task(a, a.queue_tasks[slot + a.prefetch_depth - 1], lane, pf_lanes);
         }
       } else {
-        const uint32_t last = min(qend, slot + a.prefetch_depth + 1);
+        const uint32_t last = min(qend, slot + a.prefetch_depth);
         for (uint32_t q = max(slot, qbegin + prefetched); q < last; ++q) {
           prefetch_task(a, a.queue_tasks[q], lane, pf_lanes);
         }
       }
     }
-    if (!dynamic) prefetched = min(qend, slot + a.prefetch_depth + 1) - qbegin;
+    if (!dynamic) prefetched = max(prefetched, min(qend, slot + a.prefetch_depth) - qbegin);
     const WaitOutcome w = wait_all(a, instr, epoch, &s.wait);
     if (w.exit != kExitRunning) {
       rec.state = w.exit;

@@ -110,9 +110,18 @@ __device__ __forceinline__ float gemv_input(const KernelArgs& a, const Instr& in
   return act_load(a.act + in.in + c);
 }
 
+/// Where input column k0 + rel lives in the staged page ring. Columns are kept in blocks of
+/// kXBlock (one warp-wide vector step); inside a block the element e of lane L's vector sits at
+/// e * 32 + L, so the 32 lanes of a warp read 32 consecutive floats (no bank conflicts) where the
+/// plain layout would have them 32 bytes apart (an 8-way conflict for bf16 vectors).
+constexpr uint32_t kXBlock = 32 * kVecElems;
+__device__ __forceinline__ uint32_t x_slot(uint32_t rel) {
+  return (rel / kXBlock) * kXBlock + (rel % kVecElems) * 32 + (rel % kXBlock) / kVecElems;
+}
+
 /// One warp's dot products of kRowsPerWarp weight rows (first row r_first, clamped to row_last)
-/// with x over columns [k0, k1). `x` is indexed by absolute column; when `staged` is false it is
-/// unused and the input is computed on the fly.
+/// with x over columns [k0, k1). `x` is the staged chunk starting at column k0, in x_slot order;
+/// when `staged` is false it is unused and the input is computed on the fly.
 __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, uint32_t r_first,
                                           uint32_t row_last, uint32_t k0, uint32_t k1, bool vec_ok,
                                           const float* x, bool staged, float inv, float* acc) {
@@ -155,7 +164,8 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 #pragma unroll
           for (int e = 0; e < kVecElems; ++e) {
             const uint32_t col = c + u * kStep + e;
-            const float xv = staged ? x[col] : gemv_input(a, in, col, inv);
+            const float xv = staged ? x[(c - k0 - lane * kVecElems) + u * kStep + e * 32 + lane]
+                                    : gemv_input(a, in, col, inv);
 #pragma unroll
             for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(cur[u][j], e) * xv;
           }
@@ -175,7 +185,7 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
       for (int j = 0; j < kRowsPerWarp; ++j) v[j] = load_weight_vec(rowp[j] + c);
 #pragma unroll
       for (int e = 0; e < kVecElems; ++e) {
-        const float xv = staged ? x[c + e] : gemv_input(a, in, c + e, inv);
+        const float xv = staged ? x[(c - k0 - lane * kVecElems) + e * 32 + lane] : gemv_input(a, in, c + e, inv);
 #pragma unroll
         for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(v[j], e) * xv;
       }
@@ -183,7 +193,7 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
     scalar_from = vend;
   }
   for (uint32_t c = scalar_from + lane; c < k1; c += 32) {
-    const float xv = staged ? x[c] : gemv_input(a, in, c, inv);
+    const float xv = staged ? x[x_slot(c - k0)] : gemv_input(a, in, c, inv);
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += to_f32(rowp[j][c]) * xv;
   }
@@ -197,8 +207,8 @@ __device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Share
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float inv = 0.0f;
   if (in.flags & kFlagNormPrologue) inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
-  const uint32_t capacity = (a.smem_bytes / 4) / kVecElems * kVecElems;
-  const bool staged = capacity >= uint32_t(kVecElems);
+  const uint32_t capacity = (a.smem_bytes / 4) / kXBlock * kXBlock;  // whole x_slot blocks
+  const bool staged = capacity >= kXBlock;
   const uint32_t k_chunk = staged ? capacity : in.col_end - in.col_begin;
   const bool vec_ok = (in.weight + in.col_begin) % kVecElems == 0 && in.ld % kVecElems == 0;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
@@ -207,10 +217,10 @@ __device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Share
     for (uint32_t k0 = in.col_begin; k0 < in.col_end; k0 += k_chunk) {
       const uint32_t k1 = min(in.col_end, k0 + k_chunk);
       if (staged) {
-        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads) pages[c - k0] = gemv_input(a, in, c, inv);
+        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads) pages[x_slot(c - k0)] = gemv_input(a, in, c, inv);
         __syncthreads();
       }
-      const float* x = pages - k0;  // indexed by absolute column
+      const float* x = pages;
       for (uint32_t g = warp; g * kRowsPerWarp < nrows; g += kWarps) {
         const uint32_t r_first = row0 + g * kRowsPerWarp;
         float acc[kRowsPerWarp];

@@ -1,0 +1,166 @@
+// `megasched loop`: the keep/revert loop over a budget of trials (harness/loop.h). One progress
+// line per trial on stderr, the summary JSON on stdout. GPU trials run in a `megasched worker`
+// child (harness/worker_evaluator.h); CPU trials run in process unless --isolate.
+// SIGINT / SIGTERM: the current trial finishes and is logged, then the summary prints; a second
+// signal ends the process at once (the logs stay whole: every line is one locked append).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <iostream>
+#include <memory>
+
+#include "eval/evaluate.h"
+#include "eval/gpu_trial.h"
+#include "flywheel/corpus.h"
+#include "harness/cli_util.h"
+#include "harness/commands.h"
+#include "harness/loop.h"
+#include "harness/strategy.h"
+#include "harness/worker_evaluator.h"
+
+namespace megasched::harness {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_stop_signal(int) {
+  if (g_stop.exchange(true)) {
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+  }
+  static const char kMessage[] = "\nmegasched loop: stopping after the current trial (signal again to quit now)\n";
+  ssize_t ignored = ::write(2, kMessage, sizeof kMessage - 1);
+  (void)ignored;
+}
+
+// This executable, for the worker command line.
+std::string self_path() {
+  char buffer[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  if (n <= 0) return "megasched";
+  buffer[n] = '\0';
+  return buffer;
+}
+
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+void add_loop_command(CLI::App& app, CliContext& ctx) {
+  struct Options {
+    eval::EvaluatorOptions ev;
+    LoopOptions loop;
+    StrategyOptions strategy;
+    std::string device = "auto";
+    std::string positions = "0,3,7";
+    bool isolate = false;
+    double trial_timeout_s = 300;
+  };
+  auto opt = std::make_shared<Options>();
+  opt->strategy.name = "hillclimb";
+  auto* cmd = app.add_subcommand("loop", "Search schedules: propose, evaluate, keep or revert, log every trial");
+  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")->capture_default_str();
+  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto (the live device)")->capture_default_str();
+  cmd->add_option("--device", opt->device, "cpu (predicted latency), gpu (measured), or auto (gpu when one is usable)")
+      ->check(CLI::IsMember({"cpu", "gpu", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--budget", opt->loop.budget, "Trials in the run (counted across --resume)")->capture_default_str();
+  cmd->add_option("--minutes", opt->loop.minutes, "Wall-clock budget of this invocation (0: none)")->capture_default_str();
+  cmd->add_option("--plateau", opt->loop.plateau, "Stop after this many trials in a row without a keep (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--strategy", opt->strategy.name, "random | hillclimb | prior | proposer")
+      ->check(CLI::IsMember(strategy_names()))
+      ->capture_default_str();
+  cmd->add_option("--proposer", opt->strategy.proposer_command,
+                  "External proposer command (implies --strategy proposer): context JSON on its stdin, candidate configs on its stdout");
+  cmd->add_option("--seed", opt->strategy.seed, "Strategy seed")->capture_default_str();
+  cmd->add_option("--restart-after", opt->strategy.restart_after, "hillclimb: restart after this many trials without a local gain")
+      ->capture_default_str();
+  cmd->add_option("--exploration", opt->strategy.exploration, "prior: share of random trials")->capture_default_str();
+  cmd->add_option("--pool", opt->strategy.pool_size, "prior: random candidates ranked per trial")->capture_default_str();
+  cmd->add_flag("--resume", opt->loop.resume, "Continue the last run of this model, target and device");
+  cmd->add_flag("--warm-start", opt->loop.warm_start, "Trial 0: the best config known for this model, target and device");
+  cmd->add_option("--results", opt->loop.results_path, "results.tsv path")->capture_default_str();
+  cmd->add_option("--corpus", opt->loop.corpus_path, "corpus.jsonl path")->capture_default_str();
+  cmd->add_option("--positions", opt->positions, "Positions whose logits are checked, comma-separated")->capture_default_str();
+  cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")->capture_default_str();
+  cmd->add_flag("--isolate", opt->isolate, "Run CPU trials in a worker process too (GPU trials always are)");
+  cmd->add_option("--trial-timeout", opt->trial_timeout_s, "Seconds a worker trial may take before it is killed (timeout)")
+      ->capture_default_str();
+  cmd->callback([&ctx, opt] {
+    std::string error;
+    auto positions = parse_int_list(opt->positions);
+    if (!positions)
+      return print_error("loop", "--positions '" + opt->positions + "' is not a comma-separated list of integers"),
+             void(ctx.exit_code = kExitUsage);
+    opt->ev.positions = *positions;
+    if (!opt->strategy.proposer_command.empty()) opt->strategy.name = "proposer";
+    if (opt->loop.budget < 1) return print_error("loop", "--budget must be at least 1"), void(ctx.exit_code = kExitUsage);
+    std::string device = opt->device;
+    if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
+    opt->ev.device = device;
+
+    auto shape = eval::resolve_shape(opt->ev.model, &error);
+    if (!shape) return print_error("loop", error), void(ctx.exit_code = kExitUsage);
+    auto target = eval::resolve_target(opt->ev.gpu, &error);
+    if (!target) {
+      const bool env = opt->ev.gpu == "auto";
+      return print_error("loop", error), void(ctx.exit_code = env ? kExitEnvironment : kExitUsage);
+    }
+
+    std::unique_ptr<Evaluator> evaluator;
+    if (device == "gpu" || opt->isolate) {
+      WorkerOptions w;
+      w.command = shell_quote(self_path()) + " worker --model " + shell_quote(opt->ev.model) + " --gpu " +
+                  shell_quote(opt->ev.gpu) + " --device " + device + " --positions " + opt->positions +
+                  " --weight-seed " + std::to_string(opt->ev.seed);
+      w.trial_timeout_s = opt->trial_timeout_s;
+      auto worker = std::make_unique<WorkerEvaluator>(w);
+      if (!worker->start(&error)) return print_error("loop", error), void(ctx.exit_code = kExitEnvironment);
+      evaluator = std::move(worker);
+    } else {
+      auto trial = eval::TrialEvaluator::create(opt->ev, &error);
+      if (!trial) return print_error("loop", error), void(ctx.exit_code = kExitUsage);
+      evaluator = std::move(trial);
+    }
+
+    opt->strategy.shape = *shape;
+    if (opt->strategy.name == "prior") {
+      // The prior learns from every model this workspace has tried on this target and device.
+      const std::string target_name = evaluator->identity().value("target", target->name);
+      for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt->loop.corpus_path).records)
+        if (r.target == target_name && r.device == device) opt->strategy.training.push_back(std::move(r));
+    }
+    auto strategy = make_strategy(opt->strategy, &error);
+    if (!strategy) return print_error("loop", error), void(ctx.exit_code = kExitUsage);
+
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, nullptr);
+    ::sigaction(SIGTERM, &action, nullptr);
+    opt->loop.stop = &g_stop;
+    opt->loop.progress = &std::cerr;
+    opt->loop.seed = opt->strategy.seed;
+    SystemClock clock;
+    LoopResult result = run_loop(*evaluator, *shape, *target, *strategy, clock, opt->loop);
+    if (!result.ok) {
+      print_error("loop", result.error);
+      ctx.exit_code = kExitEnvironment;
+      if (!result.summary.is_null()) print_json(result.summary);
+      return;
+    }
+    print_json(result.summary);
+    // Loud failure when nothing was measured: trials ran and none had a correct latency.
+    ctx.exit_code = result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null() ? kExitFailure : kExitOk;
+  });
+}
+
+}  // namespace megasched::harness
