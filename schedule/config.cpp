@@ -361,7 +361,7 @@ json search_space_json(const ModelShape& shape) {
 }
 
 std::string hash_hex(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64-bit offset basis
   for (unsigned char c : bytes) {
     h ^= c;
     h *= 1099511628211ull;

@@ -312,6 +312,16 @@ bool record_accesses(const Program& program, const Weights& weights, int32_t pos
   return true;
 }
 
+std::vector<int32_t> ground_truth_positions(const Program& program) {
+  uint32_t parts = 1;
+  for (const auto& in : program.tasks)
+    if (in.opcode == ms_abi::kAttnPartial) parts = std::max(parts, std::min<uint32_t>(in.param2, 64));
+  std::vector<int32_t> out;
+  for (uint32_t pos = 0; pos < parts && pos < std::max<uint32_t>(program.model.max_seq, 1); ++pos)
+    out.push_back(static_cast<int32_t>(pos));
+  return out;
+}
+
 GroundTruth explore_ground_truth(const Program& program, const GpuTarget& target, const TaskAccesses& accesses,
                                  const GroundTruthOptions& options) {
   return Explorer(program, target, accesses, options).run();

@@ -51,6 +51,11 @@ struct TaskAccesses {
 bool record_accesses(const Program& program, const Weights& weights, int32_t position, TaskAccesses* out,
                      std::string* error);
 
+/// The positions whose accesses a safety verdict must cover: the current key is read by the
+/// partition that holds it, which varies with the position; at positions 0 .. P-1 (P the largest
+/// attention partition count) every partition holds it once. {0} when there is no attention.
+std::vector<int32_t> ground_truth_positions(const Program& program);
+
 struct GroundTruth {
   bool complete = true;            // false: the state limit was hit before every state was seen
   uint64_t states = 0;             // distinct states explored

@@ -23,6 +23,8 @@ namespace {
 
 using ms_abi::Instr;
 
+void coarsen_slice_counters(Program& p);  // defined after the Lowerer
+
 constexpr uint64_t kArenaAlign = 16;  // activation regions start at multiples of 16 floats (64 B)
 
 uint32_t round_up(uint32_t value, uint32_t multiple) {
@@ -127,6 +129,10 @@ bool Lowerer::check(std::string* error) const {
   };
   const TilingConfig& t = config_.tiling;
   if (target_.num_sms <= 0) return fail("target " + target_.name + " has no SMs");
+  if (shape_.kv_heads <= 0 || shape_.heads % shape_.kv_heads != 0 || shape_.head_dim <= 0 ||
+      shape_.head_dim % 2 != 0 || shape_.head_dim > 1024)
+    return fail("model " + shape_.name +
+                ": heads must be a multiple of kv_heads and head_dim even and at most 1024");
   if (t.gemv_rows_per_task <= 0)
     return fail("tiling.gemv_rows_per_task must be positive (got " +
                 std::to_string(t.gemv_rows_per_task) + ")");
@@ -829,8 +835,82 @@ std::optional<Program> Lowerer::run(std::string* error) {
   build.weight_load = static_cast<int>(cfg.kernel.weight_load);
   build.threads_per_block = cfg.launch.threads_per_block;
 
+  coarsen_slice_counters(program_);
   assign_queues();
   return std::move(program_);
+}
+
+
+/// A per_slice producer with many tiles would make every reader of its whole output wait on each
+/// tile's counter: tasks x tiles waits (179 million for llama-8b at the smallest tiles). So the
+/// slice counters of one op are merged, consecutive ones together, into at most
+/// kMaxSliceCountersPerOp groups. A wait on a merged counter waits for the whole group (the group's
+/// total increments, or for a partial wait the other members' totals plus its own threshold), so
+/// every wait still implies at least the producers it stood for, and a whole-output reader waits at
+/// most kMaxSliceCountersPerOp times per producer op.
+constexpr size_t kMaxSliceCountersPerOp = 16;
+
+void coarsen_slice_counters(Program& p) {
+  const uint32_t n = p.num_counters();
+  std::vector<std::vector<uint32_t>> op_counters(p.ops.size());
+  std::vector<bool> seen(n, false);
+  for (const Instr& t : p.tasks) {
+    if (t.signal_increment == 0 || seen[t.signal_counter]) continue;
+    seen[t.signal_counter] = true;
+    op_counters[t.op_id].push_back(t.signal_counter);
+  }
+  std::vector<uint32_t> rep(n);
+  std::iota(rep.begin(), rep.end(), 0u);
+  std::vector<uint32_t> members(n, 1);
+  bool changed = false;
+  for (const auto& cs : op_counters) {
+    if (cs.size() <= kMaxSliceCountersPerOp) continue;
+    changed = true;
+    size_t first = 0;
+    for (size_t i = 0; i < cs.size(); ++i) {
+      if (i == 0 || i * kMaxSliceCountersPerOp / cs.size() != (i - 1) * kMaxSliceCountersPerOp / cs.size())
+        first = i;
+      rep[cs[i]] = cs[first];
+      if (i != first) ++members[cs[first]];
+    }
+  }
+  if (!changed) return;
+  std::vector<uint32_t> new_id(n, UINT32_MAX);
+  std::vector<uint32_t> totals;
+  std::vector<std::string> names;
+  for (uint32_t c = 0; c < n; ++c) {
+    if (rep[c] != c) continue;
+    new_id[c] = static_cast<uint32_t>(totals.size());
+    totals.push_back(0);
+    names.push_back(members[c] > 1 ? p.counter_names[c] + "+" + std::to_string(members[c] - 1)
+                                   : p.counter_names[c]);
+  }
+  for (uint32_t c = 0; c < n; ++c) totals[new_id[rep[c]]] += p.counter_totals[c];
+  std::vector<ms_abi::Wait> waits;
+  waits.reserve(p.waits.size());
+  std::vector<ms_abi::Wait> mine;
+  for (Instr& t : p.tasks) {
+    mine.clear();
+    for (uint32_t w = 0; w < t.wait_count; ++w) {
+      const ms_abi::Wait old = p.waits[t.wait_begin + w];
+      const uint32_t c = new_id[rep[old.counter]];
+      const uint32_t others = totals[c] - p.counter_totals[old.counter];
+      mine.push_back({c, old.threshold + others});
+    }
+    std::sort(mine.begin(), mine.end(), [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
+      return a.counter != b.counter ? a.counter < b.counter : a.threshold > b.threshold;
+    });
+    mine.erase(std::unique(mine.begin(), mine.end(),
+                           [](const ms_abi::Wait& a, const ms_abi::Wait& b) { return a.counter == b.counter; }),
+               mine.end());
+    t.wait_begin = static_cast<uint32_t>(waits.size());
+    t.wait_count = static_cast<uint32_t>(mine.size());
+    waits.insert(waits.end(), mine.begin(), mine.end());
+    if (t.signal_increment > 0) t.signal_counter = new_id[rep[t.signal_counter]];
+  }
+  p.waits = std::move(waits);
+  p.counter_totals = std::move(totals);
+  p.counter_names = std::move(names);
 }
 
 }  // namespace

@@ -12,6 +12,28 @@
 //   4. assign tasks to block queues by the assignment policy (every queue a subsequence of one
 //      topological order, so a co-resident grid cannot deadlock);
 //   5. fill the launch shape and kernel build from the launch, smem, pipeline and kernel knobs.
+//
+// The activation arena (fp32, regions named for diagnostics): "rope_table" (input), "embed.x",
+// then per layer l "Ll.xn" (norm unfused), "Ll.q" (roped queries), "Ll.qkv_raw" (RoPE unfused),
+// "Ll.attn_partial" (KV partitions > 1: records {m, l, o[head_dim]}), "Ll.attn_out", "Ll.x_mid",
+// "Ll.o_out" (residual unfused), "Ll.xn2", "Ll.gate_up" (gate rows then up rows), "Ll.act" (SiLU
+// unfused), "Ll.x_out", "Ll.down_out" (residual unfused), "<gemv>.partial" per split-K GEMV;
+// then "final.xn" (norm unfused) and "logits". Layer l's residual input is "L(l-1).x_out"
+// ("embed.x" for layer 0). Weights ("w.<tensor>"), the step cell ("step") and the KV cache
+// ("kv.Ll.k.hg", "kv.Ll.v.hg") are input regions too.
+//
+// Tiling: every GEMV (QKV, O, gate/up, down) is cut into gemv_rows_per_task rows (QKV rounded up
+// to whole heads when RoPE is fused), the LM head into lm_head_rows_per_task rows; gemv_k_split
+// applies to every GEMV including the LM head. Elementwise ops (residual adds, SiLU * up) use
+// gemv_rows_per_task rows; an unfused RMSNorm is one task; unfused RoPE is one task per head.
+// Attention is one task per (KV group, chunk of attn_q_heads_per_task query heads, partition).
+//
+// Counters: an op's granularity follows the edge it feeds: QKV and RoPE -> qkv_to_attention,
+// attention / combine -> attention_to_o, gate/up and SiLU -> gate_up_to_down, embed, O, down,
+// adds and norms -> residual; a split GEMV's reduce takes its GEMV's edge. The internal edges of a
+// split op (partials -> reduce, attention partitions -> combine) are always per slice, and the LM
+// head is one counter (argmax reads every row). Every task signals +1 on one counter except the
+// argmax, which signals nothing.
 #pragma once
 
 #include <optional>

@@ -118,6 +118,8 @@ std::optional<ModelShape> find_preset(const std::string& name);
 
 /// Deterministic random weights. Element i of tensor k (k = index in layout.tensors) is
 ///   u = to_unit(splitmix64(seed + 0x9E3779B97F4A7C15 * (k + 1) + i))  in [-1, 1)
+/// where splitmix64 is Vigna's finaliser (x += golden ratio, then the two xor-shift-multiply
+/// rounds and a final xor-shift) and to_unit(x) = float(x >> 40) * 2^-23 - 1 (exact in fp32),
 ///   value = center + scale * u
 /// with per-tensor (center, scale) documented in model.cpp; the result is rounded to the dtype
 /// (bf16: round-to-nearest-even). Runs on `threads` threads (0: hardware concurrency); the result

@@ -71,7 +71,8 @@ class Reader {
       if (!v.is_number()) return fail_type<T>(path, "a number");
       return static_cast<T>(v.get<double>());
     } else if constexpr (std::is_unsigned_v<T>) {
-      if (!v.is_number_unsigned()) return fail_type<T>(path, "a non-negative integer");
+      if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+        return fail_type<T>(path, "a non-negative integer");
       const uint64_t x = v.get<uint64_t>();
       if (x > std::numeric_limits<T>::max()) return fail_type<T>(path, "a smaller integer");
       return static_cast<T>(x);

@@ -478,6 +478,50 @@ Program random_dag_program(const GpuTarget& target, std::mt19937_64& rng, std::s
   return p;
 }
 
+namespace {
+
+// The ground truth over every position that matters; unsafe at one position is unsafe.
+GroundTruth truth_over_positions(const Program& program, const GpuTarget& target, const ScorecardOptions& options) {
+  GroundTruth truth;
+  for (int32_t position : ground_truth_positions(program)) {
+    TaskAccesses acc;
+    const bool recorded = options.record ? options.record(program, position, &acc.reads, &acc.writes)
+                                         : elementwise_accesses(program, &acc.reads, &acc.writes);
+    if (!recorded) {
+      truth.kinds.insert("malformed");
+      truth.findings.push_back("malformed: the ReferenceVm cannot execute it");
+      break;
+    }
+    GroundTruth at = explore_ground_truth(program, target, acc);
+    truth.complete = truth.complete && at.complete;
+    truth.states += at.states;
+    truth.kinds.insert(at.kinds.begin(), at.kinds.end());
+    for (const std::string& f : at.findings) truth.findings.push_back("position " + std::to_string(position) + ": " + f);
+    if (!at.safe()) break;
+  }
+  return truth;
+}
+
+// Why a dynamic-queue program the validator rejects is safe: with as many workers as tasks (no
+// task ever waits for a free worker) the ground truth finds the hazard, so only the occupancy of
+// the grid_blocks workers orders the tasks. Empty when that is not the reason.
+std::string occupancy_explanation(const Program& program, const ScorecardOptions& options) {
+  if (!program.launch.dynamic_queue) return "";
+  Program unlimited = program;
+  const int workers = static_cast<int>(std::max<size_t>(program.tasks.size(), 1));
+  unlimited.launch.grid_blocks = workers;
+  unlimited.launch.blocks_per_sm = 1;
+  GroundTruth truth = truth_over_positions(unlimited, fuzz_target(workers), options);
+  truth.kinds.erase("launch");
+  if (truth.kinds.empty()) return "";
+  for (const std::string& f : truth.findings)
+    if (f.find("launch") == std::string::npos)
+      return "ordered only by worker occupancy: with one worker per task the ground truth finds " + f;
+  return "ordered only by worker occupancy";
+}
+
+}  // namespace
+
 Scorecard run_scorecard(const ScorecardOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Scorecard card;
@@ -504,16 +548,7 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     ScorecardRow& row = rows[name];
     row.name = name;
     ++row.generated;
-    TaskAccesses acc;
-    const bool recorded = options.record ? options.record(*program, &acc.reads, &acc.writes)
-                                         : elementwise_accesses(*program, &acc.reads, &acc.writes);
-    GroundTruth truth;
-    if (!recorded) {
-      truth.kinds.insert("malformed");
-      truth.findings.push_back("malformed: the ReferenceVm cannot execute it");
-    } else {
-      truth = explore_ground_truth(*program, target, acc);
-    }
+    const GroundTruth truth = truth_over_positions(*program, target, options);
     if (!truth.complete) {
       ++row.inconclusive;
       continue;
@@ -528,9 +563,16 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     }
     if (!unsafe && !report.ok()) {
       ++row.rejected_safe;
+      const std::string why = occupancy_explanation(*program, options);
+      if (!why.empty()) ++row.rejected_safe_occupancy;
+      if (options.on_rejected_safe) options.on_rejected_safe(i, name, *program);
       if (row.rejected_safe_reasons.size() < kReasonsKept)
-        row.rejected_safe_reasons.push_back("program " + std::to_string(i) + ": " + report.diagnostics.front().rule + ": " +
-                                            report.diagnostics.front().message);
+        row.rejected_safe_reasons.push_back(
+            "program " + std::to_string(i) + " (" +
+            (program->launch.dynamic_queue ? "dynamic queue, " + std::to_string(program->launch.grid_blocks) + " workers"
+                                           : "static queues") +
+            "): " + report.diagnostics.front().rule + ": " + report.diagnostics.front().message +
+            (why.empty() ? std::string(" [unexplained]") : " [" + why + "]"));
     }
     if (options.progress && (i + 1) % 1000 == 0) options.progress(i + 1);
   }
@@ -541,6 +583,7 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     card.total.accepted_unsafe += row.accepted_unsafe;
     card.total.rejected_safe += row.rejected_safe;
     card.total.inconclusive += row.inconclusive;
+    card.total.rejected_safe_occupancy += row.rejected_safe_occupancy;
   }
   card.total.name = "total";
   card.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -554,6 +597,7 @@ nlohmann::json row_json(const ScorecardRow& r) {
           {"unsafe", r.unsafe},
           {"accepted_unsafe", r.accepted_unsafe},
           {"rejected_safe", r.rejected_safe},
+          {"rejected_safe_ordered_by_worker_occupancy", r.rejected_safe_occupancy},
           {"inconclusive", r.inconclusive},
           {"rejected_safe_examples", r.rejected_safe_reasons},
           {"accepted_unsafe_examples", r.accepted_unsafe_cases}};
@@ -583,6 +627,8 @@ std::string format_scorecard(const Scorecard& card) {
   };
   for (const ScorecardRow& r : card.rows) put(r);
   put(card.total);
+  os << "rejected-safe ordered only by dynamic-queue worker occupancy: " << card.total.rejected_safe_occupancy << " of "
+     << card.total.rejected_safe << "\n";
   for (const ScorecardRow& r : card.rows)
     for (const std::string& why : r.rejected_safe_reasons) os << "rejected-safe " << r.name << ": " << why << "\n";
   return os.str();

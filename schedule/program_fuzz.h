@@ -89,6 +89,7 @@ struct ScorecardRow {
   uint64_t unsafe = 0;            // unsafe by the ground truth
   uint64_t accepted_unsafe = 0;   // validate() accepted a program the ground truth calls unsafe
   uint64_t rejected_safe = 0;     // validate() rejected a program the ground truth calls safe
+  uint64_t rejected_safe_occupancy = 0;  // of those: safe only because busy dynamic-queue workers order tasks
   uint64_t inconclusive = 0;      // the ground truth hit its state limit (not counted above)
   std::vector<std::string> rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few
   std::vector<std::string> accepted_unsafe_cases;  // ground-truth finding, first few
@@ -99,13 +100,16 @@ struct ScorecardOptions {
   uint64_t seed = 1;
   /// Valid base programs to mutate (real lowerings); safe random DAGs are used as well.
   std::vector<Program> bases;
-  /// Records a program's element accesses for the ground truth (ground_truth.h record_accesses
-  /// with the model's weights); when empty the scorecard uses element-wise kAdd semantics, which
-  /// is exact for ProgramBuilder programs only, and skips bases.
-  std::function<bool(const Program&, std::vector<std::vector<uint64_t>>* reads,
+  /// Records a program's element accesses at a position for the ground truth (ground_truth.h
+  /// record_accesses with the model's weights); the scorecard asks for every position of
+  /// ground_truth_positions. When empty it uses element-wise kAdd semantics, which is exact for
+  /// ProgramBuilder programs only, and skips bases.
+  std::function<bool(const Program&, int32_t position, std::vector<std::vector<uint64_t>>* reads,
                      std::vector<std::vector<uint64_t>>* writes)>
       record;
   std::function<void(uint64_t done)> progress;
+  /// Called for every program validate() rejects although the ground truth calls it safe.
+  std::function<void(uint64_t index, const std::string& name, const Program& program)> on_rejected_safe;
 };
 
 struct Scorecard {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <queue>
+#include <span>
 #include <unordered_map>
 #include <utility>
 
@@ -16,17 +18,21 @@
 //     increments, so running every ready task as soon as it is ready reaches the unique maximal
 //     state; a program deadlocks iff that state leaves a queue undrained. With a dynamic queue the
 //     claimed prefix grows whenever a worker is free, which the simulation does the same way.
-//   - Happens-before is a DAG over the tasks plus one virtual "join" node per distinct
-//     (counter, set of guaranteed producers). A wait (c, t) guarantees producer p when the
-//     producers that could have signalled without p cannot reach t on their own; those are the
-//     other producers not already known to run after p. Ancestor sets are bitset rows built in
-//     topological order, so a race check is one bit test per (writer, reader) pair.
+//   - Happens-before edges: queue order (static queues only) and, for each wait (c, t), the
+//     producers it guarantees ("joins"): p is guaranteed when the producers that could have
+//     signalled without p (the others, less those known to run after p) add less than t.
+//   - Races: for every read, every overlapping writer must happen before the reader. The check is
+//     O(1) per (writer, reader) pair in the common cases (same queue and earlier; a guaranteed
+//     producer of one of the reader's waits; a whole run of writers signalling a counter the reader
+//     waits for in full) and otherwise a backward search from the reader over the edges above,
+//     done once per reader and cached. No quadratic structure is ever allocated.
 namespace megasched::schedule {
 namespace {
 
 constexpr size_t kMaxDiagnosticsPerRule = 200;
 constexpr int64_t kReservedSmemPerBlock = 1024;  // bytes the runtime reserves per resident block
 constexpr int64_t kMinRegistersPerThread = 32;
+constexpr size_t kMaxRefinedProducers = 64;  // partial waits on larger counters keep the simple rule
 
 std::string fmt_range(uint32_t buffer, uint64_t begin, uint64_t end) {
   return std::string(buffer_name(buffer)) + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";
@@ -65,25 +71,6 @@ class Labeler {
  private:
   const Program& p_;
   std::vector<uint32_t> tile_;
-};
-
-// A growable set of fixed-width bit rows.
-class BitRows {
- public:
-  BitRows(size_t rows, size_t bits) : words_((bits + 63) / 64), data_(rows * words_, 0) {}
-  uint64_t* row(size_t r) { return data_.data() + r * words_; }
-  const uint64_t* row(size_t r) const { return data_.data() + r * words_; }
-  void or_into(size_t dst, size_t src) {
-    uint64_t* d = row(dst);
-    const uint64_t* s = row(src);
-    for (size_t i = 0; i < words_; ++i) d[i] |= s[i];
-  }
-  void set(size_t r, size_t bit) { row(r)[bit / 64] |= uint64_t{1} << (bit % 64); }
-  bool test(size_t r, size_t bit) const { return (row(r)[bit / 64] >> (bit % 64)) & 1; }
-
- private:
-  size_t words_;
-  std::vector<uint64_t> data_;
 };
 
 struct WriteRange {
@@ -177,9 +164,9 @@ class Checker {
   }
 
   void check_structure() {
-    const ModelParamsCheck mp = check_model();
-    footprints_.assign(n_, {});
-    task_ok_.assign(n_, false);
+    const bool model_ok = check_model();
+    fp_all_.clear();
+    fp_begin_.assign(n_ + 1, 0);
     std::string error;
     for (uint32_t t = 0; t < n_; ++t) {
       const ms_abi::Instr& in = p_.tasks[t];
@@ -203,14 +190,15 @@ class Checker {
         add("structure", label_.task(t) + " signals counter " + std::to_string(in.signal_counter) + ", but the program has " +
                              std::to_string(p_.counter_totals.size()) + " counters", {t}, {in.signal_counter});
       error.clear();
-      std::vector<Access>& fp = footprints_[t];
-      if (!mp.ok) {
+      const size_t first = fp_all_.size();
+      if (!model_ok) {
         ok = false;
-      } else if (!task_footprint(p_, t, &fp, &error)) {
+      } else if (!task_footprint(p_, t, &fp_all_, &error)) {
         add("structure", label_.task(t) + " is malformed: " + error, {t});
         ok = false;
       } else {
-        for (const Access& a : fp) {
+        for (size_t k = first; k < fp_all_.size(); ++k) {
+          const Access& a = fp_all_[k];
           const uint64_t extent = a.buffer < ms_abi::kBufCount ? p_.buffer_elements[a.buffer] : 0;
           if (a.end > extent) {
             add("structure", label_.task(t) + (a.write ? " writes " : " reads ") + fmt_range(a.buffer, a.begin, a.end) +
@@ -224,8 +212,8 @@ class Checker {
           }
         }
       }
-      if (!ok) fp.clear();
-      task_ok_[t] = ok;
+      if (!ok) fp_all_.resize(first);
+      fp_begin_[t + 1] = static_cast<uint32_t>(fp_all_.size());
     }
     check_queues();
     for (size_t r = 0; r < p_.regions.size(); ++r) {
@@ -235,10 +223,8 @@ class Checker {
     }
   }
 
-  struct ModelParamsCheck {
-    bool ok;
-  };
-  ModelParamsCheck check_model() {
+  // Model constants and buffers every footprint depends on; false: no footprint is trustworthy.
+  bool check_model() {
     bool ok = true;
     const ms_abi::ModelParams& m = p_.model;
     if (m.weight_dtype > ms_abi::kDTypeBF16 || m.kv_dtype > ms_abi::kDTypeBF16) {
@@ -251,7 +237,7 @@ class Checker {
                            " elements; the step cell needs 4");
       ok = false;
     }
-    return {ok};
+    return ok;
   }
 
   void check_queues() {
@@ -319,10 +305,11 @@ class Checker {
 
   // ---- deadlock ---------------------------------------------------------------------------
   // First wait of `task` not satisfied by `value`; -1 when all hold, -2 when a wait is malformed.
-  int first_unsatisfied(uint32_t task, const std::vector<uint64_t>& value) const {
+  // Counters only grow, so waits before `from` that held once still hold.
+  int first_unsatisfied(uint32_t task, const std::vector<uint64_t>& value, uint32_t from = 0) const {
     const ms_abi::Instr& in = p_.tasks[task];
     if (!waits_ok(in)) return -2;
-    for (uint32_t w = 0; w < in.wait_count; ++w) {
+    for (uint32_t w = from; w < in.wait_count; ++w) {
       const ms_abi::Wait& wt = p_.waits[in.wait_begin + w];
       if (!counter_ok(wt.counter)) return -2;
       if (value[wt.counter] < wt.threshold) return static_cast<int>(w);
@@ -345,12 +332,14 @@ class Checker {
     std::vector<int64_t> slot_task(slot_count, -1);  // task waiting in the slot, -1 none
     std::vector<size_t> pos(p_.queues.size(), 0);    // next entry of each queue
     std::vector<int> malformed(slot_count, 0);
+    std::vector<uint32_t> cursor(slot_count, 0);  // first wait of the slot's task not yet seen to hold
     std::vector<uint32_t> work;
     auto refill = [&](uint32_t s) {
       const std::vector<uint32_t>& q = dynamic ? p_.queues[0] : p_.queues[s];
       size_t& next = dynamic ? pos[0] : pos[s];
       while (next < q.size() && q[next] >= n_) ++next;  // ids out of range: a structure error already
       slot_task[s] = next < q.size() ? static_cast<int64_t>(q[next++]) : -1;
+      cursor[s] = 0;
     };
     for (uint32_t s = 0; s < slot_count; ++s) {
       refill(s);
@@ -362,12 +351,13 @@ class Checker {
       work.pop_back();
       while (slot_task[s] >= 0) {
         const uint32_t t = static_cast<uint32_t>(slot_task[s]);
-        const int w = first_unsatisfied(t, value);
+        const int w = first_unsatisfied(t, value, cursor[s]);
         if (w == -2) {
           malformed[s] = 1;
           break;
         }
         if (w >= 0) {
+          cursor[s] = static_cast<uint32_t>(w);
           const ms_abi::Wait& wt = p_.waits[p_.tasks[t].wait_begin + w];
           blocked[wt.counter].push({wt.threshold, s});
           break;
@@ -431,127 +421,205 @@ class Checker {
   }
 
   // ---- happens-before ---------------------------------------------------------------------
-  // Guaranteed producers of wait (c, t): the simple rule takes those whose increment exceeds
-  // total - t (a prefix of producers_[c]); with `refine`, p is also guaranteed when the producers
-  // that are not known to run after p add less than t.
-  std::vector<uint32_t> guaranteed(uint32_t c, uint64_t threshold, const BitRows* known) const {
+  // A join is the set of producers a wait (c, t) guarantees. `full` joins hold every producer of c
+  // (membership is then "signals c"); partial ones list their producers, sorted by id.
+  struct Join {
+    uint32_t counter = 0;
+    uint32_t threshold = 0;
+    bool full = false;
+    std::vector<uint32_t> producers;
+  };
+
+  // Producers of c that wait (c, t) guarantees by the simple rule: increment > total - t.
+  std::vector<uint32_t> guaranteed_simple(uint32_t c, uint64_t threshold) const {
     const std::vector<uint32_t>& prods = producers_[c];
     const uint64_t total = actual_total_[c];
-    std::vector<uint32_t> out;
-    if (threshold == 0) return out;
     if (threshold > total) return prods;  // unreachable: the waiter never runs, every edge is vacuous
+    std::vector<uint32_t> out;
     for (uint32_t prod : prods) {
-      const uint64_t inc = p_.tasks[prod].signal_increment;
-      if (total - inc < threshold) {
-        out.push_back(prod);
-        continue;
-      }
-      if (known == nullptr) break;  // sorted by increment: no later producer qualifies
-      uint64_t others = 0;
-      for (uint32_t q : prods) {
-        if (q == prod || known->test(q, prod)) continue;  // q runs after prod: it cannot help without it
-        others += p_.tasks[q].signal_increment;
-        if (others >= threshold) break;
-      }
-      if (others < threshold) out.push_back(prod);
+      if (total - p_.tasks[prod].signal_increment >= threshold) break;  // sorted by increment
+      out.push_back(prod);
     }
-    std::sort(out.begin(), out.end());
     return out;
   }
 
-  // Builds ancestor rows; `known` (ancestors from a previous pass) enables the refined rule.
-  bool build_rows(const BitRows* known, std::unique_ptr<BitRows>* rows_out, std::vector<char>* done_out) {
+  void build_happens_before() {
     const bool dynamic = p_.launch.dynamic_queue;
-    std::map<std::vector<uint32_t>, uint32_t> join_of;  // producer set -> join node index
-    std::vector<std::vector<uint32_t>> joins;           // join node -> producer tasks
-    std::vector<std::vector<uint32_t>> task_joins(n_);  // task -> join nodes it waits on
-    std::unordered_map<uint64_t, int64_t> join_of_wait;  // (counter << 32 | threshold) -> join, -1 none
-    bool refined_any = false;
+    queue_of_.assign(n_, -1);
+    pos_.assign(n_, 0);
+    queue_pred_.assign(n_, UINT32_MAX);
+    if (!dynamic) {
+      for (size_t q = 0; q < p_.queues.size(); ++q)
+        for (size_t i = 0; i < p_.queues[q].size(); ++i) {
+          const uint32_t t = p_.queues[q][i];
+          if (t < n_ && queue_of_[t] < 0) {
+            queue_of_[t] = static_cast<int32_t>(q);
+            pos_[t] = static_cast<uint32_t>(i);
+            if (i > 0 && p_.queues[q][i - 1] < n_) queue_pred_[t] = p_.queues[q][i - 1];
+          }
+        }
+    }
+    wait_join_.assign(p_.waits.size(), -1);
+    // Per counter, the joins made so far as (threshold, join); nearly always one entry.
+    std::vector<std::vector<std::pair<uint32_t, int32_t>>> join_of(p_.counter_totals.size());
     for (uint32_t t = 0; t < n_; ++t) {
       const ms_abi::Instr& in = p_.tasks[t];
       if (!waits_ok(in)) continue;
       for (uint32_t w = 0; w < in.wait_count; ++w) {
-        const ms_abi::Wait& wt = p_.waits[in.wait_begin + w];
-        if (!counter_ok(wt.counter)) continue;
-        const uint64_t key = (static_cast<uint64_t>(wt.counter) << 32) | wt.threshold;
-        auto cached = join_of_wait.find(key);
-        if (cached == join_of_wait.end()) {
-          std::vector<uint32_t> g = guaranteed(wt.counter, wt.threshold, known);
-          if (known != nullptr && g.size() != guaranteed(wt.counter, wt.threshold, nullptr).size()) refined_any = true;
-          int64_t id = -1;
-          if (!g.empty()) {
-            auto [it, inserted] = join_of.emplace(std::move(g), static_cast<uint32_t>(joins.size()));
-            if (inserted) joins.push_back(it->first);
-            id = it->second;
+        const uint32_t wi = in.wait_begin + w;
+        const ms_abi::Wait& wt = p_.waits[wi];
+        if (!counter_ok(wt.counter) || wt.threshold == 0) continue;
+        auto& known = join_of[wt.counter];
+        auto it = std::find_if(known.begin(), known.end(), [&](const auto& e) { return e.first == wt.threshold; });
+        if (it == known.end()) {
+          Join j;
+          j.counter = wt.counter;
+          j.threshold = wt.threshold;
+          j.producers = guaranteed_simple(wt.counter, wt.threshold);
+          j.full = j.producers.size() == producers_[wt.counter].size();
+          std::sort(j.producers.begin(), j.producers.end());
+          int32_t id = -1;
+          if (!j.producers.empty()) {
+            id = static_cast<int32_t>(joins_.size());
+            joins_.push_back(std::move(j));
+          } else if (!producers_[wt.counter].empty()) {
+            has_empty_partial_ = true;
           }
-          cached = join_of_wait.emplace(key, id).first;
+          known.push_back({wt.threshold, id});
+          it = known.end() - 1;
         }
-        if (cached->second >= 0) task_joins[t].push_back(static_cast<uint32_t>(cached->second));
+        wait_join_[wi] = it->second;
       }
     }
-    if (known != nullptr && !refined_any) return false;
-    // Node ids: tasks [0, n), joins [n, n + J). Edges pred -> succ in CSR form.
-    const size_t nodes = n_ + joins.size();
-    std::vector<uint32_t> indegree(nodes, 0);
-    std::vector<std::vector<uint32_t>> succ(nodes);
-    auto edge = [&](uint32_t a, uint32_t b) {
-      succ[a].push_back(b);
-      ++indegree[b];
-    };
-    for (size_t j = 0; j < joins.size(); ++j)
-      for (uint32_t prod : joins[j]) edge(prod, static_cast<uint32_t>(n_ + j));
-    for (uint32_t t = 0; t < n_; ++t)
-      for (uint32_t j : task_joins[t]) edge(static_cast<uint32_t>(n_ + j), t);
-    if (!dynamic) {
-      for (const std::vector<uint32_t>& q : p_.queues) {
-        int64_t prev = -1;
-        for (uint32_t t : q) {
-          if (t >= n_) continue;
-          if (prev >= 0) edge(static_cast<uint32_t>(prev), t);
-          prev = t;
-        }
-      }
-    }
-    auto rows = std::make_unique<BitRows>(nodes, n_);
-    std::vector<char> done(nodes, 0);
-    std::vector<uint32_t> ready;
-    for (uint32_t v = 0; v < nodes; ++v)
-      if (indegree[v] == 0) ready.push_back(v);
-    while (!ready.empty()) {
-      const uint32_t v = ready.back();
-      ready.pop_back();
-      done[v] = 1;
-      for (uint32_t s : succ[v]) {
-        rows->or_into(s, v);
-        if (v < n_) rows->set(s, v);
-        if (--indegree[s] == 0) ready.push_back(s);
-      }
-    }
-    *rows_out = std::move(rows);
-    *done_out = std::move(done);
-    return true;
+    refine_partial_joins();
   }
 
-  void build_happens_before() {
-    build_rows(nullptr, &hb_, &hb_done_);
-    // One refinement pass: only partial waits on multi-producer counters can gain edges.
-    std::unique_ptr<BitRows> refined;
-    std::vector<char> refined_done;
-    if (build_rows(hb_.get(), &refined, &refined_done)) {
-      hb_ = std::move(refined);
-      hb_done_ = std::move(refined_done);
+  // A partial wait also guarantees p when the producers not known to run after p cannot reach the
+  // threshold alone (a producer that runs after p cannot have signalled before p). "Known" uses
+  // the simple joins, which are sound, so the refined joins are sound too.
+  void refine_partial_joins() {
+    std::vector<std::pair<size_t, std::vector<uint32_t>>> grown;
+    // Partial waits with no guaranteed producer have no join yet: give them one if refinement finds any.
+    std::unordered_map<uint64_t, std::vector<uint32_t>> empty_waits;  // key -> wait indices
+    for (uint32_t t = 0; t < n_ && has_empty_partial_; ++t) {
+      const ms_abi::Instr& in = p_.tasks[t];
+      if (!waits_ok(in)) continue;
+      for (uint32_t w = 0; w < in.wait_count; ++w) {
+        const uint32_t wi = in.wait_begin + w;
+        const ms_abi::Wait& wt = p_.waits[wi];
+        if (wait_join_[wi] >= 0 || !counter_ok(wt.counter) || wt.threshold == 0) continue;
+        empty_waits[(static_cast<uint64_t>(wt.counter) << 32) | wt.threshold].push_back(wi);
+      }
+    }
+    auto refine = [&](uint32_t c, uint64_t threshold, const std::vector<uint32_t>& have) {
+      std::vector<uint32_t> out = have;
+      const std::vector<uint32_t>& prods = producers_[c];
+      if (prods.size() > kMaxRefinedProducers) return out;
+      for (uint32_t prod : prods) {
+        if (std::binary_search(have.begin(), have.end(), prod)) continue;
+        uint64_t others = 0;
+        for (uint32_t q : prods) {
+          if (q == prod || happens_before(prod, q)) continue;
+          others += p_.tasks[q].signal_increment;
+          if (others >= threshold) break;
+        }
+        if (others < threshold) out.push_back(prod);
+      }
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    for (size_t j = 0; j < joins_.size(); ++j) {
+      if (joins_[j].full) continue;
+      std::vector<uint32_t> r = refine(joins_[j].counter, joins_[j].threshold, joins_[j].producers);
+      if (r.size() != joins_[j].producers.size()) grown.push_back({j, std::move(r)});
+    }
+    std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> fresh;  // (producers, waits)
+    for (const auto& [key, waits] : empty_waits) {
+      std::vector<uint32_t> r = refine(static_cast<uint32_t>(key >> 32), key & 0xffffffffu, {});
+      if (!r.empty()) fresh.push_back({std::move(r), waits});
+    }
+    for (auto& [j, r] : grown) {
+      joins_[j].full = r.size() == producers_[joins_[j].counter].size();
+      joins_[j].producers = std::move(r);
+    }
+    for (auto& [r, waits] : fresh) {
+      Join jn;
+      jn.counter = p_.waits[waits[0]].counter;
+      jn.threshold = p_.waits[waits[0]].threshold;
+      jn.full = r.size() == producers_[jn.counter].size();
+      jn.producers = std::move(r);
+      for (uint32_t wi : waits) wait_join_[wi] = static_cast<int32_t>(joins_.size());
+      joins_.push_back(std::move(jn));
+    }
+    anc_for_ = UINT32_MAX;  // the cached ancestor set used the simple joins
+  }
+
+  bool in_join(const Join& j, uint32_t a) const {
+    if (j.full) return p_.tasks[a].signal_increment > 0 && p_.tasks[a].signal_counter == j.counter;
+    return std::binary_search(j.producers.begin(), j.producers.end(), a);
+  }
+
+  // a happens-before b: same queue and earlier, a guaranteed producer of one of b's waits, or
+  // (failing those) an ancestor of b, found by one backward search per b (cached for the last b).
+  bool happens_before(uint32_t a, uint32_t b) {
+    if (a == b) return false;
+    if (queue_of_[a] >= 0 && queue_of_[a] == queue_of_[b] && pos_[a] < pos_[b]) return true;
+    const ms_abi::Instr& in = p_.tasks[b];
+    if (waits_ok(in))
+      for (uint32_t w = 0; w < in.wait_count; ++w) {
+        const int32_t j = wait_join_[in.wait_begin + w];
+        if (j >= 0 && in_join(joins_[static_cast<size_t>(j)], a)) return true;
+      }
+    if (anc_for_ != b) collect_ancestors(b);
+    return anc_stamp_[a] == anc_epoch_;
+  }
+
+  void collect_ancestors(uint32_t b) {
+    if (anc_stamp_.size() != n_) {
+      anc_stamp_.assign(n_, 0);
+      join_stamp_.assign(joins_.size(), 0);
+    }
+    if (join_stamp_.size() != joins_.size()) join_stamp_.assign(joins_.size(), 0);
+    ++anc_epoch_;
+    anc_for_ = b;
+    std::vector<uint32_t> stack{b};
+    auto visit = [&](uint32_t v) {
+      if (anc_stamp_[v] == anc_epoch_) return;
+      anc_stamp_[v] = anc_epoch_;
+      stack.push_back(v);
+    };
+    while (!stack.empty()) {
+      const uint32_t v = stack.back();
+      stack.pop_back();
+      if (queue_pred_[v] != UINT32_MAX) visit(queue_pred_[v]);
+      const ms_abi::Instr& in = p_.tasks[v];
+      if (!waits_ok(in)) continue;
+      for (uint32_t w = 0; w < in.wait_count; ++w) {
+        const int32_t j = wait_join_[in.wait_begin + w];
+        if (j < 0 || join_stamp_[static_cast<size_t>(j)] == anc_epoch_) continue;
+        join_stamp_[static_cast<size_t>(j)] = anc_epoch_;
+        for (uint32_t prod : joins_[static_cast<size_t>(j)].producers) visit(prod);
+      }
     }
   }
-  bool ordered_before(uint32_t a, uint32_t b) const { return hb_->test(b, a); }
 
   // ---- races and coverage -----------------------------------------------------------------
+  // Signal counter of t, or UINT32_MAX when it signals none.
+  uint32_t signal_of(uint32_t t) const {
+    const ms_abi::Instr& in = p_.tasks[t];
+    return in.signal_increment > 0 && counter_ok(in.signal_counter) ? in.signal_counter : UINT32_MAX;
+  }
+
   void check_accesses() {
-    // Writes per buffer, sorted by begin, with a running maximum of `end` for overlap queries.
+    // Writes per buffer, sorted by begin, with a running maximum of `end` for overlap queries and
+    // the end of each run of writers that signal the same counter (skipped at once when the reader
+    // waits for that counter in full).
     std::vector<std::vector<WriteRange>> writes(ms_abi::kBufCount);
     for (uint32_t t = 0; t < n_; ++t)
-      for (const Access& a : footprints_[t])
+      for (const Access& a : footprint(t))
         if (a.write) writes[a.buffer].push_back({a.begin, a.end, t});
     std::vector<std::vector<uint64_t>> max_end(ms_abi::kBufCount);
+    std::vector<std::vector<uint32_t>> run_end(ms_abi::kBufCount);
     for (uint32_t b = 0; b < ms_abi::kBufCount; ++b) {
       auto& w = writes[b];
       std::sort(w.begin(), w.end(), [](const WriteRange& x, const WriteRange& y) {
@@ -560,50 +628,74 @@ class Checker {
       max_end[b].resize(w.size());
       uint64_t m = 0;
       for (size_t i = 0; i < w.size(); ++i) max_end[b][i] = m = std::max(m, w[i].end);
+      run_end[b].resize(w.size());
+      for (size_t i = w.size(); i-- > 0;) {
+        const bool same = i + 1 < w.size() && signal_of(w[i].task) != UINT32_MAX &&
+                          signal_of(w[i].task) == signal_of(w[i + 1].task);
+        run_end[b][i] = same ? run_end[b][i + 1] : static_cast<uint32_t>(i + 1);
+      }
       check_double_writes(b, w);
     }
     // Elements a read may find without a writer in this step: inputs (weights, the step cell's
     // token/position/epoch, the KV history, regions marked input) and whatever some task writes.
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> covered(ms_abi::kBufCount);
-    for (uint32_t b = 0; b < ms_abi::kBufCount; ++b)
-      for (const WriteRange& w : writes[b]) covered[b].push_back({w.begin, w.end});
-    covered[ms_abi::kBufStep].push_back({0, 3});
+    const std::vector<std::vector<std::pair<uint64_t, uint64_t>>> written = covered_writes(writes);
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount), covered(ms_abi::kBufCount);
+    inputs[ms_abi::kBufStep].push_back({0, 3});
     for (const Region& r : p_.regions)
-      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end) covered[r.buffer].push_back({r.begin, r.end});
-    for (auto& c : covered) merge(&c);
+      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end) inputs[r.buffer].push_back({r.begin, r.end});
+    for (uint32_t b = 0; b < ms_abi::kBufCount; ++b) {
+      std::sort(inputs[b].begin(), inputs[b].end());
+      std::merge(written[b].begin(), written[b].end(), inputs[b].begin(), inputs[b].end(), std::back_inserter(covered[b]));
+      merge_sorted(&covered[b]);
+    }
 
+    std::vector<uint32_t> full_mark(p_.counter_totals.size(), UINT32_MAX);  // counter -> reader waiting on it in full
     for (uint32_t x = 0; x < n_; ++x) {
+      if (footprint(x).empty()) continue;
+      const ms_abi::Instr& in = p_.tasks[x];
+      if (waits_ok(in))
+        for (uint32_t w = 0; w < in.wait_count; ++w) {
+          const int32_t j = wait_join_[in.wait_begin + w];
+          if (j >= 0 && joins_[static_cast<size_t>(j)].full) full_mark[joins_[static_cast<size_t>(j)].counter] = x;
+        }
       size_t reported = 0;
-      for (const Access& a : footprints_[x]) {
+      for (const Access& a : footprint(x)) {
         if (a.write || a.buffer == ms_abi::kBufWeights) continue;
         if (a.buffer != ms_abi::kBufKv) check_covered(x, a, covered[a.buffer]);
+        if (!ran_[x]) continue;  // never runs (deadlock, reported): it cannot race
         const auto& w = writes[a.buffer];
-        // Writers with begin < a.end, walked down while some earlier one may still reach a.begin.
-        size_t i = static_cast<size_t>(std::lower_bound(w.begin(), w.end(), a.end,
-                                                        [](const WriteRange& r, uint64_t e) { return r.begin < e; }) -
-                                       w.begin());
-        while (i > 0 && max_end[a.buffer][i - 1] > a.begin) {
-          --i;
+        const auto& me = max_end[a.buffer];
+        size_t i = static_cast<size_t>(std::upper_bound(me.begin(), me.end(), a.begin) - me.begin());
+        while (i < w.size() && w[i].begin < a.end) {
           const WriteRange& wr = w[i];
-          if (wr.end <= a.begin) continue;
-          if (wr.task == x) {
-            add("race", label_.task(x) + " reads " + label_.range(a.buffer, std::max(a.begin, wr.begin), std::min(a.end, wr.end)) +
-                            ", which it also writes: threads of one task would race", {x}, {},
-                {fmt_range(a.buffer, std::max(a.begin, wr.begin), std::min(a.end, wr.end))});
+          if (wr.end <= a.begin) {
+            ++i;
             continue;
           }
-          if (!hb_done_[x] || !hb_done_[wr.task]) continue;  // in a happens-before cycle: never runs (deadlock)
-          if (ordered_before(wr.task, x)) continue;
+          if (wr.task == x) {
+            const uint64_t lo = std::max(a.begin, wr.begin), hi = std::min(a.end, wr.end);
+            add("race", label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) +
+                            ", which it also writes: threads of one task would race", {x}, {}, {fmt_range(a.buffer, lo, hi)});
+            ++i;
+            continue;
+          }
+          const uint32_t c = signal_of(wr.task);
+          if (c != UINT32_MAX && full_mark[c] == x) {
+            i = run_end[a.buffer][i];
+            continue;
+          }
+          ++i;
+          if (!ran_[wr.task] || happens_before(wr.task, x)) continue;
           if (reported++ > 0) continue;  // one diagnostic per reader
           const uint64_t lo = std::max(a.begin, wr.begin), hi = std::min(a.end, wr.end);
-          const std::string how = ordered_before(x, wr.task) ? ", but it runs before that writer"
+          const std::string how = happens_before(x, wr.task) ? ", but it runs before that writer"
                                                              : " with no ordering between them";
           add("race", label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + " written by " + label_.task(wr.task) + how,
               {x, wr.task}, {}, {fmt_range(a.buffer, lo, hi)});
         }
       }
     }
-    check_logits(covered_writes(writes));
+    check_logits(written);
   }
 
   void check_double_writes(uint32_t buffer, const std::vector<WriteRange>& w) {
@@ -612,7 +704,7 @@ class Checker {
       if (w[i].begin < w[holder].end && w[i].task != w[holder].task) {
         const uint32_t a = w[holder].task, b = w[i].task;
         const uint64_t lo = w[i].begin, hi = std::min(w[i].end, w[holder].end);
-        const bool ordered = !hb_done_[a] || !hb_done_[b] || ordered_before(a, b) || ordered_before(b, a);
+        const bool ordered = !ran_[a] || !ran_[b] || happens_before(a, b) || happens_before(b, a);
         if (ordered)
           add("coverage", label_.range(buffer, lo, hi) + " is written by both " + label_.task(a) + " and " + label_.task(b) +
                               ": each element must be written exactly once per step", {a, b}, {}, {fmt_range(buffer, lo, hi)});
@@ -624,8 +716,8 @@ class Checker {
     }
   }
 
-  static void merge(std::vector<std::pair<uint64_t, uint64_t>>* v) {
-    std::sort(v->begin(), v->end());
+  // Merges touching or overlapping ranges of a list sorted by begin.
+  static void merge_sorted(std::vector<std::pair<uint64_t, uint64_t>>* v) {
     std::vector<std::pair<uint64_t, uint64_t>> out;
     for (const auto& r : *v) {
       if (!out.empty() && r.first <= out.back().second)
@@ -658,8 +750,8 @@ class Checker {
       const std::vector<std::vector<WriteRange>>& writes) {
     std::vector<std::vector<std::pair<uint64_t, uint64_t>>> out(writes.size());
     for (size_t b = 0; b < writes.size(); ++b) {
-      for (const WriteRange& w : writes[b]) out[b].push_back({w.begin, w.end});
-      merge(&out[b]);
+      for (const WriteRange& w : writes[b]) out[b].push_back({w.begin, w.end});  // sorted by begin already
+      merge_sorted(&out[b]);
     }
     return out;
   }
@@ -679,13 +771,23 @@ class Checker {
   const uint32_t n_;
   ValidationReport report_;
   std::map<std::string, size_t> counts_;
-  std::vector<std::vector<Access>> footprints_;
-  std::vector<char> task_ok_;
+  std::vector<Access> fp_all_;     // every task's accesses, task t at [fp_begin_[t], fp_begin_[t + 1])
+  std::vector<uint32_t> fp_begin_;
+  std::span<const Access> footprint(uint32_t t) const {
+    return {fp_all_.data() + fp_begin_[t], fp_all_.data() + fp_begin_[t + 1]};
+  }
   std::vector<std::vector<uint32_t>> producers_;
   std::vector<uint64_t> actual_total_;
   std::vector<char> ran_;  // tasks the deadlock simulation ran
-  std::unique_ptr<BitRows> hb_;
-  std::vector<char> hb_done_;
+  std::vector<int32_t> queue_of_;                      // static queues: task -> queue (-1 none)
+  std::vector<uint32_t> pos_;                          // task -> position in its queue
+  std::vector<uint32_t> queue_pred_;                   // task -> the task before it in its queue, or UINT32_MAX
+  std::vector<Join> joins_;
+  std::vector<int32_t> wait_join_;                     // wait index -> join (-1: implies nothing)
+  std::vector<uint32_t> anc_stamp_, join_stamp_;       // ancestor search marks
+  uint32_t anc_epoch_ = 0;
+  uint32_t anc_for_ = UINT32_MAX;                      // task whose ancestors the marks hold
+  bool has_empty_partial_ = false;                     // some wait guarantees no producer by the simple rule
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "eval/verdict.h"
 #include "schedule/config.h"
+#include "schedule/lower.h"
 
 namespace {
 
@@ -50,6 +51,36 @@ TEST(Schemas, SearchSpaceSchemaRequiresWhatTheCodeWrites) {
   for (const auto& key : schema["required"]) EXPECT_TRUE(space.contains(key.get<std::string>())) << key;
   for (const auto& key : schema["properties"]["knobs"]["items"]["required"])
     EXPECT_TRUE(space["knobs"][0].contains(key.get<std::string>())) << key;
+}
+
+}  // namespace
+
+namespace {
+
+/// Every key the value has is declared by the schema and every required key is present,
+/// recursively through objects and the first element of arrays.
+void expect_conforms(const nlohmann::json& schema, const nlohmann::json& value, const std::string& path) {
+  if (schema.contains("properties") && value.is_object()) {
+    for (const auto& [k, v] : value.items()) {
+      ASSERT_TRUE(schema["properties"].contains(k)) << path << "." << k << " is not in the schema";
+      expect_conforms(schema["properties"][k], v, path + "." + k);
+    }
+    for (const auto& k : schema.value("required", nlohmann::json::array()))
+      EXPECT_TRUE(value.contains(k.get<std::string>())) << path << "." << k << " missing";
+  }
+  if (schema.contains("items") && value.is_array() && !value.empty())
+    expect_conforms(schema["items"], value[0], path + "[0]");
+}
+
+TEST(Schemas, ProgramSchemaDescribesALoweredProgram) {
+  const auto schema = load_schema("program.schema.json");
+  auto shape = megasched::schedule::find_preset("toy");
+  auto target = megasched::schedule::find_target("h100");
+  ASSERT_TRUE(shape && target);
+  std::string error;
+  auto program = megasched::schedule::lower(*shape, *target, megasched::schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  expect_conforms(schema, megasched::schedule::to_json(*program), "program");
 }
 
 }  // namespace

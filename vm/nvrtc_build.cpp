@@ -13,6 +13,11 @@ namespace megasched::vm {
 std::vector<std::string> kernel_defines(const schedule::Program& program) {
   std::vector<std::string> d = program.build.defines();
   d.push_back("MS_HEAD_DIM=" + std::to_string(program.model.head_dim));
+  // __launch_bounds__' minimum blocks per SM; never more than 2048 threads' worth (the validator
+  // rejects such a launch, and ptxas would reject the bound).
+  const int threads = std::max(program.launch.threads_per_block, 32);
+  const int min_blocks = std::clamp(program.launch.blocks_per_sm, 1, std::max(1, 2048 / threads));
+  d.push_back("MS_MIN_BLOCKS=" + std::to_string(min_blocks));
   d.push_back("MS_KV_BF16=" + std::to_string(program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
   d.push_back("MS_WEIGHT_BF16=" + std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
   std::sort(d.begin(), d.end());

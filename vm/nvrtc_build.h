@@ -45,7 +45,8 @@ struct BuildResult {
 };
 
 /// The -D options of the megakernel for a program: its kernel build knobs (vector bytes, rows per
-/// warp, unroll, weight-load path, threads per block) and the model constants the device code
+/// warp, unroll, weight-load path, threads per block), the blocks per SM the registers must allow
+/// (launch.blocks_per_sm, as __launch_bounds__' minimum) and the model constants the device code
 /// specialises on (weight and KV dtype, head dim). Sorted.
 std::vector<std::string> kernel_defines(const schedule::Program& program);
 

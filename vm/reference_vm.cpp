@@ -202,7 +202,10 @@ struct Machine {
         for (uint32_t c = 0; c < t.ld; ++c) rec(ms_abi::kBufActivations, t.in + c, false);
       const float inv = inv_rms(act + t.in, t.ld, m.rms_eps);
       for (uint32_t c = 0; c < n; ++c) {
-        if constexpr (Rec::kOn) rec(ms_abi::kBufWeights, t.weight2 + cb + c, false);
+        if constexpr (Rec::kOn) {
+          rec(ms_abi::kBufActivations, t.in + cb + c, false);
+          rec(ms_abi::kBufWeights, t.weight2 + cb + c, false);
+        }
         x[c] = act[t.in + cb + c] * inv * upcast(weights[t.weight2 + cb + c]);
       }
     } else if (t.flags & ms_abi::kFlagSiluMulPrologue) {
@@ -485,11 +488,13 @@ std::string ReferenceVm::describe_wait(uint32_t task) const {
     const ms_abi::Wait& w = program_.waits[t.wait_begin + i];
     const uint64_t need = epoch * program_.counter_totals[w.counter] + w.threshold;
     if (counters_[w.counter] >= need) continue;
-    const std::string name = w.counter < program_.counter_names.size()
-                                 ? program_.counter_names[w.counter]
-                                 : "c" + std::to_string(w.counter);
-    s += " " + name + " >= " + std::to_string(need) + " (has " +
-         std::to_string(counters_[w.counter]) + ")";
+    s += ' ';
+    if (w.counter < program_.counter_names.size())
+      s += program_.counter_names[w.counter];
+    else
+      s.append("c").append(std::to_string(w.counter));
+    s.append(" >= ").append(std::to_string(need));
+    s.append(" (has ").append(std::to_string(counters_[w.counter])).append(")");
   }
   return s;
 }
@@ -499,7 +504,10 @@ namespace {
 std::string join_stuck(const std::vector<std::string>& items) {
   constexpr size_t kShown = 8;
   std::string s;
-  for (size_t i = 0; i < items.size() && i < kShown; ++i) s += (i ? "; " : "") + items[i];
+  for (size_t i = 0; i < items.size() && i < kShown; ++i) {
+    if (i > 0) s += "; ";
+    s += items[i];
+  }
   if (items.size() > kShown) s += "; ... and " + std::to_string(items.size() - kShown) + " more";
   return s;
 }

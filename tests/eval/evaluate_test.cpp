@@ -70,11 +70,14 @@ TEST(TrialEvaluator, WrongProgramIsIncorrectAndGetsNoLatency) {
   std::string error;
   auto program = schedule::lower(ev->shape(), ev->target(), schedule::ScheduleConfig{}, &error);
   ASSERT_TRUE(program) << error;
-  // Point the LM head at the first layer's Q matrix rows: still in bounds and race-free, but wrong.
+  // Point the LM head at the embedding table (same shape, toy is untied): in bounds, aligned and
+  // race-free, so the validator accepts it, but the logits are wrong.
+  const auto layout = schedule::layout_for(ev->shape());
+  ASSERT_NE(layout.lm_head, layout.embed);
   bool changed = false;
   for (auto& t : program->tasks)
     if (t.opcode == ms_abi::kGemv && program->ops[t.op_id].kind == schedule::OpKind::kLmHead) {
-      t.weight += 1;
+      t.weight = t.weight - static_cast<uint64_t>(layout.lm_head) + static_cast<uint64_t>(layout.embed);
       changed = true;
     }
   ASSERT_TRUE(changed);

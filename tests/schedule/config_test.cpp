@@ -83,7 +83,7 @@ TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths
     EXPECT_GE(k.choices.size(), 2u) << k.path << " has a single choice: a knob that does nothing";
     EXPECT_FALSE(k.description.empty()) << k.path;
   }
-  EXPECT_EQ(paths.size(), 24u);
+  EXPECT_EQ(paths.size(), 25u);
 }
 
 TEST(ScheduleConfigKnobs, SetAndGetByPathAndChangedKnobs) {
@@ -112,7 +112,13 @@ TEST(ScheduleConfigSearchSpace, FiltersChoicesThatDoNotFitTheShape) {
       EXPECT_EQ(k["choices"], nlohmann::json({0, 1, 2}));
     }
     if (k["path"] == "tiling.gemv_k_split") {
-      EXPECT_EQ(k["choices"], nlohmann::json({1, 2}));  // 64 columns: 8 * k_split must divide them
+      EXPECT_EQ(k["choices"], nlohmann::json({1, 2, 4, 8}));  // 64 columns split into >= 8
+    }
+  }
+  shape.hidden = 48;  // 48 columns: only k_split 1 and 2 keep chunks multiples of 8
+  for (const auto& k : search_space_json(shape)["knobs"]) {
+    if (k["path"] == "tiling.gemv_k_split") {
+      EXPECT_EQ(k["choices"], nlohmann::json({1, 2}));
     }
   }
 }

@@ -113,6 +113,26 @@ TEST(ModelRope, Llama3ScalingMatchesTransformers) {
   EXPECT_NEAR(f[31], 1.0 / std::pow(500000.0, 62.0 / 64.0) / 32.0, 1e-12);
 }
 
+TEST(ModelRope, Llama3ScalingMatchesTransformersValues) {
+  // inv_freq printed by transformers 5.17 (LlamaRotaryEmbedding, rope_type llama3) for theta
+  // 10000, head_dim 16, factor 8, low 1, high 4, original_max_position_embeddings 64: a case where
+  // the kept, smoothed and divided bands all occur.
+  ModelShape shape = *find_preset("toy");
+  shape.rope_scaling_factor = 8.0f;
+  shape.rope_original_max_position = 64;
+  const std::vector<double> hf = {1.0,
+                                  0.24438458681106567,
+                                  0.013042256236076355,
+                                  0.0039528473280370235,
+                                  0.0012499999720603228,
+                                  0.00039528473280370235,
+                                  0.0001250000059371814,
+                                  3.9528473280370235e-05};
+  const std::vector<float> f = rope_inv_freq(shape);
+  ASSERT_EQ(f.size(), hf.size());
+  for (size_t i = 0; i < hf.size(); ++i) EXPECT_NEAR(f[i], hf[i], 2e-7 * hf[i]) << "i=" << i;
+}
+
 TEST(ModelLayout, TensorsAreAlignedAndQkvGateUpAdjacent) {
   ModelShape shape = *find_preset("toy-2L");
   shape.vocab = 250;  // an embed size that is not a multiple of the alignment

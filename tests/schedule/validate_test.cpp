@@ -1,3 +1,349 @@
 #include "schedule/validate.h"
+
 #include <gtest/gtest.h>
-TEST(ScheduleValidator, Placeholder) { EXPECT_TRUE(true); }
+
+#include <random>
+
+#include "schedule/footprint.h"
+#include "schedule/lower.h"
+#include "schedule/program_fuzz.h"
+#include "schedule/search.h"
+
+namespace megasched::schedule {
+namespace {
+
+// Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:256) is input.
+constexpr uint32_t kIn = 0;      // an input slice
+constexpr uint32_t kA = 256;     // tile outputs
+constexpr uint32_t kB = 264;
+constexpr uint32_t kC = 272;
+
+bool has_rule(const ValidationReport& r, const std::string& rule) {
+  for (const Diagnostic& d : r.diagnostics)
+    if (d.rule == rule) return true;
+  return false;
+}
+
+std::string first_message(const ValidationReport& r, const std::string& rule) {
+  for (const Diagnostic& d : r.diagnostics)
+    if (d.rule == rule) return d.message;
+  return "";
+}
+
+TEST(ScheduleValidator, AcceptsProducerConsumerAcrossQueues) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t op = b.op("x"), c = b.counter("x.done");
+  b.add(0, op, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, b.op("y"), kA, kIn, kB, 8, {{c, 1}});
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  EXPECT_TRUE(r.ok()) << to_json(r).dump(1);
+}
+
+TEST(ScheduleValidator, RejectsReadBeforeWrite) {
+  // Same queue, consumer first: queue order makes the read happen before the write.
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), y = b.op("y");
+  b.add(0, y, kA, kIn, kB, 8);
+  b.add(0, x, kIn, kIn, kA, 8);
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  ASSERT_TRUE(has_rule(r, "race"));
+  EXPECT_EQ(first_message(r, "race"),
+            "task 0 (add y tile 0) reads act[256:264] written by task 1 (add x tile 0), but it runs before that writer");
+}
+
+TEST(ScheduleValidator, RejectsMissingWaitAcrossQueues) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), y = b.op("y"), c = b.counter("x.done");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, y, kA, kIn, kB, 8);
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  ASSERT_EQ(r.rules(), "race");
+  EXPECT_NE(first_message(r, "race").find("task 1 (add y tile 0) reads act[256:264] written by task 0 (add x tile 0) "
+                                          "with no ordering between them"),
+            std::string::npos)
+      << first_message(r, "race");
+  EXPECT_EQ(r.diagnostics[0].tasks, (std::vector<uint32_t>{1, 0}));
+  EXPECT_EQ(r.diagnostics[0].buffers, (std::vector<std::string>{"act[256:264]"}));
+}
+
+TEST(ScheduleValidator, RejectsCycleAcrossQueues) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), c0 = b.counter("c0"), c1 = b.counter("c1");
+  b.add(0, x, kIn, kIn, kA, 8, {{c1, 1}}, c0, 1);
+  b.add(1, x, kIn, kIn, kB, 8, {{c0, 1}}, c1, 1);
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  EXPECT_EQ(r.rules(), "deadlock");
+  ASSERT_EQ(r.diagnostics.size(), 2u);
+  EXPECT_NE(r.diagnostics[0].message.find("queue 0 is stuck at task 0 (add x tile 0), which waits for counter 1 (c1) >= 1 "
+                                          "but the counter stops at 0 of 1: its producers task 1 (add x tile 1) never run"),
+            std::string::npos)
+      << r.diagnostics[0].message;
+}
+
+TEST(ScheduleValidator, RejectsThresholdAboveTotal) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), c = b.counter("c");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, x, kA, kIn, kB, 8, {{c, 2}});
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  EXPECT_TRUE(has_rule(r, "reachability"));
+  EXPECT_TRUE(has_rule(r, "deadlock"));
+  EXPECT_EQ(first_message(r, "reachability"),
+            "task 1 (add x tile 1) waits for counter 0 (c) >= 2, but its producers add only 1 per step");
+}
+
+TEST(ScheduleValidator, RejectsDeclaredTotalThatProducersDoNotAdd) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), c = b.counter("c", 3);
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, x, kA, kIn, kB, 8, {{c, 1}});
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  EXPECT_EQ(r.rules(), "reachability");
+}
+
+TEST(ScheduleValidator, RejectsPartialWaitOnMultiProducerCounter) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), y = b.op("y"), c = b.counter("x.done");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, x, kIn, kIn, kB, 8, {}, c, 1);
+  b.add(2, y, kA, kB, kC, 8, {{c, 1}});
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  EXPECT_EQ(r.rules(), "race");
+}
+
+TEST(ScheduleValidator, AcceptsDisjointTilesUnderOneCounter) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), y = b.op("y"), c = b.counter("x.done");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, x, kIn, kIn, kB, 8, {}, c, 1);
+  b.add(2, y, kA, kB, kC, 8, {{c, 2}});
+  EXPECT_TRUE(validate(b.finish(), fuzz_target()).ok());
+}
+
+TEST(ScheduleValidator, AcceptsPartialWaitWhenALargeIncrementIsCertain) {
+  // Producer A adds 2, B adds 1: counter >= 2 cannot happen without A.
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), y = b.op("y"), c = b.counter("x.done");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 2);
+  b.add(1, x, kIn, kIn, kB, 8, {}, c, 1);
+  b.add(2, y, kA, kIn, kC, 8, {{c, 2}});
+  EXPECT_TRUE(validate(b.finish(), fuzz_target()).ok());
+  ProgramBuilder b2(fuzz_target());
+  b2.op("x");
+  b2.op("y");
+  b2.counter("x.done");
+  b2.add(0, x, kIn, kIn, kA, 8, {}, c, 2);
+  b2.add(1, x, kIn, kIn, kB, 8, {}, c, 1);
+  b2.add(2, y, kB, kIn, kC, 8, {{c, 2}});  // reads B, which the wait does not imply
+  EXPECT_EQ(validate(b2.finish(), fuzz_target()).rules(), "race");
+}
+
+TEST(ScheduleValidator, AcceptsPartialWaitWhenQueueOrderMakesTheProducerCertain) {
+  // A and B share a queue (A first): counter >= 1 means A has signalled, whoever B is.
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), y = b.op("y"), c = b.counter("x.done");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(0, x, kIn, kIn, kB, 8, {}, c, 1);
+  b.add(1, y, kA, kIn, kC, 8, {{c, 1}});
+  EXPECT_TRUE(validate(b.finish(), fuzz_target()).ok());
+}
+
+TEST(ScheduleValidator, RejectsOverlappingTileOutputs) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), c = b.counter("x.done");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, x, kIn, kIn, kA + 4, 8, {}, c, 1);
+  EXPECT_EQ(validate(b.finish(), fuzz_target()).rules(), "race");
+  ProgramBuilder ordered(fuzz_target());
+  ordered.op("x");
+  ordered.add(0, x, kIn, kIn, kA, 8);
+  ordered.add(0, x, kIn, kIn, kA + 4, 8);
+  const ValidationReport r = validate(ordered.finish(), fuzz_target());
+  EXPECT_EQ(r.rules(), "coverage");
+  EXPECT_NE(first_message(r, "coverage").find("act[260:264] is written by both task 0"), std::string::npos);
+}
+
+TEST(ScheduleValidator, RejectsReadOfElementsNothingWrites) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), 600, kIn, kA, 8);
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  EXPECT_EQ(r.rules(), "coverage");
+  EXPECT_NE(first_message(r, "coverage").find("reads act[600:608], which no task writes"), std::string::npos);
+}
+
+TEST(ScheduleValidator, RejectsTaskThatReadsItsOwnOutput) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kA - 4, kA, 8);
+  EXPECT_TRUE(has_rule(validate(b.finish(), fuzz_target()), "race"));
+}
+
+TEST(ScheduleValidator, RejectsTaskQueuedTwiceOrNever) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x");
+  b.add(0, x, kIn, kIn, kA, 8);
+  b.add(1, x, kIn, kIn, kB, 8);
+  Program p = b.finish();
+  p.queues[1] = {0};
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "structure");
+  EXPECT_EQ(r.diagnostics.size(), 2u);  // task 0 twice, task 1 never
+}
+
+TEST(ScheduleValidator, RejectsOperandsOutOfBounds) {
+  ProgramBuilder b(fuzz_target(), 512);
+  b.add(0, b.op("x"), kIn, kIn, 510, 8);
+  const ValidationReport r = validate(b.finish(), fuzz_target());
+  EXPECT_EQ(r.rules(), "structure");
+  EXPECT_NE(first_message(r, "structure").find("writes act[510:518], beyond the buffer's 512 elements"), std::string::npos);
+}
+
+TEST(ScheduleValidator, DynamicQueueOrderGivesNoOrdering) {
+  ProgramBuilder b(fuzz_target());
+  b.set_dynamic(true);
+  const uint32_t x = b.op("x"), y = b.op("y");
+  b.add(0, x, kIn, kIn, kA, 8);
+  b.add(0, y, kA, kIn, kB, 8);
+  EXPECT_EQ(validate(b.finish(), fuzz_target()).rules(), "race");
+}
+
+TEST(ScheduleValidator, RejectsDynamicQueueWhoseWorkersAllWait) {
+  // Four waiters are claimed first and hold all four workers; their producer is never claimed.
+  auto build = [](int sms) {
+    ProgramBuilder b(fuzz_target(sms));
+    b.set_dynamic(true);
+    const uint32_t x = b.op("x"), c = b.counter("p.done");
+    for (uint32_t i = 0; i < 4; ++i) b.add(0, x, kA, kIn, kB + 8 * i, 8, {{c, 1}});
+    b.add(0, b.op("p"), kIn, kIn, kA, 8, {}, c, 1);
+    return b.finish();
+  };
+  EXPECT_EQ(validate(build(4), fuzz_target(4)).rules(), "deadlock");
+  EXPECT_TRUE(validate(build(5), fuzz_target(5)).ok()) << "a fifth worker claims the producer";
+}
+
+TEST(ScheduleValidator, RejectsGridNotCoResident) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kIn, kA, 8);
+  Program p = b.finish();
+  p.launch.grid_blocks = 5;
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "launch");
+  EXPECT_NE(first_message(r, "launch").find("not co-resident"), std::string::npos);
+}
+
+TEST(ScheduleValidator, RejectsLaunchShapesBeyondTheTarget) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kIn, kA, 8);
+  const Program base = b.finish();
+  const GpuTarget t = fuzz_target();
+  Program p = base;
+  p.launch.threads_per_block = p.build.threads_per_block = 200;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "not a multiple of 32";
+  p = base;
+  p.launch.threads_per_block = p.build.threads_per_block = 1024;
+  p.launch.blocks_per_sm = 3;
+  p.launch.grid_blocks = 12;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "3 x 1024 threads per SM";
+  p = base;
+  p.launch.smem_bytes = t.smem_per_block_optin + 1;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "over the opt-in cap";
+  p = base;
+  p.launch.smem_bytes = 120 * 1024;
+  p.launch.blocks_per_sm = 2;
+  p.launch.grid_blocks = 8;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "2 x (120 KiB + 1 KiB) > 228 KiB per SM";
+  p = base;
+  p.launch.blocks_per_sm = 2;
+  p.launch.grid_blocks = 8;
+  EXPECT_TRUE(validate(p, t).ok());
+}
+
+TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
+  std::mt19937_64 rng(7);
+  const GpuTarget t = fuzz_target();
+  for (int i = 0; i < 3000; ++i) {
+    Program p = random_safe_dag_program(t, rng);
+    // Scramble a few random bytes of random tasks, waits and queues.
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 4); ++k) {
+      auto& in = p.tasks[rng() % p.tasks.size()];
+      auto* bytes = reinterpret_cast<uint8_t*>(&in);
+      bytes[rng() % sizeof(in)] = static_cast<uint8_t>(rng());
+    }
+    if (rng() % 3 == 0 && !p.waits.empty()) p.waits[rng() % p.waits.size()].counter = static_cast<uint32_t>(rng());
+    if (rng() % 3 == 0) p.queues[0].push_back(static_cast<uint32_t>(rng()));
+    if (rng() % 5 == 0) p.counter_totals.clear();
+    if (rng() % 7 == 0) p.buffer_elements = {};
+    const ValidationReport r = validate(p, t);
+    for (const Diagnostic& d : r.diagnostics) EXPECT_FALSE(d.message.empty());
+  }
+}
+
+TEST(ScheduleValidator, ReportsJsonWithRulesAndDiagnostics) {
+  ProgramBuilder b(fuzz_target());
+  const uint32_t x = b.op("x"), c = b.counter("c");
+  b.add(0, x, kIn, kIn, kA, 8, {}, c, 1);
+  b.add(1, x, kA, kIn, kB, 8, {{c, 2}});
+  const nlohmann::json j = to_json(validate(b.finish(), fuzz_target()));
+  EXPECT_EQ(j["ok"], false);
+  EXPECT_EQ(j["rules"], "reachability,deadlock");
+  EXPECT_EQ(j["diagnostics"][0]["counters"], nlohmann::json::array({0}));
+}
+
+TEST(ScheduleFootprint, WidensKvAccessesToWholeHeads) {
+  std::string error;
+  const ModelShape shape = *find_preset("toy");
+  const GpuTarget target = fuzz_target();
+  ScheduleConfig cfg;
+  const std::optional<Program> p = lower(shape, target, cfg, &error);
+  ASSERT_TRUE(p) << error;
+  const uint64_t row = static_cast<uint64_t>(shape.max_seq) * shape.head_dim;
+  bool saw_attention = false;
+  for (uint32_t t = 0; t < p->tasks.size(); ++t) {
+    if (p->tasks[t].opcode != ms_abi::kAttnPartial) continue;
+    std::vector<Access> fp;
+    ASSERT_TRUE(task_footprint(*p, t, &fp, &error)) << error;
+    int kv_reads = 0;
+    for (const Access& a : fp)
+      if (a.buffer == ms_abi::kBufKv) {
+        EXPECT_EQ(a.end - a.begin, row);
+        ++kv_reads;
+      }
+    EXPECT_EQ(kv_reads, 2);
+    saw_attention = true;
+  }
+  EXPECT_TRUE(saw_attention);
+}
+
+// Every config of a random search over the real search space lowers to a program the validator
+// accepts. 500 configs on toy here; small and llama-1b lower slowly, so the unit test samples fewer
+// and `megasched validate --model M --random-configs 500` runs the full 500 (dev/validator_notes.md).
+struct RealSearch {
+  const char* model;
+  int configs;
+};
+class ValidatorOnRealLowerings : public ::testing::TestWithParam<RealSearch> {};
+
+TEST_P(ValidatorOnRealLowerings, AcceptsEveryRandomConfig) {
+  const ModelShape shape = *find_preset(GetParam().model);
+  const GpuTarget target = *find_target("h100");
+  std::mt19937_64 rng(20261122);
+  for (int i = 0; i < GetParam().configs; ++i) {
+    const ScheduleConfig cfg = random_config(shape, target, rng);
+    std::string error;
+    const std::optional<Program> p = lower(shape, target, cfg, &error);
+    ASSERT_TRUE(p) << error << "\n" << canonical_string(cfg);
+    const ValidationReport r = validate(*p, target);
+    ASSERT_TRUE(r.ok()) << canonical_string(cfg) << "\n" << to_json(r).dump(1).substr(0, 4000);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ValidatorOnRealLowerings,
+                         ::testing::Values(RealSearch{"toy", 500}, RealSearch{"small", 40}, RealSearch{"llama-1b", 6}),
+                         [](const auto& info) {
+                           std::string name = info.param.model;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace megasched::schedule

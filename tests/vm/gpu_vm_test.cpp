@@ -135,10 +135,11 @@ TEST(GpuVm, DeadlockingProgramEndsInHangWithDumpAndTheNextTrialRuns) {
   auto ev = eval::TrialEvaluator::create(o, &err);
   ASSERT_TRUE(ev) << err;
   schedule::Program bad = lower_or_die(ev->shape(), schedule::ScheduleConfig{});
-  // The first task of queue 0 (the embedding) waits for the argmax task's signal: a cycle.
+  // The first task of queue 0 (the embedding) waits for the last task that signals anything (it
+  // depends on the embedding through the whole step): a cycle.
   uint32_t last = 0;
   for (uint32_t t = 0; t < bad.tasks.size(); ++t) {
-    if (bad.tasks[t].opcode == ms_abi::kArgmax) last = t;
+    if (bad.tasks[t].signal_increment != 0) last = t;
   }
   ASSERT_NE(bad.tasks[last].signal_increment, 0u);
   ms_abi::Instr& first = bad.tasks[bad.queues[0][0]];

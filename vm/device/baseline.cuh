@@ -84,7 +84,26 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_attention(const f
   float mx = -3.0e38f;
   for (uint32_t t = threadIdx.x; t < n; t += blockDim.x) {
     float s = 0.0f;
-    for (uint32_t d = 0; d < hd; ++d) s += qh[d] * ms_dev::to_f32(K[uint64_t(t) * hd + d]);
+    if ((ms_dev::kHeadDim * sizeof(ms_dev::KvT)) % 16 == 0) {  // 16-byte key loads
+      constexpr int kPer = 16 / sizeof(ms_dev::KvT);
+      const uint4* k4 = reinterpret_cast<const uint4*>(K + uint64_t(t) * hd);
+#pragma unroll
+      for (int i = 0; i < ms_dev::kHeadDim / kPer; ++i) {
+        const uint4 raw = k4[i];
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+#if MS_KV_BF16
+          const float kv = __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
+#else
+          const float kv = __uint_as_float(w[e]);
+#endif
+          s += qh[i * kPer + e] * kv;
+        }
+      }
+    } else {
+      for (uint32_t d = 0; d < hd; ++d) s += qh[d] * ms_dev::to_f32(K[uint64_t(t) * hd + d]);
+    }
     s *= m.attn_scale;
     scores[t] = s;
     mx = fmaxf(mx, s);
@@ -107,6 +126,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_attention(const f
   if (threadIdx.x < slices * hd) {
     const uint32_t d = threadIdx.x % hd, slice = threadIdx.x / hd;
     float o = 0.0f;
+#pragma unroll 8
     for (uint32_t t = slice; t < n; t += slices) o += scores[t] * ms_dev::to_f32(V[uint64_t(t) * hd + d]);
     part[threadIdx.x] = o;
   }

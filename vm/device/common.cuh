@@ -10,6 +10,9 @@
 #ifndef MS_THREADS
 #define MS_THREADS 256          // threads per block (launch.threads_per_block)
 #endif
+#ifndef MS_MIN_BLOCKS
+#define MS_MIN_BLOCKS 1         // blocks per SM the registers must allow (launch.blocks_per_sm)
+#endif
 #ifndef MS_VECTOR_BYTES
 #define MS_VECTOR_BYTES 16      // bytes per weight load per lane: 4, 8 or 16
 #endif

@@ -47,7 +47,8 @@ struct KernelArgs {
   uint32_t num_tasks;
   uint32_t num_queues;             // queues[b] is run by block b (blocks >= num_queues idle)
   uint32_t dynamic_queue;          // 1: queue 0 is claimed task by task through `ticket`
-  uint32_t prefetch_depth;         // weights of the current and this many upcoming tasks go to L2
+  uint32_t prefetch_depth;         // weights of this many tasks, starting at the current one, go to
+                                   // L2 before its wait (0: no prefetch)
   uint32_t smem_bytes;             // dynamic shared memory (the page ring): GEMV input staging
   uint32_t reserved;
   ModelParams model;

@@ -1,7 +1,7 @@
 // The persistent megakernel: one launch runs one decode step. Block b walks queue b (or, with a
 // dynamic queue, claims tasks from one global queue with an atomic ticket): for each task it
-// prefetches the weights of this and the next `prefetch_depth` tasks into L2 (weights depend on
-// nothing, so this overlaps the dependency wait with HBM traffic), waits on the task's counters
+// prefetches into L2 the weights of the `prefetch_depth` tasks starting at this one (weights depend
+// on nothing, so this overlaps the dependency wait with HBM traffic), waits on the task's counters
 // (acquire loads, bounded), runs the opcode with the whole block and signals (release). Counters
 // only grow: thresholds are scaled by the step epoch, so no reset launch is needed between steps.
 // Every wait is bounded; a timeout raises the abort flag, every block leaves, and each leaves a
@@ -63,7 +63,7 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
 
 }  // namespace ms_dev
 
-extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_megakernel(const ms_abi::KernelArgs a) {
+extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS) ms_megakernel(const ms_abi::KernelArgs a) {
   using namespace ms_dev;
   extern __shared__ __align__(16) float pages[];
   __shared__ Shared s;
@@ -77,8 +77,15 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_megakernel(const ms_
   const int pf_lane = int(threadIdx.x) - 32;
   const int pf_lanes = kThreads > 32 ? kThreads - 32 : 32;
   uint32_t prefetched = 0;  // static queue: positions [qbegin, qbegin + prefetched) already prefetched
+  // Static queue: the next task's id and instruction are loaded while the current one waits and
+  // runs, taking two dependent L2 round trips off every hop of the critical path.
+  uint32_t next_task = (!dynamic && qbegin < qend) ? a.queue_tasks[qbegin] : 0;
+  Instr next_instr;
+  if (!dynamic && qbegin < qend) next_instr = a.tasks[next_task];
   for (uint32_t pos = 0;; ++pos) {
     uint32_t slot;  // index into queue_tasks
+    uint32_t task;
+    Instr instr;
     if (dynamic) {
       if (threadIdx.x == 0) s.claim = atomicAdd(a.ticket, 1u) - claim_base;
       __syncthreads();
@@ -86,29 +93,38 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_megakernel(const ms_
       __syncthreads();
       if (slot >= a.num_tasks) break;
       rec.queue_pos = int32_t(slot);
+      task = a.queue_tasks[slot];
+      instr = a.tasks[task];
     } else {
       slot = qbegin + pos;
       if (slot >= qend) break;
       rec.queue_pos = int32_t(pos);
+      task = next_task;
+      instr = next_instr;
+      if (slot + 1 < qend) {
+        next_task = a.queue_tasks[slot + 1];
+        next_instr = a.tasks[next_task];
+      }
     }
-    const uint32_t task = a.queue_tasks[slot];
     rec.task = int32_t(task);
-    if (kThreads == 32 || pf_lane >= 0) {
+    // Prefetch window: the prefetch_depth tasks starting at this one (0: no prefetch). Each task
+    // is prefetched once: a static queue tracks how far it got; in the dynamic queue the claimer
+    // of ticket t prefetches ticket t + depth - 1 (and the first tickets prefetch themselves).
+    if (a.prefetch_depth > 0 && (kThreads == 32 || pf_lane >= 0)) {
       const int lane = kThreads == 32 ? int(threadIdx.x) : pf_lane;
       if (dynamic) {
-        prefetch_task(a, task, lane, pf_lanes);
-        if (a.prefetch_depth > 0 && slot + a.prefetch_depth < a.num_tasks) {
-          prefetch_task(a, a.queue_tasks[slot + a.prefetch_depth], lane, pf_lanes);
+        if (slot + 1 < a.prefetch_depth) prefetch_task(a, task, lane, pf_lanes);
+        if (slot + a.prefetch_depth - 1 < a.num_tasks) {
+          prefetch_task(a, a.queue_tasks[slot + a.prefetch_depth - 1], lane, pf_lanes);
         }
       } else {
-        const uint32_t last = min(qend, slot + a.prefetch_depth + 1);
+        const uint32_t last = min(qend, slot + a.prefetch_depth);
         for (uint32_t q = max(slot, qbegin + prefetched); q < last; ++q) {
           prefetch_task(a, a.queue_tasks[q], lane, pf_lanes);
         }
       }
     }
-    if (!dynamic) prefetched = min(qend, slot + a.prefetch_depth + 1) - qbegin;
-    const Instr instr = a.tasks[task];
+    if (!dynamic) prefetched = max(prefetched, min(qend, slot + a.prefetch_depth) - qbegin);
     const WaitOutcome w = wait_all(a, instr, epoch, &s.wait);
     if (w.exit != kExitRunning) {
       rec.state = w.exit;

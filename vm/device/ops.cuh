@@ -28,7 +28,7 @@ struct Shared {
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // ---- kEmbed ----
-__device__ __forceinline__ void op_embed(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void embed(const KernelArgs& a, const Instr& in) {
   const uint64_t row = uint64_t(uint32_t(a.step->token)) * in.ld;
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = weight_at(a, in.weight + row + r);
@@ -36,7 +36,7 @@ __device__ __forceinline__ void op_embed(const KernelArgs& a, const Instr& in) {
 }
 
 // ---- kRmsNorm ----
-__device__ __forceinline__ void op_rms_norm(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void rms_norm(const KernelArgs& a, const Instr& in, Shared& s) {
   const float inv = block_inv_rms(a.act + in.in, in.col_end, a.model.rms_eps, s.red);
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = act_load(a.act + in.in + r) * inv * weight_at(a, in.weight2 + r);
@@ -110,9 +110,18 @@ __device__ __forceinline__ float gemv_input(const KernelArgs& a, const Instr& in
   return act_load(a.act + in.in + c);
 }
 
+/// Where input column k0 + rel lives in the staged page ring. Columns are kept in blocks of
+/// kXBlock (one warp-wide vector step); inside a block the element e of lane L's vector sits at
+/// e * 32 + L, so the 32 lanes of a warp read 32 consecutive floats (no bank conflicts) where the
+/// plain layout would have them 32 bytes apart (an 8-way conflict for bf16 vectors).
+constexpr uint32_t kXBlock = 32 * kVecElems;
+__device__ __forceinline__ uint32_t x_slot(uint32_t rel) {
+  return (rel / kXBlock) * kXBlock + (rel % kVecElems) * 32 + (rel % kXBlock) / kVecElems;
+}
+
 /// One warp's dot products of kRowsPerWarp weight rows (first row r_first, clamped to row_last)
-/// with x over columns [k0, k1). `x` is indexed by absolute column; when `staged` is false it is
-/// unused and the input is computed on the fly.
+/// with x over columns [k0, k1). `x` is the staged chunk starting at column k0, in x_slot order;
+/// when `staged` is false it is unused and the input is computed on the fly.
 __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, uint32_t r_first,
                                           uint32_t row_last, uint32_t k0, uint32_t k1, bool vec_ok,
                                           const float* x, bool staged, float inv, float* acc) {
@@ -130,21 +139,43 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
     constexpr uint32_t kStep = 32 * kVecElems;
     const uint32_t vend = k0 + ((k1 - k0) / kVecElems) * kVecElems;
     uint32_t c = k0 + lane * kVecElems;
-    for (; c + (kUnroll - 1) * kStep + kVecElems <= vend; c += kUnroll * kStep) {
-      WeightVec v[kUnroll][kRowsPerWarp];
+    // Batches of kUnroll vectors per row, double-buffered in registers: the next batch's loads are
+    // in flight while this one is multiplied, so a warp always has two batches outstanding.
+    constexpr uint32_t kBatch = kUnroll * kStep;
+    if (c + (kUnroll - 1) * kStep + kVecElems <= vend) {
+      WeightVec cur[kUnroll][kRowsPerWarp], nxt[kUnroll][kRowsPerWarp];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-        for (int j = 0; j < kRowsPerWarp; ++j) v[u][j] = load_weight_vec(rowp[j] + c + u * kStep);
+        for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = load_weight_vec(rowp[j] + c + u * kStep);
       }
+      while (true) {
+        const uint32_t cn = c + kBatch;
+        const bool more = cn + (kUnroll - 1) * kStep + kVecElems <= vend;
+        if (more) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+          for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-        for (int e = 0; e < kVecElems; ++e) {
-          const uint32_t col = c + u * kStep + e;
-          const float xv = staged ? x[col] : gemv_input(a, in, col, inv);
+            for (int j = 0; j < kRowsPerWarp; ++j) nxt[u][j] = load_weight_vec(rowp[j] + cn + u * kStep);
+          }
+        }
 #pragma unroll
-          for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(v[u][j], e) * xv;
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int e = 0; e < kVecElems; ++e) {
+            const uint32_t col = c + u * kStep + e;
+            const float xv = staged ? x[(c - k0 - lane * kVecElems) + u * kStep + e * 32 + lane]
+                                    : gemv_input(a, in, col, inv);
+#pragma unroll
+            for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(cur[u][j], e) * xv;
+          }
+        }
+        c = cn;
+        if (!more) break;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = nxt[u][j];
         }
       }
     }
@@ -154,7 +185,7 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
       for (int j = 0; j < kRowsPerWarp; ++j) v[j] = load_weight_vec(rowp[j] + c);
 #pragma unroll
       for (int e = 0; e < kVecElems; ++e) {
-        const float xv = staged ? x[c + e] : gemv_input(a, in, c + e, inv);
+        const float xv = staged ? x[(c - k0 - lane * kVecElems) + e * 32 + lane] : gemv_input(a, in, c + e, inv);
 #pragma unroll
         for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(v[j], e) * xv;
       }
@@ -162,7 +193,7 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
     scalar_from = vend;
   }
   for (uint32_t c = scalar_from + lane; c < k1; c += 32) {
-    const float xv = staged ? x[c] : gemv_input(a, in, c, inv);
+    const float xv = staged ? x[x_slot(c - k0)] : gemv_input(a, in, c, inv);
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += to_f32(rowp[j][c]) * xv;
   }
@@ -172,12 +203,12 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 
 /// The GEMV: rows in chunks of kEpilogueRows; the input vector staged through the page ring in
 /// chunks of its capacity (no pages: computed on the fly from global memory).
-__device__ __forceinline__ void op_gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
+__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float inv = 0.0f;
   if (in.flags & kFlagNormPrologue) inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
-  const uint32_t capacity = (a.smem_bytes / 4) / kVecElems * kVecElems;
-  const bool staged = capacity >= uint32_t(kVecElems);
+  const uint32_t capacity = (a.smem_bytes / 4) / kXBlock * kXBlock;  // whole x_slot blocks
+  const bool staged = capacity >= kXBlock;
   const uint32_t k_chunk = staged ? capacity : in.col_end - in.col_begin;
   const bool vec_ok = (in.weight + in.col_begin) % kVecElems == 0 && in.ld % kVecElems == 0;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
@@ -186,10 +217,10 @@ __device__ __forceinline__ void op_gemv(const KernelArgs& a, const Instr& in, Sh
     for (uint32_t k0 = in.col_begin; k0 < in.col_end; k0 += k_chunk) {
       const uint32_t k1 = min(in.col_end, k0 + k_chunk);
       if (staged) {
-        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads) pages[c - k0] = gemv_input(a, in, c, inv);
+        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads) pages[x_slot(c - k0)] = gemv_input(a, in, c, inv);
         __syncthreads();
       }
-      const float* x = pages - k0;  // indexed by absolute column
+      const float* x = pages;
       for (uint32_t g = warp; g * kRowsPerWarp < nrows; g += kWarps) {
         const uint32_t r_first = row0 + g * kRowsPerWarp;
         float acc[kRowsPerWarp];
@@ -212,7 +243,7 @@ __device__ __forceinline__ void op_gemv(const KernelArgs& a, const Instr& in, Sh
 }
 
 // ---- kGemvReduce ----
-__device__ __forceinline__ void op_gemv_reduce(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void gemv_reduce(const KernelArgs& a, const Instr& in, Shared& s) {
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
     const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
     for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) {
@@ -227,7 +258,7 @@ __device__ __forceinline__ void op_gemv_reduce(const KernelArgs& a, const Instr&
 }
 
 // ---- kRopeKv ----
-__device__ __forceinline__ void op_rope_kv(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void rope_kv(const KernelArgs& a, const Instr& in, Shared& s) {
   Instr rope = in;
   rope.flags = kFlagRopeKv;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
@@ -273,7 +304,7 @@ __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int
   }
 }
 
-__device__ __forceinline__ void op_attn_partial(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& in, Shared& s) {
   const ModelParams& m = a.model;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t g = in.param0, p = in.param1, P = in.param2;
@@ -328,21 +359,29 @@ __device__ __forceinline__ void op_attn_partial(const KernelArgs& a, const Instr
           mx[j] = mnew;
         }
       }
+      // Values: kValueBatch keys' rows are loaded before any is used, so their latencies overlap.
+      constexpr uint32_t kValueBatch = 8;
       const uint32_t keys = min(32u, t1 - kb);
-      for (uint32_t k = 0; k < keys; ++k) {
-        const KvT* vrow = V + uint64_t(kb + k) * kHeadDim;
-        float vv[kHeadDimPerLane];
+      for (uint32_t k0 = 0; k0 < keys; k0 += kValueBatch) {
+        float vv[kValueBatch][kHeadDimPerLane];
 #pragma unroll
-        for (int i = 0; i < kHeadDimPerLane; ++i) {
-          const int d = lane + 32 * i;
-          vv[i] = d < kHeadDim ? kv_load(vrow + d) : 0.0f;
+        for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
+          const KvT* vrow = V + uint64_t(kb + k0 + kk) * kHeadDim;
+#pragma unroll
+          for (int i = 0; i < kHeadDimPerLane; ++i) {
+            const int d = lane + 32 * i;
+            vv[kk][i] = (k0 + kk < keys && d < kHeadDim) ? kv_load(vrow + d) : 0.0f;
+          }
         }
 #pragma unroll
-        for (int j = 0; j < kAttnHeadBatch; ++j) {
-          const float pk = __shfl_sync(0xffffffffu, pr[j], int(k));
-          if (j < nh) {
+        for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
 #pragma unroll
-            for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] += pk * vv[i];
+          for (int j = 0; j < kAttnHeadBatch; ++j) {
+            const float pk = __shfl_sync(0xffffffffu, pr[j], int(k0 + kk) & 31);  // 0 for keys past t1
+            if (j < nh) {
+#pragma unroll
+              for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] += pk * vv[kk][i];
+            }
           }
         }
       }
@@ -391,7 +430,7 @@ __device__ __forceinline__ void op_attn_partial(const KernelArgs& a, const Instr
 }
 
 // ---- kAttnCombine ----
-__device__ __forceinline__ void op_attn_combine(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& in) {
   const uint32_t hd = a.model.head_dim, heads = a.model.heads, P = in.param2;
   const uint32_t rec_len = hd + 2;
   const uint32_t nh = in.row_end - in.row_begin;
@@ -411,21 +450,21 @@ __device__ __forceinline__ void op_attn_combine(const KernelArgs& a, const Instr
 }
 
 // ---- kSiluMul ----
-__device__ __forceinline__ void op_silu_mul(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void silu_mul(const KernelArgs& a, const Instr& in) {
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = silu(act_load(a.act + in.in + r)) * act_load(a.act + in.in2 + r);
   }
 }
 
 // ---- kAdd ----
-__device__ __forceinline__ void op_add(const KernelArgs& a, const Instr& in) {
+__device__ __forceinline__ void add(const KernelArgs& a, const Instr& in) {
   for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
     a.act[in.out + r] = act_load(a.act + in.in + r) + act_load(a.act + in.in2 + r);
   }
 }
 
 // ---- kArgmax ----
-__device__ __forceinline__ void op_argmax(const KernelArgs& a, const Instr& in, Shared& s) {
+__device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Shared& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float best = neg_inf();
   int32_t best_i = 0x7fffffff;
@@ -469,16 +508,16 @@ __device__ __forceinline__ void op_argmax(const KernelArgs& a, const Instr& in, 
 /// added without a device function).
 __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
   switch (static_cast<Opcode>(in.opcode)) {
-    case kEmbed: op_embed(a, in); break;
-    case kRmsNorm: op_rms_norm(a, in, s); break;
-    case kGemv: op_gemv(a, in, s, pages); break;
-    case kGemvReduce: op_gemv_reduce(a, in, s); break;
-    case kRopeKv: op_rope_kv(a, in, s); break;
-    case kAttnPartial: op_attn_partial(a, in, s); break;
-    case kAttnCombine: op_attn_combine(a, in); break;
-    case kSiluMul: op_silu_mul(a, in); break;
-    case kAdd: op_add(a, in); break;
-    case kArgmax: op_argmax(a, in, s); break;
+    case kEmbed: embed(a, in); break;
+    case kRmsNorm: rms_norm(a, in, s); break;
+    case kGemv: gemv(a, in, s, pages); break;
+    case kGemvReduce: gemv_reduce(a, in, s); break;
+    case kRopeKv: rope_kv(a, in, s); break;
+    case kAttnPartial: attn_partial(a, in, s); break;
+    case kAttnCombine: attn_combine(a, in); break;
+    case kSiluMul: silu_mul(a, in); break;
+    case kAdd: add(a, in); break;
+    case kArgmax: argmax(a, in, s); break;
     case kOpcodeCount: break;
   }
 }

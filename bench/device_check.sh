@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# One command on a GPU machine with a fresh checkout: build, run the GPU tests, measure the
+# streaming-read bandwidth, evaluate llama-1b with the default config, and run the benchmark matrix
+# (toy, small, llama-1b at positions 0 and 1024: default and a handful of configs, each against the
+# cuBLAS CUDA-graph baseline). Everything lands in OUT_DIR, in few files:
+#   check.log              machine, build tail, doctor, GPU tests, evaluate stderr, bench progress
+#   evaluate_llama-1b.json the Verdict of `megasched evaluate --model llama-1b --gpu auto --device gpu`
+#   bench.json / bench.md  the benchmark matrix (machine-readable / table for BENCHMARKS.md)
+#   device.json            the measured bandwidth (as stored in the workspace)
+#
+# usage: bench/device_check.sh OUT_DIR
+# env:   STAGES (default "build tests doctor evaluate bench"), MODELS (default toy,small,llama-1b),
+#        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default), BUILD (build dir)
+set -uo pipefail
+
+OUT=${1:?usage: bench/device_check.sh OUT_DIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build-gpu}
+STAGES=${STAGES:-build tests doctor evaluate bench}
+MODELS=${MODELS:-toy,small,llama-1b}
+POSITIONS=${POSITIONS:-0,1024}
+ITERATIONS=${ITERATIONS:-100}
+CONFIGS=${CONFIGS:-all}
+export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
+LOG="$OUT/check.log"
+status=0
+
+log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
+{
+  # A staged copy (not a git checkout of its own) carries its commit in a COMMIT file.
+  if [ -f "$ROOT/COMMIT" ]; then echo "commit: $(cat "$ROOT/COMMIT")"
+  else echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"; fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+  nvcc --version 2>&1 | tail -1
+  cmake --version 2>&1 | head -1
+  g++ --version 2>&1 | head -1
+  nproc
+} >> "$LOG" 2>&1
+
+if has_stage build; then
+  log "build"
+  if ! { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON -DMEGASCHED_WERROR=OFF &&
+         cmake --build "$BUILD" -j"$(nproc)" --target megasched megasched_tests device_bench; } > "$OUT/build.log" 2>&1; then
+    log "build FAILED"
+    tail -60 "$OUT/build.log" >> "$LOG"
+    exit 1
+  fi
+  grep -E "warning:" "$OUT/build.log" | head -20 >> "$LOG"
+  rm -f "$OUT/build.log"
+  log "build ok"
+fi
+
+if has_stage tests; then
+  log "GPU tests (NvrtcBuild, GpuVm, CublasBaseline, Doctor)"
+  if "$BUILD/megasched_tests" --gtest_filter='NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*' >> "$LOG" 2>&1; then
+    log "GPU tests passed"
+  else
+    log "GPU tests FAILED"
+    status=1
+  fi
+fi
+
+if has_stage doctor; then
+  log "doctor --measure"
+  if "$BUILD/megasched" doctor --measure >> "$LOG" 2>&1; then
+    log "doctor ok"
+  else
+    log "megasched doctor failed (subcommand missing?); measuring through device_bench"
+    "$BUILD/device_bench" --out "$OUT" --models "" --measure >> "$LOG" 2>&1 || status=1
+  fi
+  cp "$MEGASCHED_WORKSPACE/device.json" "$OUT/device.json" 2>/dev/null
+fi
+
+if has_stage evaluate; then
+  log "evaluate --model llama-1b --gpu auto --device gpu (default config)"
+  timeout 400 "$BUILD/megasched" evaluate --model llama-1b --gpu auto --device gpu \
+    > "$OUT/evaluate_llama-1b.json" 2>> "$LOG"
+  log "evaluate exit $?"
+  python3 - "$OUT/evaluate_llama-1b.json" >> "$LOG" 2>&1 <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1]))
+keys = ["status", "correct", "positions_checked", "max_abs_err", "rel_err", "latency_kind", "latency_us",
+        "latency_p90_us", "floor_us", "pct_of_floor", "pct_of_datasheet", "speedup_vs_baseline", "notes"]
+print(json.dumps({k: v.get(k) for k in keys}, indent=1))
+EOF
+fi
+
+if has_stage bench; then
+  log "bench: models $MODELS, positions $POSITIONS, iterations $ITERATIONS, configs $CONFIGS"
+  if "$BUILD/device_bench" --out "$OUT" --models "$MODELS" --positions "$POSITIONS" \
+       --iterations "$ITERATIONS" --configs "$CONFIGS" >> "$LOG" 2>&1; then
+    log "bench ok"
+  else
+    log "bench FAILED"
+    status=1
+  fi
+fi
+
+log "device_check done (status $status)"
+exit $status

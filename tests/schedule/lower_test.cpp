@@ -1,0 +1,332 @@
+#include "schedule/lower.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "schedule/search.h"
+#include "schedule/validate.h"
+
+namespace megasched::schedule {
+namespace {
+
+GpuTarget test_target(int num_sms = 132) {
+  GpuTarget t;
+  t.name = "test-gpu";
+  t.sm_arch = 90;
+  t.num_sms = num_sms;
+  t.smem_per_sm = 233472;
+  t.smem_per_block_optin = 232448;
+  t.max_threads_per_sm = 2048;
+  t.max_blocks_per_sm = 32;
+  t.datasheet_bw_gbs = 3350;
+  return t;
+}
+
+// A shape on which every choice of every knob makes a difference: a KV group of 16 query heads
+// (so attn_q_heads_per_task = 8 is not the whole group), GEMVs taller than 256 rows, a vocabulary
+// above 2048 rows, and reduction widths divisible by 64 (gemv_k_split = 8 fits).
+ModelShape every_knob_shape() {
+  ModelShape s;
+  s.name = "every-knob";
+  s.hidden = 128;
+  s.layers = 2;
+  s.heads = 32;
+  s.kv_heads = 2;
+  s.head_dim = 8;
+  s.ffn = 256;
+  s.vocab = 4096;
+  s.max_seq = 64;
+  return s;
+}
+
+Program lower_ok(const ModelShape& shape, const ScheduleConfig& config,
+                 const GpuTarget& target = test_target()) {
+  std::string error;
+  std::optional<Program> p = lower(shape, target, config, &error);
+  EXPECT_TRUE(p.has_value()) << error;
+  return p ? *p : Program{};
+}
+
+uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+// Tasks of the default config: embed, per layer (QKV, attention per KV group, O, gate_up, down),
+// LM head, argmax.
+uint32_t default_task_count(const ModelShape& s) {
+  const uint32_t qkv = ceil_div(static_cast<uint32_t>(s.q_dim() + 2 * s.kv_dim()),
+                                ceil_div(64, s.head_dim) * s.head_dim);
+  const uint32_t per_layer = qkv + s.kv_heads + ceil_div(s.hidden, 64) +
+                             ceil_div(2 * s.ffn, 64) + ceil_div(s.hidden, 64);
+  return 1 + s.layers * per_layer + ceil_div(s.vocab, 512) + 1;
+}
+
+TEST(Lowering, DefaultTaskCountsFollowTheTiling) {
+  for (const char* name : {"toy", "toy-2L", "small", "llama-1b"}) {
+    const ModelShape shape = *find_preset(name);
+    const Program p = lower_ok(shape, ScheduleConfig{});
+    EXPECT_EQ(p.tasks.size(), default_task_count(shape)) << name;
+  }
+  EXPECT_EQ(lower_ok(*find_preset("toy"), ScheduleConfig{}).tasks.size(), 13u);
+  EXPECT_EQ(lower_ok(*find_preset("llama-1b"), ScheduleConfig{}).tasks.size(), 6269u);
+}
+
+TEST(Lowering, EveryKnobChangesProgramOrBuild) {
+  const ModelShape shape = every_knob_shape();
+  const GpuTarget target = test_target(4);  // fewer blocks than tasks: the policies differ
+  const Program base = lower_ok(shape, ScheduleConfig{}, target);
+  const std::string base_json = to_json(base).dump();
+  int checked = 0;
+  for (const KnobSpec& spec : knob_specs()) {
+    for (const nlohmann::json& choice : spec.choices) {
+      if (choice == spec.default_value || !knob_value_fits(spec.path, choice, shape)) continue;
+      ScheduleConfig config;
+      std::string error;
+      ASSERT_TRUE(set_knob(&config, spec.path, choice, &error)) << error;
+      std::optional<Program> p = lower(shape, target, config, &error);
+      ASSERT_TRUE(p.has_value()) << spec.path << "=" << choice.dump() << ": " << error;
+      const bool differs =
+          to_json(*p).dump() != base_json || p->build.defines() != base.build.defines();
+      EXPECT_TRUE(differs) << spec.path << "=" << choice.dump() << " lowers like the default";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 50);
+}
+
+TEST(Lowering, RejectsQHeadsThatDoNotDivideTheGroup) {
+  ScheduleConfig config;
+  config.tiling.attn_q_heads_per_task = 4;  // toy: 2 query heads per KV head
+  std::string error;
+  EXPECT_FALSE(lower(*find_preset("toy"), test_target(), config, &error).has_value());
+  EXPECT_NE(error.find("tiling.attn_q_heads_per_task"), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+}
+
+TEST(Lowering, RejectsKSplitThatBreaksMultiplesOfEight) {
+  ScheduleConfig config;
+  config.tiling.gemv_k_split = 16;  // toy hidden 64: 4 columns per split
+  std::string error;
+  EXPECT_FALSE(lower(*find_preset("toy"), test_target(), config, &error).has_value());
+  EXPECT_NE(error.find("tiling.gemv_k_split"), std::string::npos) << error;
+}
+
+// Structural invariants over many random configs: queues partition the tasks, each queue is in
+// topological (ascending id) order, every wait names an earlier op's counter with a reachable
+// threshold, counter totals equal the increments, and only the argmax signals nothing.
+TEST(Lowering, RandomConfigsGiveWellFormedPrograms) {
+  std::mt19937_64 rng(7);
+  const GpuTarget target = test_target(4);
+  for (const char* name : {"toy", "toy-2L"}) {
+    const ModelShape shape = *find_preset(name);
+    for (int i = 0; i < 60; ++i) {
+      const ScheduleConfig config = random_config(shape, target, rng);
+      const Program p = lower_ok(shape, config, target);
+      std::vector<int> seen(p.tasks.size(), 0);
+      for (const auto& q : p.queues) {
+        EXPECT_TRUE(std::is_sorted(q.begin(), q.end()));
+        for (uint32_t t : q) ++seen[t];
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+      std::vector<uint32_t> increments(p.num_counters(), 0);
+      std::vector<uint32_t> first_signal(p.num_counters(), UINT32_MAX);
+      for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+        const ms_abi::Instr& task = p.tasks[t];
+        for (uint32_t w = 0; w < task.wait_count; ++w) {
+          const ms_abi::Wait& wait = p.waits[task.wait_begin + w];
+          ASSERT_LT(wait.counter, p.num_counters());
+          EXPECT_LT(first_signal[wait.counter], t) << p.task_label(t);
+          EXPECT_LE(wait.threshold, p.counter_totals[wait.counter]);
+          EXPECT_GT(wait.threshold, 0u);
+        }
+        if (task.opcode == ms_abi::kArgmax) {
+          EXPECT_EQ(task.signal_increment, 0u);
+        } else {
+          EXPECT_EQ(task.signal_increment, 1u) << p.task_label(t);
+          increments[task.signal_counter] += 1;
+          first_signal[task.signal_counter] = std::min(first_signal[task.signal_counter], t);
+        }
+      }
+      EXPECT_EQ(increments, p.counter_totals);
+    }
+  }
+}
+
+TEST(Lowering, RandomConfigsPassTheValidator) {
+  std::mt19937_64 rng(11);
+  const GpuTarget target = test_target();
+  for (const char* name : {"toy", "toy-2L"}) {
+    const ModelShape shape = *find_preset(name);
+    for (int i = 0; i < 60; ++i) {
+      const ScheduleConfig config = i == 0 ? ScheduleConfig{} : random_config(shape, target, rng);
+      const ValidationReport report = validate(lower_ok(shape, config, target), target);
+      EXPECT_TRUE(report.ok()) << name << " " << canonical_string(config) << ": "
+                               << (report.ok() ? "" : report.diagnostics[0].message);
+    }
+  }
+}
+
+TEST(Lowering, PerSliceAttentionWaitsOnlyForTheHeadsItReads) {
+  ScheduleConfig config;
+  config.tiling.gemv_rows_per_task = 16;  // toy head_dim 16: one QKV tile per head
+  config.dependencies.qkv_to_attention = Granularity::kPerSlice;
+  const Program p = lower_ok(*find_preset("toy"), config);
+  int attention = 0;
+  for (const ms_abi::Instr& t : p.tasks) {
+    if (t.opcode != ms_abi::kAttnPartial) continue;
+    ++attention;
+    // Two query heads, the group's K head and its V head: four one-task slices.
+    ASSERT_EQ(t.wait_count, 4u);
+    std::set<std::string> names;
+    for (uint32_t w = 0; w < t.wait_count; ++w) {
+      EXPECT_EQ(p.waits[t.wait_begin + w].threshold, 1u);
+      names.insert(p.counter_names[p.waits[t.wait_begin + w].counter]);
+    }
+    const uint32_t g = t.param0;  // QKV tiles: q heads 0-3, k heads 4-5, v heads 6-7
+    EXPECT_EQ(names, (std::set<std::string>{"L0.qkv[" + std::to_string(2 * g) + "]",
+                                            "L0.qkv[" + std::to_string(2 * g + 1) + "]",
+                                            "L0.qkv[" + std::to_string(4 + g) + "]",
+                                            "L0.qkv[" + std::to_string(6 + g) + "]"}));
+  }
+  EXPECT_EQ(attention, 2);
+}
+
+TEST(Lowering, PerOpWaitIsOneAllJoin) {
+  const Program p = lower_ok(*find_preset("toy"), ScheduleConfig{});
+  for (const ms_abi::Instr& t : p.tasks) {
+    if (t.opcode != ms_abi::kAttnPartial) continue;
+    ASSERT_EQ(t.wait_count, 1u);
+    const ms_abi::Wait& w = p.waits[t.wait_begin];
+    EXPECT_EQ(p.counter_names[w.counter], "L0.qkv");
+    EXPECT_EQ(w.threshold, 2u);  // both QKV tiles
+  }
+}
+
+TEST(Lowering, SplitKAddsPartialsAndOneReducePerTile) {
+  ScheduleConfig config;
+  config.tiling.gemv_k_split = 4;
+  config.dependencies.gate_up_to_down = Granularity::kPerSlice;
+  const ModelShape shape = *find_preset("toy");
+  const Program p = lower_ok(shape, config);
+  int partial_down = 0, reduce_down = 0;
+  for (const ms_abi::Instr& t : p.tasks) {
+    const OpInfo& op = p.ops[t.op_id];
+    if (op.name == "L0.down") {
+      ++partial_down;
+      EXPECT_TRUE(t.flags & ms_abi::kFlagPartial);
+      EXPECT_TRUE(t.flags & ms_abi::kFlagSiluMulPrologue);
+      EXPECT_EQ(t.col_end - t.col_begin, 32u);  // ffn 128 / 4
+      // Columns [c0, c0 + 32) of gate and of up: one 64-row gate_up tile each.
+      EXPECT_EQ(t.wait_count, 2u);
+    }
+    if (op.name == "L0.down.reduce") {
+      ++reduce_down;
+      EXPECT_EQ(t.opcode, ms_abi::kGemvReduce);
+      EXPECT_EQ(t.param0, 4u);
+      EXPECT_TRUE(t.flags & ms_abi::kFlagResidual);
+      ASSERT_EQ(t.wait_count, 2u);  // its own four partials, and the residual input
+    }
+  }
+  EXPECT_EQ(partial_down, 4);
+  EXPECT_EQ(reduce_down, 1);
+}
+
+TEST(Lowering, FusedRopeRoundsQkvTilesToWholeHeads) {
+  ScheduleConfig config;
+  config.tiling.gemv_rows_per_task = 8;
+  const Program p = lower_ok(*find_preset("toy"), config);
+  for (const ms_abi::Instr& t : p.tasks) {
+    if (t.flags & ms_abi::kFlagRopeKv) {
+      EXPECT_EQ(t.row_begin % 16, 0u);
+      EXPECT_EQ(t.row_end - t.row_begin, 16u);
+    }
+  }
+  config.fusion.rope_kv_into_qkv = false;
+  const Program unfused = lower_ok(*find_preset("toy"), config);
+  int rope = 0;
+  for (const ms_abi::Instr& t : unfused.tasks) rope += t.opcode == ms_abi::kRopeKv ? 1 : 0;
+  EXPECT_EQ(rope, 8);  // 4 query heads, 2 key heads, 2 value heads
+}
+
+TEST(Lowering, AssignmentPoliciesFollowTheirRules) {
+  const ModelShape shape = *find_preset("toy-2L");
+  const GpuTarget target = test_target(4);
+  ScheduleConfig config;
+  const Program rr = lower_ok(shape, config, target);
+  ASSERT_EQ(rr.queues.size(), 4u);
+  for (uint32_t b = 0; b < 4; ++b)
+    for (size_t i = 0; i < rr.queues[b].size(); ++i) EXPECT_EQ(rr.queues[b][i], b + 4 * i);
+
+  config.assignment.policy = AssignPolicy::kDynamic;
+  const Program dyn = lower_ok(shape, config, target);
+  ASSERT_EQ(dyn.queues.size(), 1u);
+  EXPECT_EQ(dyn.queues[0].size(), dyn.tasks.size());
+  EXPECT_TRUE(dyn.launch.dynamic_queue);
+  EXPECT_EQ(dyn.launch.grid_blocks, 4);
+
+  config.assignment.policy = AssignPolicy::kLayerAffine;
+  const Program affine = lower_ok(shape, config, target);
+  // The first tile of every op lands on block 0.
+  std::set<uint32_t> first_tasks;
+  std::set<uint32_t> ops_seen;
+  for (uint32_t t = 0; t < affine.tasks.size(); ++t)
+    if (ops_seen.insert(affine.tasks[t].op_id).second) first_tasks.insert(t);
+  for (uint32_t t : first_tasks)
+    EXPECT_NE(std::find(affine.queues[0].begin(), affine.queues[0].end(), t),
+              affine.queues[0].end());
+
+  config.assignment.policy = AssignPolicy::kLoadBalance;
+  const Program balanced = lower_ok(shape, config, target);
+  ASSERT_EQ(balanced.queues.size(), 4u);
+  EXPECT_NE(balanced.queues, rr.queues);
+}
+
+TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
+  ScheduleConfig config;
+  config.launch.blocks_per_sm = 2;
+  config.launch.threads_per_block = 512;
+  config.smem.pages = 4;
+  config.smem.page_bytes = 8192;
+  config.pipeline.prefetch_depth = 3;
+  config.kernel.weight_load = WeightLoad::kLdgStream;
+  config.kernel.vector_bytes = 8;
+  const Program p = lower_ok(*find_preset("toy"), config, test_target(10));
+  EXPECT_EQ(p.launch.grid_blocks, 20);
+  EXPECT_EQ(p.launch.threads_per_block, 512);
+  EXPECT_EQ(p.launch.smem_bytes, 32768);
+  EXPECT_EQ(p.launch.prefetch_depth, 3);
+  EXPECT_EQ(p.build.defines(),
+            (std::vector<std::string>{"MS_ROWS_PER_WARP=2", "MS_THREADS=512", "MS_UNROLL=2",
+                                      "MS_VECTOR_BYTES=8", "MS_WEIGHT_LOAD=1"}));
+}
+
+TEST(Lowering, MarksInputsAndPlacesTheRopeTable) {
+  const Program p = lower_ok(*find_preset("toy"), ScheduleConfig{});
+  const Region* rope = p.find_region("rope_table");
+  ASSERT_NE(rope, nullptr);
+  EXPECT_TRUE(rope->input);
+  EXPECT_EQ(rope->begin, p.model.rope_table);
+  EXPECT_EQ(rope->end - rope->begin, 8u);
+  EXPECT_TRUE(p.find_region("kv.L0.v.h1")->input);
+  EXPECT_TRUE(p.find_region("w.embed")->input);
+  EXPECT_TRUE(p.find_region("step")->input);
+  EXPECT_FALSE(p.find_region("L0.q")->input);
+  EXPECT_EQ(p.find_region("logits")->end - p.find_region("logits")->begin, 256u);
+}
+
+TEST(Lowering, LlamaOneBLowersWellUnderASecond) {
+  const ModelShape shape = *find_preset("llama-1b");
+  ScheduleConfig config;
+  config.tiling.gemv_k_split = 2;
+  config.dependencies.residual = Granularity::kPerSlice;
+  const auto start = std::chrono::steady_clock::now();
+  const Program p = lower_ok(shape, config);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GT(p.tasks.size(), 10000u);
+  EXPECT_LT(seconds, 1.0);
+}
+
+}  // namespace
+}  // namespace megasched::schedule

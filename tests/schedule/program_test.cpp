@@ -1,0 +1,165 @@
+#include "schedule/program.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "schedule/lower.h"
+
+namespace megasched::schedule {
+namespace {
+
+GpuTarget test_target() {
+  GpuTarget t;
+  t.name = "test-gpu";
+  t.num_sms = 6;
+  t.smem_per_sm = 233472;
+  t.smem_per_block_optin = 232448;
+  return t;
+}
+
+// A program that exercises every opcode and flag: unfused norm / residual / SiLU / RoPE, split-K,
+// split attention.
+Program busy_program() {
+  ScheduleConfig config;
+  config.tiling.gemv_k_split = 2;
+  config.tiling.attn_kv_partitions = 2;
+  config.fusion.norm_into_gemv = false;
+  config.fusion.residual_into_gemv = false;
+  config.fusion.silu_mul_into_down = false;
+  config.fusion.rope_kv_into_qkv = false;
+  config.dependencies.residual = Granularity::kPerSlice;
+  config.assignment.policy = AssignPolicy::kLoadBalance;
+  std::string error;
+  std::optional<Program> p = lower(*find_preset("toy"), test_target(), config, &error);
+  EXPECT_TRUE(p.has_value()) << error;
+  return *p;
+}
+
+TEST(ProgramJson, RoundTripIsExact) {
+  const Program p = busy_program();
+  const nlohmann::json j = to_json(p);
+  std::string error;
+  // Through text, as a program travels between processes.
+  std::optional<Program> back = program_from_json(nlohmann::json::parse(j.dump()), &error);
+  ASSERT_TRUE(back.has_value()) << error;
+  EXPECT_EQ(to_json(*back), j);
+  ASSERT_EQ(back->tasks.size(), p.tasks.size());
+  EXPECT_EQ(std::memcmp(back->tasks.data(), p.tasks.data(), p.tasks.size() * sizeof(ms_abi::Instr)),
+            0);
+  EXPECT_EQ(std::memcmp(&back->model, &p.model, sizeof(ms_abi::ModelParams)), 0);
+  EXPECT_EQ(back->buffer_elements, p.buffer_elements);
+  EXPECT_EQ(back->counter_totals, p.counter_totals);
+  EXPECT_EQ(back->counter_names, p.counter_names);
+  EXPECT_EQ(back->queues, p.queues);
+  ASSERT_EQ(back->ops.size(), p.ops.size());
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    EXPECT_EQ(back->ops[i].name, p.ops[i].name);
+    EXPECT_EQ(back->ops[i].kind, p.ops[i].kind);
+    EXPECT_EQ(back->ops[i].layer, p.ops[i].layer);
+  }
+  ASSERT_EQ(back->regions.size(), p.regions.size());
+  for (size_t i = 0; i < p.regions.size(); ++i) {
+    EXPECT_EQ(back->regions[i].name, p.regions[i].name);
+    EXPECT_EQ(back->regions[i].begin, p.regions[i].begin);
+    EXPECT_EQ(back->regions[i].end, p.regions[i].end);
+    EXPECT_EQ(back->regions[i].input, p.regions[i].input);
+  }
+  EXPECT_EQ(back->launch.dynamic_queue, p.launch.dynamic_queue);
+  EXPECT_EQ(back->launch.smem_bytes, p.launch.smem_bytes);
+  EXPECT_EQ(back->build.defines(), p.build.defines());
+  EXPECT_EQ(back->model.rms_eps, p.model.rms_eps);
+}
+
+TEST(ProgramJson, MissingFieldIsAnErrorNamingIt) {
+  nlohmann::json j = to_json(busy_program());
+  j["tasks"][3].erase("op_id");
+  std::string error;
+  EXPECT_FALSE(program_from_json(j, &error).has_value());
+  EXPECT_EQ(error, "program.tasks[3].op_id: missing");
+}
+
+TEST(ProgramJson, WrongTypesAreErrorsNotExceptions) {
+  const nlohmann::json good = to_json(busy_program());
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"string for int", [](nlohmann::json& j) { j["launch"]["grid_blocks"] = "six"; },
+       "program.launch.grid_blocks: expected an integer"},
+      {"negative offset", [](nlohmann::json& j) { j["tasks"][0]["out"] = -1; },
+       "program.tasks[0].out: expected a non-negative integer"},
+      {"too large for uint16", [](nlohmann::json& j) { j["tasks"][0]["opcode"] = 70000; },
+       "program.tasks[0].opcode: expected a smaller integer"},
+      {"wait not a pair", [](nlohmann::json& j) { j["waits"][0] = nlohmann::json::array({1}); },
+       "program.waits[0]: expected [counter, threshold]"},
+      {"queues not arrays", [](nlohmann::json& j) { j["queues"][0] = 5; },
+       "program.queues[0]: expected an array"},
+      {"unknown op kind", [](nlohmann::json& j) { j["ops"][0]["kind"] = "conv"; },
+       "program.ops[0].kind: unknown op kind \"conv\""},
+      {"bool for bool", [](nlohmann::json& j) { j["regions"][0]["input"] = 1; },
+       "program.regions[0].input: expected a boolean"},
+      {"short buffer list", [](nlohmann::json& j) { j["buffer_elements"].erase(3); },
+       "program.buffer_elements: expected 4 entries"},
+      {"float for float ok, string not", [](nlohmann::json& j) { j["model"]["rms_eps"] = "x"; },
+       "program.model.rms_eps: expected a number"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    c.edit(j);
+    std::string error;
+    EXPECT_FALSE(program_from_json(j, &error).has_value()) << c.what;
+    EXPECT_EQ(error, c.expected) << c.what;
+  }
+  std::string error;
+  EXPECT_FALSE(program_from_json(nlohmann::json::array(), &error).has_value());
+  EXPECT_EQ(error, "program: expected an object");
+}
+
+TEST(Program, NameTablesCoverEveryValue) {
+  EXPECT_STREQ(opcode_name(ms_abi::kGemv), "gemv");
+  EXPECT_STREQ(opcode_name(ms_abi::kAttnPartial), "attn_partial");
+  EXPECT_STREQ(opcode_name(ms_abi::kArgmax), "argmax");
+  EXPECT_STREQ(opcode_name(ms_abi::kOpcodeCount), "?");
+  EXPECT_STREQ(buffer_name(ms_abi::kBufActivations), "act");
+  EXPECT_STREQ(buffer_name(ms_abi::kBufStep), "step");
+  EXPECT_STREQ(buffer_name(ms_abi::kBufCount), "?");
+  EXPECT_STREQ(op_kind_name(OpKind::kAttnCombine), "attn_combine");
+  EXPECT_STREQ(op_kind_name(OpKind::kLmHead), "lm_head");
+  EXPECT_STREQ(op_kind_name(OpKind::kCount), "?");
+}
+
+TEST(Program, LabelsNameOpsTilesAndRegions) {
+  std::string error;
+  const Program p = *lower(*find_preset("toy"), test_target(), ScheduleConfig{}, &error);
+  // Task 0 is the embed, 1-2 the two QKV tiles.
+  EXPECT_EQ(p.task_label(2), "task 2 (L0.qkv tile 1)");
+  EXPECT_EQ(p.task_label(0), "task 0 (embed tile 0)");
+  EXPECT_EQ(p.task_label(999), "task 999 (out of range)");
+  const Region* q = p.find_region("L0.q");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(p.range_label(ms_abi::kBufActivations, q->begin + 2, q->begin + 5),
+            "act[" + std::to_string(q->begin + 2) + ":" + std::to_string(q->begin + 5) +
+                "] (L0.q[2:5])");
+  EXPECT_EQ(p.find_region("no such region"), nullptr);
+}
+
+TEST(Program, StatsCountTasksAndWeightBytes) {
+  std::string error;
+  const Program p = *lower(*find_preset("toy"), test_target(), ScheduleConfig{}, &error);
+  const ProgramStats s = stats(p);
+  EXPECT_EQ(s.tasks, p.tasks.size());
+  EXPECT_EQ(s.waits, p.waits.size());
+  EXPECT_EQ(s.counters, p.counter_totals.size());
+  EXPECT_EQ(s.queues, 6u);
+  // fp32: the embedding row, each GEMV matrix once, and the fused-norm gamma once per task that
+  // normalises (2 QKV tiles, 4 gate_up tiles, 1 LM-head tile).
+  const uint64_t elements = 64 + (128 * 64 + 2 * 64) + 64 * 64 + (256 * 64 + 4 * 64) + 64 * 128 +
+                            (256 * 64 + 1 * 64);
+  EXPECT_EQ(s.weight_bytes, elements * 4);
+}
+
+}  // namespace
+}  // namespace megasched::schedule

@@ -1,0 +1,333 @@
+#include "vm/reference_vm.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "eval/eager.h"
+#include "eval/oracle.h"
+#include "schedule/lower.h"
+#include "schedule/search.h"
+
+namespace megasched::vm {
+namespace {
+
+using schedule::AssignPolicy;
+using schedule::Granularity;
+using schedule::ModelShape;
+using schedule::Program;
+using schedule::ScheduleConfig;
+using schedule::Weights;
+
+constexpr int kPositions = 32;
+constexpr int kChecked[] = {0, 1, 7, 31};
+
+schedule::GpuTarget test_target(int num_sms) {
+  schedule::GpuTarget t;
+  t.name = "test-gpu";
+  t.sm_arch = 90;
+  t.num_sms = num_sms;
+  t.smem_per_sm = 233472;
+  t.smem_per_block_optin = 232448;
+  t.max_threads_per_sm = 2048;
+  t.max_blocks_per_sm = 32;
+  return t;
+}
+
+int32_t token_at(int position, const ModelShape& shape) {
+  return static_cast<int32_t>((position * 37 + 11) % shape.vocab);
+}
+
+/// Weights and the eager logits at the checked positions, computed once per model.
+struct Reference {
+  Weights weights;
+  std::map<int, std::vector<float>> logits;
+};
+
+const Reference& reference(const ModelShape& shape) {
+  static std::map<std::string, std::unique_ptr<Reference>> cache;
+  std::unique_ptr<Reference>& slot = cache[shape.name];
+  if (!slot) {
+    slot = std::make_unique<Reference>();
+    slot->weights = schedule::generate_weights(shape, 1, 1);
+    eval::EagerModel eager(slot->weights);
+    for (int pos = 0; pos < kPositions; ++pos) {
+      std::vector<float> logits = eager.step(token_at(pos, shape), pos);
+      for (int checked : kChecked)
+        if (checked == pos) slot->logits[pos] = std::move(logits);
+    }
+  }
+  return *slot;
+}
+
+Program lower_ok(const ModelShape& shape, const ScheduleConfig& config, int num_sms = 3) {
+  std::string error;
+  std::optional<Program> p = schedule::lower(shape, test_target(num_sms), config, &error);
+  EXPECT_TRUE(p.has_value()) << error;
+  return p ? *p : Program{};
+}
+
+/// Feeds positions 0..31 and compares with eager at the checked positions; returns the worst
+/// relative error (infinity on any failure).
+double worst_rel_err(const ModelShape& shape, const Program& program, const std::string& what) {
+  const Reference& ref = reference(shape);
+  ReferenceVm vm(program, ref.weights);
+  double worst = 0.0;
+  for (int pos = 0; pos < kPositions; ++pos) {
+    ReferenceVm::StepResult r = vm.step(token_at(pos, shape), pos);
+    if (!r.completed) {
+      ADD_FAILURE() << what << ": deadlock at position " << pos << ": " << r.stuck;
+      return INFINITY;
+    }
+    auto it = ref.logits.find(pos);
+    if (it == ref.logits.end()) continue;
+    const eval::Comparison c = eval::compare_logits(r.logits, it->second, shape.dtype);
+    EXPECT_TRUE(c.pass) << what << " at position " << pos << ": rel_err " << c.rel_err
+                        << " max_abs " << c.max_abs_err;
+    EXPECT_EQ(r.argmax, eval::argmax(it->second)) << what << " at position " << pos;
+    worst = std::max(worst, c.rel_err);
+  }
+  return worst;
+}
+
+TEST(ReferenceVm, DefaultConfigMatchesEager) {
+  for (const char* name : {"toy", "toy-2L"}) {
+    const ModelShape shape = *schedule::find_preset(name);
+    EXPECT_LT(worst_rel_err(shape, lower_ok(shape, ScheduleConfig{}), name), 1e-5) << name;
+  }
+}
+
+TEST(ReferenceVm, RandomValidConfigsMatchEager) {
+  std::mt19937_64 rng(2024);
+  int checked = 0;
+  for (const char* name : {"toy", "toy-2L"}) {
+    const ModelShape shape = *schedule::find_preset(name);
+    for (int i = 0; i < 110; ++i) {
+      const int num_sms = 1 + i % 5;
+      const ScheduleConfig config = schedule::random_config(shape, test_target(num_sms), rng);
+      const std::string what = std::string(name) + " " + schedule::canonical_string(config);
+      EXPECT_LT(worst_rel_err(shape, lower_ok(shape, config, num_sms), what), 1e-4) << what;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 200);
+}
+
+TEST(ReferenceVm, Bf16ModelMatchesEagerWithinBf16Tolerance) {
+  ModelShape shape = *schedule::find_preset("toy-2L");
+  shape.name = "toy-2L-bf16";
+  shape.dtype = schedule::DType::kBF16;
+  ScheduleConfig config;
+  config.tiling.gemv_k_split = 2;
+  config.tiling.attn_kv_partitions = 4;
+  EXPECT_LT(worst_rel_err(shape, lower_ok(shape, config), "bf16"), 2e-2);
+  EXPECT_LT(worst_rel_err(shape, lower_ok(shape, ScheduleConfig{}), "bf16 default"), 2e-2);
+}
+
+// Runs positions 0..7 and returns the logits of every step.
+std::vector<std::vector<float>> run_steps(const Program& program, const Weights& weights,
+                                          RunOrder order, uint64_t seed) {
+  ReferenceVm vm(program, weights);
+  std::vector<std::vector<float>> out;
+  for (int pos = 0; pos < 8; ++pos) {
+    ReferenceVm::StepResult r = vm.step(token_at(pos, weights.shape), pos, order, seed + pos);
+    EXPECT_TRUE(r.completed) << r.stuck;
+    EXPECT_EQ(r.tasks_run, program.tasks.size());
+    out.push_back(std::move(r.logits));
+  }
+  return out;
+}
+
+TEST(ReferenceVm, RandomValidOrdersAreBitIdentical) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  const Weights& weights = reference(shape).weights;
+  std::vector<ScheduleConfig> configs(4);
+  configs[1].tiling.gemv_k_split = 4;
+  configs[1].tiling.attn_kv_partitions = 4;
+  configs[1].dependencies.residual = Granularity::kPerSlice;
+  configs[1].dependencies.gate_up_to_down = Granularity::kPerSlice;
+  configs[2].assignment.policy = AssignPolicy::kDynamic;
+  configs[2].fusion.norm_into_gemv = false;
+  configs[2].fusion.silu_mul_into_down = false;
+  configs[2].fusion.rope_kv_into_qkv = false;
+  configs[2].tiling.attn_q_heads_per_task = 1;
+  configs[3].assignment.policy = AssignPolicy::kLoadBalance;
+  configs[3].fusion.qkv_single_gemv = false;
+  configs[3].fusion.residual_into_gemv = false;
+  configs[3].dependencies.qkv_to_attention = Granularity::kPerSlice;
+  configs[3].dependencies.attention_to_o = Granularity::kPerSlice;
+  for (const ScheduleConfig& config : configs) {
+    const Program program = lower_ok(shape, config, 2);
+    const auto base = run_steps(program, weights, RunOrder::kQueueOrder, 0);
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      const auto other = run_steps(program, weights, RunOrder::kRandomOrder, seed * 1000);
+      for (size_t s = 0; s < base.size(); ++s) {
+        ASSERT_EQ(other[s].size(), base[s].size());
+        EXPECT_EQ(std::memcmp(other[s].data(), base[s].data(), base[s].size() * sizeof(float)), 0)
+            << schedule::canonical_string(config) << " seed " << seed << " step " << s;
+      }
+    }
+  }
+}
+
+// A program whose two tasks wait on each other's counters.
+TEST(ReferenceVm, DetectsDeadlockAndNamesTheStuckTasks) {
+  const ModelShape shape = *schedule::find_preset("toy");
+  Program p = lower_ok(shape, ScheduleConfig{});
+  p.tasks.resize(2);
+  p.tasks[0] = {};
+  p.tasks[0].opcode = ms_abi::kEmbed;
+  p.tasks[0].row_end = 4;
+  p.tasks[0].ld = 64;
+  p.tasks[0].wait_begin = 0;
+  p.tasks[0].wait_count = 1;
+  p.tasks[0].signal_counter = 0;
+  p.tasks[0].signal_increment = 1;
+  p.tasks[1] = p.tasks[0];
+  p.tasks[1].wait_begin = 1;
+  p.tasks[1].signal_counter = 1;
+  p.waits = {{1, 1}, {0, 1}};
+  p.counter_totals = {1, 1};
+  p.counter_names = {"a", "b"};
+  p.queues = {{0}, {1}};
+  p.launch.grid_blocks = 2;
+  for (RunOrder order : {RunOrder::kQueueOrder, RunOrder::kRandomOrder}) {
+    ReferenceVm vm(p, reference(shape).weights);
+    const ReferenceVm::StepResult r = vm.step(1, 0, order, 3);
+    EXPECT_FALSE(r.completed);
+    EXPECT_EQ(r.tasks_run, 0u);
+    EXPECT_EQ(r.stuck,
+              "block 0: task 0 (embed tile 0) waits b >= 1 (has 0); "
+              "block 1: task 1 (embed tile 1) waits a >= 1 (has 0)");
+    EXPECT_EQ(vm.epoch(), 0);
+  }
+  p.launch.dynamic_queue = true;
+  p.queues = {{0, 1}};
+  ReferenceVm vm(p, reference(shape).weights);
+  const ReferenceVm::StepResult r = vm.step(1, 0);
+  EXPECT_FALSE(r.completed);
+  EXPECT_NE(r.stuck.find("task 0 (embed tile 0) waits b >= 1 (has 0)"), std::string::npos);
+}
+
+// A dynamic queue with one worker cannot run a task that waits on a later ticket.
+TEST(ReferenceVm, DynamicQueueDeadlocksWhenAClaimWaitsOnALaterTicket) {
+  const ModelShape shape = *schedule::find_preset("toy");
+  Program p = lower_ok(shape, ScheduleConfig{});
+  p.launch.dynamic_queue = true;
+  p.launch.grid_blocks = 1;
+  std::vector<uint32_t> reversed(p.tasks.size());
+  for (uint32_t i = 0; i < p.tasks.size(); ++i) reversed[i] = static_cast<uint32_t>(p.tasks.size()) - 1 - i;
+  p.queues = {reversed};
+  ReferenceVm vm(p, reference(shape).weights);
+  EXPECT_FALSE(vm.step(1, 0).completed);
+  p.queues = {{}};
+  for (uint32_t i = 0; i < p.tasks.size(); ++i) p.queues[0].push_back(i);
+  ReferenceVm in_order(p, reference(shape).weights);
+  EXPECT_TRUE(in_order.step(1, 0).completed);
+}
+
+// Task 1 (block 0) adds the embedding task 0 (block 1) writes; it waits on task 0's counter.
+// At step 2 the counter already holds step 1's increment, so only the epoch-scaled threshold
+// keeps task 1 from reading the stale embedding.
+TEST(ReferenceVm, EpochScalesThresholdsAcrossSteps) {
+  const ModelShape shape = *schedule::find_preset("toy");
+  const Weights& weights = reference(shape).weights;
+  Program p = lower_ok(shape, ScheduleConfig{});
+  const uint32_t x = static_cast<uint32_t>(p.find_region("embed.x")->begin);
+  const uint32_t logits = static_cast<uint32_t>(p.find_region("logits")->begin);
+  ms_abi::Instr embed{};
+  embed.opcode = ms_abi::kEmbed;
+  embed.row_end = 64;
+  embed.ld = 64;
+  embed.weight = static_cast<uint64_t>(weights.layout.embed);
+  embed.out = x;
+  embed.signal_counter = 0;
+  embed.signal_increment = 1;
+  ms_abi::Instr add{};
+  add.opcode = ms_abi::kAdd;
+  add.row_end = 64;
+  add.in = x;
+  add.in2 = x;
+  add.out = logits;
+  add.wait_begin = 0;
+  add.wait_count = 1;
+  add.signal_counter = 1;
+  add.signal_increment = 1;
+  p.tasks = {embed, add};
+  p.waits = {{0, 1}};
+  p.counter_totals = {1, 1};
+  p.counter_names = {"embed", "add"};
+  p.queues = {{1}, {0}};
+  p.launch.grid_blocks = 2;
+  ReferenceVm vm(p, weights);
+  for (int step = 0; step < 3; ++step) {
+    const int32_t token = 5 + step;
+    const ReferenceVm::StepResult r = vm.step(token, step);
+    ASSERT_TRUE(r.completed) << r.stuck;
+    for (int i = 0; i < 64; ++i) {
+      const float e = weights.at(weights.layout.embed + token * 64 + i);
+      ASSERT_EQ(r.logits[static_cast<size_t>(i)], e + e) << "step " << step << " element " << i;
+    }
+    EXPECT_EQ(vm.counters(), (std::vector<uint32_t>{static_cast<uint32_t>(step + 1),
+                                                    static_cast<uint32_t>(step + 1)}));
+    EXPECT_EQ(vm.epoch(), step + 1);
+  }
+}
+
+TEST(ReferenceVm, CountersGrowByTheirTotalsEachStep) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  ScheduleConfig config;
+  config.dependencies.residual = Granularity::kPerSlice;
+  const Program p = lower_ok(shape, config);
+  ReferenceVm vm(p, reference(shape).weights);
+  for (int step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(vm.step(1, step - 1).completed);
+    for (uint32_t c = 0; c < p.num_counters(); ++c)
+      EXPECT_EQ(vm.counters()[c], step * p.counter_totals[c]);
+  }
+}
+
+TEST(ReferenceVm, RecordSeesEveryElementAccessOfAGemv) {
+  const ModelShape shape = *schedule::find_preset("toy");
+  ScheduleConfig config;
+  config.tiling.gemv_k_split = 2;
+  const Program p = lower_ok(shape, config);
+  const Weights& weights = reference(shape).weights;
+  ReferenceVm recorded(p, weights);
+  ReferenceVm plain(p, weights);
+  recorded.set_step(3, 0);
+  plain.set_step(3, 0);
+  std::map<std::pair<uint32_t, bool>, uint64_t> counts;
+  uint64_t kv_writes = 0, q_writes = 0;
+  std::function<void(const ElementAccess&)> record = [&](const ElementAccess& a) {
+    ++counts[{a.buffer, a.write}];
+  };
+  for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+    const ms_abi::Instr& task = p.tasks[t];
+    counts.clear();
+    recorded.execute(t, &record);
+    plain.execute(t);
+    if (p.ops[task.op_id].name == "L0.qkv" && (task.flags & ms_abi::kFlagPartial)) {
+      const uint64_t rows = task.row_end - task.row_begin;
+      const uint64_t cols = task.col_end - task.col_begin;
+      // Weights: the tile's columns plus the gamma slice; activations: the whole input for the
+      // norm statistic plus the column slice, and one write per row.
+      EXPECT_EQ((counts[{ms_abi::kBufWeights, false}]), rows * cols + cols);
+      EXPECT_EQ((counts[{ms_abi::kBufActivations, false}]), 64 + cols);
+      EXPECT_EQ((counts[{ms_abi::kBufActivations, true}]), rows);
+    }
+    if (task.opcode == ms_abi::kGemvReduce && (task.flags & ms_abi::kFlagRopeKv)) {
+      kv_writes += counts[{ms_abi::kBufKv, true}];
+      q_writes += counts[{ms_abi::kBufActivations, true}];
+    }
+  }
+  // The reduces with the RoPE epilogue write every query row and every K and V row once.
+  EXPECT_EQ(q_writes, 64u);
+  EXPECT_EQ(kv_writes, 64u);
+  EXPECT_EQ(recorded.activations(), plain.activations());
+}
+
+}  // namespace
+}  // namespace megasched::vm
