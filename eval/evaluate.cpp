@@ -124,7 +124,8 @@ json TrialEvaluator::identity() const {
   return {{"model", weights_.shape.name},
           {"target", target_.name},
           {"device", options_.device},
-          {"seed", options_.seed}};
+          {"seed", options_.seed},
+          {"ir_version", ms_abi::kAbiVersion}};
 }
 
 std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) const {
@@ -231,8 +232,10 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
   // 3. The latency: measured on the GPU (after the kernel's own correctness pass) or predicted.
   std::optional<double> latency;
   if (options_.device == "gpu") {
+    GpuTrialOptions gpu_options = options_.gpu_options;
+    gpu_options.timed_position = options_.timed_position;  // the floor refers to this position
     const GpuTrialResult g = run_gpu_trial(program, weights_, tokens_, reference_, options_.positions,
-                                           options_.gpu_options);
+                                           gpu_options);
     v.kernel = g.kernel;
     v.max_abs_err = std::max(v.max_abs_err, g.max_abs_err);
     v.rel_err = std::max(v.rel_err, g.rel_err);
