@@ -9,7 +9,8 @@
 #   device.json            the measured bandwidth (as stored in the workspace)
 #
 # usage: bench/device_check.sh OUT_DIR
-# env:   STAGES (default "build tests doctor evaluate bench"), MODELS (default toy,small,llama-1b),
+# env:   STAGES (default "build tests doctor evaluate bench"; add "crosscheck" for the transformers
+#        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS), MODELS (default toy,small,llama-1b),
 #        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default), BUILD (build dir)
 set -uo pipefail
 
@@ -23,6 +24,8 @@ MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
+CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
+CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
 LOG="$OUT/check.log"
 status=0
@@ -97,6 +100,18 @@ if has_stage bench; then
     log "bench ok"
   else
     log "bench FAILED"
+    status=1
+  fi
+fi
+
+if has_stage crosscheck; then
+  # Issue 7's external oracle: transformers' LlamaForCausalLM vs megasched generate (CPU and GPU).
+  log "crosscheck: bench/hf_crosscheck.py --shapes $CROSSCHECK_SHAPES --steps $CROSSCHECK_STEPS"
+  if PYTHONUNBUFFERED=1 timeout 420 python3 "$ROOT/bench/hf_crosscheck.py" --megasched "$BUILD/megasched" \
+       --shapes "$CROSSCHECK_SHAPES" --steps "$CROSSCHECK_STEPS" --out "$OUT/crosscheck.json" >> "$LOG" 2>&1; then
+    log "crosscheck passed"
+  else
+    log "crosscheck FAILED"
     status=1
   fi
 fi
