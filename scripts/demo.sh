@@ -9,7 +9,7 @@ ws=workspace
 mkdir -p "$ws"
 
 echo "== megasched propose --model toy --gpu h100   (incumbent + search space, first lines)"
-"$bin" propose --model toy --gpu h100 | head -n 12
+"$bin" propose --model toy --gpu h100 | sed -n '1,12p'
 echo "..."
 echo
 echo "== megasched evaluate --model toy --gpu h100 --device cpu   (default config)"
