@@ -55,7 +55,9 @@ std::vector<std::pair<std::string, json>> bench_configs(bool all) {
   c.push_back({"unroll4_rpw4", {{"kernel", {{"unroll", 4}, {"rows_per_warp", 4}}}}});
   c.push_back({"ldg_stream", {{"kernel", {{"weight_load", "ldg_stream"}}}}});
   c.push_back({"dynamic", {{"assignment", {{"policy", "dynamic"}}}}});
-  c.push_back({"512thr_kv8", {{"launch", {{"threads_per_block", 512}}}, {"tiling", {{"attn_kv_partitions", 8}}}}});
+  c.push_back(
+      {"512thr_kv8",
+       {{"launch", {{"threads_per_block", 512}}}, {"tiling", {{"attn_kv_partitions", 8}}}}});
   c.push_back({"1024thr_rows16_kv8",
                {{"launch", {{"threads_per_block", 1024}}},
                 {"tiling", {{"attn_kv_partitions", 8}, {"gemv_rows_per_task", 16}}}}});
@@ -92,12 +94,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--out") out_dir = next();
-    else if (a == "--models") models = next();
-    else if (a == "--positions") positions_arg = next();
-    else if (a == "--iterations") iterations = std::stoi(next());
-    else if (a == "--configs") configs_arg = next();
-    else if (a == "--measure") measure = true;
+    if (a == "--out")
+      out_dir = next();
+    else if (a == "--models")
+      models = next();
+    else if (a == "--positions")
+      positions_arg = next();
+    else if (a == "--iterations")
+      iterations = std::stoi(next());
+    else if (a == "--configs")
+      configs_arg = next();
+    else if (a == "--measure")
+      measure = true;
     else {
       std::cerr << "device_bench: unknown argument " << a << "\n";
       return 2;
@@ -119,10 +127,17 @@ int main(int argc, char** argv) {
       return 3;
     }
     const eval::SampleStats s = eval::sample_stats(samples);
-    const json stored = {{"name", d->name}, {"pci_bus_id", d->pci_bus_id}, {"measured_bw_gbs", *gbs},
-                         {"p10_gbs", s.p10}, {"p90_gbs", s.p90}, {"samples_gbs", samples},
-                         {"buffer_bytes", bytes}, {"repeats", 20}, {"method", "ms_stream_read median"}};
-    std::filesystem::create_directories(std::filesystem::path(eval::device_json_path()).parent_path());
+    const json stored = {{"name", d->name},
+                         {"pci_bus_id", d->pci_bus_id},
+                         {"measured_bw_gbs", *gbs},
+                         {"p10_gbs", s.p10},
+                         {"p90_gbs", s.p90},
+                         {"samples_gbs", samples},
+                         {"buffer_bytes", bytes},
+                         {"repeats", 20},
+                         {"method", "ms_stream_read median"}};
+    std::filesystem::create_directories(
+        std::filesystem::path(eval::device_json_path()).parent_path());
     std::ofstream(eval::device_json_path()) << stored.dump(2) << "\n";
     std::cout << "measured streaming read " << *gbs << " GB/s\n" << std::flush;
   }
@@ -143,7 +158,8 @@ int main(int argc, char** argv) {
               {"checked_positions", {0, 1, 2}},
               {"results", json::array()}};
   std::ofstream md(std::filesystem::path(out_dir) / "bench.md");
-  md << "| model | pos | config | status | median us | p90 us | % measured BW | % datasheet BW | baseline us | "
+  md << "| model | pos | config | status | median us | p90 us | % measured BW | % datasheet BW | "
+        "baseline us | "
         "speedup vs baseline | max abs err | regs | spill B |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const std::string& model : split(models)) {
@@ -161,14 +177,19 @@ int main(int argc, char** argv) {
       for (int p = 0; p < 3; ++p) refs.push_back(eager.step(tokens[static_cast<size_t>(p)], p));
     }
     std::cout << "== " << model << ": weights + eager refs in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n"
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+              << " s\n"
               << std::flush;
     for (int pos_req : timed_positions) {
       const int pos = std::min(pos_req, weights->shape.max_seq - 1);
       const eval::Floor floor = eval::floor_for(weights->shape, *target, pos);
       for (const auto& [name, patch] : bench_configs(configs_arg == "all")) {
-        json row = {{"model", model}, {"position", pos}, {"config_name", name}, {"config_patch", patch},
-                    {"floor_us", floor.floor_us}, {"floor_datasheet_us", floor.floor_datasheet_us},
+        json row = {{"model", model},
+                    {"position", pos},
+                    {"config_name", name},
+                    {"config_patch", patch},
+                    {"floor_us", floor.floor_us},
+                    {"floor_datasheet_us", floor.floor_datasheet_us},
                     {"bytes_min", floor.bytes_min}};
         auto config = schedule::parse_config(patch, &err);
         std::optional<schedule::Program> program;
@@ -185,8 +206,10 @@ int main(int argc, char** argv) {
           o.warmup = 10;
           o.timed_position = pos;
           const auto tt = std::chrono::steady_clock::now();
-          const eval::GpuTrialResult r = eval::run_gpu_trial(*program, *weights, tokens, refs, checked, o);
-          row["trial_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - tt).count();
+          const eval::GpuTrialResult r =
+              eval::run_gpu_trial(*program, *weights, tokens, refs, checked, o);
+          row["trial_s"] =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - tt).count();
           row["status"] = r.status;
           row["message"] = r.message;
           row["kernel"] = r.kernel;
@@ -200,11 +223,13 @@ int main(int argc, char** argv) {
             row["spread_us"] = s.p90 - s.p10;
             if (s.median < floor.floor_us) {
               row["status"] = "below_floor";
-              row["message"] = "median " + std::to_string(s.median) + " us below the floor: withheld";
+              row["message"] =
+                  "median " + std::to_string(s.median) + " us below the floor: withheld";
             } else {
               row["median_us"] = s.median;
               row["pct_of_measured_bw"] = 100.0 * floor.floor_us / s.median;
-              if (floor.floor_datasheet_us > 0) row["pct_of_datasheet_bw"] = 100.0 * floor.floor_datasheet_us / s.median;
+              if (floor.floor_datasheet_us > 0)
+                row["pct_of_datasheet_bw"] = 100.0 * floor.floor_datasheet_us / s.median;
             }
             if (!r.baseline_samples_us.empty()) {
               const eval::SampleStats b = eval::sample_stats(r.baseline_samples_us);
@@ -216,19 +241,25 @@ int main(int argc, char** argv) {
           }
         }
         const json& k = row.value("kernel", json::object());
-        md << "| " << model << " | " << pos << " | " << name << " | " << row["status"].get<std::string>() << " | "
+        md << "| " << model << " | " << pos << " | " << name << " | "
+           << row["status"].get<std::string>() << " | "
            << (row.contains("median_us") ? f1(row["median_us"]) : "-") << " | "
            << (row.contains("median_us") ? f1(row["p90_us"]) : "-") << " | "
            << (row.contains("pct_of_measured_bw") ? f1(row["pct_of_measured_bw"]) : "-") << " | "
            << (row.contains("pct_of_datasheet_bw") ? f1(row["pct_of_datasheet_bw"]) : "-") << " | "
            << (row.contains("baseline_median_us") ? f1(row["baseline_median_us"]) : "-") << " | "
            << (row.contains("speedup_vs_baseline") ? f2(row["speedup_vs_baseline"]) : "-") << " | "
-           << (row.contains("max_abs_err") ? f2(row["max_abs_err"].get<double>() * 1000) + "e-3" : "-") << " | "
-           << k.value("registers", -1) << " | " << k.value("local_bytes", -1) << " |\n"
+           << (row.contains("max_abs_err") ? f2(row["max_abs_err"].get<double>() * 1000) + "e-3"
+                                           : "-")
+           << " | " << k.value("registers", -1) << " | " << k.value("local_bytes", -1) << " |\n"
            << std::flush;
-        std::cout << model << " pos " << pos << " " << name << ": " << row["status"].get<std::string>() << " "
-                  << (row.contains("median_us") ? f1(row["median_us"]) + " us" : row.value("message", ""))
-                  << (row.contains("speedup_vs_baseline") ? " x" + f2(row["speedup_vs_baseline"]) + " vs baseline" : "")
+        std::cout << model << " pos " << pos << " " << name << ": "
+                  << row["status"].get<std::string>() << " "
+                  << (row.contains("median_us") ? f1(row["median_us"]) + " us"
+                                                : row.value("message", ""))
+                  << (row.contains("speedup_vs_baseline")
+                          ? " x" + f2(row["speedup_vs_baseline"]) + " vs baseline"
+                          : "")
                   << "\n"
                   << std::flush;
         doc["results"].push_back(row);

@@ -47,7 +47,8 @@ void lower_model(benchmark::State& state, const char* model, const ScheduleConfi
   state.counters["tasks"] = static_cast<double>(tasks);
 }
 
-BENCHMARK_CAPTURE(lower_model, small_default, "small", ScheduleConfig{})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(lower_model, small_default, "small", ScheduleConfig{})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(lower_model, small_fine, "small", fine_config())->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(lower_model, llama_1b_default, "llama-1b", ScheduleConfig{})
     ->Unit(benchmark::kMillisecond);

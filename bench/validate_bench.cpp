@@ -45,19 +45,22 @@ void run(benchmark::State& state, const Program& program) {
 }
 
 void BM_ValidateLlama8bSmallestTilesPerOp(benchmark::State& state) {
-  static const Program p = smallest_tiles("llama-8b", AssignPolicy::kRoundRobin, Granularity::kPerOp);
+  static const Program p =
+      smallest_tiles("llama-8b", AssignPolicy::kRoundRobin, Granularity::kPerOp);
   run(state, p);
 }
 BENCHMARK(BM_ValidateLlama8bSmallestTilesPerOp)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_ValidateLlama8bSmallestTilesPerSlice(benchmark::State& state) {
-  static const Program p = smallest_tiles("llama-8b", AssignPolicy::kRoundRobin, Granularity::kPerSlice);
+  static const Program p =
+      smallest_tiles("llama-8b", AssignPolicy::kRoundRobin, Granularity::kPerSlice);
   run(state, p);
 }
 BENCHMARK(BM_ValidateLlama8bSmallestTilesPerSlice)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_ValidateLlama8bSmallestTilesDynamic(benchmark::State& state) {
-  static const Program p = smallest_tiles("llama-8b", AssignPolicy::kDynamic, Granularity::kPerSlice);
+  static const Program p =
+      smallest_tiles("llama-8b", AssignPolicy::kDynamic, Granularity::kPerSlice);
   run(state, p);
 }
 BENCHMARK(BM_ValidateLlama8bSmallestTilesDynamic)->Unit(benchmark::kMillisecond)->Iterations(3);

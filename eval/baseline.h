@@ -22,7 +22,8 @@ class CublasBaseline {
  public:
   /// Uploads (or reuses) the weights, builds the small kernels, captures the graph. nullptr and
   /// *error on failure.
-  static std::unique_ptr<CublasBaseline> create(const schedule::Weights& weights, std::string* error);
+  static std::unique_ptr<CublasBaseline> create(const schedule::Weights& weights,
+                                                std::string* error);
   ~CublasBaseline();
   CublasBaseline(const CublasBaseline&) = delete;
   CublasBaseline& operator=(const CublasBaseline&) = delete;

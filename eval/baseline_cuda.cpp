@@ -59,8 +59,8 @@ struct CublasBaseline::Impl {
     const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const float alpha = 1.0f;
     const char* W = static_cast<const char*>(weights) + w * (bf16 ? 2 : 4);
-    MS_CHECK_CUDA(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, 1, k, &alpha, W, t, k, x, t, k, &beta, y,
-                               CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    MS_CHECK_CUDA(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, 1, k, &alpha, W, t, k, x, t, k,
+                               &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   void record_step() {
@@ -83,27 +83,29 @@ struct CublasBaseline::Impl {
     const ms_abi::StepCell* cell = static_cast<const ms_abi::StepCell*>(step->ptr);
     const void* W = weights;
     const unsigned attn_smem = static_cast<unsigned>((s.max_seq + kThreads) * sizeof(float));
-    launch(f_embed, (H + kThreads - 1) / kThreads, kThreads, 0, W, static_cast<uint64_t>(layout.embed), H, cell,
-           static_cast<float*>(hidden->ptr));
+    launch(f_embed, (H + kThreads - 1) / kThreads, kThreads, 0, W,
+           static_cast<uint64_t>(layout.embed), H, cell, static_cast<float*>(hidden->ptr));
     for (int l = 0; l < s.layers; ++l) {
       const auto& L = layout.layer[static_cast<size_t>(l)];
-      launch(f_norm, 1, kThreads, 0, static_cast<const float*>(hidden->ptr), W, static_cast<uint64_t>(L.attn_norm),
-             H, s.rms_eps, xn->ptr);
+      launch(f_norm, 1, kThreads, 0, static_cast<const float*>(hidden->ptr), W,
+             static_cast<uint64_t>(L.attn_norm), H, s.rms_eps, xn->ptr);
       gemv(L.wq, q_dim + 2 * kv_dim, s.hidden, xn->ptr, qkv->ptr, 0.0f);
       const unsigned rope_threads = static_cast<unsigned>((q_dim + kv_dim) / 2 + kv_dim);
-      launch(f_rope, (rope_threads + kThreads - 1) / kThreads, kThreads, 0, static_cast<const float*>(qkv->ptr), invf,
-             cell, mp, static_cast<uint32_t>(l), kv->ptr, static_cast<float*>(q->ptr));
-      launch(f_attn, mp.heads, kThreads, attn_smem, static_cast<const float*>(q->ptr), static_cast<const void*>(kv->ptr),
-             cell, mp, static_cast<uint32_t>(l), attn->ptr);
+      launch(f_rope, (rope_threads + kThreads - 1) / kThreads, kThreads, 0,
+             static_cast<const float*>(qkv->ptr), invf, cell, mp, static_cast<uint32_t>(l), kv->ptr,
+             static_cast<float*>(q->ptr));
+      launch(f_attn, mp.heads, kThreads, attn_smem, static_cast<const float*>(q->ptr),
+             static_cast<const void*>(kv->ptr), cell, mp, static_cast<uint32_t>(l), attn->ptr);
       gemv(L.wo, s.hidden, q_dim, attn->ptr, hidden->ptr, 1.0f);
-      launch(f_norm, 1, kThreads, 0, static_cast<const float*>(hidden->ptr), W, static_cast<uint64_t>(L.mlp_norm), H,
-             s.rms_eps, xn->ptr);
+      launch(f_norm, 1, kThreads, 0, static_cast<const float*>(hidden->ptr), W,
+             static_cast<uint64_t>(L.mlp_norm), H, s.rms_eps, xn->ptr);
       gemv(L.w_gate, 2 * s.ffn, s.hidden, xn->ptr, gu->ptr, 0.0f);
-      launch(f_silu, (F + kThreads - 1) / kThreads, kThreads, 0, static_cast<const float*>(gu->ptr), F, hmid->ptr);
+      launch(f_silu, (F + kThreads - 1) / kThreads, kThreads, 0, static_cast<const float*>(gu->ptr),
+             F, hmid->ptr);
       gemv(L.w_down, s.hidden, s.ffn, hmid->ptr, hidden->ptr, 1.0f);
     }
-    launch(f_norm, 1, kThreads, 0, static_cast<const float*>(hidden->ptr), W, static_cast<uint64_t>(layout.final_norm),
-           H, s.rms_eps, xn->ptr);
+    launch(f_norm, 1, kThreads, 0, static_cast<const float*>(hidden->ptr), W,
+           static_cast<uint64_t>(layout.final_norm), H, s.rms_eps, xn->ptr);
     gemv(layout.lm_head, s.vocab, s.hidden, xn->ptr, logits->ptr, 0.0f);
     launch(f_argmax, 1, kThreads, 0, static_cast<const float*>(logits->ptr), mp.vocab,
            static_cast<ms_abi::StepCell*>(step->ptr));
@@ -111,13 +113,15 @@ struct CublasBaseline::Impl {
 
   void write_cell(int32_t token, int32_t position) {
     *host_cell = {token, position, 0, -1};
-    MS_CHECK_CUDA(cudaMemcpyAsync(step->ptr, host_cell, sizeof *host_cell, cudaMemcpyHostToDevice, stream));
+    MS_CHECK_CUDA(
+        cudaMemcpyAsync(step->ptr, host_cell, sizeof *host_cell, cudaMemcpyHostToDevice, stream));
   }
 };
 
 CublasBaseline::~CublasBaseline() = default;
 
-std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights& weights, std::string* error) {
+std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights& weights,
+                                                       std::string* error) {
   try {
     std::string why;
     const auto dev = vm::device_info(&why);
@@ -144,8 +148,8 @@ std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights& 
       return nullptr;
     }
     const auto fns = vm::load_functions(build.cubin, build.key,
-                                        {"ms_bl_embed", "ms_bl_rmsnorm", "ms_bl_rope_kv", "ms_bl_attention",
-                                         "ms_bl_silu_mul", "ms_bl_argmax"});
+                                        {"ms_bl_embed", "ms_bl_rmsnorm", "ms_bl_rope_kv",
+                                         "ms_bl_attention", "ms_bl_silu_mul", "ms_bl_argmax"});
     m.f_embed = static_cast<CUfunction>(fns[0]);
     m.f_norm = static_cast<CUfunction>(fns[1]);
     m.f_rope = static_cast<CUfunction>(fns[2]);
@@ -154,7 +158,8 @@ std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights& 
     m.f_argmax = static_cast<CUfunction>(fns[5]);
     const int attn_smem = (s.max_seq + kThreads) * 4;
     if (attn_smem > 48 * 1024) {
-      MS_CHECK_CUDA(cuFuncSetAttribute(m.f_attn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, attn_smem));
+      MS_CHECK_CUDA(
+          cuFuncSetAttribute(m.f_attn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, attn_smem));
     }
 
     const size_t wb = s.dtype == schedule::DType::kBF16 ? 2 : 4;
@@ -166,13 +171,15 @@ std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights& 
     m.gu = std::make_unique<Buf>(static_cast<size_t>(2 * s.ffn) * 4);
     m.hmid = std::make_unique<Buf>(static_cast<size_t>(s.ffn) * wb);
     m.logits = std::make_unique<Buf>(static_cast<size_t>(s.vocab) * 4);
-    const size_t kv_bytes = static_cast<size_t>(s.layers) * 2 * s.kv_heads * s.max_seq * s.head_dim * wb;
+    const size_t kv_bytes =
+        static_cast<size_t>(s.layers) * 2 * s.kv_heads * s.max_seq * s.head_dim * wb;
     m.kv = std::make_unique<Buf>(kv_bytes);
     MS_CHECK_CUDA(cudaMemset(m.kv->ptr, 0, kv_bytes));
     m.step = std::make_unique<Buf>(sizeof(ms_abi::StepCell));
     const std::vector<float> invf = schedule::rope_inv_freq(s);
     m.inv_freq = std::make_unique<Buf>(invf.size() * 4);
-    MS_CHECK_CUDA(cudaMemcpy(m.inv_freq->ptr, invf.data(), invf.size() * 4, cudaMemcpyHostToDevice));
+    MS_CHECK_CUDA(
+        cudaMemcpy(m.inv_freq->ptr, invf.data(), invf.size() * 4, cudaMemcpyHostToDevice));
     constexpr size_t kWorkspace = 32u << 20;
     m.workspace = std::make_unique<Buf>(kWorkspace);
     MS_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&m.host_cell), sizeof(ms_abi::StepCell)));
@@ -192,7 +199,9 @@ std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights& 
     MS_CHECK_CUDA(cudaGraphGetNodes(m.graph, nullptr, &nodes));
     int cublas_version = 0;
     MS_CHECK_CUDA(cublasGetVersion(m.handle, &cublas_version));
-    b->info_ = {{"graph_nodes", nodes}, {"cublas_version", cublas_version}, {"kernels_build_key", build.key},
+    b->info_ = {{"graph_nodes", nodes},
+                {"cublas_version", cublas_version},
+                {"kernels_build_key", build.key},
                 {"activations_into_gemv", schedule::dtype_name(s.dtype)}};
     return b;
   } catch (const GpuError& e) {

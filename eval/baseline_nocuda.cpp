@@ -6,7 +6,8 @@ namespace megasched::eval {
 struct CublasBaseline::Impl {};
 CublasBaseline::~CublasBaseline() = default;
 
-std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights&, std::string* error) {
+std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights&,
+                                                       std::string* error) {
   *error = "this megasched was built without the CUDA toolkit (no cuBLAS baseline)";
   return nullptr;
 }

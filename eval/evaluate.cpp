@@ -40,8 +40,9 @@ std::optional<ModelShape> resolve_shape(const std::string& model, std::string* e
   for (const auto& p : schedule::presets()) names.push_back(p.name);
   const std::string near = schedule::nearest(model, names);
   if (error)
-    *error = "unknown model '" + model + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
-             "; use a preset (" + preset_names() +
+    *error = "unknown model '" + model + "'" +
+             (near.empty() ? "" : " (did you mean '" + near + "'?)") + "; use a preset (" +
+             preset_names() +
              ") or a directory with a Hugging Face checkpoint (config.json + *.safetensors)";
   return std::nullopt;
 }
@@ -64,8 +65,9 @@ std::optional<GpuTarget> resolve_target(const std::string& gpu, std::string* err
   }
   const std::string near = schedule::nearest(gpu, names);
   if (error)
-    *error = "unknown GPU target '" + gpu + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
-             "; known: " + all + ", or auto (the live device)";
+    *error = "unknown GPU target '" + gpu + "'" +
+             (near.empty() ? "" : " (did you mean '" + near + "'?)") + "; known: " + all +
+             ", or auto (the live device)";
   return std::nullopt;
 }
 
@@ -84,13 +86,15 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create(const EvaluatorOptions& o
     return nullptr;
   };
   if (options.device != "cpu" && options.device != "gpu")
-    return fail("unknown device '" + options.device + "'; use cpu (predicted latency) or gpu (measured)");
+    return fail("unknown device '" + options.device +
+                "'; use cpu (predicted latency) or gpu (measured)");
   if (options.positions.empty()) return fail("no positions to check; pass e.g. --positions 0,3,7");
   std::unique_ptr<TrialEvaluator> ev(new TrialEvaluator());
   ev->options_ = options;
   std::sort(ev->options_.positions.begin(), ev->options_.positions.end());
-  ev->options_.positions.erase(std::unique(ev->options_.positions.begin(), ev->options_.positions.end()),
-                               ev->options_.positions.end());
+  ev->options_.positions.erase(
+      std::unique(ev->options_.positions.begin(), ev->options_.positions.end()),
+      ev->options_.positions.end());
   std::string why;
   if (options.device == "gpu" && !gpu_available(&why))
     return fail("--device gpu: " + why + "; use --device cpu for a predicted latency");
@@ -201,7 +205,8 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
       auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
       if (!step.completed) {
         v.status = "incorrect";
-        v.notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " + step.stuck);
+        v.notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
+                          step.stuck);
         return v;
       }
       if (options_.positions[next] != p) continue;
@@ -211,15 +216,16 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
       v.argmax_match = v.argmax_match && c.argmax_match;
       if (step.argmax != argmax(step.logits)) {
         program_ok = false;
-        v.notes.push_back("program argmax task wrote " + std::to_string(step.argmax) + " at position " +
-                          std::to_string(p) + " but the logits' argmax is " +
+        v.notes.push_back("program argmax task wrote " + std::to_string(step.argmax) +
+                          " at position " + std::to_string(p) + " but the logits' argmax is " +
                           std::to_string(argmax(step.logits)));
       }
       if (!c.pass) {
         program_ok = false;
         v.notes.push_back("ReferenceVm differs from eager at position " + std::to_string(p) +
                           ": rel_err " + std::to_string(c.rel_err) + ", max_abs_err " +
-                          std::to_string(c.max_abs_err) + (c.argmax_match ? "" : ", argmax differs"));
+                          std::to_string(c.max_abs_err) +
+                          (c.argmax_match ? "" : ", argmax differs"));
       }
       ++next;
     }
@@ -234,8 +240,8 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
   if (options_.device == "gpu") {
     GpuTrialOptions gpu_options = options_.gpu_options;
     gpu_options.timed_position = options_.timed_position;  // the floor refers to this position
-    const GpuTrialResult g = run_gpu_trial(program, weights_, tokens_, reference_, options_.positions,
-                                           gpu_options);
+    const GpuTrialResult g =
+        run_gpu_trial(program, weights_, tokens_, reference_, options_.positions, gpu_options);
     v.kernel = g.kernel;
     v.max_abs_err = std::max(v.max_abs_err, g.max_abs_err);
     v.rel_err = std::max(v.rel_err, g.rel_err);
@@ -246,7 +252,8 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
         v.valid = false;
         v.rejected_reason = "launch";
       }
-      if (g.status == "hang") v.diagnostics = json::array({{{"rule", "hang"}, {"dump", g.hang_dump}}});
+      if (g.status == "hang")
+        v.diagnostics = json::array({{{"rule", "hang"}, {"dump", g.hang_dump}}});
       v.notes.push_back(g.message);
       return v;
     }
@@ -259,10 +266,12 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
     if (!g.baseline_samples_us.empty()) {
       const double base = sample_stats(g.baseline_samples_us).median;
       v.speedup_vs_baseline = base / s.median;
-      v.notes.push_back("cuBLAS CUDA-graph baseline median " + std::to_string(base) + " us (same run)");
+      v.notes.push_back("cuBLAS CUDA-graph baseline median " + std::to_string(base) +
+                        " us (same run)");
     }
   } else {
-    const auto est = schedule::predict(program, shape, target_, options_.timed_position, floor.floor_us);
+    const auto est =
+        schedule::predict(program, shape, target_, options_.timed_position, floor.floor_us);
     if (!est.completed) {
       v.status = "incorrect";
       v.notes.push_back("the cost model's simulation did not drain every queue");
@@ -270,9 +279,9 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
     }
     v.latency_kind = "predicted";
     latency = est.latency_us;
-    v.notes.push_back("latency predicted by the cost model for " + target_.name +
-                      " at position " + std::to_string(options_.timed_position) +
-                      " (no GPU run): " + std::to_string(static_cast<int>(est.critical_path_stages)) +
+    v.notes.push_back("latency predicted by the cost model for " + target_.name + " at position " +
+                      std::to_string(options_.timed_position) + " (no GPU run): " +
+                      std::to_string(static_cast<int>(est.critical_path_stages)) +
                       " dependent stages");
   }
   v.correct = true;
@@ -281,13 +290,15 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
   // 4. The floor guard: a latency below the floor is physically impossible and is withheld.
   if (*latency < floor.floor_us) {
     v.notes.push_back("latency " + std::to_string(*latency) + " us is below the floor " +
-                      std::to_string(floor.floor_us) + " us: withheld (a timing or accounting error)");
+                      std::to_string(floor.floor_us) +
+                      " us: withheld (a timing or accounting error)");
     v.latency_kind.clear();
     return v;
   }
   v.latency_us = latency;
   v.pct_of_floor = 100.0 * floor.floor_us / *latency;
-  if (floor.floor_datasheet_us > 0) v.pct_of_datasheet = 100.0 * floor.floor_datasheet_us / *latency;
+  if (floor.floor_datasheet_us > 0)
+    v.pct_of_datasheet = 100.0 * floor.floor_datasheet_us / *latency;
   return v;
 }
 

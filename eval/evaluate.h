@@ -20,14 +20,14 @@
 namespace megasched::eval {
 
 struct EvaluatorOptions {
-  std::string model = "toy";         // preset name or checkpoint directory
-  std::string gpu = "h100";          // registry target name, or "auto" (the live device)
-  std::string device = "cpu";        // "cpu" (predicted latency) | "gpu" (measured)
+  std::string model = "toy";               // preset name or checkpoint directory
+  std::string gpu = "h100";                // registry target name, or "auto" (the live device)
+  std::string device = "cpu";              // "cpu" (predicted latency) | "gpu" (measured)
   std::vector<int> positions = {0, 3, 7};  // positions whose logits are checked
-  int timed_position = 0;            // position the latency (and the floor) refer to
-  uint64_t seed = 0;                 // preset weight seed; also seeds the token sequence
+  int timed_position = 0;                  // position the latency (and the floor) refer to
+  uint64_t seed = 0;                       // preset weight seed; also seeds the token sequence
   GpuTrialOptions gpu_options;
-  bool skip_validation = false;      // test-only: run a program the validator rejected
+  bool skip_validation = false;  // test-only: run a program the validator rejected
 };
 
 /// Resolves a model name: a preset, or a directory holding a Hugging Face checkpoint.
@@ -42,7 +42,8 @@ class TrialEvaluator : public harness::Evaluator {
  public:
   /// Loads the model and target and computes the eager reference once. nullptr + *error on a bad
   /// model, target or device.
-  static std::unique_ptr<TrialEvaluator> create(const EvaluatorOptions& options, std::string* error);
+  static std::unique_ptr<TrialEvaluator> create(const EvaluatorOptions& options,
+                                                std::string* error);
 
   Verdict evaluate(const schedule::ScheduleConfig& config) override;
   nlohmann::json identity() const override;

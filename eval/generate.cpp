@@ -28,16 +28,21 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   for (int32_t t : options.prompt)
     if (t < 0 || t >= shape.vocab)
       return r.error = "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " +
-                       std::to_string(shape.vocab) + ")", r;
+                       std::to_string(shape.vocab) + ")",
+             r;
   const int total_steps = static_cast<int>(options.prompt.size()) + options.max_tokens;
   if (total_steps > shape.max_seq)
-    return r.error = "prompt + max tokens = " + std::to_string(total_steps) + " exceeds the KV cache of " +
-                     std::to_string(shape.max_seq) + " positions", r;
+    return r.error = "prompt + max tokens = " + std::to_string(total_steps) +
+                     " exceeds the KV cache of " + std::to_string(shape.max_seq) + " positions",
+           r;
   std::string error;
   auto program = schedule::lower(shape, target, config, &error);
   if (!program) return r.error = "lowering: " + error, r;
   const auto report = schedule::validate(*program, target);
-  if (!report.ok()) return r.error = "the program is unsafe (" + report.rules() + "): " + report.diagnostics[0].message, r;
+  if (!report.ok())
+    return r.error =
+               "the program is unsafe (" + report.rules() + "): " + report.diagnostics[0].message,
+           r;
 
   StepFn step;
   std::unique_ptr<vm::ReferenceVm> ref;
@@ -73,7 +78,8 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   for (int pos = 0; pos < total_steps; ++pos) {
     const auto t0 = std::chrono::steady_clock::now();
     auto logits = step(token, pos, &error);
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (!logits) return r.error = "step " + std::to_string(pos) + ": " + error, r;
     r.step_us.push_back(us);
     const int32_t next = argmax(*logits);
@@ -94,7 +100,8 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
       token = next;
     }
   }
-  if (generating_us > 0) r.tokens_per_s = static_cast<double>(r.tokens.size()) / (generating_us * 1e-6);
+  if (generating_us > 0)
+    r.tokens_per_s = static_cast<double>(r.tokens.size()) / (generating_us * 1e-6);
   r.ok = r.first_mismatch_step < 0;
   if (!r.ok)
     r.error = "step " + std::to_string(r.first_mismatch_step) + " differs from the eager reference";

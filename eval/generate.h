@@ -27,14 +27,14 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  bool ok = false;                // ran to the end (and, with verify, every step matched)
-  std::string error;              // one line when !ok
-  std::vector<int32_t> tokens;    // generated tokens (excluding the prompt)
-  std::vector<double> step_us;    // wall time of each step (prompt steps included)
-  double tokens_per_s = 0.0;      // generated tokens over the time of the generating steps
+  bool ok = false;              // ran to the end (and, with verify, every step matched)
+  std::string error;            // one line when !ok
+  std::vector<int32_t> tokens;  // generated tokens (excluding the prompt)
+  std::vector<double> step_us;  // wall time of each step (prompt steps included)
+  double tokens_per_s = 0.0;    // generated tokens over the time of the generating steps
   int steps_verified = 0;
-  double max_rel_err = 0.0;       // worst over verified steps
-  int first_mismatch_step = -1;   // step whose token or logits differ from eager (-1: none)
+  double max_rel_err = 0.0;      // worst over verified steps
+  int first_mismatch_step = -1;  // step whose token or logits differ from eager (-1: none)
 };
 
 /// Lowers `config` once, validates it, and generates.

@@ -32,8 +32,9 @@ struct GpuTrialOptions {
 struct GpuTrialResult {
   std::string status;   // "ok" | "rejected" (not co-resident) | "incorrect" | "hang" | "crash"
   std::string message;  // one line when status != "ok"
-  nlohmann::json hang_dump = nlohmann::json::array();  // per block: queue, task, counter, value, threshold
-  nlohmann::json kernel = nlohmann::json::object();    // registers, spills, smem, cache hit, build ms
+  nlohmann::json hang_dump =
+      nlohmann::json::array();  // per block: queue, task, counter, value, threshold
+  nlohmann::json kernel = nlohmann::json::object();  // registers, spills, smem, cache hit, build ms
   double max_abs_err = 0.0;  // worst over checked positions (and the post-timing re-check)
   double rel_err = 0.0;
   bool argmax_match = false;
@@ -63,7 +64,8 @@ std::string device_json_path();
 
 /// The streaming-read bandwidth of a read-only kernel over a buffer `buffer_bytes` long (many
 /// times the L2), median of `repeats` timed passes, GB/s (1e9 B/s). Samples in *samples_gbs.
-std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats, std::vector<double>* samples_gbs,
+std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats,
+                                               std::vector<double>* samples_gbs,
                                                std::string* error);
 
 }  // namespace megasched::eval

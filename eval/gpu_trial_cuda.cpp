@@ -84,14 +84,16 @@ std::optional<schedule::GpuTarget> live_target(std::string* error) {
   std::ifstream in(device_json_path());
   if (in) {
     const json j = json::parse(in, nullptr, false);
-    if (j.is_object() && j.value("name", "") == d->name && j.value("pci_bus_id", "") == d->pci_bus_id) {
+    if (j.is_object() && j.value("name", "") == d->name &&
+        j.value("pci_bus_id", "") == d->pci_bus_id) {
       t.measured_bw_gbs = j.value("measured_bw_gbs", 0.0);
     }
   }
   return t;
 }
 
-std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats, std::vector<double>* samples_gbs,
+std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats,
+                                               std::vector<double>* samples_gbs,
                                                std::string* error) {
   try {
     std::string why;
@@ -113,7 +115,8 @@ std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats
       *error = build.error;
       return std::nullopt;
     }
-    CUfunction fn = static_cast<CUfunction>(vm::load_functions(build.cubin, build.key, {"ms_stream_read"})[0]);
+    CUfunction fn =
+        static_cast<CUfunction>(vm::load_functions(build.cubin, build.key, {"ms_stream_read"})[0]);
     const uint64_t n_vec = static_cast<uint64_t>(buffer_bytes) / 16;
     void* buf = nullptr;
     void* sink = nullptr;
@@ -152,7 +155,8 @@ std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats
 }
 
 GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::Weights& weights,
-                             const std::vector<int32_t>& tokens, const std::vector<std::vector<float>>& refs,
+                             const std::vector<int32_t>& tokens,
+                             const std::vector<std::vector<float>>& refs,
                              const std::vector<int>& positions, const GpuTrialOptions& options) {
   GpuTrialResult r;
   if (positions.empty() || refs.size() != positions.size() || tokens.empty()) {
@@ -202,18 +206,23 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
         r.max_abs_err = std::max(r.max_abs_err, c.max_abs_err);
         r.rel_err = std::max(r.rel_err, c.rel_err);
         r.argmax_match = r.argmax_match && c.argmax_match;
-        checks.push_back({{"position", p}, {"rel_err", c.rel_err}, {"max_abs_err", c.max_abs_err},
-                          {"argmax_match", c.argmax_match}, {"kernel_argmax", s.argmax}});
+        checks.push_back({{"position", p},
+                          {"rel_err", c.rel_err},
+                          {"max_abs_err", c.max_abs_err},
+                          {"argmax_match", c.argmax_match},
+                          {"kernel_argmax", s.argmax}});
         if (!c.pass) {
           ok = false;
-          evidence.push_back("GPU kernel differs from eager at position " + std::to_string(p) + ": rel_err " +
-                             fmt(c.rel_err) + ", max_abs_err " + fmt(c.max_abs_err) +
-                             (c.finite ? "" : ", non-finite logits") + (c.argmax_match ? "" : ", argmax differs"));
+          evidence.push_back("GPU kernel differs from eager at position " + std::to_string(p) +
+                             ": rel_err " + fmt(c.rel_err) + ", max_abs_err " + fmt(c.max_abs_err) +
+                             (c.finite ? "" : ", non-finite logits") +
+                             (c.argmax_match ? "" : ", argmax differs"));
         }
         if (s.argmax != argmax(s.logits)) {
           ok = false;
-          evidence.push_back("kernel argmax task wrote " + std::to_string(s.argmax) + " at position " +
-                             std::to_string(p) + " but the logits' argmax is " + std::to_string(argmax(s.logits)));
+          evidence.push_back("kernel argmax task wrote " + std::to_string(s.argmax) +
+                             " at position " + std::to_string(p) + " but the logits' argmax is " +
+                             std::to_string(argmax(s.logits)));
         }
       }
     }
@@ -239,7 +248,9 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
           for (size_t i = 0; i < positions.size(); ++i) {
             if (positions[i] != p) continue;
             const Comparison c = compare_logits(logits, refs[i], dtype);
-            bchecks.push_back({{"position", p}, {"rel_err", c.rel_err}, {"max_abs_err", c.max_abs_err},
+            bchecks.push_back({{"position", p},
+                               {"rel_err", c.rel_err},
+                               {"max_abs_err", c.max_abs_err},
                                {"argmax_match", c.argmax_match}});
           }
         }
@@ -294,15 +305,17 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
       if (!c.pass) {
         r.status = "incorrect";
         r.message = "GPU kernel differs from eager at position " + std::to_string(timed) +
-                    " after timing: rel_err " + fmt(c.rel_err) + ", max_abs_err " + fmt(c.max_abs_err);
+                    " after timing: rel_err " + fmt(c.rel_err) + ", max_abs_err " +
+                    fmt(c.max_abs_err);
         r.samples_us.clear();
         return r;
       }
     }
     if (drift != 0.0) {
       r.status = "incorrect";
-      r.message = "GPU logits at position " + std::to_string(timed) + " changed after timing (max abs drift " +
-                  fmt(drift) + "): the kernel is not deterministic";
+      r.message = "GPU logits at position " + std::to_string(timed) +
+                  " changed after timing (max abs drift " + fmt(drift) +
+                  "): the kernel is not deterministic";
       r.samples_us.clear();
       return r;
     }

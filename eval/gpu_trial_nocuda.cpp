@@ -10,9 +10,9 @@ namespace {
 constexpr const char* kNoCuda = "this megasched was built without the CUDA toolkit";
 }
 
-GpuTrialResult run_gpu_trial(const schedule::Program&, const schedule::Weights&, const std::vector<int32_t>&,
-                             const std::vector<std::vector<float>>&, const std::vector<int>&,
-                             const GpuTrialOptions&) {
+GpuTrialResult run_gpu_trial(const schedule::Program&, const schedule::Weights&,
+                             const std::vector<int32_t>&, const std::vector<std::vector<float>>&,
+                             const std::vector<int>&, const GpuTrialOptions&) {
   GpuTrialResult r;
   r.status = "crash";
   r.message = kNoCuda;
@@ -34,7 +34,8 @@ std::string device_json_path() {
   return (std::filesystem::path(ws && *ws ? ws : "workspace") / "device.json").string();
 }
 
-std::optional<double> measure_stream_bandwidth(int64_t, int, std::vector<double>*, std::string* error) {
+std::optional<double> measure_stream_bandwidth(int64_t, int, std::vector<double>*,
+                                               std::string* error) {
   *error = kNoCuda;
   return std::nullopt;
 }

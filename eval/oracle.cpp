@@ -36,7 +36,8 @@ Comparison compare_logits(const std::vector<float>& out, const std::vector<float
   c.rel_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0);
   c.argmax_match = out_arg == ref_arg;
   const Tolerance tol = tolerance_for(dtype);
-  c.pass = c.finite && c.argmax_match && c.rel_err <= tol.rel_err && c.max_abs_err <= tol.max_abs_err;
+  c.pass =
+      c.finite && c.argmax_match && c.rel_err <= tol.rel_err && c.max_abs_err <= tol.max_abs_err;
   return c;
 }
 

@@ -11,13 +11,15 @@ Floor floor_for(const schedule::ModelShape& shape, const schedule::GpuTarget& ta
   const uint64_t embed_table =
       static_cast<uint64_t>(shape.vocab) * static_cast<uint64_t>(shape.hidden) * wbytes;
   const uint64_t embed_row = static_cast<uint64_t>(shape.hidden) * wbytes;
-  f.weight_bytes = static_cast<uint64_t>(shape.weight_bytes()) -
-                   (shape.tied_embeddings ? 0 : embed_table);
+  f.weight_bytes =
+      static_cast<uint64_t>(shape.weight_bytes()) - (shape.tied_embeddings ? 0 : embed_table);
   const uint64_t per_pos = static_cast<uint64_t>(shape.kv_bytes_per_position());
   f.kv_read_bytes = per_pos * static_cast<uint64_t>(position + 1);
   f.write_bytes = per_pos + static_cast<uint64_t>(shape.vocab) * sizeof(float);
   f.bytes_min = f.weight_bytes + embed_row + f.kv_read_bytes + f.write_bytes;
-  auto us = [&](double gbs) { return gbs > 0 ? static_cast<double>(f.bytes_min) / (gbs * 1e3) : 0.0; };
+  auto us = [&](double gbs) {
+    return gbs > 0 ? static_cast<double>(f.bytes_min) / (gbs * 1e3) : 0.0;
+  };
   f.floor_us = us(target.floor_bw_gbs());
   f.floor_datasheet_us = us(target.datasheet_bw_gbs);
   f.measured_bandwidth = target.measured_bw_gbs > 0;

@@ -15,16 +15,15 @@
 namespace megasched::eval {
 
 struct Floor {
-  uint64_t weight_bytes = 0;   // weights read once (all but the untied embedding table)
-  uint64_t kv_read_bytes = 0;  // KV history read at the position
-  uint64_t write_bytes = 0;    // K/V append + logits
-  uint64_t bytes_min = 0;      // the sum (+ the embedding row)
+  uint64_t weight_bytes = 0;        // weights read once (all but the untied embedding table)
+  uint64_t kv_read_bytes = 0;       // KV history read at the position
+  uint64_t write_bytes = 0;         // K/V append + logits
+  uint64_t bytes_min = 0;           // the sum (+ the embedding row)
   double floor_us = 0.0;            // over target.floor_bw_gbs() (measured when known)
   double floor_datasheet_us = 0.0;  // over the datasheet bandwidth
   bool measured_bandwidth = false;  // floor_us used a measured bandwidth
 };
 
-Floor floor_for(const schedule::ModelShape& shape, const schedule::GpuTarget& target,
-                int position);
+Floor floor_for(const schedule::ModelShape& shape, const schedule::GpuTarget& target, int position);
 
 }  // namespace megasched::eval

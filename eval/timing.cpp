@@ -19,7 +19,8 @@ SampleStats sample_stats(std::vector<double> samples) {
   s.median = pct(0.5);
   s.p10 = pct(0.1);
   s.p90 = pct(0.9);
-  s.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
+  s.mean =
+      std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
   s.min = samples.front();
   s.max = samples.back();
   return s;

@@ -12,13 +12,13 @@
 namespace megasched::eval {
 
 struct Verdict {
-  bool valid = false;                  // validate() accepted the program (and it lowered)
-  std::string rejected_reason;         // rule names / lowering error when !valid
+  bool valid = false;           // validate() accepted the program (and it lowered)
+  std::string rejected_reason;  // rule names / lowering error when !valid
   nlohmann::json diagnostics = nlohmann::json::array();
-  bool correct = false;                // program (ReferenceVm) AND, on a GPU, kernel match eager
-  double max_abs_err = 0.0;            // worst over checked positions
-  double rel_err = 0.0;                // worst ||out - ref|| / ||ref|| over checked positions
-  bool argmax_match = false;           // at every checked position
+  bool correct = false;       // program (ReferenceVm) AND, on a GPU, kernel match eager
+  double max_abs_err = 0.0;   // worst over checked positions
+  double rel_err = 0.0;       // worst ||out - ref|| / ||ref|| over checked positions
+  bool argmax_match = false;  // at every checked position
   std::vector<int> positions_checked;
   std::optional<double> latency_us;    // absent unless correct (and not below the floor)
   std::string latency_kind;            // "measured-gpu" | "predicted" | "" (none)
@@ -36,8 +36,8 @@ struct Verdict {
   uint64_t bytes_min = 0;
   std::string target;
   std::string model;
-  std::string device;                  // "cpu" | "gpu"
-  std::string status;                  // "ok" | "rejected" | "incorrect" | "crash" | "timeout" | "hang"
+  std::string device;  // "cpu" | "gpu"
+  std::string status;  // "ok" | "rejected" | "incorrect" | "crash" | "timeout" | "hang"
   std::vector<std::string> notes;
   nlohmann::json kernel = nlohmann::json::object();  // registers, spills, smem per variant (GPU)
 };

@@ -23,9 +23,9 @@ std::optional<double> read_optional_number(const json& j, const char* key) {
 }  // namespace
 
 const std::vector<std::string>& status_vocabulary() {
-  static const std::vector<std::string> statuses = {kStatusKept,      kStatusDiscarded,
-                                                    kStatusRejected,  kStatusIncorrect,
-                                                    kStatusCrash,     kStatusTimeout};
+  static const std::vector<std::string> statuses = {kStatusKept,     kStatusDiscarded,
+                                                    kStatusRejected, kStatusIncorrect,
+                                                    kStatusCrash,    kStatusTimeout};
   return statuses;
 }
 

@@ -30,7 +30,7 @@
 namespace megasched::flywheel {
 
 /// The loop's outcome vocabulary (results.tsv `status`, HARNESS.md).
-inline constexpr const char* kStatusKept = "kept";            // correct and better: the new incumbent
+inline constexpr const char* kStatusKept = "kept";  // correct and better: the new incumbent
 inline constexpr const char* kStatusDiscarded = "discarded";  // correct but not better beyond noise
 inline constexpr const char* kStatusRejected = "rejected";    // did not lower or failed validation
 inline constexpr const char* kStatusIncorrect = "incorrect";  // ran, wrong output
@@ -41,24 +41,24 @@ inline constexpr const char* kStatusTimeout = "timeout";      // hang or over th
 const std::vector<std::string>& status_vocabulary();
 
 struct CorpusRecord {
-  int trial = 0;                 // 0-based within the run
-  std::string timestamp;         // ISO-8601 UTC
+  int trial = 0;          // 0-based within the run
+  std::string timestamp;  // ISO-8601 UTC
   std::string run_id;
-  std::string strategy;          // default | warm-start | random | hillclimb | prior | proposer
-  std::string status;            // one of status_vocabulary()
-  std::string description;       // what the strategy tried and what the loop decided
+  std::string strategy;     // default | warm-start | random | hillclimb | prior | proposer
+  std::string status;       // one of status_vocabulary()
+  std::string description;  // what the strategy tried and what the loop decided
   std::string schedule_id;
-  std::string parent_id;         // the config this candidate was derived from ("" for trial 0)
-  nlohmann::json config;         // canonical ScheduleConfig JSON
+  std::string parent_id;  // the config this candidate was derived from ("" for trial 0)
+  nlohmann::json config;  // canonical ScheduleConfig JSON
   std::vector<std::string> changed_knobs;  // knob paths that differ from the parent
-  int complexity = 0;            // knobs away from the default
+  int complexity = 0;                      // knobs away from the default
   eval::Verdict verdict;
   nlohmann::json keep = nlohmann::json::object();  // keep-rule inputs and decision
   std::optional<double> default_us;  // latency of the default config in this run (if known)
   std::optional<double> best_us;     // incumbent latency after this trial
   std::string model;
   std::string target;
-  std::string device;                // "cpu" | "gpu"
+  std::string device;  // "cpu" | "gpu"
   nlohmann::json model_shape = nlohmann::json::object();
   nlohmann::json device_fingerprint = nlohmann::json::object();
   nlohmann::json versions = nlohmann::json::object();

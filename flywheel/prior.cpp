@@ -22,7 +22,8 @@ const json* json_at_path(const json& config, const std::string& path) {
   size_t start = 0;
   for (;;) {
     size_t dot = path.find('.', start);
-    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (!node->is_object()) return nullptr;
     auto it = node->find(key);
     if (it == node->end()) return nullptr;
@@ -34,9 +35,9 @@ const json* json_at_path(const json& config, const std::string& path) {
 
 // One indicator per (knob, choice), in knob_specs() order.
 struct IndicatorTable {
-  std::vector<std::string> paths;           // knob path of each indicator
-  std::vector<json> values;                 // choice of each indicator
-  std::vector<json> defaults;               // default of each indicator's knob
+  std::vector<std::string> paths;  // knob path of each indicator
+  std::vector<json> values;        // choice of each indicator
+  std::vector<json> defaults;      // default of each indicator's knob
 };
 
 const IndicatorTable& indicators() {
@@ -150,7 +151,8 @@ bool Prior::fit(const std::vector<PriorSample>& all_samples, int min_samples) {
   trained_ = false;
   failure_trained_ = false;
   std::vector<const PriorSample*> samples;
-  const size_t first = all_samples.size() > kMaxFitSamples ? all_samples.size() - kMaxFitSamples : 0;
+  const size_t first =
+      all_samples.size() > kMaxFitSamples ? all_samples.size() - kMaxFitSamples : 0;
   for (size_t i = first; i < all_samples.size(); ++i) samples.push_back(&all_samples[i]);
   const int d = prior_feature_count();
   const Eigen::Index n = static_cast<Eigen::Index>(samples.size());

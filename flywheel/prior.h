@@ -25,10 +25,10 @@ namespace megasched::flywheel {
 
 /// One training point: a canonical config, its model shape, and its outcome.
 struct PriorSample {
-  nlohmann::json config;            // canonical ScheduleConfig JSON
-  nlohmann::json shape;             // shape_to_json()
-  std::optional<double> latency_us; // absent for a failure
-  std::string model;                // for per-model evaluation
+  nlohmann::json config;             // canonical ScheduleConfig JSON
+  nlohmann::json shape;              // shape_to_json()
+  std::optional<double> latency_us;  // absent for a failure
+  std::string model;                 // for per-model evaluation
 };
 
 /// Samples from corpus records of `target` and `device` ("" matches any); latencies only from
@@ -57,7 +57,7 @@ class Prior {
   double lambda_;
   bool trained_ = false;
   int latency_samples_ = 0;
-  Eigen::VectorXd mean_;      // feature means (centering)
+  Eigen::VectorXd mean_;  // feature means (centering)
   Eigen::VectorXd weights_;
   double bias_ = 0.0;
   bool failure_trained_ = false;
@@ -70,9 +70,9 @@ class Prior {
 double spearman(const std::vector<double>& a, const std::vector<double>& b);
 
 struct PriorEvaluation {
-  int samples = 0;         // latency samples used
+  int samples = 0;  // latency samples used
   int folds = 0;
-  double spearman = 0.0;   // predicted vs actual latency over all held-out points
+  double spearman = 0.0;  // predicted vs actual latency over all held-out points
   nlohmann::json per_model = nlohmann::json::object();  // model -> {samples, spearman}
 };
 /// K-fold cross-validation: each sample's latency is predicted by a prior fitted on the other

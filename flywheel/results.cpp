@@ -58,7 +58,8 @@ std::string knob_value_text(const nlohmann::json& config, const std::string& pat
   size_t start = 0;
   while (node->is_object()) {
     size_t dot = path.find('.', start);
-    auto it = node->find(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    auto it =
+        node->find(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
     if (it == node->end()) return "?";
     node = &*it;
     if (dot == std::string::npos) break;
@@ -71,10 +72,10 @@ std::string knob_value_text(const nlohmann::json& config, const std::string& pat
 
 const std::vector<std::string>& results_columns() {
   static const std::vector<std::string> columns = {
-      "trial",        "timestamp",     "run_id",    "model",        "target",
-      "device",       "strategy",      "status",    "correct",      "latency_us",
-      "latency_kind", "spread_us",     "floor_us",  "pct_of_floor", "speedup_vs_default",
-      "best_us",      "schedule_id",   "parent_id", "changed_knobs", "complexity",
+      "trial",        "timestamp",   "run_id",    "model",         "target",
+      "device",       "strategy",    "status",    "correct",       "latency_us",
+      "latency_kind", "spread_us",   "floor_us",  "pct_of_floor",  "speedup_vs_default",
+      "best_us",      "schedule_id", "parent_id", "changed_knobs", "complexity",
       "description"};
   return columns;
 }

@@ -22,14 +22,16 @@ std::optional<std::string> read_text(const std::string& path, std::string* error
   return buf.str();
 }
 
-std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path, std::string* error) {
+std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
+                                                        std::string* error) {
   if (path.empty()) return schedule::ScheduleConfig{};
   auto text = read_text(path, error);
   if (!text) return std::nullopt;
   std::string why;
   auto config = schedule::parse_config_text(*text, &why);
   if (!config && error)
-    *error = (path == "-" ? std::string("config from stdin") : "config '" + path + "'") + ": " + why;
+    *error =
+        (path == "-" ? std::string("config from stdin") : "config '" + path + "'") + ": " + why;
   return config;
 }
 

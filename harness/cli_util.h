@@ -16,7 +16,8 @@ std::optional<std::string> read_text(const std::string& path, std::string* error
 
 /// Reads and strictly parses a ScheduleConfig from a file or "-" (stdin); an empty path gives
 /// the default config.
-std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path, std::string* error);
+std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
+                                                        std::string* error);
 
 /// Prints JSON to stdout (indented, one trailing newline).
 void print_json(const nlohmann::json& j);

@@ -19,26 +19,41 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
     std::string save_program;
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("evaluate", "Run one trial of a ScheduleConfig and print its Verdict (JSON)");
-  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")->capture_default_str();
-  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto")->capture_default_str();
+  auto* cmd = app.add_subcommand("evaluate",
+                                 "Run one trial of a ScheduleConfig and print its Verdict (JSON)");
+  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto")
+      ->capture_default_str();
   cmd->add_option("--device", opt->ev.device, "cpu (predicted latency) or gpu (measured)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
-  cmd->add_option("--config", opt->config, "ScheduleConfig JSON file, or - for stdin (default: the default config)");
-  cmd->add_option("--program", opt->program, "Evaluate a program JSON file instead of lowering a config");
-  cmd->add_option("--positions", opt->positions, "Positions whose logits are checked, comma-separated")->capture_default_str();
-  cmd->add_option("--timed-position", opt->ev.timed_position, "Position the latency and the floor refer to")->capture_default_str();
-  cmd->add_option("--seed", opt->ev.seed, "Weight and token seed for presets")->capture_default_str();
-  cmd->add_option("--iterations", opt->ev.gpu_options.iterations, "Timed GPU iterations")->capture_default_str();
-  cmd->add_option("--warmup", opt->ev.gpu_options.warmup, "Untimed GPU iterations")->capture_default_str();
+  cmd->add_option("--config", opt->config,
+                  "ScheduleConfig JSON file, or - for stdin (default: the default config)");
+  cmd->add_option("--program", opt->program,
+                  "Evaluate a program JSON file instead of lowering a config");
+  cmd->add_option("--positions", opt->positions,
+                  "Positions whose logits are checked, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--timed-position", opt->ev.timed_position,
+                  "Position the latency and the floor refer to")
+      ->capture_default_str();
+  cmd->add_option("--seed", opt->ev.seed, "Weight and token seed for presets")
+      ->capture_default_str();
+  cmd->add_option("--iterations", opt->ev.gpu_options.iterations, "Timed GPU iterations")
+      ->capture_default_str();
+  cmd->add_option("--warmup", opt->ev.gpu_options.warmup, "Untimed GPU iterations")
+      ->capture_default_str();
   cmd->add_flag("--no-baseline", opt->no_baseline, "Skip the cuBLAS CUDA-graph baseline (GPU)");
-  cmd->add_option("--save-program", opt->save_program, "Write the lowered program JSON to this file");
+  cmd->add_option("--save-program", opt->save_program,
+                  "Write the lowered program JSON to this file");
   cmd->callback([&ctx, opt] {
     std::string error;
     auto positions = parse_int_list(opt->positions);
     if (!positions)
-      return print_error("evaluate", "--positions '" + opt->positions + "' is not a comma-separated list of integers (e.g. 0,3,7)"),
+      return print_error("evaluate",
+                         "--positions '" + opt->positions +
+                             "' is not a comma-separated list of integers (e.g. 0,3,7)"),
              void(ctx.exit_code = kExitUsage);
     opt->ev.positions = *positions;
     opt->ev.gpu_options.time_baseline = !opt->no_baseline;
@@ -50,7 +65,8 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
     auto evaluator = eval::TrialEvaluator::create(opt->ev, &error);
     if (!evaluator) {
       const bool env = error.find("--device gpu") != std::string::npos;
-      return print_error("evaluate", error), void(ctx.exit_code = env ? kExitEnvironment : kExitUsage);
+      return print_error("evaluate", error),
+             void(ctx.exit_code = env ? kExitEnvironment : kExitUsage);
     }
     eval::Verdict verdict;
     if (!opt->program.empty()) {
@@ -58,10 +74,12 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
       if (!text) return print_error("evaluate", error), void(ctx.exit_code = kExitUsage);
       auto j = nlohmann::json::parse(*text, nullptr, false);
       if (j.is_discarded())
-        return print_error("evaluate", "program '" + opt->program + "' is not valid JSON"), void(ctx.exit_code = kExitUsage);
+        return print_error("evaluate", "program '" + opt->program + "' is not valid JSON"),
+               void(ctx.exit_code = kExitUsage);
       auto program = schedule::program_from_json(j, &error);
       if (!program)
-        return print_error("evaluate", "program '" + opt->program + "': " + error), void(ctx.exit_code = kExitUsage);
+        return print_error("evaluate", "program '" + opt->program + "': " + error),
+               void(ctx.exit_code = kExitUsage);
       verdict = evaluator->evaluate_program(*program, schedule::hash_hex(j.dump()));
     } else {
       if (!opt->save_program.empty()) {

@@ -32,13 +32,15 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
     std::string dump_dir;
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("fuzz-validator",
-                                 "Score validate() against an exhaustive ground truth on adversarial programs");
+  auto* cmd = app.add_subcommand(
+      "fuzz-validator",
+      "Score validate() against an exhaustive ground truth on adversarial programs");
   cmd->add_option("--n", opt->n, "Programs to generate")->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Generator seed")->capture_default_str();
   cmd->add_option("--out", opt->out, "Also write the JSON summary to this file");
-  cmd->add_option("--dump-rejected-safe", opt->dump_dir,
-                  "Write each program validate() rejects but the ground truth calls safe to DIR/<index>.json");
+  cmd->add_option(
+      "--dump-rejected-safe", opt->dump_dir,
+      "Write each program validate() rejects but the ground truth calls safe to DIR/<index>.json");
   cmd->callback([&ctx, opt] {
     using namespace schedule;
     const GpuTarget target = fuzz_target(4);
@@ -67,12 +69,16 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
     for (const Program& base : so.bases) {
       const DynamicCheck d = dynamic_check(base, weights.at(base.model_name), 16, opt->seed, 7, 3);
       order_independent += d.completed && d.deterministic;
-      if (!(d.completed && d.deterministic)) print_error("fuzz-validator", "a base lowering is order-dependent: " + d.detail);
+      if (!(d.completed && d.deterministic))
+        print_error("fuzz-validator", "a base lowering is order-dependent: " + d.detail);
     }
-    so.record = [&weights](const Program& p, int32_t position, std::vector<std::vector<uint64_t>>* reads,
+    so.record = [&weights](const Program& p, int32_t position,
+                           std::vector<std::vector<uint64_t>>* reads,
                            std::vector<std::vector<uint64_t>>* writes) {
       auto it = weights.find(p.model_name);
-      const Weights& w = it != weights.end() ? it->second : weights.at("toy");  // hand-built programs read no weights
+      const Weights& w = it != weights.end()
+                             ? it->second
+                             : weights.at("toy");  // hand-built programs read no weights
       TaskAccesses acc;
       std::string error;
       if (!record_accesses(p, w, position, &acc, &error)) return false;
@@ -80,15 +86,20 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
       *writes = std::move(acc.writes);
       return true;
     };
-    so.progress = [](uint64_t done) { std::fprintf(stderr, "fuzz-validator: %llu programs\n", static_cast<unsigned long long>(done)); };
+    so.progress = [](uint64_t done) {
+      std::fprintf(stderr, "fuzz-validator: %llu programs\n",
+                   static_cast<unsigned long long>(done));
+    };
     if (!opt->dump_dir.empty())
-      so.on_rejected_safe = [dir = opt->dump_dir](uint64_t i, const std::string&, const Program& p) {
+      so.on_rejected_safe = [dir = opt->dump_dir](uint64_t i, const std::string&,
+                                                  const Program& p) {
         std::ofstream(dir + "/" + std::to_string(i) + ".json") << to_json(p).dump() << "\n";
       };
     const Scorecard card = run_scorecard(so);
     std::fputs(format_scorecard(card).c_str(), stderr);
     nlohmann::json j = to_json(card);
-    j["command"] = "megasched fuzz-validator --n " + std::to_string(opt->n) + " --seed " + std::to_string(opt->seed);
+    j["command"] = "megasched fuzz-validator --n " + std::to_string(opt->n) + " --seed " +
+                   std::to_string(opt->seed);
     j["bases"] = so.bases.size();
     j["bases_bit_identical_in_16_random_orders"] = order_independent;
     if (!opt->out.empty()) std::ofstream(opt->out) << j.dump(2) << "\n";

@@ -22,31 +22,42 @@ void add_generate_command(CLI::App& app, CliContext& ctx) {
     std::string logits_out;
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("generate", "Greedy decode: feed a prompt, generate tokens with one built program");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")->capture_default_str();
-  cmd->add_option("--gpu", opt->gpu, "GPU target the program is lowered for (or auto)")->capture_default_str();
+  auto* cmd = app.add_subcommand(
+      "generate", "Greedy decode: feed a prompt, generate tokens with one built program");
+  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->gpu, "GPU target the program is lowered for (or auto)")
+      ->capture_default_str();
   cmd->add_option("--device", opt->device, "cpu (ReferenceVm) or gpu (the megakernel)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
-  cmd->add_option("--config", opt->config, "ScheduleConfig JSON file, or - for stdin (default: the default config)");
-  cmd->add_option("--prompt-ids", opt->prompt, "Prompt token ids, comma-separated")->capture_default_str();
-  cmd->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  cmd->add_flag("--verify", opt->verify, "Check every step's logits and token against the eager reference");
+  cmd->add_option("--config", opt->config,
+                  "ScheduleConfig JSON file, or - for stdin (default: the default config)");
+  cmd->add_option("--prompt-ids", opt->prompt, "Prompt token ids, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_flag("--verify", opt->verify,
+                "Check every step's logits and token against the eager reference");
   cmd->add_option("--seed", opt->seed, "Weight seed for presets")->capture_default_str();
-  cmd->add_option("--logits-out", opt->logits_out,
-                  "Write every step's logits as raw little-endian float32 [steps][vocab] to this file");
+  cmd->add_option(
+      "--logits-out", opt->logits_out,
+      "Write every step's logits as raw little-endian float32 [steps][vocab] to this file");
   cmd->callback([&ctx, opt] {
     std::string error;
     auto prompt = parse_int_list(opt->prompt);
     if (!prompt)
-      return print_error("generate", "--prompt-ids '" + opt->prompt + "' is not a comma-separated list of token ids"),
+      return print_error("generate", "--prompt-ids '" + opt->prompt +
+                                         "' is not a comma-separated list of token ids"),
              void(ctx.exit_code = kExitUsage);
     auto config = read_config_arg(opt->config, &error);
     if (!config) return print_error("generate", error), void(ctx.exit_code = kExitUsage);
     auto target = eval::resolve_target(opt->gpu, &error);
     if (!target) return print_error("generate", error), void(ctx.exit_code = kExitUsage);
     if (opt->device == "gpu" && !eval::gpu_available(&error))
-      return print_error("generate", "--device gpu: " + error), void(ctx.exit_code = kExitEnvironment);
+      return print_error("generate", "--device gpu: " + error),
+             void(ctx.exit_code = kExitEnvironment);
     auto weights = eval::load_weights(opt->model, opt->seed, &error);
     if (!weights) return print_error("generate", error), void(ctx.exit_code = kExitUsage);
     eval::GenerateOptions g;

@@ -31,7 +31,8 @@ void on_stop_signal(int) {
     ::signal(SIGTERM, SIG_DFL);
     ::raise(SIGTERM);
   }
-  static const char kMessage[] = "\nmegasched loop: stopping after the current trial (signal again to quit now)\n";
+  static const char kMessage[] =
+      "\nmegasched loop: stopping after the current trial (signal again to quit now)\n";
   ssize_t ignored = ::write(2, kMessage, sizeof kMessage - 1);
   (void)ignored;
 }
@@ -65,44 +66,65 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
   };
   auto opt = std::make_shared<Options>();
   opt->strategy.name = "hillclimb";
-  auto* cmd = app.add_subcommand("loop", "Search schedules: propose, evaluate, keep or revert, log every trial");
-  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")->capture_default_str();
-  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto (the live device)")->capture_default_str();
-  cmd->add_option("--device", opt->device, "cpu (predicted latency), gpu (measured), or auto (gpu when one is usable)")
+  auto* cmd = app.add_subcommand(
+      "loop", "Search schedules: propose, evaluate, keep or revert, log every trial");
+  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->ev.gpu,
+                  "GPU target (see `megasched targets`) or auto (the live device)")
+      ->capture_default_str();
+  cmd->add_option("--device", opt->device,
+                  "cpu (predicted latency), gpu (measured), or auto (gpu when one is usable)")
       ->check(CLI::IsMember({"cpu", "gpu", "auto"}))
       ->capture_default_str();
-  cmd->add_option("--budget", opt->loop.budget, "Trials in the run (counted across --resume)")->capture_default_str();
-  cmd->add_option("--minutes", opt->loop.minutes, "Wall-clock budget of this invocation (0: none)")->capture_default_str();
-  cmd->add_option("--plateau", opt->loop.plateau, "Stop after this many trials in a row without a keep (0: never)")
+  cmd->add_option("--budget", opt->loop.budget, "Trials in the run (counted across --resume)")
+      ->capture_default_str();
+  cmd->add_option("--minutes", opt->loop.minutes, "Wall-clock budget of this invocation (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--plateau", opt->loop.plateau,
+                  "Stop after this many trials in a row without a keep (0: never)")
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategy.name, "random | hillclimb | prior | proposer")
       ->check(CLI::IsMember(strategy_names()))
       ->capture_default_str();
   cmd->add_option("--proposer", opt->strategy.proposer_command,
-                  "External proposer command (implies --strategy proposer): context JSON on its stdin, candidate configs on its stdout");
+                  "External proposer command (implies --strategy proposer): context JSON on its "
+                  "stdin, candidate configs on its stdout");
   cmd->add_option("--seed", opt->strategy.seed, "Strategy seed")->capture_default_str();
-  cmd->add_option("--restart-after", opt->strategy.restart_after, "hillclimb: restart after this many trials without a local gain")
+  cmd->add_option("--restart-after", opt->strategy.restart_after,
+                  "hillclimb: restart after this many trials without a local gain")
       ->capture_default_str();
-  cmd->add_option("--exploration", opt->strategy.exploration, "prior: share of random trials")->capture_default_str();
-  cmd->add_option("--pool", opt->strategy.pool_size, "prior: random candidates ranked per trial")->capture_default_str();
-  cmd->add_flag("--resume", opt->loop.resume, "Continue the last run of this model, target and device");
-  cmd->add_flag("--warm-start", opt->loop.warm_start, "Trial 0: the best config known for this model, target and device");
+  cmd->add_option("--exploration", opt->strategy.exploration, "prior: share of random trials")
+      ->capture_default_str();
+  cmd->add_option("--pool", opt->strategy.pool_size, "prior: random candidates ranked per trial")
+      ->capture_default_str();
+  cmd->add_flag("--resume", opt->loop.resume,
+                "Continue the last run of this model, target and device");
+  cmd->add_flag("--warm-start", opt->loop.warm_start,
+                "Trial 0: the best config known for this model, target and device");
   cmd->add_option("--results", opt->loop.results_path, "results.tsv path")->capture_default_str();
   cmd->add_option("--corpus", opt->loop.corpus_path, "corpus.jsonl path")->capture_default_str();
-  cmd->add_option("--positions", opt->positions, "Positions whose logits are checked, comma-separated")->capture_default_str();
-  cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")->capture_default_str();
-  cmd->add_flag("--isolate", opt->isolate, "Run CPU trials in a worker process too (GPU trials always are)");
-  cmd->add_option("--trial-timeout", opt->trial_timeout_s, "Seconds a worker trial may take before it is killed (timeout)")
+  cmd->add_option("--positions", opt->positions,
+                  "Positions whose logits are checked, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")
+      ->capture_default_str();
+  cmd->add_flag("--isolate", opt->isolate,
+                "Run CPU trials in a worker process too (GPU trials always are)");
+  cmd->add_option("--trial-timeout", opt->trial_timeout_s,
+                  "Seconds a worker trial may take before it is killed (timeout)")
       ->capture_default_str();
   cmd->callback([&ctx, opt] {
     std::string error;
     auto positions = parse_int_list(opt->positions);
     if (!positions)
-      return print_error("loop", "--positions '" + opt->positions + "' is not a comma-separated list of integers"),
+      return print_error("loop", "--positions '" + opt->positions +
+                                     "' is not a comma-separated list of integers"),
              void(ctx.exit_code = kExitUsage);
     opt->ev.positions = *positions;
     if (!opt->strategy.proposer_command.empty()) opt->strategy.name = "proposer";
-    if (opt->loop.budget < 1) return print_error("loop", "--budget must be at least 1"), void(ctx.exit_code = kExitUsage);
+    if (opt->loop.budget < 1)
+      return print_error("loop", "--budget must be at least 1"), void(ctx.exit_code = kExitUsage);
     std::string device = opt->device;
     if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
     opt->ev.device = device;
@@ -118,12 +140,13 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
     std::unique_ptr<Evaluator> evaluator;
     if (device == "gpu" || opt->isolate) {
       WorkerOptions w;
-      w.command = shell_quote(self_path()) + " worker --model " + shell_quote(opt->ev.model) + " --gpu " +
-                  shell_quote(opt->ev.gpu) + " --device " + device + " --positions " + opt->positions +
-                  " --weight-seed " + std::to_string(opt->ev.seed);
+      w.command = shell_quote(self_path()) + " worker --model " + shell_quote(opt->ev.model) +
+                  " --gpu " + shell_quote(opt->ev.gpu) + " --device " + device + " --positions " +
+                  opt->positions + " --weight-seed " + std::to_string(opt->ev.seed);
       w.trial_timeout_s = opt->trial_timeout_s;
       auto worker = std::make_unique<WorkerEvaluator>(w);
-      if (!worker->start(&error)) return print_error("loop", error), void(ctx.exit_code = kExitEnvironment);
+      if (!worker->start(&error))
+        return print_error("loop", error), void(ctx.exit_code = kExitEnvironment);
       evaluator = std::move(worker);
     } else {
       auto trial = eval::TrialEvaluator::create(opt->ev, &error);
@@ -136,7 +159,8 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       // The prior learns from every model this workspace has tried on this target and device.
       const std::string target_name = evaluator->identity().value("target", target->name);
       for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt->loop.corpus_path).records)
-        if (r.target == target_name && r.device == device) opt->strategy.training.push_back(std::move(r));
+        if (r.target == target_name && r.device == device)
+          opt->strategy.training.push_back(std::move(r));
     }
     auto strategy = make_strategy(opt->strategy, &error);
     if (!strategy) return print_error("loop", error), void(ctx.exit_code = kExitUsage);
@@ -159,7 +183,9 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
     }
     print_json(result.summary);
     // Loud failure when nothing was measured: trials ran and none had a correct latency.
-    ctx.exit_code = result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null() ? kExitFailure : kExitOk;
+    ctx.exit_code = result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null()
+                        ? kExitFailure
+                        : kExitOk;
   });
 }
 

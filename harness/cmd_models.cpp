@@ -30,7 +30,8 @@ nlohmann::json shape_json(const schedule::ModelShape& s) {
 }  // namespace
 
 void add_models_command(CLI::App& app, CliContext& ctx) {
-  auto* cmd = app.add_subcommand("models", "List the model presets with parameter count and weight bytes");
+  auto* cmd =
+      app.add_subcommand("models", "List the model presets with parameter count and weight bytes");
   auto json_out = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json_out, "Print JSON instead of a table");
   cmd->callback([&ctx, json_out] {
@@ -53,7 +54,8 @@ void add_models_command(CLI::App& app, CliContext& ctx) {
 }
 
 void add_targets_command(CLI::App& app, CliContext& ctx) {
-  auto* cmd = app.add_subcommand("targets", "List the GPU targets of the registry (plus `auto`: the live device)");
+  auto* cmd = app.add_subcommand(
+      "targets", "List the GPU targets of the registry (plus `auto`: the live device)");
   auto json_out = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json_out, "Print JSON instead of a table");
   cmd->callback([&ctx, json_out] {
@@ -62,11 +64,11 @@ void add_targets_command(CLI::App& app, CliContext& ctx) {
       for (const auto& t : schedule::target_registry()) arr.push_back(schedule::to_json(t));
       print_json(arr);
     } else {
-      std::printf("%-10s %5s %5s %12s %10s %9s %10s\n", "target", "sm", "SMs", "smem/block", "L2 MiB",
-                  "HBM GB", "BW GB/s");
+      std::printf("%-10s %5s %5s %12s %10s %9s %10s\n", "target", "sm", "SMs", "smem/block",
+                  "L2 MiB", "HBM GB", "BW GB/s");
       for (const auto& t : schedule::target_registry())
-        std::printf("%-10s %5d %5d %12d %10.0f %9.0f %10.0f\n", t.name.c_str(), t.sm_arch, t.num_sms,
-                    t.smem_per_block_optin, t.l2_bytes / 1048576.0, t.hbm_bytes / 1e9,
+        std::printf("%-10s %5d %5d %12d %10.0f %9.0f %10.0f\n", t.name.c_str(), t.sm_arch,
+                    t.num_sms, t.smem_per_block_optin, t.l2_bytes / 1048576.0, t.hbm_bytes / 1e9,
                     t.datasheet_bw_gbs);
       std::printf("`--gpu auto` reads the live device (needs a CUDA build and a GPU).\n");
     }

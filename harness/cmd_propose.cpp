@@ -16,10 +16,14 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
-      "propose", "Print the incumbent ScheduleConfig and the search space (JSON) for a model and target");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")->capture_default_str();
-  cmd->add_option("--gpu", opt->gpu, "GPU target (see `megasched targets`) or auto")->capture_default_str();
-  cmd->add_option("--config", opt->config, "Incumbent config file (or - for stdin); default: the default config");
+      "propose",
+      "Print the incumbent ScheduleConfig and the search space (JSON) for a model and target");
+  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->gpu, "GPU target (see `megasched targets`) or auto")
+      ->capture_default_str();
+  cmd->add_option("--config", opt->config,
+                  "Incumbent config file (or - for stdin); default: the default config");
   cmd->callback([&ctx, opt] {
     std::string error;
     auto shape = eval::resolve_shape(opt->model, &error);

@@ -22,10 +22,12 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
     std::string target;
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("report", "Summarise results.tsv and corpus.jsonl per model and target (text, JSON, HTML)");
+  auto* cmd = app.add_subcommand(
+      "report", "Summarise results.tsv and corpus.jsonl per model and target (text, JSON, HTML)");
   cmd->add_option("--results", opt->results, "results.tsv path")->capture_default_str();
   cmd->add_option("--corpus", opt->corpus, "corpus.jsonl path")->capture_default_str();
-  cmd->add_option("--out,--html", opt->out, "HTML report path (empty: no HTML)")->capture_default_str();
+  cmd->add_option("--out,--html", opt->out, "HTML report path (empty: no HTML)")
+      ->capture_default_str();
   cmd->add_option("--format", opt->format, "stdout format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -41,7 +43,8 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
     }
     flywheel::CorpusRead corpus = flywheel::read_corpus(opt->corpus);
     auto keep = [&](const std::string& model, const std::string& target) {
-      return (opt->model.empty() || model == opt->model) && (opt->target.empty() || target == opt->target);
+      return (opt->model.empty() || model == opt->model) &&
+             (opt->target.empty() || target == opt->target);
     };
     std::vector<flywheel::ResultRow> rows;
     for (auto& row : results.rows)
@@ -53,7 +56,9 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
     report["sources"] = {{"results", opt->results}, {"corpus", corpus.exists ? opt->corpus : ""}};
     nlohmann::json problems = results.problems;
     for (const auto& p : corpus.problems) problems.push_back(p);
-    if (!corpus.exists) problems.push_back("no corpus at " + opt->corpus + ": best configs and knob effects are missing");
+    if (!corpus.exists)
+      problems.push_back("no corpus at " + opt->corpus +
+                         ": best configs and knob effects are missing");
     report["problems"] = problems;
     if (!opt->out.empty()) {
       std::error_code ec;

@@ -14,7 +14,8 @@ namespace megasched::harness {
 namespace {
 
 // Lowers and validates `count` random configs; prints a summary with every rejected config.
-int validate_random_configs(const schedule::ModelShape& shape, const schedule::GpuTarget& target, int count, uint64_t seed) {
+int validate_random_configs(const schedule::ModelShape& shape, const schedule::GpuTarget& target,
+                            int count, uint64_t seed) {
   std::mt19937_64 rng(seed);
   int accepted = 0, unlowered = 0;
   double slowest = 0.0, total = 0.0;
@@ -31,7 +32,8 @@ int validate_random_configs(const schedule::ModelShape& shape, const schedule::G
     }
     const auto start = std::chrono::steady_clock::now();
     const schedule::ValidationReport r = schedule::validate(*p, target);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     slowest = std::max(slowest, s);
     total += s;
     most_tasks = std::max(most_tasks, p->tasks.size());
@@ -65,14 +67,20 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
     uint64_t seed = 1;
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand(
-      "validate", "Check a lowered config or a program JSON for deadlock, races, reachability, coverage and launch limits");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")->capture_default_str();
-  cmd->add_option("--gpu", opt->gpu, "GPU target (see `megasched targets`) or auto")->capture_default_str();
-  cmd->add_option("--config", opt->config, "ScheduleConfig JSON file, or - for stdin (default: the default config)");
-  cmd->add_option("--program", opt->program, "Validate this program JSON file instead of lowering a config");
+  auto* cmd = app.add_subcommand("validate",
+                                 "Check a lowered config or a program JSON for deadlock, races, "
+                                 "reachability, coverage and launch limits");
+  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->gpu, "GPU target (see `megasched targets`) or auto")
+      ->capture_default_str();
+  cmd->add_option("--config", opt->config,
+                  "ScheduleConfig JSON file, or - for stdin (default: the default config)");
+  cmd->add_option("--program", opt->program,
+                  "Validate this program JSON file instead of lowering a config");
   cmd->add_option("--random-configs", opt->random_configs,
-                  "Instead: lower and validate this many random configs of the search space (exit 0 if all accepted)");
+                  "Instead: lower and validate this many random configs of the search space (exit "
+                  "0 if all accepted)");
   cmd->add_option("--seed", opt->seed, "Seed of --random-configs")->capture_default_str();
   cmd->callback([&ctx, opt] {
     std::string error;
@@ -94,7 +102,10 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
       auto text = read_text(opt->program, &error);
       if (!text) return usage(error);
       auto j = nlohmann::json::parse(*text, nullptr, false);
-      if (j.is_discarded()) return usage("program '" + opt->program + "' is not valid JSON (hint: write one with `megasched evaluate --save-program`)");
+      if (j.is_discarded())
+        return usage(
+            "program '" + opt->program +
+            "' is not valid JSON (hint: write one with `megasched evaluate --save-program`)");
       program = schedule::program_from_json(j, &error);
       if (!program) return usage("program '" + opt->program + "': " + error);
       out["program"] = opt->program;
@@ -110,7 +121,8 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
     out["target"] = target->name;
     const auto start = std::chrono::steady_clock::now();
     const schedule::ValidationReport report = schedule::validate(*program, *target);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     out["tasks"] = program->tasks.size();
     out["validate_seconds"] = seconds;
     out.update(schedule::to_json(report));

@@ -17,18 +17,27 @@ void add_worker_command(CLI::App& app, CliContext& ctx) {
     std::string positions = "0,3,7";
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("worker", "Answer trial requests (JSON lines) on stdin: the loop's isolated trial process");
-  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")->capture_default_str();
-  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto")->capture_default_str();
+  auto* cmd = app.add_subcommand(
+      "worker", "Answer trial requests (JSON lines) on stdin: the loop's isolated trial process");
+  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto")
+      ->capture_default_str();
   cmd->add_option("--device", opt->ev.device, "cpu (predicted latency) or gpu (measured)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
-  cmd->add_option("--positions", opt->positions, "Positions whose logits are checked, comma-separated")->capture_default_str();
-  cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")->capture_default_str();
+  cmd->add_option("--positions", opt->positions,
+                  "Positions whose logits are checked, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")
+      ->capture_default_str();
   cmd->callback([&ctx, opt] {
     auto positions = parse_int_list(opt->positions);
     if (!positions) {
-      std::cout << nlohmann::json{{"ready", false}, {"error", "--positions is not a list of integers"}}.dump() << std::endl;
+      std::cout << nlohmann::json{{"ready", false},
+                                  {"error", "--positions is not a list of integers"}}
+                       .dump()
+                << std::endl;
       ctx.exit_code = kExitUsage;
       return;
     }

@@ -13,18 +13,18 @@ struct CliContext {
 };
 
 // Exit codes shared by every subcommand (HARNESS.md documents them).
-constexpr int kExitOk = 0;          // success (evaluate: valid and correct)
-constexpr int kExitFailure = 1;     // the trial ran but failed: rejected / incorrect / unsafe
-constexpr int kExitUsage = 2;       // bad arguments, bad config, unknown model or target
-constexpr int kExitEnvironment = 3; // missing GPU / file / toolkit
+constexpr int kExitOk = 0;           // success (evaluate: valid and correct)
+constexpr int kExitFailure = 1;      // the trial ran but failed: rejected / incorrect / unsafe
+constexpr int kExitUsage = 2;        // bad arguments, bad config, unknown model or target
+constexpr int kExitEnvironment = 3;  // missing GPU / file / toolkit
 
 void add_models_command(CLI::App& app, CliContext& ctx);
 void add_targets_command(CLI::App& app, CliContext& ctx);
 void add_propose_command(CLI::App& app, CliContext& ctx);
 void add_evaluate_command(CLI::App& app, CliContext& ctx);
 void add_generate_command(CLI::App& app, CliContext& ctx);
-void add_doctor_command(CLI::App& app, CliContext& ctx);    // harness/cmd_doctor.cpp
-void add_baseline_command(CLI::App& app, CliContext& ctx);  // harness/cmd_baseline.cpp
+void add_doctor_command(CLI::App& app, CliContext& ctx);          // harness/cmd_doctor.cpp
+void add_baseline_command(CLI::App& app, CliContext& ctx);        // harness/cmd_baseline.cpp
 void add_validate_command(CLI::App& app, CliContext& ctx);        // harness/cmd_validate.cpp
 void add_fuzz_validator_command(CLI::App& app, CliContext& ctx);  // harness/cmd_fuzz_validator.cpp
 

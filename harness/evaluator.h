@@ -18,7 +18,8 @@ class Evaluator {
   /// One trial of `config`. Never throws for an expected failure (bad lowering, rejected program,
   /// wrong output, crash, hang): those are verdicts.
   virtual eval::Verdict evaluate(const schedule::ScheduleConfig& config) = 0;
-  /// Model, target and device this evaluator serves, for logs: {"model":..,"target":..,"device":..}.
+  /// Model, target and device this evaluator serves, for logs:
+  /// {"model":..,"target":..,"device":..}.
   virtual nlohmann::json identity() const = 0;
   /// The schedule id this evaluator would give `config` (hash of canonical config + model +
   /// target + build identity), without evaluating it: the loop dedups on it before a trial.

@@ -47,9 +47,7 @@ struct Incumbent {
   std::string id;
   std::optional<eval::Verdict> verdict;  // with a latency, once one is known
   int complexity = 0;
-  std::optional<double> latency() const {
-    return verdict ? verdict->latency_us : std::nullopt;
-  }
+  std::optional<double> latency() const { return verdict ? verdict->latency_us : std::nullopt; }
 };
 
 std::string make_run_id(double now_s, uint64_t seed) {
@@ -57,8 +55,9 @@ std::string make_run_id(double now_s, uint64_t seed) {
   std::string compact;
   for (char c : stamp)
     if (c != '-' && c != ':') compact += c;
-  std::mt19937_64 rng(seed ^ static_cast<uint64_t>(now_s * 1e6) ^
-                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937_64 rng(
+      seed ^ static_cast<uint64_t>(now_s * 1e6) ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   char suffix[8];
   std::snprintf(suffix, sizeof suffix, "%04x", static_cast<unsigned>(rng() & 0xffff));
   return "r" + compact + "-" + suffix;
@@ -108,8 +107,8 @@ double latency_sigma_us(const eval::Verdict& v) {
 }
 
 KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexity,
-                         const eval::Verdict& incumbent, int incumbent_complexity,
-                         double min_gain, double sigmas) {
+                         const eval::Verdict& incumbent, int incumbent_complexity, double min_gain,
+                         double sigmas) {
   KeepDecision d;
   const double cand = *candidate.latency_us, inc = *incumbent.latency_us;
   const double sc = latency_sigma_us(candidate), si = latency_sigma_us(incumbent);
@@ -125,19 +124,23 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
     d.reason = "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") > margin " + margin;
   } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity) {
     d.keep = true;
-    d.reason = "near-tie (" + pct + ", margin " + margin + "), simpler: " +
-               std::to_string(candidate_complexity) + " knobs off default vs " +
+    d.reason = "near-tie (" + pct + ", margin " + margin +
+               "), simpler: " + std::to_string(candidate_complexity) + " knobs off default vs " +
                std::to_string(incumbent_complexity);
   } else if (std::abs(d.gain_us) < 5e-4) {
-    d.reason = "as fast as the incumbent, and not simpler (" + std::to_string(candidate_complexity) +
-               " knobs off default vs " + std::to_string(incumbent_complexity) + ")";
+    d.reason = "as fast as the incumbent, and not simpler (" +
+               std::to_string(candidate_complexity) + " knobs off default vs " +
+               std::to_string(incumbent_complexity) + ")";
   } else if (std::abs(d.gain_us) <= d.margin_us) {
     d.reason = (d.gain_us > 0 ? "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") but"
-                              : "slower by " + fmt("%.3f us", -d.gain_us) + " (" + fmt("%.2f%%", -100.0 * d.gain_us / inc) + "),") +
-               " within margin " + margin + ", and not simpler (" + std::to_string(candidate_complexity) +
-               " knobs off default vs " + std::to_string(incumbent_complexity) + ")";
+                              : "slower by " + fmt("%.3f us", -d.gain_us) + " (" +
+                                    fmt("%.2f%%", -100.0 * d.gain_us / inc) + "),") +
+               " within margin " + margin + ", and not simpler (" +
+               std::to_string(candidate_complexity) + " knobs off default vs " +
+               std::to_string(incumbent_complexity) + ")";
   } else {
-    d.reason = "slower by " + fmt("%.3f us", -d.gain_us) + " (" + fmt("%.2f%%", -100.0 * d.gain_us / inc) + ")";
+    d.reason = "slower by " + fmt("%.3f us", -d.gain_us) + " (" +
+               fmt("%.2f%%", -100.0 * d.gain_us / inc) + ")";
   }
   return d;
 }
@@ -177,7 +180,8 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
   const json versions = {
       {"abi", ms_abi::kAbiVersion},
       {"ir", identity.value("ir_version", json(ms_abi::kAbiVersion))},
-      {"build", identity.value("build", json("kernel-sources-" + schedule::hash_hex(kernel_sources)))}};
+      {"build",
+       identity.value("build", json("kernel-sources-" + schedule::hash_hex(kernel_sources)))}};
   json fingerprint = identity;
   {
     char host[256] = {0};
@@ -295,11 +299,11 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
       const double elapsed = clock.now_s() - start_s;
       double eta = (trial_time_total / trials_this_invocation) * std::max(0, options.budget - done);
       if (options.minutes > 0) eta = std::min(eta, std::max(0.0, options.minutes * 60 - elapsed));
-      std::string latency = record.verdict.correct && record.verdict.latency_us
-                                ? fmt("%10.3f us", *record.verdict.latency_us) + " " +
-                                      (record.verdict.latency_kind == "measured-gpu" ? "measured "
-                                                                                     : "predicted")
-                                : std::string(23, ' ');
+      std::string latency =
+          record.verdict.correct && record.verdict.latency_us
+              ? fmt("%10.3f us", *record.verdict.latency_us) + " " +
+                    (record.verdict.latency_kind == "measured-gpu" ? "measured " : "predicted")
+              : std::string(23, ' ');
       std::string best = incumbent.latency() ? fmt("%.3f us", *incumbent.latency()) : "-";
       if (incumbent.latency() && default_us)
         best += fmt(" (%.2fx)", *default_us / *incumbent.latency());
@@ -324,7 +328,8 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
     r.schedule_id = id;
     r.parent_id = parent_id;
     r.config = schedule::to_json(config);
-    r.changed_knobs = parent ? schedule::changed_knobs(*parent, config) : std::vector<std::string>{};
+    r.changed_knobs =
+        parent ? schedule::changed_knobs(*parent, config) : std::vector<std::string>{};
     r.complexity = schedule::complexity(config);
     r.verdict = verdict;
     r.model = model;
@@ -385,7 +390,8 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
       const double t1 = clock.now_s();
       CorpusRecord r = make_record(0, seed_source, seed_config, seed_id, nullptr, "", v);
       std::string status = failure_status(v);
-      if (status.empty()) status = has_latency(v) ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
+      if (status.empty())
+        status = has_latency(v) ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
       r.status = status;
       incumbent.config = seed_config;
       incumbent.id = seed_id;
@@ -396,8 +402,10 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
         r.keep = {{"reason", "trial 0: the baseline"}};
         r.description = seed_source + ": baseline";
       } else {
-        r.keep = {{"reason", "trial 0 has no latency: " + (v.rejected_reason.empty() ? v.status : v.rejected_reason)}};
-        r.description = seed_source + ": " + status + (v.notes.empty() ? "" : " (" + v.notes.front() + ")");
+        r.keep = {{"reason", "trial 0 has no latency: " +
+                                 (v.rejected_reason.empty() ? v.status : v.rejected_reason)}};
+        r.description =
+            seed_source + ": " + status + (v.notes.empty() ? "" : " (" + v.notes.front() + ")");
       }
       r.default_us = default_us;
       r.best_us = incumbent.latency();
@@ -466,8 +474,8 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
     const double t0 = clock.now_s();
     eval::Verdict v = evaluator.evaluate(proposal.config);
     ++evaluations;
-    CorpusRecord r = make_record(next_trial, strategy.name(), proposal.config, id, &parent,
-                                 parent_id, v);
+    CorpusRecord r =
+        make_record(next_trial, strategy.name(), proposal.config, id, &parent, parent_id, v);
     std::string status = failure_status(v);
     std::string decision;
     if (status.empty() && !has_latency(v)) {
@@ -496,7 +504,8 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
                           options.sigmas);
           r.keep["margin_us"] = d.margin_us;
           r.keep["gain_us"] = d.gain_us;
-          d.reason += " (against the incumbent re-measured at " + fmt("%.3f us", *again.latency_us) + ")";
+          d.reason +=
+              " (against the incumbent re-measured at " + fmt("%.3f us", *again.latency_us) + ")";
         } else {
           r.keep["remeasured_incumbent_status"] = again.status;
           d.reason += " (the incumbent's re-measurement failed: " + again.status + ")";
@@ -531,38 +540,40 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
   json best = nullptr;
   if (incumbent.verdict) {
     const eval::Verdict& v = *incumbent.verdict;
-    best = {{"schedule_id", incumbent.id},
-            {"latency_us", *v.latency_us},
-            {"latency_kind", v.latency_kind},
-            {"pct_of_floor", v.floor_us > 0 ? json(100.0 * v.floor_us / *v.latency_us) : json(nullptr)},
-            {"speedup_vs_default", default_us ? json(*default_us / *v.latency_us) : json(nullptr)},
-            {"complexity", incumbent.complexity},
-            {"config", schedule::to_json(incumbent.config)},
-            {"verdict", eval::to_json(v)}};
+    best = {
+        {"schedule_id", incumbent.id},
+        {"latency_us", *v.latency_us},
+        {"latency_kind", v.latency_kind},
+        {"pct_of_floor", v.floor_us > 0 ? json(100.0 * v.floor_us / *v.latency_us) : json(nullptr)},
+        {"speedup_vs_default", default_us ? json(*default_us / *v.latency_us) : json(nullptr)},
+        {"complexity", incumbent.complexity},
+        {"config", schedule::to_json(incumbent.config)},
+        {"verdict", eval::to_json(v)}};
   }
   int kept = counts[flywheel::kStatusKept];
   int trials = static_cast<int>(history.size());
-  result.summary = {{"run_id", run_id},
-                    {"model", model},
-                    {"target", target_name},
-                    {"device", device},
-                    {"strategy", strategy.name()},
-                    {"resumed", resumed},
-                    {"seed", seed},
-                    {"stop_reason", result.ok ? stop_reason : "error: " + result.error},
-                    {"trials", trials},
-                    {"trials_this_invocation", trials_this_invocation},
-                    {"evaluations", evaluations},
-                    {"skipped_known", skipped_known},
-                    {"restored_rows", restored_rows},
-                    {"status_counts", counts},
-                    {"keep_rate", trials > 0 ? json(static_cast<double>(kept) / trials) : json(nullptr)},
-                    {"default_us", default_us ? json(*default_us) : json(nullptr)},
-                    {"best", best},
-                    {"results", options.results_path},
-                    {"corpus", options.corpus_path},
-                    {"elapsed_s", clock.now_s() - start_s},
-                    {"problems", problems}};
+  result.summary = {
+      {"run_id", run_id},
+      {"model", model},
+      {"target", target_name},
+      {"device", device},
+      {"strategy", strategy.name()},
+      {"resumed", resumed},
+      {"seed", seed},
+      {"stop_reason", result.ok ? stop_reason : "error: " + result.error},
+      {"trials", trials},
+      {"trials_this_invocation", trials_this_invocation},
+      {"evaluations", evaluations},
+      {"skipped_known", skipped_known},
+      {"restored_rows", restored_rows},
+      {"status_counts", counts},
+      {"keep_rate", trials > 0 ? json(static_cast<double>(kept) / trials) : json(nullptr)},
+      {"default_us", default_us ? json(*default_us) : json(nullptr)},
+      {"best", best},
+      {"results", options.results_path},
+      {"corpus", options.corpus_path},
+      {"elapsed_s", clock.now_s() - start_s},
+      {"problems", problems}};
   return result;
 }
 

@@ -43,26 +43,26 @@ class SystemClock : public Clock {
 };
 
 struct LoopOptions {
-  int budget = 24;              // trials in the run, counted across --resume
-  double minutes = 0.0;         // wall-clock budget of this invocation; 0: none
-  int plateau = 0;              // stop after this many trials in a row without a keep; 0: never
-  bool resume = false;          // continue the last run of this model / target / device
-  bool warm_start = false;      // trial 0: the best known config instead of the default
+  int budget = 24;          // trials in the run, counted across --resume
+  double minutes = 0.0;     // wall-clock budget of this invocation; 0: none
+  int plateau = 0;          // stop after this many trials in a row without a keep; 0: never
+  bool resume = false;      // continue the last run of this model / target / device
+  bool warm_start = false;  // trial 0: the best known config instead of the default
   std::string results_path = "workspace/results.tsv";
   std::string corpus_path = "workspace/corpus.jsonl";
-  double min_gain = 0.01;       // keep rule: relative gain floor (1%)
-  double sigmas = 2.0;          // keep rule: noise multiple
-  std::ostream* progress = nullptr;          // one line per trial (stderr in the CLI)
-  const std::atomic<bool>* stop = nullptr;   // set by SIGINT / SIGTERM: stop after this trial
-  uint64_t seed = 0;            // run id suffix
+  double min_gain = 0.01;                   // keep rule: relative gain floor (1%)
+  double sigmas = 2.0;                      // keep rule: noise multiple
+  std::ostream* progress = nullptr;         // one line per trial (stderr in the CLI)
+  const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM: stop after this trial
+  uint64_t seed = 0;                        // run id suffix
 };
 
 /// The keep rule applied to one candidate (inputs and outcome, recorded in the corpus).
 struct KeepDecision {
   bool keep = false;
-  double margin_us = 0.0;   // improvement needed to count as faster
-  double gain_us = 0.0;     // incumbent - candidate (positive: the candidate is faster)
-  std::string reason;       // "faster by 12.1 us (2.4%) > margin 5.0 us" ...
+  double margin_us = 0.0;  // improvement needed to count as faster
+  double gain_us = 0.0;    // incumbent - candidate (positive: the candidate is faster)
+  std::string reason;      // "faster by 12.1 us (2.4%) > margin 5.0 us" ...
 };
 
 /// sigma of a verdict's latency: the sample standard deviation with >= 2 samples, else
@@ -71,13 +71,13 @@ double latency_sigma_us(const eval::Verdict& verdict);
 
 /// The keep rule for a correct candidate with a latency against an incumbent with one.
 KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexity,
-                         const eval::Verdict& incumbent, int incumbent_complexity,
-                         double min_gain, double sigmas);
+                         const eval::Verdict& incumbent, int incumbent_complexity, double min_gain,
+                         double sigmas);
 
 struct LoopResult {
-  bool ok = true;               // false: the loop could not start or could not write its logs
+  bool ok = true;  // false: the loop could not start or could not write its logs
   std::string error;
-  nlohmann::json summary;       // best verdict + config, counts, stop reason, paths
+  nlohmann::json summary;  // best verdict + config, counts, stop reason, paths
 };
 
 /// Runs the loop until the budget, the minutes, a plateau, a stop request, or an exhausted

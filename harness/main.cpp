@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
       const std::string near = megasched::schedule::nearest(cmd, names);
       std::string all;
       for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-      std::fprintf(stderr, "megasched: unknown command '%s'%s; commands: %s (see megasched --help)\n",
+      std::fprintf(stderr,
+                   "megasched: unknown command '%s'%s; commands: %s (see megasched --help)\n",
                    cmd.c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(),
                    all.c_str());
       return megasched::harness::kExitUsage;

@@ -185,9 +185,8 @@ class PriorStrategy : public Strategy {
     }
     std::ostringstream description;
     description.precision(4);
-    description << "prior: best of " << pool.size() << " (" << best->description
-                << "), predicted " << std::exp(best_log_latency) << " us, failure risk "
-                << best_failure;
+    description << "prior: best of " << pool.size() << " (" << best->description << "), predicted "
+                << std::exp(best_log_latency) << " us, failure risk " << best_failure;
     return {{best->config, description.str(), best->parent}};
   }
 
@@ -252,7 +251,8 @@ class ProposerStrategy : public Strategy {
     for (const std::string& problem : problems) error_ += (error_.empty() ? "" : "; ") + problem;
     if (proposals.empty() && error_.empty()) error_ = "proposer returned no candidates";
     for (Proposal& p : proposals)
-      if (p.description.empty()) p.description = "proposer: " + describe_change(state.incumbent, p.config);
+      if (p.description.empty())
+        p.description = "proposer: " + describe_change(state.incumbent, p.config);
     return proposals;
   }
   void observe(const TrialOutcome&) override {}
@@ -281,13 +281,15 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::str
   if (options.name == "prior") return std::make_unique<PriorStrategy>(options);
   if (options.name == "proposer") {
     if (options.proposer_command.empty()) {
-      if (error) *error = "the proposer strategy needs a command (--proposer \"python3 my_agent.py\")";
+      if (error)
+        *error = "the proposer strategy needs a command (--proposer \"python3 my_agent.py\")";
       return nullptr;
     }
     return std::make_unique<ProposerStrategy>(options);
   }
   if (error) {
-    *error = "unknown strategy '" + options.name + "'; choose one of random, hillclimb, prior, proposer";
+    *error =
+        "unknown strategy '" + options.name + "'; choose one of random, hillclimb, prior, proposer";
     std::string near = schedule::nearest(options.name, strategy_names());
     if (!near.empty()) *error += " (did you mean '" + near + "'?)";
   }
@@ -316,8 +318,8 @@ json proposer_context(const SearchState& state, int count, int recent_trials) {
           {"incumbent",
            {{"config", schedule::to_json(state.incumbent)},
             {"schedule_id", state.incumbent_id},
-            {"latency_us", state.incumbent_latency_us ? json(*state.incumbent_latency_us)
-                                                      : json(nullptr)}}},
+            {"latency_us",
+             state.incumbent_latency_us ? json(*state.incumbent_latency_us) : json(nullptr)}}},
           {"recent_trials", recent},
           {"trials_left", state.trials_left},
           {"count", count}};
@@ -340,7 +342,8 @@ std::vector<Proposal> parse_proposals(const std::string& text, std::vector<std::
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       json j = json::parse(line, nullptr, false);
       if (j.is_discarded()) {
-        if (problems) problems->push_back("proposer output line " + std::to_string(number) + " is not JSON");
+        if (problems)
+          problems->push_back("proposer output line " + std::to_string(number) + " is not JSON");
         continue;
       }
       candidates.push_back(std::move(j));

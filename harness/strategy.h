@@ -32,8 +32,8 @@ namespace megasched::harness {
 /// One candidate with the reason it was proposed.
 struct Proposal {
   schedule::ScheduleConfig config;
-  std::string description;                          // one line: what is tried and why
-  std::optional<schedule::ScheduleConfig> parent;   // derived from (default: the incumbent)
+  std::string description;                         // one line: what is tried and why
+  std::optional<schedule::ScheduleConfig> parent;  // derived from (default: the incumbent)
 };
 
 /// What one trial came to, as strategies see it.
@@ -50,7 +50,7 @@ struct TrialOutcome {
 struct SearchState {
   const schedule::ModelShape* shape = nullptr;
   const schedule::GpuTarget* target = nullptr;
-  nlohmann::json identity;                    // evaluator identity: model, target, device
+  nlohmann::json identity;  // evaluator identity: model, target, device
   schedule::ScheduleConfig incumbent;
   std::string incumbent_id;
   std::optional<double> incumbent_latency_us;
@@ -76,12 +76,12 @@ class Strategy {
 };
 
 struct StrategyOptions {
-  std::string name = "hillclimb";   // random | hillclimb | prior | proposer
+  std::string name = "hillclimb";  // random | hillclimb | prior | proposer
   uint64_t seed = 0;
-  int restart_after = 8;            // hillclimb: trials without a local improvement
-  double exploration = 0.1;         // prior: share of random trials
-  int pool_size = 256;              // prior: candidates ranked per trial
-  int min_prior_samples = 8;        // prior: random trials until it has this many latencies
+  int restart_after = 8;      // hillclimb: trials without a local improvement
+  double exploration = 0.1;   // prior: share of random trials
+  int pool_size = 256;        // prior: candidates ranked per trial
+  int min_prior_samples = 8;  // prior: random trials until it has this many latencies
   std::vector<flywheel::CorpusRecord> training;  // prior: corpus records (same target and device)
   schedule::ModelShape shape;       // prior: the shape of this run's model (features of outcomes)
   std::string proposer_command;     // proposer: run with /bin/sh -c

@@ -32,9 +32,11 @@ bool WorkerEvaluator::ensure_running(std::string* error) const {
   std::string line;
   auto status = child_.read_line(options_.start_timeout_s, &line);
   if (status != ChildProcess::ReadStatus::kLine) {
-    std::string ended = status == ChildProcess::ReadStatus::kTimeout
-                            ? (child_.kill(), "no ready line within " + std::to_string(static_cast<int>(options_.start_timeout_s)) + " s")
-                            : child_.finish(2.0);
+    std::string ended =
+        status == ChildProcess::ReadStatus::kTimeout
+            ? (child_.kill(), "no ready line within " +
+                                  std::to_string(static_cast<int>(options_.start_timeout_s)) + " s")
+            : child_.finish(2.0);
     if (error)
       *error = "worker `" + options_.command + "` did not start (" + ended + ")" +
                (child_.stderr_tail().empty() ? "" : ": " + one_line(child_.stderr_tail()));
@@ -44,8 +46,9 @@ bool WorkerEvaluator::ensure_running(std::string* error) const {
   json hello = json::parse(line, nullptr, false);
   if (hello.is_discarded() || !hello.value("ready", false)) {
     if (error)
-      *error = "worker `" + options_.command + "` is not ready: " +
-               (hello.is_object() && hello.contains("error") ? hello["error"].dump() : one_line(line));
+      *error =
+          "worker `" + options_.command + "` is not ready: " +
+          (hello.is_object() && hello.contains("error") ? hello["error"].dump() : one_line(line));
     child_.kill();
     return false;
   }
@@ -107,8 +110,8 @@ eval::Verdict WorkerEvaluator::evaluate(const schedule::ScheduleConfig& config) 
   if (!ensure_running(&error)) return failure_verdict(config, "crash", error);
   json reply;
   std::string what;
-  switch (request({{"op", "evaluate"}, {"config", schedule::to_json(config)}}, options_.trial_timeout_s,
-                  &reply, &what)) {
+  switch (request({{"op", "evaluate"}, {"config", schedule::to_json(config)}},
+                  options_.trial_timeout_s, &reply, &what)) {
     case Reply::kTimeout:
       return failure_verdict(config, "timeout", what);
     case Reply::kDied:
@@ -119,8 +122,9 @@ eval::Verdict WorkerEvaluator::evaluate(const schedule::ScheduleConfig& config) 
   }
   if (!reply.contains("verdict") || !reply["verdict"].is_object()) {
     child_.kill();
-    return failure_verdict(config, "crash",
-                           "worker error: " + (reply.contains("error") ? reply["error"].dump() : reply.dump()));
+    return failure_verdict(
+        config, "crash",
+        "worker error: " + (reply.contains("error") ? reply["error"].dump() : reply.dump()));
   }
   eval::Verdict v = eval::verdict_from_json(reply["verdict"]);
   if (!v.schedule_id.empty()) ids_[schedule::canonical_string(config)] = v.schedule_id;
@@ -140,8 +144,8 @@ std::string WorkerEvaluator::schedule_id(const schedule::ScheduleConfig& config)
   json reply;
   std::string what;
   if (ensure_running(&error) &&
-      request({{"op", "schedule_id"}, {"config", schedule::to_json(config)}}, options_.request_timeout_s,
-              &reply, &what) == Reply::kOk &&
+      request({{"op", "schedule_id"}, {"config", schedule::to_json(config)}},
+              options_.request_timeout_s, &reply, &what) == Reply::kOk &&
       reply.contains("schedule_id") && reply["schedule_id"].is_string()) {
     return ids_[key] = reply["schedule_id"].get<std::string>();
   }

@@ -29,10 +29,10 @@
 namespace megasched::harness {
 
 struct WorkerOptions {
-  std::string command;           // e.g. "/path/megasched worker --model small --gpu auto --device gpu"
-  double trial_timeout_s = 300;  // wall clock per evaluate request
-  double start_timeout_s = 300;  // until the ready line (model load, reference logits)
-  double request_timeout_s = 60; // schedule_id / identity requests
+  std::string command;  // e.g. "/path/megasched worker --model small --gpu auto --device gpu"
+  double trial_timeout_s = 300;   // wall clock per evaluate request
+  double start_timeout_s = 300;   // until the ready line (model load, reference logits)
+  double request_timeout_s = 60;  // schedule_id / identity requests
 };
 
 class WorkerEvaluator : public Evaluator {

@@ -59,8 +59,8 @@ const std::vector<KnobEntry>& knob_table() {
     auto add = [&](std::string path, std::vector<json> choices, std::string description,
                    KnobAccess access) {
       json def = access.get(d);
-      t.push_back({{std::move(path), std::move(choices), def, std::move(description)},
-                   std::move(access)});
+      t.push_back(
+          {{std::move(path), std::move(choices), def, std::move(description)}, std::move(access)});
     };
     add("tiling.gemv_rows_per_task", ints({8, 16, 32, 64, 128, 256}),
         "output rows per GEMV task (QKV tiles round up to whole heads when RoPE is fused)",
@@ -92,8 +92,7 @@ const std::vector<KnobEntry>& knob_table() {
     add("dependencies.qkv_to_attention", gran_choices,
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));
-    add("dependencies.attention_to_o", gran_choices,
-        "attention (or combine) -> O projection edge",
+    add("dependencies.attention_to_o", gran_choices, "attention (or combine) -> O projection edge",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::attention_to_o, gran));
     add("dependencies.gate_up_to_down", gran_choices,
         "gate/up (or SiLU*mul) -> down projection edge",
@@ -181,7 +180,8 @@ std::vector<std::string> group_names() {
 std::vector<std::string> keys_of_group(const std::string& group) {
   std::vector<std::string> keys;
   for (const auto& k : knob_table())
-    if (k.spec.path.rfind(group + ".", 0) == 0) keys.push_back(k.spec.path.substr(group.size() + 1));
+    if (k.spec.path.rfind(group + ".", 0) == 0)
+      keys.push_back(k.spec.path.substr(group.size() + 1));
   return keys;
 }
 
@@ -189,7 +189,8 @@ std::string did_you_mean(const std::string& name, const std::vector<std::string>
   std::string near = nearest(name, candidates);
   std::string all;
   for (const auto& c : candidates) all += (all.empty() ? "" : ", ") + c;
-  return (near.empty() ? std::string() : " (did you mean '" + near + "'?)") + "; valid keys: " + all;
+  return (near.empty() ? std::string() : " (did you mean '" + near + "'?)") +
+         "; valid keys: " + all;
 }
 
 }  // namespace
@@ -257,8 +258,8 @@ std::optional<ScheduleConfig> parse_config(const json& j, std::string* error) {
                     "; valid keys in '" + group + "': " + all);
       }
       if (!value_allowed(knob->spec, value))
-        return fail("config key '" + path + "' has value " + value.dump() + " (" + json_type(value) +
-                    "); allowed values: " + choices_text(knob->spec));
+        return fail("config key '" + path + "' has value " + value.dump() + " (" +
+                    json_type(value) + "); allowed values: " + choices_text(knob->spec));
       knob->access.set(&config, value);
     }
   }

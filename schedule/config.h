@@ -42,7 +42,8 @@ enum class Granularity : uint8_t {
 enum class AssignPolicy : uint8_t {
   kRoundRobin,   // tasks in topological order, task i to block i mod grid
   kLoadBalance,  // each task (topological order) to the block with the least estimated work so far
-  kLayerAffine,  // tile t of every op to block (t mod grid): a block keeps the same slice each layer
+  kLayerAffine,  // tile t of every op to block (t mod grid): a block keeps the same slice each
+                 // layer
   kDynamic,      // one global queue in topological order, claimed with an atomic ticket
 };
 
@@ -53,11 +54,13 @@ enum class WeightLoad : uint8_t {
 };
 
 struct TilingConfig {
-  int gemv_rows_per_task = 64;      // output rows per GEMV task (QKV tiles round up to head_dim when RoPE is fused)
-  int gemv_k_split = 1;             // reduction split: >1 adds partial buffers and a reduce task per tile
+  int gemv_rows_per_task =
+      64;  // output rows per GEMV task (QKV tiles round up to head_dim when RoPE is fused)
+  int gemv_k_split = 1;  // reduction split: >1 adds partial buffers and a reduce task per tile
   int lm_head_rows_per_task = 512;  // output rows per LM-head task
   int attn_q_heads_per_task = 0;    // query heads per attention task; 0 = the whole KV group
-  int attn_kv_partitions = 1;       // flash-decoding partitions of the KV history (>1 adds combine tasks)
+  int attn_kv_partitions =
+      1;  // flash-decoding partitions of the KV history (>1 adds combine tasks)
 
   bool operator==(const TilingConfig&) const = default;
 };
@@ -77,7 +80,8 @@ struct DependencyConfig {
   Granularity qkv_to_attention = Granularity::kPerOp;
   Granularity attention_to_o = Granularity::kPerOp;
   Granularity gate_up_to_down = Granularity::kPerOp;
-  Granularity residual = Granularity::kPerOp;  // residual-stream producers (O, down, adds) to their readers
+  Granularity residual =
+      Granularity::kPerOp;  // residual-stream producers (O, down, adds) to their readers
 
   bool operator==(const DependencyConfig&) const = default;
 };

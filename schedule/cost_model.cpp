@@ -20,7 +20,8 @@ double stream_efficiency(const Program& p) {
   e *= p.build.unroll >= 4 ? 1.0 : p.build.unroll == 2 ? 0.92 : 0.75;
   e *= p.build.rows_per_warp >= 2 ? 1.0 : 0.95;
   e *= p.build.weight_load == 1 ? 1.0 : 0.97;
-  const double threads_per_sm = static_cast<double>(p.launch.threads_per_block) * p.launch.blocks_per_sm;
+  const double threads_per_sm =
+      static_cast<double>(p.launch.threads_per_block) * p.launch.blocks_per_sm;
   e *= std::min(1.0, 0.55 + threads_per_sm / 1024.0);
   // Input staging: fewer, larger pages mean fewer block barriers per task.
   const double page = std::max(1, p.launch.smem_page_bytes);

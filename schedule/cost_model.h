@@ -20,11 +20,11 @@
 namespace megasched::schedule {
 
 struct CostEstimate {
-  double latency_us = 0.0;        // max(simulated makespan, floor) + launch overhead
-  double makespan_us = 0.0;       // the simulated kernel
-  double streamed_bytes = 0.0;    // bytes all tasks stream
+  double latency_us = 0.0;            // max(simulated makespan, floor) + launch overhead
+  double makespan_us = 0.0;           // the simulated kernel
+  double streamed_bytes = 0.0;        // bytes all tasks stream
   double critical_path_stages = 0.0;  // longest chain of dependent tasks
-  bool completed = false;         // false: the simulation found a queue that never drains
+  bool completed = false;             // false: the simulation found a queue that never drains
 };
 
 /// Bytes task `task` streams from HBM at `position` (weights + KV + activations it reads).

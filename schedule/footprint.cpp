@@ -15,7 +15,8 @@ class Builder {
     if (failed_) return;
     if (begin >= end) return fail("an empty operand range");
     if (end > kMax64) return fail("an operand range beyond 2^64 elements");
-    out_->push_back(Access{buffer, static_cast<uint64_t>(begin), static_cast<uint64_t>(end), write});
+    out_->push_back(
+        Access{buffer, static_cast<uint64_t>(begin), static_cast<uint64_t>(end), write});
   }
   void read(uint32_t buffer, u128 begin, u128 end) { add(buffer, begin, end, false); }
   void write(uint32_t buffer, u128 begin, u128 end) { add(buffer, begin, end, true); }
@@ -48,17 +49,23 @@ void qkv_rows(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const u128 hd = m.head_dim;
   const u128 q_dim = static_cast<u128>(m.heads) * hd;
   const u128 kv_dim = static_cast<u128>(m.kv_heads) * hd;
-  if (!b->require(m.head_dim > 0 && m.head_dim % 2 == 0, "RoPE needs an even, nonzero head_dim")) return;
+  if (!b->require(m.head_dim > 0 && m.head_dim % 2 == 0, "RoPE needs an even, nonzero head_dim"))
+    return;
   if (!b->require(m.heads > 0 && m.kv_heads > 0 && m.max_seq > 0,
-                  "RoPE / KV append needs heads, kv_heads and max_seq > 0")) return;
+                  "RoPE / KV append needs heads, kv_heads and max_seq > 0"))
+    return;
   if (!b->require(in.layer < m.layers, "a KV append in a layer beyond the model")) return;
   if (!b->require(in.row_begin % m.head_dim == 0 && in.row_end % m.head_dim == 0,
-                  "a RoPE row range not aligned to head_dim")) return;
+                  "a RoPE row range not aligned to head_dim"))
+    return;
   const u128 rb = in.row_begin, re = in.row_end;
   if (!b->require(re <= q_dim + 2 * kv_dim, "QKV rows beyond q_dim + 2 kv_dim")) return;
-  if (rb < q_dim + kv_dim) b->read(ms_abi::kBufActivations, m.rope_table, static_cast<u128>(m.rope_table) + hd / 2);
+  if (rb < q_dim + kv_dim)
+    b->read(ms_abi::kBufActivations, m.rope_table, static_cast<u128>(m.rope_table) + hd / 2);
   b->read(ms_abi::kBufStep, 1, 2);  // position
-  if (rb < q_dim) b->write(ms_abi::kBufActivations, static_cast<u128>(in.out) + rb, static_cast<u128>(in.out) + std::min(re, q_dim));
+  if (rb < q_dim)
+    b->write(ms_abi::kBufActivations, static_cast<u128>(in.out) + rb,
+             static_cast<u128>(in.out) + std::min(re, q_dim));
   const u128 row_len = static_cast<u128>(m.max_seq) * hd;
   // kv = 0: key rows [q_dim, q_dim + kv_dim); kv = 1: value rows after them.
   for (uint32_t kv = 0; kv < 2; ++kv) {
@@ -82,11 +89,15 @@ void epilogue(const Program& p, const ms_abi::Instr& in, Builder* b) {
 void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const uint16_t known = kPrologueFlags | kEpilogueFlags;
   if (!b->require((in.flags & ~known) == 0, "gemv with unknown flag bits")) return;
-  if (!b->require(popcount16(in.flags & kPrologueFlags) <= 1, "gemv with both prologue flags")) return;
-  if (!b->require(popcount16(in.flags & kEpilogueFlags) <= 1, "gemv with more than one epilogue flag")) return;
+  if (!b->require(popcount16(in.flags & kPrologueFlags) <= 1, "gemv with both prologue flags"))
+    return;
+  if (!b->require(popcount16(in.flags & kEpilogueFlags) <= 1,
+                  "gemv with more than one epilogue flag"))
+    return;
   if (!b->require(in.row_begin < in.row_end, "gemv with an empty row range")) return;
   if (!b->require(in.col_begin < in.col_end && in.col_end <= in.ld,
-                  "gemv reduction range not inside [0, ld)")) return;
+                  "gemv reduction range not inside [0, ld)"))
+    return;
   const u128 rb = in.row_begin, re = in.row_end, cb = in.col_begin, ce = in.col_end, ld = in.ld;
   b->read(ms_abi::kBufWeights, in.weight + rb * ld + cb, in.weight + (re - 1) * ld + ce);
   if (in.flags & ms_abi::kFlagNormPrologue) {
@@ -103,29 +114,36 @@ void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
 
 void gemv_reduce(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const uint16_t known = ms_abi::kFlagResidual | ms_abi::kFlagRopeKv;
-  if (!b->require((in.flags & ~known) == 0, "gemv_reduce with a flag other than residual / rope_kv")) return;
-  if (!b->require(popcount16(in.flags) <= 1, "gemv_reduce with more than one epilogue flag")) return;
+  if (!b->require((in.flags & ~known) == 0,
+                  "gemv_reduce with a flag other than residual / rope_kv"))
+    return;
+  if (!b->require(popcount16(in.flags) <= 1, "gemv_reduce with more than one epilogue flag"))
+    return;
   if (!b->require(in.row_begin < in.row_end, "gemv_reduce with an empty row range")) return;
   const uint32_t n_split = in.param0;
   if (!b->require(n_split >= 1 && n_split <= kMaxFootprintSplits,
-                  "gemv_reduce split count (param0) not in [1, 4096]")) return;
+                  "gemv_reduce split count (param0) not in [1, 4096]"))
+    return;
   const u128 rb = in.row_begin, re = in.row_end, stride = in.param1;
   if (stride <= re - rb) {  // the split slices touch or overlap: one range
     b->read(ms_abi::kBufActivations, in.in + rb, in.in + (n_split - 1) * stride + re);
   } else {
-    for (u128 s = 0; s < n_split; ++s) b->read(ms_abi::kBufActivations, in.in + s * stride + rb, in.in + s * stride + re);
+    for (u128 s = 0; s < n_split; ++s)
+      b->read(ms_abi::kBufActivations, in.in + s * stride + rb, in.in + s * stride + re);
   }
   epilogue(p, in, b);
 }
 
 bool attention_shape(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const ms_abi::ModelParams& m = p.model;
-  if (!b->require(m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0 && m.max_seq > 0 &&
-                      m.heads % m.kv_heads == 0,
-                  "attention needs heads, kv_heads, head_dim, max_seq > 0 and heads % kv_heads == 0"))
+  if (!b->require(
+          m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0 && m.max_seq > 0 &&
+              m.heads % m.kv_heads == 0,
+          "attention needs heads, kv_heads, head_dim, max_seq > 0 and heads % kv_heads == 0"))
     return false;
   if (!b->require(in.flags == 0, "attention with flags")) return false;
-  if (!b->require(in.row_begin < in.row_end && in.row_end <= m.heads, "attention heads not inside [0, heads)"))
+  if (!b->require(in.row_begin < in.row_end && in.row_end <= m.heads,
+                  "attention heads not inside [0, heads)"))
     return false;
   return b->require(in.param2 >= 1 && in.param2 <= kMaxFootprintSplits,
                     "attention partition count (param2) not in [1, 4096]");
@@ -138,8 +156,10 @@ void attn_partial(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const uint32_t g = in.param0, part = in.param1, parts = in.param2;
   if (!b->require(g < m.kv_heads, "attention KV head (param0) beyond kv_heads")) return;
   if (!b->require(in.row_begin >= g * group && in.row_end <= (g + 1) * group,
-                  "attention query heads outside their KV group")) return;
-  if (!b->require(part < parts, "attention partition (param1) not below the partition count")) return;
+                  "attention query heads outside their KV group"))
+    return;
+  if (!b->require(part < parts, "attention partition (param1) not below the partition count"))
+    return;
   if (!b->require(in.layer < m.layers, "attention in a layer beyond the model")) return;
   const u128 hd = m.head_dim, rb = in.row_begin, re = in.row_end;
   b->read(ms_abi::kBufActivations, in.in + rb * hd, in.in + re * hd);
@@ -162,7 +182,8 @@ void attn_combine(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const ms_abi::ModelParams& m = p.model;
   const u128 hd = m.head_dim, rec = hd + 2, rb = in.row_begin, re = in.row_end;
   for (u128 part = 0; part < in.param2; ++part) {
-    b->read(ms_abi::kBufActivations, in.aux + (part * m.heads + rb) * rec, in.aux + (part * m.heads + re) * rec);
+    b->read(ms_abi::kBufActivations, in.aux + (part * m.heads + rb) * rec,
+            in.aux + (part * m.heads + re) * rec);
   }
   b->write(ms_abi::kBufActivations, in.out + rb * hd, in.out + re * hd);
 }
@@ -181,17 +202,21 @@ bool task_footprint(const Program& program, uint32_t task, std::vector<Access>* 
   switch (in.opcode) {
     case ms_abi::kEmbed: {
       if (!b.require(in.flags == 0, "embed with flags")) break;
-      if (!b.require(in.row_begin < in.row_end && in.row_end <= in.ld, "embed rows not inside [0, ld)")) break;
+      if (!b.require(in.row_begin < in.row_end && in.row_end <= in.ld,
+                     "embed rows not inside [0, ld)"))
+        break;
       if (!b.require(program.model.vocab > 0, "embed with vocab 0")) break;
       b.read(ms_abi::kBufStep, 0, 1);  // token
-      b.read(ms_abi::kBufWeights, in.weight + rb, in.weight + static_cast<u128>(program.model.vocab - 1) * in.ld + re);
+      b.read(ms_abi::kBufWeights, in.weight + rb,
+             in.weight + static_cast<u128>(program.model.vocab - 1) * in.ld + re);
       b.write(ms_abi::kBufActivations, in.out + rb, in.out + re);
       break;
     }
     case ms_abi::kRmsNorm: {
       if (!b.require(in.flags == 0, "rms_norm with flags")) break;
       if (!b.require(in.row_begin < in.row_end && in.row_end <= in.col_end,
-                     "rms_norm rows not inside the vector [0, col_end)")) break;
+                     "rms_norm rows not inside the vector [0, col_end)"))
+        break;
       b.read(ms_abi::kBufActivations, in.in, static_cast<u128>(in.in) + in.col_end);
       b.read(ms_abi::kBufWeights, in.weight2 + rb, in.weight2 + re);
       b.write(ms_abi::kBufActivations, in.out + rb, in.out + re);

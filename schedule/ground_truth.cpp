@@ -23,14 +23,21 @@ struct StateHash {
 
 class Explorer {
  public:
-  Explorer(const Program& p, const GpuTarget& target, const TaskAccesses& acc, const GroundTruthOptions& opt)
-      : p_(p), target_(target), acc_(acc), opt_(opt), n_(p.tasks.size()), words_((p.tasks.size() + 63) / 64) {}
+  Explorer(const Program& p, const GpuTarget& target, const TaskAccesses& acc,
+           const GroundTruthOptions& opt)
+      : p_(p),
+        target_(target),
+        acc_(acc),
+        opt_(opt),
+        n_(p.tasks.size()),
+        words_((p.tasks.size() + 63) / 64) {}
 
   GroundTruth run() {
     launch_facts();
     if (n_ > opt_.max_tasks) {
       out_.complete = false;
-      out_.findings.push_back("too large: " + std::to_string(n_) + " tasks (the explorer takes at most " +
+      out_.findings.push_back("too large: " + std::to_string(n_) +
+                              " tasks (the explorer takes at most " +
                               std::to_string(opt_.max_tasks) + ")");
       return out_;
     }
@@ -55,18 +62,22 @@ class Explorer {
       find("launch", "a block of " + std::to_string(threads) + " threads cannot be launched");
       return;
     }
-    if (p_.build.threads_per_block != threads) find("launch", "kernel compiled for another block size");
+    if (p_.build.threads_per_block != threads)
+      find("launch", "kernel compiled for another block size");
     const int64_t smem = l.smem_bytes;
     if (smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes || smem < 0)
       find("launch", "shared memory smaller than its pages");
-    if (smem > target_.smem_per_block_optin) find("launch", "shared memory above the per-block opt-in limit");
+    if (smem > target_.smem_per_block_optin)
+      find("launch", "shared memory above the per-block opt-in limit");
     int64_t per_sm = target_.max_blocks_per_sm;
     per_sm = std::min<int64_t>(per_sm, target_.max_threads_per_sm / threads);
-    per_sm = std::min<int64_t>(per_sm, target_.smem_per_sm / (std::max<int64_t>(smem, 0) + kRuntimeReservedSmem));
+    per_sm = std::min<int64_t>(
+        per_sm, target_.smem_per_sm / (std::max<int64_t>(smem, 0) + kRuntimeReservedSmem));
     per_sm = std::min<int64_t>(per_sm, target_.regs_per_sm / (threads * kRegistersPerThreadFloor));
     const int64_t resident = per_sm * target_.num_sms;
     if (l.grid_blocks < 1 || l.grid_blocks > resident)
-      find("launch", std::to_string(l.grid_blocks) + " blocks but only " + std::to_string(resident) +
+      find("launch", std::to_string(l.grid_blocks) + " blocks but only " +
+                         std::to_string(resident) +
                          " can be resident at once: a persistent grid would hang");
   }
 
@@ -84,7 +95,8 @@ class Explorer {
       }
       for (uint32_t w = 0; w < in.wait_count; ++w)
         if (p_.waits[in.wait_begin + w].counter >= counters) {
-          find("malformed", "task " + std::to_string(t) + " waits on a counter that does not exist");
+          find("malformed",
+               "task " + std::to_string(t) + " waits on a counter that does not exist");
           return false;
         }
       if (in.signal_increment > 0 && in.signal_counter >= counters) {
@@ -103,7 +115,8 @@ class Explorer {
       }
     for (size_t t = 0; t < n_; ++t)
       if (times[t] != 1) {
-        find("malformed", "task " + std::to_string(t) + " is queued " + std::to_string(times[t]) + " times");
+        find("malformed",
+             "task " + std::to_string(t) + " is queued " + std::to_string(times[t]) + " times");
         return false;
       }
     if (p_.launch.dynamic_queue && p_.queues.size() != 1) {
@@ -114,8 +127,10 @@ class Explorer {
       for (const auto* set : {&acc_.reads[t], &acc_.writes[t]})
         for (uint64_t key : *set) {
           const uint32_t buffer = static_cast<uint32_t>(key >> 56);
-          if (buffer >= ms_abi::kBufCount || (key & ((uint64_t{1} << 56) - 1)) >= p_.buffer_elements[buffer]) {
-            find("malformed", "task " + std::to_string(t) + " touches an element outside its buffer");
+          if (buffer >= ms_abi::kBufCount ||
+              (key & ((uint64_t{1} << 56) - 1)) >= p_.buffer_elements[buffer]) {
+            find("malformed",
+                 "task " + std::to_string(t) + " touches an element outside its buffer");
             return false;
           }
         }
@@ -128,8 +143,8 @@ class Explorer {
       if (in.signal_increment > 0) sum[in.signal_counter] += in.signal_increment;
     for (size_t c = 0; c < sum.size(); ++c)
       if (sum[c] != p_.counter_totals[c])
-        find("epoch", "counter " + std::to_string(c) + " receives " + std::to_string(sum[c]) + " per step but declares " +
-                          std::to_string(p_.counter_totals[c]));
+        find("epoch", "counter " + std::to_string(c) + " receives " + std::to_string(sum[c]) +
+                          " per step but declares " + std::to_string(p_.counter_totals[c]));
   }
 
   bool is_input(uint64_t key) const {
@@ -150,8 +165,9 @@ class Explorer {
     bool doubled = false;
     for (const auto& [key, list] : writers)
       if (list.size() > 1 && !doubled) {
-        find("double_write", "tasks " + std::to_string(list[0]) + " and " + std::to_string(list[1]) +
-                                 " both write element " + std::to_string(key & ((uint64_t{1} << 56) - 1)) + " of buffer " +
+        find("double_write", "tasks " + std::to_string(list[0]) + " and " +
+                                 std::to_string(list[1]) + " both write element " +
+                                 std::to_string(key & ((uint64_t{1} << 56) - 1)) + " of buffer " +
                                  std::to_string(key >> 56));
         doubled = true;
       }
@@ -165,8 +181,9 @@ class Explorer {
           if (it == writers.end()) {
             if (reading && !is_input(key) && !uninit) {
               find("uninitialized_read", "task " + std::to_string(x) + " reads element " +
-                                             std::to_string(key & ((uint64_t{1} << 56) - 1)) + " of buffer " +
-                                             std::to_string(key >> 56) + ", which nothing writes");
+                                             std::to_string(key & ((uint64_t{1} << 56) - 1)) +
+                                             " of buffer " + std::to_string(key >> 56) +
+                                             ", which nothing writes");
               uninit = true;
             }
             continue;
@@ -205,7 +222,8 @@ class Explorer {
       for (size_t t = 0; t < n_; ++t)
         if (done(s, t)) {
           ++finished;
-          if (p_.tasks[t].signal_increment > 0) value[p_.tasks[t].signal_counter] += p_.tasks[t].signal_increment;
+          if (p_.tasks[t].signal_increment > 0)
+            value[p_.tasks[t].signal_counter] += p_.tasks[t].signal_increment;
         }
       auto can_start = [&](uint32_t t) {
         const ms_abi::Instr& in = p_.tasks[t];
@@ -244,17 +262,18 @@ class Explorer {
           const uint32_t w = static_cast<uint32_t>(i * 64 + __builtin_ctzll(hit));
           const bool together = std::find(enabled.begin(), enabled.end(), w) != enabled.end();
           find(together ? "race" : "stale_read",
-               "task " + std::to_string(x) + " can " + (together ? "run concurrently with" : "run before") + " task " +
-                   std::to_string(w) + ", which writes an element it accesses (after " + std::to_string(finished) +
-                   " finished tasks)");
+               "task " + std::to_string(x) + " can " +
+                   (together ? "run concurrently with" : "run before") + " task " +
+                   std::to_string(w) + ", which writes an element it accesses (after " +
+                   std::to_string(finished) + " finished tasks)");
           if (opt_.stop_at_first) return;
           break;
         }
       }
       if (enabled.empty() && !can_claim) {
         if (finished < n_) {
-          find("deadlock", std::to_string(n_ - finished) + " tasks can never start after " + std::to_string(finished) +
-                               " finished ones");
+          find("deadlock", std::to_string(n_ - finished) + " tasks can never start after " +
+                               std::to_string(finished) + " finished ones");
           if (opt_.stop_at_first) return;
         }
         continue;
@@ -284,13 +303,13 @@ class Explorer {
 
 }  // namespace
 
-bool record_accesses(const Program& program, const Weights& weights, int32_t position, TaskAccesses* out,
-                     std::string* error) {
+bool record_accesses(const Program& program, const Weights& weights, int32_t position,
+                     TaskAccesses* out, std::string* error) {
   const size_t n = program.tasks.size();
   for (size_t t = 0; t < n; ++t)
     if (program.tasks[t].opcode >= ms_abi::kOpcodeCount) {
-      *error = "task " + std::to_string(t) + " has opcode " + std::to_string(program.tasks[t].opcode) +
-               ", which the ReferenceVm cannot execute";
+      *error = "task " + std::to_string(t) + " has opcode " +
+               std::to_string(program.tasks[t].opcode) + ", which the ReferenceVm cannot execute";
       return false;
     }
   out->reads.assign(n, {});
@@ -315,20 +334,21 @@ bool record_accesses(const Program& program, const Weights& weights, int32_t pos
 std::vector<int32_t> ground_truth_positions(const Program& program) {
   uint32_t parts = 1;
   for (const auto& in : program.tasks)
-    if (in.opcode == ms_abi::kAttnPartial) parts = std::max(parts, std::min<uint32_t>(in.param2, 64));
+    if (in.opcode == ms_abi::kAttnPartial)
+      parts = std::max(parts, std::min<uint32_t>(in.param2, 64));
   std::vector<int32_t> out;
   for (uint32_t pos = 0; pos < parts && pos < std::max<uint32_t>(program.model.max_seq, 1); ++pos)
     out.push_back(static_cast<int32_t>(pos));
   return out;
 }
 
-GroundTruth explore_ground_truth(const Program& program, const GpuTarget& target, const TaskAccesses& accesses,
-                                 const GroundTruthOptions& options) {
+GroundTruth explore_ground_truth(const Program& program, const GpuTarget& target,
+                                 const TaskAccesses& accesses, const GroundTruthOptions& options) {
   return Explorer(program, target, accesses, options).run();
 }
 
-DynamicCheck dynamic_check(const Program& program, const Weights& weights, int orders, uint64_t seed, int32_t token,
-                           int32_t position) {
+DynamicCheck dynamic_check(const Program& program, const Weights& weights, int orders,
+                           uint64_t seed, int32_t token, int32_t position) {
   DynamicCheck out;
   std::vector<float> first_act, first_logits;
   for (int i = 0; i < orders; ++i) {
@@ -347,14 +367,17 @@ DynamicCheck dynamic_check(const Program& program, const Weights& weights, int o
       continue;
     }
     const std::vector<float>& act = machine.activations();
-    const bool same_act = act.size() == first_act.size() &&
-                          std::memcmp(act.data(), first_act.data(), act.size() * sizeof(float)) == 0;
-    const bool same_logits = r.logits.size() == first_logits.size() &&
-                             std::memcmp(r.logits.data(), first_logits.data(), r.logits.size() * sizeof(float)) == 0;
+    const bool same_act =
+        act.size() == first_act.size() &&
+        std::memcmp(act.data(), first_act.data(), act.size() * sizeof(float)) == 0;
+    const bool same_logits =
+        r.logits.size() == first_logits.size() &&
+        std::memcmp(r.logits.data(), first_logits.data(), r.logits.size() * sizeof(float)) == 0;
     if (!same_act || !same_logits) {
       out.deterministic = false;
       if (out.detail.empty())
-        out.detail = "order " + std::to_string(i) + " (seed " + std::to_string(seed + i) + ") differs from order 0 in " +
+        out.detail = "order " + std::to_string(i) + " (seed " + std::to_string(seed + i) +
+                     ") differs from order 0 in " +
                      (same_logits ? "the activations" : "the logits");
     }
   }

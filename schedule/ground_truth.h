@@ -48,8 +48,8 @@ struct TaskAccesses {
 /// Runs every task once on a fresh ReferenceVm (in task-id order; values do not matter, only which
 /// elements are touched) at `position` and records its accesses. False with *error when the program
 /// is too malformed to execute (unknown opcode, a task out of range).
-bool record_accesses(const Program& program, const Weights& weights, int32_t position, TaskAccesses* out,
-                     std::string* error);
+bool record_accesses(const Program& program, const Weights& weights, int32_t position,
+                     TaskAccesses* out, std::string* error);
 
 /// The positions whose accesses a safety verdict must cover: the current key is read by the
 /// partition that holds it, which varies with the position; at positions 0 .. P-1 (P the largest
@@ -57,10 +57,10 @@ bool record_accesses(const Program& program, const Weights& weights, int32_t pos
 std::vector<int32_t> ground_truth_positions(const Program& program);
 
 struct GroundTruth {
-  bool complete = true;            // false: the state limit was hit before every state was seen
-  uint64_t states = 0;             // distinct states explored
-  std::set<std::string> kinds;     // "deadlock", "race", "stale_read", "uninitialized_read",
-                                   // "double_write", "epoch", "launch", "malformed"
+  bool complete = true;               // false: the state limit was hit before every state was seen
+  uint64_t states = 0;                // distinct states explored
+  std::set<std::string> kinds;        // "deadlock", "race", "stale_read", "uninitialized_read",
+                                      // "double_write", "epoch", "launch", "malformed"
   std::vector<std::string> findings;  // one line each (first few)
   bool safe() const { return complete && kinds.empty(); }
 };
@@ -72,7 +72,8 @@ struct GroundTruthOptions {
 };
 
 /// Decides safety of `program` by exhaustive exploration, with `accesses` from record_accesses.
-GroundTruth explore_ground_truth(const Program& program, const GpuTarget& target, const TaskAccesses& accesses,
+GroundTruth explore_ground_truth(const Program& program, const GpuTarget& target,
+                                 const TaskAccesses& accesses,
                                  const GroundTruthOptions& options = {});
 
 struct DynamicCheck {
@@ -82,9 +83,9 @@ struct DynamicCheck {
   std::string detail;         // the first difference or stuck report
 };
 
-/// Runs one decode step in `orders` random valid orders (seeds seed .. seed + orders - 1), each on a
-/// fresh ReferenceVm, and compares every run's activations and logits bit for bit with the first.
-DynamicCheck dynamic_check(const Program& program, const Weights& weights, int orders, uint64_t seed, int32_t token,
-                           int32_t position);
+/// Runs one decode step in `orders` random valid orders (seeds seed .. seed + orders - 1), each on
+/// a fresh ReferenceVm, and compares every run's activations and logits bit for bit with the first.
+DynamicCheck dynamic_check(const Program& program, const Weights& weights, int orders,
+                           uint64_t seed, int32_t token, int32_t position);
 
 }  // namespace megasched::schedule

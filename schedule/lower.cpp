@@ -53,9 +53,9 @@ using Source = std::vector<uint32_t>;
 
 /// How a GEMV loads its input vector (which rows of the input producer a task reads).
 enum class InputLoad : uint8_t {
-  kPlain,     // columns [col_begin, col_end) of the input
-  kNorm,      // the whole input (RMSNorm statistic), gamma at weight2
-  kSiluMul,   // columns of gate and of up (up rows start at `in2_rows`)
+  kPlain,    // columns [col_begin, col_end) of the input
+  kNorm,     // the whole input (RMSNorm statistic), gamma at weight2
+  kSiluMul,  // columns of gate and of up (up rows start at `in2_rows`)
 };
 
 struct GemvSpec {
@@ -65,17 +65,17 @@ struct GemvSpec {
   uint32_t row_begin = 0;  // the op's rows in its logical row space
   uint32_t row_end = 0;
   uint32_t tile_rows = 0;
-  uint32_t cols = 0;       // K: columns of the full weight matrix (= ld)
-  uint64_t weight = 0;     // element offset of logical row 0, column 0
-  uint64_t gamma = 0;      // RMSNorm gamma for InputLoad::kNorm
+  uint32_t cols = 0;    // K: columns of the full weight matrix (= ld)
+  uint64_t weight = 0;  // element offset of logical row 0, column 0
+  uint64_t gamma = 0;   // RMSNorm gamma for InputLoad::kNorm
   InputLoad load = InputLoad::kPlain;
   uint32_t in = 0;
   uint32_t in2 = 0;
-  uint32_t in2_rows = 0;   // kSiluMul: logical row of up's column 0 in the input source
+  uint32_t in2_rows = 0;  // kSiluMul: logical row of up's column 0 in the input source
   Source in_src;
-  uint16_t epilogue = 0;   // 0, kFlagResidual or kFlagRopeKv
-  uint32_t out = 0;        // act offset of logical row 0
-  uint32_t aux = 0;        // kFlagResidual: act offset of logical row 0 of the residual
+  uint16_t epilogue = 0;  // 0, kFlagResidual or kFlagRopeKv
+  uint32_t out = 0;       // act offset of logical row 0
+  uint32_t aux = 0;       // kFlagResidual: act offset of logical row 0 of the residual
   Source aux_src;
   Granularity granularity = Granularity::kPerOp;
 };
@@ -114,10 +114,10 @@ class Lowerer {
   uint64_t arena_ = 0;
   uint32_t wbytes_ = 4;
 
-  std::vector<OpCounters> counters_;       // per op
-  std::vector<ms_abi::Wait> pending_;      // waits of the task being emitted
-  std::vector<double> cost_;               // per task: estimated bytes moved
-  std::vector<uint32_t> tile_;             // per task: ordinal within its op
+  std::vector<OpCounters> counters_;   // per op
+  std::vector<ms_abi::Wait> pending_;  // waits of the task being emitted
+  std::vector<double> cost_;           // per task: estimated bytes moved
+  std::vector<uint32_t> tile_;         // per task: ordinal within its op
   uint32_t current_op_ = 0;
   uint32_t op_tasks_ = 0;
 };
@@ -149,7 +149,8 @@ bool Lowerer::check(std::string* error) const {
       return fail("tiling.gemv_k_split = " + std::to_string(t.gemv_k_split) + " cuts the " + what +
                   " = " + std::to_string(k) +
                   " reduction columns into pieces that are not a multiple of 8; allowed: a split S "
-                  "with " + what + " % (8 * S) == 0");
+                  "with " +
+                  what + " % (8 * S) == 0");
   }
   const int group = shape_.heads / shape_.kv_heads;
   if (t.attn_q_heads_per_task < 0 ||
@@ -188,8 +189,8 @@ uint32_t Lowerer::alloc(const std::string& name, uint64_t elements, uint64_t min
   return static_cast<uint32_t>(region.begin);  // the arena size is checked against 2^32 at the end
 }
 
-uint32_t Lowerer::begin_op(const std::string& name, OpKind kind, int layer,
-                           Granularity granularity, bool signals) {
+uint32_t Lowerer::begin_op(const std::string& name, OpKind kind, int layer, Granularity granularity,
+                           bool signals) {
   current_op_ = static_cast<uint32_t>(program_.ops.size());
   program_.ops.push_back({name, kind, layer});
   OpCounters c;
@@ -319,16 +320,15 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
       if (spec.epilogue == ms_abi::kFlagResidual) read(spec.aux_src, r0, r1);
       emit(t, (r1 - r0) * weight_bytes_per_row + input_bytes + (r1 - r0) * 4.0);
     }
-      return op;
+    return op;
   }
 
   // Split-K: partial tasks into a [splits][rows] buffer, then one reduce per tile. The partial
   // buffer's effective base makes logical row r of split s land at base + s * rows + r.
-  const uint32_t region = alloc(spec.name + ".partial", static_cast<uint64_t>(splits) * rows,
-                                spec.row_begin);
+  const uint32_t region =
+      alloc(spec.name + ".partial", static_cast<uint64_t>(splits) * rows, spec.row_begin);
   const uint32_t part_base = region - spec.row_begin;
-  const uint32_t partial_op =
-      begin_op(spec.name, spec.kind, spec.layer, Granularity::kPerSlice);
+  const uint32_t partial_op = begin_op(spec.name, spec.kind, spec.layer, Granularity::kPerSlice);
   for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += spec.tile_rows) {
     const uint32_t r1 = std::min(spec.row_end, r0 + spec.tile_rows);
     begin_slice(r0, r1);
@@ -464,9 +464,9 @@ std::optional<Program> Lowerer::run(std::string* error) {
   const uint32_t vocab = static_cast<uint32_t>(shape_.vocab);
   const uint32_t rows_per_task = static_cast<uint32_t>(cfg.tiling.gemv_rows_per_task);
   const uint32_t group = heads / kv_heads;
-  const uint32_t q_chunk =
-      cfg.tiling.attn_q_heads_per_task > 0 ? static_cast<uint32_t>(cfg.tiling.attn_q_heads_per_task)
-                                           : group;
+  const uint32_t q_chunk = cfg.tiling.attn_q_heads_per_task > 0
+                               ? static_cast<uint32_t>(cfg.tiling.attn_q_heads_per_task)
+                               : group;
   const uint32_t partitions = static_cast<uint32_t>(cfg.tiling.attn_kv_partitions);
   const DType dtype = shape_.dtype;
   const ms_abi::DTypeCode dcode = dtype == DType::kBF16 ? ms_abi::kDTypeBF16 : ms_abi::kDTypeF32;
@@ -499,9 +499,9 @@ std::optional<Program> Lowerer::run(std::string* error) {
     for (uint32_t kv = 0; kv < 2; ++kv)
       for (uint32_t g = 0; g < kv_heads; ++g) {
         const uint64_t begin = ms_abi::kv_offset(m, l, kv, g);
-        p.regions.push_back({"kv.L" + std::to_string(l) + (kv == 0 ? ".k.h" : ".v.h") +
-                                 std::to_string(g),
-                             ms_abi::kBufKv, begin, begin + kv_head_elements, true});
+        p.regions.push_back(
+            {"kv.L" + std::to_string(l) + (kv == 0 ? ".k.h" : ".v.h") + std::to_string(g),
+             ms_abi::kBufKv, begin, begin + kv_head_elements, true});
       }
   m.rope_table = alloc("rope_table", hd / 2);
   p.regions.back().input = true;
@@ -544,8 +544,8 @@ std::optional<Program> Lowerer::run(std::string* error) {
     } else {
       const uint32_t xn = alloc(L + "xn", hidden);
       qkv.in = xn;
-      qkv.in_src = {emit_norm(L + "attn_norm", layer, x, x_src, static_cast<uint64_t>(w.attn_norm),
-                              xn)};
+      qkv.in_src = {
+          emit_norm(L + "attn_norm", layer, x, x_src, static_cast<uint64_t>(w.attn_norm), xn)};
     }
     const uint32_t q = alloc(L + "q", q_dim);
     uint32_t qkv_raw = 0;
@@ -588,14 +588,14 @@ std::optional<Program> Lowerer::run(std::string* error) {
         read(qkv_src, r0, r0 + hd);
         emit(t, hd * (r0 < q_dim ? 8.0 : 4.0 + wbytes_));
       }
-          qkv_src = {op};
+      qkv_src = {op};
     }
 
     const uint32_t attn_out = alloc(L + "attn_out", q_dim);
     const uint32_t records =
-        partitions > 1 ? alloc(L + "attn_partial",
-                               static_cast<uint64_t>(partitions) * heads * (hd + 2))
-                       : 0;
+        partitions > 1
+            ? alloc(L + "attn_partial", static_cast<uint64_t>(partitions) * heads * (hd + 2))
+            : 0;
     const uint32_t attn_op =
         begin_op(L + "attn", OpKind::kAttention, layer,
                  partitions > 1 ? Granularity::kPerSlice : deps.attention_to_o);
@@ -624,7 +624,7 @@ std::optional<Program> Lowerer::run(std::string* error) {
         }
       }
     }
-      Source attn_src = {attn_op};
+    Source attn_src = {attn_op};
     if (partitions > 1) {
       const uint32_t op =
           begin_op(L + "attn_combine", OpKind::kAttnCombine, layer, deps.attention_to_o);
@@ -645,7 +645,7 @@ std::optional<Program> Lowerer::run(std::string* error) {
           emit(t, (h1 - h0) * (partitions * (hd + 2) + hd) * 4.0);
         }
       }
-          attn_src = {op};
+      attn_src = {op};
     }
 
     GemvSpec o;
@@ -691,8 +691,8 @@ std::optional<Program> Lowerer::run(std::string* error) {
     } else {
       const uint32_t xn2 = alloc(L + "xn2", hidden);
       gu.in = xn2;
-      gu.in_src = {emit_norm(L + "mlp_norm", layer, x, x_src, static_cast<uint64_t>(w.mlp_norm),
-                             xn2)};
+      gu.in_src = {
+          emit_norm(L + "mlp_norm", layer, x, x_src, static_cast<uint64_t>(w.mlp_norm), xn2)};
     }
     const uint32_t gate_up = alloc(L + "gate_up", 2ull * ffn);
     gu.out = gate_up;
@@ -731,8 +731,7 @@ std::optional<Program> Lowerer::run(std::string* error) {
       down.in_src = gu_src;
     } else {
       const uint32_t act = alloc(L + "act", ffn);
-      const uint32_t op =
-          begin_op(L + "silu_mul", OpKind::kSiluMul, layer, deps.gate_up_to_down);
+      const uint32_t op = begin_op(L + "silu_mul", OpKind::kSiluMul, layer, deps.gate_up_to_down);
       for (uint32_t r0 = 0; r0 < ffn; r0 += rows_per_task) {
         const uint32_t r1 = std::min(ffn, r0 + rows_per_task);
         begin_slice(r0, r1);
@@ -748,7 +747,7 @@ std::optional<Program> Lowerer::run(std::string* error) {
         read(gu_src, ffn + r0, ffn + r1);
         emit(t, (r1 - r0) * 12.0);
       }
-          down.in = act;
+      down.in = act;
       down.in_src = {op};
     }
     const uint32_t x_out = alloc(L + "x_out", hidden);
@@ -840,7 +839,6 @@ std::optional<Program> Lowerer::run(std::string* error) {
   return std::move(program_);
 }
 
-
 /// A per_slice producer with many tiles would make every reader of its whole output wait on each
 /// tile's counter: tasks x tiles waits (179 million for llama-8b at the smallest tiles). So the
 /// slice counters of one op are merged, consecutive ones together, into at most
@@ -868,7 +866,8 @@ void coarsen_slice_counters(Program& p) {
     changed = true;
     size_t first = 0;
     for (size_t i = 0; i < cs.size(); ++i) {
-      if (i == 0 || i * kMaxSliceCountersPerOp / cs.size() != (i - 1) * kMaxSliceCountersPerOp / cs.size())
+      if (i == 0 ||
+          i * kMaxSliceCountersPerOp / cs.size() != (i - 1) * kMaxSliceCountersPerOp / cs.size())
         first = i;
       rep[cs[i]] = cs[first];
       if (i != first) ++members[cs[first]];
@@ -901,7 +900,9 @@ void coarsen_slice_counters(Program& p) {
       return a.counter != b.counter ? a.counter < b.counter : a.threshold > b.threshold;
     });
     mine.erase(std::unique(mine.begin(), mine.end(),
-                           [](const ms_abi::Wait& a, const ms_abi::Wait& b) { return a.counter == b.counter; }),
+                           [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
+                             return a.counter == b.counter;
+                           }),
                mine.end());
     t.wait_begin = static_cast<uint32_t>(waits.size());
     t.wait_count = static_cast<uint32_t>(mine.size());

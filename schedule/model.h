@@ -29,8 +29,8 @@ namespace megasched::schedule {
 /// Storage dtype of weights and the KV cache. Activations and accumulation are always fp32.
 enum class DType : uint8_t { kF32 = 0, kBF16 = 1 };
 
-const char* dtype_name(DType dtype);            // "f32" | "bf16"
-int dtype_bytes(DType dtype);                   // 4 | 2
+const char* dtype_name(DType dtype);  // "f32" | "bf16"
+int dtype_bytes(DType dtype);         // 4 | 2
 std::optional<DType> parse_dtype(const std::string& name);
 
 /// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN).
@@ -43,15 +43,15 @@ constexpr int64_t kTensorAlignElements = 64;
 
 /// The shape of a Llama-family decoder.
 struct ModelShape {
-  std::string name;         // preset name or checkpoint directory
-  int hidden = 0;           // model width
-  int layers = 0;           // decoder layers
-  int heads = 0;            // query heads
-  int kv_heads = 0;         // key/value heads (GQA: heads % kv_heads == 0)
-  int head_dim = 0;         // per head
-  int ffn = 0;              // MLP intermediate size
-  int vocab = 0;            // vocabulary
-  int max_seq = 0;          // KV cache capacity in positions
+  std::string name;  // preset name or checkpoint directory
+  int hidden = 0;    // model width
+  int layers = 0;    // decoder layers
+  int heads = 0;     // query heads
+  int kv_heads = 0;  // key/value heads (GQA: heads % kv_heads == 0)
+  int head_dim = 0;  // per head
+  int ffn = 0;       // MLP intermediate size
+  int vocab = 0;     // vocabulary
+  int max_seq = 0;   // KV cache capacity in positions
   float rope_theta = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // LM head reuses the embedding matrix
@@ -65,8 +65,8 @@ struct ModelShape {
 
   int q_dim() const { return heads * head_dim; }
   int kv_dim() const { return kv_heads * head_dim; }
-  int64_t param_count() const;   // every weight element (tied LM head counted once)
-  int64_t weight_bytes() const;  // param_count() * dtype bytes
+  int64_t param_count() const;            // every weight element (tied LM head counted once)
+  int64_t weight_bytes() const;           // param_count() * dtype bytes
   int64_t kv_bytes_per_position() const;  // K and V, all layers, one position
 };
 

@@ -11,8 +11,8 @@ namespace megasched::schedule {
 namespace {
 
 constexpr const char* kOpcodeNames[] = {
-    "embed", "rms_norm", "gemv", "gemv_reduce", "rope_kv",
-    "attn_partial", "attn_combine", "silu_mul", "add", "argmax",
+    "embed",        "rms_norm",     "gemv",     "gemv_reduce", "rope_kv",
+    "attn_partial", "attn_combine", "silu_mul", "add",         "argmax",
 };
 static_assert(std::size(kOpcodeNames) == ms_abi::kOpcodeCount,
               "kOpcodeNames is out of date with ms_abi::Opcode");
@@ -22,8 +22,8 @@ static_assert(std::size(kBufferNames) == ms_abi::kBufCount,
               "kBufferNames is out of date with ms_abi::BufferId");
 
 constexpr const char* kOpKindNames[] = {
-    "embed", "norm", "qkv",    "rope",    "attention", "attn_combine", "o",
-    "gate_up", "silu_mul", "down", "add", "reduce",    "lm_head",      "argmax",
+    "embed",   "norm",     "qkv",  "rope", "attention", "attn_combine", "o",
+    "gate_up", "silu_mul", "down", "add",  "reduce",    "lm_head",      "argmax",
 };
 static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kCount),
               "kOpKindNames is out of date with OpKind");
@@ -114,17 +114,28 @@ class Reader {
 };
 
 nlohmann::json instr_json(const ms_abi::Instr& t) {
-  return {{"opcode", t.opcode},       {"flags", t.flags},
-          {"layer", t.layer},         {"wait_begin", t.wait_begin},
-          {"wait_count", t.wait_count}, {"signal_counter", t.signal_counter},
-          {"signal_increment", t.signal_increment}, {"row_begin", t.row_begin},
-          {"row_end", t.row_end},     {"col_begin", t.col_begin},
-          {"col_end", t.col_end},     {"ld", t.ld},
-          {"param0", t.param0},       {"param1", t.param1},
-          {"param2", t.param2},       {"weight", t.weight},
-          {"weight2", t.weight2},     {"in", t.in},
-          {"in2", t.in2},             {"out", t.out},
-          {"aux", t.aux},             {"op_id", t.op_id}};
+  return {{"opcode", t.opcode},
+          {"flags", t.flags},
+          {"layer", t.layer},
+          {"wait_begin", t.wait_begin},
+          {"wait_count", t.wait_count},
+          {"signal_counter", t.signal_counter},
+          {"signal_increment", t.signal_increment},
+          {"row_begin", t.row_begin},
+          {"row_end", t.row_end},
+          {"col_begin", t.col_begin},
+          {"col_end", t.col_end},
+          {"ld", t.ld},
+          {"param0", t.param0},
+          {"param1", t.param1},
+          {"param2", t.param2},
+          {"weight", t.weight},
+          {"weight2", t.weight2},
+          {"in", t.in},
+          {"in2", t.in2},
+          {"out", t.out},
+          {"aux", t.aux},
+          {"op_id", t.op_id}};
 }
 
 ms_abi::Instr instr_from(Reader& r, const nlohmann::json& j, const std::string& p) {
@@ -155,13 +166,12 @@ ms_abi::Instr instr_from(Reader& r, const nlohmann::json& j, const std::string& 
 }
 
 nlohmann::json model_json(const ms_abi::ModelParams& m) {
-  return {{"hidden", m.hidden},       {"layers", m.layers},
-          {"heads", m.heads},         {"kv_heads", m.kv_heads},
-          {"head_dim", m.head_dim},   {"ffn", m.ffn},
-          {"vocab", m.vocab},         {"max_seq", m.max_seq},
-          {"weight_dtype", m.weight_dtype}, {"kv_dtype", m.kv_dtype},
-          {"rms_eps", m.rms_eps},     {"rope_theta", m.rope_theta},
-          {"attn_scale", m.attn_scale}, {"rope_table", m.rope_table}};
+  return {
+      {"hidden", m.hidden},         {"layers", m.layers},        {"heads", m.heads},
+      {"kv_heads", m.kv_heads},     {"head_dim", m.head_dim},    {"ffn", m.ffn},
+      {"vocab", m.vocab},           {"max_seq", m.max_seq},      {"weight_dtype", m.weight_dtype},
+      {"kv_dtype", m.kv_dtype},     {"rms_eps", m.rms_eps},      {"rope_theta", m.rope_theta},
+      {"attn_scale", m.attn_scale}, {"rope_table", m.rope_table}};
 }
 
 ms_abi::ModelParams model_from(Reader& r, const nlohmann::json& j, const std::string& p) {
@@ -266,13 +276,19 @@ nlohmann::json to_json(const Program& p) {
                        {"input", r.input}});
   j["regions"] = std::move(regions);
   const LaunchShape& l = p.launch;
-  j["launch"] = {{"threads_per_block", l.threads_per_block}, {"blocks_per_sm", l.blocks_per_sm},
-                 {"grid_blocks", l.grid_blocks},             {"smem_pages", l.smem_pages},
-                 {"smem_page_bytes", l.smem_page_bytes},     {"smem_bytes", l.smem_bytes},
-                 {"prefetch_depth", l.prefetch_depth},       {"dynamic_queue", l.dynamic_queue}};
+  j["launch"] = {{"threads_per_block", l.threads_per_block},
+                 {"blocks_per_sm", l.blocks_per_sm},
+                 {"grid_blocks", l.grid_blocks},
+                 {"smem_pages", l.smem_pages},
+                 {"smem_page_bytes", l.smem_page_bytes},
+                 {"smem_bytes", l.smem_bytes},
+                 {"prefetch_depth", l.prefetch_depth},
+                 {"dynamic_queue", l.dynamic_queue}};
   const KernelBuild& b = p.build;
-  j["build"] = {{"vector_bytes", b.vector_bytes}, {"rows_per_warp", b.rows_per_warp},
-                {"unroll", b.unroll},             {"weight_load", b.weight_load},
+  j["build"] = {{"vector_bytes", b.vector_bytes},
+                {"rows_per_warp", b.rows_per_warp},
+                {"unroll", b.unroll},
+                {"weight_load", b.weight_load},
                 {"threads_per_block", b.threads_per_block}};
   return j;
 }
@@ -286,7 +302,8 @@ std::optional<Program> program_from_json(const nlohmann::json& j, std::string* e
     return std::nullopt;
   }
   p.model_name = r.get<std::string>(j, "model_name", root);
-  if (const nlohmann::json* m = r.field(j, "model", root)) p.model = model_from(r, *m, root + ".model");
+  if (const nlohmann::json* m = r.field(j, "model", root))
+    p.model = model_from(r, *m, root + ".model");
 
   if (const nlohmann::json* a = r.array(j, "buffer_elements", root)) {
     if (a->size() != p.buffer_elements.size())

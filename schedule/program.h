@@ -20,18 +20,18 @@ namespace megasched::schedule {
 /// What a logical op computes (its tasks are its tiles).
 enum class OpKind : uint8_t {
   kEmbed,
-  kNorm,        // RMSNorm (attention / MLP / final)
-  kQkv,         // Q, K, V projections (one op or three)
-  kRope,        // RoPE + KV append (unfused)
-  kAttention,   // attention (partials when split)
-  kAttnCombine, // flash-decoding combine
-  kO,           // output projection
-  kGateUp,      // gate / up projections (one op or two)
-  kSiluMul,     // SiLU(gate) * up (unfused)
-  kDown,        // down projection
-  kAdd,         // residual add (unfused)
-  kReduce,      // split-K reduction of some GEMV
-  kLmHead,      // LM head GEMV
+  kNorm,         // RMSNorm (attention / MLP / final)
+  kQkv,          // Q, K, V projections (one op or three)
+  kRope,         // RoPE + KV append (unfused)
+  kAttention,    // attention (partials when split)
+  kAttnCombine,  // flash-decoding combine
+  kO,            // output projection
+  kGateUp,       // gate / up projections (one op or two)
+  kSiluMul,      // SiLU(gate) * up (unfused)
+  kDown,         // down projection
+  kAdd,          // residual add (unfused)
+  kReduce,       // split-K reduction of some GEMV
+  kLmHead,       // LM head GEMV
   kArgmax,
   kCount,
 };
@@ -42,7 +42,7 @@ const char* op_kind_name(OpKind kind);
 struct OpInfo {
   std::string name;  // "L3.qkv", "L3.attn", "lm_head" ...
   OpKind kind = OpKind::kEmbed;
-  int layer = -1;    // -1 for ops outside the layers
+  int layer = -1;  // -1 for ops outside the layers
 };
 
 /// A named element range of one buffer ("L3.q", "kv.L3.k.h2"), for diagnostics and profiles.
@@ -51,20 +51,20 @@ struct Region {
   uint32_t buffer = 0;  // ms_abi::BufferId
   uint64_t begin = 0;   // element offsets [begin, end)
   uint64_t end = 0;
-  bool input = false;   // written before the step starts (weights, the rope table, the step cell,
-                        // the KV history of earlier positions): reads need no producer
+  bool input = false;  // written before the step starts (weights, the rope table, the step cell,
+                       // the KV history of earlier positions): reads need no producer
 };
 
 /// Launch shape and the per-block resources the kernel uses.
 struct LaunchShape {
   int threads_per_block = 256;
   int blocks_per_sm = 1;
-  int grid_blocks = 0;        // num_sms * blocks_per_sm: the persistent grid
-  int smem_pages = 0;         // shared-memory pages per block
-  int smem_page_bytes = 0;    // bytes per page
-  int smem_bytes = 0;         // dynamic shared memory per block (pages * page_bytes)
-  int prefetch_depth = 0;     // upcoming tasks whose weights a block prefetches while waiting
-  bool dynamic_queue = false; // true: queues[0] is one global queue claimed with an atomic ticket
+  int grid_blocks = 0;         // num_sms * blocks_per_sm: the persistent grid
+  int smem_pages = 0;          // shared-memory pages per block
+  int smem_page_bytes = 0;     // bytes per page
+  int smem_bytes = 0;          // dynamic shared memory per block (pages * page_bytes)
+  int prefetch_depth = 0;      // upcoming tasks whose weights a block prefetches while waiting
+  bool dynamic_queue = false;  // true: queues[0] is one global queue claimed with an atomic ticket
 };
 
 /// Kernel build knobs, realised as NVRTC -D options (vm/nvrtc_build).
@@ -81,15 +81,15 @@ struct KernelBuild {
 
 struct Program {
   std::string model_name;
-  ms_abi::ModelParams model{};                 // constants the opcodes read
+  ms_abi::ModelParams model{};                                // constants the opcodes read
   std::array<uint64_t, ms_abi::kBufCount> buffer_elements{};  // extent of each buffer, elements
-  std::vector<ms_abi::Instr> tasks;            // task id = index
-  std::vector<ms_abi::Wait> waits;             // Instr::wait_begin/wait_count index this table
-  std::vector<uint32_t> counter_totals;        // per counter: increments it receives per step
-  std::vector<std::string> counter_names;      // per counter, for diagnostics
-  std::vector<std::vector<uint32_t>> queues;   // per block: task ids in execution order
-  std::vector<OpInfo> ops;                     // Instr::op_id indexes this table
-  std::vector<Region> regions;                 // named buffer regions
+  std::vector<ms_abi::Instr> tasks;                           // task id = index
+  std::vector<ms_abi::Wait> waits;            // Instr::wait_begin/wait_count index this table
+  std::vector<uint32_t> counter_totals;       // per counter: increments it receives per step
+  std::vector<std::string> counter_names;     // per counter, for diagnostics
+  std::vector<std::vector<uint32_t>> queues;  // per block: task ids in execution order
+  std::vector<OpInfo> ops;                    // Instr::op_id indexes this table
+  std::vector<Region> regions;                // named buffer regions
   LaunchShape launch;
   KernelBuild build;
 
@@ -117,7 +117,8 @@ struct ProgramStats {
   uint64_t waits = 0;
   uint64_t counters = 0;
   uint64_t queues = 0;
-  uint64_t weight_bytes = 0;  // weight bytes the tasks stream (each element once per task reading it)
+  uint64_t weight_bytes =
+      0;  // weight bytes the tasks stream (each element once per task reading it)
 };
 ProgramStats stats(const Program& program);
 

@@ -14,12 +14,15 @@ namespace {
 constexpr size_t kReasonsKept = 5;
 
 uint64_t pick(std::mt19937_64& rng, uint64_t n) { return n == 0 ? 0 : rng() % n; }
-bool chance(std::mt19937_64& rng, double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
+bool chance(std::mt19937_64& rng, double p) {
+  return std::uniform_real_distribution<double>(0, 1)(rng) < p;
+}
 
 std::vector<uint64_t> sums_of_increments(const Program& p) {
   std::vector<uint64_t> sum(p.counter_totals.size(), 0);
   for (const auto& in : p.tasks)
-    if (in.signal_increment > 0 && in.signal_counter < sum.size()) sum[in.signal_counter] += in.signal_increment;
+    if (in.signal_increment > 0 && in.signal_counter < sum.size())
+      sum[in.signal_counter] += in.signal_increment;
   return sum;
 }
 
@@ -109,7 +112,8 @@ GpuTarget fuzz_target(int num_sms) {
   return t;
 }
 
-ProgramBuilder::ProgramBuilder(const GpuTarget& target, uint32_t act_elements, uint32_t input_elements) {
+ProgramBuilder::ProgramBuilder(const GpuTarget& target, uint32_t act_elements,
+                               uint32_t input_elements) {
   Program& p = program_;
   p.model_name = "fuzz";
   p.model.hidden = 64;
@@ -150,8 +154,9 @@ uint32_t ProgramBuilder::op(const std::string& name) {
   return static_cast<uint32_t>(program_.ops.size() - 1);
 }
 
-uint32_t ProgramBuilder::add(int queue, uint32_t op, uint32_t in, uint32_t in2, uint32_t out, uint32_t rows,
-                             std::vector<ms_abi::Wait> waits, uint32_t signal_counter, uint32_t increment) {
+uint32_t ProgramBuilder::add(int queue, uint32_t op, uint32_t in, uint32_t in2, uint32_t out,
+                             uint32_t rows, std::vector<ms_abi::Wait> waits,
+                             uint32_t signal_counter, uint32_t increment) {
   Program& p = program_;
   ms_abi::Instr instr{};
   instr.opcode = ms_abi::kAdd;
@@ -184,24 +189,38 @@ Program ProgramBuilder::finish() const {
 
 const char* mutation_class_name(MutationClass c) {
   switch (c) {
-    case MutationClass::kDropWait: return "drop_wait";
-    case MutationClass::kLowerThreshold: return "lower_threshold";
-    case MutationClass::kRaiseThreshold: return "raise_threshold";
-    case MutationClass::kSwapInQueue: return "swap_in_queue";
-    case MutationClass::kMoveToQueue: return "move_to_queue";
-    case MutationClass::kOverlapOutputs: return "overlap_outputs";
-    case MutationClass::kRemoveSignal: return "remove_signal";
-    case MutationClass::kCrossQueueCycle: return "cross_queue_cycle";
-    case MutationClass::kPartialMultiProducer: return "partial_multi_producer";
-    case MutationClass::kTooManyThreads: return "too_many_threads";
-    case MutationClass::kSmemOverCap: return "smem_over_cap";
-    case MutationClass::kGridNotCoResident: return "grid_not_co_resident";
-    case MutationClass::kCount: return "?";
+    case MutationClass::kDropWait:
+      return "drop_wait";
+    case MutationClass::kLowerThreshold:
+      return "lower_threshold";
+    case MutationClass::kRaiseThreshold:
+      return "raise_threshold";
+    case MutationClass::kSwapInQueue:
+      return "swap_in_queue";
+    case MutationClass::kMoveToQueue:
+      return "move_to_queue";
+    case MutationClass::kOverlapOutputs:
+      return "overlap_outputs";
+    case MutationClass::kRemoveSignal:
+      return "remove_signal";
+    case MutationClass::kCrossQueueCycle:
+      return "cross_queue_cycle";
+    case MutationClass::kPartialMultiProducer:
+      return "partial_multi_producer";
+    case MutationClass::kTooManyThreads:
+      return "too_many_threads";
+    case MutationClass::kSmemOverCap:
+      return "smem_over_cap";
+    case MutationClass::kGridNotCoResident:
+      return "grid_not_co_resident";
+    case MutationClass::kCount:
+      return "?";
   }
   return "?";
 }
 
-std::optional<Program> mutate(const Program& base, const GpuTarget& target, MutationClass c, std::mt19937_64& rng) {
+std::optional<Program> mutate(const Program& base, const GpuTarget& target, MutationClass c,
+                              std::mt19937_64& rng) {
   Program p = base;
   const std::vector<uint64_t> sums = sums_of_increments(p);
   switch (c) {
@@ -223,7 +242,8 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
       return p;
     }
     case MutationClass::kRaiseThreshold: {
-      auto sites = wait_sites(p, [&](uint32_t, const ms_abi::Wait& w) { return w.counter < sums.size(); });
+      auto sites =
+          wait_sites(p, [&](uint32_t, const ms_abi::Wait& w) { return w.counter < sums.size(); });
       if (sites.empty()) return std::nullopt;
       const auto [t, w] = sites[pick(rng, sites.size())];
       ms_abi::Wait& wt = p.waits[p.tasks[t].wait_begin + w];
@@ -243,7 +263,8 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
     }
     case MutationClass::kMoveToQueue: {
       if (p.launch.dynamic_queue || p.tasks.empty()) return std::nullopt;
-      const size_t slots = std::max<size_t>(p.queues.size(), static_cast<size_t>(std::max(0, p.launch.grid_blocks)));
+      const size_t slots =
+          std::max<size_t>(p.queues.size(), static_cast<size_t>(std::max(0, p.launch.grid_blocks)));
       if (slots < 2) return std::nullopt;
       const uint32_t t = static_cast<uint32_t>(pick(rng, p.tasks.size()));
       size_t index = 0;
@@ -268,12 +289,17 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
       if (b == a) b = cands.back();
       ms_abi::Instr& ia = p.tasks[a];
       const ms_abi::Instr& ib = p.tasks[b];
-      const int64_t b_begin = static_cast<int64_t>(ib.out) + ib.row_begin, b_len = ib.row_end - ib.row_begin;
+      const int64_t b_begin = static_cast<int64_t>(ib.out) + ib.row_begin,
+                    b_len = ib.row_end - ib.row_begin;
       const int64_t a_len = ia.row_end - ia.row_begin;
       // a's new range starts anywhere from a_len - 1 before b's start to b's last element.
-      const int64_t start = b_begin - (a_len - 1) + static_cast<int64_t>(pick(rng, static_cast<uint64_t>(a_len - 1 + b_len)));
+      const int64_t start =
+          b_begin - (a_len - 1) +
+          static_cast<int64_t>(pick(rng, static_cast<uint64_t>(a_len - 1 + b_len)));
       const int64_t out = start - ia.row_begin;
-      if (out < 0 || out + ia.row_end > static_cast<int64_t>(p.buffer_elements[ms_abi::kBufActivations])) return std::nullopt;
+      if (out < 0 ||
+          out + ia.row_end > static_cast<int64_t>(p.buffer_elements[ms_abi::kBufActivations]))
+        return std::nullopt;
       ia.out = static_cast<uint32_t>(out);
       return p;
     }
@@ -298,10 +324,12 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
         size_t ix = 0;
         const int qx = queue_of(p, x, &ix);
         for (const ms_abi::Wait& w : waits_of(p, x)) {
-          if (w.counter >= producers.size() || w.threshold < sums[w.counter]) continue;  // full waits only
+          if (w.counter >= producers.size() || w.threshold < sums[w.counter])
+            continue;  // full waits only
           for (uint32_t prod : producers[w.counter]) {
             size_t ip = 0;
-            if (prod != x && (p.launch.dynamic_queue || queue_of(p, prod, &ip) != qx)) edges.push_back({prod, x});
+            if (prod != x && (p.launch.dynamic_queue || queue_of(p, prod, &ip) != qx))
+              edges.push_back({prod, x});
           }
         }
       }
@@ -318,7 +346,8 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
       for (const auto& in : p.tasks)
         if (in.signal_increment > 0 && in.signal_counter < count.size()) ++count[in.signal_counter];
       auto sites = wait_sites(p, [&](uint32_t, const ms_abi::Wait& w) {
-        return w.counter < count.size() && count[w.counter] >= 2 && w.threshold == sums[w.counter] && w.threshold >= 2;
+        return w.counter < count.size() && count[w.counter] >= 2 &&
+               w.threshold == sums[w.counter] && w.threshold >= 2;
       });
       if (sites.empty()) return std::nullopt;
       const auto [t, w] = sites[pick(rng, sites.size())];
@@ -332,7 +361,8 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
           p.launch.threads_per_block = 1024 + 32 * static_cast<int>(1 + pick(rng, 8));
           break;
         case 1:  // not a whole number of warps
-          p.launch.threads_per_block = 32 * static_cast<int>(1 + pick(rng, 8)) + 1 + static_cast<int>(pick(rng, 31));
+          p.launch.threads_per_block =
+              32 * static_cast<int>(1 + pick(rng, 8)) + 1 + static_cast<int>(pick(rng, 31));
           break;
         default:  // blocks x threads beyond the SM's thread limit
           p.launch.threads_per_block = 1024;
@@ -344,11 +374,13 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
       return p;
     }
     case MutationClass::kSmemOverCap: {
-      p.launch.smem_bytes = target.smem_per_block_optin + 1024 * static_cast<int>(1 + pick(rng, 16));
+      p.launch.smem_bytes =
+          target.smem_per_block_optin + 1024 * static_cast<int>(1 + pick(rng, 16));
       return p;
     }
     case MutationClass::kGridNotCoResident: {
-      p.launch.grid_blocks = target.num_sms * target.max_blocks_per_sm + 1 + static_cast<int>(pick(rng, target.num_sms));
+      p.launch.grid_blocks = target.num_sms * target.max_blocks_per_sm + 1 +
+                             static_cast<int>(pick(rng, target.num_sms));
       return p;
     }
     case MutationClass::kCount:
@@ -363,7 +395,7 @@ namespace {
 // region or from tiles of earlier ops, every queue is a subsequence of task-id order.
 struct DagPlan {
   Program program;
-  std::vector<uint32_t> op_of;       // task -> op
+  std::vector<uint32_t> op_of;  // task -> op
 };
 
 DagPlan build_safe_dag(const GpuTarget& target, std::mt19937_64& rng, bool dynamic) {
@@ -371,7 +403,8 @@ DagPlan build_safe_dag(const GpuTarget& target, std::mt19937_64& rng, bool dynam
   ProgramBuilder b(target, 1024, kInputs);
   b.set_dynamic(dynamic);
   const uint32_t n = 4 + static_cast<uint32_t>(pick(rng, 14));
-  const int queues = 1 + static_cast<int>(pick(rng, static_cast<uint64_t>(std::min(4, target.num_sms))));
+  const int queues =
+      1 + static_cast<int>(pick(rng, static_cast<uint64_t>(std::min(4, target.num_sms))));
   struct Tile {
     uint32_t out, rows, op;
   };
@@ -398,7 +431,8 @@ DagPlan build_safe_dag(const GpuTarget& target, std::mt19937_64& rng, bool dynam
       for (uint32_t k = 0; k < 2; ++k) {
         if (op == 0 || chance(rng, 0.25)) continue;
         const uint32_t src_op = static_cast<uint32_t>(pick(rng, op));
-        const uint32_t end = src_op + 1 < op_first.size() ? op_first[src_op + 1] : static_cast<uint32_t>(tiles.size());
+        const uint32_t end = src_op + 1 < op_first.size() ? op_first[src_op + 1]
+                                                          : static_cast<uint32_t>(tiles.size());
         source[k] = static_cast<int>(op_first[src_op] + pick(rng, end - op_first[src_op]));
         rows_ok = std::min(rows_ok, tiles[static_cast<size_t>(source[k])].rows);
       }
@@ -412,7 +446,8 @@ DagPlan build_safe_dag(const GpuTarget& target, std::mt19937_64& rng, bool dynam
         const Tile& src = tiles[static_cast<size_t>(source[k])];
         in[k] = src.out + static_cast<uint32_t>(pick(rng, src.rows - rows_ok + 1));
         const ms_abi::Wait w{op_counter[src.op], op_total[src.op]};
-        if (std::none_of(waits.begin(), waits.end(), [&](const ms_abi::Wait& x) { return x.counter == w.counter; }))
+        if (std::none_of(waits.begin(), waits.end(),
+                         [&](const ms_abi::Wait& x) { return x.counter == w.counter; }))
           waits.push_back(w);
       }
       const int queue = static_cast<int>(pick(rng, static_cast<uint64_t>(queues)));
@@ -481,12 +516,14 @@ Program random_dag_program(const GpuTarget& target, std::mt19937_64& rng, std::s
 namespace {
 
 // The ground truth over every position that matters; unsafe at one position is unsafe.
-GroundTruth truth_over_positions(const Program& program, const GpuTarget& target, const ScorecardOptions& options) {
+GroundTruth truth_over_positions(const Program& program, const GpuTarget& target,
+                                 const ScorecardOptions& options) {
   GroundTruth truth;
   for (int32_t position : ground_truth_positions(program)) {
     TaskAccesses acc;
-    const bool recorded = options.record ? options.record(program, position, &acc.reads, &acc.writes)
-                                         : elementwise_accesses(program, &acc.reads, &acc.writes);
+    const bool recorded = options.record
+                              ? options.record(program, position, &acc.reads, &acc.writes)
+                              : elementwise_accesses(program, &acc.reads, &acc.writes);
     if (!recorded) {
       truth.kinds.insert("malformed");
       truth.findings.push_back("malformed: the ReferenceVm cannot execute it");
@@ -496,7 +533,8 @@ GroundTruth truth_over_positions(const Program& program, const GpuTarget& target
     truth.complete = truth.complete && at.complete;
     truth.states += at.states;
     truth.kinds.insert(at.kinds.begin(), at.kinds.end());
-    for (const std::string& f : at.findings) truth.findings.push_back("position " + std::to_string(position) + ": " + f);
+    for (const std::string& f : at.findings)
+      truth.findings.push_back("position " + std::to_string(position) + ": " + f);
     if (!at.safe()) break;
   }
   return truth;
@@ -516,7 +554,8 @@ std::string occupancy_explanation(const Program& program, const ScorecardOptions
   if (truth.kinds.empty()) return "";
   for (const std::string& f : truth.findings)
     if (f.find("launch") == std::string::npos)
-      return "ordered only by worker occupancy: with one worker per task the ground truth finds " + f;
+      return "ordered only by worker occupancy: with one worker per task the ground truth finds " +
+             f;
   return "ordered only by worker occupancy";
 }
 
@@ -538,7 +577,8 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
       name = std::string("mutant/") + mutation_class_name(c);
       for (int attempt = 0; attempt < 8 && !program; ++attempt) {
         const bool from_base = use_bases && chance(rng, 0.5);
-        const Program base = from_base ? options.bases[pick(rng, options.bases.size())] : random_safe_dag_program(target, rng);
+        const Program base = from_base ? options.bases[pick(rng, options.bases.size())]
+                                       : random_safe_dag_program(target, rng);
         program = mutate(base, target, c, rng);
       }
       if (!program) continue;
@@ -559,7 +599,8 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     if (unsafe && report.ok()) {
       ++row.accepted_unsafe;
       if (row.accepted_unsafe_cases.size() < kReasonsKept)
-        row.accepted_unsafe_cases.push_back("program " + std::to_string(i) + ": " + truth.findings.front());
+        row.accepted_unsafe_cases.push_back("program " + std::to_string(i) + ": " +
+                                            truth.findings.front());
     }
     if (!unsafe && !report.ok()) {
       ++row.rejected_safe;
@@ -569,8 +610,9 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
       if (row.rejected_safe_reasons.size() < kReasonsKept)
         row.rejected_safe_reasons.push_back(
             "program " + std::to_string(i) + " (" +
-            (program->launch.dynamic_queue ? "dynamic queue, " + std::to_string(program->launch.grid_blocks) + " workers"
-                                           : "static queues") +
+            (program->launch.dynamic_queue
+                 ? "dynamic queue, " + std::to_string(program->launch.grid_blocks) + " workers"
+                 : "static queues") +
             "): " + report.diagnostics.front().rule + ": " + report.diagnostics.front().message +
             (why.empty() ? std::string(" [unexplained]") : " [" + why + "]"));
     }
@@ -608,29 +650,37 @@ nlohmann::json to_json(const Scorecard& card) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ScorecardRow& r : card.rows) rows.push_back(row_json(r));
   const double unsafe_share =
-      card.total.generated > 0 ? static_cast<double>(card.total.unsafe) / static_cast<double>(card.total.generated) : 0.0;
-  return {{"classes", rows}, {"total", row_json(card.total)}, {"unsafe_fraction", unsafe_share}, {"seconds", card.seconds}};
+      card.total.generated > 0
+          ? static_cast<double>(card.total.unsafe) / static_cast<double>(card.total.generated)
+          : 0.0;
+  return {{"classes", rows},
+          {"total", row_json(card.total)},
+          {"unsafe_fraction", unsafe_share},
+          {"seconds", card.seconds}};
 }
 
 std::string format_scorecard(const Scorecard& card) {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "%-36s %9s %9s %16s %14s %12s\n", "class", "generated", "unsafe", "accepted-unsafe",
-                "rejected-safe", "inconclusive");
+  std::snprintf(line, sizeof line, "%-36s %9s %9s %16s %14s %12s\n", "class", "generated", "unsafe",
+                "accepted-unsafe", "rejected-safe", "inconclusive");
   os << line;
   auto put = [&](const ScorecardRow& r) {
     std::snprintf(line, sizeof line, "%-36s %9llu %9llu %16llu %14llu %12llu\n", r.name.c_str(),
-                  static_cast<unsigned long long>(r.generated), static_cast<unsigned long long>(r.unsafe),
-                  static_cast<unsigned long long>(r.accepted_unsafe), static_cast<unsigned long long>(r.rejected_safe),
+                  static_cast<unsigned long long>(r.generated),
+                  static_cast<unsigned long long>(r.unsafe),
+                  static_cast<unsigned long long>(r.accepted_unsafe),
+                  static_cast<unsigned long long>(r.rejected_safe),
                   static_cast<unsigned long long>(r.inconclusive));
     os << line;
   };
   for (const ScorecardRow& r : card.rows) put(r);
   put(card.total);
-  os << "rejected-safe ordered only by dynamic-queue worker occupancy: " << card.total.rejected_safe_occupancy << " of "
-     << card.total.rejected_safe << "\n";
+  os << "rejected-safe ordered only by dynamic-queue worker occupancy: "
+     << card.total.rejected_safe_occupancy << " of " << card.total.rejected_safe << "\n";
   for (const ScorecardRow& r : card.rows)
-    for (const std::string& why : r.rejected_safe_reasons) os << "rejected-safe " << r.name << ": " << why << "\n";
+    for (const std::string& why : r.rejected_safe_reasons)
+      os << "rejected-safe " << r.name << ": " << why << "\n";
   return os.str();
 }
 

@@ -35,7 +35,8 @@ GpuTarget fuzz_target(int num_sms = 4);
 /// tasks. Launch shape: 256 threads, 1 block per SM, grid = target.num_sms, one queue per block.
 class ProgramBuilder {
  public:
-  explicit ProgramBuilder(const GpuTarget& target, uint32_t act_elements = 4096, uint32_t input_elements = 256);
+  explicit ProgramBuilder(const GpuTarget& target, uint32_t act_elements = 4096,
+                          uint32_t input_elements = 256);
 
   /// A counter; its declared per-step total is filled in by finish() from its producers unless
   /// `declared_total` is given.
@@ -44,7 +45,8 @@ class ProgramBuilder {
   uint32_t op(const std::string& name);
   /// Appends a kAdd task to `queue` (created on demand); returns its id.
   uint32_t add(int queue, uint32_t op, uint32_t in, uint32_t in2, uint32_t out, uint32_t rows,
-               std::vector<ms_abi::Wait> waits = {}, uint32_t signal_counter = 0, uint32_t increment = 0);
+               std::vector<ms_abi::Wait> waits = {}, uint32_t signal_counter = 0,
+               uint32_t increment = 0);
   /// Uses one global dynamic queue instead of per-block queues (tasks go to queue 0 in add order).
   void set_dynamic(bool dynamic) { program_.launch.dynamic_queue = dynamic; }
   Program finish() const;
@@ -56,25 +58,26 @@ class ProgramBuilder {
 
 /// The defect classes of mutate().
 enum class MutationClass : uint8_t {
-  kDropWait,             // remove one wait from a task
-  kLowerThreshold,       // lower one threshold (still > 0)
-  kRaiseThreshold,       // raise one threshold past what its counter can reach
-  kSwapInQueue,          // swap two tasks of one queue
-  kMoveToQueue,          // move a task to another queue
-  kOverlapOutputs,       // shift one tile's output onto part of another's
-  kRemoveSignal,         // a producer stops signalling
-  kCrossQueueCycle,      // a producer additionally waits for one of its own consumers
-  kPartialMultiProducer, // a full wait on a multi-producer counter becomes partial
-  kTooManyThreads,       // threads per block or per SM beyond the limits
-  kSmemOverCap,          // dynamic shared memory over the opt-in cap
-  kGridNotCoResident,    // more blocks than can be resident at once
+  kDropWait,              // remove one wait from a task
+  kLowerThreshold,        // lower one threshold (still > 0)
+  kRaiseThreshold,        // raise one threshold past what its counter can reach
+  kSwapInQueue,           // swap two tasks of one queue
+  kMoveToQueue,           // move a task to another queue
+  kOverlapOutputs,        // shift one tile's output onto part of another's
+  kRemoveSignal,          // a producer stops signalling
+  kCrossQueueCycle,       // a producer additionally waits for one of its own consumers
+  kPartialMultiProducer,  // a full wait on a multi-producer counter becomes partial
+  kTooManyThreads,        // threads per block or per SM beyond the limits
+  kSmemOverCap,           // dynamic shared memory over the opt-in cap
+  kGridNotCoResident,     // more blocks than can be resident at once
   kCount,
 };
 const char* mutation_class_name(MutationClass c);
 
 /// Injects one defect of class `c` into a copy of `base`; nullopt when `base` has no site for it
 /// (e.g. no multi-producer counter). `rng` picks the site.
-std::optional<Program> mutate(const Program& base, const GpuTarget& target, MutationClass c, std::mt19937_64& rng);
+std::optional<Program> mutate(const Program& base, const GpuTarget& target, MutationClass c,
+                              std::mt19937_64& rng);
 
 /// A random small DAG program (4-20 tasks, 1-4 queues), safe or unsafe; `label` gets the recipe
 /// ("dag/safe", "dag/missing_dep", ...).
@@ -86,12 +89,14 @@ Program random_safe_dag_program(const GpuTarget& target, std::mt19937_64& rng);
 struct ScorecardRow {
   std::string name;
   uint64_t generated = 0;
-  uint64_t unsafe = 0;            // unsafe by the ground truth
-  uint64_t accepted_unsafe = 0;   // validate() accepted a program the ground truth calls unsafe
-  uint64_t rejected_safe = 0;     // validate() rejected a program the ground truth calls safe
-  uint64_t rejected_safe_occupancy = 0;  // of those: safe only because busy dynamic-queue workers order tasks
-  uint64_t inconclusive = 0;      // the ground truth hit its state limit (not counted above)
-  std::vector<std::string> rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few
+  uint64_t unsafe = 0;           // unsafe by the ground truth
+  uint64_t accepted_unsafe = 0;  // validate() accepted a program the ground truth calls unsafe
+  uint64_t rejected_safe = 0;    // validate() rejected a program the ground truth calls safe
+  uint64_t rejected_safe_occupancy =
+      0;                      // of those: safe only because busy dynamic-queue workers order tasks
+  uint64_t inconclusive = 0;  // the ground truth hit its state limit (not counted above)
+  std::vector<std::string>
+      rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few
   std::vector<std::string> accepted_unsafe_cases;  // ground-truth finding, first few
 };
 
@@ -109,7 +114,8 @@ struct ScorecardOptions {
       record;
   std::function<void(uint64_t done)> progress;
   /// Called for every program validate() rejects although the ground truth calls it safe.
-  std::function<void(uint64_t index, const std::string& name, const Program& program)> on_rejected_safe;
+  std::function<void(uint64_t index, const std::string& name, const Program& program)>
+      on_rejected_safe;
 };
 
 struct Scorecard {

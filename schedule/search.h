@@ -24,7 +24,8 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
 constexpr int kMinRegistersPerThread = 64;
 
 /// Every knob drawn uniformly from its fitting choices (rejection-sampled until config_fits).
-ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target, std::mt19937_64& rng);
+ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target,
+                             std::mt19937_64& rng);
 
 /// Every config that differs from `config` in exactly one knob and fits.
 std::vector<ScheduleConfig> neighbours(const ScheduleConfig& config, const ModelShape& shape,

@@ -13,19 +13,20 @@
 namespace megasched::schedule {
 
 struct GpuTarget {
-  std::string name;                   // registry key ("h100") or the live device's name
-  int sm_arch = 0;                    // compute capability x 10 (90 = sm_90)
-  int num_sms = 0;                    // streaming multiprocessors
-  int smem_per_sm = 0;                // bytes of shared memory per SM
-  int smem_per_block_optin = 0;       // bytes a block may opt in to
-  int regs_per_sm = 65536;            // 32-bit registers per SM
+  std::string name;              // registry key ("h100") or the live device's name
+  int sm_arch = 0;               // compute capability x 10 (90 = sm_90)
+  int num_sms = 0;               // streaming multiprocessors
+  int smem_per_sm = 0;           // bytes of shared memory per SM
+  int smem_per_block_optin = 0;  // bytes a block may opt in to
+  int regs_per_sm = 65536;       // 32-bit registers per SM
   int max_threads_per_sm = 2048;
   int max_blocks_per_sm = 32;
   int64_t l2_bytes = 0;
   int64_t hbm_bytes = 0;
-  double datasheet_bw_gbs = 0.0;      // vendor figure, GB/s (1e9 B/s)
-  double measured_bw_gbs = 0.0;       // streaming-read bandwidth measured by `doctor --measure`; 0 if unknown
-  std::string source = "registry";    // "registry" | "live"
+  double datasheet_bw_gbs = 0.0;  // vendor figure, GB/s (1e9 B/s)
+  double measured_bw_gbs =
+      0.0;  // streaming-read bandwidth measured by `doctor --measure`; 0 if unknown
+  std::string source = "registry";  // "registry" | "live"
 
   /// Bandwidth for the floor: the measured figure when known, else the datasheet.
   double floor_bw_gbs() const { return measured_bw_gbs > 0 ? measured_bw_gbs : datasheet_bw_gbs; }

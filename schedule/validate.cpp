@@ -32,10 +32,12 @@ namespace {
 constexpr size_t kMaxDiagnosticsPerRule = 200;
 constexpr int64_t kReservedSmemPerBlock = 1024;  // bytes the runtime reserves per resident block
 constexpr int64_t kMinRegistersPerThread = 32;
-constexpr size_t kMaxRefinedProducers = 64;  // partial waits on larger counters keep the simple rule
+constexpr size_t kMaxRefinedProducers =
+    64;  // partial waits on larger counters keep the simple rule
 
 std::string fmt_range(uint32_t buffer, uint64_t begin, uint64_t end) {
-  return std::string(buffer_name(buffer)) + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]";
+  return std::string(buffer_name(buffer)) + "[" + std::to_string(begin) + ":" +
+         std::to_string(end) + "]";
 }
 
 // Names tasks, counters and ranges for messages, defensively: the program may be malformed.
@@ -50,20 +52,23 @@ class Labeler {
     std::string s = "task " + std::to_string(t);
     if (t >= p_.tasks.size()) return s + " (no such task)";
     const ms_abi::Instr& in = p_.tasks[t];
-    const std::string op = in.op_id < p_.ops.size() ? p_.ops[in.op_id].name : "op " + std::to_string(in.op_id);
+    const std::string op =
+        in.op_id < p_.ops.size() ? p_.ops[in.op_id].name : "op " + std::to_string(in.op_id);
     return s + " (" + opcode_name(in.opcode) + " " + op + " tile " + std::to_string(tile_[t]) + ")";
   }
 
   std::string counter(uint32_t c) const {
     std::string s = "counter " + std::to_string(c);
-    if (c < p_.counter_names.size() && !p_.counter_names[c].empty()) s += " (" + p_.counter_names[c] + ")";
+    if (c < p_.counter_names.size() && !p_.counter_names[c].empty())
+      s += " (" + p_.counter_names[c] + ")";
     return s;
   }
 
   std::string range(uint32_t buffer, uint64_t begin, uint64_t end) const {
     std::string s = fmt_range(buffer, begin, end);
     for (const Region& r : p_.regions) {
-      if (r.buffer == buffer && r.begin <= begin && begin < r.end) return s + " (in " + r.name + ")";
+      if (r.buffer == buffer && r.begin <= begin && begin < r.end)
+        return s + " (in " + r.name + ")";
     }
     return s;
   }
@@ -80,7 +85,8 @@ struct WriteRange {
 
 class Checker {
  public:
-  Checker(const Program& p, const GpuTarget& t) : p_(p), target_(t), label_(p), n_(p.tasks.size()) {}
+  Checker(const Program& p, const GpuTarget& t)
+      : p_(p), target_(t), label_(p), n_(p.tasks.size()) {}
 
   ValidationReport run() {
     check_launch();
@@ -107,9 +113,13 @@ class Checker {
   void finish() {
     for (const auto& [rule, count] : counts_) {
       if (count > kMaxDiagnosticsPerRule) {
-        add(Diagnostic{rule, "... and " + std::to_string(count - kMaxDiagnosticsPerRule) + " more " + rule +
-                                 " violations (the first " + std::to_string(kMaxDiagnosticsPerRule) + " are listed)",
-                       {}, {}, {}});
+        add(Diagnostic{rule,
+                       "... and " + std::to_string(count - kMaxDiagnosticsPerRule) + " more " +
+                           rule + " violations (the first " +
+                           std::to_string(kMaxDiagnosticsPerRule) + " are listed)",
+                       {},
+                       {},
+                       {}});
         report_.diagnostics.back().rule = rule;
       }
     }
@@ -122,39 +132,49 @@ class Checker {
     auto fail = [&](const std::string& m) { add("launch", m); };
     if (target_.num_sms <= 0 || target_.max_threads_per_sm <= 0 || target_.max_blocks_per_sm <= 0 ||
         target_.smem_per_sm <= 0 || target_.regs_per_sm <= 0) {
-      fail("target '" + target_.name + "' has no SM count, thread, block, shared-memory or register limits, so no launch can be proven co-resident");
+      fail("target '" + target_.name +
+           "' has no SM count, thread, block, shared-memory or register limits, so no launch can "
+           "be proven co-resident");
       return;
     }
     if (threads < 32 || threads > 1024 || threads % 32 != 0)
-      fail("threads_per_block " + std::to_string(threads) + " is not a multiple of 32 in [32, 1024]");
+      fail("threads_per_block " + std::to_string(threads) +
+           " is not a multiple of 32 in [32, 1024]");
     if (p_.build.threads_per_block != l.threads_per_block)
-      fail("the kernel is built for " + std::to_string(p_.build.threads_per_block) + " threads per block but launched with " +
-           std::to_string(threads));
+      fail("the kernel is built for " + std::to_string(p_.build.threads_per_block) +
+           " threads per block but launched with " + std::to_string(threads));
     if (bps < 1) fail("blocks_per_sm " + std::to_string(bps) + " is below 1");
     if (l.smem_pages < 0 || l.smem_page_bytes < 0 || smem < 0 ||
         smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes)
-      fail("smem_bytes " + std::to_string(smem) + " does not hold " + std::to_string(l.smem_pages) + " pages of " +
-           std::to_string(l.smem_page_bytes) + " bytes");
+      fail("smem_bytes " + std::to_string(smem) + " does not hold " + std::to_string(l.smem_pages) +
+           " pages of " + std::to_string(l.smem_page_bytes) + " bytes");
     if (smem > target_.smem_per_block_optin)
-      fail("smem_bytes " + std::to_string(smem) + " exceeds the opt-in cap of " + std::to_string(target_.smem_per_block_optin) +
-           " bytes per block on " + target_.name);
-    if (l.prefetch_depth < 0) fail("prefetch_depth " + std::to_string(l.prefetch_depth) + " is negative");
+      fail("smem_bytes " + std::to_string(smem) + " exceeds the opt-in cap of " +
+           std::to_string(target_.smem_per_block_optin) + " bytes per block on " + target_.name);
+    if (l.prefetch_depth < 0)
+      fail("prefetch_depth " + std::to_string(l.prefetch_depth) + " is negative");
     if (bps < 1) return;
     if (bps > target_.max_blocks_per_sm)
-      fail(std::to_string(bps) + " blocks per SM exceed the limit of " + std::to_string(target_.max_blocks_per_sm) + " on " + target_.name);
+      fail(std::to_string(bps) + " blocks per SM exceed the limit of " +
+           std::to_string(target_.max_blocks_per_sm) + " on " + target_.name);
     if (bps * threads > target_.max_threads_per_sm)
       fail(std::to_string(bps) + " blocks of " + std::to_string(threads) + " threads exceed " +
-           std::to_string(target_.max_threads_per_sm) + " threads per SM: the grid is not co-resident");
+           std::to_string(target_.max_threads_per_sm) +
+           " threads per SM: the grid is not co-resident");
     if (bps * (std::max<int64_t>(smem, 0) + kReservedSmemPerBlock) > target_.smem_per_sm)
-      fail(std::to_string(bps) + " blocks of " + std::to_string(smem) + " + 1024 reserved bytes of shared memory exceed " +
-           std::to_string(target_.smem_per_sm) + " bytes per SM: the grid is not co-resident");
+      fail(std::to_string(bps) + " blocks of " + std::to_string(smem) +
+           " + 1024 reserved bytes of shared memory exceed " + std::to_string(target_.smem_per_sm) +
+           " bytes per SM: the grid is not co-resident");
     if (threads > 0 && target_.regs_per_sm / (threads * bps) < kMinRegistersPerThread)
-      fail(std::to_string(bps) + " blocks of " + std::to_string(threads) + " threads leave fewer than 32 registers per thread");
+      fail(std::to_string(bps) + " blocks of " + std::to_string(threads) +
+           " threads leave fewer than 32 registers per thread");
     const int64_t resident = static_cast<int64_t>(target_.num_sms) * bps;
     if (l.grid_blocks != resident)
-      fail("grid_blocks " + std::to_string(l.grid_blocks) + " is not num_sms x blocks_per_sm = " + std::to_string(resident) +
-           (l.grid_blocks > resident ? ": a persistent grid larger than that is not co-resident and deadlocks"
-                                     : ": the persistent grid must fill the co-resident slots exactly"));
+      fail("grid_blocks " + std::to_string(l.grid_blocks) +
+           " is not num_sms x blocks_per_sm = " + std::to_string(resident) +
+           (l.grid_blocks > resident
+                ? ": a persistent grid larger than that is not co-resident and deadlocks"
+                : ": the persistent grid must fill the co-resident slots exactly"));
   }
 
   // ---- structure --------------------------------------------------------------------------
@@ -172,23 +192,33 @@ class Checker {
       const ms_abi::Instr& in = p_.tasks[t];
       bool ok = true;
       if (in.op_id >= p_.ops.size()) {
-        add("structure", label_.task(t) + " names op " + std::to_string(in.op_id) + " but the program has " +
-                             std::to_string(p_.ops.size()) + " ops", {t});
+        add("structure",
+            label_.task(t) + " names op " + std::to_string(in.op_id) + " but the program has " +
+                std::to_string(p_.ops.size()) + " ops",
+            {t});
       }
       if (!waits_ok(in)) {
-        add("structure", label_.task(t) + " has waits [" + std::to_string(in.wait_begin) + ", +" + std::to_string(in.wait_count) +
-                             ") beyond the wait table of " + std::to_string(p_.waits.size()) + " entries", {t});
+        add("structure",
+            label_.task(t) + " has waits [" + std::to_string(in.wait_begin) + ", +" +
+                std::to_string(in.wait_count) + ") beyond the wait table of " +
+                std::to_string(p_.waits.size()) + " entries",
+            {t});
       } else {
         for (uint32_t w = 0; w < in.wait_count; ++w) {
           const ms_abi::Wait& wt = p_.waits[in.wait_begin + w];
           if (!counter_ok(wt.counter))
-            add("structure", label_.task(t) + " waits on counter " + std::to_string(wt.counter) + ", but the program has " +
-                                 std::to_string(p_.counter_totals.size()) + " counters", {t}, {wt.counter});
+            add("structure",
+                label_.task(t) + " waits on counter " + std::to_string(wt.counter) +
+                    ", but the program has " + std::to_string(p_.counter_totals.size()) +
+                    " counters",
+                {t}, {wt.counter});
         }
       }
       if (in.signal_increment > 0 && !counter_ok(in.signal_counter))
-        add("structure", label_.task(t) + " signals counter " + std::to_string(in.signal_counter) + ", but the program has " +
-                             std::to_string(p_.counter_totals.size()) + " counters", {t}, {in.signal_counter});
+        add("structure",
+            label_.task(t) + " signals counter " + std::to_string(in.signal_counter) +
+                ", but the program has " + std::to_string(p_.counter_totals.size()) + " counters",
+            {t}, {in.signal_counter});
       error.clear();
       const size_t first = fp_all_.size();
       if (!model_ok) {
@@ -201,9 +231,11 @@ class Checker {
           const Access& a = fp_all_[k];
           const uint64_t extent = a.buffer < ms_abi::kBufCount ? p_.buffer_elements[a.buffer] : 0;
           if (a.end > extent) {
-            add("structure", label_.task(t) + (a.write ? " writes " : " reads ") + fmt_range(a.buffer, a.begin, a.end) +
-                                 ", beyond the buffer's " + std::to_string(extent) + " elements", {t}, {},
-                {fmt_range(a.buffer, a.begin, a.end)});
+            add("structure",
+                label_.task(t) + (a.write ? " writes " : " reads ") +
+                    fmt_range(a.buffer, a.begin, a.end) + ", beyond the buffer's " +
+                    std::to_string(extent) + " elements",
+                {t}, {}, {fmt_range(a.buffer, a.begin, a.end)});
             ok = false;
           }
           if (a.write && a.buffer == ms_abi::kBufWeights) {
@@ -218,8 +250,10 @@ class Checker {
     check_queues();
     for (size_t r = 0; r < p_.regions.size(); ++r) {
       const Region& reg = p_.regions[r];
-      if (reg.buffer >= ms_abi::kBufCount || reg.begin > reg.end || reg.end > p_.buffer_elements[reg.buffer])
-        add("structure", "region '" + reg.name + "' " + fmt_range(reg.buffer, reg.begin, reg.end) + " is not inside its buffer");
+      if (reg.buffer >= ms_abi::kBufCount || reg.begin > reg.end ||
+          reg.end > p_.buffer_elements[reg.buffer])
+        add("structure", "region '" + reg.name + "' " + fmt_range(reg.buffer, reg.begin, reg.end) +
+                             " is not inside its buffer");
     }
   }
 
@@ -228,12 +262,13 @@ class Checker {
     bool ok = true;
     const ms_abi::ModelParams& m = p_.model;
     if (m.weight_dtype > ms_abi::kDTypeBF16 || m.kv_dtype > ms_abi::kDTypeBF16) {
-      add("structure", "model dtypes (weights " + std::to_string(m.weight_dtype) + ", kv " + std::to_string(m.kv_dtype) +
-                           ") are not f32 (0) or bf16 (1)");
+      add("structure", "model dtypes (weights " + std::to_string(m.weight_dtype) + ", kv " +
+                           std::to_string(m.kv_dtype) + ") are not f32 (0) or bf16 (1)");
       ok = false;
     }
     if (p_.buffer_elements[ms_abi::kBufStep] < 4) {
-      add("structure", "the step buffer has " + std::to_string(p_.buffer_elements[ms_abi::kBufStep]) +
+      add("structure", "the step buffer has " +
+                           std::to_string(p_.buffer_elements[ms_abi::kBufStep]) +
                            " elements; the step cell needs 4");
       ok = false;
     }
@@ -243,16 +278,19 @@ class Checker {
   void check_queues() {
     const bool dynamic = p_.launch.dynamic_queue;
     if (dynamic && p_.queues.size() != 1)
-      add("structure", "a dynamic-queue program must have exactly one global queue, not " + std::to_string(p_.queues.size()));
-    if (!dynamic && p_.launch.grid_blocks > 0 && p_.queues.size() > static_cast<size_t>(p_.launch.grid_blocks))
-      add("structure", std::to_string(p_.queues.size()) + " queues but only " + std::to_string(p_.launch.grid_blocks) +
+      add("structure", "a dynamic-queue program must have exactly one global queue, not " +
+                           std::to_string(p_.queues.size()));
+    if (!dynamic && p_.launch.grid_blocks > 0 &&
+        p_.queues.size() > static_cast<size_t>(p_.launch.grid_blocks))
+      add("structure", std::to_string(p_.queues.size()) + " queues but only " +
+                           std::to_string(p_.launch.grid_blocks) +
                            " blocks: the extra queues never run");
     std::vector<uint32_t> seen(n_, 0);
     for (size_t q = 0; q < p_.queues.size(); ++q) {
       for (uint32_t t : p_.queues[q]) {
         if (t >= n_) {
-          add("structure", "queue " + std::to_string(q) + " holds task " + std::to_string(t) + ", but the program has " +
-                               std::to_string(n_) + " tasks");
+          add("structure", "queue " + std::to_string(q) + " holds task " + std::to_string(t) +
+                               ", but the program has " + std::to_string(n_) + " tasks");
         } else if (seen[t]++ == 1) {
           add("structure", label_.task(t) + " appears more than once in the queues", {t});
         }
@@ -284,9 +322,10 @@ class Checker {
   void check_reachability() {
     for (uint32_t c = 0; c < p_.counter_totals.size(); ++c) {
       if (p_.counter_totals[c] != actual_total_[c])
-        add("reachability", label_.counter(c) + " declares " + std::to_string(p_.counter_totals[c]) +
-                                " increments per step but its producers add " + std::to_string(actual_total_[c]) +
-                                ", so epoch-scaled thresholds are wrong from the second step on",
+        add("reachability",
+            label_.counter(c) + " declares " + std::to_string(p_.counter_totals[c]) +
+                " increments per step but its producers add " + std::to_string(actual_total_[c]) +
+                ", so epoch-scaled thresholds are wrong from the second step on",
             {}, {c});
     }
     for (uint32_t t = 0; t < n_; ++t) {
@@ -296,8 +335,10 @@ class Checker {
         const ms_abi::Wait& wt = p_.waits[in.wait_begin + w];
         if (!counter_ok(wt.counter)) continue;
         if (wt.threshold > actual_total_[wt.counter])
-          add("reachability", label_.task(t) + " waits for " + label_.counter(wt.counter) + " >= " + std::to_string(wt.threshold) +
-                                  ", but its producers add only " + std::to_string(actual_total_[wt.counter]) + " per step",
+          add("reachability",
+              label_.task(t) + " waits for " + label_.counter(wt.counter) +
+                  " >= " + std::to_string(wt.threshold) + ", but its producers add only " +
+                  std::to_string(actual_total_[wt.counter]) + " per step",
               {t}, {wt.counter});
       }
     }
@@ -306,7 +347,8 @@ class Checker {
   // ---- deadlock ---------------------------------------------------------------------------
   // First wait of `task` not satisfied by `value`; -1 when all hold, -2 when a wait is malformed.
   // Counters only grow, so waits before `from` that held once still hold.
-  int first_unsatisfied(uint32_t task, const std::vector<uint64_t>& value, uint32_t from = 0) const {
+  int first_unsatisfied(uint32_t task, const std::vector<uint64_t>& value,
+                        uint32_t from = 0) const {
     const ms_abi::Instr& in = p_.tasks[task];
     if (!waits_ok(in)) return -2;
     for (uint32_t w = from; w < in.wait_count; ++w) {
@@ -323,21 +365,26 @@ class Checker {
     const size_t c_count = p_.counter_totals.size();
     std::vector<uint64_t> value(c_count, 0);
     using Waiter = std::pair<uint64_t, uint32_t>;  // (threshold, slot)
-    std::vector<std::priority_queue<Waiter, std::vector<Waiter>, std::greater<Waiter>>> blocked(c_count);
+    std::vector<std::priority_queue<Waiter, std::vector<Waiter>, std::greater<Waiter>>> blocked(
+        c_count);
     const bool dynamic = p_.launch.dynamic_queue && p_.queues.size() == 1;
     const std::vector<uint32_t> empty;
     // Slots: static -> one per queue; dynamic -> one per worker.
-    const size_t workers = dynamic ? static_cast<size_t>(std::max(1, p_.launch.grid_blocks)) : p_.queues.size();
-    const size_t slot_count = dynamic ? std::min<size_t>(workers, p_.queues[0].size()) : p_.queues.size();
+    const size_t workers =
+        dynamic ? static_cast<size_t>(std::max(1, p_.launch.grid_blocks)) : p_.queues.size();
+    const size_t slot_count =
+        dynamic ? std::min<size_t>(workers, p_.queues[0].size()) : p_.queues.size();
     std::vector<int64_t> slot_task(slot_count, -1);  // task waiting in the slot, -1 none
     std::vector<size_t> pos(p_.queues.size(), 0);    // next entry of each queue
     std::vector<int> malformed(slot_count, 0);
-    std::vector<uint32_t> cursor(slot_count, 0);  // first wait of the slot's task not yet seen to hold
+    std::vector<uint32_t> cursor(slot_count,
+                                 0);  // first wait of the slot's task not yet seen to hold
     std::vector<uint32_t> work;
     auto refill = [&](uint32_t s) {
       const std::vector<uint32_t>& q = dynamic ? p_.queues[0] : p_.queues[s];
       size_t& next = dynamic ? pos[0] : pos[s];
-      while (next < q.size() && q[next] >= n_) ++next;  // ids out of range: a structure error already
+      while (next < q.size() && q[next] >= n_)
+        ++next;  // ids out of range: a structure error already
       slot_task[s] = next < q.size() ? static_cast<int64_t>(q[next++]) : -1;
       cursor[s] = 0;
     };
@@ -383,16 +430,22 @@ class Checker {
       bool all_stuck = true;
       for (uint32_t s = 0; s < slot_count; ++s) all_stuck = all_stuck && slot_task[s] >= 0;
       if (all_stuck)
-        add("deadlock", "all " + std::to_string(workers) + " workers of the dynamic queue hold tasks that cannot start, so the " +
-                            std::to_string(p_.queues[0].size() - pos[0]) + " unclaimed tasks they wait for never run");
+        add("deadlock", "all " + std::to_string(workers) +
+                            " workers of the dynamic queue hold tasks that cannot start, so the " +
+                            std::to_string(p_.queues[0].size() - pos[0]) +
+                            " unclaimed tasks they wait for never run");
     }
   }
 
-  void report_stuck(uint32_t slot, uint32_t t, bool dynamic, const std::vector<uint64_t>& value, bool malformed) {
-    const std::string where = dynamic ? "worker " + std::to_string(slot) + " of the dynamic queue holds "
-                                      : "queue " + std::to_string(slot) + " is stuck at ";
+  void report_stuck(uint32_t slot, uint32_t t, bool dynamic, const std::vector<uint64_t>& value,
+                    bool malformed) {
+    const std::string where =
+        dynamic ? "worker " + std::to_string(slot) + " of the dynamic queue holds "
+                : "queue " + std::to_string(slot) + " is stuck at ";
     if (malformed) {
-      add("deadlock", where + label_.task(t) + ", whose waits name a counter or wait entry that does not exist", {t});
+      add("deadlock",
+          where + label_.task(t) + ", whose waits name a counter or wait entry that does not exist",
+          {t});
       return;
     }
     const int w = first_unsatisfied(t, value);
@@ -410,10 +463,12 @@ class Checker {
         tasks.push_back(prod);
       }
     }
-    std::string msg = where + label_.task(t) + ", which waits for " + label_.counter(c) + " >= " + std::to_string(wt.threshold) +
-                      " but the counter stops at " + std::to_string(value[c]) + " of " + std::to_string(actual_total_[c]);
+    std::string msg = where + label_.task(t) + ", which waits for " + label_.counter(c) +
+                      " >= " + std::to_string(wt.threshold) + " but the counter stops at " +
+                      std::to_string(value[c]) + " of " + std::to_string(actual_total_[c]);
     if (unfinished > 0)
-      msg += ": its producers " + missing + (unfinished > listed ? " and " + std::to_string(unfinished - listed) + " more" : "") +
+      msg += ": its producers " + missing +
+             (unfinished > listed ? " and " + std::to_string(unfinished - listed) + " more" : "") +
              " never run";
     else
       msg += ": no producer is left to raise it";
@@ -434,7 +489,8 @@ class Checker {
   std::vector<uint32_t> guaranteed_simple(uint32_t c, uint64_t threshold) const {
     const std::vector<uint32_t>& prods = producers_[c];
     const uint64_t total = actual_total_[c];
-    if (threshold > total) return prods;  // unreachable: the waiter never runs, every edge is vacuous
+    if (threshold > total)
+      return prods;  // unreachable: the waiter never runs, every edge is vacuous
     std::vector<uint32_t> out;
     for (uint32_t prod : prods) {
       if (total - p_.tasks[prod].signal_increment >= threshold) break;  // sorted by increment
@@ -470,7 +526,8 @@ class Checker {
         const ms_abi::Wait& wt = p_.waits[wi];
         if (!counter_ok(wt.counter) || wt.threshold == 0) continue;
         auto& known = join_of[wt.counter];
-        auto it = std::find_if(known.begin(), known.end(), [&](const auto& e) { return e.first == wt.threshold; });
+        auto it = std::find_if(known.begin(), known.end(),
+                               [&](const auto& e) { return e.first == wt.threshold; });
         if (it == known.end()) {
           Join j;
           j.counter = wt.counter;
@@ -499,7 +556,8 @@ class Checker {
   // the simple joins, which are sound, so the refined joins are sound too.
   void refine_partial_joins() {
     std::vector<std::pair<size_t, std::vector<uint32_t>>> grown;
-    // Partial waits with no guaranteed producer have no join yet: give them one if refinement finds any.
+    // Partial waits with no guaranteed producer have no join yet: give them one if refinement finds
+    // any.
     std::unordered_map<uint64_t, std::vector<uint32_t>> empty_waits;  // key -> wait indices
     for (uint32_t t = 0; t < n_ && has_empty_partial_; ++t) {
       const ms_abi::Instr& in = p_.tasks[t];
@@ -533,7 +591,8 @@ class Checker {
       std::vector<uint32_t> r = refine(joins_[j].counter, joins_[j].threshold, joins_[j].producers);
       if (r.size() != joins_[j].producers.size()) grown.push_back({j, std::move(r)});
     }
-    std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> fresh;  // (producers, waits)
+    std::vector<std::pair<std::vector<uint32_t>, std::vector<uint32_t>>>
+        fresh;  // (producers, waits)
     for (const auto& [key, waits] : empty_waits) {
       std::vector<uint32_t> r = refine(static_cast<uint32_t>(key >> 32), key & 0xffffffffu, {});
       if (!r.empty()) fresh.push_back({std::move(r), waits});
@@ -607,7 +666,8 @@ class Checker {
   // Signal counter of t, or UINT32_MAX when it signals none.
   uint32_t signal_of(uint32_t t) const {
     const ms_abi::Instr& in = p_.tasks[t];
-    return in.signal_increment > 0 && counter_ok(in.signal_counter) ? in.signal_counter : UINT32_MAX;
+    return in.signal_increment > 0 && counter_ok(in.signal_counter) ? in.signal_counter
+                                                                    : UINT32_MAX;
   }
 
   void check_accesses() {
@@ -639,24 +699,29 @@ class Checker {
     // Elements a read may find without a writer in this step: inputs (weights, the step cell's
     // token/position/epoch, the KV history, regions marked input) and whatever some task writes.
     const std::vector<std::vector<std::pair<uint64_t, uint64_t>>> written = covered_writes(writes);
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount), covered(ms_abi::kBufCount);
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount),
+        covered(ms_abi::kBufCount);
     inputs[ms_abi::kBufStep].push_back({0, 3});
     for (const Region& r : p_.regions)
-      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end) inputs[r.buffer].push_back({r.begin, r.end});
+      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end)
+        inputs[r.buffer].push_back({r.begin, r.end});
     for (uint32_t b = 0; b < ms_abi::kBufCount; ++b) {
       std::sort(inputs[b].begin(), inputs[b].end());
-      std::merge(written[b].begin(), written[b].end(), inputs[b].begin(), inputs[b].end(), std::back_inserter(covered[b]));
+      std::merge(written[b].begin(), written[b].end(), inputs[b].begin(), inputs[b].end(),
+                 std::back_inserter(covered[b]));
       merge_sorted(&covered[b]);
     }
 
-    std::vector<uint32_t> full_mark(p_.counter_totals.size(), UINT32_MAX);  // counter -> reader waiting on it in full
+    std::vector<uint32_t> full_mark(p_.counter_totals.size(),
+                                    UINT32_MAX);  // counter -> reader waiting on it in full
     for (uint32_t x = 0; x < n_; ++x) {
       if (footprint(x).empty()) continue;
       const ms_abi::Instr& in = p_.tasks[x];
       if (waits_ok(in))
         for (uint32_t w = 0; w < in.wait_count; ++w) {
           const int32_t j = wait_join_[in.wait_begin + w];
-          if (j >= 0 && joins_[static_cast<size_t>(j)].full) full_mark[joins_[static_cast<size_t>(j)].counter] = x;
+          if (j >= 0 && joins_[static_cast<size_t>(j)].full)
+            full_mark[joins_[static_cast<size_t>(j)].counter] = x;
         }
       size_t reported = 0;
       for (const Access& a : footprint(x)) {
@@ -665,7 +730,8 @@ class Checker {
         if (!ran_[x]) continue;  // never runs (deadlock, reported): it cannot race
         const auto& w = writes[a.buffer];
         const auto& me = max_end[a.buffer];
-        size_t i = static_cast<size_t>(std::upper_bound(me.begin(), me.end(), a.begin) - me.begin());
+        size_t i =
+            static_cast<size_t>(std::upper_bound(me.begin(), me.end(), a.begin) - me.begin());
         while (i < w.size() && w[i].begin < a.end) {
           const WriteRange& wr = w[i];
           if (wr.end <= a.begin) {
@@ -674,8 +740,10 @@ class Checker {
           }
           if (wr.task == x) {
             const uint64_t lo = std::max(a.begin, wr.begin), hi = std::min(a.end, wr.end);
-            add("race", label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) +
-                            ", which it also writes: threads of one task would race", {x}, {}, {fmt_range(a.buffer, lo, hi)});
+            add("race",
+                label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) +
+                    ", which it also writes: threads of one task would race",
+                {x}, {}, {fmt_range(a.buffer, lo, hi)});
             ++i;
             continue;
           }
@@ -690,7 +758,9 @@ class Checker {
           const uint64_t lo = std::max(a.begin, wr.begin), hi = std::min(a.end, wr.end);
           const std::string how = happens_before(x, wr.task) ? ", but it runs before that writer"
                                                              : " with no ordering between them";
-          add("race", label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + " written by " + label_.task(wr.task) + how,
+          add("race",
+              label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + " written by " +
+                  label_.task(wr.task) + how,
               {x, wr.task}, {}, {fmt_range(a.buffer, lo, hi)});
         }
       }
@@ -706,11 +776,15 @@ class Checker {
         const uint64_t lo = w[i].begin, hi = std::min(w[i].end, w[holder].end);
         const bool ordered = !ran_[a] || !ran_[b] || happens_before(a, b) || happens_before(b, a);
         if (ordered)
-          add("coverage", label_.range(buffer, lo, hi) + " is written by both " + label_.task(a) + " and " + label_.task(b) +
-                              ": each element must be written exactly once per step", {a, b}, {}, {fmt_range(buffer, lo, hi)});
+          add("coverage",
+              label_.range(buffer, lo, hi) + " is written by both " + label_.task(a) + " and " +
+                  label_.task(b) + ": each element must be written exactly once per step",
+              {a, b}, {}, {fmt_range(buffer, lo, hi)});
         else
-          add("race", label_.task(a) + " and " + label_.task(b) + " both write " + label_.range(buffer, lo, hi) +
-                          " with no ordering between them", {a, b}, {}, {fmt_range(buffer, lo, hi)});
+          add("race",
+              label_.task(a) + " and " + label_.task(b) + " both write " +
+                  label_.range(buffer, lo, hi) + " with no ordering between them",
+              {a, b}, {}, {fmt_range(buffer, lo, hi)});
       }
       if (w[i].end > w[holder].end) holder = i;
     }
@@ -729,8 +803,8 @@ class Checker {
   }
 
   // First element range of [begin, end) not inside the merged, sorted `cover`; {end, end} if none.
-  static std::pair<uint64_t, uint64_t> first_gap(uint64_t begin, uint64_t end,
-                                                 const std::vector<std::pair<uint64_t, uint64_t>>& cover) {
+  static std::pair<uint64_t, uint64_t> first_gap(
+      uint64_t begin, uint64_t end, const std::vector<std::pair<uint64_t, uint64_t>>& cover) {
     auto it = std::upper_bound(cover.begin(), cover.end(), std::make_pair(begin, UINT64_MAX));
     uint64_t at = begin;
     if (it != cover.begin() && std::prev(it)->second > at) at = std::prev(it)->second;
@@ -739,10 +813,13 @@ class Checker {
     return {at, gap_end};
   }
 
-  void check_covered(uint32_t x, const Access& a, const std::vector<std::pair<uint64_t, uint64_t>>& cover) {
+  void check_covered(uint32_t x, const Access& a,
+                     const std::vector<std::pair<uint64_t, uint64_t>>& cover) {
     const auto [lo, hi] = first_gap(a.begin, a.end, cover);
     if (lo >= hi) return;
-    add("coverage", label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + ", which no task writes and which is not an input",
+    add("coverage",
+        label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) +
+            ", which no task writes and which is not an input",
         {x}, {}, {fmt_range(a.buffer, lo, hi)});
   }
 
@@ -750,7 +827,8 @@ class Checker {
       const std::vector<std::vector<WriteRange>>& writes) {
     std::vector<std::vector<std::pair<uint64_t, uint64_t>>> out(writes.size());
     for (size_t b = 0; b < writes.size(); ++b) {
-      for (const WriteRange& w : writes[b]) out[b].push_back({w.begin, w.end});  // sorted by begin already
+      for (const WriteRange& w : writes[b])
+        out[b].push_back({w.begin, w.end});  // sorted by begin already
       merge_sorted(&out[b]);
     }
     return out;
@@ -761,7 +839,8 @@ class Checker {
       if (r.name != "logits" || r.buffer >= ms_abi::kBufCount || r.begin >= r.end) continue;
       const auto [lo, hi] = first_gap(r.begin, r.end, written[r.buffer]);
       if (lo < hi)
-        add("coverage", "the logits " + label_.range(r.buffer, lo, hi) + " are never written", {}, {}, {fmt_range(r.buffer, lo, hi)});
+        add("coverage", "the logits " + label_.range(r.buffer, lo, hi) + " are never written", {},
+            {}, {fmt_range(r.buffer, lo, hi)});
     }
   }
 
@@ -771,23 +850,23 @@ class Checker {
   const uint32_t n_;
   ValidationReport report_;
   std::map<std::string, size_t> counts_;
-  std::vector<Access> fp_all_;     // every task's accesses, task t at [fp_begin_[t], fp_begin_[t + 1])
+  std::vector<Access> fp_all_;  // every task's accesses, task t at [fp_begin_[t], fp_begin_[t + 1])
   std::vector<uint32_t> fp_begin_;
   std::span<const Access> footprint(uint32_t t) const {
     return {fp_all_.data() + fp_begin_[t], fp_all_.data() + fp_begin_[t + 1]};
   }
   std::vector<std::vector<uint32_t>> producers_;
   std::vector<uint64_t> actual_total_;
-  std::vector<char> ran_;  // tasks the deadlock simulation ran
-  std::vector<int32_t> queue_of_;                      // static queues: task -> queue (-1 none)
-  std::vector<uint32_t> pos_;                          // task -> position in its queue
-  std::vector<uint32_t> queue_pred_;                   // task -> the task before it in its queue, or UINT32_MAX
+  std::vector<char> ran_;             // tasks the deadlock simulation ran
+  std::vector<int32_t> queue_of_;     // static queues: task -> queue (-1 none)
+  std::vector<uint32_t> pos_;         // task -> position in its queue
+  std::vector<uint32_t> queue_pred_;  // task -> the task before it in its queue, or UINT32_MAX
   std::vector<Join> joins_;
-  std::vector<int32_t> wait_join_;                     // wait index -> join (-1: implies nothing)
-  std::vector<uint32_t> anc_stamp_, join_stamp_;       // ancestor search marks
+  std::vector<int32_t> wait_join_;                // wait index -> join (-1: implies nothing)
+  std::vector<uint32_t> anc_stamp_, join_stamp_;  // ancestor search marks
   uint32_t anc_epoch_ = 0;
-  uint32_t anc_for_ = UINT32_MAX;                      // task whose ancestors the marks hold
-  bool has_empty_partial_ = false;                     // some wait guarantees no producer by the simple rule
+  uint32_t anc_for_ = UINT32_MAX;   // task whose ancestors the marks hold
+  bool has_empty_partial_ = false;  // some wait guarantees no producer by the simple rule
 };
 
 }  // namespace
@@ -804,21 +883,30 @@ std::string ValidationReport::rules() const {
 ValidationReport validate(const Program& program, const GpuTarget& target) {
   if (program.tasks.size() >= UINT32_MAX) {
     ValidationReport r;
-    r.diagnostics.push_back({"structure", "the program has more tasks than a 32-bit task id can name", {}, {}, {}});
+    r.diagnostics.push_back(
+        {"structure", "the program has more tasks than a 32-bit task id can name", {}, {}, {}});
     return r;
   }
   try {
     return Checker(program, target).run();
   } catch (const std::exception& e) {
     ValidationReport r;
-    r.diagnostics.push_back({"structure", std::string("the program could not be analysed (") + e.what() +
-                                              "); it is too large for this machine's memory", {}, {}, {}});
+    r.diagnostics.push_back({"structure",
+                             std::string("the program could not be analysed (") + e.what() +
+                                 "); it is too large for this machine's memory",
+                             {},
+                             {},
+                             {}});
     return r;
   }
 }
 
 nlohmann::json to_json(const Diagnostic& d) {
-  return {{"rule", d.rule}, {"message", d.message}, {"tasks", d.tasks}, {"counters", d.counters}, {"buffers", d.buffers}};
+  return {{"rule", d.rule},
+          {"message", d.message},
+          {"tasks", d.tasks},
+          {"counters", d.counters},
+          {"buffers", d.buffers}};
 }
 
 nlohmann::json to_json(const ValidationReport& report) {

@@ -1,9 +1,9 @@
 // validate(): proves a Program safe to launch, or says exactly why not. It never throws and never
 // crashes, however malformed the program. Rules (DESIGN.md section 5):
-//   structure     operands in bounds, opcode/flags/arity consistent, every task in exactly one queue
-//   reachability  every wait threshold <= the increments its counter can ever receive in a step
-//   deadlock      in-order per-queue execution with monotone counters drains every queue
-//   race          every pair of tasks touching overlapping elements, one writing, is ordered by
+//   structure     operands in bounds, opcode/flags/arity consistent, every task in exactly one
+//   queue reachability  every wait threshold <= the increments its counter can ever receive in a
+//   step deadlock      in-order per-queue execution with monotone counters drains every queue race
+//   every pair of tasks touching overlapping elements, one writing, is ordered by
 //                 guaranteed happens-before (queue order + counter edges a wait truly implies)
 //   coverage      every op's output written exactly once by its tiles; nothing reads elements no
 //                 task writes (except inputs: weights, the rope table, the step cell, KV history)
@@ -24,11 +24,11 @@ namespace megasched::schedule {
 
 /// One violation.
 struct Diagnostic {
-  std::string rule;                 // "structure" | "reachability" | "deadlock" | "race" | "coverage" | "launch"
-  std::string message;              // one sentence a person understands
-  std::vector<uint32_t> tasks;      // tasks involved
-  std::vector<uint32_t> counters;   // counters involved
-  std::vector<std::string> buffers; // buffer ranges involved ("act[2048:4096]")
+  std::string rule;  // "structure" | "reachability" | "deadlock" | "race" | "coverage" | "launch"
+  std::string message;               // one sentence a person understands
+  std::vector<uint32_t> tasks;       // tasks involved
+  std::vector<uint32_t> counters;    // counters involved
+  std::vector<std::string> buffers;  // buffer ranges involved ("act[2048:4096]")
 };
 
 struct ValidationReport {

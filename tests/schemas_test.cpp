@@ -22,7 +22,8 @@ TEST(Schemas, ScheduleConfigSchemaMatchesKnobTable) {
   size_t knobs = 0;
   for (const auto& k : megasched::schedule::knob_specs()) {
     const auto dot = k.path.find('.');
-    const auto& p = schema["properties"][k.path.substr(0, dot)]["properties"][k.path.substr(dot + 1)];
+    const auto& p =
+        schema["properties"][k.path.substr(0, dot)]["properties"][k.path.substr(dot + 1)];
     ASSERT_TRUE(p.is_object()) << k.path;
     EXPECT_EQ(p["enum"], nlohmann::json(k.choices)) << k.path;
     EXPECT_EQ(p["default"], k.default_value) << k.path;
@@ -48,7 +49,8 @@ TEST(Schemas, SearchSpaceSchemaRequiresWhatTheCodeWrites) {
   s.heads = s.kv_heads = 1;
   s.head_dim = 64;
   const auto space = megasched::schedule::search_space_json(s);
-  for (const auto& key : schema["required"]) EXPECT_TRUE(space.contains(key.get<std::string>())) << key;
+  for (const auto& key : schema["required"])
+    EXPECT_TRUE(space.contains(key.get<std::string>())) << key;
   for (const auto& key : schema["properties"]["knobs"]["items"]["required"])
     EXPECT_TRUE(space["knobs"][0].contains(key.get<std::string>())) << key;
 }
@@ -59,7 +61,8 @@ namespace {
 
 /// Every key the value has is declared by the schema and every required key is present,
 /// recursively through objects and the first element of arrays.
-void expect_conforms(const nlohmann::json& schema, const nlohmann::json& value, const std::string& path) {
+void expect_conforms(const nlohmann::json& schema, const nlohmann::json& value,
+                     const std::string& path) {
   if (schema.contains("properties") && value.is_object()) {
     for (const auto& [k, v] : value.items()) {
       ASSERT_TRUE(schema["properties"].contains(k)) << path << "." << k << " is not in the schema";
@@ -78,7 +81,8 @@ TEST(Schemas, ProgramSchemaDescribesALoweredProgram) {
   auto target = megasched::schedule::find_target("h100");
   ASSERT_TRUE(shape && target);
   std::string error;
-  auto program = megasched::schedule::lower(*shape, *target, megasched::schedule::ScheduleConfig{}, &error);
+  auto program =
+      megasched::schedule::lower(*shape, *target, megasched::schedule::ScheduleConfig{}, &error);
   ASSERT_TRUE(program) << error;
   expect_conforms(schema, megasched::schedule::to_json(*program), "program");
 }

@@ -5,8 +5,9 @@
 //
 // A program is a set of tasks. A task is one `Instr`: an opcode, the rows it produces, the operands
 // it reads and writes (element offsets into the four buffers below), a list of waits
-// `(counter, threshold)` it needs before it runs, and one signal `(counter, +increment)` it publishes
-// after its writes. Each block of the persistent kernel runs its own ordered queue of tasks.
+// `(counter, threshold)` it needs before it runs, and one signal `(counter, +increment)` it
+// publishes after its writes. Each block of the persistent kernel runs its own ordered queue of
+// tasks.
 //
 // Buffers (element offsets, never byte offsets):
 //   kBufWeights      model dtype (fp32 or bf16), read-only: the weight arena (see schedule/model.h)
@@ -21,16 +22,18 @@
 //
 // Opcode semantics (r ranges over [row_begin, row_end); all arithmetic in fp32; weights upcast):
 //
-//   kEmbed        act[out + r] = W[weight + token * ld + r]        (token = step.token; ld = hidden)
-//   kRmsNorm      inv = rsqrt(mean(act[in + 0 .. in + n)^2) + eps),  n = col_end (the full vector)
+//   kEmbed        act[out + r] = W[weight + token * ld + r]        (token = step.token; ld =
+//   hidden) kRmsNorm      inv = rsqrt(mean(act[in + 0 .. in + n)^2) + eps),  n = col_end (the full
+//   vector)
 //                 act[out + r] = act[in + r] * inv * W[weight2 + r]
 //   kGemv         acc_r = sum_{c in [col_begin, col_end)} W[weight + r * ld + c] * x(c)
 //                 where ld = `ld` and x(c) is the input load:
 //                   default:               act[in + c]
-//                   kFlagNormPrologue:     act[in + c] * inv_rms(act[in .. in + ld)) * W[weight2 + c]
-//                   kFlagSiluMulPrologue:  silu(act[in + c]) * act[in2 + c]
+//                   kFlagNormPrologue:     act[in + c] * inv_rms(act[in .. in + ld)) * W[weight2 +
+//                   c] kFlagSiluMulPrologue:  silu(act[in + c]) * act[in2 + c]
 //                 then the epilogue (exactly one applies):
-//                   kFlagPartial:          act[out + r] = acc_r   (out already points at this split's
+//                   kFlagPartial:          act[out + r] = acc_r   (out already points at this
+//                   split's
 //                                          slice of the partial buffer; see kGemvReduce)
 //                   kFlagResidual:         act[out + r] = acc_r + act[aux + r]
 //                   kFlagRopeKv:           rows are QKV rows (see "QKV rows" below)
@@ -41,16 +44,17 @@
 //   kRopeKv       for the QKV rows r in [row_begin, row_end): value_r = act[in + r], then as
 //                 "QKV rows" below (the unfused form of the kFlagRopeKv epilogue).
 //   kAttnPartial  kv head g = param0, partition p = param1 of P = param2, q heads
-//                 [row_begin, row_end) (all in group g). n = position + 1 keys; chunk = ceil(n / P);
-//                 keys t in [p * chunk, min(n, (p + 1) * chunk)). For each q head h:
+//                 [row_begin, row_end) (all in group g). n = position + 1 keys; chunk = ceil(n /
+//                 P); keys t in [p * chunk, min(n, (p + 1) * chunk)). For each q head h:
 //                   s_t = scale * dot(act[in + h * hd ..], K[layer][g][t]);   m = max_t s_t;
 //                   l = sum_t exp(s_t - m);   o = sum_t exp(s_t - m) * V[layer][g][t]
 //                 If P == 1: act[out + h * hd + d] = o_d / l (the final attention output).
-//                 Else: the partial record at act[aux + (p * heads + h) * (hd + 2)] = {m, l, o[hd]};
-//                 an empty partition writes {-inf, 0, 0...}.
+//                 Else: the partial record at act[aux + (p * heads + h) * (hd + 2)] = {m, l,
+//                 o[hd]}; an empty partition writes {-inf, 0, 0...}.
 //   kAttnCombine  for q heads h in [row_begin, row_end), P = param2 partial records at
-//                 act[aux + (p * heads + h) * (hd + 2)]: M = max_p m_p, L = sum_p l_p * exp(m_p - M),
-//                 act[out + h * hd + d] = sum_p o_p,d * exp(m_p - M) / L   (p in increasing order)
+//                 act[aux + (p * heads + h) * (hd + 2)]: M = max_p m_p, L = sum_p l_p * exp(m_p -
+//                 M), act[out + h * hd + d] = sum_p o_p,d * exp(m_p - M) / L   (p in increasing
+//                 order)
 //   kSiluMul      act[out + r] = silu(act[in + r]) * act[in2 + r]
 //   kAdd          act[out + r] = act[in + r] + act[in2 + r]
 //   kArgmax       step.argmax = the smallest index of the maximum of act[in + 0 .. in + col_end)
@@ -58,11 +62,11 @@
 // QKV rows: the rows of the concatenated [Wq; Wk; Wv] matrix of layer `layer`, q_dim = heads * hd,
 // kv_dim = kv_heads * hd. A row r < q_dim is a query row: it is rotated (RoPE, rotate-half pairing
 // (d, d + hd/2) within its head, angle = position * inv_freq[d mod hd/2], inv_freq read from the
-// fp32 table at act[model.rope_table]; the host fills it from theta and any rope scaling) and written to
-// act[out + r]. A row in [q_dim, q_dim + kv_dim) is a key row: rotated the same way and stored in
-// K[layer][kv head][position][d] (cast to the KV dtype). A row in [q_dim + kv_dim, q_dim + 2 kv_dim)
-// is a value row: stored in V[layer][kv head][position][d]. Because of the rotate-half pairing a task
-// that applies RoPE covers whole heads (its row range is aligned to head_dim).
+// fp32 table at act[model.rope_table]; the host fills it from theta and any rope scaling) and
+// written to act[out + r]. A row in [q_dim, q_dim + kv_dim) is a key row: rotated the same way and
+// stored in K[layer][kv head][position][d] (cast to the KV dtype). A row in [q_dim + kv_dim, q_dim
+// + 2 kv_dim) is a value row: stored in V[layer][kv head][position][d]. Because of the rotate-half
+// pairing a task that applies RoPE covers whole heads (its row range is aligned to head_dim).
 #pragma once
 
 #ifdef __CUDACC_RTC__
@@ -86,8 +90,8 @@ namespace ms_abi {
 /// Bumped whenever a struct below changes layout or an opcode changes meaning.
 constexpr uint32_t kAbiVersion = 1;
 
-/// The instruction set. Both VMs switch over it with no `default:`; kOpcodeCount breaks the build of
-/// any name table that is out of date (see kOpcodeNames in schedule/program.cpp).
+/// The instruction set. Both VMs switch over it with no `default:`; kOpcodeCount breaks the build
+/// of any name table that is out of date (see kOpcodeNames in schedule/program.cpp).
 enum Opcode : uint16_t {
   kEmbed = 0,
   kRmsNorm = 1,
@@ -166,8 +170,8 @@ struct Instr {
   uint32_t in2;
   uint32_t out;
   uint32_t aux;
-  uint32_t op_id;             // index of the logical op (for names in diagnostics and profiles)
-  uint32_t reserved;          // zero; keeps the size a multiple of 16
+  uint32_t op_id;     // index of the logical op (for names in diagnostics and profiles)
+  uint32_t reserved;  // zero; keeps the size a multiple of 16
 };
 static_assert(sizeof(Instr) == 96, "Instr layout is part of the ABI");
 
@@ -185,9 +189,9 @@ struct ModelParams {
   uint32_t kv_dtype;      // DTypeCode
   float rms_eps;
   float rope_theta;
-  float attn_scale;      // 1 / sqrt(head_dim)
-  uint32_t rope_table;   // element offset in kBufActivations of head_dim/2 fp32 inverse
-                         // frequencies, written once by the host when the program is loaded
+  float attn_scale;     // 1 / sqrt(head_dim)
+  uint32_t rope_table;  // element offset in kBufActivations of head_dim/2 fp32 inverse
+                        // frequencies, written once by the host when the program is loaded
 };
 static_assert(sizeof(ModelParams) == 56, "ModelParams layout is part of the ABI");
 

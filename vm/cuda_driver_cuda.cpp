@@ -5,7 +5,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-
 namespace {
 
 /// Resolves `symbol` once; nullptr when there is no driver.
@@ -13,17 +12,18 @@ template <typename Fn>
 Fn resolve(const char* symbol) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &status) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &status) !=
+          cudaSuccess ||
       status != cudaDriverEntryPointSuccess)
     return nullptr;
   return reinterpret_cast<Fn>(fn);
 }
 
-#define MS_DRIVER_FORWARD(name, params, args)                                   \
-  extern "C" CUresult CUDAAPI name params {                                     \
-    using Fn = CUresult(CUDAAPI*) params;                                       \
-    static const Fn fn = resolve<Fn>(#name);                                    \
-    return fn ? fn args : CUDA_ERROR_NO_DEVICE;                                 \
+#define MS_DRIVER_FORWARD(name, params, args)   \
+  extern "C" CUresult CUDAAPI name params {     \
+    using Fn = CUresult(CUDAAPI*) params;       \
+    static const Fn fn = resolve<Fn>(#name);    \
+    return fn ? fn args : CUDA_ERROR_NO_DEVICE; \
   }
 
 }  // namespace
@@ -39,10 +39,11 @@ MS_DRIVER_FORWARD(cuOccupancyMaxActiveBlocksPerMultiprocessor,
                   (int* num_blocks, CUfunction func, int block_size, size_t dynamic_smem),
                   (num_blocks, func, block_size, dynamic_smem))
 MS_DRIVER_FORWARD(cuLaunchKernel,
-                  (CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
-                   unsigned block_y, unsigned block_z, unsigned smem, CUstream stream, void** params,
-                   void** extra),
-                  (f, grid_x, grid_y, grid_z, block_x, block_y, block_z, smem, stream, params, extra))
+                  (CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                   unsigned block_x, unsigned block_y, unsigned block_z, unsigned smem,
+                   CUstream stream, void** params, void** extra),
+                  (f, grid_x, grid_y, grid_z, block_x, block_y, block_z, smem, stream, params,
+                   extra))
 
 extern "C" CUresult CUDAAPI cuGetErrorString(CUresult error, const char** text) {
   using Fn = CUresult(CUDAAPI*)(CUresult, const char**);

@@ -23,7 +23,7 @@ namespace megasched::vm {
 /// The live device as read from cudaGetDeviceProperties and the driver.
 struct DeviceInfo {
   std::string name;
-  int sm_arch = 0;               // major * 10 + minor
+  int sm_arch = 0;  // major * 10 + minor
   int num_sms = 0;
   int64_t l2_bytes = 0;
   int64_t hbm_bytes = 0;
@@ -32,7 +32,7 @@ struct DeviceInfo {
   int regs_per_sm = 0;
   int max_threads_per_sm = 0;
   int max_blocks_per_sm = 0;
-  int driver_version = 0;        // e.g. 13000
+  int driver_version = 0;  // e.g. 13000
   int runtime_version = 0;
   std::string pci_bus_id;
 };
@@ -48,10 +48,10 @@ struct GpuVmOptions {
 
 /// What one step came to.
 struct StepOutput {
-  std::string status;           // "ok" | "hang" (spin bound hit) | "timeout" (host watchdog)
+  std::string status;  // "ok" | "hang" (spin bound hit) | "timeout" (host watchdog)
   std::string message;
-  std::vector<float> logits;    // the "logits" region (status ok)
-  int32_t argmax = -1;          // written by the program's kArgmax task
+  std::vector<float> logits;  // the "logits" region (status ok)
+  int32_t argmax = -1;        // written by the program's kArgmax task
   nlohmann::json hang_dump = nlohmann::json::array();
 };
 
@@ -59,8 +59,10 @@ class GpuVm {
  public:
   /// Builds, loads and uploads. Returns nullptr with *error when the build or a check fails;
   /// *rejected is set when the only problem is that the grid is not co-resident (never launched).
-  static std::unique_ptr<GpuVm> create(const schedule::Program& program, const schedule::Weights& weights,
-                                       const GpuVmOptions& options, std::string* error, bool* rejected);
+  static std::unique_ptr<GpuVm> create(const schedule::Program& program,
+                                       const schedule::Weights& weights,
+                                       const GpuVmOptions& options, std::string* error,
+                                       bool* rejected);
   ~GpuVm();
   GpuVm(const GpuVm&) = delete;
   GpuVm& operator=(const GpuVm&) = delete;

@@ -42,7 +42,8 @@ struct DeviceBuffer {
 template <typename T>
 std::unique_ptr<DeviceBuffer> upload(const std::vector<T>& v) {
   auto b = std::make_unique<DeviceBuffer>(std::max<size_t>(v.size() * sizeof(T), 16));
-  if (!v.empty()) MS_CHECK_CUDA(cudaMemcpy(b->ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  if (!v.empty())
+    MS_CHECK_CUDA(cudaMemcpy(b->ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
   return b;
 }
 
@@ -64,7 +65,9 @@ std::optional<DeviceInfo> device_info(std::string* why) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess || count == 0) {
-    if (why) *why = rc != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(rc) : "no CUDA device";
+    if (why)
+      *why = rc != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(rc)
+                               : "no CUDA device";
     return std::nullopt;
   }
   ensure_context();
@@ -120,7 +123,8 @@ uint64_t device_weights(const schedule::Weights& weights) {
   if (!buffer || key != k) {
     buffer.reset();  // one model resident at a time
     buffer = std::make_unique<DeviceBuffer>(static_cast<size_t>(weights.bytes()));
-    MS_CHECK_CUDA(cudaMemcpy(buffer->ptr, weights.data(), static_cast<size_t>(weights.bytes()), cudaMemcpyHostToDevice));
+    MS_CHECK_CUDA(cudaMemcpy(buffer->ptr, weights.data(), static_cast<size_t>(weights.bytes()),
+                             cudaMemcpyHostToDevice));
     key = k;
   }
   return reinterpret_cast<uint64_t>(buffer->ptr);
@@ -147,7 +151,8 @@ struct GpuVm::Impl {
   const schedule::Program* program = nullptr;
   CUfunction fn = nullptr;
   cudaStream_t stream = nullptr;
-  std::unique_ptr<DeviceBuffer> tasks, waits, totals, qoff, qtasks, act, kv, step, counters, ticket, abort_flag, dump;
+  std::unique_ptr<DeviceBuffer> tasks, waits, totals, qoff, qtasks, act, kv, step, counters, ticket,
+      abort_flag, dump;
   ms_abi::KernelArgs args{};
   int grid = 0;
   int threads = 0;
@@ -169,13 +174,15 @@ struct GpuVm::Impl {
     host_cell->position = position;
     host_cell->epoch = epoch;
     host_cell->argmax = -1;
-    MS_CHECK_CUDA(cudaMemcpyAsync(step->ptr, host_cell, sizeof(ms_abi::StepCell), cudaMemcpyHostToDevice, stream));
+    MS_CHECK_CUDA(cudaMemcpyAsync(step->ptr, host_cell, sizeof(ms_abi::StepCell),
+                                  cudaMemcpyHostToDevice, stream));
   }
 
   void launch() {
     void* params[] = {&args};
-    MS_CHECK_CUDA(cuLaunchKernel(fn, static_cast<unsigned>(grid), 1, 1, static_cast<unsigned>(threads), 1, 1,
-                                 static_cast<unsigned>(smem), stream, params, nullptr));
+    MS_CHECK_CUDA(cuLaunchKernel(fn, static_cast<unsigned>(grid), 1, 1,
+                                 static_cast<unsigned>(threads), 1, 1, static_cast<unsigned>(smem),
+                                 stream, params, nullptr));
     ++epoch;
   }
 
@@ -187,24 +194,30 @@ struct GpuVm::Impl {
       const cudaError_t rc = cudaStreamQuery(stream);
       if (rc == cudaSuccess) return true;
       if (rc != cudaErrorNotReady) MS_CHECK_CUDA(rc);
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > watchdog_s) return false;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > watchdog_s)
+        return false;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
   json read_dump() {
     std::vector<ms_abi::HangRecord> recs(static_cast<size_t>(grid));
-    MS_CHECK_CUDA(cudaMemcpy(recs.data(), dump->ptr, recs.size() * sizeof(ms_abi::HangRecord), cudaMemcpyDeviceToHost));
+    MS_CHECK_CUDA(cudaMemcpy(recs.data(), dump->ptr, recs.size() * sizeof(ms_abi::HangRecord),
+                             cudaMemcpyDeviceToHost));
     json out = json::array();
     static const char* states[] = {"running", "drained", "timed_out", "aborted"};
     for (size_t b = 0; b < recs.size(); ++b) {
       const ms_abi::HangRecord& r = recs[b];
       if (r.state == ms_abi::kExitDrained) continue;
-      json j = {{"block", b}, {"state", states[std::clamp(r.state, 0, 3)]}, {"queue_index", r.queue_pos},
-                {"task", r.task}, {"tasks_run", r.tasks_run}};
+      json j = {{"block", b},
+                {"state", states[std::clamp(r.state, 0, 3)]},
+                {"queue_index", r.queue_pos},
+                {"task", r.task},
+                {"tasks_run", r.tasks_run}};
       if (r.state == ms_abi::kExitTimedOut || r.state == ms_abi::kExitAborted) {
         j["counter"] = r.counter;
-        j["counter_name"] = r.counter < program->counter_names.size() ? program->counter_names[r.counter] : "";
+        j["counter_name"] =
+            r.counter < program->counter_names.size() ? program->counter_names[r.counter] : "";
         j["value"] = r.value;
         j["target"] = r.target;
         j["threshold"] = r.threshold;
@@ -218,8 +231,9 @@ struct GpuVm::Impl {
 
 GpuVm::~GpuVm() = default;
 
-std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program, const schedule::Weights& weights,
-                                     const GpuVmOptions& options, std::string* error, bool* rejected) {
+std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
+                                     const schedule::Weights& weights, const GpuVmOptions& options,
+                                     std::string* error, bool* rejected) {
   if (rejected) *rejected = false;
   std::string why;
   const auto dev = device_info(&why);
@@ -239,8 +253,9 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program, const sch
   m.stream = static_cast<cudaStream_t>(shared_stream());
   m.threads = program.launch.threads_per_block;
   m.smem = program.launch.smem_bytes;
-  m.grid = program.launch.grid_blocks > 0 ? program.launch.grid_blocks
-                                          : static_cast<int>(std::max<size_t>(program.queues.size(), 1));
+  m.grid = program.launch.grid_blocks > 0
+               ? program.launch.grid_blocks
+               : static_cast<int>(std::max<size_t>(program.queues.size(), 1));
   m.logits_begin = logits->begin;
   m.logits_end = logits->end;
   m.watchdog_s = options.hang_timeout_s * 2 + 10.0;
@@ -263,10 +278,18 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program, const sch
   MS_CHECK_CUDA(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, m.fn));
   MS_CHECK_CUDA(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, m.fn));
   json& info = vm->kernel_info_;
-  info = {{"build_key", build.key}, {"cache_hit", build.cache_hit}, {"compile_ms", build.compile_ms},
-          {"arch", "sm_" + std::to_string(dev->sm_arch)}, {"defines", req.defines}, {"registers", regs},
-          {"local_bytes", local}, {"static_smem_bytes", static_smem}, {"dynamic_smem_bytes", m.smem},
-          {"threads_per_block", m.threads}, {"grid_blocks", m.grid}, {"nvrtc", nvrtc_version()},
+  info = {{"build_key", build.key},
+          {"cache_hit", build.cache_hit},
+          {"compile_ms", build.compile_ms},
+          {"arch", "sm_" + std::to_string(dev->sm_arch)},
+          {"defines", req.defines},
+          {"registers", regs},
+          {"local_bytes", local},
+          {"static_smem_bytes", static_smem},
+          {"dynamic_smem_bytes", m.smem},
+          {"threads_per_block", m.threads},
+          {"grid_blocks", m.grid},
+          {"nvrtc", nvrtc_version()},
           {"device", dev->name}};
   for (const KernelResources& k : build.kernels) {
     if (k.name == "ms_megakernel") {
@@ -282,17 +305,20 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program, const sch
     if (!options.force_launch) return nullptr;
   }
   if (m.smem > 48 * 1024) {
-    MS_CHECK_CUDA(cuFuncSetAttribute(m.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, m.smem));
+    MS_CHECK_CUDA(
+        cuFuncSetAttribute(m.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, m.smem));
   }
   int per_sm = 0;
-  MS_CHECK_CUDA(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, m.fn, m.threads, static_cast<size_t>(m.smem)));
+  MS_CHECK_CUDA(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, m.fn, m.threads,
+                                                            static_cast<size_t>(m.smem)));
   info["occupancy_blocks_per_sm"] = per_sm;
   info["co_resident"] = per_sm * dev->num_sms >= m.grid;
   if (per_sm * dev->num_sms < m.grid) {
-    *error = "grid of " + std::to_string(m.grid) + " blocks is not co-resident: the occupancy API allows " +
-             std::to_string(per_sm) + " block(s) per SM x " + std::to_string(dev->num_sms) + " SMs at " +
-             std::to_string(m.threads) + " threads, " + std::to_string(m.smem) + " B dynamic smem, " +
-             std::to_string(regs) + " registers";
+    *error = "grid of " + std::to_string(m.grid) +
+             " blocks is not co-resident: the occupancy API allows " + std::to_string(per_sm) +
+             " block(s) per SM x " + std::to_string(dev->num_sms) + " SMs at " +
+             std::to_string(m.threads) + " threads, " + std::to_string(m.smem) +
+             " B dynamic smem, " + std::to_string(regs) + " registers";
     if (rejected) *rejected = true;
     if (!options.force_launch) return nullptr;
   }
@@ -310,10 +336,13 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program, const sch
   m.qtasks = upload(qtasks);
   // Buffers.
   const int kv_elem = program.model.kv_dtype == ms_abi::kDTypeBF16 ? 2 : 4;
-  m.act = std::make_unique<DeviceBuffer>(std::max<uint64_t>(program.buffer_elements[ms_abi::kBufActivations], 4) * 4);
-  m.kv = std::make_unique<DeviceBuffer>(std::max<uint64_t>(program.buffer_elements[ms_abi::kBufKv], 4) * kv_elem);
+  m.act = std::make_unique<DeviceBuffer>(
+      std::max<uint64_t>(program.buffer_elements[ms_abi::kBufActivations], 4) * 4);
+  m.kv = std::make_unique<DeviceBuffer>(
+      std::max<uint64_t>(program.buffer_elements[ms_abi::kBufKv], 4) * kv_elem);
   m.step = std::make_unique<DeviceBuffer>(sizeof(ms_abi::StepCell));
-  m.counters = std::make_unique<DeviceBuffer>(std::max<size_t>(program.counter_totals.size(), 1) * 4);
+  m.counters =
+      std::make_unique<DeviceBuffer>(std::max<size_t>(program.counter_totals.size(), 1) * 4);
   m.ticket = std::make_unique<DeviceBuffer>(16);
   m.abort_flag = std::make_unique<DeviceBuffer>(16);
   m.dump = std::make_unique<DeviceBuffer>(static_cast<size_t>(m.grid) * sizeof(ms_abi::HangRecord));
@@ -322,8 +351,9 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program, const sch
     MS_CHECK_CUDA(cudaMemset(b->ptr, 0, b->bytes));
   }
   const std::vector<float> inv_freq = schedule::rope_inv_freq(weights.shape);
-  MS_CHECK_CUDA(cudaMemcpy(static_cast<float*>(m.act->ptr) + program.model.rope_table, inv_freq.data(),
-                           inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  MS_CHECK_CUDA(cudaMemcpy(static_cast<float*>(m.act->ptr) + program.model.rope_table,
+                           inv_freq.data(), inv_freq.size() * sizeof(float),
+                           cudaMemcpyHostToDevice));
   MS_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&m.host_cell), sizeof(ms_abi::StepCell)));
   MS_CHECK_CUDA(cudaEventCreate(&m.ev_start));
   MS_CHECK_CUDA(cudaEventCreate(&m.ev_stop));
@@ -376,8 +406,9 @@ StepOutput GpuVm::step(int32_t token, int32_t position) {
     out.hang_dump = m.read_dump();
     size_t timed_out = 0;
     for (const auto& r : out.hang_dump) timed_out += r["state"] == "timed_out";
-    out.message = "hang: " + std::to_string(timed_out) + " block(s) hit the spin bound at position " +
-                  std::to_string(position) + "; " + std::to_string(out.hang_dump.size()) +
+    out.message = "hang: " + std::to_string(timed_out) +
+                  " block(s) hit the spin bound at position " + std::to_string(position) + "; " +
+                  std::to_string(out.hang_dump.size()) +
                   " block(s) did not drain their queue (see the dump)";
     return out;
   }
@@ -398,7 +429,8 @@ double GpuVm::time_step_us(int32_t token, int32_t position, bool flush) {
   MS_CHECK_CUDA(cudaEventRecord(m.ev_start, m.stream));
   m.launch();
   MS_CHECK_CUDA(cudaEventRecord(m.ev_stop, m.stream));
-  if (!m.sync_with_watchdog()) throw GpuError("timed megakernel step did not finish (host watchdog)");
+  if (!m.sync_with_watchdog())
+    throw GpuError("timed megakernel step did not finish (host watchdog)");
   float ms = 0.0f;
   MS_CHECK_CUDA(cudaEventElapsedTime(&ms, m.ev_start, m.ev_stop));
   return static_cast<double>(ms) * 1000.0;

@@ -15,20 +15,23 @@ std::optional<DeviceInfo> device_info(std::string* why) {
 struct GpuVm::Impl {};
 GpuVm::~GpuVm() = default;
 
-std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program&, const schedule::Weights&, const GpuVmOptions&,
-                                     std::string* error, bool* rejected) {
+std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program&, const schedule::Weights&,
+                                     const GpuVmOptions&, std::string* error, bool* rejected) {
   if (rejected) *rejected = false;
   *error = kNoCuda;
   return nullptr;
 }
 
-StepOutput GpuVm::step(int32_t, int32_t) { return {"crash", kNoCuda, {}, -1, nlohmann::json::array()}; }
+StepOutput GpuVm::step(int32_t, int32_t) {
+  return {"crash", kNoCuda, {}, -1, nlohmann::json::array()};
+}
 double GpuVm::time_step_us(int32_t, int32_t, bool) { return 0.0; }
 bool GpuVm::hung() { return false; }
 void flush_l2() {}
 uint64_t device_weights(const schedule::Weights&) { return 0; }
 void* shared_stream() { return nullptr; }
-std::vector<void*> load_functions(const std::vector<char>&, const std::string&, const std::vector<std::string>&) {
+std::vector<void*> load_functions(const std::vector<char>&, const std::string&,
+                                  const std::vector<std::string>&) {
   return {};
 }
 

@@ -19,15 +19,17 @@ std::vector<std::string> kernel_defines(const schedule::Program& program) {
   const int min_blocks = std::clamp(program.launch.blocks_per_sm, 1, std::max(1, 2048 / threads));
   d.push_back("MS_MIN_BLOCKS=" + std::to_string(min_blocks));
   d.push_back("MS_KV_BF16=" + std::to_string(program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
-  d.push_back("MS_WEIGHT_BF16=" + std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
+  d.push_back("MS_WEIGHT_BF16=" +
+              std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
   std::sort(d.begin(), d.end());
   return d;
 }
 
 std::vector<std::string> baseline_defines(const schedule::ModelShape& shape) {
   const int bf16 = shape.dtype == schedule::DType::kBF16 ? 1 : 0;
-  std::vector<std::string> d = {"MS_HEAD_DIM=" + std::to_string(shape.head_dim), "MS_KV_BF16=" + std::to_string(bf16),
-                                "MS_THREADS=256", "MS_WEIGHT_BF16=" + std::to_string(bf16)};
+  std::vector<std::string> d = {"MS_HEAD_DIM=" + std::to_string(shape.head_dim),
+                                "MS_KV_BF16=" + std::to_string(bf16), "MS_THREADS=256",
+                                "MS_WEIGHT_BF16=" + std::to_string(bf16)};
   std::sort(d.begin(), d.end());
   return d;
 }
@@ -41,7 +43,8 @@ std::string default_cache_dir() {
 std::vector<KernelResources> parse_ptxas_log(const std::string& log) {
   std::vector<KernelResources> out;
   static const std::regex fn_re(R"(Compiling entry function '([^']+)')");
-  static const std::regex stack_re(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex stack_re(
+      R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   static const std::regex regs_re(R"(Used (\d+) registers)");
   static const std::regex smem_re(R"((\d+) bytes smem)");
   std::istringstream in(log);

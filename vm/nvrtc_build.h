@@ -16,7 +16,7 @@ namespace megasched::vm {
 
 /// What to compile: a translation unit that includes one embedded device header.
 struct BuildRequest {
-  std::string entry;                 // embedded header that holds the kernels ("vm/device/megakernel.cuh")
+  std::string entry;  // embedded header that holds the kernels ("vm/device/megakernel.cuh")
   std::vector<std::string> defines;  // "NAME=VALUE", sorted (see kernel_defines)
   int sm_arch = 90;                  // compute capability x 10
   std::string cache_dir;             // cubin cache folder; empty: no cache
@@ -35,12 +35,12 @@ struct KernelResources {
 
 struct BuildResult {
   bool ok = false;
-  std::string error;                  // one line + the full NVRTC log when !ok
-  std::string log;                    // the NVRTC log (ptxas -v output included)
+  std::string error;  // one line + the full NVRTC log when !ok
+  std::string log;    // the NVRTC log (ptxas -v output included)
   std::vector<char> cubin;
-  std::string key;                    // cache key (16 hex digits)
+  std::string key;  // cache key (16 hex digits)
   bool cache_hit = false;
-  double compile_ms = 0.0;            // 0 on a cache hit
+  double compile_ms = 0.0;               // 0 on a cache hit
   std::vector<KernelResources> kernels;  // parsed from the log (empty on a cache hit unless stored)
 };
 

@@ -31,8 +31,8 @@ std::string fnv1a_hex(const std::string& bytes) {
 }
 
 std::vector<std::string> compile_options(const BuildRequest& r) {
-  std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(r.sm_arch), "--ptxas-options=-v",
-                                   "-default-device"};
+  std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(r.sm_arch),
+                                   "--ptxas-options=-v", "-default-device"};
   for (const std::string& d : r.defines) opts.push_back("-D" + d);
   return opts;
 }
@@ -76,8 +76,11 @@ void write_file_atomic(const std::filesystem::path& p, const std::string& bytes)
 nlohmann::json resources_json(const std::vector<KernelResources>& ks) {
   nlohmann::json arr = nlohmann::json::array();
   for (const KernelResources& k : ks) {
-    arr.push_back({{"name", k.name}, {"registers", k.registers}, {"spill_store_bytes", k.spill_store_bytes},
-                   {"spill_load_bytes", k.spill_load_bytes}, {"stack_bytes", k.stack_bytes},
+    arr.push_back({{"name", k.name},
+                   {"registers", k.registers},
+                   {"spill_store_bytes", k.spill_store_bytes},
+                   {"spill_load_bytes", k.spill_load_bytes},
+                   {"stack_bytes", k.stack_bytes},
                    {"smem_static_bytes", k.smem_static_bytes}});
   }
   return arr;
@@ -110,8 +113,9 @@ BuildResult build_cubin(const BuildRequest& request) {
   BuildResult result;
   result.key = cache_key(request);
   const std::filesystem::path cubin_path =
-      request.cache_dir.empty() ? std::filesystem::path()
-                                : std::filesystem::path(request.cache_dir) / (result.key + ".cubin");
+      request.cache_dir.empty()
+          ? std::filesystem::path()
+          : std::filesystem::path(request.cache_dir) / (result.key + ".cubin");
   if (!request.cache_dir.empty()) {
     std::string bytes, meta;
     if (read_file(cubin_path, &bytes) && !bytes.empty()) {
@@ -137,8 +141,9 @@ BuildResult build_cubin(const BuildRequest& request) {
   }
   const std::string src = entry_source(request);
   nvrtcProgram prog = nullptr;
-  nvrtcResult rc = nvrtcCreateProgram(&prog, src.c_str(), "megasched_device.cu", static_cast<int>(header_names.size()),
-                                      header_texts.data(), header_names.data());
+  nvrtcResult rc = nvrtcCreateProgram(&prog, src.c_str(), "megasched_device.cu",
+                                      static_cast<int>(header_names.size()), header_texts.data(),
+                                      header_names.data());
   if (rc != NVRTC_SUCCESS) {
     result.error = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
     return result;
@@ -157,8 +162,8 @@ BuildResult build_cubin(const BuildRequest& request) {
     std::string opt_line;
     for (const std::string& o : opts) opt_line += " " + o;
     result.error = std::string("NVRTC failed to compile ") + request.entry + " for sm_" +
-                   std::to_string(request.sm_arch) + " (" + nvrtcGetErrorString(rc) + "; options:" + opt_line +
-                   ")\n" + log;
+                   std::to_string(request.sm_arch) + " (" + nvrtcGetErrorString(rc) +
+                   "; options:" + opt_line + ")\n" + log;
     nvrtcDestroyProgram(&prog);
     return result;
   }
@@ -178,9 +183,12 @@ BuildResult build_cubin(const BuildRequest& request) {
   result.ok = true;
   if (!request.cache_dir.empty()) {
     write_file_atomic(cubin_path, std::string(result.cubin.begin(), result.cubin.end()));
-    const nlohmann::json meta = {{"entry", request.entry}, {"defines", request.defines},
-                                 {"sm_arch", request.sm_arch}, {"nvrtc", nvrtc_version()},
-                                 {"log", log}, {"kernels", resources_json(result.kernels)}};
+    const nlohmann::json meta = {{"entry", request.entry},
+                                 {"defines", request.defines},
+                                 {"sm_arch", request.sm_arch},
+                                 {"nvrtc", nvrtc_version()},
+                                 {"log", log},
+                                 {"kernels", resources_json(result.kernels)}};
     write_file_atomic(cubin_path.string() + ".json", meta.dump(2));
   }
   return result;

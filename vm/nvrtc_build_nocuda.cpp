@@ -5,7 +5,8 @@ namespace megasched::vm {
 
 BuildResult build_cubin(const BuildRequest& request) {
   BuildResult result;
-  result.error = "cannot build " + request.entry + ": this megasched was built without the CUDA toolkit (no NVRTC)";
+  result.error = "cannot build " + request.entry +
+                 ": this megasched was built without the CUDA toolkit (no NVRTC)";
   return result;
 }
 

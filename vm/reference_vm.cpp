@@ -17,12 +17,12 @@ namespace {
 
 using ms_abi::Instr;
 
-#define MS_VM_ASSERT(cond, msg)                                                            \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
+#define MS_VM_ASSERT(cond, msg)                                                              \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       std::fprintf(stderr, "%s:%d: ReferenceVm: %s (%s)\n", __FILE__, __LINE__, msg, #cond); \
-      std::abort();                                                                         \
-    }                                                                                       \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 inline float upcast(float w) { return w; }
@@ -65,7 +65,8 @@ float inv_rms(const float* x, uint32_t n, float eps) {
     for (int j = 0; j < 8; ++j) acc[j] += x[c + j] * x[c + j];
   float tail = 0.0f;
   for (; c < n; ++c) tail += x[c] * x[c];
-  const float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+  const float sum =
+      ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
   return 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
 }
 
@@ -450,8 +451,8 @@ void ReferenceVm::execute(uint32_t task, const std::function<void(const ElementA
   uint16_t* kv_bf16 = kv_bf16_.empty() ? nullptr : kv_bf16_.data();
   const auto run = [&](const auto* weights) {
     using W = std::remove_cv_t<std::remove_pointer_t<decltype(weights)>>;
-    Machine<W> machine{program_, program_.model, weights, act_.data(), kv_f32, kv_bf16, cell_,
-                       scratch_};
+    Machine<W> machine{program_, program_.model, weights, act_.data(),
+                       kv_f32,   kv_bf16,        cell_,   scratch_};
     if (record != nullptr)
       machine.execute(t, FnRecord{*record});
     else
@@ -538,7 +539,8 @@ bool ReferenceVm::run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run,
       for (size_t b = 0; b < queues.size(); ++b)
         if (head[b] < queues[b].size() && ready(queues[b][head[b]])) candidates.push_back(b);
       if (candidates.empty()) break;
-      const size_t b = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
+      const size_t b =
+          candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
       run_task(queues[b][head[b]++]);
       ++*tasks_run;
     }
@@ -553,8 +555,8 @@ bool ReferenceVm::run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run,
 
 bool ReferenceVm::run_dynamic(RunOrder order, uint64_t seed, uint64_t* tasks_run,
                               std::string* stuck) {
-  const std::vector<uint32_t>& queue = program_.queues.empty() ? std::vector<uint32_t>{}
-                                                               : program_.queues[0];
+  const std::vector<uint32_t>& queue =
+      program_.queues.empty() ? std::vector<uint32_t>{} : program_.queues[0];
   const size_t workers = static_cast<size_t>(std::max(1, program_.launch.grid_blocks));
   std::vector<size_t> claimed;  // tickets held by workers, ascending
   size_t next_ticket = 0;

@@ -4,11 +4,11 @@
 // the GPU. Token and position are inputs; the KV cache persists across steps. A race-free program
 // gives bit-identical output in every valid order.
 //
-// A dynamic-queue program (launch.dynamic_queue) runs as one global queue claimed in ticket order by
-// launch.grid_blocks workers: a claimed task occupies its worker until it runs, and the VM runs one
-// of the claimed tasks whose waits hold (the lowest ticket in queue order, a random one in random
-// order). A program that cannot finish leaves the step incomplete with the stuck tasks named; the
-// epoch is bumped only after a completed step.
+// A dynamic-queue program (launch.dynamic_queue) runs as one global queue claimed in ticket order
+// by launch.grid_blocks workers: a claimed task occupies its worker until it runs, and the VM runs
+// one of the claimed tasks whose waits hold (the lowest ticket in queue order, a random one in
+// random order). A program that cannot finish leaves the step incomplete with the stuck tasks
+// named; the epoch is bumped only after a completed step.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,8 @@ namespace megasched::vm {
 
 /// How the VM picks the next task.
 enum class RunOrder : uint8_t {
-  kQueueOrder,   // block 0's queue until it blocks, then block 1 ... (round-robin over ready heads);
-                 // dynamic queue: the lowest claimed ticket that is ready
+  kQueueOrder,  // block 0's queue until it blocks, then block 1 ... (round-robin over ready heads);
+                // dynamic queue: the lowest claimed ticket that is ready
   kRandomOrder,  // a uniformly random ready queue head (dynamic: claimed task) each time (seeded)
 };
 
@@ -81,8 +81,8 @@ class ReferenceVm {
   std::vector<uint16_t> kv_bf16_;  // KV when the model is bf16
   std::vector<uint32_t> counters_;
   ms_abi::StepCell cell_{};
-  std::vector<float> scratch_;     // GEMV input vector and tile results
-  uint64_t logits_begin_ = 0;      // the "logits" region
+  std::vector<float> scratch_;  // GEMV input vector and tile results
+  uint64_t logits_begin_ = 0;   // the "logits" region
   uint64_t logits_end_ = 0;
 };
 

@@ -77,7 +77,8 @@ TEST(TrialEvaluator, WrongProgramIsIncorrectAndGetsNoLatency) {
   bool changed = false;
   for (auto& t : program->tasks)
     if (t.opcode == ms_abi::kGemv && program->ops[t.op_id].kind == schedule::OpKind::kLmHead) {
-      t.weight = t.weight - static_cast<uint64_t>(layout.lm_head) + static_cast<uint64_t>(layout.embed);
+      t.weight =
+          t.weight - static_cast<uint64_t>(layout.lm_head) + static_cast<uint64_t>(layout.embed);
       changed = true;
     }
   ASSERT_TRUE(changed);
@@ -132,7 +133,8 @@ TEST(CostModel, DeadlockedProgramDoesNotComplete) {
   // Make the first task wait for a threshold no producer can reach.
   ms_abi::Wait w{0, 1000000};
   program->waits.push_back(w);
-  program->tasks[program->queues[0][0]].wait_begin = static_cast<uint32_t>(program->waits.size() - 1);
+  program->tasks[program->queues[0][0]].wait_begin =
+      static_cast<uint32_t>(program->waits.size() - 1);
   program->tasks[program->queues[0][0]].wait_count = 1;
   auto est = schedule::predict(*program, ev->shape(), ev->target(), 0, 0.0);
   EXPECT_FALSE(est.completed);

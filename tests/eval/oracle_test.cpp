@@ -41,7 +41,8 @@ TEST(Oracle, RelativeErrorIsL2RatioAndFp32IsTighterThanBf16) {
   EXPECT_NEAR(c.rel_err, 0.01 / 5.0, 1e-6);
   EXPECT_FALSE(c.pass);  // 2e-3 > fp32 tolerance
   EXPECT_TRUE(compare_logits(out, ref, schedule::DType::kBF16).pass);
-  EXPECT_LT(tolerance_for(schedule::DType::kF32).rel_err, tolerance_for(schedule::DType::kBF16).rel_err);
+  EXPECT_LT(tolerance_for(schedule::DType::kF32).rel_err,
+            tolerance_for(schedule::DType::kBF16).rel_err);
 }
 
 TEST(Roofline, FloorCountsWeightsKvAndWrites) {

@@ -34,7 +34,8 @@ CorpusRecord record(const std::string& id, int trial) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".jsonl")).string();
+  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".jsonl"))
+      .string();
 }
 
 TEST(Corpus, RecordRoundTripsWithSamplesAndVersions) {
@@ -68,7 +69,8 @@ TEST(Corpus, TornLinesAreSkippedAndReportedWithTheirLineNumber) {
   EXPECT_EQ(read.records[1].schedule_id, "c");
   ASSERT_EQ(read.problems.size(), 2u);
   EXPECT_NE(read.problems[0].find(":2: torn"), std::string::npos) << read.problems[0];
-  EXPECT_NE(read.problems[1].find(":4: truncated last line"), std::string::npos) << read.problems[1];
+  EXPECT_NE(read.problems[1].find(":4: truncated last line"), std::string::npos)
+      << read.problems[1];
 }
 
 TEST(ScheduleIndex, KnowsIdsFromTheCorpusAndFromResultsRows) {

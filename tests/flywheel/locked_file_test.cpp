@@ -19,11 +19,14 @@ class LockedFile : public ::testing::Test {
   void SetUp() override {
     path_ = (std::filesystem::temp_directory_path() /
              ("ms_lock_" + std::to_string(::getpid()) + "_" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name()) / "log.tsv")
+              ::testing::UnitTest::GetInstance()->current_test_info()->name()) /
+             "log.tsv")
                 .string();
     std::filesystem::remove_all(std::filesystem::path(path_).parent_path());
   }
-  void TearDown() override { std::filesystem::remove_all(std::filesystem::path(path_).parent_path()); }
+  void TearDown() override {
+    std::filesystem::remove_all(std::filesystem::path(path_).parent_path());
+  }
   std::string path_;
 };
 
@@ -37,7 +40,8 @@ TEST_F(LockedFile, TwoProcessesAppendingNeitherLoseNorInterleaveLines) {
     ASSERT_GE(children[p], 0);
     if (children[p] == 0) {
       for (int i = 0; i < kLines; ++i) {
-        std::string line = "p" + std::to_string(p) + "\t" + std::to_string(i) + "\t" + payload + "\tend";
+        std::string line =
+            "p" + std::to_string(p) + "\t" + std::to_string(i) + "\t" + payload + "\tend";
         if (!append_lines_locked(path_, "header", {line}, nullptr)) ::_exit(1);
       }
       ::_exit(0);
@@ -55,7 +59,8 @@ TEST_F(LockedFile, TwoProcessesAppendingNeitherLoseNorInterleaveLines) {
   std::map<std::string, int> next;  // each process's lines arrive whole and in its own order
   for (size_t i = 1; i < read.lines.size(); ++i) {
     const std::string& line = read.lines[i];
-    ASSERT_EQ(line.size(), 2 + 1 + std::to_string(next[line.substr(0, 2)]).size() + 1 + payload.size() + 4)
+    ASSERT_EQ(line.size(),
+              2 + 1 + std::to_string(next[line.substr(0, 2)]).size() + 1 + payload.size() + 4)
         << "line " << i << " is torn or interleaved";
     const std::string who = line.substr(0, 2);
     EXPECT_EQ(line.substr(3, line.find('\t', 3) - 3), std::to_string(next[who]));

@@ -65,7 +65,8 @@ TEST(Prior, RanksHeldOutConfigsOfASyntheticLandscape) {
 TEST(Prior, UntrainedBelowTheMinimumSampleCount) {
   const schedule::ModelShape shape = *schedule::find_preset("toy");
   Prior prior;
-  std::vector<PriorSample> samples(3, {schedule::to_json(ScheduleConfig{}), shape_to_json(shape), 10.0, "toy"});
+  std::vector<PriorSample> samples(
+      3, {schedule::to_json(ScheduleConfig{}), shape_to_json(shape), 10.0, "toy"});
   EXPECT_FALSE(prior.fit(samples, 4));
   EXPECT_FALSE(prior.trained());
 }
@@ -78,7 +79,8 @@ TEST(Prior, FailureModelFlagsConfigsLikeThoseThatFailed) {
   for (int i = 0; i < 120; ++i) {
     ScheduleConfig c = schedule::random_config(shape, target, rng);
     PriorSample s{schedule::to_json(c), shape_to_json(shape), std::nullopt, "toy"};
-    if (c.kernel.weight_load != schedule::WeightLoad::kLdgStream) s.latency_us = 100.0 + c.kernel.unroll;
+    if (c.kernel.weight_load != schedule::WeightLoad::kLdgStream)
+      s.latency_us = 100.0 + c.kernel.unroll;
     samples.push_back(s);
   }
   Prior prior;

@@ -16,15 +16,23 @@ namespace {
 // Five trials of toy/h100/cpu (default 100 us, a keep at 80, a discard at 90, a rejection, a
 // keep at 70) and one of small.
 const char* kResults =
-    "trial\ttimestamp\trun_id\tmodel\ttarget\tdevice\tstrategy\tstatus\tcorrect\tlatency_us\tlatency_kind\t"
-    "spread_us\tfloor_us\tpct_of_floor\tspeedup_vs_default\tbest_us\tschedule_id\tparent_id\tchanged_knobs\t"
+    "trial\ttimestamp\trun_id\tmodel\ttarget\tdevice\tstrategy\tstatus\tcorrect\tlatency_"
+    "us\tlatency_kind\t"
+    "spread_us\tfloor_us\tpct_of_floor\tspeedup_vs_default\tbest_us\tschedule_id\tparent_"
+    "id\tchanged_knobs\t"
     "complexity\tdescription\n"
-    "0\tT\tr1\ttoy\th100\tcpu\tdefault\tkept\t1\t100.000\tpredicted\t0\t10\t10\t1\t100\ts0\t\t\t0\tbaseline\n"
-    "1\tT\tr1\ttoy\th100\tcpu\trandom\tkept\t1\t80.000\tpredicted\t0\t10\t12.5\t1.25\t80\ts1\ts0\tkernel.unroll=4\t1\tx\n"
-    "2\tT\tr1\ttoy\th100\tcpu\trandom\tdiscarded\t1\t90.000\tpredicted\t0\t10\t11.1\t1.11\t80\ts2\ts1\tkernel.unroll=8\t1\tx\n"
-    "3\tT\tr1\ttoy\th100\tcpu\trandom\trejected\t0\t\t\t0\t10\t\t\t80\ts3\ts1\tkernel.unroll=1\t1\tx\n"
-    "0\tT\tr2\tsmall\th100\tcpu\tdefault\tkept\t1\t500.000\tpredicted\t0\t50\t10\t1\t500\tt0\t\t\t0\tbaseline\n"
-    "4\tT\tr1\ttoy\th100\tcpu\trandom\tkept\t1\t70.000\tpredicted\t0\t10\t14.3\t1.43\t70\ts4\ts1\tkernel.unroll=4,launch.blocks_per_sm=2\t2\tx\n";
+    "0\tT\tr1\ttoy\th100\tcpu\tdefault\tkept\t1\t100."
+    "000\tpredicted\t0\t10\t10\t1\t100\ts0\t\t\t0\tbaseline\n"
+    "1\tT\tr1\ttoy\th100\tcpu\trandom\tkept\t1\t80.000\tpredicted\t0\t10\t12.5\t1."
+    "25\t80\ts1\ts0\tkernel.unroll=4\t1\tx\n"
+    "2\tT\tr1\ttoy\th100\tcpu\trandom\tdiscarded\t1\t90.000\tpredicted\t0\t10\t11.1\t1."
+    "11\t80\ts2\ts1\tkernel.unroll=8\t1\tx\n"
+    "3\tT\tr1\ttoy\th100\tcpu\trandom\trejected\t0\t\t\t0\t10\t\t\t80\ts3\ts1\tkernel.unroll="
+    "1\t1\tx\n"
+    "0\tT\tr2\tsmall\th100\tcpu\tdefault\tkept\t1\t500."
+    "000\tpredicted\t0\t50\t10\t1\t500\tt0\t\t\t0\tbaseline\n"
+    "4\tT\tr1\ttoy\th100\tcpu\trandom\tkept\t1\t70.000\tpredicted\t0\t10\t14.3\t1."
+    "43\t70\ts4\ts1\tkernel.unroll=4,launch.blocks_per_sm=2\t2\tx\n";
 
 CorpusRecord record(const std::string& id, int unroll, int blocks, std::optional<double> us) {
   CorpusRecord r;
@@ -49,7 +57,8 @@ class Report : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string path = (std::filesystem::temp_directory_path() /
-                              ("ms_report_" + std::to_string(::getpid()) + ".tsv")).string();
+                              ("ms_report_" + std::to_string(::getpid()) + ".tsv"))
+                                 .string();
     std::ofstream(path) << kResults;
     rows_ = read_results(path).rows;
     std::filesystem::remove(path);
@@ -91,7 +100,8 @@ TEST_F(Report, BestSoFarFollowsFileOrder) {
   const auto& series = report_["groups"][0]["best_so_far"];
   ASSERT_EQ(series.size(), 5u);
   const double expected[] = {100, 80, 80, 80, 70};
-  for (size_t i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(series[i]["best_us"].get<double>(), expected[i]) << i;
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_DOUBLE_EQ(series[i]["best_us"].get<double>(), expected[i]) << i;
   EXPECT_TRUE(series[3]["latency_us"].is_null());
   EXPECT_EQ(series[3]["status"], "rejected");
 }

@@ -43,10 +43,10 @@ CorpusRecord sample_record() {
 
 TEST(Results, HeaderNamesEveryDocumentedColumn) {
   const auto& columns = results_columns();
-  for (const char* name : {"trial", "timestamp", "run_id", "model", "target", "device", "status",
-                           "correct", "latency_us", "latency_kind", "floor_us", "pct_of_floor",
-                           "speedup_vs_default", "schedule_id", "parent_id", "strategy",
-                           "changed_knobs", "description"})
+  for (const char* name :
+       {"trial", "timestamp", "run_id", "model", "target", "device", "status", "correct",
+        "latency_us", "latency_kind", "floor_us", "pct_of_floor", "speedup_vs_default",
+        "schedule_id", "parent_id", "strategy", "changed_knobs", "description"})
     EXPECT_NE(std::find(columns.begin(), columns.end(), name), columns.end()) << name;
   EXPECT_EQ(results_header().find("trial\ttimestamp\t"), 0u);
 }
@@ -71,7 +71,8 @@ TEST(Results, IncorrectRecordHasNoLatencyInItsRow) {
 
 TEST(Results, RowsRoundTripThroughTheFileWithTabsCleaned) {
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("ms_results_" + std::to_string(::getpid()) + ".tsv")).string();
+                            ("ms_results_" + std::to_string(::getpid()) + ".tsv"))
+                               .string();
   std::filesystem::remove(path);
   ResultRow row = row_from_record(sample_record());
   ASSERT_TRUE(append_result(path, row, nullptr));
@@ -93,7 +94,8 @@ TEST(Results, RowsRoundTripThroughTheFileWithTabsCleaned) {
 
 TEST(Results, ReadsByHeaderNameAndReportsMalformedLines) {
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("ms_results_cols_" + std::to_string(::getpid()) + ".tsv")).string();
+                            ("ms_results_cols_" + std::to_string(::getpid()) + ".tsv"))
+                               .string();
   std::ofstream(path) << "status\tschedule_id\ttrial\textra\n"
                          "kept\tabc\t0\tx\n"
                          "discarded\tdef\n"

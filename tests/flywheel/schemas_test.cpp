@@ -28,8 +28,10 @@ TEST(FlywheelSchemas, ResultsRowSchemaListsTheColumnsInFileOrder) {
 TEST(FlywheelSchemas, CorpusRecordSchemaListsExactlyTheRecordFields) {
   const auto schema = load("corpus_record.schema.json");
   const auto record = to_json(CorpusRecord{});
-  for (const auto& [key, value] : record.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
-  for (const auto& [key, value] : schema["properties"].items()) EXPECT_TRUE(record.contains(key)) << key;
+  for (const auto& [key, value] : record.items())
+    EXPECT_TRUE(schema["properties"].contains(key)) << key;
+  for (const auto& [key, value] : schema["properties"].items())
+    EXPECT_TRUE(record.contains(key)) << key;
   EXPECT_EQ(schema["properties"]["status"]["enum"], nlohmann::json(status_vocabulary()));
   const nlohmann::json shape = shape_to_json(schedule::ModelShape{});
   std::vector<std::string> shape_keys;

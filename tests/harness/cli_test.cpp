@@ -16,7 +16,8 @@ struct RunResult {
 };
 
 RunResult run(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd = std::string(MS_BINARY_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  const std::string cmd =
+      std::string(MS_BINARY_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
   RunResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -39,9 +40,9 @@ TEST(Cli, EvaluateDefaultToyOnCpuIsValidCorrectAndPredictedAboveTheFloor) {
   EXPECT_GT(v["floor_us"].get<double>(), 0.0);
   EXPECT_EQ(v["positions_checked"].size(), 3u);
   EXPECT_EQ(v["schedule_id"].get<std::string>().size(), 16u);
-  for (const char* key : {"rejected_reason", "diagnostics", "max_abs_err", "rel_err", "argmax_match",
-                          "pct_of_floor", "tasks", "weight_bytes", "bytes_min", "target", "model",
-                          "device", "notes"})
+  for (const char* key :
+       {"rejected_reason", "diagnostics", "max_abs_err", "rel_err", "argmax_match", "pct_of_floor",
+        "tasks", "weight_bytes", "bytes_min", "target", "model", "device", "notes"})
     EXPECT_TRUE(v.contains(key)) << key;
 }
 
@@ -98,7 +99,8 @@ TEST(Cli, ModelsAndTargetsListAsJson) {
   ASSERT_EQ(r.exit_code, 0);
   auto models = nlohmann::json::parse(r.out);
   bool has_1b = false;
-  for (const auto& m : models) has_1b = has_1b || (m["name"] == "llama-1b" && m["params"] == 1235814400);
+  for (const auto& m : models)
+    has_1b = has_1b || (m["name"] == "llama-1b" && m["params"] == 1235814400);
   EXPECT_TRUE(has_1b) << r.out;
   r = run("targets --json");
   ASSERT_EQ(r.exit_code, 0);

@@ -48,11 +48,13 @@ void expect_same_shape(const json& doc, const json& actual, const std::string& w
     EXPECT_TRUE(actual.is_number() || actual.is_null()) << where << " is " << actual.dump();
     return;
   }
-  ASSERT_EQ(doc.type_name(), std::string(actual.type_name())) << where << ": documented " << doc.dump().substr(0, 80)
-                                                              << ", got " << actual.dump().substr(0, 80);
+  ASSERT_EQ(doc.type_name(), std::string(actual.type_name()))
+      << where << ": documented " << doc.dump().substr(0, 80) << ", got "
+      << actual.dump().substr(0, 80);
   if (doc.is_object()) {
     for (const auto& [key, value] : doc.items()) {
-      ASSERT_TRUE(actual.contains(key)) << where << "." << key << " is documented but not in the output";
+      ASSERT_TRUE(actual.contains(key))
+          << where << "." << key << " is documented but not in the output";
       expect_same_shape(value, actual[key], where + "." + key);
     }
   } else if (doc.is_array() && !doc.empty() && !actual.empty()) {
@@ -69,7 +71,8 @@ std::string slurp(const std::filesystem::path& path) {
 
 TEST(HarnessMd, ExamplesRunAsWrittenAndMatchTheirDocumentedOutput) {
   const std::string binary_dir = std::filesystem::path(MS_BINARY_PATH).parent_path().string();
-  const auto dir = std::filesystem::temp_directory_path() / ("ms_harness_md_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ms_harness_md_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::vector<Block> blocks = fenced_blocks(std::string(MS_SOURCE_DIR) + "/HARNESS.md");
@@ -78,15 +81,19 @@ TEST(HarnessMd, ExamplesRunAsWrittenAndMatchTheirDocumentedOutput) {
     if (blocks[i].lang != "sh") continue;
     const std::string where = "HARNESS.md:" + std::to_string(blocks[i].line);
     std::ofstream(dir / "block.sh") << blocks[i].text;
-    const std::string cmd = "cd '" + dir.string() + "' && PATH='" + binary_dir + "':\"$PATH\" bash block.sh > out.txt 2> err.txt";
+    const std::string cmd = "cd '" + dir.string() + "' && PATH='" + binary_dir +
+                            "':\"$PATH\" bash block.sh > out.txt 2> err.txt";
     const int status = std::system(cmd.c_str());
     ++ran;
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << where << " exited " << WEXITSTATUS(status) << "\n" << blocks[i].text << "stderr:\n" << slurp(dir / "err.txt");
+        << where << " exited " << WEXITSTATUS(status) << "\n"
+        << blocks[i].text << "stderr:\n"
+        << slurp(dir / "err.txt");
     if (i + 1 < blocks.size() && blocks[i + 1].lang == "json") {
       const json doc = json::parse(blocks[i + 1].text);
       const json actual = json::parse(slurp(dir / "out.txt"), nullptr, false);
-      ASSERT_FALSE(actual.is_discarded()) << where << " printed no JSON:\n" << slurp(dir / "out.txt");
+      ASSERT_FALSE(actual.is_discarded()) << where << " printed no JSON:\n"
+                                          << slurp(dir / "out.txt");
       expect_same_shape(doc, actual, where);
       if (i + 2 < blocks.size() && blocks[i + 2].lang == "text") {
         // The first three fields of each documented line (trial, n/budget, status) in order.

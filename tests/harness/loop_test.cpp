@@ -50,7 +50,9 @@ class FakeEvaluator : public Evaluator {
   explicit FakeEvaluator(ScriptedClock* clock, std::string device = "cpu")
       : clock_(clock), device_(std::move(device)) {}
 
-  void script(const ScheduleConfig& c, eval::Verdict v) { scripted_[schedule::canonical_string(c)] = v; }
+  void script(const ScheduleConfig& c, eval::Verdict v) {
+    scripted_[schedule::canonical_string(c)] = v;
+  }
   eval::Verdict evaluate(const ScheduleConfig& c) override {
     if (clock_) clock_->now += seconds_per_trial;
     ++evaluations[schedule_id(c)];
@@ -141,7 +143,9 @@ class HarnessLoop : public ::testing::Test {
   LoopResult run(Evaluator& ev, Strategy& strategy) {
     return run_loop(ev, shape, target, strategy, clock, options);
   }
-  std::vector<flywheel::ResultRow> rows() { return flywheel::read_results(options.results_path).rows; }
+  std::vector<flywheel::ResultRow> rows() {
+    return flywheel::read_results(options.results_path).rows;
+  }
   std::vector<flywheel::CorpusRecord> records() {
     return flywheel::read_corpus(options.corpus_path).records;
   }
@@ -166,7 +170,8 @@ TEST_F(HarnessLoop, RevertsWhenCandidateIsSlower) {
   EXPECT_EQ(log[0].status, "kept");
   EXPECT_EQ(log[0].strategy, "default");
   EXPECT_EQ(log[1].status, "discarded");
-  EXPECT_NE(log[1].description.find("slower by 10.000 us"), std::string::npos) << log[1].description;
+  EXPECT_NE(log[1].description.find("slower by 10.000 us"), std::string::npos)
+      << log[1].description;
   EXPECT_EQ(log[1].changed_knobs, "launch.blocks_per_sm=2");
   EXPECT_DOUBLE_EQ(*log[1].best_us, 100.0);
   EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(ScheduleConfig{}));
@@ -211,7 +216,8 @@ TEST_F(HarnessLoop, DiscardsMeasuredCandidateWhenRemeasuredIncumbentCatchesUp) {
   const ScheduleConfig candidate = with({{"kernel.unroll", 4}});
   int default_runs = 0;
   ev.fallback = [&](const ScheduleConfig& c) {
-    if (schedule::complexity(c) == 0) return ok_verdict(++default_runs == 1 ? 100.0 : 91.0, 0.5, "measured-gpu");
+    if (schedule::complexity(c) == 0)
+      return ok_verdict(++default_runs == 1 ? 100.0 : 91.0, 0.5, "measured-gpu");
     return ok_verdict(90.0, 0.5, "measured-gpu");
   };
   ScriptedStrategy strategy({candidate});
@@ -586,7 +592,7 @@ print(json.dumps([{"config": cfg, "description": "unroll from the agent"}, {"til
   std::string first, second;
   std::getline(calls, first);
   std::getline(calls, second);
-  EXPECT_EQ(first, "1 toy");   // trial 0 was in the context
+  EXPECT_EQ(first, "1 toy");  // trial 0 was in the context
   EXPECT_EQ(second, "2 toy");
 }
 
@@ -600,7 +606,8 @@ TEST_F(HarnessLoop, ProposerRepeatingKnownSchedulesStopsTheLoopQuickly) {
   auto strategy = make_strategy(so, &error);
   LoopResult r = run(ev, *strategy);
   EXPECT_EQ(r.summary["skipped_known"], 3);
-  EXPECT_NE(r.summary["stop_reason"].get<std::string>().find("already evaluated"), std::string::npos);
+  EXPECT_NE(r.summary["stop_reason"].get<std::string>().find("already evaluated"),
+            std::string::npos);
 }
 
 TEST_F(HarnessLoop, FailingProposerStopsTheLoopWithItsMessage) {

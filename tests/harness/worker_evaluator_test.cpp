@@ -52,7 +52,8 @@ class WorkerEvaluatorTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "worker.py") << kFakeWorker;
-    options_.command = "python3 " + (dir_ / "worker.py").string() + " " + (dir_ / "pids.txt").string();
+    options_.command =
+        "python3 " + (dir_ / "worker.py").string() + " " + (dir_ / "pids.txt").string();
     options_.trial_timeout_s = 1.0;
     options_.start_timeout_s = 20.0;
   }
@@ -111,7 +112,8 @@ TEST_F(WorkerEvaluatorTest, HangBecomesATimeoutVerdictAtTheDeadline) {
   ASSERT_TRUE(ev.start(nullptr));
   const auto t0 = std::chrono::steady_clock::now();
   eval::Verdict hung = ev.evaluate(unroll(8));
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(hung.status, "timeout");
   EXPECT_GE(waited, 1.0);
   EXPECT_LT(waited, 10.0);

@@ -94,7 +94,8 @@ TEST(ScheduleConfigKnobs, SetAndGetByPathAndChangedKnobs) {
   EXPECT_EQ(get_knob(c, "tiling.attn_kv_partitions"), 4);
   EXPECT_FALSE(set_knob(&c, "tiling.attn_kv_partitions", 3, &error));
   EXPECT_FALSE(set_knob(&c, "tiling.nope", 3, &error));
-  EXPECT_EQ(changed_knobs(ScheduleConfig{}, c), std::vector<std::string>{"tiling.attn_kv_partitions"});
+  EXPECT_EQ(changed_knobs(ScheduleConfig{}, c),
+            std::vector<std::string>{"tiling.attn_kv_partitions"});
   EXPECT_EQ(complexity(c), 1);
 }
 

@@ -150,7 +150,8 @@ TEST(GroundTruth, RealToyLoweringsAreSafeAndOrderIndependent) {
     ASSERT_TRUE(p) << error;
     if (p->tasks.size() > 40) continue;
     const GroundTruth g = truth_of(*p, target);
-    ASSERT_TRUE(g.safe()) << canonical_string(cfg) << "\n" << (g.findings.empty() ? "" : g.findings[0]);
+    ASSERT_TRUE(g.safe()) << canonical_string(cfg) << "\n"
+                          << (g.findings.empty() ? "" : g.findings[0]);
     const DynamicCheck d = dynamic_check(*p, toy_weights(), 12, 100, 5, 3);
     EXPECT_TRUE(d.completed && d.deterministic) << d.detail;
     ++checked;

@@ -57,8 +57,8 @@ uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 uint32_t default_task_count(const ModelShape& s) {
   const uint32_t qkv = ceil_div(static_cast<uint32_t>(s.q_dim() + 2 * s.kv_dim()),
                                 ceil_div(64, s.head_dim) * s.head_dim);
-  const uint32_t per_layer = qkv + s.kv_heads + ceil_div(s.hidden, 64) +
-                             ceil_div(2 * s.ffn, 64) + ceil_div(s.hidden, 64);
+  const uint32_t per_layer =
+      qkv + s.kv_heads + ceil_div(s.hidden, 64) + ceil_div(2 * s.ffn, 64) + ceil_div(s.hidden, 64);
   return 1 + s.layers * per_layer + ceil_div(s.vocab, 512) + 1;
 }
 

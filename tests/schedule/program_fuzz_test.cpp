@@ -54,10 +54,13 @@ TEST(ProgramFuzz, LaunchAndCycleMutantsAreRejectedWithTheirRule) {
   const GpuTarget t = fuzz_target(4);
   std::mt19937_64 rng(2);
   EXPECT_EQ(validate(*mutate(base, t, MutationClass::kSmemOverCap, rng), t).rules(), "launch");
-  EXPECT_EQ(validate(*mutate(base, t, MutationClass::kGridNotCoResident, rng), t).rules(), "launch");
+  EXPECT_EQ(validate(*mutate(base, t, MutationClass::kGridNotCoResident, rng), t).rules(),
+            "launch");
   EXPECT_EQ(validate(*mutate(base, t, MutationClass::kTooManyThreads, rng), t).rules(), "launch");
-  EXPECT_EQ(validate(*mutate(base, t, MutationClass::kCrossQueueCycle, rng), t).rules(), "deadlock");
-  const ValidationReport raised = validate(*mutate(base, t, MutationClass::kRaiseThreshold, rng), t);
+  EXPECT_EQ(validate(*mutate(base, t, MutationClass::kCrossQueueCycle, rng), t).rules(),
+            "deadlock");
+  const ValidationReport raised =
+      validate(*mutate(base, t, MutationClass::kRaiseThreshold, rng), t);
   EXPECT_EQ(raised.rules(), "reachability,deadlock");
 }
 
@@ -80,7 +83,8 @@ TEST(ProgramFuzz, ScorecardAcceptsNothingUnsafe) {
   EXPECT_EQ(card.total.inconclusive, 0u);
   EXPECT_GE(card.total.unsafe * 10, card.total.generated * 4) << "at least 40% unsafe";
   int mutant_rows = 0;
-  for (const ScorecardRow& r : card.rows) mutant_rows += r.name.rfind("mutant/", 0) == 0 && r.generated > 0;
+  for (const ScorecardRow& r : card.rows)
+    mutant_rows += r.name.rfind("mutant/", 0) == 0 && r.generated > 0;
   EXPECT_EQ(mutant_rows, static_cast<int>(MutationClass::kCount));
   const nlohmann::json j = to_json(card);
   EXPECT_EQ(j["total"]["generated"], card.total.generated);

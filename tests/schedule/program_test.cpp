@@ -140,9 +140,9 @@ TEST(Program, LabelsNameOpsTilesAndRegions) {
   EXPECT_EQ(p.task_label(999), "task 999 (out of range)");
   const Region* q = p.find_region("L0.q");
   ASSERT_NE(q, nullptr);
-  EXPECT_EQ(p.range_label(ms_abi::kBufActivations, q->begin + 2, q->begin + 5),
-            "act[" + std::to_string(q->begin + 2) + ":" + std::to_string(q->begin + 5) +
-                "] (L0.q[2:5])");
+  EXPECT_EQ(
+      p.range_label(ms_abi::kBufActivations, q->begin + 2, q->begin + 5),
+      "act[" + std::to_string(q->begin + 2) + ":" + std::to_string(q->begin + 5) + "] (L0.q[2:5])");
   EXPECT_EQ(p.find_region("no such region"), nullptr);
 }
 
@@ -156,8 +156,8 @@ TEST(Program, StatsCountTasksAndWeightBytes) {
   EXPECT_EQ(s.queues, 6u);
   // fp32: the embedding row, each GEMV matrix once, and the fused-norm gamma once per task that
   // normalises (2 QKV tiles, 4 gate_up tiles, 1 LM-head tile).
-  const uint64_t elements = 64 + (128 * 64 + 2 * 64) + 64 * 64 + (256 * 64 + 4 * 64) + 64 * 128 +
-                            (256 * 64 + 1 * 64);
+  const uint64_t elements =
+      64 + (128 * 64 + 2 * 64) + 64 * 64 + (256 * 64 + 4 * 64) + 64 * 128 + (256 * 64 + 1 * 64);
   EXPECT_EQ(s.weight_bytes, elements * 4);
 }
 

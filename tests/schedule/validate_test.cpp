@@ -12,9 +12,10 @@
 namespace megasched::schedule {
 namespace {
 
-// Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:256) is input.
-constexpr uint32_t kIn = 0;      // an input slice
-constexpr uint32_t kA = 256;     // tile outputs
+// Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:256) is
+// input.
+constexpr uint32_t kIn = 0;   // an input slice
+constexpr uint32_t kA = 256;  // tile outputs
 constexpr uint32_t kB = 264;
 constexpr uint32_t kC = 272;
 
@@ -48,7 +49,8 @@ TEST(ScheduleValidator, RejectsReadBeforeWrite) {
   const ValidationReport r = validate(b.finish(), fuzz_target());
   ASSERT_TRUE(has_rule(r, "race"));
   EXPECT_EQ(first_message(r, "race"),
-            "task 0 (add y tile 0) reads act[256:264] written by task 1 (add x tile 0), but it runs before that writer");
+            "task 0 (add y tile 0) reads act[256:264] written by task 1 (add x tile 0), but it "
+            "runs before that writer");
 }
 
 TEST(ScheduleValidator, RejectsMissingWaitAcrossQueues) {
@@ -58,8 +60,9 @@ TEST(ScheduleValidator, RejectsMissingWaitAcrossQueues) {
   b.add(1, y, kA, kIn, kB, 8);
   const ValidationReport r = validate(b.finish(), fuzz_target());
   ASSERT_EQ(r.rules(), "race");
-  EXPECT_NE(first_message(r, "race").find("task 1 (add y tile 0) reads act[256:264] written by task 0 (add x tile 0) "
-                                          "with no ordering between them"),
+  EXPECT_NE(first_message(r, "race").find(
+                "task 1 (add y tile 0) reads act[256:264] written by task 0 (add x tile 0) "
+                "with no ordering between them"),
             std::string::npos)
       << first_message(r, "race");
   EXPECT_EQ(r.diagnostics[0].tasks, (std::vector<uint32_t>{1, 0}));
@@ -74,8 +77,9 @@ TEST(ScheduleValidator, RejectsCycleAcrossQueues) {
   const ValidationReport r = validate(b.finish(), fuzz_target());
   EXPECT_EQ(r.rules(), "deadlock");
   ASSERT_EQ(r.diagnostics.size(), 2u);
-  EXPECT_NE(r.diagnostics[0].message.find("queue 0 is stuck at task 0 (add x tile 0), which waits for counter 1 (c1) >= 1 "
-                                          "but the counter stops at 0 of 1: its producers task 1 (add x tile 1) never run"),
+  EXPECT_NE(r.diagnostics[0].message.find(
+                "queue 0 is stuck at task 0 (add x tile 0), which waits for counter 1 (c1) >= 1 "
+                "but the counter stops at 0 of 1: its producers task 1 (add x tile 1) never run"),
             std::string::npos)
       << r.diagnostics[0].message;
 }
@@ -88,8 +92,9 @@ TEST(ScheduleValidator, RejectsThresholdAboveTotal) {
   const ValidationReport r = validate(b.finish(), fuzz_target());
   EXPECT_TRUE(has_rule(r, "reachability"));
   EXPECT_TRUE(has_rule(r, "deadlock"));
-  EXPECT_EQ(first_message(r, "reachability"),
-            "task 1 (add x tile 1) waits for counter 0 (c) >= 2, but its producers add only 1 per step");
+  EXPECT_EQ(
+      first_message(r, "reachability"),
+      "task 1 (add x tile 1) waits for counter 0 (c) >= 2, but its producers add only 1 per step");
 }
 
 TEST(ScheduleValidator, RejectsDeclaredTotalThatProducersDoNotAdd) {
@@ -160,7 +165,8 @@ TEST(ScheduleValidator, RejectsOverlappingTileOutputs) {
   ordered.add(0, x, kIn, kIn, kA + 4, 8);
   const ValidationReport r = validate(ordered.finish(), fuzz_target());
   EXPECT_EQ(r.rules(), "coverage");
-  EXPECT_NE(first_message(r, "coverage").find("act[260:264] is written by both task 0"), std::string::npos);
+  EXPECT_NE(first_message(r, "coverage").find("act[260:264] is written by both task 0"),
+            std::string::npos);
 }
 
 TEST(ScheduleValidator, RejectsReadOfElementsNothingWrites) {
@@ -168,7 +174,8 @@ TEST(ScheduleValidator, RejectsReadOfElementsNothingWrites) {
   b.add(0, b.op("x"), 600, kIn, kA, 8);
   const ValidationReport r = validate(b.finish(), fuzz_target());
   EXPECT_EQ(r.rules(), "coverage");
-  EXPECT_NE(first_message(r, "coverage").find("reads act[600:608], which no task writes"), std::string::npos);
+  EXPECT_NE(first_message(r, "coverage").find("reads act[600:608], which no task writes"),
+            std::string::npos);
 }
 
 TEST(ScheduleValidator, RejectsTaskThatReadsItsOwnOutput) {
@@ -194,7 +201,9 @@ TEST(ScheduleValidator, RejectsOperandsOutOfBounds) {
   b.add(0, b.op("x"), kIn, kIn, 510, 8);
   const ValidationReport r = validate(b.finish(), fuzz_target());
   EXPECT_EQ(r.rules(), "structure");
-  EXPECT_NE(first_message(r, "structure").find("writes act[510:518], beyond the buffer's 512 elements"), std::string::npos);
+  EXPECT_NE(
+      first_message(r, "structure").find("writes act[510:518], beyond the buffer's 512 elements"),
+      std::string::npos);
 }
 
 TEST(ScheduleValidator, DynamicQueueOrderGivesNoOrdering) {
@@ -268,7 +277,8 @@ TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
       auto* bytes = reinterpret_cast<uint8_t*>(&in);
       bytes[rng() % sizeof(in)] = static_cast<uint8_t>(rng());
     }
-    if (rng() % 3 == 0 && !p.waits.empty()) p.waits[rng() % p.waits.size()].counter = static_cast<uint32_t>(rng());
+    if (rng() % 3 == 0 && !p.waits.empty())
+      p.waits[rng() % p.waits.size()].counter = static_cast<uint32_t>(rng());
     if (rng() % 3 == 0) p.queues[0].push_back(static_cast<uint32_t>(rng()));
     if (rng() % 5 == 0) p.counter_totals.clear();
     if (rng() % 7 == 0) p.buffer_elements = {};
@@ -315,7 +325,8 @@ TEST(ScheduleFootprint, WidensKvAccessesToWholeHeads) {
 
 // Every config of a random search over the real search space lowers to a program the validator
 // accepts. 500 configs on toy here; small and llama-1b lower slowly, so the unit test samples fewer
-// and `megasched validate --model M --random-configs 500` runs the full 500 (dev/validator_notes.md).
+// and `megasched validate --model M --random-configs 500` runs the full 500
+// (dev/validator_notes.md).
 struct RealSearch {
   const char* model;
   int configs;
@@ -337,7 +348,8 @@ TEST_P(ValidatorOnRealLowerings, AcceptsEveryRandomConfig) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ValidatorOnRealLowerings,
-                         ::testing::Values(RealSearch{"toy", 500}, RealSearch{"small", 40}, RealSearch{"llama-1b", 6}),
+                         ::testing::Values(RealSearch{"toy", 500}, RealSearch{"small", 40},
+                                           RealSearch{"llama-1b", 6}),
                          [](const auto& info) {
                            std::string name = info.param.model;
                            for (char& c : name)

@@ -1,8 +1,8 @@
-// The megakernel on a real GPU (every test GTEST_SKIP()s where there is no device): logits match the
-// eager reference at several positions for fp32 and bf16 models and for a covering set of configs,
-// a deadlocking program ends in a `hang` verdict with a per-block dump within seconds and the next
-// trial still runs, a grid that is not co-resident is rejected without a launch, and the cuBLAS
-// graph baseline and the bandwidth probe work.
+// The megakernel on a real GPU (every test GTEST_SKIP()s where there is no device): logits match
+// the eager reference at several positions for fp32 and bf16 models and for a covering set of
+// configs, a deadlocking program ends in a `hang` verdict with a per-block dump within seconds and
+// the next trial still runs, a grid that is not co-resident is rejected without a launch, and the
+// cuBLAS graph baseline and the bandwidth probe work.
 #include "vm/gpu_vm.h"
 
 #include <gtest/gtest.h>
@@ -24,9 +24,9 @@ namespace {
 using eval::GpuTrialOptions;
 using eval::GpuTrialResult;
 
-#define MS_REQUIRE_GPU()                                  \
-  do {                                                    \
-    std::string why_;                                     \
+#define MS_REQUIRE_GPU()                                   \
+  do {                                                     \
+    std::string why_;                                      \
     if (!eval::gpu_available(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
@@ -81,8 +81,10 @@ TEST(GpuVm, MatchesEagerAtSeveralPositionsFp32AndBf16) {
     const schedule::Weights w = schedule::generate_weights(toy_shape(dtype), 3);
     const Refs refs = eager_refs(w, positions);
     const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
-    const GpuTrialResult r = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
-    EXPECT_EQ(r.status, "ok") << schedule::dtype_name(dtype) << ": " << r.message << "\n" << r.kernel.dump(1);
+    const GpuTrialResult r =
+        eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+    EXPECT_EQ(r.status, "ok") << schedule::dtype_name(dtype) << ": " << r.message << "\n"
+                              << r.kernel.dump(1);
     EXPECT_TRUE(r.argmax_match);
     EXPECT_EQ(r.samples_us.size(), 5u);
     EXPECT_GT(r.kernel.value("registers", 0), 0);
@@ -112,10 +114,13 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
       auto p = schedule::lower(w.shape, target, c, &err);
       if (!p) continue;
       if (!schedule::validate(*p, target).ok()) continue;
-      const GpuTrialResult r = eval::run_gpu_trial(*p, w, refs.tokens, refs.logits, positions, quick());
+      const GpuTrialResult r =
+          eval::run_gpu_trial(*p, w, refs.tokens, refs.logits, positions, quick());
       if (r.status == "rejected") continue;
       ++ran;
-      EXPECT_EQ(r.status, "ok") << schedule::canonical_string(c) << "\n" << r.message << "\n" << r.kernel.dump(1);
+      EXPECT_EQ(r.status, "ok") << schedule::canonical_string(c) << "\n"
+                                << r.message << "\n"
+                                << r.kernel.dump(1);
     }
   }
   EXPECT_GE(ran, 3);
@@ -144,8 +149,10 @@ TEST(GpuVm, DeadlockingProgramEndsInHangWithDumpAndTheNextTrialRuns) {
   ASSERT_NE(bad.tasks[last].signal_increment, 0u);
   ms_abi::Instr& first = bad.tasks[bad.queues[0][0]];
   const uint32_t begin = static_cast<uint32_t>(bad.waits.size());
-  for (uint32_t i = 0; i < first.wait_count; ++i) bad.waits.push_back(bad.waits[first.wait_begin + i]);
-  bad.waits.push_back({bad.tasks[last].signal_counter, bad.counter_totals[bad.tasks[last].signal_counter]});
+  for (uint32_t i = 0; i < first.wait_count; ++i)
+    bad.waits.push_back(bad.waits[first.wait_begin + i]);
+  bad.waits.push_back(
+      {bad.tasks[last].signal_counter, bad.counter_totals[bad.tasks[last].signal_counter]});
   first.wait_begin = begin;
   first.wait_count += 1;
 

@@ -27,8 +27,8 @@ std::vector<int> int_choices(const std::string& path) {
 }
 
 /// A program carrying only what the build reads: model constants, launch and kernel knobs.
-schedule::Program program_for(int vector_bytes, int rows_per_warp, int unroll, int weight_load, int threads,
-                              bool bf16, int head_dim, int blocks_per_sm = 1) {
+schedule::Program program_for(int vector_bytes, int rows_per_warp, int unroll, int weight_load,
+                              int threads, bool bf16, int head_dim, int blocks_per_sm = 1) {
   schedule::Program p;
   p.launch.blocks_per_sm = blocks_per_sm;
   p.model.head_dim = static_cast<uint32_t>(head_dim);
@@ -50,7 +50,8 @@ TEST(NvrtcBuild, ParsesPtxasResourceLines) {
       "ptxas info    : Compiling entry function 'ms_megakernel' for 'sm_90'\n"
       "ptxas info    : Function properties for ms_megakernel\n"
       "    32 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
-      "ptxas info    : Used 128 registers, used 1 barriers, 32 bytes cumulative stack size, 4256 bytes smem\n"
+      "ptxas info    : Used 128 registers, used 1 barriers, 32 bytes cumulative stack size, 4256 "
+      "bytes smem\n"
       "ptxas info    : Compiling entry function 'ms_bl_embed' for 'sm_90'\n"
       "ptxas info    : Function properties for ms_bl_embed\n"
       "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
@@ -88,16 +89,18 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
   const auto blocks = int_choices("launch.blocks_per_sm");
   const std::vector<int> load = {0, 1};
   const std::vector<int> head_dims = {64, 128, 16};
-  size_t n = std::max({vec.size(), rpw.size(), unroll.size(), threads.size(), load.size(), head_dims.size(),
-                       blocks.size()});
+  size_t n = std::max({vec.size(), rpw.size(), unroll.size(), threads.size(), load.size(),
+                       head_dims.size(), blocks.size()});
   std::set<std::string> seen;
   int reports = 0;
-  std::printf("%-6s %-80s %5s %6s %6s %6s\n", "arch", "defines", "regs", "spillS", "spillL", "smem");
+  std::printf("%-6s %-80s %5s %6s %6s %6s\n", "arch", "defines", "regs", "spillS", "spillL",
+              "smem");
   for (int arch : {90, 80}) {
     for (size_t i = 0; i < n; ++i) {
-      const schedule::Program p = program_for(vec[i % vec.size()], rpw[i % rpw.size()], unroll[i % unroll.size()],
-                                              load[i % load.size()], threads[i % threads.size()], i % 2 == 0,
-                                              head_dims[i % head_dims.size()], blocks[(i + 1) % blocks.size()]);
+      const schedule::Program p =
+          program_for(vec[i % vec.size()], rpw[i % rpw.size()], unroll[i % unroll.size()],
+                      load[i % load.size()], threads[i % threads.size()], i % 2 == 0,
+                      head_dims[i % head_dims.size()], blocks[(i + 1) % blocks.size()]);
       BuildRequest req;
       req.entry = "vm/device/megakernel.cuh";
       req.defines = kernel_defines(p);
@@ -107,7 +110,8 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
       EXPECT_FALSE(r.cubin.empty());
       // ptxas -v resources, when NVRTC returned its report (it did not always on the GPU machine);
       // the loader reads registers with cuFuncGetAttribute regardless.
-      const KernelResources k = r.kernels.empty() ? KernelResources{"(no ptxas report)"} : r.kernels[0];
+      const KernelResources k =
+          r.kernels.empty() ? KernelResources{"(no ptxas report)"} : r.kernels[0];
       if (!r.kernels.empty()) {
         EXPECT_EQ(k.name, "ms_megakernel");
         EXPECT_GT(k.registers, 0);
@@ -115,8 +119,8 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
       }
       std::string joined;
       for (const auto& d : req.defines) joined += d + " ";
-      std::printf("sm_%-3d %-80s %5d %6d %6d %6d\n", arch, joined.c_str(), k.registers, k.spill_store_bytes,
-                  k.spill_load_bytes, k.smem_static_bytes);
+      std::printf("sm_%-3d %-80s %5d %6d %6d %6d\n", arch, joined.c_str(), k.registers,
+                  k.spill_store_bytes, k.spill_load_bytes, k.smem_static_bytes);
       for (const auto& d : req.defines) seen.insert(d);
     }
     for (bool bf16 : {true, false}) {
@@ -147,10 +151,11 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
 TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("ms_cubin_cache_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+      std::filesystem::temp_directory_path() /
+      ("ms_cubin_cache_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
   std::filesystem::remove_all(dir);
-  BuildRequest req{"vm/device/megakernel.cuh", kernel_defines(program_for(16, 2, 2, 0, 256, true, 64)), 90,
-                   dir.string()};
+  BuildRequest req{"vm/device/megakernel.cuh",
+                   kernel_defines(program_for(16, 2, 2, 0, 256, true, 64)), 90, dir.string()};
   const BuildResult cold = build_cubin(req);
   ASSERT_TRUE(cold.ok) << cold.error;
   EXPECT_FALSE(cold.cache_hit);
@@ -175,7 +180,8 @@ TEST(NvrtcBuild, FailedBuildCarriesTheWholeLog) {
   const BuildResult r = build_cubin(req);
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("NVRTC failed"), std::string::npos) << r.error;
-  EXPECT_NE(r.error.find("MS_VECTOR_BYTES"), std::string::npos) << r.error;  // the static_assert text
+  EXPECT_NE(r.error.find("MS_VECTOR_BYTES"), std::string::npos)
+      << r.error;  // the static_assert text
   EXPECT_NE(r.error.find(r.log), std::string::npos);
   EXPECT_FALSE(r.log.empty());
 }

@@ -218,7 +218,8 @@ TEST(ReferenceVm, DynamicQueueDeadlocksWhenAClaimWaitsOnALaterTicket) {
   p.launch.dynamic_queue = true;
   p.launch.grid_blocks = 1;
   std::vector<uint32_t> reversed(p.tasks.size());
-  for (uint32_t i = 0; i < p.tasks.size(); ++i) reversed[i] = static_cast<uint32_t>(p.tasks.size()) - 1 - i;
+  for (uint32_t i = 0; i < p.tasks.size(); ++i)
+    reversed[i] = static_cast<uint32_t>(p.tasks.size()) - 1 - i;
   p.queues = {reversed};
   ReferenceVm vm(p, reference(shape).weights);
   EXPECT_FALSE(vm.step(1, 0).completed);

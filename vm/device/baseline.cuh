@@ -23,9 +23,9 @@ extern "C" __global__ void ms_bl_embed(const ms_dev::WeightT* W, uint64_t embed,
 }
 
 /// out[r] = x[r] * rsqrt(mean(x^2) + eps) * gamma[r], one block of MS_THREADS threads.
-extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_rmsnorm(const float* x, const ms_dev::WeightT* W,
-                                                                       uint64_t gamma, uint32_t n, float eps,
-                                                                       ms_dev::WeightT* out) {
+extern "C" __global__ void __launch_bounds__(MS_THREADS)
+    ms_bl_rmsnorm(const float* x, const ms_dev::WeightT* W, uint64_t gamma, uint32_t n, float eps,
+                  ms_dev::WeightT* out) {
   __shared__ float red[ms_dev::kWarps];
   float ss = 0.0f;
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
@@ -37,8 +37,9 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_rmsnorm(const flo
 
 /// RoPE on the q and k rows of qkv (rotate-half), q written to q_out, k and v appended to the cache
 /// at the step's position. One thread per (row of the first half of a head) or per value row.
-extern "C" __global__ void ms_bl_rope_kv(const float* qkv, const float* inv_freq, const ms_abi::StepCell* step,
-                                         ms_abi::ModelParams m, uint32_t layer, ms_dev::KvT* kv, float* q_out) {
+extern "C" __global__ void ms_bl_rope_kv(const float* qkv, const float* inv_freq,
+                                         const ms_abi::StepCell* step, ms_abi::ModelParams m,
+                                         uint32_t layer, ms_dev::KvT* kv, float* q_out) {
   const uint32_t hd = m.head_dim, half = hd / 2;
   const uint32_t q_dim = m.heads * hd, kv_dim = m.kv_heads * hd;
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -63,16 +64,16 @@ extern "C" __global__ void ms_bl_rope_kv(const float* qkv, const float* inv_freq
   } else if (i < rot_pairs + kv_dim) {
     const uint32_t local = i - rot_pairs;
     const uint32_t g = local / hd, d = local % hd;
-    ms_dev::from_f32(qkv[q_dim + kv_dim + local], kv + ms_abi::kv_offset(m, layer, 1, g) + uint64_t(pos) * hd + d);
+    ms_dev::from_f32(qkv[q_dim + kv_dim + local],
+                     kv + ms_abi::kv_offset(m, layer, 1, g) + uint64_t(pos) * hd + d);
   }
 }
 
 /// One block per query head: scores of keys 0 .. position in dynamic shared memory, softmax, then
 /// threads split over (dim, key slice) for the weighted sum of values. out has the weight dtype.
-extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_attention(const float* q, const ms_dev::KvT* kv,
-                                                                         const ms_abi::StepCell* step,
-                                                                         ms_abi::ModelParams m, uint32_t layer,
-                                                                         ms_dev::WeightT* out) {
+extern "C" __global__ void __launch_bounds__(MS_THREADS)
+    ms_bl_attention(const float* q, const ms_dev::KvT* kv, const ms_abi::StepCell* step,
+                    ms_abi::ModelParams m, uint32_t layer, ms_dev::WeightT* out) {
   extern __shared__ float scores[];  // max_seq floats, then MS_THREADS partial sums
   __shared__ float red[ms_dev::kWarps];
   const uint32_t h = blockIdx.x, hd = m.head_dim;
@@ -127,7 +128,8 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_attention(const f
     const uint32_t d = threadIdx.x % hd, slice = threadIdx.x / hd;
     float o = 0.0f;
 #pragma unroll 8
-    for (uint32_t t = slice; t < n; t += slices) o += scores[t] * ms_dev::to_f32(V[uint64_t(t) * hd + d]);
+    for (uint32_t t = slice; t < n; t += slices)
+      o += scores[t] * ms_dev::to_f32(V[uint64_t(t) * hd + d]);
     part[threadIdx.x] = o;
   }
   __syncthreads();
@@ -145,8 +147,8 @@ extern "C" __global__ void ms_bl_silu_mul(const float* gu, uint32_t ffn, ms_dev:
 }
 
 /// out = the argmax of logits (smallest index of the maximum), one block.
-extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_argmax(const float* logits, uint32_t n,
-                                                                      ms_abi::StepCell* step) {
+extern "C" __global__ void __launch_bounds__(MS_THREADS)
+    ms_bl_argmax(const float* logits, uint32_t n, ms_abi::StepCell* step) {
   __shared__ float bv[ms_dev::kWarps];
   __shared__ int32_t bi[ms_dev::kWarps];
   float best = -3.4e38f;
@@ -184,7 +186,8 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS) ms_bl_argmax(const floa
 /// Streaming read of n 16-byte vectors (grid-stride, read-only path, no L1 allocation). The xor of
 /// everything read goes to *sink only when it equals a value no buffer produces, so the loads
 /// cannot be optimised away and nothing is written in practice.
-extern "C" __global__ void ms_stream_read(const uint4* p, uint64_t n, uint32_t never, uint32_t* sink) {
+extern "C" __global__ void ms_stream_read(const uint4* p, uint64_t n, uint32_t never,
+                                          uint32_t* sink) {
   uint32_t acc = 0;
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -8,31 +8,31 @@
 
 // ---- Build knobs (vm/nvrtc_build.h kernel_defines() sets every one of them) ----
 #ifndef MS_THREADS
-#define MS_THREADS 256          // threads per block (launch.threads_per_block)
+#define MS_THREADS 256  // threads per block (launch.threads_per_block)
 #endif
 #ifndef MS_MIN_BLOCKS
-#define MS_MIN_BLOCKS 1         // blocks per SM the registers must allow (launch.blocks_per_sm)
+#define MS_MIN_BLOCKS 1  // blocks per SM the registers must allow (launch.blocks_per_sm)
 #endif
 #ifndef MS_VECTOR_BYTES
-#define MS_VECTOR_BYTES 16      // bytes per weight load per lane: 4, 8 or 16
+#define MS_VECTOR_BYTES 16  // bytes per weight load per lane: 4, 8 or 16
 #endif
 #ifndef MS_ROWS_PER_WARP
-#define MS_ROWS_PER_WARP 2      // GEMV rows a warp accumulates against one input load
+#define MS_ROWS_PER_WARP 2  // GEMV rows a warp accumulates against one input load
 #endif
 #ifndef MS_UNROLL
-#define MS_UNROLL 2             // independent weight vectors in flight per row
+#define MS_UNROLL 2  // independent weight vectors in flight per row
 #endif
 #ifndef MS_WEIGHT_LOAD
-#define MS_WEIGHT_LOAD 0        // 0: ld.global; 1: ld.global.nc.L1::no_allocate
+#define MS_WEIGHT_LOAD 0  // 0: ld.global; 1: ld.global.nc.L1::no_allocate
 #endif
 #ifndef MS_WEIGHT_BF16
-#define MS_WEIGHT_BF16 1        // weight dtype: 1 bf16, 0 fp32
+#define MS_WEIGHT_BF16 1  // weight dtype: 1 bf16, 0 fp32
 #endif
 #ifndef MS_KV_BF16
-#define MS_KV_BF16 1            // KV cache dtype: 1 bf16, 0 fp32
+#define MS_KV_BF16 1  // KV cache dtype: 1 bf16, 0 fp32
 #endif
 #ifndef MS_HEAD_DIM
-#define MS_HEAD_DIM 64          // attention head dimension of the model
+#define MS_HEAD_DIM 64  // attention head dimension of the model
 #endif
 
 namespace ms_dev {
@@ -46,11 +46,12 @@ constexpr int kRowsPerWarp = MS_ROWS_PER_WARP;
 constexpr int kUnroll = MS_UNROLL;
 constexpr int kHeadDim = MS_HEAD_DIM;
 constexpr int kHeadDimPerLane = (MS_HEAD_DIM + 31) / 32;  // head dims a lane owns (d = lane + 32 j)
-constexpr int kAttnHeadBatch = 8;     // query heads an attention warp carries at once
-constexpr int kRowChunk = 1024;       // GEMV rows whose results are staged for one epilogue pass
+constexpr int kAttnHeadBatch = 8;  // query heads an attention warp carries at once
+constexpr int kRowChunk = 1024;    // GEMV rows whose results are staged for one epilogue pass
 
 static_assert(MS_THREADS % 32 == 0 && MS_THREADS >= 32 && MS_THREADS <= 1024, "MS_THREADS");
-static_assert(MS_VECTOR_BYTES == 4 || MS_VECTOR_BYTES == 8 || MS_VECTOR_BYTES == 16, "MS_VECTOR_BYTES");
+static_assert(MS_VECTOR_BYTES == 4 || MS_VECTOR_BYTES == 8 || MS_VECTOR_BYTES == 16,
+              "MS_VECTOR_BYTES");
 static_assert(MS_ROWS_PER_WARP >= 1 && MS_ROWS_PER_WARP <= 8, "MS_ROWS_PER_WARP");
 static_assert(MS_UNROLL >= 1 && MS_UNROLL <= 8, "MS_UNROLL");
 static_assert(MS_HEAD_DIM >= 2 && MS_HEAD_DIM <= 256 && MS_HEAD_DIM % 2 == 0, "MS_HEAD_DIM");
@@ -68,7 +69,9 @@ typedef float KvT;
 constexpr int kWeightBytes = sizeof(WeightT);
 constexpr int kVecElems = kVectorBytes / kWeightBytes;  // weight elements per vector load
 
-__device__ __forceinline__ float bf16_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+__device__ __forceinline__ float bf16_to_f32(uint16_t b) {
+  return __uint_as_float(uint32_t(b) << 16);
+}
 
 /// Round-to-nearest-even, NaN kept quiet: the same rule as schedule::f32_to_bf16.
 __device__ __forceinline__ uint16_t f32_to_bf16(float v) {
@@ -181,7 +184,8 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 /// rsqrt(mean(x[0 .. n)^2) + eps) of an activation vector, computed by the whole block.
-__device__ __forceinline__ float block_inv_rms(const float* x, uint32_t n, float eps, float* scratch) {
+__device__ __forceinline__ float block_inv_rms(const float* x, uint32_t n, float eps,
+                                               float* scratch) {
   float ss = 0.0f;
   for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
     const float v = act_load(x + i);
@@ -213,8 +217,8 @@ __device__ __forceinline__ int32_t abort_raised(const int32_t* flag) {
 
 /// Where a block's wait ended.
 struct WaitOutcome {
-  int32_t exit;        // kExitRunning (all waits hold) / kExitTimedOut / kExitAborted
-  uint32_t counter;    // the wait it gave up on
+  int32_t exit;      // kExitRunning (all waits hold) / kExitTimedOut / kExitAborted
+  uint32_t counter;  // the wait it gave up on
   uint32_t value;
   uint32_t target;
   uint32_t threshold;
@@ -224,8 +228,8 @@ struct WaitOutcome {
 /// further waits go round again), so the waits of one task are polled in parallel. Bounded: past
 /// spin_bound_ns the block raises the abort flag; a block that sees the flag gives up. The result
 /// is shared through `shared_out` and a barrier, so every thread returns the same outcome.
-__device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr& instr, uint32_t epoch,
-                                                WaitOutcome* shared_out) {
+__device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr& instr,
+                                                uint32_t epoch, WaitOutcome* shared_out) {
   if (threadIdx.x < 32) {
     WaitOutcome out = {kExitRunning, 0, 0, 0, 0};
     const int lane = threadIdx.x;
@@ -247,8 +251,10 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
         if ((++spins & 15u) == 0) {
           int32_t exit = kExitRunning;
           if (lane == 0) {
-            if (abort_raised(a.abort_flag)) exit = kExitAborted;
-            else if (global_ns() - start > a.spin_bound_ns) exit = kExitTimedOut;
+            if (abort_raised(a.abort_flag))
+              exit = kExitAborted;
+            else if (global_ns() - start > a.spin_bound_ns)
+              exit = kExitTimedOut;
           }
           exit = __shfl_sync(0xffffffffu, exit, 0);  // one decision for the whole warp
           if (exit != kExitRunning) {
@@ -278,8 +284,8 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
   return out;
 }
 
-/// Publishes the block's writes of one task: barrier, then thread 0 fences at gpu scope and adds the
-/// increment (a release: a consumer that acquires the new value sees every write of the task).
+/// Publishes the block's writes of one task: barrier, then thread 0 fences at gpu scope and adds
+/// the increment (a release: a consumer that acquires the new value sees every write of the task).
 __device__ __forceinline__ void signal(const KernelArgs& a, const Instr& instr) {
   __syncthreads();
   if (threadIdx.x == 0 && instr.signal_increment != 0) {

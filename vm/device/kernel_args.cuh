@@ -40,16 +40,16 @@ struct KernelArgs {
   void* kv;                        // kBufKv (dtype MS_KV_BF16 ? bf16 : fp32)
   StepCell* step;                  // kBufStep
   uint32_t* counters;              // [num_counters], only grow
-  uint32_t* ticket;                // dynamic queue: claims so far (grows by num_tasks + grid per step)
-  int32_t* abort_flag;             // 0 = running; 1 = some block timed out
-  HangRecord* dump;                // [gridDim.x]
-  uint64_t spin_bound_ns;          // a wait longer than this aborts the launch
+  uint32_t* ticket;        // dynamic queue: claims so far (grows by num_tasks + grid per step)
+  int32_t* abort_flag;     // 0 = running; 1 = some block timed out
+  HangRecord* dump;        // [gridDim.x]
+  uint64_t spin_bound_ns;  // a wait longer than this aborts the launch
   uint32_t num_tasks;
-  uint32_t num_queues;             // queues[b] is run by block b (blocks >= num_queues idle)
-  uint32_t dynamic_queue;          // 1: queue 0 is claimed task by task through `ticket`
-  uint32_t prefetch_depth;         // weights of this many tasks, starting at the current one, go to
-                                   // L2 before its wait (0: no prefetch)
-  uint32_t smem_bytes;             // dynamic shared memory (the page ring): GEMV input staging
+  uint32_t num_queues;      // queues[b] is run by block b (blocks >= num_queues idle)
+  uint32_t dynamic_queue;   // 1: queue 0 is claimed task by task through `ticket`
+  uint32_t prefetch_depth;  // weights of this many tasks, starting at the current one, go to
+                            // L2 before its wait (0: no prefetch)
+  uint32_t smem_bytes;      // dynamic shared memory (the page ring): GEMV input staging
   uint32_t reserved;
   ModelParams model;
 };

@@ -14,7 +14,8 @@ namespace ms_dev {
 
 /// L2 prefetch of what task `t` streams and no other task produces: weight tiles, the embedding
 /// row, the KV history of an attention partition.
-__device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int lane, int lanes) {
+__device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int lane,
+                                              int lanes) {
   const Instr in = a.tasks[t];
   const WeightT* W = reinterpret_cast<const WeightT*>(a.weights);
   switch (static_cast<Opcode>(in.opcode)) {
@@ -25,15 +26,16 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
                     uint64_t(in.row_end - in.row_begin) * in.ld * kWeightBytes, lane, lanes);
       } else {
         for (uint32_t r = in.row_begin + lane; r < in.row_end; r += lanes) {
-          prefetch_l2(W + in.weight + uint64_t(r) * in.ld + in.col_begin, cols * kWeightBytes, 0, 1);
+          prefetch_l2(W + in.weight + uint64_t(r) * in.ld + in.col_begin, cols * kWeightBytes, 0,
+                      1);
         }
       }
       break;
     }
     case kEmbed: {
       const uint64_t row = uint64_t(uint32_t(a.step->token)) * in.ld;
-      prefetch_l2(W + in.weight + row + in.row_begin, uint64_t(in.row_end - in.row_begin) * kWeightBytes,
-                  lane, lanes);
+      prefetch_l2(W + in.weight + row + in.row_begin,
+                  uint64_t(in.row_end - in.row_begin) * kWeightBytes, lane, lanes);
       break;
     }
     case kAttnPartial: {
@@ -44,8 +46,10 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
       if (t0 < t1) {
         const KvT* kv = reinterpret_cast<const KvT*>(a.kv);
         const uint64_t bytes = uint64_t(t1 - t0) * m.head_dim * sizeof(KvT);
-        prefetch_l2(kv + kv_offset(m, in.layer, 0, in.param0) + uint64_t(t0) * m.head_dim, bytes, lane, lanes);
-        prefetch_l2(kv + kv_offset(m, in.layer, 1, in.param0) + uint64_t(t0) * m.head_dim, bytes, lane, lanes);
+        prefetch_l2(kv + kv_offset(m, in.layer, 0, in.param0) + uint64_t(t0) * m.head_dim, bytes,
+                    lane, lanes);
+        prefetch_l2(kv + kv_offset(m, in.layer, 1, in.param0) + uint64_t(t0) * m.head_dim, bytes,
+                    lane, lanes);
       }
       break;
     }
@@ -63,20 +67,24 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
 
 }  // namespace ms_dev
 
-extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS) ms_megakernel(const ms_abi::KernelArgs a) {
+extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
+    ms_megakernel(const ms_abi::KernelArgs a) {
   using namespace ms_dev;
   extern __shared__ __align__(16) float pages[];
   __shared__ Shared s;
   const uint32_t epoch = uint32_t(a.step->epoch);
   HangRecord rec = {kExitDrained, 0, -1, 0, 0, 0, 0, 0};
   const bool dynamic = a.dynamic_queue != 0;
-  const uint32_t qbegin = dynamic ? 0 : (blockIdx.x < a.num_queues ? a.queue_offsets[blockIdx.x] : 0);
-  const uint32_t qend = dynamic ? a.num_tasks : (blockIdx.x < a.num_queues ? a.queue_offsets[blockIdx.x + 1] : 0);
+  const uint32_t qbegin =
+      dynamic ? 0 : (blockIdx.x < a.num_queues ? a.queue_offsets[blockIdx.x] : 0);
+  const uint32_t qend =
+      dynamic ? a.num_tasks : (blockIdx.x < a.num_queues ? a.queue_offsets[blockIdx.x + 1] : 0);
   const uint32_t claim_base = epoch * (a.num_tasks + gridDim.x);
   // Threads of warps 1.. issue prefetches while warp 0 polls the counters.
   const int pf_lane = int(threadIdx.x) - 32;
   const int pf_lanes = kThreads > 32 ? kThreads - 32 : 32;
-  uint32_t prefetched = 0;  // static queue: positions [qbegin, qbegin + prefetched) already prefetched
+  uint32_t prefetched =
+      0;  // static queue: positions [qbegin, qbegin + prefetched) already prefetched
   // Static queue: the next task's id and instruction are loaded while the current one waits and
   // runs, taking two dependent L2 round trips off every hop of the critical path.
   uint32_t next_task = (!dynamic && qbegin < qend) ? a.queue_tasks[qbegin] : 0;

@@ -13,14 +13,14 @@ constexpr int kEpilogueRows = (kRowChunk / kHeadDim) * kHeadDim;  // head-aligne
 /// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
 /// stages GEMV input vectors.
 struct Shared {
-  float red[kWarps];        // block reductions
-  WaitOutcome wait;         // wait_all's result
-  uint32_t claim;           // dynamic queue: the ticket thread 0 claimed
+  float red[kWarps];  // block reductions
+  WaitOutcome wait;   // wait_all's result
+  uint32_t claim;     // dynamic queue: the ticket thread 0 claimed
   union {
     float rows[kEpilogueRows];  // GEMV results of one row chunk, before the epilogue
     struct {
-      float q[kAttnHeadBatch * kHeadDim];   // query heads of one batch
-      float rec[kWarps * (kHeadDim + 2)];   // per-warp {m, l, o[hd]} of one head
+      float q[kAttnHeadBatch * kHeadDim];  // query heads of one batch
+      float rec[kWarps * (kHeadDim + 2)];  // per-warp {m, l, o[hd]} of one head
     } attn;
   } u;
 };
@@ -100,7 +100,8 @@ __device__ __forceinline__ void gemv_epilogue(const KernelArgs& a, const Instr& 
 // ---- kGemv ----
 
 /// x(c): the GEMV input after its prologue.
-__device__ __forceinline__ float gemv_input(const KernelArgs& a, const Instr& in, uint32_t c, float inv) {
+__device__ __forceinline__ float gemv_input(const KernelArgs& a, const Instr& in, uint32_t c,
+                                            float inv) {
   if (in.flags & kFlagNormPrologue) {
     return act_load(a.act + in.in + c) * inv * weight_at(a, in.weight2 + c);
   }
@@ -156,7 +157,8 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-            for (int j = 0; j < kRowsPerWarp; ++j) nxt[u][j] = load_weight_vec(rowp[j] + cn + u * kStep);
+            for (int j = 0; j < kRowsPerWarp; ++j)
+              nxt[u][j] = load_weight_vec(rowp[j] + cn + u * kStep);
           }
         }
 #pragma unroll
@@ -185,7 +187,8 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
       for (int j = 0; j < kRowsPerWarp; ++j) v[j] = load_weight_vec(rowp[j] + c);
 #pragma unroll
       for (int e = 0; e < kVecElems; ++e) {
-        const float xv = staged ? x[(c - k0 - lane * kVecElems) + e * 32 + lane] : gemv_input(a, in, c + e, inv);
+        const float xv =
+            staged ? x[(c - k0 - lane * kVecElems) + e * 32 + lane] : gemv_input(a, in, c + e, inv);
 #pragma unroll
         for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(v[j], e) * xv;
       }
@@ -203,10 +206,12 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 
 /// The GEMV: rows in chunks of kEpilogueRows; the input vector staged through the page ring in
 /// chunks of its capacity (no pages: computed on the fly from global memory).
-__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
+__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s,
+                                     float* pages) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float inv = 0.0f;
-  if (in.flags & kFlagNormPrologue) inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
+  if (in.flags & kFlagNormPrologue)
+    inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
   const uint32_t capacity = (a.smem_bytes / 4) / kXBlock * kXBlock;  // whole x_slot blocks
   const bool staged = capacity >= kXBlock;
   const uint32_t k_chunk = staged ? capacity : in.col_end - in.col_begin;
@@ -217,7 +222,8 @@ __device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Share
     for (uint32_t k0 = in.col_begin; k0 < in.col_end; k0 += k_chunk) {
       const uint32_t k1 = min(in.col_end, k0 + k_chunk);
       if (staged) {
-        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads) pages[x_slot(c - k0)] = gemv_input(a, in, c, inv);
+        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads)
+          pages[x_slot(c - k0)] = gemv_input(a, in, c, inv);
         __syncthreads();
       }
       const float* x = pages;
@@ -248,7 +254,8 @@ __device__ __forceinline__ void gemv_reduce(const KernelArgs& a, const Instr& in
     const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
     for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) {
       float acc = 0.0f;
-      for (uint32_t sp = 0; sp < in.param0; ++sp) acc += act_load(a.act + in.in + sp * in.param1 + r);
+      for (uint32_t sp = 0; sp < in.param0; ++sp)
+        acc += act_load(a.act + in.in + sp * in.param1 + r);
       s.u.rows[r - row0] = acc;
     }
     __syncthreads();
@@ -263,7 +270,8 @@ __device__ __forceinline__ void rope_kv(const KernelArgs& a, const Instr& in, Sh
   rope.flags = kFlagRopeKv;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
     const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
-    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) s.u.rows[r - row0] = act_load(a.act + in.in + r);
+    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads)
+      s.u.rows[r - row0] = act_load(a.act + in.in + r);
     __syncthreads();
     gemv_epilogue(a, rope, s, row0, row1);
     __syncthreads();
@@ -377,7 +385,8 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
         for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
 #pragma unroll
           for (int j = 0; j < kAttnHeadBatch; ++j) {
-            const float pk = __shfl_sync(0xffffffffu, pr[j], int(k0 + kk) & 31);  // 0 for keys past t1
+            const float pk =
+                __shfl_sync(0xffffffffu, pr[j], int(k0 + kk) & 31);  // 0 for keys past t1
             if (j < nh) {
 #pragma unroll
               for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] += pk * vv[kk][i];
@@ -437,7 +446,8 @@ __device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& i
   for (uint32_t i = threadIdx.x; i < nh * hd; i += kThreads) {
     const uint32_t h = in.row_begin + i / hd, d = i % hd;
     float M = neg_inf();
-    for (uint32_t p = 0; p < P; ++p) M = fmaxf(M, act_load(a.act + in.aux + (uint64_t(p) * heads + h) * rec_len));
+    for (uint32_t p = 0; p < P; ++p)
+      M = fmaxf(M, act_load(a.act + in.aux + (uint64_t(p) * heads + h) * rec_len));
     float L = 0.0f, O = 0.0f;
     for (uint32_t p = 0; p < P; ++p) {
       const float* rec = a.act + in.aux + (uint64_t(p) * heads + h) * rec_len;
@@ -506,19 +516,41 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
 
 /// The dispatch switch: one case per opcode, no default (kOpcodeCount breaks it when an opcode is
 /// added without a device function).
-__device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s, float* pages) {
+__device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s,
+                                        float* pages) {
   switch (static_cast<Opcode>(in.opcode)) {
-    case kEmbed: embed(a, in); break;
-    case kRmsNorm: rms_norm(a, in, s); break;
-    case kGemv: gemv(a, in, s, pages); break;
-    case kGemvReduce: gemv_reduce(a, in, s); break;
-    case kRopeKv: rope_kv(a, in, s); break;
-    case kAttnPartial: attn_partial(a, in, s); break;
-    case kAttnCombine: attn_combine(a, in); break;
-    case kSiluMul: silu_mul(a, in); break;
-    case kAdd: add(a, in); break;
-    case kArgmax: argmax(a, in, s); break;
-    case kOpcodeCount: break;
+    case kEmbed:
+      embed(a, in);
+      break;
+    case kRmsNorm:
+      rms_norm(a, in, s);
+      break;
+    case kGemv:
+      gemv(a, in, s, pages);
+      break;
+    case kGemvReduce:
+      gemv_reduce(a, in, s);
+      break;
+    case kRopeKv:
+      rope_kv(a, in, s);
+      break;
+    case kAttnPartial:
+      attn_partial(a, in, s);
+      break;
+    case kAttnCombine:
+      attn_combine(a, in);
+      break;
+    case kSiluMul:
+      silu_mul(a, in);
+      break;
+    case kAdd:
+      add(a, in);
+      break;
+    case kArgmax:
+      argmax(a, in, s);
+      break;
+    case kOpcodeCount:
+      break;
   }
 }
 
