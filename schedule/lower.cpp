@@ -25,6 +25,18 @@ using ms_abi::Instr;
 
 void coarsen_slice_counters(Program& p);  // defined after the Lowerer
 
+/// Sorts waits by counter and keeps one per counter, with the largest threshold.
+void merge_waits(std::vector<ms_abi::Wait>& waits) {
+  std::sort(waits.begin(), waits.end(), [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
+    return a.counter != b.counter ? a.counter < b.counter : a.threshold > b.threshold;
+  });
+  waits.erase(std::unique(waits.begin(), waits.end(),
+                          [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
+                            return a.counter == b.counter;
+                          }),
+              waits.end());
+}
+
 constexpr uint64_t kArenaAlign = 16;  // activation regions start at multiples of 16 floats (64 B)
 
 uint32_t round_up(uint32_t value, uint32_t multiple) {
@@ -238,15 +250,8 @@ void Lowerer::read(const Source& source, uint32_t row_begin, uint32_t row_end) {
 }
 
 void Lowerer::emit(Instr instr, double cost) {
-  // Merge duplicate counters (two reads of one per_op producer), keeping the larger threshold.
-  std::sort(pending_.begin(), pending_.end(), [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
-    return a.counter != b.counter ? a.counter < b.counter : a.threshold > b.threshold;
-  });
-  pending_.erase(std::unique(pending_.begin(), pending_.end(),
-                             [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
-                               return a.counter == b.counter;
-                             }),
-                 pending_.end());
+  // Two reads of one per_op producer give one wait.
+  merge_waits(pending_);
   instr.wait_begin = static_cast<uint32_t>(program_.waits.size());
   instr.wait_count = static_cast<uint32_t>(pending_.size());
   program_.waits.insert(program_.waits.end(), pending_.begin(), pending_.end());
@@ -896,14 +901,7 @@ void coarsen_slice_counters(Program& p) {
       const uint32_t others = totals[c] - p.counter_totals[old.counter];
       mine.push_back({c, old.threshold + others});
     }
-    std::sort(mine.begin(), mine.end(), [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
-      return a.counter != b.counter ? a.counter < b.counter : a.threshold > b.threshold;
-    });
-    mine.erase(std::unique(mine.begin(), mine.end(),
-                           [](const ms_abi::Wait& a, const ms_abi::Wait& b) {
-                             return a.counter == b.counter;
-                           }),
-               mine.end());
+    merge_waits(mine);
     t.wait_begin = static_cast<uint32_t>(waits.size());
     t.wait_count = static_cast<uint32_t>(mine.size());
     waits.insert(waits.end(), mine.begin(), mine.end());
