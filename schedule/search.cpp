@@ -27,7 +27,6 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
   if (smem > target.smem_per_block_optin)
     return fail("smem: " + std::to_string(smem) + " bytes per block exceed the opt-in cap " +
                 std::to_string(target.smem_per_block_optin));
-  constexpr int kReservedSmemPerBlock = 1024;
   if (config.launch.blocks_per_sm * (smem + kReservedSmemPerBlock) > target.smem_per_sm)
     return fail("smem: " + std::to_string(config.launch.blocks_per_sm) + " blocks x " +
                 std::to_string(smem) + " bytes do not fit one SM's shared memory");

@@ -12,6 +12,10 @@
 
 namespace megasched::schedule {
 
+/// Shared memory the CUDA runtime keeps per resident block on every target of the registry (bytes);
+/// blocks_per_sm * (dynamic smem + this) must fit in smem_per_sm.
+constexpr int kReservedSmemPerBlock = 1024;
+
 struct GpuTarget {
   std::string name;              // registry key ("h100") or the live device's name
   int sm_arch = 0;               // compute capability x 10 (90 = sm_90)

@@ -30,7 +30,6 @@ namespace megasched::schedule {
 namespace {
 
 constexpr size_t kMaxDiagnosticsPerRule = 200;
-constexpr int64_t kReservedSmemPerBlock = 1024;  // bytes the runtime reserves per resident block
 constexpr int64_t kMinRegistersPerThread = 32;
 constexpr size_t kMaxRefinedProducers =
     64;  // partial waits on larger counters keep the simple rule
@@ -162,9 +161,9 @@ class Checker {
            std::to_string(target_.max_threads_per_sm) +
            " threads per SM: the grid is not co-resident");
     if (bps * (std::max<int64_t>(smem, 0) + kReservedSmemPerBlock) > target_.smem_per_sm)
-      fail(std::to_string(bps) + " blocks of " + std::to_string(smem) +
-           " + 1024 reserved bytes of shared memory exceed " + std::to_string(target_.smem_per_sm) +
-           " bytes per SM: the grid is not co-resident");
+      fail(std::to_string(bps) + " blocks of " + std::to_string(smem) + " + " +
+           std::to_string(kReservedSmemPerBlock) + " reserved bytes of shared memory exceed " +
+           std::to_string(target_.smem_per_sm) + " bytes per SM: the grid is not co-resident");
     if (threads > 0 && target_.regs_per_sm / (threads * bps) < kMinRegistersPerThread)
       fail(std::to_string(bps) + " blocks of " + std::to_string(threads) +
            " threads leave fewer than 32 registers per thread");

@@ -7,32 +7,10 @@
 namespace megasched::schedule {
 namespace {
 
-ModelShape toy_like() {
-  ModelShape s;
-  s.name = "toy-like";
-  s.hidden = 64;
-  s.layers = 1;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.head_dim = 16;
-  s.ffn = 128;
-  s.vocab = 256;
-  s.max_seq = 64;
-  return s;
-}
+// The registry's toy preset and H100 target: the search sees what a user's search sees.
+ModelShape toy_like() { return *find_preset("toy"); }
 
-GpuTarget h100_like() {
-  GpuTarget t;
-  t.name = "h100-like";
-  t.sm_arch = 90;
-  t.num_sms = 132;
-  t.smem_per_sm = 233472;
-  t.smem_per_block_optin = 232448;
-  t.max_threads_per_sm = 2048;
-  t.max_blocks_per_sm = 32;
-  t.datasheet_bw_gbs = 3350;
-  return t;
-}
+GpuTarget h100_like() { return *find_target("h100"); }
 
 TEST(SearchMoves, RandomConfigsFitAndCoverManyValues) {
   std::mt19937_64 rng(7);
