@@ -44,6 +44,28 @@ struct GpuVmOptions {
   double hang_timeout_s = 5.0;  // device spin bound of one wait
   bool force_launch = false;    // test-only: launch even when the grid is not co-resident
   std::string cache_dir;        // cubin cache; empty: vm::default_cache_dir()
+  bool profile = false;         // build with MS_PROFILE=1: every task stamps its times (slower)
+};
+
+/// One task's times in a profiled step (globaltimer ns, relative to the earliest `start` of the
+/// step). start: the block took the task; ready: its waits held; done: the op's writes finished
+/// (block barrier); signalled: its signal was published. block/order: who ran it and its place in
+/// that block's run (0-based). Tasks the step did not run keep block = -1.
+struct TaskStamp {
+  int32_t task = -1;
+  int32_t block = -1;
+  int32_t order = -1;
+  uint64_t start_ns = 0;
+  uint64_t ready_ns = 0;
+  uint64_t done_ns = 0;
+  uint64_t signal_ns = 0;
+};
+
+/// A profiled step: the step's own output and one stamp per task (indexed by task id).
+struct ProfileOutput {
+  StepOutput step;
+  std::vector<TaskStamp> stamps;
+  double wall_us = 0.0;  // CUDA-event time of the profiled launch (stamping included)
 };
 
 /// What one step came to.
@@ -74,6 +96,10 @@ class GpuVm {
   /// `flush_l2`, the L2 is flushed before the start event). Microseconds. Check hung() after a
   /// batch of timed steps.
   double time_step_us(int32_t token, int32_t position, bool flush_l2);
+
+  /// One step of a VM created with GpuVmOptions::profile, with every task's stamps. Throws
+  /// vm::GpuError when the VM was not built for profiling.
+  ProfileOutput profile_step(int32_t token, int32_t position);
 
   /// True once a launch hit the spin bound (the abort flag is set): the VM is dead.
   bool hung();

@@ -152,11 +152,12 @@ struct GpuVm::Impl {
   CUfunction fn = nullptr;
   cudaStream_t stream = nullptr;
   std::unique_ptr<DeviceBuffer> tasks, waits, totals, qoff, qtasks, act, kv, step, counters, ticket,
-      abort_flag, dump;
+      abort_flag, dump, stamps;
   ms_abi::KernelArgs args{};
   int grid = 0;
   int threads = 0;
   int smem = 0;
+  bool profile = false;  // built with MS_PROFILE: tasks stamp their times into `stamps`
   int32_t epoch = 0;
   uint64_t logits_begin = 0, logits_end = 0;
   double watchdog_s = 10.0;
@@ -264,6 +265,11 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
   BuildRequest req;
   req.entry = "vm/device/megakernel.cuh";
   req.defines = kernel_defines(program);
+  if (options.profile) {
+    req.defines.push_back("MS_PROFILE=1");
+    std::sort(req.defines.begin(), req.defines.end());
+  }
+  m.profile = options.profile;
   req.sm_arch = dev->sm_arch;
   req.cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
   const BuildResult build = build_cubin(req);
@@ -346,6 +352,9 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
   m.ticket = std::make_unique<DeviceBuffer>(16);
   m.abort_flag = std::make_unique<DeviceBuffer>(16);
   m.dump = std::make_unique<DeviceBuffer>(static_cast<size_t>(m.grid) * sizeof(ms_abi::HangRecord));
+  if (m.profile)
+    m.stamps = std::make_unique<DeviceBuffer>(std::max<size_t>(program.tasks.size(), 1) *
+                                              ms_abi::kStampWords * sizeof(uint64_t));
   for (DeviceBuffer* b : {m.act.get(), m.kv.get(), m.step.get(), m.counters.get(), m.ticket.get(),
                           m.abort_flag.get(), m.dump.get()}) {
     MS_CHECK_CUDA(cudaMemset(b->ptr, 0, b->bytes));
@@ -378,6 +387,7 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
   a.dynamic_queue = program.launch.dynamic_queue ? 1 : 0;
   a.prefetch_depth = static_cast<uint32_t>(std::max(program.launch.prefetch_depth, 0));
   a.smem_bytes = static_cast<uint32_t>(m.smem);
+  a.stamps = m.stamps ? static_cast<uint64_t*>(m.stamps->ptr) : nullptr;
   a.model = program.model;
   MS_CHECK_CUDA(cudaDeviceSynchronize());
   return vm;
@@ -419,6 +429,62 @@ StepOutput GpuVm::step(int32_t token, int32_t position) {
   MS_CHECK_CUDA(cudaMemcpy(&cell, m.step->ptr, sizeof cell, cudaMemcpyDeviceToHost));
   out.argmax = cell.argmax;
   out.status = "ok";
+  return out;
+}
+
+ProfileOutput GpuVm::profile_step(int32_t token, int32_t position) {
+  Impl& m = *impl_;
+  if (!m.profile || !m.stamps)
+    throw GpuError("profile_step needs a VM created with GpuVmOptions::profile");
+  ProfileOutput out;
+  MS_CHECK_CUDA(cudaMemset(m.stamps->ptr, 0, m.stamps->bytes));
+  m.write_cell(token, position);
+  MS_CHECK_CUDA(cudaEventRecord(m.ev_start, m.stream));
+  m.launch();
+  MS_CHECK_CUDA(cudaEventRecord(m.ev_stop, m.stream));
+  if (!m.sync_with_watchdog()) {
+    out.step.status = "timeout";
+    out.step.message = "the profiled step did not finish (host watchdog)";
+    return out;
+  }
+  float ms = 0.0f;
+  MS_CHECK_CUDA(cudaEventElapsedTime(&ms, m.ev_start, m.ev_stop));
+  out.wall_us = static_cast<double>(ms) * 1000.0;
+  // The step's outputs as step() reads them (no second launch).
+  if (hung()) {
+    out.step.status = "hang";
+    out.step.hang_dump = m.read_dump();
+    out.step.message = "hang during the profiled step at position " + std::to_string(position);
+  } else {
+    out.step.logits.resize(m.logits_end - m.logits_begin);
+    MS_CHECK_CUDA(cudaMemcpy(out.step.logits.data(),
+                             static_cast<float*>(m.act->ptr) + m.logits_begin,
+                             out.step.logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    ms_abi::StepCell cell{};
+    MS_CHECK_CUDA(cudaMemcpy(&cell, m.step->ptr, sizeof cell, cudaMemcpyDeviceToHost));
+    out.step.argmax = cell.argmax;
+    out.step.status = "ok";
+  }
+  std::vector<uint64_t> raw(m.stamps->bytes / sizeof(uint64_t));
+  MS_CHECK_CUDA(cudaMemcpy(raw.data(), m.stamps->ptr, m.stamps->bytes, cudaMemcpyDeviceToHost));
+  const size_t n = m.program->tasks.size();
+  uint64_t t0 = ~uint64_t(0);
+  for (size_t t = 0; t < n; ++t)
+    if (raw[t * ms_abi::kStampWords] != 0) t0 = std::min(t0, raw[t * ms_abi::kStampWords]);
+  out.stamps.resize(n);
+  for (size_t t = 0; t < n; ++t) {
+    const uint64_t* w = raw.data() + t * ms_abi::kStampWords;
+    TaskStamp& st = out.stamps[t];
+    st.task = static_cast<int32_t>(t);
+    if (w[0] == 0) continue;  // not run (a hang)
+    auto rel = [&](uint64_t v) { return v >= t0 ? v - t0 : 0; };
+    st.start_ns = rel(w[0]);
+    st.ready_ns = rel(w[1]);
+    st.done_ns = rel(w[2]);
+    st.signal_ns = rel(w[3]);
+    st.block = static_cast<int32_t>(w[4] >> 32);
+    st.order = static_cast<int32_t>(w[4] & 0xffffffffu);
+  }
   return out;
 }
 

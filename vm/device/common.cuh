@@ -31,6 +31,9 @@
 #ifndef MS_KV_BF16
 #define MS_KV_BF16 1  // KV cache dtype: 1 bf16, 0 fp32
 #endif
+#ifndef MS_PROFILE
+#define MS_PROFILE 0  // 1: every task stamps start / ready / done / signalled (megasched profile)
+#endif
 #ifndef MS_HEAD_DIM
 #define MS_HEAD_DIM 64  // attention head dimension of the model
 #endif

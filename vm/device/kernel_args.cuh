@@ -28,6 +28,10 @@ struct HangRecord {
 };
 static_assert(sizeof(HangRecord) == 32, "HangRecord layout is shared with the host");
 
+/// Words per task in the profile buffer: start, ready, done, signalled (globaltimer ns), then
+/// (block << 32 | order in the block's run).
+constexpr uint32_t kStampWords = 5;
+
 /// Everything the kernel reads; one build and one upload serve every step and position.
 struct KernelArgs {
   const Instr* tasks;              // [num_tasks]
@@ -51,6 +55,7 @@ struct KernelArgs {
                             // L2 before its wait (0: no prefetch)
   uint32_t smem_bytes;      // dynamic shared memory (the page ring): GEMV input staging
   uint32_t reserved;
+  uint64_t* stamps;  // MS_PROFILE builds: [num_tasks][kStampWords], else unused (may be null)
   ModelParams model;
 };
 

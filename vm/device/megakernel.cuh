@@ -115,6 +115,9 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       }
     }
     rec.task = int32_t(task);
+#if MS_PROFILE
+    const uint64_t t_start = global_ns();
+#endif
     // Prefetch window: the prefetch_depth tasks starting at this one (0: no prefetch). Each task
     // is prefetched once: a static queue tracks how far it got; in the dynamic queue the claimer
     // of ticket t prefetches ticket t + depth - 1 (and the first tickets prefetch themselves).
@@ -142,8 +145,25 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       rec.threshold = w.threshold;
       break;
     }
+#if MS_PROFILE
+    const uint64_t t_ready = global_ns();
+#endif
     execute(a, instr, s, pages);
+#if MS_PROFILE
+    __syncthreads();
+    const uint64_t t_done = global_ns();
+#endif
     signal(a, instr);
+#if MS_PROFILE
+    if (threadIdx.x == 0) {
+      uint64_t* st = a.stamps + uint64_t(task) * kStampWords;
+      st[0] = t_start;
+      st[1] = t_ready;
+      st[2] = t_done;
+      st[3] = global_ns();
+      st[4] = (uint64_t(blockIdx.x) << 32) | rec.tasks_run;
+    }
+#endif
     ++rec.tasks_run;
   }
   if (rec.state == kExitDrained) {
