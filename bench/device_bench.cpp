@@ -6,7 +6,7 @@
 // streaming-read bandwidth (as `megasched doctor --measure`) so the floors use it.
 //
 //   device_bench --out DIR [--models toy,small,llama-1b] [--positions 0,1024] [--iterations 100]
-//                [--measure] [--configs all|default]
+//                [--measure] [--configs all|default|NAME,NAME...]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -45,9 +46,9 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 /// The configs each model runs: the default and one change per family that matters for speed.
-std::vector<std::pair<std::string, json>> bench_configs(bool all) {
+/// `which`: "all", "default", or a comma-separated list of the names below.
+std::vector<std::pair<std::string, json>> bench_configs(const std::string& which) {
   std::vector<std::pair<std::string, json>> c = {{"default", json::object()}};
-  if (!all) return c;
   c.push_back({"prefetch0", {{"pipeline", {{"prefetch_depth", 0}}}}});
   c.push_back({"prefetch4", {{"pipeline", {{"prefetch_depth", 4}}}}});
   c.push_back({"kv_part4", {{"tiling", {{"attn_kv_partitions", 4}}}}});
@@ -61,7 +62,35 @@ std::vector<std::pair<std::string, json>> bench_configs(bool all) {
   c.push_back({"1024thr_rows16_kv8",
                {{"launch", {{"threads_per_block", 1024}}},
                 {"tiling", {{"attn_kv_partitions", 8}, {"gemv_rows_per_task", 16}}}}});
-  return c;
+  // The weight ring: a loader warp streams GEMV tiles into the smem page ring.
+  auto ring = [](int threads, int pages, int page_bytes, int kv) {
+    return json{{"kernel", {{"weight_stream", "smem_ring"}}},
+                {"smem", {{"pages", pages}, {"page_bytes", page_bytes}}},
+                {"pipeline", {{"prefetch_depth", 0}}},
+                {"launch", {{"threads_per_block", threads}}},
+                {"tiling", {{"attn_kv_partitions", kv}}}};
+  };
+  c.push_back({"ring_256thr_4x32k", ring(256, 4, 32768, 1)});
+  c.push_back({"ring_384thr_6x32k_kv8", ring(384, 6, 32768, 8)});
+  c.push_back({"ring_512thr_6x32k_kv8", ring(512, 6, 32768, 8)});
+  c.push_back({"ring_512thr_8x16k_kv8", ring(512, 8, 16384, 8)});
+  if (which == "all") return c;
+  std::vector<std::pair<std::string, json>> picked;
+  for (const std::string& name : split(which == "default" ? "default" : which)) {
+    bool found = false;
+    for (const auto& entry : c) {
+      if (entry.first == name) {
+        picked.push_back(entry);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::string names;
+      for (const auto& entry : c) names += (names.empty() ? "" : ", ") + entry.first;
+      throw std::invalid_argument("unknown bench config '" + name + "'; known: " + names);
+    }
+  }
+  return picked;
 }
 
 std::string utc_now() {
@@ -110,6 +139,12 @@ int main(int argc, char** argv) {
       std::cerr << "device_bench: unknown argument " << a << "\n";
       return 2;
     }
+  }
+  try {
+    bench_configs(configs_arg);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "device_bench: " << e.what() << "\n";
+    return 2;
   }
   std::string err;
   if (!eval::gpu_available(&err)) {
@@ -183,7 +218,7 @@ int main(int argc, char** argv) {
     for (int pos_req : timed_positions) {
       const int pos = std::min(pos_req, weights->shape.max_seq - 1);
       const eval::Floor floor = eval::floor_for(weights->shape, *target, pos);
-      for (const auto& [name, patch] : bench_configs(configs_arg == "all")) {
+      for (const auto& [name, patch] : bench_configs(configs_arg)) {
         json row = {{"model", model},
                     {"position", pos},
                     {"config_name", name},

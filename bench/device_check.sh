@@ -11,7 +11,9 @@
 # usage: bench/device_check.sh OUT_DIR
 # env:   STAGES (default "build tests doctor evaluate bench"; add "crosscheck" for the transformers
 #        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS), MODELS (default toy,small,llama-1b),
-#        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default), BUILD (build dir)
+#        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
+#        bench_configs in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage),
+#        BUILD (build dir)
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -24,6 +26,7 @@ MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
@@ -59,8 +62,8 @@ if has_stage build; then
 fi
 
 if has_stage tests; then
-  log "GPU tests (NvrtcBuild, GpuVm, CublasBaseline, Doctor)"
-  if "$BUILD/megasched_tests" --gtest_filter='NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*' >> "$LOG" 2>&1; then
+  log "GPU tests ($GPU_TESTS)"
+  if "$BUILD/megasched_tests" --gtest_filter="$GPU_TESTS" >> "$LOG" 2>&1; then
     log "GPU tests passed"
   else
     log "GPU tests FAILED"

@@ -5,6 +5,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "schedule/named_configs.h"
+
 namespace megasched::harness {
 
 std::optional<std::string> read_text(const std::string& path, std::string* error) {
@@ -25,6 +27,14 @@ std::optional<std::string> read_text(const std::string& path, std::string* error
 std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
                                                         std::string* error) {
   if (path.empty()) return schedule::ScheduleConfig{};
+  if (schedule::is_config_name(path)) {
+    auto named = schedule::find_named_config(path, error);
+    if (!named) return std::nullopt;
+    std::string why;
+    auto config = schedule::parse_config(named->config, &why);
+    if (!config && error) *error = "named config '" + path + "': " + why;
+    return config;
+  }
   auto text = read_text(path, error);
   if (!text) return std::nullopt;
   std::string why;

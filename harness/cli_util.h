@@ -14,8 +14,8 @@ namespace megasched::harness {
 /// Reads a whole file, or stdin when path is "-". nullopt + *error when it cannot be read.
 std::optional<std::string> read_text(const std::string& path, std::string* error);
 
-/// Reads and strictly parses a ScheduleConfig from a file or "-" (stdin); an empty path gives
-/// the default config.
+/// Reads and strictly parses a ScheduleConfig from a file, "-" (stdin) or a name
+/// ("best:llama-1b:h200", see schedule/named_configs.h); an empty path gives the default config.
 std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
                                                         std::string* error);
 

@@ -4,6 +4,7 @@
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "schedule/model.h"
+#include "schedule/named_configs.h"
 #include "schedule/target.h"
 
 namespace megasched::harness {
@@ -33,8 +34,32 @@ void add_models_command(CLI::App& app, CliContext& ctx) {
   auto* cmd =
       app.add_subcommand("models", "List the model presets with parameter count and weight bytes");
   auto json_out = std::make_shared<bool>(false);
+  auto named = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json_out, "Print JSON instead of a table");
-  cmd->callback([&ctx, json_out] {
+  cmd->add_flag("--named-configs", *named,
+                "List the named configs (--config best:MODEL:GPU) instead of the presets");
+  cmd->callback([&ctx, json_out, named] {
+    if (*named) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& c : schedule::named_configs())
+        arr.push_back({{"name", c.name},
+                       {"model", c.model},
+                       {"gpu", c.gpu},
+                       {"source", c.source},
+                       {"measured", c.measured},
+                       {"config", c.config}});
+      if (*json_out) {
+        print_json(arr);
+      } else {
+        for (const auto& c : arr)
+          std::printf("%-22s %s\n  %-20s %s\n  %-20s %s\n", c["name"].get<std::string>().c_str(),
+                      c["config"].dump().c_str(),
+                      "measured:", c["measured"].get<std::string>().c_str(),
+                      "source:", c["source"].get<std::string>().c_str());
+      }
+      ctx.exit_code = kExitOk;
+      return;
+    }
     if (*json_out) {
       nlohmann::json arr = nlohmann::json::array();
       for (const auto& p : schedule::presets()) arr.push_back(shape_json(p));
@@ -48,6 +73,9 @@ void add_models_command(CLI::App& app, CliContext& ctx) {
                     p.head_dim, p.ffn, p.tied_embeddings ? "yes" : "no",
                     static_cast<long long>(p.param_count()), p.weight_bytes() / 1e6);
       std::printf("A directory with a Hugging Face Llama checkpoint also works as --model.\n");
+      std::printf("Named configs (`--config NAME`, see --named-configs):");
+      for (const auto& c : schedule::named_configs()) std::printf(" %s", c.name.c_str());
+      std::printf("\n");
     }
     ctx.exit_code = kExitOk;
   });

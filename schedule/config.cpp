@@ -111,8 +111,8 @@ const std::vector<KnobEntry>& knob_table() {
     add("pipeline.prefetch_depth", ints({0, 1, 2, 3, 4}),
         "upcoming tasks whose weights a block prefetches into L2 while it waits",
         field_access(&ScheduleConfig::pipeline, &PipelineConfig::prefetch_depth));
-    add("smem.pages", ints({1, 2, 4, 8}),
-        "shared-memory pages per block (the GEMV stages its input vector through them)",
+    add("smem.pages", ints({1, 2, 4, 6, 8}),
+        "shared-memory pages per block: the GEMV input staging, or the weight ring",
         field_access(&ScheduleConfig::smem, &SmemConfig::pages));
     add("smem.page_bytes", ints({4096, 8192, 16384, 32768}), "bytes per shared-memory page",
         field_access(&ScheduleConfig::smem, &SmemConfig::page_bytes));
@@ -131,6 +131,13 @@ const std::vector<KnobEntry>& knob_table() {
         enum_access(&ScheduleConfig::kernel, &KernelConfig::weight_load,
                     std::vector<std::pair<WeightLoad, std::string>>{
                         {WeightLoad::kLdg, "ldg"}, {WeightLoad::kLdgStream, "ldg_stream"}}));
+    add("kernel.weight_stream", {"registers", "smem_ring"},
+        "GEMV weights: loaded by every warp into registers, or streamed by a loader warp into the "
+        "smem page ring (smem.pages x smem.page_bytes) ahead of the dependency waits",
+        enum_access(
+            &ScheduleConfig::kernel, &KernelConfig::weight_stream,
+            std::vector<std::pair<WeightStream, std::string>>{
+                {WeightStream::kRegisters, "registers"}, {WeightStream::kSmemRing, "smem_ring"}}));
     return t;
   }();
   return table;

@@ -16,7 +16,8 @@
 //     "pipeline":     {"prefetch_depth": 2},
 //     "smem":         {"pages": 2, "page_bytes": 16384},
 //     "launch":       {"threads_per_block": 256, "blocks_per_sm": 1},
-//     "kernel":       {"vector_bytes": 16, "rows_per_warp": 2, "unroll": 2, "weight_load": "ldg"}
+//     "kernel":       {"vector_bytes": 16, "rows_per_warp": 2, "unroll": 2, "weight_load": "ldg",
+//                       "weight_stream": "registers"}
 //   }
 // The allowed values of each knob are in knob_specs() (and schemas/schedule_config.schema.json).
 #pragma once
@@ -45,6 +46,14 @@ enum class AssignPolicy : uint8_t {
   kLayerAffine,  // tile t of every op to block (t mod grid): a block keeps the same slice each
                  // layer
   kDynamic,      // one global queue in topological order, claimed with an atomic ticket
+};
+
+/// Who moves GEMV weights into the SMs (a kernel build knob).
+enum class WeightStream : uint8_t {
+  kRegisters,  // every compute warp loads its rows into registers (double-buffered batches)
+  kSmemRing,   // a loader warp streams weight tiles into the smem page ring with bulk async copies
+               // completing on mbarriers, running ahead across tasks (it never waits on
+               // dependencies); the other warps compute from the ring (static queues only)
 };
 
 /// How the GEMV kernel loads weights (a kernel build knob).
@@ -117,6 +126,7 @@ struct KernelConfig {
   int rows_per_warp = 2;  // GEMV rows a warp computes at once (reusing each input load)
   int unroll = 2;         // independent load batches in flight per warp
   WeightLoad weight_load = WeightLoad::kLdg;
+  WeightStream weight_stream = WeightStream::kRegisters;
 
   bool operator==(const KernelConfig&) const = default;
 };

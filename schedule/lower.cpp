@@ -18,6 +18,8 @@
 #include <numeric>
 #include <queue>
 
+#include "schedule/search.h"
+
 namespace megasched::schedule {
 namespace {
 
@@ -828,7 +830,7 @@ std::optional<Program> Lowerer::run(std::string* error) {
   launch.grid_blocks = target_.num_sms * cfg.launch.blocks_per_sm;
   launch.smem_pages = cfg.smem.pages;
   launch.smem_page_bytes = cfg.smem.page_bytes;
-  launch.smem_bytes = cfg.smem.pages * cfg.smem.page_bytes;
+  launch.smem_bytes = dynamic_smem_bytes(cfg, shape_);
   launch.prefetch_depth = cfg.pipeline.prefetch_depth;
   launch.dynamic_queue = cfg.assignment.policy == AssignPolicy::kDynamic;
 
@@ -837,6 +839,12 @@ std::optional<Program> Lowerer::run(std::string* error) {
   build.rows_per_warp = cfg.kernel.rows_per_warp;
   build.unroll = cfg.kernel.unroll;
   build.weight_load = static_cast<int>(cfg.kernel.weight_load);
+  if (cfg.kernel.weight_stream == WeightStream::kSmemRing) {
+    build.weight_ring = 1;
+    build.ring_pages = cfg.smem.pages;
+    build.ring_page_bytes = cfg.smem.page_bytes;
+    build.x_floats = ring_x_floats(shape_);
+  }
   build.threads_per_block = cfg.launch.threads_per_block;
 
   coarsen_slice_counters(program_);

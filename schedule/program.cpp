@@ -244,7 +244,13 @@ std::vector<std::string> KernelBuild::defines() const {
       "MS_UNROLL=" + std::to_string(unroll),
       "MS_VECTOR_BYTES=" + std::to_string(vector_bytes),
       "MS_WEIGHT_LOAD=" + std::to_string(weight_load),
+      "MS_WEIGHT_RING=" + std::to_string(weight_ring),
   };
+  if (weight_ring) {
+    d.push_back("MS_RING_PAGES=" + std::to_string(ring_pages));
+    d.push_back("MS_RING_PAGE_BYTES=" + std::to_string(ring_page_bytes));
+    d.push_back("MS_X_FLOATS=" + std::to_string(x_floats));
+  }
   std::sort(d.begin(), d.end());
   return d;
 }
@@ -289,6 +295,10 @@ nlohmann::json to_json(const Program& p) {
                 {"rows_per_warp", b.rows_per_warp},
                 {"unroll", b.unroll},
                 {"weight_load", b.weight_load},
+                {"weight_ring", b.weight_ring},
+                {"ring_pages", b.ring_pages},
+                {"ring_page_bytes", b.ring_page_bytes},
+                {"x_floats", b.x_floats},
                 {"threads_per_block", b.threads_per_block}};
   return j;
 }
@@ -402,6 +412,10 @@ std::optional<Program> program_from_json(const nlohmann::json& j, std::string* e
     p.build.rows_per_warp = r.get<int>(*b, "rows_per_warp", path);
     p.build.unroll = r.get<int>(*b, "unroll", path);
     p.build.weight_load = r.get<int>(*b, "weight_load", path);
+    p.build.weight_ring = r.get<int>(*b, "weight_ring", path);
+    p.build.ring_pages = r.get<int>(*b, "ring_pages", path);
+    p.build.ring_page_bytes = r.get<int>(*b, "ring_page_bytes", path);
+    p.build.x_floats = r.get<int>(*b, "x_floats", path);
     p.build.threads_per_block = r.get<int>(*b, "threads_per_block", path);
   }
   if (!r.ok()) return std::nullopt;

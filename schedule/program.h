@@ -72,7 +72,11 @@ struct KernelBuild {
   int vector_bytes = 16;
   int rows_per_warp = 2;
   int unroll = 2;
-  int weight_load = 0;  // schedule::WeightLoad
+  int weight_load = 0;      // schedule::WeightLoad
+  int weight_ring = 0;      // 1: the smem weight ring (schedule::WeightStream::kSmemRing)
+  int ring_pages = 0;       // ring builds: pages of the ring
+  int ring_page_bytes = 0;  // ring builds: bytes per page
+  int x_floats = 0;         // ring builds: floats of the GEMV input staging area
   int threads_per_block = 256;
 
   /// The -D options, sorted; the build identity hashes these with the sources and the arch.

@@ -4,6 +4,18 @@
 
 namespace megasched::schedule {
 
+int ring_x_floats(const ModelShape& shape) {
+  const int longest = std::max({shape.hidden, shape.heads * shape.head_dim, shape.ffn});
+  return (longest + 255) / 256 * 256;
+}
+
+int dynamic_smem_bytes(const ScheduleConfig& config, const ModelShape& shape) {
+  int bytes = config.smem.pages * config.smem.page_bytes;
+  if (config.kernel.weight_stream == WeightStream::kSmemRing)
+    bytes += ring_x_floats(shape) * 4 + config.smem.pages * 16;
+  return bytes;
+}
+
 bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const GpuTarget& target,
                  std::string* why) {
   auto fail = [&](std::string msg) {
@@ -23,7 +35,17 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
                 std::to_string(target.max_threads_per_sm) + " on " + target.name);
   if (config.launch.blocks_per_sm > target.max_blocks_per_sm)
     return fail("launch: more blocks per SM than " + target.name + " allows");
-  const int smem = config.smem.pages * config.smem.page_bytes;
+  if (config.kernel.weight_stream == WeightStream::kSmemRing) {
+    if (config.assignment.policy == AssignPolicy::kDynamic)
+      return fail(
+          "kernel.weight_stream=smem_ring needs a static assignment policy (the loader "
+          "warp walks the block's queue ahead of it; a dynamic queue has none)");
+    if (config.launch.threads_per_block < 64)
+      return fail(
+          "kernel.weight_stream=smem_ring needs at least 64 threads (a loader warp and a "
+          "compute warp)");
+  }
+  const int smem = dynamic_smem_bytes(config, shape);
   if (smem > target.smem_per_block_optin)
     return fail("smem: " + std::to_string(smem) + " bytes per block exceed the opt-in cap " +
                 std::to_string(target.smem_per_block_optin));

@@ -20,6 +20,14 @@ namespace megasched::schedule {
 bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const GpuTarget& target,
                  std::string* why = nullptr);
 
+/// Floats of the GEMV input staging area of a weight-ring build: the longest GEMV input of the
+/// shape (hidden, heads x head_dim, ffn), rounded up to 256 (the staging layout's block).
+int ring_x_floats(const ModelShape& shape);
+
+/// Dynamic shared memory per block the config asks for: the page ring, plus with
+/// kernel.weight_stream = smem_ring the input staging area and two mbarriers per page.
+int dynamic_smem_bytes(const ScheduleConfig& config, const ModelShape& shape);
+
 /// Registers per thread the launch shape must leave each thread (the kernel's working set).
 constexpr int kMinRegistersPerThread = 64;
 

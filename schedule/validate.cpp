@@ -150,6 +150,28 @@ class Checker {
     if (smem > target_.smem_per_block_optin)
       fail("smem_bytes " + std::to_string(smem) + " exceeds the opt-in cap of " +
            std::to_string(target_.smem_per_block_optin) + " bytes per block on " + target_.name);
+    const KernelBuild& b = p_.build;
+    if (b.weight_ring) {
+      // The ring build: a loader warp walks the block's queue ahead of the compute warps, so it
+      // needs a static queue, a compute warp besides it, and the staging area in smem_bytes.
+      if (l.dynamic_queue)
+        fail(
+            "the weight ring needs static queues: its loader warp walks the block's own queue "
+            "ahead of the compute warps, and a dynamic queue is only known as it is claimed");
+      if (threads < 64)
+        fail("the weight ring needs at least 64 threads per block (a loader and a compute warp)");
+      if (b.ring_pages != l.smem_pages || b.ring_page_bytes != l.smem_page_bytes ||
+          b.ring_pages < 1 || b.ring_page_bytes % 16 != 0)
+        fail("the weight ring is built for " + std::to_string(b.ring_pages) + " pages of " +
+             std::to_string(b.ring_page_bytes) + " bytes (whole 16-byte pages) but launched with " +
+             std::to_string(l.smem_pages) + " x " + std::to_string(l.smem_page_bytes));
+      const int64_t need = static_cast<int64_t>(b.ring_pages) * b.ring_page_bytes +
+                           static_cast<int64_t>(b.x_floats) * 4 + 16LL * b.ring_pages;
+      if (smem < need)
+        fail("smem_bytes " + std::to_string(smem) + " does not hold the weight ring's pages, " +
+             std::to_string(b.x_floats) + " staged input floats and its mbarriers (" +
+             std::to_string(need) + " bytes)");
+    }
     if (l.prefetch_depth < 0)
       fail("prefetch_depth " + std::to_string(l.prefetch_depth) + " is negative");
     if (bps < 1) return;
@@ -166,7 +188,8 @@ class Checker {
            std::to_string(target_.smem_per_sm) + " bytes per SM: the grid is not co-resident");
     if (threads > 0 && target_.regs_per_sm / (threads * bps) < kMinRegistersPerThread)
       fail(std::to_string(bps) + " blocks of " + std::to_string(threads) +
-           " threads leave fewer than 32 registers per thread");
+           " threads leave fewer than " + std::to_string(kMinRegistersPerThread) +
+           " registers per thread");
     const int64_t resident = static_cast<int64_t>(target_.num_sms) * bps;
     if (l.grid_blocks != resident)
       fail("grid_blocks " + std::to_string(l.grid_blocks) +

@@ -47,6 +47,15 @@ struct GpuVmOptions {
   bool profile = false;         // build with MS_PROFILE=1: every task stamps its times (slower)
 };
 
+/// What one step came to.
+struct StepOutput {
+  std::string status;  // "ok" | "hang" (spin bound hit) | "timeout" (host watchdog)
+  std::string message;
+  std::vector<float> logits;  // the "logits" region (status ok)
+  int32_t argmax = -1;        // written by the program's kArgmax task
+  nlohmann::json hang_dump = nlohmann::json::array();
+};
+
 /// One task's times in a profiled step (globaltimer ns, relative to the earliest `start` of the
 /// step). start: the block took the task; ready: its waits held; done: the op's writes finished
 /// (block barrier); signalled: its signal was published. block/order: who ran it and its place in
@@ -66,15 +75,6 @@ struct ProfileOutput {
   StepOutput step;
   std::vector<TaskStamp> stamps;
   double wall_us = 0.0;  // CUDA-event time of the profiled launch (stamping included)
-};
-
-/// What one step came to.
-struct StepOutput {
-  std::string status;  // "ok" | "hang" (spin bound hit) | "timeout" (host watchdog)
-  std::string message;
-  std::vector<float> logits;  // the "logits" region (status ok)
-  int32_t argmax = -1;        // written by the program's kArgmax task
-  nlohmann::json hang_dump = nlohmann::json::array();
 };
 
 class GpuVm {

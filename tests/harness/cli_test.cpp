@@ -107,4 +107,23 @@ TEST(Cli, ModelsAndTargetsListAsJson) {
   EXPECT_GE(nlohmann::json::parse(r.out).size(), 8u);
 }
 
+TEST(Cli, NamedConfigsAreListedAndAcceptedAsConfig) {
+  auto r = run("models --named-configs --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto named = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(named.empty());
+  for (const auto& c : named) {
+    const std::string name = c["name"];
+    // Every named config lowers and validates for its model on its GPU.
+    auto v = run("validate --model " + c["model"].get<std::string>() + " --gpu " +
+                     c["gpu"].get<std::string>() + " --config " + name,
+                 true);
+    EXPECT_EQ(v.exit_code, 0) << name << ": " << v.out;
+  }
+  r = run("propose --model toy --gpu h100 --config best:nope:h100", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("no named config 'best:nope:h100'; known: best:"), std::string::npos)
+      << r.out;
+}
+
 }  // namespace

@@ -35,6 +35,25 @@ TEST(SearchMoves, NeighboursDifferInExactlyOneKnob) {
   for (const auto& c : n) EXPECT_EQ(changed_knobs(ScheduleConfig{}, c).size(), 1u);
 }
 
+TEST(SearchMoves, WeightRingSmemHoldsPagesStagingAndBarriers) {
+  const ModelShape llama = *find_preset("llama-1b");
+  ScheduleConfig c;
+  c.smem.pages = 4;
+  c.smem.page_bytes = 32768;
+  EXPECT_EQ(dynamic_smem_bytes(c, llama), 4 * 32768);
+  c.kernel.weight_stream = WeightStream::kSmemRing;
+  EXPECT_EQ(ring_x_floats(llama), 8192) << "the down projection reads ffn = 8192 columns";
+  EXPECT_EQ(dynamic_smem_bytes(c, llama), 4 * 32768 + 8192 * 4 + 4 * 16);
+  std::string why;
+  EXPECT_TRUE(config_fits(c, llama, h100_like(), &why)) << why;
+  c.smem.pages = 8;  // 256 KiB of pages: over the opt-in cap
+  EXPECT_FALSE(config_fits(c, llama, h100_like(), &why));
+  c.smem.pages = 4;
+  c.assignment.policy = AssignPolicy::kDynamic;
+  EXPECT_FALSE(config_fits(c, llama, h100_like(), &why));
+  EXPECT_NE(why.find("static assignment"), std::string::npos) << why;
+}
+
 TEST(SearchMoves, ConfigFitsRejectsLaunchesThatCannotBeCoResident) {
   ScheduleConfig c;
   c.launch.threads_per_block = 1024;

@@ -266,6 +266,29 @@ TEST(ScheduleValidator, RejectsLaunchShapesBeyondTheTarget) {
   EXPECT_TRUE(validate(p, t).ok());
 }
 
+TEST(ScheduleValidator, RejectsWeightRingLaunchesItCannotServe) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kIn, kA, 8);
+  Program base = b.finish();
+  base.launch.smem_pages = base.build.ring_pages = 2;
+  base.launch.smem_page_bytes = base.build.ring_page_bytes = 4096;
+  base.build.weight_ring = 1;
+  base.build.x_floats = 256;
+  base.launch.smem_bytes = 2 * 4096 + 256 * 4 + 2 * 16;
+  const GpuTarget t = fuzz_target();
+  EXPECT_TRUE(validate(base, t).ok()) << validate(base, t).rules();
+  Program p = base;
+  p.launch.dynamic_queue = true;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "the loader walks a static queue";
+  EXPECT_NE(first_message(validate(p, t), "launch").find("static queues"), std::string::npos);
+  p = base;
+  p.launch.smem_bytes -= 16;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "no room for the mbarriers";
+  p = base;
+  p.build.ring_pages = 4;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "built for another ring than launched";
+}
+
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
   std::mt19937_64 rng(7);
   const GpuTarget t = fuzz_target();

@@ -126,6 +126,45 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
   EXPECT_GE(ran, 3);
 }
 
+TEST(GpuVm, WeightRingMatchesEager) {
+  MS_REQUIRE_GPU();
+  const std::vector<int> positions = {0, 9};
+  // Ring shapes at both ends: one compute warp per tiny page, many warps and column chunks, a
+  // split-K tile, per-slice edges and several blocks per SM.
+  const std::vector<nlohmann::json> patches = {
+      {{"smem", {{"pages", 1}, {"page_bytes", 4096}}}, {"launch", {{"threads_per_block", 128}}}},
+      {{"smem", {{"pages", 4}, {"page_bytes", 16384}}}, {"launch", {{"threads_per_block", 512}}}},
+      {{"smem", {{"pages", 2}, {"page_bytes", 8192}}},
+       {"tiling", {{"gemv_k_split", 2}, {"gemv_rows_per_task", 16}}},
+       {"kernel", {{"vector_bytes", 8}}}},
+      {{"smem", {{"pages", 6}, {"page_bytes", 4096}}},
+       {"launch", {{"blocks_per_sm", 2}}},
+       {"dependencies", {{"gate_up_to_down", "per_slice"}, {"residual", "per_slice"}}}},
+  };
+  for (schedule::DType dtype : {schedule::DType::kBF16, schedule::DType::kF32}) {
+    for (const char* preset : {"toy", "toy-2L"}) {
+      schedule::ModelShape shape = *schedule::find_preset(preset);
+      shape.dtype = dtype;
+      const schedule::Weights w = schedule::generate_weights(shape, 11);
+      const Refs refs = eager_refs(w, positions);
+      for (nlohmann::json patch : patches) {
+        patch["kernel"]["weight_stream"] = "smem_ring";
+        std::string err;
+        const auto c = schedule::parse_config(patch, &err);
+        ASSERT_TRUE(c) << err;
+        const schedule::Program p = lower_or_die(w.shape, *c);
+        ASSERT_TRUE(p.build.weight_ring);
+        const GpuTrialResult r =
+            eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+        EXPECT_EQ(r.status, "ok") << preset << " " << schedule::dtype_name(dtype) << " "
+                                  << patch.dump() << ": " << r.message << "\n"
+                                  << r.kernel.dump(1);
+        EXPECT_TRUE(r.argmax_match) << patch.dump();
+      }
+    }
+  }
+}
+
 TEST(GpuVm, DeadlockingProgramEndsInHangWithDumpAndTheNextTrialRuns) {
   MS_REQUIRE_GPU();
   eval::EvaluatorOptions o;

@@ -148,6 +148,35 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
   }
 }
 
+TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  struct Variant {
+    int vector_bytes, threads, pages, page_bytes, head_dim;
+    bool bf16, profile;
+  };
+  // Every ring page size with the thread counts at both ends, fp32 and bf16, profiled and not.
+  const std::vector<Variant> variants = {
+      {16, 128, 2, 4096, 64, true, false},   {16, 1024, 8, 32768, 64, true, true},
+      {8, 256, 4, 8192, 128, false, false},  {4, 512, 1, 16384, 64, true, false},
+      {16, 384, 2, 16384, 128, false, true}, {16, 256, 2, 16384, 64, true, true}};
+  for (int arch : {90, 80}) {
+    for (const Variant& v : variants) {
+      schedule::Program p = program_for(v.vector_bytes, 2, 2, 0, v.threads, v.bf16, v.head_dim, 1);
+      p.build.weight_ring = 1;
+      p.build.ring_pages = v.pages;
+      p.build.ring_page_bytes = v.page_bytes;
+      p.build.x_floats = 8192;
+      BuildRequest req{"vm/device/megakernel.cuh", kernel_defines(p), arch, ""};
+      EXPECT_NE(std::find(req.defines.begin(), req.defines.end(), "MS_WEIGHT_RING=1"),
+                req.defines.end());
+      if (v.profile) req.defines.push_back("MS_PROFILE=1");
+      const BuildResult r = build_cubin(req);
+      ASSERT_TRUE(r.ok) << "sm_" << arch << " threads " << v.threads << ": " << r.error;
+      EXPECT_FALSE(r.cubin.empty());
+    }
+  }
+}
+
 TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   const std::filesystem::path dir =

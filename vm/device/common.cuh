@@ -31,6 +31,18 @@
 #ifndef MS_KV_BF16
 #define MS_KV_BF16 1  // KV cache dtype: 1 bf16, 0 fp32
 #endif
+#ifndef MS_WEIGHT_RING
+#define MS_WEIGHT_RING 0  // 1: a loader warp streams GEMV weight tiles into a shared-memory ring
+#endif
+#ifndef MS_RING_PAGES
+#define MS_RING_PAGES 2  // pages of the weight ring (smem.pages)
+#endif
+#ifndef MS_RING_PAGE_BYTES
+#define MS_RING_PAGE_BYTES 16384  // bytes per ring page (smem.page_bytes)
+#endif
+#ifndef MS_X_FLOATS
+#define MS_X_FLOATS 0  // ring builds: capacity of the GEMV input staging area (the longest input)
+#endif
 #ifndef MS_PROFILE
 #define MS_PROFILE 0  // 1: every task stamps start / ready / done / signalled (megasched profile)
 #endif
@@ -44,6 +56,15 @@ using namespace ms_abi;
 
 constexpr int kThreads = MS_THREADS;
 constexpr int kWarps = MS_THREADS / 32;
+// With the weight ring the last warp is the loader: it never runs an opcode, so every opcode and
+// every barrier of the interpreter involves the compute warps only (block_sync, a named barrier).
+constexpr bool kRing = MS_WEIGHT_RING != 0;
+constexpr int kLoaderWarp = kWarps - 1;
+constexpr int kComputeWarps = kRing ? kWarps - 1 : kWarps;
+constexpr int kComputeThreads = kComputeWarps * 32;
+constexpr int kRingPages = MS_RING_PAGES;
+constexpr int kRingPageBytes = MS_RING_PAGE_BYTES;
+constexpr int kXFloats = MS_X_FLOATS;
 constexpr int kVectorBytes = MS_VECTOR_BYTES;
 constexpr int kRowsPerWarp = MS_ROWS_PER_WARP;
 constexpr int kUnroll = MS_UNROLL;
@@ -57,6 +78,9 @@ static_assert(MS_VECTOR_BYTES == 4 || MS_VECTOR_BYTES == 8 || MS_VECTOR_BYTES ==
               "MS_VECTOR_BYTES");
 static_assert(MS_ROWS_PER_WARP >= 1 && MS_ROWS_PER_WARP <= 8, "MS_ROWS_PER_WARP");
 static_assert(MS_UNROLL >= 1 && MS_UNROLL <= 8, "MS_UNROLL");
+static_assert(!kRing || (MS_THREADS >= 64 && kRingPages >= 1 && kRingPageBytes % 16 == 0 &&
+                         kXFloats % 4 == 0),
+              "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");
 static_assert(MS_HEAD_DIM >= 2 && MS_HEAD_DIM <= 256 && MS_HEAD_DIM % 2 == 0, "MS_HEAD_DIM");
 
 #if MS_WEIGHT_BF16
@@ -162,6 +186,16 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int l
 #endif
 }
 
+/// The barrier of the warps that run opcodes: the whole block, or with the weight ring every warp
+/// but the loader (named barrier 1).
+__device__ __forceinline__ void block_sync() {
+  if constexpr (kRing) {
+    asm volatile("bar.sync 1, %0;" ::"r"(kComputeThreads) : "memory");
+  } else {
+    __syncthreads();
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -174,15 +208,15 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 /// Block-wide sum in a fixed order (deterministic); every thread gets the result. `scratch` holds
-/// kWarps floats and is reused, so the function ends with a barrier.
+/// kComputeWarps floats and is reused, so the function ends with a barrier.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warp_sum(v);
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
+  block_sync();
   float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
+  for (int w = 0; w < kComputeWarps; ++w) total += scratch[w];
+  block_sync();
   return total;
 }
 
@@ -190,7 +224,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 __device__ __forceinline__ float block_inv_rms(const float* x, uint32_t n, float eps,
                                                float* scratch) {
   float ss = 0.0f;
-  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+  for (uint32_t i = threadIdx.x; i < n; i += kComputeThreads) {
     const float v = act_load(x + i);
     ss += v * v;
   }
@@ -281,16 +315,16 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
     }
     if (threadIdx.x == 0) *shared_out = out;
   }
-  __syncthreads();
+  block_sync();
   const WaitOutcome out = *shared_out;
-  __syncthreads();
+  block_sync();
   return out;
 }
 
 /// Publishes the block's writes of one task: barrier, then thread 0 fences at gpu scope and adds
 /// the increment (a release: a consumer that acquires the new value sees every write of the task).
 __device__ __forceinline__ void signal(const KernelArgs& a, const Instr& instr) {
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0 && instr.signal_increment != 0) {
     __threadfence();
     atomicAdd(a.counters + instr.signal_counter, instr.signal_increment);

@@ -20,6 +20,7 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
   const WeightT* W = reinterpret_cast<const WeightT*>(a.weights);
   switch (static_cast<Opcode>(in.opcode)) {
     case kGemv: {
+      if (ring_streams(in)) break;  // the weight ring's loader streams it
       const uint64_t cols = in.col_end - in.col_begin;
       if (cols == in.ld) {
         prefetch_l2(W + in.weight + uint64_t(in.row_begin) * in.ld,
@@ -80,9 +81,32 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
   const uint32_t qend =
       dynamic ? a.num_tasks : (blockIdx.x < a.num_queues ? a.queue_offsets[blockIdx.x + 1] : 0);
   const uint32_t claim_base = epoch * (a.num_tasks + gridDim.x);
+  // The weight ring (static queues only; the validator refuses a ring build with a dynamic queue,
+  // and should one run anyway no GEMV takes the ring path). The loader warp leaves the interpreter
+  // here: it streams weights for the whole queue and never runs an opcode.
+  const bool ring = kRing && !dynamic;
+  const Ring rg = ring_layout(pages);
+  uint32_t ring_seq = 0;
+  if constexpr (kRing) {
+    if (threadIdx.x == 0) {
+      s.ring_failed = 0;
+      for (int i = 0; i < kRingPages; ++i) {
+        mbar_init(rg.full + i, 1);
+        mbar_init(rg.empty + i, kComputeWarps);
+      }
+#if __CUDA_ARCH__ >= 900
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+    }
+    __syncthreads();
+    if (int(threadIdx.x >> 5) == kLoaderWarp) {
+      if (ring) ring_load(a, rg, qbegin, qend);
+      return;
+    }
+  }
   // Threads of warps 1.. issue prefetches while warp 0 polls the counters.
   const int pf_lane = int(threadIdx.x) - 32;
-  const int pf_lanes = kThreads > 32 ? kThreads - 32 : 32;
+  const int pf_lanes = kComputeThreads > 32 ? kComputeThreads - 32 : 32;
   uint32_t prefetched =
       0;  // static queue: positions [qbegin, qbegin + prefetched) already prefetched
   // Static queue: the next task's id and instruction are loaded while the current one waits and
@@ -96,9 +120,9 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
     Instr instr;
     if (dynamic) {
       if (threadIdx.x == 0) s.claim = atomicAdd(a.ticket, 1u) - claim_base;
-      __syncthreads();
+      block_sync();
       slot = s.claim;
-      __syncthreads();
+      block_sync();
       if (slot >= a.num_tasks) break;
       rec.queue_pos = int32_t(slot);
       task = a.queue_tasks[slot];
@@ -121,8 +145,8 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
     // Prefetch window: the prefetch_depth tasks starting at this one (0: no prefetch). Each task
     // is prefetched once: a static queue tracks how far it got; in the dynamic queue the claimer
     // of ticket t prefetches ticket t + depth - 1 (and the first tickets prefetch themselves).
-    if (a.prefetch_depth > 0 && (kThreads == 32 || pf_lane >= 0)) {
-      const int lane = kThreads == 32 ? int(threadIdx.x) : pf_lane;
+    if (a.prefetch_depth > 0 && (kComputeThreads == 32 || pf_lane >= 0)) {
+      const int lane = kComputeThreads == 32 ? int(threadIdx.x) : pf_lane;
       if (dynamic) {
         if (slot + 1 < a.prefetch_depth) prefetch_task(a, task, lane, pf_lanes);
         if (slot + a.prefetch_depth - 1 < a.num_tasks) {
@@ -148,9 +172,20 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
 #if MS_PROFILE
     const uint64_t t_ready = global_ns();
 #endif
-    execute(a, instr, s, pages);
+    bool ran = true;
+    if (ring && ring_streams(instr)) {
+      ran = gemv_ring(a, instr, s, rg, &ring_seq);
+    } else if constexpr (kRing) {
+      execute(a, instr, s, rg.x, kXFloats);
+    } else {
+      execute(a, instr, s, pages, a.smem_bytes / 4);
+    }
+    if (!ran) {  // a page never came: the launch is aborting
+      rec.state = kExitAborted;
+      break;
+    }
 #if MS_PROFILE
-    __syncthreads();
+    block_sync();
     const uint64_t t_done = global_ns();
 #endif
     signal(a, instr);

@@ -13,14 +13,15 @@ constexpr int kEpilogueRows = (kRowChunk / kHeadDim) * kHeadDim;  // head-aligne
 /// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
 /// stages GEMV input vectors.
 struct Shared {
-  float red[kWarps];  // block reductions
-  WaitOutcome wait;   // wait_all's result
-  uint32_t claim;     // dynamic queue: the ticket thread 0 claimed
+  float red[kComputeWarps];  // block reductions
+  WaitOutcome wait;          // wait_all's result
+  uint32_t claim;            // dynamic queue: the ticket thread 0 claimed
+  int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
   union {
     float rows[kEpilogueRows];  // GEMV results of one row chunk, before the epilogue
     struct {
-      float q[kAttnHeadBatch * kHeadDim];  // query heads of one batch
-      float rec[kWarps * (kHeadDim + 2)];  // per-warp {m, l, o[hd]} of one head
+      float q[kAttnHeadBatch * kHeadDim];         // query heads of one batch
+      float rec[kComputeWarps * (kHeadDim + 2)];  // per-warp {m, l, o[hd]} of one head
     } attn;
   } u;
 };
@@ -30,7 +31,7 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 // ---- kEmbed ----
 __device__ __forceinline__ void embed(const KernelArgs& a, const Instr& in) {
   const uint64_t row = uint64_t(uint32_t(a.step->token)) * in.ld;
-  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kComputeThreads) {
     a.act[in.out + r] = weight_at(a, in.weight + row + r);
   }
 }
@@ -38,7 +39,7 @@ __device__ __forceinline__ void embed(const KernelArgs& a, const Instr& in) {
 // ---- kRmsNorm ----
 __device__ __forceinline__ void rms_norm(const KernelArgs& a, const Instr& in, Shared& s) {
   const float inv = block_inv_rms(a.act + in.in, in.col_end, a.model.rms_eps, s.red);
-  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kComputeThreads) {
     a.act[in.out + r] = act_load(a.act + in.in + r) * inv * weight_at(a, in.weight2 + r);
   }
 }
@@ -77,7 +78,7 @@ __device__ __forceinline__ void qkv_row(const KernelArgs& a, const Instr& in, ui
 __device__ __forceinline__ void gemv_epilogue(const KernelArgs& a, const Instr& in, Shared& s,
                                               uint32_t row0, uint32_t row1) {
   const uint32_t half = a.model.head_dim / 2;
-  for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) {
+  for (uint32_t r = row0 + threadIdx.x; r < row1; r += kComputeThreads) {
     const float v = s.u.rows[r - row0];
     if (in.flags & kFlagPartial) {
       a.act[in.out + r] = v;
@@ -206,13 +207,13 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 
 /// The GEMV: rows in chunks of kEpilogueRows; the input vector staged through the page ring in
 /// chunks of its capacity (no pages: computed on the fly from global memory).
-__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s,
-                                     float* pages) {
+__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages,
+                                     uint32_t page_floats) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float inv = 0.0f;
   if (in.flags & kFlagNormPrologue)
     inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
-  const uint32_t capacity = (a.smem_bytes / 4) / kXBlock * kXBlock;  // whole x_slot blocks
+  const uint32_t capacity = page_floats / kXBlock * kXBlock;  // whole x_slot blocks
   const bool staged = capacity >= kXBlock;
   const uint32_t k_chunk = staged ? capacity : in.col_end - in.col_begin;
   const bool vec_ok = (in.weight + in.col_begin) % kVecElems == 0 && in.ld % kVecElems == 0;
@@ -222,12 +223,12 @@ __device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Share
     for (uint32_t k0 = in.col_begin; k0 < in.col_end; k0 += k_chunk) {
       const uint32_t k1 = min(in.col_end, k0 + k_chunk);
       if (staged) {
-        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kThreads)
+        for (uint32_t c = k0 + threadIdx.x; c < k1; c += kComputeThreads)
           pages[x_slot(c - k0)] = gemv_input(a, in, c, inv);
-        __syncthreads();
+        block_sync();
       }
       const float* x = pages;
-      for (uint32_t g = warp; g * kRowsPerWarp < nrows; g += kWarps) {
+      for (uint32_t g = warp; g * kRowsPerWarp < nrows; g += kComputeWarps) {
         const uint32_t r_first = row0 + g * kRowsPerWarp;
         float acc[kRowsPerWarp];
         gemv_rows(a, in, r_first, row1 - 1, k0, k1, vec_ok, x, staged, inv, acc);
@@ -241,26 +242,308 @@ __device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Share
           }
         }
       }
-      __syncthreads();
+      block_sync();
     }
     gemv_epilogue(a, in, s, row0, row1);
-    __syncthreads();
+    block_sync();
   }
+}
+
+// ---- The weight ring (kernel.weight_stream = smem_ring) ----
+//
+// The loader warp walks the block's queue and, for every GEMV it streams, copies the weight tile
+// page by page into a ring of kRingPages shared-memory pages with bulk async copies
+// (cp.async.bulk, one per row piece) that complete on the page's `full` mbarrier. It waits only
+// for a free page (the page's `empty` mbarrier, on which every compute warp arrives once it is
+// done with the page), never for a dependency, so it streams the next tasks' weights while the
+// compute warps wait on counters. Both sides walk the same page sequence (ring_geom), counting
+// pages with one sequence number: page k sits in slot k % kRingPages, phase (k / kRingPages) & 1.
+// A page holds up to kComputeWarps row pieces of one row group: compute warp w owns row w of the
+// group and accumulates it over the group's column chunks in order, so the sums are deterministic.
+
+constexpr uint32_t kRingPageElems = kRingPageBytes / kWeightBytes;
+
+/// The dynamic shared memory of a ring build: [x staging | pages | full bars | empty bars].
+struct Ring {
+  float* x;
+  char* pages;
+  uint64_t* full;
+  uint64_t* empty;
+};
+
+__device__ __forceinline__ Ring ring_layout(float* dyn) {
+  Ring r;
+  r.x = dyn;
+  r.pages = reinterpret_cast<char*>(dyn + kXFloats);
+  r.full = reinterpret_cast<uint64_t*>(r.pages + uint64_t(kRingPages) * kRingPageBytes);
+  r.empty = r.full + kRingPages;
+  return r;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(ok)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+#else
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(ok)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+#endif
+  return ok != 0;
+}
+
+/// Waits for the phase of `bar` with `parity` to complete. Bounded: gives up (false) when the
+/// abort flag is raised, or after spin_bound_ns when `bounded` (raising the flag itself).
+__device__ __forceinline__ bool mbar_wait(const KernelArgs& a, uint64_t* bar, uint32_t parity,
+                                          bool bounded) {
+  if (mbar_try_wait(bar, parity)) return true;
+  const uint64_t start = global_ns();
+  for (uint32_t spins = 1;; ++spins) {
+    if (mbar_try_wait(bar, parity)) return true;
+    if ((spins & 31u) == 0) {
+      if (abort_raised(a.abort_flag)) return false;
+      if (bounded && global_ns() - start > a.spin_bound_ns) {
+        atomicExch(a.abort_flag, 1);
+        return false;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+#else
+  (void)bytes;
+  mbar_arrive(bar);
+#endif
+}
+
+/// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory;
+/// completion is counted on `bar`. Before sm_90 a plain copy by the calling lane.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+#else
+  (void)bar;
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  for (uint32_t i = 0; i < bytes / 16; ++i) d[i] = s[i];
+#endif
+}
+
+/// Whether task `in` streams its weights through the ring; the loader and the compute warps
+/// decide alike. The tile's row pieces must be 16-byte aligned, whole 16-byte multiples and the
+/// input must fit the staging area; any other GEMV takes the register path.
+__device__ __forceinline__ bool ring_streams(const Instr& in) {
+  if (!kRing || in.opcode != kGemv) return false;
+  const uint64_t cols = in.col_end - in.col_begin;
+  return cols > 0 && cols <= uint64_t(kXFloats) &&
+         ((in.weight + in.col_begin) * kWeightBytes) % 16 == 0 &&
+         (uint64_t(in.ld) * kWeightBytes) % 16 == 0 && (cols * kWeightBytes) % 16 == 0;
+}
+
+/// The page geometry of a tile with `cols` columns: row pieces of `pc` columns (a whole number of
+/// x_slot blocks unless one piece holds the whole row), `pr` pieces per page, `chunks` pieces per
+/// row.
+struct RingGeom {
+  uint32_t pc, pr, chunks;
+};
+__device__ __forceinline__ RingGeom ring_geom(uint32_t cols) {
+  uint32_t per_warp = kRingPageElems / kComputeWarps / kXBlock * kXBlock;
+  if (per_warp < kXBlock) per_warp = kXBlock;
+  RingGeom g;
+  g.pc = min(cols, per_warp);
+  g.pr = min(uint32_t(kComputeWarps), kRingPageElems / g.pc);
+  g.chunks = (cols + g.pc - 1) / g.pc;
+  return g;
+}
+
+/// The loader warp: streams the weight tiles of every ring task of queue [qbegin, qend) in order.
+/// On abort it stops issuing, then waits until its copies in flight have landed (a block must not
+/// leave with bulk copies writing its shared memory).
+__device__ void ring_load(const KernelArgs& a, const Ring& r, uint32_t qbegin, uint32_t qend) {
+  const int lane = threadIdx.x & 31;
+  const char* W = reinterpret_cast<const char*>(a.weights);
+  uint32_t seq = 0;
+  bool aborted = false;
+  for (uint32_t q = qbegin; q < qend && !aborted; ++q) {
+    const Instr in = a.tasks[a.queue_tasks[q]];
+    if (!ring_streams(in)) continue;
+    const uint32_t cols = in.col_end - in.col_begin;
+    const RingGeom g = ring_geom(cols);
+    for (uint32_t row0 = in.row_begin; row0 < in.row_end && !aborted; row0 += kEpilogueRows) {
+      const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
+      for (uint32_t gr = row0; gr < row1 && !aborted; gr += g.pr) {
+        const uint32_t n = min(g.pr, row1 - gr);
+        for (uint32_t ch = 0; ch < g.chunks; ++ch) {
+          const uint32_t slot = seq % kRingPages, phase = (seq / kRingPages) & 1u;
+          if (!mbar_wait(a, r.empty + slot, phase ^ 1u, false)) {
+            aborted = true;
+            break;
+          }
+          const uint32_t c0 = ch * g.pc;
+          const uint32_t bytes = min(g.pc, cols - c0) * kWeightBytes;
+          if (lane == 0) mbar_expect_tx(r.full + slot, n * bytes);
+          __syncwarp();
+          char* page = r.pages + uint64_t(slot) * kRingPageBytes;
+          for (uint32_t i = lane; i < n; i += 32) {
+            const uint64_t e = in.weight + uint64_t(gr + i) * in.ld + in.col_begin + c0;
+            bulk_copy(page + uint64_t(i) * g.pc * kWeightBytes, W + e * kWeightBytes, bytes,
+                      r.full + slot);
+          }
+          ++seq;
+        }
+      }
+    }
+  }
+  if (aborted) {
+    const uint32_t back = min(seq, uint32_t(kRingPages));
+    for (uint32_t k = seq - back; k < seq; ++k) {
+      while (!mbar_try_wait(r.full + k % kRingPages, (k / kRingPages) & 1u)) {
+      }
+    }
+  }
+}
+
+/// A weight vector from shared memory, as one vector load.
+__device__ __forceinline__ WeightVec smem_weight_vec(const WeightT* p) {
+  WeightVec v;
+#if MS_VECTOR_BYTES == 16
+  const uint4 t = *reinterpret_cast<const uint4*>(p);
+  v.w[0] = t.x;
+  v.w[1] = t.y;
+  v.w[2] = t.z;
+  v.w[3] = t.w;
+#elif MS_VECTOR_BYTES == 8
+  const uint2 t = *reinterpret_cast<const uint2*>(p);
+  v.w[0] = t.x;
+  v.w[1] = t.y;
+#else
+  v.w[0] = *reinterpret_cast<const uint32_t*>(p);
+#endif
+  return v;
+}
+
+/// One warp's dot product of a row piece in the ring (`len` columns starting at tile column c0,
+/// a multiple of kXBlock unless c0 is 0) with the staged input.
+__device__ __forceinline__ float ring_dot(const WeightT* piece, const float* x, uint32_t c0,
+                                          uint32_t len) {
+  const int lane = threadIdx.x & 31;
+  float acc0 = 0.0f, acc1 = 0.0f;
+  const uint32_t whole = len / kXBlock * kXBlock;
+  uint32_t b = 0;
+  for (; b + 2 * kXBlock <= whole; b += 2 * kXBlock) {
+    const WeightVec v0 = smem_weight_vec(piece + b + lane * kVecElems);
+    const WeightVec v1 = smem_weight_vec(piece + b + kXBlock + lane * kVecElems);
+    const float* x0 = x + c0 + b + lane;
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e) {
+      acc0 += vec_elem(v0, e) * x0[e * 32];
+      acc1 += vec_elem(v1, e) * x0[kXBlock + e * 32];
+    }
+  }
+  for (; b < whole; b += kXBlock) {
+    const WeightVec v0 = smem_weight_vec(piece + b + lane * kVecElems);
+    const float* x0 = x + c0 + b + lane;
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e) acc0 += vec_elem(v0, e) * x0[e * 32];
+  }
+  for (uint32_t j = whole + lane; j < len; j += 32) acc1 += to_f32(piece[j]) * x[x_slot(c0 + j)];
+  return acc0 + acc1;
+}
+
+/// The GEMV of a ring task: stage the whole input (prologue applied), then consume the tile's
+/// pages in the loader's order; the epilogue runs per row chunk as in gemv(). `seq` is the
+/// block's page sequence number (advanced by every compute warp alike). Returns false when a
+/// page never came (the launch is aborting); every warp still reaches every barrier.
+__device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, Shared& s,
+                                          const Ring& r, uint32_t* seq) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float inv = 0.0f;
+  if (in.flags & kFlagNormPrologue)
+    inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
+  const uint32_t cols = in.col_end - in.col_begin;
+  for (uint32_t c = threadIdx.x; c < cols; c += kComputeThreads)
+    r.x[x_slot(c)] = gemv_input(a, in, in.col_begin + c, inv);
+  block_sync();
+  const RingGeom g = ring_geom(cols);
+  bool ok = true;
+  uint32_t k = *seq;
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
+    const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
+    for (uint32_t gr = row0; gr < row1; gr += g.pr) {
+      const uint32_t n = min(g.pr, row1 - gr);
+      float acc = 0.0f;
+      for (uint32_t ch = 0; ch < g.chunks; ++ch, ++k) {
+        const uint32_t slot = k % kRingPages, phase = (k / kRingPages) & 1u;
+        if (uint32_t(warp) < n) {
+          if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
+          if (ok) {
+            const uint32_t c0 = ch * g.pc;
+            const WeightT* piece = reinterpret_cast<const WeightT*>(
+                r.pages + uint64_t(slot) * kRingPageBytes + uint64_t(warp) * g.pc * kWeightBytes);
+            acc += ring_dot(piece, r.x, c0, min(g.pc, cols - c0));
+          }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(r.empty + slot);
+      }
+      if (uint32_t(warp) < n) {
+        acc = warp_sum(acc);
+        if (lane == 0) s.u.rows[gr + warp - row0] = acc;
+      }
+    }
+    if (!ok) s.ring_failed = 1;
+    block_sync();
+    gemv_epilogue(a, in, s, row0, row1);
+    block_sync();
+  }
+  *seq = k;
+  return s.ring_failed == 0;
 }
 
 // ---- kGemvReduce ----
 __device__ __forceinline__ void gemv_reduce(const KernelArgs& a, const Instr& in, Shared& s) {
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
     const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
-    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads) {
+    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kComputeThreads) {
       float acc = 0.0f;
       for (uint32_t sp = 0; sp < in.param0; ++sp)
         acc += act_load(a.act + in.in + sp * in.param1 + r);
       s.u.rows[r - row0] = acc;
     }
-    __syncthreads();
+    block_sync();
     gemv_epilogue(a, in, s, row0, row1);
-    __syncthreads();
+    block_sync();
   }
 }
 
@@ -270,11 +553,11 @@ __device__ __forceinline__ void rope_kv(const KernelArgs& a, const Instr& in, Sh
   rope.flags = kFlagRopeKv;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
     const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
-    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kThreads)
+    for (uint32_t r = row0 + threadIdx.x; r < row1; r += kComputeThreads)
       s.u.rows[r - row0] = act_load(a.act + in.in + r);
-    __syncthreads();
+    block_sync();
     gemv_epilogue(a, rope, s, row0, row1);
-    __syncthreads();
+    block_sync();
   }
 }
 
@@ -324,7 +607,8 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
   if (t0 >= t1) {  // empty partition (only when P > 1)
     for (uint32_t h = in.row_begin; h < in.row_end; ++h) {
       float* rec = a.act + in.aux + (uint64_t(p) * m.heads + h) * rec_len;
-      for (uint32_t i = threadIdx.x; i < rec_len; i += kThreads) rec[i] = i == 0 ? neg_inf() : 0.0f;
+      for (uint32_t i = threadIdx.x; i < rec_len; i += kComputeThreads)
+        rec[i] = i == 0 ? neg_inf() : 0.0f;
     }
     return;
   }
@@ -332,10 +616,10 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
   const KvT* V = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 1, g);
   for (uint32_t hb = in.row_begin; hb < in.row_end; hb += kAttnHeadBatch) {
     const int nh = int(min(uint32_t(kAttnHeadBatch), in.row_end - hb));
-    for (uint32_t i = threadIdx.x; i < uint32_t(nh) * kHeadDim; i += kThreads) {
+    for (uint32_t i = threadIdx.x; i < uint32_t(nh) * kHeadDim; i += kComputeThreads) {
       s.u.attn.q[i] = act_load(a.act + in.in + uint64_t(hb) * kHeadDim + i);
     }
-    __syncthreads();
+    block_sync();
     float mx[kAttnHeadBatch], l[kAttnHeadBatch], o[kAttnHeadBatch][kHeadDimPerLane];
 #pragma unroll
     for (int j = 0; j < kAttnHeadBatch; ++j) {
@@ -345,7 +629,7 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
       for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = 0.0f;
     }
     // Warp w takes key blocks of 32 (lane = key for the scores, lane = dim for the values).
-    for (uint32_t kb = t0 + warp * 32; kb < t1; kb += kWarps * 32) {
+    for (uint32_t kb = t0 + warp * 32; kb < t1; kb += kComputeWarps * 32) {
       const uint32_t t = kb + lane;
       const bool valid = t < t1;
       float sc[kAttnHeadBatch];
@@ -409,13 +693,13 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
           const int d = lane + 32 * i;
           if (d < kHeadDim) mine[2 + d] = o[j][i];
         }
-        __syncthreads();
+        block_sync();
         float M = neg_inf();
-        for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s.u.attn.rec[w * rec_len]);
+        for (int w = 0; w < kComputeWarps; ++w) M = fmaxf(M, s.u.attn.rec[w * rec_len]);
         const uint32_t h = hb + j;
-        for (uint32_t d = threadIdx.x; d < kHeadDim; d += kThreads) {
+        for (uint32_t d = threadIdx.x; d < kHeadDim; d += kComputeThreads) {
           float L = 0.0f, O = 0.0f;
-          for (int w = 0; w < kWarps; ++w) {
+          for (int w = 0; w < kComputeWarps; ++w) {
             const float* r = s.u.attn.rec + w * rec_len;
             const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
             L += r[1] * f;
@@ -432,7 +716,7 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
             rec[2 + d] = O;
           }
         }
-        __syncthreads();
+        block_sync();
       }
     }
   }
@@ -443,7 +727,7 @@ __device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& i
   const uint32_t hd = a.model.head_dim, heads = a.model.heads, P = in.param2;
   const uint32_t rec_len = hd + 2;
   const uint32_t nh = in.row_end - in.row_begin;
-  for (uint32_t i = threadIdx.x; i < nh * hd; i += kThreads) {
+  for (uint32_t i = threadIdx.x; i < nh * hd; i += kComputeThreads) {
     const uint32_t h = in.row_begin + i / hd, d = i % hd;
     float M = neg_inf();
     for (uint32_t p = 0; p < P; ++p)
@@ -461,14 +745,14 @@ __device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& i
 
 // ---- kSiluMul ----
 __device__ __forceinline__ void silu_mul(const KernelArgs& a, const Instr& in) {
-  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kComputeThreads) {
     a.act[in.out + r] = silu(act_load(a.act + in.in + r)) * act_load(a.act + in.in2 + r);
   }
 }
 
 // ---- kAdd ----
 __device__ __forceinline__ void add(const KernelArgs& a, const Instr& in) {
-  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kThreads) {
+  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kComputeThreads) {
     a.act[in.out + r] = act_load(a.act + in.in + r) + act_load(a.act + in.in2 + r);
   }
 }
@@ -478,7 +762,7 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float best = neg_inf();
   int32_t best_i = 0x7fffffff;
-  for (uint32_t i = threadIdx.x; i < in.col_end; i += kThreads) {
+  for (uint32_t i = threadIdx.x; i < in.col_end; i += kComputeThreads) {
     const float v = act_load(a.act + in.in + i);
     if (v > best || best_i == 0x7fffffff) {  // strided scan: the first hit is the smallest index
       best = v;
@@ -494,16 +778,16 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
       best_i = oi;
     }
   }
-  __shared__ int32_t idx[kWarps];
+  __shared__ int32_t idx[kComputeWarps];
   if (lane == 0) {
     s.red[warp] = best;
     idx[warp] = best_i;
   }
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) {
     float b = s.red[0];
     int32_t bi = idx[0];
-    for (int w = 1; w < kWarps; ++w) {
+    for (int w = 1; w < kComputeWarps; ++w) {
       if (s.red[w] > b || (s.red[w] == b && idx[w] < bi)) {
         b = s.red[w];
         bi = idx[w];
@@ -511,13 +795,13 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
     }
     a.step->argmax = bi;
   }
-  __syncthreads();
+  block_sync();
 }
 
 /// The dispatch switch: one case per opcode, no default (kOpcodeCount breaks it when an opcode is
 /// added without a device function).
 __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s,
-                                        float* pages) {
+                                        float* pages, uint32_t page_floats) {
   switch (static_cast<Opcode>(in.opcode)) {
     case kEmbed:
       embed(a, in);
@@ -526,7 +810,7 @@ __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Sh
       rms_norm(a, in, s);
       break;
     case kGemv:
-      gemv(a, in, s, pages);
+      gemv(a, in, s, pages, page_floats);
       break;
     case kGemvReduce:
       gemv_reduce(a, in, s);
