@@ -71,8 +71,8 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
                 {"tiling", {{"attn_kv_partitions", kv}}}};
   };
   c.push_back({"ring_256thr_4x32k", ring(256, 4, 32768, 1)});
-  c.push_back({"ring_384thr_6x32k_kv8", ring(384, 6, 32768, 8)});
-  c.push_back({"ring_512thr_6x32k_kv8", ring(512, 6, 32768, 8)});
+  c.push_back({"ring_256thr_4x32k_kv8", ring(256, 4, 32768, 8)});
+  c.push_back({"ring_512thr_4x32k_kv8", ring(512, 4, 32768, 8)});
   c.push_back({"ring_512thr_8x16k_kv8", ring(512, 8, 16384, 8)});
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;

@@ -45,9 +45,11 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
           "kernel.weight_stream=smem_ring needs at least 64 threads (a loader warp and a "
           "compute warp)");
   }
-  const int smem = dynamic_smem_bytes(config, shape);
+  const int smem = dynamic_smem_bytes(config, shape) +
+                   kernel_static_smem_bound(config.launch.threads_per_block, shape.head_dim);
   if (smem > target.smem_per_block_optin)
-    return fail("smem: " + std::to_string(smem) + " bytes per block exceed the opt-in cap " +
+    return fail("smem: " + std::to_string(smem) +
+                " bytes per block (dynamic + the kernel's static) exceed the opt-in cap " +
                 std::to_string(target.smem_per_block_optin));
   if (config.launch.blocks_per_sm * (smem + kReservedSmemPerBlock) > target.smem_per_sm)
     return fail("smem: " + std::to_string(config.launch.blocks_per_sm) + " blocks x " +

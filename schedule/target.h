@@ -16,6 +16,17 @@ namespace megasched::schedule {
 /// blocks_per_sm * (dynamic smem + this) must fit in smem_per_sm.
 constexpr int kReservedSmemPerBlock = 1024;
 
+/// An upper bound of the megakernel's static shared memory (the `Shared` struct of
+/// vm/device/ops.cuh and the argmax scratch) for `threads` per block and a head dimension. Dynamic
+/// plus static shared memory must fit the opt-in cap; the GPU tests check the loaded kernel's own
+/// figure against this bound.
+constexpr int kernel_static_smem_bound(int threads, int head_dim) {
+  const int warps = threads / 32;
+  const int rows = 1024 * 4;                                     // GEMV row results
+  const int attn = (8 * head_dim + warps * (head_dim + 2)) * 4;  // query batch + warp records
+  return 2 * warps * 4 + 64 + (rows > attn ? rows : attn) + 64;
+}
+
 struct GpuTarget {
   std::string name;              // registry key ("h100") or the live device's name
   int sm_arch = 0;               // compute capability x 10 (90 = sm_90)

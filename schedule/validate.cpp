@@ -147,8 +147,12 @@ class Checker {
         smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes)
       fail("smem_bytes " + std::to_string(smem) + " does not hold " + std::to_string(l.smem_pages) +
            " pages of " + std::to_string(l.smem_page_bytes) + " bytes");
-    if (smem > target_.smem_per_block_optin)
-      fail("smem_bytes " + std::to_string(smem) + " exceeds the opt-in cap of " +
+    // The kernel's static shared memory comes on top of smem_bytes (the dynamic part).
+    const int64_t static_smem =
+        kernel_static_smem_bound(l.threads_per_block, static_cast<int>(p_.model.head_dim));
+    if (smem + static_smem > target_.smem_per_block_optin)
+      fail("smem_bytes " + std::to_string(smem) + " + " + std::to_string(static_smem) +
+           " static bytes exceed the opt-in cap of " +
            std::to_string(target_.smem_per_block_optin) + " bytes per block on " + target_.name);
     const KernelBuild& b = p_.build;
     if (b.weight_ring) {
@@ -182,10 +186,12 @@ class Checker {
       fail(std::to_string(bps) + " blocks of " + std::to_string(threads) + " threads exceed " +
            std::to_string(target_.max_threads_per_sm) +
            " threads per SM: the grid is not co-resident");
-    if (bps * (std::max<int64_t>(smem, 0) + kReservedSmemPerBlock) > target_.smem_per_sm)
+    if (bps * (std::max<int64_t>(smem, 0) + static_smem + kReservedSmemPerBlock) >
+        target_.smem_per_sm)
       fail(std::to_string(bps) + " blocks of " + std::to_string(smem) + " + " +
-           std::to_string(kReservedSmemPerBlock) + " reserved bytes of shared memory exceed " +
-           std::to_string(target_.smem_per_sm) + " bytes per SM: the grid is not co-resident");
+           std::to_string(static_smem) + " static + " + std::to_string(kReservedSmemPerBlock) +
+           " reserved bytes of shared memory exceed " + std::to_string(target_.smem_per_sm) +
+           " bytes per SM: the grid is not co-resident");
     if (threads > 0 && target_.regs_per_sm / (threads * bps) < kMinRegistersPerThread)
       fail(std::to_string(bps) + " blocks of " + std::to_string(threads) +
            " threads leave fewer than " + std::to_string(kMinRegistersPerThread) +

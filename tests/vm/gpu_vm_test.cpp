@@ -160,6 +160,9 @@ TEST(GpuVm, WeightRingMatchesEager) {
                                   << patch.dump() << ": " << r.message << "\n"
                                   << r.kernel.dump(1);
         EXPECT_TRUE(r.argmax_match) << patch.dump();
+        EXPECT_LE(r.kernel.value("static_smem_bytes", 0),
+                  schedule::kernel_static_smem_bound(p.launch.threads_per_block,
+                                                     static_cast<int>(p.model.head_dim)));
       }
     }
   }

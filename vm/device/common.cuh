@@ -264,7 +264,8 @@ struct WaitOutcome {
 /// Waits until every wait of `instr` holds at this epoch. Lane i of warp 0 polls wait i (i < 32;
 /// further waits go round again), so the waits of one task are polled in parallel. Bounded: past
 /// spin_bound_ns the block raises the abort flag; a block that sees the flag gives up. The result
-/// is shared through `shared_out` and a barrier, so every thread returns the same outcome.
+/// is shared through `shared_out` and a barrier, so every thread returns the same outcome. The
+/// caller must pass a barrier (signal() has one) before the next call.
 __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr& instr,
                                                 uint32_t epoch, WaitOutcome* shared_out) {
   if (threadIdx.x < 32) {
@@ -316,9 +317,8 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
     if (threadIdx.x == 0) *shared_out = out;
   }
   block_sync();
-  const WaitOutcome out = *shared_out;
-  block_sync();
-  return out;
+  // No second barrier: the task's signal() barrier comes before the next wait_all writes the slot.
+  return *shared_out;
 }
 
 /// Publishes the block's writes of one task: barrier, then thread 0 fences at gpu scope and adds

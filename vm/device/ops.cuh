@@ -488,13 +488,25 @@ __device__ __forceinline__ float ring_dot(const WeightT* piece, const float* x, 
 __device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, Shared& s,
                                           const Ring& r, uint32_t* seq) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float inv = 0.0f;
-  if (in.flags & kFlagNormPrologue)
-    inv = block_inv_rms(a.act + in.in, in.ld, a.model.rms_eps, s.red);
   const uint32_t cols = in.col_end - in.col_begin;
-  for (uint32_t c = threadIdx.x; c < cols; c += kComputeThreads)
-    r.x[x_slot(c)] = gemv_input(a, in, in.col_begin + c, inv);
-  block_sync();
+  // One pass over the input. With the norm prologue the staged value is act * gamma and the row
+  // sums are scaled by inv_rms at the end (a dot product is linear in x), so the sum of squares
+  // is reduced alongside the staging instead of in a pass of its own.
+  float scale = 1.0f;
+  if (in.flags & kFlagNormPrologue) {
+    float ss = 0.0f;
+    for (uint32_t i = threadIdx.x; i < in.ld; i += kComputeThreads) {
+      const float v = act_load(a.act + in.in + i);
+      ss += v * v;
+      if (i >= in.col_begin && i < in.col_end)
+        r.x[x_slot(i - in.col_begin)] = v * weight_at(a, in.weight2 + i);
+    }
+    scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends in a barrier
+  } else {
+    for (uint32_t c = threadIdx.x; c < cols; c += kComputeThreads)
+      r.x[x_slot(c)] = gemv_input(a, in, in.col_begin + c, 0.0f);
+    block_sync();
+  }
   const RingGeom g = ring_geom(cols);
   bool ok = true;
   uint32_t k = *seq;
@@ -505,8 +517,10 @@ __device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, 
       float acc = 0.0f;
       for (uint32_t ch = 0; ch < g.chunks; ++ch, ++k) {
         const uint32_t slot = k % kRingPages, phase = (k / kRingPages) & 1u;
+        // Every compute warp waits for the page, also one with no row in it: a warp that arrived
+        // on `empty` without waiting could lap the ring and arrive twice in one phase.
+        if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
         if (uint32_t(warp) < n) {
-          if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
           if (ok) {
             const uint32_t c0 = ch * g.pc;
             const WeightT* piece = reinterpret_cast<const WeightT*>(
@@ -519,7 +533,7 @@ __device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, 
       }
       if (uint32_t(warp) < n) {
         acc = warp_sum(acc);
-        if (lane == 0) s.u.rows[gr + warp - row0] = acc;
+        if (lane == 0) s.u.rows[gr + warp - row0] = acc * scale;
       }
     }
     if (!ok) s.ring_failed = 1;
