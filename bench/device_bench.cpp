@@ -63,17 +63,23 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
                {{"launch", {{"threads_per_block", 1024}}},
                 {"tiling", {{"attn_kv_partitions", 8}, {"gemv_rows_per_task", 16}}}}});
   // The weight ring: a loader warp streams GEMV tiles into the smem page ring.
-  auto ring = [](int threads, int pages, int page_bytes, int kv) {
-    return json{{"kernel", {{"weight_stream", "smem_ring"}}},
-                {"smem", {{"pages", pages}, {"page_bytes", page_bytes}}},
-                {"pipeline", {{"prefetch_depth", 0}}},
-                {"launch", {{"threads_per_block", threads}}},
-                {"tiling", {{"attn_kv_partitions", kv}}}};
+  auto ring = [](int threads, int pages, int page_bytes, int kv, int rows = 64, int split = 1) {
+    return json{
+        {"kernel", {{"weight_stream", "smem_ring"}}},
+        {"smem", {{"pages", pages}, {"page_bytes", page_bytes}}},
+        {"pipeline", {{"prefetch_depth", 0}}},
+        {"launch", {{"threads_per_block", threads}}},
+        {"tiling",
+         {{"attn_kv_partitions", kv}, {"gemv_rows_per_task", rows}, {"gemv_k_split", split}}}};
   };
   c.push_back({"ring_256thr_4x32k", ring(256, 4, 32768, 1)});
   c.push_back({"ring_256thr_4x32k_kv8", ring(256, 4, 32768, 8)});
   c.push_back({"ring_512thr_4x32k_kv8", ring(512, 4, 32768, 8)});
   c.push_back({"ring_512thr_8x16k_kv8", ring(512, 8, 16384, 8)});
+  c.push_back({"ring_256thr_4x32k_rows16_kv8", ring(256, 4, 32768, 8, 16)});
+  c.push_back({"ring_256thr_4x32k_rows32_kv8", ring(256, 4, 32768, 8, 32)});
+  c.push_back({"ring_512thr_8x16k_rows16_kv8", ring(512, 8, 16384, 8, 16)});
+  c.push_back({"ring_256thr_4x32k_split2_kv8", ring(256, 4, 32768, 8, 64, 2)});
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;
   for (const std::string& name : split(which == "default" ? "default" : which)) {
