@@ -1,0 +1,169 @@
+// `megasched profile`: where one decode step's time goes. Lowers and validates a config as
+// `evaluate` does, builds the megakernel with per-task stamps (GpuVmOptions::profile), fills the
+// KV cache by running positions 0 .. P-1, runs --warmup steps at P, then one stamped step at P, and
+// writes eval::analyze_profile's timeline, per-op / per-block breakdown and critical path to --out
+// (a table on stdout, or the whole document with --json). Stamping adds a timer read and a block
+// barrier per task: the times locate the step's time, they are not its measured latency.
+#include <cstdio>
+#include <fstream>
+
+#include "eval/evaluate.h"
+#include "eval/gpu_trial.h"
+#include "eval/profile.h"
+#include "harness/cli_util.h"
+#include "harness/commands.h"
+#include "schedule/lower.h"
+#include "schedule/validate.h"
+#include "vm/gpu_vm.h"
+
+namespace megasched::harness {
+
+void add_profile_command(CLI::App& app, CliContext& ctx) {
+  struct Options {
+    std::string model = "toy";
+    std::string gpu = "auto";
+    std::string config;
+    std::string out;
+    int position = 0;
+    int token = -1;
+    int warmup = 3;
+    int top = 15;
+    uint64_t seed = 0;
+    bool json = false;
+  };
+  auto opt = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "profile",
+      "Stamp every task of one decode step on the GPU: timeline, per-op and per-block "
+      "time, critical path");
+  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
+      ->capture_default_str();
+  cmd->add_option("--config", opt->config,
+                  "ScheduleConfig JSON file, or - for stdin (default: the default config)");
+  cmd->add_option("--gpu", opt->gpu,
+                  "GPU target the config is lowered for (see `megasched targets`) or auto")
+      ->capture_default_str();
+  cmd->add_option("--position", opt->position,
+                  "Position profiled (positions before it run first, filling the KV cache)")
+      ->capture_default_str();
+  cmd->add_option("--token", opt->token,
+                  "Token fed at --position (default: the seeded token sequence of evaluate)");
+  cmd->add_option("--warmup", opt->warmup, "Unstamped steps at --position before the stamped one")
+      ->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Weight and token seed for presets")->capture_default_str();
+  cmd->add_option("--out", opt->out, "Write the analysis (timeline included) to this JSON file")
+      ->required();
+  cmd->add_option("--top", opt->top, "Ops listed in the table")->capture_default_str();
+  cmd->add_flag("--json", opt->json, "Print the whole analysis as JSON instead of the table");
+  cmd->callback([&ctx, opt] {
+    std::string error;
+    auto fail = [&](int code, const std::string& message) {
+      print_error("profile", message);
+      ctx.exit_code = code;
+    };
+    // Arguments and the program first, so a bad one is reported on any machine.
+    auto shape = eval::resolve_shape(opt->model, &error);
+    if (!shape) return fail(kExitUsage, error + " (hint: `megasched models` lists the presets)");
+    if (opt->position < 0 || opt->position >= shape->max_seq)
+      return fail(kExitUsage, "--position must lie in [0, " + std::to_string(shape->max_seq - 1) +
+                                  "] for model " + shape->name);
+    if (opt->token >= shape->vocab)
+      return fail(kExitUsage, "--token must lie in [0, " + std::to_string(shape->vocab - 1) +
+                                  "] for model " + shape->name);
+    if (opt->warmup < 0) return fail(kExitUsage, "--warmup must be >= 0");
+    auto config = read_config_arg(opt->config, &error);
+    if (!config) return fail(kExitUsage, error);
+    std::string why;
+    const std::string no_gpu_hint =
+        "; use `megasched evaluate --device cpu` for a CPU check (correctness and a predicted "
+        "latency)";
+    std::optional<schedule::GpuTarget> target;
+    if (opt->gpu == "auto") {
+      if (!eval::gpu_available(&why))
+        return fail(kExitEnvironment, "profile needs a CUDA device: " + why + no_gpu_hint);
+      target = eval::resolve_target(opt->gpu, &error);
+      if (!target) return fail(kExitEnvironment, error);
+    } else {
+      target = eval::resolve_target(opt->gpu, &error);
+      if (!target) return fail(kExitUsage, error);
+    }
+
+    // The program, exactly as evaluate builds it; nothing unsafe launches.
+    auto program = schedule::lower(*shape, *target, *config, &error);
+    if (!program)
+      return fail(kExitUsage, "the config does not lower for " + shape->name + ": " + error);
+    const schedule::ValidationReport report = schedule::validate(*program, *target);
+    if (!report.ok())
+      return fail(kExitFailure, "the program is unsafe (" + report.rules() +
+                                    "): " + report.diagnostics.front().message + " (" +
+                                    std::to_string(report.diagnostics.size()) +
+                                    " diagnostics; `megasched validate` lists them all)");
+    if (!eval::gpu_available(&why))
+      return fail(kExitEnvironment, "profile needs a CUDA device: " + why + no_gpu_hint);
+    auto weights = eval::load_weights(opt->model, opt->seed, &error);
+    if (!weights) return fail(kExitUsage, error);
+
+    try {
+      vm::GpuVmOptions vo;
+      vo.profile = true;
+      bool rejected = false;
+      auto gvm = vm::GpuVm::create(*program, *weights, vo, &error, &rejected);
+      if (!gvm) return fail(rejected ? kExitFailure : kExitEnvironment, error);
+      const int p = opt->position;
+      const auto tokens = eval::trial_tokens(weights->shape.vocab, p + 1, opt->seed);
+      const int32_t token = opt->token >= 0 ? opt->token : tokens[static_cast<size_t>(p)];
+      // The KV cache up to p - 1, then the warm-up at p (evaluate's timed steps repeat p too).
+      auto run_step = [&](int32_t tok, int at) {
+        const vm::StepOutput s = gvm->step(tok, at);
+        if (s.status != "ok")
+          fail(kExitFailure, s.status + " at position " + std::to_string(at) + ": " + s.message);
+        return s.status == "ok";
+      };
+      for (int q = 0; q < p; ++q)
+        if (!run_step(tokens[static_cast<size_t>(q)], q)) return;
+      for (int i = 0; i < opt->warmup; ++i)
+        if (!run_step(token, p)) return;
+      const vm::ProfileOutput prof = gvm->profile_step(token, p);
+      std::string device;
+      if (auto d = vm::device_info(&why)) device = d->name;
+      nlohmann::json doc = {
+          {"model", weights->shape.name},
+          {"gpu", target->name},
+          {"device", device},
+          {"config", schedule::to_json(*config)},
+          {"position", p},
+          {"token", token},
+          {"warmup", opt->warmup},
+          {"status", prof.step.status},
+          {"argmax", prof.step.argmax},
+          {"wall_us", prof.wall_us},
+          {"kernel_info", gvm->kernel_info()},
+          {"note",
+           "stamping adds a timer read and a block barrier per task: these times show where the "
+           "step's time goes, they are not its latency (measure that with `megasched evaluate "
+           "--device gpu`)"}};
+      if (prof.stamps.size() == program->tasks.size())
+        doc.update(eval::analyze_profile(*program, prof.stamps, prof.wall_us));
+      if (prof.step.status != "ok") doc["message"] = prof.step.message;
+      std::ofstream out(opt->out);
+      if (!(out << doc.dump() << "\n"))
+        return fail(kExitEnvironment, "cannot write '" + opt->out + "'");
+      if (prof.step.status != "ok")
+        return fail(kExitFailure, "the profiled step did not finish (" + prof.step.status +
+                                      "): " + prof.step.message + "; what ran is in " + opt->out);
+      if (opt->json) {
+        print_json(doc);
+      } else {
+        std::printf("%s on %s, position %d\n%s\ntimeline and analysis: %s\nnote: %s\n",
+                    weights->shape.name.c_str(), device.c_str(), p,
+                    eval::format_profile(doc, opt->top).c_str(), opt->out.c_str(),
+                    doc["note"].get<std::string>().c_str());
+      }
+      ctx.exit_code = kExitOk;
+    } catch (const std::exception& e) {
+      fail(kExitEnvironment, e.what());
+    }
+  });
+}
+
+}  // namespace megasched::harness
