@@ -215,5 +215,24 @@ TEST(NvrtcBuild, FailedBuildCarriesTheWholeLog) {
   EXPECT_FALSE(r.log.empty());
 }
 
+TEST(NvrtcBuild, ProfileBuildWithoutTheRingCompilesUnderItsOwnKey) {
+  // GpuVmOptions::profile adds MS_PROFILE=1 to the program's defines (megasched profile); the
+  // ring variants are compiled profiled above, this is the default (no ring) build.
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  for (const auto& [arch, bf16] : {std::pair{90, true}, std::pair{80, false}}) {
+    BuildRequest req;
+    req.entry = "vm/device/megakernel.cuh";
+    req.defines = kernel_defines(program_for(16, 2, 2, 0, 256, bf16, 64));
+    req.sm_arch = arch;
+    const std::string plain_key = build_cubin(req).key;
+    req.defines.push_back("MS_PROFILE=1");
+    std::sort(req.defines.begin(), req.defines.end());
+    const BuildResult r = build_cubin(req);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_FALSE(r.cubin.empty());
+    EXPECT_NE(r.key, plain_key);
+  }
+}
+
 }  // namespace
 }  // namespace megasched::vm
