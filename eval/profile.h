@@ -1,11 +1,12 @@
 // The analysis of one profiled decode step (`megasched profile`): the per-task stamps of a
 // GpuVm built with GpuVmOptions::profile (vm/gpu_vm.h TaskStamp) read against the program that
 // produced them. Each task that ran spends its time in three phases, and each block's step in five:
-//   wait    ready - start     the task was taken but its waits did not hold yet
+//   wait    ready - start     the task was taken (its prefetches issued) and its waits did not
+//                             hold yet
 //   exec    done - ready      the opcode ran (up to the block barrier after its writes)
 //   signal  signal - done     publishing the task's counter increment
 //   gap     a block's time between one task's signal and the next task's start (and before its
-//           first task): taking the next task, issuing its prefetch
+//           first task): taking the next task (the dynamic queue's claim, the next load)
 //   idle    a block's time after its last signal until the step's last signal
 // For every block wait + exec + signal + gap + idle = the step's span (the last signal; stamps
 // are relative to the earliest start), so the per-block fractions sum to 1.
@@ -17,6 +18,8 @@
 // which the sum reaches th). Thresholds are per step (epoch-relative) and a profile is one step,
 // so this holds as written. A hop through (b) is a dependency stage; a hop through (a) is a queue
 // hop. Along the path the time splits exactly (it telescopes) into gap, wait, exec and signal.
+// A signal is stamped just after its atomic add, so a consumer can see the counter a few ns before
+// its releaser's stamp; phases are clamped at zero rather than going negative.
 //
 // Pure host code: no CUDA. Stamps carry globaltimer ns; the analysis reports microseconds.
 #pragma once
