@@ -67,7 +67,7 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
     if (opt->position < 0 || opt->position >= shape->max_seq)
       return fail(kExitUsage, "--position must lie in [0, " + std::to_string(shape->max_seq - 1) +
                                   "] for model " + shape->name);
-    if (opt->token >= shape->vocab)
+    if (opt->token != -1 && (opt->token < 0 || opt->token >= shape->vocab))
       return fail(kExitUsage, "--token must lie in [0, " + std::to_string(shape->vocab - 1) +
                                   "] for model " + shape->name);
     if (opt->warmup < 0) return fail(kExitUsage, "--warmup must be >= 0");
@@ -144,7 +144,10 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
            "--device gpu`)"}};
       if (prof.stamps.size() == program->tasks.size())
         doc.update(eval::analyze_profile(*program, prof.stamps, prof.wall_us));
-      if (prof.step.status != "ok") doc["message"] = prof.step.message;
+      if (prof.step.status != "ok") {
+        doc["message"] = prof.step.message;
+        doc["hang_dump"] = prof.step.hang_dump;
+      }
       std::ofstream out(opt->out);
       if (!(out << doc.dump() << "\n"))
         return fail(kExitEnvironment, "cannot write '" + opt->out + "'");

@@ -61,6 +61,9 @@ TEST(ProfileCommand, BadArgumentsAreUsageErrorsWithHints) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("--position must lie in [0, 127] for model toy"), std::string::npos)
       << r.out;
+  r = run("profile --model toy --gpu h100 --token 256 --out " + out_path());
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--token must lie in [0, 255] for model toy"), std::string::npos) << r.out;
   r = run("profile --model toy --gpu h10 --out " + out_path());
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("did you mean 'h100'"), std::string::npos) << r.out;
