@@ -13,7 +13,8 @@
 #        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS), MODELS (default toy,small,llama-1b),
 #        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
 #        bench_configs in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage),
-#        BUILD (build dir)
+#        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
+#        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default)
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -27,6 +28,7 @@ POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
 GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*}
+PROFILES=${PROFILES:-llama-1b@0@default}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
@@ -117,6 +119,25 @@ if has_stage crosscheck; then
     log "crosscheck FAILED"
     status=1
   fi
+fi
+
+if has_stage profile; then
+  # PROFILES: space-separated MODEL@POSITION@CONFIG (CONFIG: a file, a named config, or default).
+  n=0
+  for spec in $PROFILES; do
+    IFS=@ read -r pmodel ppos pconfig <<< "$spec"
+    n=$((n + 1))
+    cfg=()
+    [ "$pconfig" != "default" ] && cfg=(--config "$pconfig")
+    log "profile $n: --model $pmodel --position $ppos ${cfg[*]}"
+    if timeout 300 "$BUILD/megasched" profile --model "$pmodel" --gpu auto --position "$ppos" \
+         "${cfg[@]}" --out "$OUT/profile_$n.json" >> "$LOG" 2>&1; then
+      log "profile $n ok"
+    else
+      log "profile $n FAILED"
+      status=1
+    fi
+  done
 fi
 
 log "device_check done (status $status)"
