@@ -63,6 +63,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
     std::string positions = "0,3,7";
     bool isolate = false;
     double trial_timeout_s = 300;
+    std::string start;
   };
   auto opt = std::make_shared<Options>();
   opt->strategy.name = "hillclimb";
@@ -102,6 +103,9 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                 "Continue the last run of this model, target and device");
   cmd->add_flag("--warm-start", opt->loop.warm_start,
                 "Trial 0: the best config known for this model, target and device");
+  cmd->add_option("--start", opt->start,
+                  "Trial 0: this config (file, - for stdin, or a name such as best:llama-1b:h200) "
+                  "instead of the default");
   cmd->add_option("--results", opt->loop.results_path, "results.tsv path")->capture_default_str();
   cmd->add_option("--corpus", opt->loop.corpus_path, "corpus.jsonl path")->capture_default_str();
   cmd->add_option("--positions", opt->positions,
@@ -122,6 +126,14 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                                      "' is not a comma-separated list of integers"),
              void(ctx.exit_code = kExitUsage);
     opt->ev.positions = *positions;
+    if (!opt->start.empty()) {
+      if (opt->loop.warm_start)
+        return print_error("loop", "--start and --warm-start both choose trial 0; give one"),
+               void(ctx.exit_code = kExitUsage);
+      auto start = read_config_arg(opt->start, &error);
+      if (!start) return print_error("loop", "--start: " + error), void(ctx.exit_code = kExitUsage);
+      opt->loop.start = *start;
+    }
     if (!opt->strategy.proposer_command.empty()) opt->strategy.name = "proposer";
     if (opt->loop.budget < 1)
       return print_error("loop", "--budget must be at least 1"), void(ctx.exit_code = kExitUsage);

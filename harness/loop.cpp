@@ -360,6 +360,10 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
         }
       }
     }
+    if (options.start) {
+      seed_config = *options.start;
+      seed_source = "start";
+    }
     const std::string seed_id = evaluator.schedule_id(seed_config);
     const CorpusRecord* known = index.record(seed_id);
     const auto row_it = row_of.find(seed_id);

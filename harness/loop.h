@@ -48,6 +48,7 @@ struct LoopOptions {
   int plateau = 0;          // stop after this many trials in a row without a keep; 0: never
   bool resume = false;      // continue the last run of this model / target / device
   bool warm_start = false;  // trial 0: the best known config instead of the default
+  std::optional<schedule::ScheduleConfig> start;  // trial 0: this config (excludes warm_start)
   std::string results_path = "workspace/results.tsv";
   std::string corpus_path = "workspace/corpus.jsonl";
   double min_gain = 0.01;                   // keep rule: relative gain floor (1%)
