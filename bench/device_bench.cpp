@@ -80,6 +80,8 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
   c.push_back({"ring_256thr_4x32k_rows32_kv8", ring(256, 4, 32768, 8, 32)});
   c.push_back({"ring_512thr_8x16k_rows16_kv8", ring(512, 8, 16384, 8, 16)});
   c.push_back({"ring_256thr_4x32k_split2_kv8", ring(256, 4, 32768, 8, 64, 2)});
+  c.push_back({"ring_384thr_5x32k_rows32", ring(384, 5, 32768, 1, 32)});
+  c.push_back({"ring_384thr_4x32k_rows32", ring(384, 4, 32768, 1, 32)});
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;
   for (const std::string& name : split(which == "default" ? "default" : which)) {

@@ -111,7 +111,7 @@ const std::vector<KnobEntry>& knob_table() {
     add("pipeline.prefetch_depth", ints({0, 1, 2, 3, 4}),
         "upcoming tasks whose weights a block prefetches into L2 while it waits",
         field_access(&ScheduleConfig::pipeline, &PipelineConfig::prefetch_depth));
-    add("smem.pages", ints({1, 2, 4, 6, 8}),
+    add("smem.pages", ints({1, 2, 4, 5, 6, 8}),
         "shared-memory pages per block: the GEMV input staging, or the weight ring",
         field_access(&ScheduleConfig::smem, &SmemConfig::pages));
     add("smem.page_bytes", ints({4096, 8192, 16384, 32768}), "bytes per shared-memory page",

@@ -311,6 +311,8 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
             break;
           }
           if (spins > 1024) __nanosleep(64);
+        } else if (spins > 16) {
+          __nanosleep(32);  // fewer polls of a hot counter line, which the signals also hit
         }
       }
     }
@@ -321,13 +323,18 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
   return *shared_out;
 }
 
-/// Publishes the block's writes of one task: barrier, then thread 0 fences at gpu scope and adds
-/// the increment (a release: a consumer that acquires the new value sees every write of the task).
+/// Publishes the block's writes of one task: barrier, then thread 0 makes them visible at gpu scope
+/// with an acq_rel fence (cumulative over the barrier) and adds the increment with a relaxed
+/// reduction: a release, as CUTLASS's semaphore does it. A consumer that acquires the new value
+/// sees every write of the task. (__threadfence is a sequentially consistent fence: stronger than
+/// needed and measured at ~2.9 us per gate/up task under contention.)
 __device__ __forceinline__ void signal(const KernelArgs& a, const Instr& instr) {
   block_sync();
   if (threadIdx.x == 0 && instr.signal_increment != 0) {
-    __threadfence();
-    atomicAdd(a.counters + instr.signal_counter, instr.signal_increment);
+    asm volatile("fence.acq_rel.gpu;\n red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(
+                     a.counters + instr.signal_counter),
+                 "r"(instr.signal_increment)
+                 : "memory");
   }
 }
 

@@ -20,7 +20,7 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
   const WeightT* W = reinterpret_cast<const WeightT*>(a.weights);
   switch (static_cast<Opcode>(in.opcode)) {
     case kGemv: {
-      if (ring_streams(in)) break;  // the weight ring's loader streams it
+      // A ring task too: the L2 prefetch runs ahead of the ring (pipeline.prefetch_depth decides).
       const uint64_t cols = in.col_end - in.col_begin;
       if (cols == in.ld) {
         prefetch_l2(W + in.weight + uint64_t(in.row_begin) * in.ld,

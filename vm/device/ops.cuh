@@ -814,11 +814,22 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float best = neg_inf();
   int32_t best_i = 0x7fffffff;
-  for (uint32_t i = threadIdx.x; i < in.col_end; i += kComputeThreads) {
-    const float v = act_load(a.act + in.in + i);
-    if (v > best || best_i == 0x7fffffff) {  // strided scan: the first hit is the smallest index
-      best = v;
-      best_i = int32_t(i);
+  // kStageBatch loads in flight per thread (one L2 round trip per batch, not per element); the
+  // scan order is unchanged, so the first hit is still the smallest index.
+  for (uint32_t base = threadIdx.x; base < in.col_end; base += kComputeThreads * kStageBatch) {
+    float v[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const uint32_t i = base + u * kComputeThreads;
+      v[u] = i < in.col_end ? act_load(a.act + in.in + i) : neg_inf();
+    }
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const uint32_t i = base + u * kComputeThreads;
+      if (i < in.col_end && (v[u] > best || best_i == 0x7fffffff)) {
+        best = v[u];
+        best_i = int32_t(i);
+      }
     }
   }
 #pragma unroll
