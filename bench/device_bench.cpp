@@ -26,6 +26,7 @@
 #include "eval/timing.h"
 #include "schedule/config.h"
 #include "schedule/lower.h"
+#include "schedule/named_configs.h"
 #include "schedule/validate.h"
 #include "vm/gpu_vm.h"
 #include "vm/nvrtc_build.h"
@@ -82,6 +83,8 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
   c.push_back({"ring_256thr_4x32k_split2_kv8", ring(256, 4, 32768, 8, 64, 2)});
   c.push_back({"ring_384thr_5x32k_rows32", ring(384, 5, 32768, 1, 32)});
   c.push_back({"ring_384thr_4x32k_rows32", ring(384, 4, 32768, 1, 32)});
+  // The named config best:llama-1b:h200 (the GPU search's best), on every model.
+  c.push_back({"best_1b", schedule::find_named_config("best:llama-1b:h200", nullptr)->config});
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;
   for (const std::string& name : split(which == "default" ? "default" : which)) {

@@ -814,9 +814,42 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float best = neg_inf();
   int32_t best_i = 0x7fffffff;
-  // kStageBatch loads in flight per thread (one L2 round trip per batch, not per element); the
-  // scan order is unchanged, so the first hit is still the smallest index.
-  for (uint32_t base = threadIdx.x; base < in.col_end; base += kComputeThreads * kStageBatch) {
+  // Loads in flight: kStageBatch float4 per thread when the vector is 16-byte aligned (a 128K
+  // vocabulary is ~6 round trips for one block), else kStageBatch scalars. Within a thread the
+  // indices grow, so a strict > keeps the smallest index of a tie.
+  const float* x = a.act + in.in;
+  uint32_t done = 0;
+  if ((reinterpret_cast<uint64_t>(x) & 15u) == 0) {
+    const uint32_t n4 = in.col_end / 4;
+    for (uint32_t base = threadIdx.x; base < n4; base += kComputeThreads * kStageBatch) {
+      float4 v[kStageBatch];
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        const uint32_t i = base + u * kComputeThreads;
+        if (i < n4) {
+          v[u] = __ldcg(reinterpret_cast<const float4*>(x) + i);
+        } else {
+          v[u].x = v[u].y = v[u].z = v[u].w = neg_inf();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kStageBatch; ++u) {
+        const uint32_t i = base + u * kComputeThreads;
+        if (i >= n4) continue;
+        const float e[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (e[k] > best || best_i == 0x7fffffff) {
+            best = e[k];
+            best_i = int32_t(4 * i + k);
+          }
+        }
+      }
+    }
+    done = n4 * 4;
+  }
+  for (uint32_t base = done + threadIdx.x; base < in.col_end;
+       base += kComputeThreads * kStageBatch) {
     float v[kStageBatch];
 #pragma unroll
     for (int u = 0; u < kStageBatch; ++u) {
