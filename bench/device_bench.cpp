@@ -84,7 +84,14 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
   c.push_back({"ring_384thr_5x32k_rows32", ring(384, 5, 32768, 1, 32)});
   c.push_back({"ring_384thr_4x32k_rows32", ring(384, 4, 32768, 1, 32)});
   // The named config best:llama-1b:h200 (the GPU search's best), on every model.
-  c.push_back({"best_1b", schedule::find_named_config("best:llama-1b:h200", nullptr)->config});
+  const json best = schedule::find_named_config("best:llama-1b:h200", nullptr)->config;
+  c.push_back({"best_1b", best});
+  // Long context: the same schedule with the KV history split into flash-decoding partitions.
+  for (int parts : {4, 8, 16}) {
+    json split = best;
+    split["tiling"]["attn_kv_partitions"] = parts;
+    c.push_back({"best_1b_kv" + std::to_string(parts), split});
+  }
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;
   for (const std::string& name : split(which == "default" ? "default" : which)) {
