@@ -42,7 +42,11 @@ log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
 {
   # A staged copy (not a git checkout of its own) carries its commit in a COMMIT file.
   if [ -f "$ROOT/COMMIT" ]; then echo "commit: $(cat "$ROOT/COMMIT")"
-  else echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"; fi
+  else
+    # A copied tree may carry the .git of an older checkout: say how far the files differ from it.
+    echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" \
+      "(files differing from it: $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l))"
+  fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
   nvcc --version 2>&1 | tail -1
   cmake --version 2>&1 | head -1
