@@ -6,8 +6,9 @@
 #
 # usage: bench/gpu_search.sh OUT_DIR
 # env:   MODEL (llama-1b), STRATEGY (hillclimb), BUDGET (80 trials), MINUTES (4), PLATEAU (30),
-#        SEED (1), START (a config file or name; default: the fastest ok row of OUT_DIR/bench.json
-#        for MODEL), BUILD (build dir, default build-gpu)
+#        SEED (1), TIMED_POSITION (0: the position trials are timed at), START (a config file or
+#        name; default: the fastest ok row of OUT_DIR/bench.json for MODEL at TIMED_POSITION),
+#        BUILD (build dir, default build-gpu)
 set -uo pipefail
 OUT=${1:?usage: bench/gpu_search.sh OUT_DIR}
 OUT=$(cd "$OUT" && pwd)
@@ -19,6 +20,7 @@ BUDGET=${BUDGET:-80}
 MINUTES=${MINUTES:-4}
 PLATEAU=${PLATEAU:-30}
 SEED=${SEED:-1}
+TIMED_POSITION=${TIMED_POSITION:-0}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
 LOG="$OUT/check.log"
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
@@ -26,22 +28,24 @@ log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 START=${START:-}
 if [ -z "$START" ]; then
   START="$OUT/start.json"
-  if ! python3 - "$OUT/bench.json" "$MODEL" "$START" >> "$LOG" 2>&1 <<'PY'
+  if ! python3 - "$OUT/bench.json" "$MODEL" "$START" "$TIMED_POSITION" >> "$LOG" 2>&1 <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
-rows = [r for r in doc["results"] if r["model"] == sys.argv[2] and "median_us" in r]
+rows = [r for r in doc["results"] if r["model"] == sys.argv[2] and "median_us" in r
+        and r["position"] == int(sys.argv[4])]
 best = min(rows, key=lambda r: r["median_us"])
 print(f"start: {best['config_name']} ({best['median_us']:.1f} us at position {best['position']})")
 json.dump(best["config_patch"], open(sys.argv[3], "w"))
 PY
   then
-    log "no ok row for $MODEL in $OUT/bench.json: run device_check's bench stage first, or set START"
+    log "no ok row for $MODEL at position $TIMED_POSITION in $OUT/bench.json: run device_check's bench stage first, or set START"
     exit 1
   fi
 fi
 log "loop: --model $MODEL --strategy $STRATEGY --budget $BUDGET --minutes $MINUTES --start $START"
 "$BUILD/megasched" loop --model "$MODEL" --gpu auto --device gpu --strategy "$STRATEGY" \
   --start "$START" --budget "$BUDGET" --minutes "$MINUTES" --plateau "$PLATEAU" --seed "$SEED" \
+  --timed-position "$TIMED_POSITION" \
   --results "$OUT/results.tsv" --corpus "$OUT/corpus.jsonl" > "$OUT/loop.json" 2>> "$LOG"
 log "loop exit $?"
 python3 - "$OUT/loop.json" "$OUT/best_config.json" >> "$LOG" 2>&1 <<'PY'
@@ -54,6 +58,6 @@ print(f"best {b['schedule_id']}: {b['latency_us']:.1f} us ({b['latency_kind']}),
 json.dump(b["config"], open(sys.argv[2], "w"), indent=1)
 PY
 log "profile of the best config"
-"$BUILD/megasched" profile --model "$MODEL" --gpu auto --position 0 \
+"$BUILD/megasched" profile --model "$MODEL" --gpu auto --position "$TIMED_POSITION" \
   --config "$OUT/best_config.json" --out "$OUT/profile_best.json" >> "$LOG" 2>&1
 log "gpu_search done"

@@ -135,9 +135,12 @@ json TrialEvaluator::identity() const {
 std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) const {
   // The build identity (ABI version + kernel -D options) is a function of the config, so the
   // canonical config, the model (and its weight seed) and the target identify the trial.
+  // A trial timed at another position than 0 is another trial (ids at position 0 are unchanged).
+  const std::string at =
+      options_.timed_position != 0 ? "|pos" + std::to_string(options_.timed_position) : "";
   return schedule::hash_hex(schedule::canonical_string(config) + "|" + weights_.shape.name + "#" +
                             std::to_string(options_.seed) + "|" + target_.name + "|abi" +
-                            std::to_string(ms_abi::kAbiVersion) + "|" + options_.device);
+                            std::to_string(ms_abi::kAbiVersion) + "|" + options_.device + at);
 }
 
 Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
@@ -170,6 +173,7 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
   const Floor floor = floor_for(shape, target_, options_.timed_position);
   v.weight_bytes = static_cast<uint64_t>(shape.weight_bytes());
   v.bytes_min = floor.bytes_min;
+  v.timed_position = options_.timed_position;
   v.floor_us = floor.floor_us;
   v.floor_datasheet_us = floor.floor_datasheet_us;
   if (!floor.measured_bandwidth)

@@ -30,6 +30,7 @@ json to_json(const Verdict& v) {
       {"latency_p90_us", v.latency_p90_us},
       {"latency_spread_us", v.latency_spread_us},
       {"samples_us", v.samples_us},
+      {"timed_position", v.timed_position},
       {"floor_us", v.floor_us},
       {"floor_datasheet_us", v.floor_datasheet_us},
       {"pct_of_floor", optional_number(v.pct_of_floor)},
@@ -64,6 +65,7 @@ Verdict verdict_from_json(const json& j) {
   v.latency_p90_us = j.value("latency_p90_us", 0.0);
   v.latency_spread_us = j.value("latency_spread_us", 0.0);
   v.samples_us = j.value("samples_us", std::vector<double>{});
+  v.timed_position = j.value("timed_position", 0);
   v.floor_us = j.value("floor_us", 0.0);
   v.floor_datasheet_us = j.value("floor_datasheet_us", 0.0);
   v.pct_of_floor = read_optional(j, "pct_of_floor");

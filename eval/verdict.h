@@ -25,6 +25,7 @@ struct Verdict {
   double latency_p90_us = 0.0;         // measured only
   double latency_spread_us = 0.0;      // measured: (p90 - p10); predicted: 0
   std::vector<double> samples_us;      // measured timing samples
+  int timed_position = 0;              // the position latency_us and floor_us refer to
   double floor_us = 0.0;               // bytes_min / floor bandwidth (measured if known)
   double floor_datasheet_us = 0.0;     // bytes_min / datasheet bandwidth
   std::optional<double> pct_of_floor;  // 100 * floor_us / latency_us

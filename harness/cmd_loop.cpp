@@ -113,6 +113,10 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")
       ->capture_default_str();
+  cmd->add_option("--timed-position", opt->ev.timed_position,
+                  "Position the trials are timed (and the floor taken) at; a search is judged at "
+                  "one position (long context favours other attention splits than position 0)")
+      ->capture_default_str();
   cmd->add_flag("--isolate", opt->isolate,
                 "Run CPU trials in a worker process too (GPU trials always are)");
   cmd->add_option("--trial-timeout", opt->trial_timeout_s,
@@ -126,6 +130,9 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                                      "' is not a comma-separated list of integers"),
              void(ctx.exit_code = kExitUsage);
     opt->ev.positions = *positions;
+    opt->loop.timed_position = opt->ev.timed_position;
+    if (opt->ev.timed_position < 0)
+      return print_error("loop", "--timed-position must be >= 0"), void(ctx.exit_code = kExitUsage);
     if (!opt->start.empty()) {
       if (opt->loop.warm_start)
         return print_error("loop", "--start and --warm-start both choose trial 0; give one"),
@@ -154,7 +161,8 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       WorkerOptions w;
       w.command = shell_quote(self_path()) + " worker --model " + shell_quote(opt->ev.model) +
                   " --gpu " + shell_quote(opt->ev.gpu) + " --device " + device + " --positions " +
-                  opt->positions + " --weight-seed " + std::to_string(opt->ev.seed);
+                  opt->positions + " --weight-seed " + std::to_string(opt->ev.seed) +
+                  " --timed-position " + std::to_string(opt->ev.timed_position);
       w.trial_timeout_s = opt->trial_timeout_s;
       auto worker = std::make_unique<WorkerEvaluator>(w);
       if (!worker->start(&error))

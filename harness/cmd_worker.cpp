@@ -31,6 +31,9 @@ void add_worker_command(CLI::App& app, CliContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")
       ->capture_default_str();
+  cmd->add_option("--timed-position", opt->ev.timed_position,
+                  "Position the latency and the floor refer to")
+      ->capture_default_str();
   cmd->callback([&ctx, opt] {
     auto positions = parse_int_list(opt->positions);
     if (!positions) {

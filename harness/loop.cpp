@@ -350,6 +350,7 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
       for (const CorpusRecord& r : corpus.records) {
         if (r.model != model || r.target != target_name || r.device != device) continue;
         if (!has_latency(r.verdict)) continue;
+        if (r.verdict.timed_position != options.timed_position) continue;  // another position
         if (!best || *r.verdict.latency_us < *best->verdict.latency_us) best = &r;
       }
       if (best) {

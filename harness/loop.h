@@ -49,6 +49,7 @@ struct LoopOptions {
   bool resume = false;      // continue the last run of this model / target / device
   bool warm_start = false;  // trial 0: the best known config instead of the default
   std::optional<schedule::ScheduleConfig> start;  // trial 0: this config (excludes warm_start)
+  int timed_position = 0;  // the evaluator's timed position: warm-start adopts only such records
   std::string results_path = "workspace/results.tsv";
   std::string corpus_path = "workspace/corpus.jsonl";
   double min_gain = 0.01;                   // keep rule: relative gain floor (1%)

@@ -50,6 +50,26 @@ TEST(TrialEvaluator, ScheduleIdDependsOnConfigAndTarget) {
   EXPECT_NE(ev->schedule_id(other), ev2->schedule_id(other));
 }
 
+TEST(TrialEvaluator, TimedPositionIsPartOfTheTrial) {
+  auto at0 = toy_evaluator();
+  EvaluatorOptions o;
+  o.model = "toy";
+  o.gpu = "h100";
+  o.device = "cpu";
+  o.positions = {0, 3, 7};
+  o.timed_position = 40;
+  std::string error;
+  auto at40 = TrialEvaluator::create(o, &error);
+  ASSERT_TRUE(at40) << error;
+  const schedule::ScheduleConfig c;
+  EXPECT_NE(at0->schedule_id(c), at40->schedule_id(c)) << "a trial at 40 is not the one at 0";
+  const Verdict v0 = at0->evaluate(c), v40 = at40->evaluate(c);
+  EXPECT_EQ(v0.timed_position, 0);
+  EXPECT_EQ(v40.timed_position, 40);
+  EXPECT_GT(v40.floor_us, v0.floor_us) << "the KV history of 40 positions is in the floor";
+  EXPECT_EQ(verdict_from_json(to_json(v40)).timed_position, 40);
+}
+
 TEST(TrialEvaluator, UnsafeProgramIsRejectedWithRuleNamesAndNoLatency) {
   auto ev = toy_evaluator();
   std::string error;
