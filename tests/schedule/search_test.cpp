@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
+
+#include "schedule/named_configs.h"
 
 namespace megasched::schedule {
 namespace {
@@ -52,6 +57,31 @@ TEST(SearchMoves, WeightRingSmemHoldsPagesStagingAndBarriers) {
   c.assignment.policy = AssignPolicy::kDynamic;
   EXPECT_FALSE(config_fits(c, llama, h100_like(), &why));
   EXPECT_NE(why.find("static assignment"), std::string::npos) << why;
+}
+
+TEST(SearchMoves, CommittedBenchConfigsAndNamedConfigsParseAndFit) {
+  const ModelShape llama = *find_preset("llama-1b");
+  const GpuTarget h200 = *find_target("h200");
+  int files = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(MS_SOURCE_DIR) + "/bench/configs")) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string why;
+    const auto c = parse_config_text(text.str(), &why);
+    ASSERT_TRUE(c) << entry.path() << ": " << why;
+    EXPECT_TRUE(config_fits(*c, llama, h200, &why)) << entry.path() << ": " << why;
+    ++files;
+  }
+  EXPECT_GE(files, 3);
+  for (const NamedConfig& n : named_configs()) {
+    std::string why;
+    const auto c = parse_config(n.config, &why);
+    ASSERT_TRUE(c) << n.name << ": " << why;
+    EXPECT_TRUE(config_fits(*c, *find_preset(n.model), *find_target(n.gpu), &why))
+        << n.name << ": " << why;
+  }
 }
 
 TEST(SearchMoves, ConfigFitsRejectsLaunchesThatCannotBeCoResident) {
