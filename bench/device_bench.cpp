@@ -94,7 +94,7 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
   }
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;
-  for (const std::string& name : split(which == "default" ? "default" : which)) {
+  for (const std::string& name : split(which)) {
     bool found = false;
     for (const auto& entry : c) {
       if (entry.first == name) {

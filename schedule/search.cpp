@@ -10,10 +10,10 @@ int ring_x_floats(const ModelShape& shape) {
 }
 
 int dynamic_smem_bytes(const ScheduleConfig& config, const ModelShape& shape) {
-  int bytes = config.smem.pages * config.smem.page_bytes;
   if (config.kernel.weight_stream == WeightStream::kSmemRing)
-    bytes += ring_x_floats(shape) * 4 + config.smem.pages * 16;
-  return bytes;
+    return static_cast<int>(
+        ring_smem_bytes(config.smem.pages, config.smem.page_bytes, ring_x_floats(shape)));
+  return config.smem.pages * config.smem.page_bytes;
 }
 
 bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const GpuTarget& target,

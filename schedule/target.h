@@ -16,6 +16,12 @@ namespace megasched::schedule {
 /// blocks_per_sm * (dynamic smem + this) must fit in smem_per_sm.
 constexpr int kReservedSmemPerBlock = 1024;
 
+/// Dynamic shared memory of a weight-ring build (vm/device/ops.cuh `ring_layout`): the input
+/// staging area, the pages, and a `full` and an `empty` mbarrier (8 bytes each) per page.
+constexpr int64_t ring_smem_bytes(int64_t pages, int64_t page_bytes, int64_t x_floats) {
+  return x_floats * 4 + pages * page_bytes + pages * 16;
+}
+
 /// An upper bound of the megakernel's static shared memory (the `Shared` struct of
 /// vm/device/ops.cuh and the argmax scratch) for `threads` per block and a head dimension. Dynamic
 /// plus static shared memory must fit the opt-in cap; the GPU tests check the loaded kernel's own

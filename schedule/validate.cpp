@@ -169,8 +169,7 @@ class Checker {
         fail("the weight ring is built for " + std::to_string(b.ring_pages) + " pages of " +
              std::to_string(b.ring_page_bytes) + " bytes (whole 16-byte pages) but launched with " +
              std::to_string(l.smem_pages) + " x " + std::to_string(l.smem_page_bytes));
-      const int64_t need = static_cast<int64_t>(b.ring_pages) * b.ring_page_bytes +
-                           static_cast<int64_t>(b.x_floats) * 4 + 16LL * b.ring_pages;
+      const int64_t need = ring_smem_bytes(b.ring_pages, b.ring_page_bytes, b.x_floats);
       if (smem < need)
         fail("smem_bytes " + std::to_string(smem) + " does not hold the weight ring's pages, " +
              std::to_string(b.x_floats) + " staged input floats and its mbarriers (" +

@@ -2,31 +2,18 @@
 // with hints on stderr, and exit codes.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/harness/run_cli.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr, merged when requested
-};
+using megasched::test::RunResult;
 
 RunResult run(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd =
-      std::string(MS_BINARY_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return megasched::test::run_megasched(args, merge_stderr);
 }
 
 TEST(Cli, EvaluateDefaultToyOnCpuIsValidCorrectAndPredictedAboveTheFloor) {
@@ -52,14 +39,9 @@ TEST(Cli, EvaluateConfigTypoFromStdinNamesKeyAndSuggestion) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   const std::string cmd = std::string("printf '%s' '{\"tilng\": {}}' | ") + MS_BINARY_PATH +
                           " evaluate --model toy --gpu h100 --device cpu --config - 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  const RunResult piped = megasched::test::run_shell(cmd);
+  const std::string& out = piped.out;
+  EXPECT_EQ(piped.exit_code, 2) << out;
   EXPECT_NE(out.find("tilng"), std::string::npos) << out;
   EXPECT_NE(out.find("did you mean 'tiling'"), std::string::npos) << out;
 }

@@ -3,8 +3,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,26 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/gpu_trial.h"
+#include "tests/harness/run_cli.h"
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-};
+using megasched::test::RunResult;
 
 RunResult run(const std::string& args, bool merge_stderr = true) {
-  const std::string cmd =
-      std::string(MS_BINARY_PATH) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return megasched::test::run_megasched(args, merge_stderr);
 }
 
 std::string out_path() {
