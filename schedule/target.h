@@ -10,16 +10,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "abi/ring.h"
+
 namespace megasched::schedule {
 
 /// Shared memory the CUDA runtime keeps per resident block on every target of the registry (bytes);
 /// blocks_per_sm * (dynamic smem + this) must fit in smem_per_sm.
 constexpr int kReservedSmemPerBlock = 1024;
 
-/// Dynamic shared memory of a weight-ring build (vm/device/ops.cuh `ring_layout`): the input
-/// staging area, the pages, and a `full` and an `empty` mbarrier (8 bytes each) per page.
+/// Dynamic shared memory of a weight-ring build: the formula of abi/ring.h, which the device code
+/// (vm/device/ring.cuh `ring_layout`) carves the same way.
 constexpr int64_t ring_smem_bytes(int64_t pages, int64_t page_bytes, int64_t x_floats) {
-  return x_floats * 4 + pages * page_bytes + pages * 16;
+  return static_cast<int64_t>(ms_abi::ring_smem_bytes(static_cast<uint64_t>(x_floats),
+                                                      static_cast<uint64_t>(pages),
+                                                      static_cast<uint64_t>(page_bytes)));
 }
 
 /// An upper bound of the megakernel's static shared memory (the `Shared` struct of
