@@ -8,11 +8,16 @@
 #include <regex>
 #include <sstream>
 
+#include "abi/ring.h"
+
 namespace megasched::vm {
 
 std::vector<std::string> kernel_defines(const schedule::Program& program) {
   std::vector<std::string> d = program.build.defines();
   d.push_back("MS_HEAD_DIM=" + std::to_string(program.model.head_dim));
+  // Ring builds specialise the whole-row path on the model's segment width (abi/ring.h).
+  if (program.build.weight_ring)
+    d.push_back("MS_SEG_VECS=" + std::to_string(ms_abi::ring_seg_vecs(program.model)));
   // __launch_bounds__' minimum blocks per SM; never more than 2048 threads' worth (the validator
   // rejects such a launch, and ptxas would reject the bound).
   const int threads = std::max(program.launch.threads_per_block, 32);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 
+#include "abi/ring.h"
 #include "eval/baseline.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"
@@ -164,6 +165,55 @@ TEST(GpuVm, WeightRingMatchesEager) {
                   schedule::kernel_static_smem_bound(p.launch.threads_per_block,
                                                      static_cast<int>(p.model.head_dim)));
       }
+    }
+  }
+}
+
+TEST(GpuVm, WholeRowRingMatchesEager) {
+  MS_REQUIRE_GPU();
+  // A shape whose rows are whole ring segments (abi/ring.h: 2 vectors per lane for bf16, 4 for
+  // fp32), so every full-row tile takes the one-copy-per-page path: down has 3 column blocks per
+  // row (partial sums added in order, inputs re-read when a warp changes block), the fused QKV
+  // tiles are whole heads, and a split-K config mixes in row-piece tiles.
+  schedule::ModelShape shape = *schedule::find_preset("toy-2L");
+  shape.name = "ring-rows";
+  shape.hidden = 512;
+  shape.heads = 8;
+  shape.kv_heads = 2;
+  shape.head_dim = 64;
+  shape.ffn = 1536;
+  shape.vocab = 1000;
+  const std::vector<int> positions = {0, 9};
+  const std::vector<nlohmann::json> patches = {
+      {{"smem", {{"pages", 4}, {"page_bytes", 32768}}},
+       {"launch", {{"threads_per_block", 288}}},
+       {"tiling", {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}}}},
+      {{"smem", {{"pages", 2}, {"page_bytes", 4096}}}, {"launch", {{"threads_per_block", 384}}}},
+      {{"smem", {{"pages", 2}, {"page_bytes", 65536}}},
+       {"launch", {{"threads_per_block", 160}}},
+       {"tiling", {{"gemv_rows_per_task", 16}}}},
+      {{"smem", {{"pages", 5}, {"page_bytes", 16384}}},
+       {"launch", {{"threads_per_block", 544}}},
+       {"tiling", {{"gemv_k_split", 2}, {"gemv_rows_per_task", 0}}},
+       {"dependencies", {{"gate_up_to_down", "per_slice"}}}},
+  };
+  for (schedule::DType dtype : {schedule::DType::kBF16, schedule::DType::kF32}) {
+    shape.dtype = dtype;
+    const schedule::Weights w = schedule::generate_weights(shape, 13);
+    const Refs refs = eager_refs(w, positions);
+    for (nlohmann::json patch : patches) {
+      patch["kernel"]["weight_stream"] = "smem_ring";
+      std::string err;
+      const auto c = schedule::parse_config(patch, &err);
+      ASSERT_TRUE(c) << err;
+      const schedule::Program p = lower_or_die(w.shape, *c);
+      ASSERT_GT(ms_abi::ring_seg_vecs(p.model), 0u);
+      const GpuTrialResult r =
+          eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+      EXPECT_EQ(r.status, "ok") << schedule::dtype_name(dtype) << " " << patch.dump() << ": "
+                                << r.message << "\n"
+                                << r.kernel.dump(1);
+      EXPECT_TRUE(r.argmax_match) << patch.dump();
     }
   }
 }

@@ -153,15 +153,27 @@ TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
   struct Variant {
     int vector_bytes, threads, pages, page_bytes, head_dim;
     bool bf16, profile;
+    uint32_t hidden, ffn;  // the whole-row segment width follows from these (abi/ring.h)
+    int seg_vecs;          // what it must come to
   };
-  // Every ring page size with the thread counts at both ends, fp32 and bf16, profiled and not.
+  // Every ring page size with the thread counts at both ends, fp32 and bf16, profiled and not,
+  // and every segment width of the whole-row path (0: rows too short, row pieces only).
   const std::vector<Variant> variants = {
-      {16, 128, 2, 4096, 64, true, false},   {16, 1024, 8, 32768, 64, true, true},
-      {8, 256, 4, 8192, 128, false, false},  {4, 512, 1, 16384, 64, true, false},
-      {16, 384, 2, 16384, 128, false, true}, {16, 256, 2, 16384, 64, true, true}};
+      {16, 128, 2, 4096, 64, true, false, 2048, 8192, 8},
+      {16, 1024, 8, 32768, 64, true, true, 2048, 8192, 8},
+      {8, 256, 4, 8192, 128, false, false, 512, 1536, 4},
+      {4, 512, 1, 16384, 64, true, false, 64, 128, 0},
+      {16, 384, 2, 16384, 128, false, true, 2048, 8192, 8},
+      {16, 256, 2, 16384, 64, true, true, 512, 1536, 2},
+      {16, 288, 4, 32768, 64, true, false, 2048, 5632, 2},
+      {16, 544, 2, 65536, 64, true, false, 4096, 14336, 8},
+      {16, 160, 2, 4096, 64, true, true, 256, 768, 1}};
   for (int arch : {90, 80}) {
     for (const Variant& v : variants) {
       schedule::Program p = program_for(v.vector_bytes, 2, 2, 0, v.threads, v.bf16, v.head_dim, 1);
+      p.model.hidden = v.hidden;
+      p.model.ffn = v.ffn;
+      p.model.heads = v.hidden / static_cast<uint32_t>(v.head_dim);
       p.build.weight_ring = 1;
       p.build.ring_pages = v.pages;
       p.build.ring_page_bytes = v.page_bytes;
@@ -169,9 +181,14 @@ TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
       BuildRequest req{"vm/device/megakernel.cuh", kernel_defines(p), arch, ""};
       EXPECT_NE(std::find(req.defines.begin(), req.defines.end(), "MS_WEIGHT_RING=1"),
                 req.defines.end());
+      EXPECT_NE(std::find(req.defines.begin(), req.defines.end(),
+                          "MS_SEG_VECS=" + std::to_string(v.seg_vecs)),
+                req.defines.end())
+          << "hidden " << v.hidden << ", ffn " << v.ffn;
       if (v.profile) req.defines.push_back("MS_PROFILE=1");
       const BuildResult r = build_cubin(req);
-      ASSERT_TRUE(r.ok) << "sm_" << arch << " threads " << v.threads << ": " << r.error;
+      ASSERT_TRUE(r.ok) << "sm_" << arch << " threads " << v.threads << " seg " << v.seg_vecs
+                        << ": " << r.error;
       EXPECT_FALSE(r.cubin.empty());
     }
   }

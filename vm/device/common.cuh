@@ -40,6 +40,9 @@
 #ifndef MS_RING_PAGE_BYTES
 #define MS_RING_PAGE_BYTES 16384  // bytes per ring page (smem.page_bytes)
 #endif
+#ifndef MS_SEG_VECS
+#define MS_SEG_VECS 0  // ring builds: 16-byte vectors per lane of a whole-row segment (abi/ring.h)
+#endif
 #ifndef MS_X_FLOATS
 #define MS_X_FLOATS 0  // ring builds: capacity of the GEMV input staging area (the longest input)
 #endif
@@ -81,6 +84,9 @@ static_assert(MS_UNROLL >= 1 && MS_UNROLL <= 8, "MS_UNROLL");
 static_assert(!kRing || (MS_THREADS >= 64 && kRingPages >= 1 && kRingPageBytes % 16 == 0 &&
                          kXFloats % 4 == 0),
               "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");
+static_assert(MS_SEG_VECS == 0 || MS_SEG_VECS == 1 || MS_SEG_VECS == 2 || MS_SEG_VECS == 4 ||
+                  MS_SEG_VECS == 8,
+              "MS_SEG_VECS");
 static_assert(MS_HEAD_DIM >= 2 && MS_HEAD_DIM <= 256 && MS_HEAD_DIM % 2 == 0, "MS_HEAD_DIM");
 
 #if MS_WEIGHT_BF16

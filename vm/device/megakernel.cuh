@@ -8,7 +8,7 @@
 // HangRecord for the host.
 #pragma once
 
-#include "vm/device/ops.cuh"
+#include "vm/device/ring.cuh"
 
 namespace ms_dev {
 
@@ -174,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
 #endif
     bool ran = true;
     if (ring && ring_streams(instr)) {
-      ran = gemv_ring(a, instr, s, rg, &ring_seq);
+      ran = gemv_ring_any(a, instr, s, rg, &ring_seq);
     } else if constexpr (kRing) {
       execute(a, instr, s, rg.x, kXFloats);
     } else {

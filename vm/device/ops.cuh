@@ -11,7 +11,7 @@ namespace ms_dev {
 constexpr int kEpilogueRows = (kRowChunk / kHeadDim) * kHeadDim;  // head-aligned (RoPE pairs)
 
 /// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
-/// stages GEMV input vectors.
+/// stages GEMV input vectors (and holds the weight ring of vm/device/ring.cuh).
 struct Shared {
   float red[kComputeWarps];  // block reductions
   WaitOutcome wait;          // wait_all's result
@@ -128,6 +128,11 @@ __device__ __forceinline__ uint32_t x_slot(uint32_t rel) {
 /// before it uses any: one L2 round trip per batch, not per element (the serial loop cost ~0.7 us
 /// per element per thread; the down projection's 2 x 8192 inputs took ~26 us).
 constexpr int kStageBatch = 8;
+/// The x_slot layout as a type, so the staging can write the ring's other layout (ring.cuh).
+struct XSlot {
+  static __device__ __forceinline__ uint32_t at(uint32_t rel) { return x_slot(rel); }
+};
+template <class Slot = XSlot>
 __device__ __forceinline__ float stage_input(const KernelArgs& a, const Instr& in, float* x,
                                              uint32_t k0, uint32_t k1, uint32_t lo, uint32_t hi,
                                              float inv) {
@@ -160,7 +165,7 @@ __device__ __forceinline__ float stage_input(const KernelArgs& a, const Instr& i
         } else if (silu_mul) {
           xv = silu(v[u]) * w[u];
         }
-        if (i >= k0 && i < k1) x[x_slot(i - k0)] = xv;
+        if (i >= k0 && i < k1) x[Slot::at(i - k0)] = xv;
       }
     }
   }
@@ -294,295 +299,6 @@ __device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Share
   }
 }
 
-// ---- The weight ring (kernel.weight_stream = smem_ring) ----
-//
-// The loader warp walks the block's queue and, for every GEMV it streams, copies the weight tile
-// page by page into a ring of kRingPages shared-memory pages with bulk async copies
-// (cp.async.bulk, one per row piece) that complete on the page's `full` mbarrier. It waits only
-// for a free page (the page's `empty` mbarrier, on which every compute warp arrives once it is
-// done with the page), never for a dependency, so it streams the next tasks' weights while the
-// compute warps wait on counters. Both sides walk the same page sequence (ring_geom), counting
-// pages with one sequence number: page k sits in slot k % kRingPages, phase (k / kRingPages) & 1.
-// A page holds up to kComputeWarps row pieces of one row group: compute warp w owns row w of the
-// group and accumulates it over the group's column chunks in order, so the sums are deterministic.
-
-constexpr uint32_t kRingPageElems = kRingPageBytes / kWeightBytes;
-
-/// The dynamic shared memory of a ring build: [x staging | pages | full bars | empty bars].
-struct Ring {
-  float* x;
-  char* pages;
-  uint64_t* full;
-  uint64_t* empty;
-};
-
-__device__ __forceinline__ Ring ring_layout(float* dyn) {
-  Ring r;
-  r.x = dyn;
-  r.pages = reinterpret_cast<char*>(dyn + kXFloats);
-  r.full = reinterpret_cast<uint64_t*>(r.pages + uint64_t(kRingPages) * kRingPageBytes);
-  r.empty = r.full + kRingPages;
-  return r;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-               : "memory");
-}
-
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t ok = 0;
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(ok)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-#else
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(ok)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-#endif
-  return ok != 0;
-}
-
-/// Waits for the phase of `bar` with `parity` to complete. Bounded: gives up (false) when the
-/// abort flag is raised, or after spin_bound_ns when `bounded` (raising the flag itself).
-__device__ __forceinline__ bool mbar_wait(const KernelArgs& a, uint64_t* bar, uint32_t parity,
-                                          bool bounded) {
-  if (mbar_try_wait(bar, parity)) return true;
-  const uint64_t start = global_ns();
-  for (uint32_t spins = 1;; ++spins) {
-    if (mbar_try_wait(bar, parity)) return true;
-    if ((spins & 31u) == 0) {
-      if (abort_raised(a.abort_flag)) return false;
-      if (bounded && global_ns() - start > a.spin_bound_ns) {
-        atomicExch(a.abort_flag, 1);
-        return false;
-      }
-    }
-  }
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-#else
-  (void)bytes;
-  mbar_arrive(bar);
-#endif
-}
-
-/// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory;
-/// completion is counted on `bar`. Before sm_90 a plain copy by the calling lane.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
-                                          uint64_t* bar) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-#else
-  (void)bar;
-  uint4* d = reinterpret_cast<uint4*>(dst);
-  const uint4* s = reinterpret_cast<const uint4*>(src);
-  for (uint32_t i = 0; i < bytes / 16; ++i) d[i] = s[i];
-#endif
-}
-
-/// Whether task `in` streams its weights through the ring; the loader and the compute warps
-/// decide alike. The tile's row pieces must be 16-byte aligned, whole 16-byte multiples and the
-/// input must fit the staging area; any other GEMV takes the register path.
-__device__ __forceinline__ bool ring_streams(const Instr& in) {
-  if (!kRing || in.opcode != kGemv) return false;
-  const uint64_t cols = in.col_end - in.col_begin;
-  return cols > 0 && cols <= uint64_t(kXFloats) &&
-         ((in.weight + in.col_begin) * kWeightBytes) % 16 == 0 &&
-         (uint64_t(in.ld) * kWeightBytes) % 16 == 0 && (cols * kWeightBytes) % 16 == 0;
-}
-
-/// The page geometry of a tile with `cols` columns: row pieces of `pc` columns (a whole number of
-/// x_slot blocks unless one piece holds the whole row), `pr` pieces per page, `chunks` pieces per
-/// row.
-struct RingGeom {
-  uint32_t pc, pr, chunks;
-};
-__device__ __forceinline__ RingGeom ring_geom(uint32_t cols) {
-  uint32_t per_warp = kRingPageElems / kComputeWarps / kXBlock * kXBlock;
-  if (per_warp < kXBlock) per_warp = kXBlock;
-  RingGeom g;
-  g.pc = min(cols, per_warp);
-  g.pr = min(uint32_t(kComputeWarps), kRingPageElems / g.pc);
-  g.chunks = (cols + g.pc - 1) / g.pc;
-  return g;
-}
-
-/// The loader warp: streams the weight tiles of every ring task of queue [qbegin, qend) in order.
-/// On abort it stops issuing, then waits until its copies in flight have landed (a block must not
-/// leave with bulk copies writing its shared memory).
-__device__ void ring_load(const KernelArgs& a, const Ring& r, uint32_t qbegin, uint32_t qend) {
-  const int lane = threadIdx.x & 31;
-  const char* W = reinterpret_cast<const char*>(a.weights);
-  uint32_t seq = 0;
-  bool aborted = false;
-  for (uint32_t q = qbegin; q < qend && !aborted; ++q) {
-    const Instr in = a.tasks[a.queue_tasks[q]];
-    if (!ring_streams(in)) continue;
-    const uint32_t cols = in.col_end - in.col_begin;
-    const RingGeom g = ring_geom(cols);
-    for (uint32_t row0 = in.row_begin; row0 < in.row_end && !aborted; row0 += kEpilogueRows) {
-      const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
-      for (uint32_t gr = row0; gr < row1 && !aborted; gr += g.pr) {
-        const uint32_t n = min(g.pr, row1 - gr);
-        for (uint32_t ch = 0; ch < g.chunks; ++ch) {
-          const uint32_t slot = seq % kRingPages, phase = (seq / kRingPages) & 1u;
-          if (!mbar_wait(a, r.empty + slot, phase ^ 1u, false)) {
-            aborted = true;
-            break;
-          }
-          const uint32_t c0 = ch * g.pc;
-          const uint32_t bytes = min(g.pc, cols - c0) * kWeightBytes;
-          if (lane == 0) mbar_expect_tx(r.full + slot, n * bytes);
-          __syncwarp();
-          char* page = r.pages + uint64_t(slot) * kRingPageBytes;
-          for (uint32_t i = lane; i < n; i += 32) {
-            const uint64_t e = in.weight + uint64_t(gr + i) * in.ld + in.col_begin + c0;
-            bulk_copy(page + uint64_t(i) * g.pc * kWeightBytes, W + e * kWeightBytes, bytes,
-                      r.full + slot);
-          }
-          ++seq;
-        }
-      }
-    }
-  }
-  if (aborted) {
-    const uint32_t back = min(seq, uint32_t(kRingPages));
-    for (uint32_t k = seq - back; k < seq; ++k) {
-      while (!mbar_try_wait(r.full + k % kRingPages, (k / kRingPages) & 1u)) {
-      }
-    }
-  }
-}
-
-/// A weight vector from shared memory, as one vector load.
-__device__ __forceinline__ WeightVec smem_weight_vec(const WeightT* p) {
-  WeightVec v;
-#if MS_VECTOR_BYTES == 16
-  const uint4 t = *reinterpret_cast<const uint4*>(p);
-  v.w[0] = t.x;
-  v.w[1] = t.y;
-  v.w[2] = t.z;
-  v.w[3] = t.w;
-#elif MS_VECTOR_BYTES == 8
-  const uint2 t = *reinterpret_cast<const uint2*>(p);
-  v.w[0] = t.x;
-  v.w[1] = t.y;
-#else
-  v.w[0] = *reinterpret_cast<const uint32_t*>(p);
-#endif
-  return v;
-}
-
-/// One warp's dot product of a row piece in the ring (`len` columns starting at tile column c0,
-/// a multiple of kXBlock unless c0 is 0) with the staged input.
-__device__ __forceinline__ float ring_dot(const WeightT* piece, const float* x, uint32_t c0,
-                                          uint32_t len) {
-  const int lane = threadIdx.x & 31;
-  float acc0 = 0.0f, acc1 = 0.0f;
-  const uint32_t whole = len / kXBlock * kXBlock;
-  uint32_t b = 0;
-  for (; b + 2 * kXBlock <= whole; b += 2 * kXBlock) {
-    const WeightVec v0 = smem_weight_vec(piece + b + lane * kVecElems);
-    const WeightVec v1 = smem_weight_vec(piece + b + kXBlock + lane * kVecElems);
-    const float* x0 = x + c0 + b + lane;
-#pragma unroll
-    for (int e = 0; e < kVecElems; ++e) {
-      acc0 += vec_elem(v0, e) * x0[e * 32];
-      acc1 += vec_elem(v1, e) * x0[kXBlock + e * 32];
-    }
-  }
-  for (; b < whole; b += kXBlock) {
-    const WeightVec v0 = smem_weight_vec(piece + b + lane * kVecElems);
-    const float* x0 = x + c0 + b + lane;
-#pragma unroll
-    for (int e = 0; e < kVecElems; ++e) acc0 += vec_elem(v0, e) * x0[e * 32];
-  }
-  for (uint32_t j = whole + lane; j < len; j += 32) acc1 += to_f32(piece[j]) * x[x_slot(c0 + j)];
-  return acc0 + acc1;
-}
-
-/// The GEMV of a ring task: stage the whole input (prologue applied), then consume the tile's
-/// pages in the loader's order; the epilogue runs per row chunk as in gemv(). `seq` is the
-/// block's page sequence number (advanced by every compute warp alike). Returns false when a
-/// page never came (the launch is aborting); every warp still reaches every barrier.
-__device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, Shared& s,
-                                          const Ring& r, uint32_t* seq) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t cols = in.col_end - in.col_begin;
-  // One pass over the input. With the norm prologue the staged value is act * gamma and the row
-  // sums are scaled by inv_rms at the end (a dot product is linear in x), so the sum of squares
-  // is reduced alongside the staging instead of in a pass of its own.
-  float scale = 1.0f;
-  if (in.flags & kFlagNormPrologue) {
-    const float ss = stage_input(a, in, r.x, in.col_begin, in.col_end, 0, in.ld, 1.0f);
-    scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends in a barrier
-  } else {
-    stage_input(a, in, r.x, in.col_begin, in.col_end, in.col_begin, in.col_end, 1.0f);
-    block_sync();
-  }
-  const RingGeom g = ring_geom(cols);
-  bool ok = true;
-  uint32_t k = *seq;
-  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
-    const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
-    for (uint32_t gr = row0; gr < row1; gr += g.pr) {
-      const uint32_t n = min(g.pr, row1 - gr);
-      float acc = 0.0f;
-      for (uint32_t ch = 0; ch < g.chunks; ++ch, ++k) {
-        const uint32_t slot = k % kRingPages, phase = (k / kRingPages) & 1u;
-        // Every compute warp waits for the page, also one with no row in it: a warp that arrived
-        // on `empty` without waiting could lap the ring and arrive twice in one phase.
-        if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
-        if (uint32_t(warp) < n) {
-          if (ok) {
-            const uint32_t c0 = ch * g.pc;
-            const WeightT* piece = reinterpret_cast<const WeightT*>(
-                r.pages + uint64_t(slot) * kRingPageBytes + uint64_t(warp) * g.pc * kWeightBytes);
-            acc += ring_dot(piece, r.x, c0, min(g.pc, cols - c0));
-          }
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(r.empty + slot);
-      }
-      if (uint32_t(warp) < n) {
-        acc = warp_sum(acc);
-        if (lane == 0) s.u.rows[gr + warp - row0] = acc * scale;
-      }
-    }
-    if (!ok) s.ring_failed = 1;
-    block_sync();
-    gemv_epilogue(a, in, s, row0, row1);
-    block_sync();
-  }
-  *seq = k;
-  return s.ring_failed == 0;
-}
-
 // ---- kGemvReduce ----
 __device__ __forceinline__ void gemv_reduce(const KernelArgs& a, const Instr& in, Shared& s) {
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
@@ -619,20 +335,35 @@ __device__ __forceinline__ void rope_kv(const KernelArgs& a, const Instr& in, Sh
 __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int nh, float* sc) {
   constexpr bool kVec = (kHeadDim * sizeof(KvT)) % 16 == 0;
   if (kVec) {
+    // The key row in batches of kRowBatch 16-byte loads issued before any is used: one L2 round
+    // trip per batch, not per load (a key written by another block this step is an L2 read).
     constexpr int kPer = 16 / sizeof(KvT);
-    for (int d0 = 0; d0 < kHeadDim; d0 += kPer) {
-      const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(krow + d0));
-      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    constexpr int kVecs = kHeadDim / kPer;
+    constexpr int kRowBatch = kVecs < 4 ? kVecs : 4;
+    const uint4* row = reinterpret_cast<const uint4*>(krow);
+    for (int v0 = 0; v0 < kVecs; v0 += kRowBatch) {
+      uint4 raw[kRowBatch];
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) {
+      for (int b = 0; b < kRowBatch; ++b) {
+        if (v0 + b < kVecs) raw[b] = __ldcg(row + v0 + b);
+      }
+#pragma unroll
+      for (int b = 0; b < kRowBatch; ++b) {
+        if (v0 + b >= kVecs) break;
+        const uint32_t w[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w};
+        const int d0 = (v0 + b) * kPer;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
 #if MS_KV_BF16
-        const float kv = __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
+          const float kv =
+              __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
 #else
-        const float kv = __uint_as_float(w[e]);
+          const float kv = __uint_as_float(w[e]);
 #endif
 #pragma unroll
-        for (int j = 0; j < kAttnHeadBatch; ++j) {
-          if (j < nh) sc[j] += q[j * kHeadDim + d0 + e] * kv;
+          for (int j = 0; j < kAttnHeadBatch; ++j) {
+            if (j < nh) sc[j] += q[j * kHeadDim + d0 + e] * kv;
+          }
         }
       }
     }

@@ -1,0 +1,534 @@
+// The weight ring (kernel.weight_stream = smem_ring): a loader warp streams GEMV weight tiles into
+// a ring of kRingPages shared-memory pages with bulk async copies (cp.async.bulk) that complete on
+// each page's `full` mbarrier, and the compute warps consume the pages. The loader walks the
+// block's queue and waits only for a free page (the page's `empty` mbarrier, on which every
+// compute warp arrives once it is done with the page), never for a dependency, so it streams the
+// next tasks' weights while the compute warps wait on counters. Both sides walk the same page
+// sequence, counting pages with one sequence number: page k sits in slot k % kRingPages, phase
+// (k / kRingPages) & 1. The byte layout of the ring is abi/ring.h's, shared with the host.
+//
+// A tile takes one of two paths; the loader and the compute warps decide alike, per task:
+//  - whole rows (seg_streams): the tile is one contiguous run of weights, so each page is filled
+//    by ONE bulk copy. The compute warps read a page as segments of kSegElems weights (a segment
+//    lies inside one row); segments go to warps round robin, lane L of a warp reads the 16-byte
+//    vectors L, L + 32, ... of its segment and the matching inputs, laid out (SegSlot) so that
+//    both reads are conflict-free. Each segment's sum lands in its own slot; the slots of a row
+//    are added in column order, so the sums are deterministic.
+//  - row pieces (any other ring tile, e.g. split-K): a page holds up to kComputeWarps row pieces
+//    of one row group, one bulk copy each; compute warp w owns row w of the group and accumulates
+//    it over the group's column chunks in order.
+#pragma once
+
+#include "abi/ring.h"
+#include "vm/device/ops.cuh"
+
+namespace ms_dev {
+
+constexpr uint32_t kRingPageElems = kRingPageBytes / kWeightBytes;
+
+/// The dynamic shared memory of a ring build: [x staging | pages | full bars | empty bars].
+struct Ring {
+  float* x;
+  char* pages;
+  uint64_t* full;
+  uint64_t* empty;
+};
+
+__device__ __forceinline__ Ring ring_layout(float* dyn) {
+  char* base = reinterpret_cast<char*>(dyn);
+  Ring r;
+  r.x = dyn;
+  r.pages = base + ring_pages_offset(kXFloats);
+  r.full = reinterpret_cast<uint64_t*>(base + ring_full_offset(kXFloats, kRingPages, kRingPageBytes));
+  r.empty = r.full + kRingPages;
+  return r;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(ok)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+#else
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(ok)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+#endif
+  return ok != 0;
+}
+
+/// Waits for the phase of `bar` with `parity` to complete. Bounded: gives up (false) when the
+/// abort flag is raised, or after spin_bound_ns when `bounded` (raising the flag itself).
+__device__ __forceinline__ bool mbar_wait(const KernelArgs& a, uint64_t* bar, uint32_t parity,
+                                          bool bounded) {
+  if (mbar_try_wait(bar, parity)) return true;
+  const uint64_t start = global_ns();
+  for (uint32_t spins = 1;; ++spins) {
+    if (mbar_try_wait(bar, parity)) return true;
+    if ((spins & 31u) == 0) {
+      if (abort_raised(a.abort_flag)) return false;
+      if (bounded && global_ns() - start > a.spin_bound_ns) {
+        atomicExch(a.abort_flag, 1);
+        return false;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+#else
+  (void)bytes;
+  mbar_arrive(bar);
+#endif
+}
+
+/// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory;
+/// completion is counted on `bar`. Before sm_90 a plain copy by the calling lane.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+#else
+  (void)bar;
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  for (uint32_t i = 0; i < bytes / 16; ++i) d[i] = s[i];
+#endif
+}
+
+/// Whether task `in` streams its weights through the ring; the loader and the compute warps
+/// decide alike. The tile's row pieces must be 16-byte aligned, whole 16-byte multiples and the
+/// input must fit the staging area; any other GEMV takes the register path.
+__device__ __forceinline__ bool ring_streams(const Instr& in) {
+  if (!kRing || in.opcode != kGemv) return false;
+  const uint64_t cols = in.col_end - in.col_begin;
+  return cols > 0 && cols <= uint64_t(kXFloats) &&
+         ((in.weight + in.col_begin) * kWeightBytes) % 16 == 0 &&
+         (uint64_t(in.ld) * kWeightBytes) % 16 == 0 && (cols * kWeightBytes) % 16 == 0;
+}
+
+/// The page geometry of a tile with `cols` columns: row pieces of `pc` columns (a whole number of
+/// x_slot blocks unless one piece holds the whole row), `pr` pieces per page, `chunks` pieces per
+/// row.
+struct RingGeom {
+  uint32_t pc, pr, chunks;
+};
+__device__ __forceinline__ RingGeom ring_geom(uint32_t cols) {
+  uint32_t per_warp = kRingPageElems / kComputeWarps / kXBlock * kXBlock;
+  if (per_warp < kXBlock) per_warp = kXBlock;
+  RingGeom g;
+  g.pc = min(cols, per_warp);
+  g.pr = min(uint32_t(kComputeWarps), kRingPageElems / g.pc);
+  g.chunks = (cols + g.pc - 1) / g.pc;
+  return g;
+}
+
+// ---- The whole-row (segment) path ----
+
+constexpr uint32_t kSegVecs = MS_SEG_VECS;             // 16-byte vectors per lane per segment
+constexpr uint32_t kSegVecElems = 16 / kWeightBytes;   // weights per 16-byte vector
+constexpr uint32_t kSegElems = ring_seg_elems(kSegVecs > 0 ? kSegVecs : 1, kWeightBytes);
+constexpr uint32_t kSegsPerPage = kRingPageElems / kSegElems;  // 0 when a page holds no segment
+
+/// Whether a ring task (ring_streams) takes the whole-row path: abi/ring.h's rule, and its
+/// column blocks' partial sums for one row chunk fit the row buffer (with RoPE, a chunk of whole
+/// heads).
+__device__ __forceinline__ bool seg_streams(const Instr& in) {
+  if (!ring_seg_tile(in, kSegVecs, kWeightBytes, kRingPageBytes)) return false;
+  const uint32_t blocks = in.ld / kSegElems;
+  if (blocks > uint32_t(kEpilogueRows)) return false;
+  return (in.flags & kFlagRopeKv) == 0 || uint32_t(kEpilogueRows) / blocks >= uint32_t(kHeadDim);
+}
+
+/// Rows per chunk of a whole-row tile: the chunk's partial sums (one per row and column block)
+/// fill at most the kEpilogueRows row buffer; with RoPE the chunk is whole heads.
+__device__ __forceinline__ uint32_t seg_chunk_rows(const Instr& in) {
+  uint32_t rows = uint32_t(kEpilogueRows) / (in.ld / kSegElems);
+  if (in.flags & kFlagRopeKv) rows = rows / kHeadDim * kHeadDim;
+  return rows;
+}
+
+/// Where input column `rel` of a whole-row tile is staged: lane L's vector j of column block b
+/// reads its kSegVecElems inputs as float4s at float4 index ((b * kSegVecs + j) * (E / 4) + h) *
+/// 32 + L (E = kSegVecElems, h the half), so a warp's input loads are conflict-free.
+struct SegSlot {
+  static __device__ __forceinline__ uint32_t at(uint32_t rel) {
+    constexpr uint32_t kQuads = kSegVecElems / 4;
+    const uint32_t b = rel / kSegElems, r = rel % kSegElems;
+    const uint32_t v = r / kSegVecElems, e = r % kSegVecElems;
+    return (((b * kSegVecs + v / 32) * kQuads + e / 4) * 32 + v % 32) * 4 + e % 4;
+  }
+};
+
+/// Four weights at element offset `i` (4-aligned), upcast.
+__device__ __forceinline__ float4 weight4(const KernelArgs& a, uint64_t i) {
+#if MS_WEIGHT_BF16
+  const uint2 w = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a.weights) + i);
+  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u),
+                     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xFFFF0000u));
+#else
+  return *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(a.weights) + i);
+#endif
+}
+
+/// Stages a whole-row tile's input (all `in.ld` columns, prologue applied with inv_rms = 1) in
+/// SegSlot order and returns the sum of squares of act (for the norm). Four columns per thread
+/// and kStageSegBatch of them in flight: the 2 x 8192 inputs of the down projection are a few L2
+/// round trips per thread. Unaligned operands take the scalar staging.
+/// Float4 loads in flight per thread while staging: 8 x 2 float4 live at once spill under the 168
+/// registers a block of more than 256 threads gets (ptxas -v), so such blocks take 4.
+constexpr int kStageSegBatch = kThreads > 256 ? 4 : 8;
+__device__ __forceinline__ float stage_seg(const KernelArgs& a, const Instr& in, float* x) {
+  const bool norm = (in.flags & kFlagNormPrologue) != 0;
+  const bool silu_mul = (in.flags & kFlagSiluMulPrologue) != 0;
+  const uint32_t n = in.ld;
+  const bool vec = n % 4 == 0 && in.in % 4 == 0 && (!silu_mul || in.in2 % 4 == 0) &&
+                   (!norm || in.weight2 % 4 == 0);
+  if (!vec) return stage_input<SegSlot>(a, in, x, 0, n, 0, n, 1.0f);
+  const float4* act = reinterpret_cast<const float4*>(a.act + in.in);
+  const float4* act2 = reinterpret_cast<const float4*>(a.act + in.in2);
+  float ss = 0.0f;
+  for (uint32_t base = threadIdx.x; base < n / 4; base += kComputeThreads * kStageSegBatch) {
+    float4 v[kStageSegBatch], w[kStageSegBatch];
+#pragma unroll
+    for (int u = 0; u < kStageSegBatch; ++u) {
+      const uint32_t i = base + u * kComputeThreads;
+      if (i < n / 4) {
+        v[u] = __ldcg(act + i);
+        if (silu_mul) w[u] = __ldcg(act2 + i);
+        else if (norm) w[u] = weight4(a, in.weight2 + 4ull * i);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageSegBatch; ++u) {
+      const uint32_t i = base + u * kComputeThreads;
+      if (i >= n / 4) continue;
+      float4 xv = v[u];
+      if (norm) {
+        ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+        xv = make_float4(v[u].x * w[u].x, v[u].y * w[u].y, v[u].z * w[u].z, v[u].w * w[u].w);
+      } else if (silu_mul) {
+        xv = make_float4(silu(v[u].x) * w[u].x, silu(v[u].y) * w[u].y, silu(v[u].z) * w[u].z,
+                         silu(v[u].w) * w[u].w);
+      }
+      *reinterpret_cast<float4*>(x + SegSlot::at(4 * i)) = xv;
+    }
+  }
+  return ss;
+}
+
+/// Weight e (0 .. kSegVecElems-1) of a 16-byte vector, upcast.
+__device__ __forceinline__ float seg_elem(const uint4& v, int e) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#if MS_WEIGHT_BF16
+  return __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
+#else
+  return __uint_as_float(w[e]);
+#endif
+}
+
+/// One warp's dot product of the segment at `seg` (shared memory) with the inputs of column block
+/// b: per 16-byte weight vector, the matching inputs are two (bf16) or one (fp32) conflict-free
+/// float4 loads from the SegSlot staging. (Holding a column block's inputs in registers across
+/// pages spilled at 168 registers per thread; re-reading them keeps every value in registers.)
+__device__ __forceinline__ float seg_dot(const char* seg, const float* x, uint32_t b) {
+  const int lane = threadIdx.x & 31;
+  constexpr uint32_t kQuads = kSegVecElems / 4;
+  const uint4* wp = reinterpret_cast<const uint4*>(seg);
+  const float4* xs = reinterpret_cast<const float4*>(x) + b * kSegVecs * kQuads * 32 + lane;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // independent chains
+#pragma unroll
+  for (uint32_t j = 0; j < kSegVecs; ++j) {
+    const uint4 wv = wp[j * 32 + lane];
+#pragma unroll
+    for (uint32_t h = 0; h < kQuads; ++h) {
+      const float4 xv = xs[(j * kQuads + h) * 32];
+      acc[0] += seg_elem(wv, int(4 * h)) * xv.x;
+      acc[1] += seg_elem(wv, int(4 * h + 1)) * xv.y;
+      acc[2] += seg_elem(wv, int(4 * h + 2)) * xv.z;
+      acc[3] += seg_elem(wv, int(4 * h + 3)) * xv.w;
+    }
+  }
+  return warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+/// The GEMV of a whole-row ring task (see the file comment). Returns false when a page never came
+/// (the launch is aborting); every warp still reaches every barrier.
+__device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in, Shared& s,
+                                              const Ring& r, uint32_t* seq) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // The input is staged once, as act * gamma under the norm: a dot product is linear in x, so the
+  // row sums are scaled by inv_rms at the end and the sum of squares is reduced in the same pass.
+  const float ss = stage_seg(a, in, r.x);
+  float scale = 1.0f;
+  if (in.flags & kFlagNormPrologue) {
+    scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends in a barrier
+  } else {
+    block_sync();
+  }
+  const uint32_t blocks = in.ld / kSegElems;
+  const uint32_t chunk = seg_chunk_rows(in);
+  bool ok = true;
+  uint32_t k = *seq;
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += chunk) {
+    const uint32_t row1 = min(in.row_end, row0 + chunk);
+    const uint32_t total = (row1 - row0) * blocks;  // segments of this chunk
+    for (uint32_t first = 0; first < total; first += kSegsPerPage, ++k) {
+      const uint32_t slot = k % kRingPages, phase = (k / kRingPages) & 1u;
+      // Every compute warp waits for the page, also one with no segment in it: a warp that arrived
+      // on `empty` without waiting could lap the ring and arrive twice in one phase.
+      if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
+      if (ok) {
+        const uint32_t last = min(total, first + kSegsPerPage);
+        const char* page = r.pages + uint64_t(slot) * kRingPageBytes;
+        const uint32_t skew = (uint32_t(warp) + kComputeWarps - first % kComputeWarps) % kComputeWarps;
+        for (uint32_t g = first + skew; g < last; g += kComputeWarps) {
+          const uint32_t b = g % blocks;
+          const float sum = seg_dot(page + uint64_t(g - first) * kSegElems * kWeightBytes, r.x, b);
+          if (lane == 0) s.u.rows[b * chunk + g / blocks] = sum;
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(r.empty + slot);
+    }
+    if (!ok) s.ring_failed = 1;
+    block_sync();
+    // Row sums: the column blocks' slots added in column order (thread i touches only row i's).
+    for (uint32_t i = threadIdx.x; i < row1 - row0; i += kComputeThreads) {
+      float v = 0.0f;
+      for (uint32_t b = 0; b < blocks; ++b) v += s.u.rows[b * chunk + i];
+      s.u.rows[i] = v * scale;
+    }
+    block_sync();
+    gemv_epilogue(a, in, s, row0, row1);
+    block_sync();
+  }
+  *seq = k;
+  return s.ring_failed == 0;
+}
+
+// ---- The loader ----
+
+/// The loader's wait for a free page, `seq`-th of the block: false when the launch is aborting.
+__device__ __forceinline__ bool ring_claim(const KernelArgs& a, const Ring& r, uint32_t seq) {
+  return mbar_wait(a, r.empty + seq % kRingPages, ((seq / kRingPages) & 1u) ^ 1u, false);
+}
+
+/// Streams a whole-row tile: each page is one bulk copy of the tile's next contiguous weights,
+/// per row chunk (seg_chunk_rows), so the pages match gemv_ring_seg's.
+__device__ __forceinline__ bool ring_load_seg(const KernelArgs& a, const Ring& r, const Instr& in,
+                                              uint32_t* seq) {
+  const int lane = threadIdx.x & 31;
+  const char* W = reinterpret_cast<const char*>(a.weights);
+  const uint32_t chunk = seg_chunk_rows(in);
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += chunk) {
+    const uint32_t row1 = min(in.row_end, row0 + chunk);
+    const uint64_t e0 = in.weight + uint64_t(row0) * in.ld;
+    const uint64_t n = uint64_t(row1 - row0) * in.ld;
+    for (uint64_t off = 0; off < n; off += kRingPageElems) {
+      if (!ring_claim(a, r, *seq)) return false;
+      const uint32_t slot = *seq % kRingPages;
+      const uint32_t bytes = uint32_t(min(uint64_t(kRingPageElems), n - off)) * kWeightBytes;
+      if (lane == 0) {
+        mbar_expect_tx(r.full + slot, bytes);
+        bulk_copy(r.pages + uint64_t(slot) * kRingPageBytes, W + (e0 + off) * kWeightBytes, bytes,
+                  r.full + slot);
+      }
+      __syncwarp();
+      ++*seq;
+    }
+  }
+  return true;
+}
+
+/// Streams a row-piece tile: a page per row group and column chunk (ring_geom), one bulk copy per
+/// row piece.
+__device__ __forceinline__ bool ring_load_pieces(const KernelArgs& a, const Ring& r,
+                                                 const Instr& in, uint32_t* seq) {
+  const int lane = threadIdx.x & 31;
+  const char* W = reinterpret_cast<const char*>(a.weights);
+  const uint32_t cols = in.col_end - in.col_begin;
+  const RingGeom g = ring_geom(cols);
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
+    const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
+    for (uint32_t gr = row0; gr < row1; gr += g.pr) {
+      const uint32_t n = min(g.pr, row1 - gr);
+      for (uint32_t ch = 0; ch < g.chunks; ++ch) {
+        if (!ring_claim(a, r, *seq)) return false;
+        const uint32_t slot = *seq % kRingPages;
+        const uint32_t c0 = ch * g.pc;
+        const uint32_t bytes = min(g.pc, cols - c0) * kWeightBytes;
+        if (lane == 0) mbar_expect_tx(r.full + slot, n * bytes);
+        __syncwarp();
+        char* page = r.pages + uint64_t(slot) * kRingPageBytes;
+        for (uint32_t i = lane; i < n; i += 32) {
+          const uint64_t e = in.weight + uint64_t(gr + i) * in.ld + in.col_begin + c0;
+          bulk_copy(page + uint64_t(i) * g.pc * kWeightBytes, W + e * kWeightBytes, bytes,
+                    r.full + slot);
+        }
+        ++*seq;
+      }
+    }
+  }
+  return true;
+}
+
+/// The loader warp: streams the weight tiles of every ring task of queue [qbegin, qend) in order.
+/// On abort it stops issuing, then waits until its copies in flight have landed (a block must not
+/// leave with bulk copies writing its shared memory).
+__device__ void ring_load(const KernelArgs& a, const Ring& r, uint32_t qbegin, uint32_t qend) {
+  uint32_t seq = 0;
+  bool ok = true;
+  for (uint32_t q = qbegin; q < qend && ok; ++q) {
+    const Instr in = a.tasks[a.queue_tasks[q]];
+    if (!ring_streams(in)) continue;
+    ok = seg_streams(in) ? ring_load_seg(a, r, in, &seq) : ring_load_pieces(a, r, in, &seq);
+  }
+  if (!ok) {
+    const uint32_t back = min(seq, uint32_t(kRingPages));
+    for (uint32_t k = seq - back; k < seq; ++k) {
+      while (!mbar_try_wait(r.full + k % kRingPages, (k / kRingPages) & 1u)) {
+      }
+    }
+  }
+}
+
+/// A weight vector from shared memory, as one vector load.
+__device__ __forceinline__ WeightVec smem_weight_vec(const WeightT* p) {
+  WeightVec v;
+#if MS_VECTOR_BYTES == 16
+  const uint4 t = *reinterpret_cast<const uint4*>(p);
+  v.w[0] = t.x;
+  v.w[1] = t.y;
+  v.w[2] = t.z;
+  v.w[3] = t.w;
+#elif MS_VECTOR_BYTES == 8
+  const uint2 t = *reinterpret_cast<const uint2*>(p);
+  v.w[0] = t.x;
+  v.w[1] = t.y;
+#else
+  v.w[0] = *reinterpret_cast<const uint32_t*>(p);
+#endif
+  return v;
+}
+
+/// One warp's dot product of a row piece in the ring (`len` columns starting at tile column c0,
+/// a multiple of kXBlock unless c0 is 0) with the staged input.
+__device__ __forceinline__ float ring_dot(const WeightT* piece, const float* x, uint32_t c0,
+                                          uint32_t len) {
+  const int lane = threadIdx.x & 31;
+  float acc0 = 0.0f, acc1 = 0.0f;
+  const uint32_t whole = len / kXBlock * kXBlock;
+  uint32_t b = 0;
+  for (; b + 2 * kXBlock <= whole; b += 2 * kXBlock) {
+    const WeightVec v0 = smem_weight_vec(piece + b + lane * kVecElems);
+    const WeightVec v1 = smem_weight_vec(piece + b + kXBlock + lane * kVecElems);
+    const float* x0 = x + c0 + b + lane;
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e) {
+      acc0 += vec_elem(v0, e) * x0[e * 32];
+      acc1 += vec_elem(v1, e) * x0[kXBlock + e * 32];
+    }
+  }
+  for (; b < whole; b += kXBlock) {
+    const WeightVec v0 = smem_weight_vec(piece + b + lane * kVecElems);
+    const float* x0 = x + c0 + b + lane;
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e) acc0 += vec_elem(v0, e) * x0[e * 32];
+  }
+  for (uint32_t j = whole + lane; j < len; j += 32) acc1 += to_f32(piece[j]) * x[x_slot(c0 + j)];
+  return acc0 + acc1;
+}
+
+/// The GEMV of a ring task: stage the whole input (prologue applied), then consume the tile's
+/// pages in the loader's order; the epilogue runs per row chunk as in gemv(). `seq` is the
+/// block's page sequence number (advanced by every compute warp alike). Returns false when a
+/// page never came (the launch is aborting); every warp still reaches every barrier.
+__device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, Shared& s,
+                                          const Ring& r, uint32_t* seq) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t cols = in.col_end - in.col_begin;
+  // One pass over the input. With the norm prologue the staged value is act * gamma and the row
+  // sums are scaled by inv_rms at the end (a dot product is linear in x), so the sum of squares
+  // is reduced alongside the staging instead of in a pass of its own.
+  float scale = 1.0f;
+  if (in.flags & kFlagNormPrologue) {
+    const float ss = stage_input(a, in, r.x, in.col_begin, in.col_end, 0, in.ld, 1.0f);
+    scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends in a barrier
+  } else {
+    stage_input(a, in, r.x, in.col_begin, in.col_end, in.col_begin, in.col_end, 1.0f);
+    block_sync();
+  }
+  const RingGeom g = ring_geom(cols);
+  bool ok = true;
+  uint32_t k = *seq;
+  for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
+    const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
+    for (uint32_t gr = row0; gr < row1; gr += g.pr) {
+      const uint32_t n = min(g.pr, row1 - gr);
+      float acc = 0.0f;
+      for (uint32_t ch = 0; ch < g.chunks; ++ch, ++k) {
+        const uint32_t slot = k % kRingPages, phase = (k / kRingPages) & 1u;
+        // Every compute warp waits for the page, also one with no row in it: a warp that arrived
+        // on `empty` without waiting could lap the ring and arrive twice in one phase.
+        if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
+        if (uint32_t(warp) < n) {
+          if (ok) {
+            const uint32_t c0 = ch * g.pc;
+            const WeightT* piece = reinterpret_cast<const WeightT*>(
+                r.pages + uint64_t(slot) * kRingPageBytes + uint64_t(warp) * g.pc * kWeightBytes);
+            acc += ring_dot(piece, r.x, c0, min(g.pc, cols - c0));
+          }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(r.empty + slot);
+      }
+      if (uint32_t(warp) < n) {
+        acc = warp_sum(acc);
+        if (lane == 0) s.u.rows[gr + warp - row0] = acc * scale;
+      }
+    }
+    if (!ok) s.ring_failed = 1;
+    block_sync();
+    gemv_epilogue(a, in, s, row0, row1);
+    block_sync();
+  }
+  *seq = k;
+  return s.ring_failed == 0;
+}
+
+/// A ring task's GEMV, by its path.
+__device__ __forceinline__ bool gemv_ring_any(const KernelArgs& a, const Instr& in, Shared& s,
+                                              const Ring& r, uint32_t* seq) {
+  return seg_streams(in) ? gemv_ring_seg(a, in, s, r, seq) : gemv_ring(a, in, s, r, seq);
+}
+
+}  // namespace ms_dev
