@@ -62,14 +62,16 @@ const std::vector<KnobEntry>& knob_table() {
       t.push_back(
           {{std::move(path), std::move(choices), def, std::move(description)}, std::move(access)});
     };
-    add("tiling.gemv_rows_per_task", ints({8, 16, 32, 64, 128, 256}),
-        "output rows per GEMV task (QKV tiles round up to whole heads when RoPE is fused)",
+    add("tiling.gemv_rows_per_task", ints({0, 8, 16, 32, 64, 128, 256}),
+        "output rows per GEMV task (QKV tiles round up to whole heads when RoPE is fused); 0: "
+        "per block, the fewest rows (a multiple of 8) that give each op at most one tile per block",
         field_access(&ScheduleConfig::tiling, &TilingConfig::gemv_rows_per_task));
     add("tiling.gemv_k_split", ints({1, 2, 4, 8}),
         "reduction split of each GEMV tile: >1 adds partial tasks and a deterministic reduce task",
         field_access(&ScheduleConfig::tiling, &TilingConfig::gemv_k_split));
-    add("tiling.lm_head_rows_per_task", ints({128, 256, 512, 1024, 2048}),
-        "output rows (vocabulary entries) per LM-head task",
+    add("tiling.lm_head_rows_per_task", ints({0, 128, 256, 512, 1024, 2048}),
+        "output rows (vocabulary entries) per LM-head task; 0: per block (at most one tile per "
+        "block)",
         field_access(&ScheduleConfig::tiling, &TilingConfig::lm_head_rows_per_task));
     add("tiling.attn_q_heads_per_task", ints({0, 1, 2, 4, 8}),
         "query heads per attention task (0: the whole KV group); must divide heads/kv_heads",
@@ -114,9 +116,10 @@ const std::vector<KnobEntry>& knob_table() {
     add("smem.pages", ints({1, 2, 4, 5, 6, 8}),
         "shared-memory pages per block: the GEMV input staging, or the weight ring",
         field_access(&ScheduleConfig::smem, &SmemConfig::pages));
-    add("smem.page_bytes", ints({4096, 8192, 16384, 32768}), "bytes per shared-memory page",
+    add("smem.page_bytes", ints({4096, 8192, 16384, 32768, 65536}), "bytes per shared-memory page",
         field_access(&ScheduleConfig::smem, &SmemConfig::page_bytes));
-    add("launch.threads_per_block", ints({128, 256, 384, 512, 1024}), "threads per block",
+    add("launch.threads_per_block", ints({128, 160, 256, 288, 384, 512, 544, 1024}),
+        "threads per block (160, 288, 544: 4, 8, 16 compute warps beside the weight ring's loader)",
         field_access(&ScheduleConfig::launch, &LaunchConfig::threads_per_block));
     add("launch.blocks_per_sm", ints({1, 2, 3, 4}), "persistent blocks per SM (grid = SMs x this)",
         field_access(&ScheduleConfig::launch, &LaunchConfig::blocks_per_sm));

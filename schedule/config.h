@@ -64,9 +64,10 @@ enum class WeightLoad : uint8_t {
 
 struct TilingConfig {
   int gemv_rows_per_task =
-      64;  // output rows per GEMV task (QKV tiles round up to head_dim when RoPE is fused)
+      64;  // output rows per GEMV task (QKV tiles round up to head_dim when RoPE is fused); 0:
+           // per block (each op cut into at most one tile per block of the grid)
   int gemv_k_split = 1;  // reduction split: >1 adds partial buffers and a reduce task per tile
-  int lm_head_rows_per_task = 512;  // output rows per LM-head task
+  int lm_head_rows_per_task = 512;  // output rows per LM-head task; 0: per block
   int attn_q_heads_per_task = 0;    // query heads per attention task; 0 = the whole KV group
   int attn_kv_partitions =
       1;  // flash-decoding partitions of the KV history (>1 adds combine tasks)

@@ -113,6 +113,9 @@ class Lowerer {
   void emit(Instr instr, double cost);
 
   uint32_t emit_gemv(const GemvSpec& spec);
+  /// Rows per tile: `configured`, or with 0 (per block) the fewest rows, a multiple of `align`,
+  /// that cut `rows` into at most one tile per block of the grid.
+  uint32_t tile_rows(uint32_t configured, uint32_t rows, uint32_t align) const;
   void emit_input_waits(const GemvSpec& spec, uint32_t col_begin, uint32_t col_end);
   uint32_t emit_norm(const std::string& name, int layer, uint32_t in, const Source& src,
                      uint64_t gamma, uint32_t out);
@@ -147,11 +150,11 @@ bool Lowerer::check(std::string* error) const {
       shape_.head_dim % 2 != 0 || shape_.head_dim > 1024)
     return fail("model " + shape_.name +
                 ": heads must be a multiple of kv_heads and head_dim even and at most 1024");
-  if (t.gemv_rows_per_task <= 0)
-    return fail("tiling.gemv_rows_per_task must be positive (got " +
+  if (t.gemv_rows_per_task < 0)
+    return fail("tiling.gemv_rows_per_task must be positive, or 0 for one tile per block (got " +
                 std::to_string(t.gemv_rows_per_task) + ")");
-  if (t.lm_head_rows_per_task <= 0)
-    return fail("tiling.lm_head_rows_per_task must be positive (got " +
+  if (t.lm_head_rows_per_task < 0)
+    return fail("tiling.lm_head_rows_per_task must be positive, or 0 for one tile per block (got " +
                 std::to_string(t.lm_head_rows_per_task) + ")");
   if (t.gemv_k_split <= 0)
     return fail("tiling.gemv_k_split must be at least 1 (got " + std::to_string(t.gemv_k_split) +
@@ -289,7 +292,17 @@ void Lowerer::emit_input_waits(const GemvSpec& spec, uint32_t col_begin, uint32_
   }
 }
 
+uint32_t Lowerer::tile_rows(uint32_t configured, uint32_t rows, uint32_t align) const {
+  if (configured > 0) return configured;
+  const uint32_t grid = static_cast<uint32_t>(target_.num_sms * config_.launch.blocks_per_sm);
+  return std::max(align, round_up((rows + grid - 1) / grid, align));
+}
+
 uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
+  // RoPE pairs rows within a head, so a tile with the QKV epilogue holds whole heads.
+  const uint32_t tile = tile_rows(
+      spec.tile_rows, spec.row_end - spec.row_begin,
+      spec.epilogue == ms_abi::kFlagRopeKv ? static_cast<uint32_t>(shape_.head_dim) : 8u);
   const uint32_t splits = static_cast<uint32_t>(config_.tiling.gemv_k_split);
   const uint32_t split_cols = spec.cols / splits;
   const uint32_t rows = spec.row_end - spec.row_begin;
@@ -312,8 +325,8 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
 
   if (splits == 1) {
     const uint32_t op = begin_op(spec.name, spec.kind, spec.layer, spec.granularity);
-    for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += spec.tile_rows) {
-      const uint32_t r1 = std::min(spec.row_end, r0 + spec.tile_rows);
+    for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += tile) {
+      const uint32_t r1 = std::min(spec.row_end, r0 + tile);
       begin_slice(r0, r1);
       Instr t = base;
       t.flags = prologue | spec.epilogue;
@@ -336,8 +349,8 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
       alloc(spec.name + ".partial", static_cast<uint64_t>(splits) * rows, spec.row_begin);
   const uint32_t part_base = region - spec.row_begin;
   const uint32_t partial_op = begin_op(spec.name, spec.kind, spec.layer, Granularity::kPerSlice);
-  for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += spec.tile_rows) {
-    const uint32_t r1 = std::min(spec.row_end, r0 + spec.tile_rows);
+  for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += tile) {
+    const uint32_t r1 = std::min(spec.row_end, r0 + tile);
     begin_slice(r0, r1);
     for (uint32_t s = 0; s < splits; ++s) {
       Instr t = base;
@@ -353,8 +366,8 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
   }
   const uint32_t reduce_op =
       begin_op(spec.name + ".reduce", OpKind::kReduce, spec.layer, spec.granularity);
-  for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += spec.tile_rows) {
-    const uint32_t r1 = std::min(spec.row_end, r0 + spec.tile_rows);
+  for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += tile) {
+    const uint32_t r1 = std::min(spec.row_end, r0 + tile);
     begin_slice(r0, r1);
     Instr t{};
     t.opcode = ms_abi::kGemvReduce;
@@ -397,7 +410,8 @@ uint32_t Lowerer::emit_norm(const std::string& name, int layer, uint32_t in, con
 uint32_t Lowerer::emit_add(const std::string& name, int layer, uint32_t in, const Source& in_src,
                            uint32_t in2, const Source& in2_src, uint32_t out) {
   const uint32_t hidden = static_cast<uint32_t>(shape_.hidden);
-  const uint32_t tile = static_cast<uint32_t>(config_.tiling.gemv_rows_per_task);
+  const uint32_t tile =
+      tile_rows(static_cast<uint32_t>(config_.tiling.gemv_rows_per_task), hidden, 8);
   const uint32_t op = begin_op(name, OpKind::kAdd, layer, config_.dependencies.residual);
   for (uint32_t r0 = 0; r0 < hidden; r0 += tile) {
     const uint32_t r1 = std::min(hidden, r0 + tile);
@@ -739,8 +753,9 @@ std::optional<Program> Lowerer::run(std::string* error) {
     } else {
       const uint32_t act = alloc(L + "act", ffn);
       const uint32_t op = begin_op(L + "silu_mul", OpKind::kSiluMul, layer, deps.gate_up_to_down);
-      for (uint32_t r0 = 0; r0 < ffn; r0 += rows_per_task) {
-        const uint32_t r1 = std::min(ffn, r0 + rows_per_task);
+      const uint32_t silu_tile = tile_rows(rows_per_task, ffn, 8);
+      for (uint32_t r0 = 0; r0 < ffn; r0 += silu_tile) {
+        const uint32_t r1 = std::min(ffn, r0 + silu_tile);
         begin_slice(r0, r1);
         Instr t{};
         t.opcode = ms_abi::kSiluMul;

@@ -23,9 +23,11 @@
 // ("kv.Ll.k.hg", "kv.Ll.v.hg") are input regions too.
 //
 // Tiling: every GEMV (QKV, O, gate/up, down) is cut into gemv_rows_per_task rows (QKV rounded up
-// to whole heads when RoPE is fused), the LM head into lm_head_rows_per_task rows; gemv_k_split
-// applies to every GEMV including the LM head. Elementwise ops (residual adds, SiLU * up) use
-// gemv_rows_per_task rows; an unfused RMSNorm is one task; unfused RoPE is one task per head.
+// to whole heads when RoPE is fused), the LM head into lm_head_rows_per_task rows; a 0 there
+// means per block: each op gets the fewest rows per tile (a multiple of 8, of head_dim for fused
+// QKV) that cut it into at most one tile per block of the grid. gemv_k_split applies to every
+// GEMV including the LM head. Elementwise ops (residual adds, SiLU * up) use gemv_rows_per_task
+// rows (per block likewise); an unfused RMSNorm is one task; unfused RoPE is one task per head.
 // Attention is one task per (KV group, chunk of attn_q_heads_per_task query heads, partition).
 //
 // Counters: an op's granularity follows the edge it feeds: QKV and RoPE -> qkv_to_attention,
