@@ -86,6 +86,43 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
   // The named config best:llama-1b:h200 (the GPU search's best), on every model.
   const json best = schedule::find_named_config("best:llama-1b:h200", nullptr)->config;
   c.push_back({"best_1b", best});
+  // The whole-row ring (one bulk copy per page, inputs in registers) with one tile per block
+  // (tiling 0): best_1b with the launch and ring shape changed.
+  auto rows = [&best](int threads, int pages, int page_bytes) {
+    json c = best;
+    c["launch"]["threads_per_block"] = threads;
+    c["smem"] = {{"pages", pages}, {"page_bytes", page_bytes}};
+    c["tiling"]["gemv_rows_per_task"] = 0;
+    c["tiling"]["lm_head_rows_per_task"] = 0;
+    return c;
+  };
+  for (int threads : {128, 160, 256, 288, 384}) {
+    c.push_back({"rows_" + std::to_string(threads) + "thr_4x32k", rows(threads, 4, 32768)});
+  }
+  // Ring capacity (bytes in flight per SM) and L2 prefetch of the next tasks' weights.
+  for (int pages : {2, 3, 4, 6}) {
+    for (int kib : {16, 32, 64}) {
+      if (pages * kib > 160 || (pages == 4 && kib == 32)) continue;  // too big; listed above
+      c.push_back({"rows_256thr_" + std::to_string(pages) + "x" + std::to_string(kib) + "k",
+                   rows(256, pages, kib * 1024)});
+    }
+  }
+  c.push_back({"rows_256thr_5x32k", rows(256, 5, 32768)});
+  for (int depth : {1, 2, 3}) {
+    for (int kib : {16, 32}) {
+      json pf = rows(256, kib == 16 ? 3 : 2, kib * 1024);
+      pf["pipeline"]["prefetch_depth"] = depth;
+      c.push_back({"rows_256thr_" + std::string(kib == 16 ? "3x16k" : "2x32k") + "_pf" +
+                       std::to_string(depth),
+                   pf});
+    }
+  }
+  c.push_back({"rows_544thr_5x32k", rows(544, 5, 32768)});
+  {
+    json unfused = rows(256, 4, 32768);
+    unfused["fusion"]["rope_kv_into_qkv"] = false;
+    c.push_back({"rows_256thr_4x32k_rope_apart", unfused});
+  }
   // Long context: the same schedule with the KV history split into flash-decoding partitions.
   for (int parts : {4, 8, 16}) {
     json split = best;
