@@ -100,19 +100,24 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
     c.push_back({"rows_" + std::to_string(threads) + "thr_4x32k", rows(threads, 4, 32768)});
   }
   // Ring capacity (bytes in flight per SM) and L2 prefetch of the next tasks' weights.
-  for (int pages : {2, 3, 4, 6}) {
-    for (int kib : {16, 32, 64}) {
+  for (int pages : {2, 4, 6, 8}) {
+    for (int kib : {8, 16, 32, 64}) {
       if (pages * kib > 160 || (pages == 4 && kib == 32)) continue;  // too big; listed above
       c.push_back({"rows_256thr_" + std::to_string(pages) + "x" + std::to_string(kib) + "k",
                    rows(256, pages, kib * 1024)});
     }
   }
   c.push_back({"rows_256thr_5x32k", rows(256, 5, 32768)});
+  {
+    json slice = rows(256, 4, 16384);
+    slice["dependencies"]["qkv_to_attention"] = "per_slice";
+    c.push_back({"rows_256thr_4x16k_qkv_slice", slice});
+  }
   for (int depth : {1, 2, 3}) {
     for (int kib : {16, 32}) {
-      json pf = rows(256, kib == 16 ? 3 : 2, kib * 1024);
+      json pf = rows(256, kib == 16 ? 4 : 2, kib * 1024);
       pf["pipeline"]["prefetch_depth"] = depth;
-      c.push_back({"rows_256thr_" + std::string(kib == 16 ? "3x16k" : "2x32k") + "_pf" +
+      c.push_back({"rows_256thr_" + std::string(kib == 16 ? "4x16k" : "2x32k") + "_pf" +
                        std::to_string(depth),
                    pf});
     }
