@@ -14,7 +14,9 @@
 #        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
 #        bench_configs in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage),
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
-#        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default)
+#        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
+#        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
+#        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -57,7 +59,7 @@ log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
 if has_stage build; then
   log "build"
   if ! { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON -DMEGASCHED_WERROR=OFF &&
-         cmake --build "$BUILD" -j"$(nproc)" --target megasched megasched_tests device_bench; } > "$OUT/build.log" 2>&1; then
+         cmake --build "$BUILD" -j"$(nproc)" --target megasched megasched_tests device_bench ring_bench; } > "$OUT/build.log" 2>&1; then
     log "build FAILED"
     tail -60 "$OUT/build.log" >> "$LOG"
     exit 1
@@ -109,6 +111,18 @@ if has_stage bench; then
     log "bench ok"
   else
     log "bench FAILED"
+    status=1
+  fi
+fi
+
+if has_stage ring; then
+  log "ring: per-SM streaming of the weight ring (filter ${RING_FILTER:-all})"
+  if "$BUILD/ring_bench" --benchmark_min_time=0.05 --benchmark_filter="${RING_FILTER:-.}" \
+       --benchmark_out="$OUT/ring.json" --benchmark_out_format=json \
+       --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
+    log "ring ok"
+  else
+    log "ring FAILED"
     status=1
   fi
 fi
