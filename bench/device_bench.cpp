@@ -83,9 +83,16 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
   c.push_back({"ring_256thr_4x32k_split2_kv8", ring(256, 4, 32768, 8, 64, 2)});
   c.push_back({"ring_384thr_5x32k_rows32", ring(384, 5, 32768, 1, 32)});
   c.push_back({"ring_384thr_4x32k_rows32", ring(384, 4, 32768, 1, 32)});
-  // The named config best:llama-1b:h200 (the GPU search's best), on every model.
+  // The named config best:llama-1b:h200, on every model; and the config it replaced (the issue 6
+  // GPU search's best: row-piece ring, 384 threads, 32-row tiles).
   const json best = schedule::find_named_config("best:llama-1b:h200", nullptr)->config;
   c.push_back({"best_1b", best});
+  c.push_back({"prev_best_1b",
+               {{"kernel", {{"weight_stream", "smem_ring"}}},
+                {"smem", {{"pages", 5}, {"page_bytes", 32768}}},
+                {"pipeline", {{"prefetch_depth", 0}}},
+                {"launch", {{"threads_per_block", 384}}},
+                {"tiling", {{"gemv_rows_per_task", 32}, {"attn_q_heads_per_task", 1}}}}});
   // The whole-row ring (one bulk copy per page, inputs in registers) with one tile per block
   // (tiling 0): best_1b with the launch and ring shape changed.
   auto rows = [&best](int threads, int pages, int page_bytes) {

@@ -4,17 +4,34 @@ namespace megasched::schedule {
 
 const std::vector<NamedConfig>& named_configs() {
   static const std::vector<NamedConfig> table = {
+      // The whole-row weight ring with one tile per block per op; chosen by the ring-shape sweep
+      // of bench/device_bench.cpp (config rows_256thr_4x16k), not by a search loop.
+      {"best:llama-1b:h100",
+       "llama-1b",
+       "h100",
+       "bench/results/nvidia-h100-issue13-ring-sweep.json (bench/device_bench.cpp ring-shape "
+       "sweep, config rows_256thr_4x16k)",
+       "1473.0 us median at position 0 on an H100 (the previous best, 384 threads and 32-row "
+       "tiles, measured 1800.8 us on the old kernel in the same session)",
+       {{"kernel", {{"weight_stream", "smem_ring"}}},
+        {"smem", {{"pages", 4}, {"page_bytes", 16384}}},
+        {"pipeline", {{"prefetch_depth", 0}}},
+        {"launch", {{"threads_per_block", 256}}},
+        {"tiling",
+         {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}, {"attn_q_heads_per_task", 1}}}}},
       {"best:llama-1b:h200",
        "llama-1b",
        "h200",
-       "bench/results/nvidia-h200-loop2-llama-1b.results.tsv (GPU hillclimb from the fastest ring "
-       "config of the matrix, trial 7, schedule e86dbe49a19f02d7)",
-       "1718.5 us median at position 0 on an H200 (32.0% of the measured-bandwidth floor)",
+       "bench/results/nvidia-h200-issue13-rows.json (bench/device_bench.cpp, config "
+       "rows_256thr_4x16k)",
+       "1302.0 us median at position 0 on an H200 (the previous best measured 1700.3 us on the "
+       "old kernel in the same call)",
        {{"kernel", {{"weight_stream", "smem_ring"}}},
-        {"smem", {{"pages", 5}, {"page_bytes", 32768}}},
+        {"smem", {{"pages", 4}, {"page_bytes", 16384}}},
         {"pipeline", {{"prefetch_depth", 0}}},
-        {"launch", {{"threads_per_block", 384}}},
-        {"tiling", {{"gemv_rows_per_task", 32}, {"attn_q_heads_per_task", 1}}}}},
+        {"launch", {{"threads_per_block", 256}}},
+        {"tiling",
+         {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}, {"attn_q_heads_per_task", 1}}}}},
   };
   return table;
 }
