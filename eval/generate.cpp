@@ -1,5 +1,6 @@
 #include "eval/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -30,7 +31,12 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
       return r.error = "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " +
                        std::to_string(shape.vocab) + ")",
              r;
-  const int total_steps = static_cast<int>(options.prompt.size()) + options.max_tokens;
+  if (options.max_tokens < 0)
+    return r.error = "max tokens " + std::to_string(options.max_tokens) + " is negative", r;
+  // The step at the last prompt position yields the first new token, and the last new token is
+  // never fed back: prompt + max_tokens - 1 steps (the prompt alone for 0 tokens).
+  const int total_steps =
+      static_cast<int>(options.prompt.size()) + std::max(options.max_tokens, 1) - 1;
   if (total_steps > shape.max_seq)
     return r.error = "prompt + max tokens = " + std::to_string(total_steps) +
                      " exceeds the KV cache of " + std::to_string(shape.max_seq) + " positions",
@@ -95,8 +101,10 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
     if (in_prompt) {
       token = options.prompt[static_cast<size_t>(pos + 1)];
     } else {
-      r.tokens.push_back(next);
-      generating_us += us;
+      if (static_cast<int>(r.tokens.size()) < options.max_tokens) {
+        r.tokens.push_back(next);
+        generating_us += us;
+      }
       token = next;
     }
   }

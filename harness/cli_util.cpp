@@ -26,7 +26,8 @@ std::optional<std::string> read_text(const std::string& path, std::string* error
 
 std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
                                                         std::string* error) {
-  if (path.empty()) return schedule::ScheduleConfig{};
+  // "default" is the config `propose` prints for a fresh search: every knob at its default.
+  if (path.empty() || path == "default") return schedule::ScheduleConfig{};
   if (schedule::is_config_name(path)) {
     auto named = schedule::find_named_config(path, error);
     if (!named) return std::nullopt;

@@ -29,7 +29,8 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
   cmd->add_option("--config", opt->config,
-                  "ScheduleConfig JSON file, - for stdin, or a name such as best:llama-1b:h200 "
+                  "ScheduleConfig JSON file, - for stdin, default, or a name such as "
+                  "best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
   cmd->add_option("--program", opt->program,
                   "Evaluate a program JSON file instead of lowering a config");

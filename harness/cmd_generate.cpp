@@ -32,7 +32,8 @@ void add_generate_command(CLI::App& app, CliContext& ctx) {
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
   cmd->add_option("--config", opt->config,
-                  "ScheduleConfig JSON file, - for stdin, or a name such as best:llama-1b:h200 "
+                  "ScheduleConfig JSON file, - for stdin, default, or a name such as "
+                  "best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
   cmd->add_option("--prompt-ids", opt->prompt, "Prompt token ids, comma-separated")
       ->capture_default_str();

@@ -104,7 +104,8 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--warm-start", opt->loop.warm_start,
                 "Trial 0: the best config known for this model, target and device");
   cmd->add_option("--start", opt->start,
-                  "Trial 0: this config (file, - for stdin, or a name such as best:llama-1b:h200) "
+                  "Trial 0: this config (file, - for stdin, default, or a name such as "
+                  "best:llama-1b:h100) "
                   "instead of the default");
   cmd->add_option("--results", opt->loop.results_path, "results.tsv path")->capture_default_str();
   cmd->add_option("--corpus", opt->loop.corpus_path, "corpus.jsonl path")->capture_default_str();

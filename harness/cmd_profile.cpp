@@ -39,7 +39,8 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
       ->capture_default_str();
   cmd->add_option("--config", opt->config,
-                  "ScheduleConfig JSON file, - for stdin, or a name such as best:llama-1b:h200 "
+                  "ScheduleConfig JSON file, - for stdin, default, or a name such as "
+                  "best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
   cmd->add_option("--gpu", opt->gpu,
                   "GPU target the config is lowered for (see `megasched targets`) or auto")

@@ -23,7 +23,8 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--gpu", opt->gpu, "GPU target (see `megasched targets`) or auto")
       ->capture_default_str();
   cmd->add_option("--config", opt->config,
-                  "Incumbent config file, - for stdin, or a name such as best:llama-1b:h200; "
+                  "Incumbent config file, - for stdin, default, or a name such as "
+                  "best:llama-1b:h100; "
                   "default: the default config");
   cmd->callback([&ctx, opt] {
     std::string error;

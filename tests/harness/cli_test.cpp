@@ -109,3 +109,27 @@ TEST(Cli, NamedConfigsAreListedAndAcceptedAsConfig) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, GenerateReturnsExactlyMaxTokens) {
+  for (int n : {1, 4}) {
+    auto r = run("generate --model toy --gpu h100 --device cpu --prompt-ids 3,5 --max-tokens " +
+                 std::to_string(n));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["tokens"].size(), static_cast<size_t>(n)) << r.out;
+  }
+}
+
+TEST(Cli, ConfigDefaultIsTheDefaultConfig) {
+  auto named = run("propose --model toy --gpu h100 --config default");
+  auto plain = run("propose --model toy --gpu h100");
+  ASSERT_EQ(named.exit_code, 0) << named.out;
+  EXPECT_EQ(nlohmann::json::parse(named.out)["incumbent"],
+            nlohmann::json::parse(plain.out)["incumbent"]);
+  auto r = run("evaluate --model toy --gpu h100 --device cpu --config default");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
+}  // namespace
