@@ -135,6 +135,22 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
     unfused["fusion"]["rope_kv_into_qkv"] = false;
     c.push_back({"rows_256thr_4x32k_rope_apart", unfused});
   }
+  // The attention and QKV edges of best_1b: query heads per attention task, per-slice edges,
+  // RoPE apart from the QKV GEMV (so QKV takes every block).
+  for (int q : {0, 2}) {
+    json v = best;
+    v["tiling"]["attn_q_heads_per_task"] = q;
+    c.push_back({"best_1b_q" + std::to_string(q), v});
+  }
+  {
+    json v = best;
+    v["dependencies"]["attention_to_o"] = "per_slice";
+    v["dependencies"]["qkv_to_attention"] = "per_slice";
+    c.push_back({"best_1b_attn_slices", v});
+    json r = best;
+    r["fusion"]["rope_kv_into_qkv"] = false;
+    c.push_back({"best_1b_rope_apart", r});
+  }
   // Long context: the same schedule with the KV history split into flash-decoding partitions.
   for (int parts : {4, 8, 16}) {
     json split = best;
