@@ -124,6 +124,43 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 #endif
 }
 
+/// The loader warp opens page `slot` for `bytes` of copies. On sm_90 the page's `full` barrier
+/// expects them as transaction bytes (its one arrival) before any copy is issued; before sm_90 the
+/// copies are plain stores and ring_page_done arrives after them.
+__device__ __forceinline__ void ring_page_begin(const Ring& r, uint32_t slot, uint32_t bytes,
+                                                int lane) {
+#if __CUDA_ARCH__ >= 900
+  if (lane == 0) mbar_expect_tx(r.full + slot, bytes);
+#else
+  (void)r, (void)slot, (void)bytes, (void)lane;
+#endif
+  __syncwarp();
+}
+
+/// The loader warp has issued every copy of page `slot` (before sm_90: made every store).
+__device__ __forceinline__ void ring_page_done(const Ring& r, uint32_t slot, int lane) {
+  __syncwarp();
+#if __CUDA_ARCH__ < 900
+  if (lane == 0) mbar_arrive(r.full + slot);  // a release: the warp's stores above come first
+#else
+  (void)r, (void)slot, (void)lane;
+#endif
+}
+
+/// One contiguous run of `bytes` into a page: one bulk copy by lane 0 on sm_90; before it, the
+/// warp's lanes copy 16-byte words.
+__device__ __forceinline__ void warp_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          int lane) {
+#if __CUDA_ARCH__ >= 900
+  if (lane == 0) bulk_copy(dst, src, bytes, bar);
+#else
+  (void)bar;
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  for (uint32_t i = uint32_t(lane); i < bytes / 16; i += 32) d[i] = s[i];
+#endif
+}
+
 /// Whether task `in` streams its weights through the ring; the loader and the compute warps
 /// decide alike. The tile's row pieces must be 16-byte aligned, whole 16-byte multiples and the
 /// input must fit the staging area; any other GEMV takes the register path.
@@ -357,12 +394,10 @@ __device__ __forceinline__ bool ring_load_seg(const KernelArgs& a, const Ring& r
       if (!ring_claim(a, r, *seq)) return false;
       const uint32_t slot = *seq % kRingPages;
       const uint32_t bytes = uint32_t(min(uint64_t(kRingPageElems), n - off)) * kWeightBytes;
-      if (lane == 0) {
-        mbar_expect_tx(r.full + slot, bytes);
-        bulk_copy(r.pages + uint64_t(slot) * kRingPageBytes, W + (e0 + off) * kWeightBytes, bytes,
-                  r.full + slot);
-      }
-      __syncwarp();
+      ring_page_begin(r, slot, bytes, lane);
+      warp_copy(r.pages + uint64_t(slot) * kRingPageBytes, W + (e0 + off) * kWeightBytes, bytes,
+                r.full + slot, lane);
+      ring_page_done(r, slot, lane);
       ++*seq;
     }
   }
@@ -386,14 +421,14 @@ __device__ __forceinline__ bool ring_load_pieces(const KernelArgs& a, const Ring
         const uint32_t slot = *seq % kRingPages;
         const uint32_t c0 = ch * g.pc;
         const uint32_t bytes = min(g.pc, cols - c0) * kWeightBytes;
-        if (lane == 0) mbar_expect_tx(r.full + slot, n * bytes);
-        __syncwarp();
+        ring_page_begin(r, slot, n * bytes, lane);
         char* page = r.pages + uint64_t(slot) * kRingPageBytes;
         for (uint32_t i = lane; i < n; i += 32) {
           const uint64_t e = in.weight + uint64_t(gr + i) * in.ld + in.col_begin + c0;
           bulk_copy(page + uint64_t(i) * g.pc * kWeightBytes, W + e * kWeightBytes, bytes,
                     r.full + slot);
         }
+        ring_page_done(r, slot, lane);
         ++*seq;
       }
     }
