@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "vm/cuda_check.h"
-#include "vm/device/kernel_args.cuh"
+#include "abi/kernel_args.h"
 #include "vm/gpu_vm.h"
 #include "vm/nvrtc_build.h"
 

@@ -13,7 +13,7 @@
 #include "flywheel/corpus.h"
 #include "flywheel/dedup.h"
 #include "flywheel/results.h"
-#include "vm/abi.h"
+#include "abi/abi.h"
 #include "vm/embedded_sources.h"
 
 namespace megasched::harness {

@@ -1,5 +1,5 @@
 // A Program is what lower() makes of (model, target, config) and what both VMs run: fixed-width
-// tasks (vm/abi.h Instr), their waits, the counters they signal, one ordered queue per block (or
+// tasks (abi/abi.h Instr), their waits, the counters they signal, one ordered queue per block (or
 // one global queue claimed dynamically), named regions of the buffers, the launch shape and the
 // kernel build knobs. It is plain data: to_json / from_json round-trip it exactly, and validate()
 // (schedule/validate.h) decides whether it is safe to run.
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "vm/abi.h"
+#include "abi/abi.h"
 
 namespace megasched::schedule {
 

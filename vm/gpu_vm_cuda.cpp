@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "vm/cuda_check.h"
-#include "vm/device/kernel_args.cuh"
+#include "abi/kernel_args.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::vm {
