@@ -4,13 +4,17 @@
 
 #include <random>
 
+#include "eval/program_fuzz.h"
 #include "schedule/footprint.h"
 #include "schedule/lower.h"
-#include "schedule/program_fuzz.h"
 #include "schedule/search.h"
 
 namespace megasched::schedule {
 namespace {
+
+using eval::fuzz_target;
+using eval::ProgramBuilder;
+using eval::random_safe_dag_program;
 
 // Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:256) is
 // input.

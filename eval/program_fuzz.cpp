@@ -1,14 +1,24 @@
-#include "schedule/program_fuzz.h"
+#include "eval/program_fuzz.h"
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <sstream>
 
-#include "schedule/ground_truth.h"
+#include "eval/ground_truth.h"
 #include "schedule/validate.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
+
+using schedule::GpuTarget;
+using schedule::LaunchShape;
+using schedule::OpInfo;
+using schedule::OpKind;
+using schedule::Program;
+using schedule::Region;
+using schedule::ValidationReport;
+using schedule::Weights;
+
 namespace {
 
 constexpr size_t kReasonsKept = 5;
@@ -593,7 +603,7 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
       ++row.inconclusive;
       continue;
     }
-    const ValidationReport report = validate(*program, target);
+    const ValidationReport report = schedule::validate(*program, target);
     const bool unsafe = !truth.safe();
     row.unsafe += unsafe;
     if (unsafe && report.ok()) {
@@ -684,4 +694,4 @@ std::string format_scorecard(const Scorecard& card) {
   return os.str();
 }
 
-}  // namespace megasched::schedule
+}  // namespace megasched::eval

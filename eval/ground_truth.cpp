@@ -1,4 +1,4 @@
-#include "schedule/ground_truth.h"
+#include "eval/ground_truth.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,14 @@
 
 #include "vm/reference_vm.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
+
+using schedule::GpuTarget;
+using schedule::LaunchShape;
+using schedule::Program;
+using schedule::Region;
+using schedule::Weights;
+
 namespace {
 
 constexpr int64_t kRuntimeReservedSmem = 1024;  // bytes per resident block the CUDA runtime keeps
@@ -384,4 +391,4 @@ DynamicCheck dynamic_check(const Program& program, const Weights& weights, int o
   return out;
 }
 
-}  // namespace megasched::schedule
+}  // namespace megasched::eval
