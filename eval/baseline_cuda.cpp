@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "vm/cuda_check.h"
 #include "abi/kernel_args.h"
+#include "vm/cuda_check.h"
 #include "vm/gpu_vm.h"
 #include "vm/nvrtc_build.h"
 

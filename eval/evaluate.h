@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "eval/evaluator.h"
 #include "eval/gpu_trial.h"
 #include "eval/verdict.h"
-#include "harness/evaluator.h"
 #include "schedule/config.h"
 #include "schedule/model.h"
 #include "schedule/program.h"
@@ -38,7 +38,7 @@ std::optional<schedule::Weights> load_weights(const std::string& model, uint64_t
 /// Resolves a target name ("auto" reads the live device).
 std::optional<schedule::GpuTarget> resolve_target(const std::string& gpu, std::string* error);
 
-class TrialEvaluator : public harness::Evaluator {
+class TrialEvaluator : public Evaluator {
  public:
   /// Loads the model and target and computes the eager reference once. nullptr + *error on a bad
   /// model, target or device.

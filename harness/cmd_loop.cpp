@@ -156,7 +156,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       return print_error("loop", error), void(ctx.exit_code = env ? kExitEnvironment : kExitUsage);
     }
 
-    std::unique_ptr<Evaluator> evaluator;
+    std::unique_ptr<eval::Evaluator> evaluator;
     if (device == "gpu" || opt->isolate) {
       WorkerOptions w;
       w.command = shell_quote(self_path()) + " worker --model " + shell_quote(opt->ev.model) +

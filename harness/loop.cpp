@@ -10,10 +10,10 @@
 
 #include <unistd.h>
 
+#include "abi/abi.h"
 #include "flywheel/corpus.h"
 #include "flywheel/dedup.h"
 #include "flywheel/results.h"
-#include "abi/abi.h"
 #include "vm/embedded_sources.h"
 
 namespace megasched::harness {
@@ -145,7 +145,7 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
   return d;
 }
 
-LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
+LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
                     const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
                     const LoopOptions& options) {
   LoopResult result;

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <thread>
 
-#include "vm/cuda_check.h"
 #include "abi/kernel_args.h"
+#include "vm/cuda_check.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::vm {

@@ -4,8 +4,8 @@
 
 #include <random>
 
-#include "schedule/lower.h"
 #include "eval/program_fuzz.h"
+#include "schedule/lower.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"
 

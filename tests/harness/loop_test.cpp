@@ -45,7 +45,7 @@ eval::Verdict ok_verdict(double latency_us, double sigma_us, const std::string& 
 }
 
 // A scripted landscape: latencies by canonical config; anything else gets `fallback`.
-class FakeEvaluator : public Evaluator {
+class FakeEvaluator : public eval::Evaluator {
  public:
   explicit FakeEvaluator(ScriptedClock* clock, std::string device = "cpu")
       : clock_(clock), device_(std::move(device)) {}
@@ -140,7 +140,7 @@ class HarnessLoop : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  LoopResult run(Evaluator& ev, Strategy& strategy) {
+  LoopResult run(eval::Evaluator& ev, Strategy& strategy) {
     return run_loop(ev, shape, target, strategy, clock, options);
   }
   std::vector<flywheel::ResultRow> rows() {

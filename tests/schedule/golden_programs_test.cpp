@@ -90,7 +90,8 @@ std::vector<std::string> required_configs() {
   std::vector<std::string> out = {nlohmann::json::object().dump()};
   for (const NamedConfig& named : named_configs())
     out.push_back(patch_of(*parse_config(named.config, nullptr)));
-  for (const nlohmann::json& j : bench_configs()) out.push_back(patch_of(*parse_config(j, nullptr)));
+  for (const nlohmann::json& j : bench_configs())
+    out.push_back(patch_of(*parse_config(j, nullptr)));
   return out;
 }
 
