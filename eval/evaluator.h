@@ -26,4 +26,9 @@ class Evaluator {
   virtual std::string schedule_id(const schedule::ScheduleConfig& config) const = 0;
 };
 
+/// The versions every trial record carries: {"abi", "ir", "build"}. The program's binary form is
+/// the ABI, so the IR version is the ABI version unless the identity names one ("ir_version"); the
+/// build is the identity's "build", else vm::build_identity() of this binary.
+nlohmann::json trial_versions(const nlohmann::json& identity);
+
 }  // namespace megasched::eval

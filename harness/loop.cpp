@@ -10,11 +10,9 @@
 
 #include <unistd.h>
 
-#include "abi/abi.h"
 #include "flywheel/corpus.h"
 #include "flywheel/dedup.h"
 #include "flywheel/results.h"
-#include "vm/embedded_sources.h"
 
 namespace megasched::harness {
 namespace {
@@ -169,19 +167,7 @@ LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shap
   std::map<std::string, const flywheel::ResultRow*> row_of;
   for (const auto& row : results.rows) row_of.emplace(row.schedule_id, &row);
 
-  // The program's binary form is the ABI, so the ABI version is the IR version unless the
-  // evaluator says otherwise; the build is identified by the kernel sources this binary embeds.
-  std::string kernel_sources;
-  for (const vm::EmbeddedSource& source : vm::embedded_sources()) {
-    kernel_sources += source.path;
-    kernel_sources += '\n';
-    kernel_sources += source.text;
-  }
-  const json versions = {
-      {"abi", ms_abi::kAbiVersion},
-      {"ir", identity.value("ir_version", json(ms_abi::kAbiVersion))},
-      {"build",
-       identity.value("build", json("kernel-sources-" + schedule::hash_hex(kernel_sources)))}};
+  const json versions = eval::trial_versions(identity);
   json fingerprint = identity;
   {
     char host[256] = {0};

@@ -8,6 +8,9 @@
 #include <regex>
 #include <sstream>
 
+#include "schedule/config.h"
+#include "vm/embedded_sources.h"
+
 namespace megasched::vm {
 
 std::vector<std::string> kernel_defines(const schedule::Program& program) {
@@ -32,6 +35,16 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape) {
                                 "MS_WEIGHT_BF16=" + std::to_string(bf16)};
   std::sort(d.begin(), d.end());
   return d;
+}
+
+std::string build_identity() {
+  std::string sources;
+  for (const EmbeddedSource& source : embedded_sources()) {
+    sources += source.path;
+    sources += '\n';
+    sources += source.text;
+  }
+  return "kernel-sources-" + schedule::hash_hex(sources);
 }
 
 std::string default_cache_dir() {

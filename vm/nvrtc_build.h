@@ -57,6 +57,10 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
 /// BuildResult::error with the whole log.
 BuildResult build_cubin(const BuildRequest& request);
 
+/// The identity of every kernel this binary builds: "kernel-sources-" and a hash of the embedded
+/// device sources (vm/embedded_sources.h). A build's cache key adds its options, arch and NVRTC.
+std::string build_identity();
+
 /// "13.0" (the NVRTC version), or "none" without the toolkit.
 std::string nvrtc_version();
 
