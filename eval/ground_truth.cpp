@@ -69,8 +69,6 @@ class Explorer {
       find("launch", "a block of " + std::to_string(threads) + " threads cannot be launched");
       return;
     }
-    if (p_.build.threads_per_block != threads)
-      find("launch", "kernel compiled for another block size");
     const int64_t smem = l.smem_bytes;
     if (smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes || smem < 0)
       find("launch", "shared memory smaller than its pages");

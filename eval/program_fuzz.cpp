@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "eval/ground_truth.h"
+#include "schedule/config.h"
 #include "schedule/validate.h"
 
 namespace megasched::eval {
@@ -149,7 +150,7 @@ ProgramBuilder::ProgramBuilder(const GpuTarget& target, uint32_t act_elements,
   p.launch.smem_page_bytes = 16384;
   p.launch.smem_bytes = 32768;
   p.launch.prefetch_depth = 0;
-  p.build.threads_per_block = 256;
+  p.build.knobs = schedule::kernel_knob_defines(schedule::ScheduleConfig{});
 }
 
 uint32_t ProgramBuilder::counter(const std::string& name, std::optional<uint32_t> declared_total) {
@@ -380,7 +381,6 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
           p.launch.grid_blocks = target.num_sms * p.launch.blocks_per_sm;
           break;
       }
-      p.build.threads_per_block = p.launch.threads_per_block;
       return p;
     }
     case MutationClass::kSmemOverCap: {

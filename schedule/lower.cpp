@@ -834,18 +834,8 @@ std::optional<Program> Lowerer::run(std::string* error) {
   launch.prefetch_depth = cfg.pipeline.prefetch_depth;
   launch.dynamic_queue = cfg.assignment.policy == AssignPolicy::kDynamic;
 
-  KernelBuild& build = p.build;
-  build.vector_bytes = cfg.kernel.vector_bytes;
-  build.rows_per_warp = cfg.kernel.rows_per_warp;
-  build.unroll = cfg.kernel.unroll;
-  build.weight_load = static_cast<int>(cfg.kernel.weight_load);
-  if (cfg.kernel.weight_stream == WeightStream::kSmemRing) {
-    build.weight_ring = 1;
-    build.ring_pages = cfg.smem.pages;
-    build.ring_page_bytes = cfg.smem.page_bytes;
-    build.x_floats = ring_x_floats(shape_);
-  }
-  build.threads_per_block = cfg.launch.threads_per_block;
+  p.build.knobs = kernel_knob_defines(cfg);
+  if (cfg.kernel.weight_stream == WeightStream::kSmemRing) p.build.x_floats = ring_x_floats(shape_);
 
   coarsen_slice_counters(program_);
   assign_queues();

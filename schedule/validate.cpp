@@ -139,9 +139,6 @@ class Checker {
     if (threads < 32 || threads > 1024 || threads % 32 != 0)
       fail("threads_per_block " + std::to_string(threads) +
            " is not a multiple of 32 in [32, 1024]");
-    if (p_.build.threads_per_block != l.threads_per_block)
-      fail("the kernel is built for " + std::to_string(p_.build.threads_per_block) +
-           " threads per block but launched with " + std::to_string(threads));
     if (bps < 1) fail("blocks_per_sm " + std::to_string(bps) + " is below 1");
     if (l.smem_pages < 0 || l.smem_page_bytes < 0 || smem < 0 ||
         smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes)
@@ -155,7 +152,7 @@ class Checker {
            " static bytes exceed the opt-in cap of " +
            std::to_string(target_.smem_per_block_optin) + " bytes per block on " + target_.name);
     const KernelBuild& b = p_.build;
-    if (b.weight_ring) {
+    if (b.weight_ring()) {
       // The ring build: a loader warp walks the block's queue ahead of the compute warps, so it
       // needs a static queue, a compute warp besides it, and the staging area in smem_bytes.
       if (l.dynamic_queue)
@@ -164,12 +161,11 @@ class Checker {
             "ahead of the compute warps, and a dynamic queue is only known as it is claimed");
       if (threads < 64)
         fail("the weight ring needs at least 64 threads per block (a loader and a compute warp)");
-      if (b.ring_pages != l.smem_pages || b.ring_page_bytes != l.smem_page_bytes ||
-          b.ring_pages < 1 || b.ring_page_bytes % 16 != 0)
-        fail("the weight ring is built for " + std::to_string(b.ring_pages) + " pages of " +
-             std::to_string(b.ring_page_bytes) + " bytes (whole 16-byte pages) but launched with " +
-             std::to_string(l.smem_pages) + " x " + std::to_string(l.smem_page_bytes));
-      const int64_t need = ring_smem_bytes(b.ring_pages, b.ring_page_bytes, b.x_floats);
+      if (l.smem_pages < 1 || l.smem_page_bytes % 16 != 0)
+        fail("the weight ring needs at least one page of whole 16-byte units, not " +
+             std::to_string(l.smem_pages) + " pages of " + std::to_string(l.smem_page_bytes) +
+             " bytes");
+      const int64_t need = ring_smem_bytes(l.smem_pages, l.smem_page_bytes, b.x_floats);
       if (smem < need)
         fail("smem_bytes " + std::to_string(smem) + " does not hold the weight ring's pages, " +
              std::to_string(b.x_floats) + " staged input floats and its mbarriers (" +

@@ -264,11 +264,7 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
   // Build (cached) and load.
   BuildRequest req;
   req.entry = "vm/device/megakernel.cuh";
-  req.defines = kernel_defines(program);
-  if (options.profile) {
-    req.defines.push_back("MS_PROFILE=1");
-    std::sort(req.defines.begin(), req.defines.end());
-  }
+  req.defines = kernel_defines(program, options.profile);
   m.profile = options.profile;
   req.sm_arch = dev->sm_arch;
   req.cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;

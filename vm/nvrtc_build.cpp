@@ -13,17 +13,28 @@
 
 namespace megasched::vm {
 
-std::vector<std::string> kernel_defines(const schedule::Program& program) {
-  std::vector<std::string> d = program.build.defines();
-  d.push_back("MS_HEAD_DIM=" + std::to_string(program.model.head_dim));
+std::vector<std::string> kernel_defines(const schedule::Program& program, bool profile) {
+  const schedule::LaunchShape& launch = program.launch;
+  const schedule::KernelBuild& build = program.build;
+  std::vector<std::string> d;
+  auto define = [&d](const std::string& name, int64_t value) {
+    d.push_back(name + "=" + std::to_string(value));
+  };
+  for (const auto& [name, value] : build.knobs) define(name, value);
+  define("MS_THREADS", launch.threads_per_block);
+  if (build.weight_ring()) {
+    define("MS_RING_PAGES", launch.smem_pages);
+    define("MS_RING_PAGE_BYTES", launch.smem_page_bytes);
+    define("MS_X_FLOATS", build.x_floats);
+  }
+  define("MS_HEAD_DIM", program.model.head_dim);
   // __launch_bounds__' minimum blocks per SM; never more than 2048 threads' worth (the validator
   // rejects such a launch, and ptxas would reject the bound).
-  const int threads = std::max(program.launch.threads_per_block, 32);
-  const int min_blocks = std::clamp(program.launch.blocks_per_sm, 1, std::max(1, 2048 / threads));
-  d.push_back("MS_MIN_BLOCKS=" + std::to_string(min_blocks));
-  d.push_back("MS_KV_BF16=" + std::to_string(program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
-  d.push_back("MS_WEIGHT_BF16=" +
-              std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
+  const int threads = std::max(launch.threads_per_block, 32);
+  define("MS_MIN_BLOCKS", std::clamp(launch.blocks_per_sm, 1, std::max(1, 2048 / threads)));
+  define("MS_KV_BF16", program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0);
+  define("MS_WEIGHT_BF16", program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0);
+  if (profile) define("MS_PROFILE", 1);
   std::sort(d.begin(), d.end());
   return d;
 }

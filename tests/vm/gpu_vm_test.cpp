@@ -153,7 +153,7 @@ TEST(GpuVm, WeightRingMatchesEager) {
         const auto c = schedule::parse_config(patch, &err);
         ASSERT_TRUE(c) << err;
         const schedule::Program p = lower_or_die(w.shape, *c);
-        ASSERT_TRUE(p.build.weight_ring);
+        ASSERT_TRUE(p.build.weight_ring());
         const GpuTrialResult r =
             eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
         EXPECT_EQ(r.status, "ok") << preset << " " << schedule::dtype_name(dtype) << " "
