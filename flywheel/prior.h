@@ -79,4 +79,11 @@ struct PriorEvaluation {
 /// folds (folds assigned by a seeded shuffle).
 PriorEvaluation evaluate_prior(const std::vector<PriorSample>& samples, int folds, uint64_t seed);
 
+/// evaluate_prior for each (target, device) of the corpus in first-seen order (only `target` /
+/// `device` when not empty): [{"target", "device", "samples", "failures" (records without a
+/// latency), "spearman" (null below 2 x folds samples), "per_model"}].
+nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& records,
+                                         const std::string& target, const std::string& device,
+                                         int folds, uint64_t seed);
+
 }  // namespace megasched::flywheel
