@@ -26,7 +26,7 @@ namespace megasched::flywheel {
 /// One training point: a canonical config, its model shape, and its outcome.
 struct PriorSample {
   nlohmann::json config;             // canonical ScheduleConfig JSON
-  nlohmann::json shape;              // shape_to_json()
+  nlohmann::json shape;              // schedule::to_json(ModelShape)
   std::optional<double> latency_us;  // absent for a failure
   std::string model;                 // for per-model evaluation
 };

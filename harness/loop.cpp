@@ -201,7 +201,7 @@ class LoopRun {
     fingerprint_["num_sms"] = target_.num_sms;
     fingerprint_["sm_arch"] = target_.sm_arch;
     fingerprint_["target_source"] = target_.source;
-    shape_json_ = flywheel::shape_to_json(shape_);
+    shape_json_ = schedule::to_json(shape_);
   }
 
   /// The run: a new one, or with --resume the last one of this model / target / device, whose

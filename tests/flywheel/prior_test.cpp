@@ -54,7 +54,7 @@ TEST(Prior, RanksHeldOutConfigsOfASyntheticLandscape) {
   std::vector<PriorSample> samples;
   for (int i = 0; i < 240; ++i) {
     ScheduleConfig c = schedule::random_config(shape, target, rng);
-    samples.push_back({schedule::to_json(c), shape_to_json(shape), synthetic_us(c), "small"});
+    samples.push_back({schedule::to_json(c), schedule::to_json(shape), synthetic_us(c), "small"});
   }
   PriorEvaluation e = evaluate_prior(samples, 5, 1);
   EXPECT_EQ(e.samples, 240);
@@ -66,7 +66,7 @@ TEST(Prior, UntrainedBelowTheMinimumSampleCount) {
   const schedule::ModelShape shape = *schedule::find_preset("toy");
   Prior prior;
   std::vector<PriorSample> samples(
-      3, {schedule::to_json(ScheduleConfig{}), shape_to_json(shape), 10.0, "toy"});
+      3, {schedule::to_json(ScheduleConfig{}), schedule::to_json(shape), 10.0, "toy"});
   EXPECT_FALSE(prior.fit(samples, 4));
   EXPECT_FALSE(prior.trained());
 }
@@ -78,7 +78,7 @@ TEST(Prior, FailureModelFlagsConfigsLikeThoseThatFailed) {
   std::vector<PriorSample> samples;
   for (int i = 0; i < 120; ++i) {
     ScheduleConfig c = schedule::random_config(shape, target, rng);
-    PriorSample s{schedule::to_json(c), shape_to_json(shape), std::nullopt, "toy"};
+    PriorSample s{schedule::to_json(c), schedule::to_json(shape), std::nullopt, "toy"};
     if (c.kernel.weight_load != schedule::WeightLoad::kLdgStream)
       s.latency_us = 100.0 + c.kernel.unroll;
     samples.push_back(s);
@@ -87,8 +87,9 @@ TEST(Prior, FailureModelFlagsConfigsLikeThoseThatFailed) {
   ASSERT_TRUE(prior.fit(samples));
   ScheduleConfig stream;
   stream.kernel.weight_load = schedule::WeightLoad::kLdgStream;
-  EXPECT_GT(prior.predict_failure(schedule::to_json(stream), shape_to_json(shape)), 0.6);
-  EXPECT_LT(prior.predict_failure(schedule::to_json(ScheduleConfig{}), shape_to_json(shape)), 0.4);
+  EXPECT_GT(prior.predict_failure(schedule::to_json(stream), schedule::to_json(shape)), 0.6);
+  EXPECT_LT(prior.predict_failure(schedule::to_json(ScheduleConfig{}), schedule::to_json(shape)),
+            0.4);
 }
 
 TEST(Prior, SamplesKeepOnlyTheRequestedTargetAndLatencyKind) {
