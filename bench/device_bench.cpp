@@ -25,6 +25,7 @@
 #include "eval/roofline.h"
 #include "eval/timing.h"
 #include "schedule/config.h"
+#include "schedule/format.h"
 #include "schedule/lower.h"
 #include "schedule/named_configs.h"
 #include "schedule/validate.h"
@@ -118,16 +119,8 @@ std::string utc_now() {
   return buf;
 }
 
-std::string f1(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
-}
-std::string f2(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", v);
-  return b;
-}
+std::string f1(double v) { return schedule::fmt("%.1f", v); }
+std::string f2(double v) { return schedule::fmt("%.2f", v); }
 
 }  // namespace
 

@@ -8,12 +8,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "eval/baseline.h"
 #include "eval/eager.h"
 #include "eval/oracle.h"
 #include "eval/timing.h"
+#include "schedule/format.h"
 #include "vm/cuda_check.h"
 #include "vm/gpu_vm.h"
 #include "vm/nvrtc_build.h"
@@ -21,17 +21,9 @@
 namespace megasched::eval {
 
 using json = nlohmann::json;
+using schedule::fmt;
 
-namespace {
-
-std::string fmt(double v) {
-  std::ostringstream s;
-  s.precision(4);
-  s << v;
-  return s.str();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string device_json_path() {
   const char* ws = std::getenv("MEGASCHED_WORKSPACE");
@@ -214,8 +206,8 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
         if (!c.pass) {
           ok = false;
           evidence.push_back("GPU kernel differs from eager at position " + std::to_string(p) +
-                             ": rel_err " + fmt(c.rel_err) + ", max_abs_err " + fmt(c.max_abs_err) +
-                             (c.finite ? "" : ", non-finite logits") +
+                             ": rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
+                             fmt("%.4g", c.max_abs_err) + (c.finite ? "" : ", non-finite logits") +
                              (c.argmax_match ? "" : ", argmax differs"));
         }
         if (s.argmax != argmax(s.logits)) {
@@ -305,8 +297,8 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
       if (!c.pass) {
         r.status = "incorrect";
         r.message = "GPU kernel differs from eager at position " + std::to_string(timed) +
-                    " after timing: rel_err " + fmt(c.rel_err) + ", max_abs_err " +
-                    fmt(c.max_abs_err);
+                    " after timing: rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
+                    fmt("%.4g", c.max_abs_err);
         r.samples_us.clear();
         return r;
       }
@@ -314,7 +306,7 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
     if (drift != 0.0) {
       r.status = "incorrect";
       r.message = "GPU logits at position " + std::to_string(timed) +
-                  " changed after timing (max abs drift " + fmt(drift) +
+                  " changed after timing (max abs drift " + fmt("%.4g", drift) +
                   "): the kernel is not deterministic";
       r.samples_us.clear();
       return r;

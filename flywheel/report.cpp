@@ -7,17 +7,13 @@
 #include <sstream>
 
 #include "schedule/config.h"
+#include "schedule/format.h"
 
 namespace megasched::flywheel {
 namespace {
 
 using nlohmann::json;
-
-std::string fmt(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
+using schedule::fmt;
 
 std::string html_escape(const std::string& text) {
   std::string out;

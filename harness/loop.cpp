@@ -13,19 +13,15 @@
 #include "flywheel/corpus.h"
 #include "flywheel/dedup.h"
 #include "flywheel/results.h"
+#include "schedule/format.h"
 
 namespace megasched::harness {
 namespace {
 
 using flywheel::CorpusRecord;
 using nlohmann::json;
+using schedule::fmt;
 using schedule::ScheduleConfig;
-
-std::string fmt(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
 
 // The loop's status for a verdict before the keep rule (kept / discarded decided later).
 std::string failure_status(const eval::Verdict& v) {
