@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/device.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"
 #include "eval/gpu_trial.h"
@@ -164,28 +165,17 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories(out_dir);
   if (measure) {
-    std::vector<double> samples;
     const auto d = vm::device_info(&err);
-    const int64_t bytes = std::max<int64_t>(int64_t{1} << 30, 40 * d->l2_bytes);
-    const auto gbs = eval::measure_stream_bandwidth(bytes, 20, &samples, &err);
-    if (!gbs) {
+    std::string path;
+    const auto stored =
+        eval::measure_and_store_bandwidth(eval::default_probe_bytes(d->l2_bytes), 20, &path, &err);
+    if (!stored) {
       std::cerr << "device_bench: bandwidth probe failed: " << err << "\n";
       return 3;
     }
-    const eval::SampleStats s = eval::sample_stats(samples);
-    const json stored = {{"name", d->name},
-                         {"pci_bus_id", d->pci_bus_id},
-                         {"measured_bw_gbs", *gbs},
-                         {"p10_gbs", s.p10},
-                         {"p90_gbs", s.p90},
-                         {"samples_gbs", samples},
-                         {"buffer_bytes", bytes},
-                         {"repeats", 20},
-                         {"method", "ms_stream_read median"}};
-    std::filesystem::create_directories(
-        std::filesystem::path(eval::device_json_path()).parent_path());
-    std::ofstream(eval::device_json_path()) << stored.dump(2) << "\n";
-    std::cout << "measured streaming read " << *gbs << " GB/s\n" << std::flush;
+    std::cout << "measured streaming read " << (*stored)["measured_bw_gbs"].get<double>()
+              << " GB/s\n"
+              << std::flush;
   }
   const auto target = eval::live_target(&err);
   if (!target) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/device.h"
 #include "eval/evaluator.h"
 #include "eval/gpu_trial.h"
 #include "eval/verdict.h"

@@ -2,9 +2,9 @@
 // from a CUDA graph: checked against the eager reference at position 0, then timed at --position
 // (the KV cache filled by the baseline itself), with the floor of the live device beside it.
 #include "eval/baseline.h"
+#include "eval/device.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"
-#include "eval/gpu_trial.h"
 #include "eval/oracle.h"
 #include "eval/roofline.h"
 #include "eval/timing.h"

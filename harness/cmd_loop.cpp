@@ -11,8 +11,8 @@
 #include <iostream>
 #include <memory>
 
+#include "eval/device.h"
 #include "eval/evaluate.h"
-#include "eval/gpu_trial.h"
 #include "flywheel/corpus.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "eval/device.h"
 #include "eval/evaluate.h"
-#include "eval/gpu_trial.h"
 #include "eval/profile.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"

@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "eval/baseline.h"
+#include "eval/device.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"
 #include "eval/gpu_trial.h"
