@@ -6,6 +6,7 @@
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/trial_flags.h"
 #include "vm/gpu_vm.h"
 
 namespace megasched::harness {
@@ -21,13 +22,12 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "baseline", "Time the cuBLAS CUDA-graph op-by-op decode step of a model (GPU)");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->model);
   cmd->add_option("--position", opt->position, "Position timed (the KV cache is filled up to it)")
       ->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "Untimed replays")->capture_default_str();
   cmd->add_option("--iterations", opt->iterations, "Timed replays")->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Weight and token seed for presets")->capture_default_str();
+  add_seed_flag(cmd, &opt->seed);
   cmd->callback([&ctx, opt] {
     std::string error;
     if (!eval::gpu_available(&error)) {

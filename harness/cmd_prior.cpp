@@ -13,6 +13,7 @@
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/prior_race.h"
+#include "harness/trial_flags.h"
 
 namespace megasched::harness {
 
@@ -25,16 +26,16 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     std::string device;
     int folds = 5;
     uint64_t seed = 0;
-    eval::EvaluatorOptions ev;
+    TrialFlags trial;
     int seeds = 5;
     int budget = 60;
     double target_us = 0;
-    std::string positions = "0";
     int jobs = 1;
     std::string work_dir;
   };
   auto opt = std::make_shared<Options>();
-  opt->ev.model = "small";
+  opt->trial.ev.model = "small";
+  opt->trial.positions = "0";
   auto* cmd = app.add_subcommand("prior",
                                  "The learned prior: --eval its rank correlation on the corpus, "
                                  "--compare it with random search");
@@ -46,17 +47,16 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
                   "--eval: only this target (default: each target in the corpus)");
   cmd->add_option("--device", opt->device, "--eval: only this device, cpu or gpu (default: each)");
   cmd->add_option("--folds", opt->folds, "--eval: cross-validation folds")->capture_default_str();
-  cmd->add_option("--model", opt->ev.model, "--compare: model")->capture_default_str();
-  cmd->add_option("--gpu", opt->ev.gpu, "--compare: GPU target")->capture_default_str();
+  add_model_flag(cmd, &opt->trial.ev.model, "--compare: model");
+  add_gpu_flag(cmd, &opt->trial.ev.gpu, "--compare: GPU target");
   cmd->add_option("--seeds", opt->seeds, "--compare: seeds per strategy")->capture_default_str();
   cmd->add_option("--budget", opt->budget, "--compare: trials per run")->capture_default_str();
   cmd->add_option("--target-us", opt->target_us,
                   "--compare: latency to reach (default: the median over seeds of random search's "
                   "best after --budget trials)");
-  cmd->add_option("--positions", opt->positions,
-                  "--compare: positions whose logits each trial checks (the latency is predicted "
-                  "at position 0 either way)")
-      ->capture_default_str();
+  add_positions_flag(cmd, &opt->trial.positions,
+                     "--compare: positions whose logits each trial checks (the latency is "
+                     "predicted at position 0 either way)");
   cmd->add_option("--jobs", opt->jobs,
                   "--compare: runs at a time (forked processes sharing the loaded model)")
       ->capture_default_str();
@@ -86,14 +86,10 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     }
 
     std::string error;
-    opt->ev.device = "cpu";
-    auto positions = parse_int_list(opt->positions);
-    if (!positions)
-      return print_error("prior", "--positions '" + opt->positions +
-                                      "' is not a comma-separated list of integers"),
-             void(ctx.exit_code = kExitUsage);
-    opt->ev.positions = *positions;
-    auto trial = eval::TrialEvaluator::create(opt->ev, &error);
+    opt->trial.ev.device = "cpu";
+    if (!opt->trial.parse_positions(&error))
+      return print_error("prior", error), void(ctx.exit_code = kExitUsage);
+    auto trial = eval::TrialEvaluator::create(opt->trial.ev, &error);
     if (!trial) return print_error("prior", error), void(ctx.exit_code = kExitUsage);
     PriorRaceOptions race_options;
     race_options.seeds = opt->seeds;
@@ -105,10 +101,10 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     PriorRace race =
         race_prior_against_random(*trial, trial->shape(), trial->target(), race_options, std::cerr);
     if (!race.ok) return print_error("prior", race.error), void(ctx.exit_code = kExitEnvironment);
-    race.summary["model"] = opt->ev.model;
+    race.summary["model"] = opt->trial.ev.model;
     race.summary["target"] = trial->target().name;
     race.summary["latency_kind"] = "predicted";
-    race.summary["positions_checked"] = *positions;
+    race.summary["positions_checked"] = opt->trial.ev.positions;
     print_json(race.summary);
     ctx.exit_code = kExitOk;
   });

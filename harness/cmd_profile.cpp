@@ -14,6 +14,7 @@
 #include "eval/profile_run.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/trial_flags.h"
 
 namespace megasched::harness {
 
@@ -35,14 +36,12 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
       "profile",
       "Stamp every task of one decode step on the GPU: timeline, per-op and per-block "
       "time, critical path");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->model);
   cmd->add_option("--config", opt->config,
                   "ScheduleConfig JSON file, - for stdin, or a name such as best:llama-1b:h200 "
                   "(`megasched models` lists them; default: the default config)");
-  cmd->add_option("--gpu", opt->gpu,
-                  "GPU target the config is lowered for (see `megasched targets`) or auto")
-      ->capture_default_str();
+  add_gpu_flag(cmd, &opt->gpu,
+               "GPU target the config is lowered for (see `megasched targets`) or auto");
   cmd->add_option("--position", opt->position,
                   "Position profiled (positions before it run first, filling the KV cache)")
       ->capture_default_str();
@@ -50,7 +49,7 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
                   "Token fed at --position (default: the seeded token sequence of evaluate)");
   cmd->add_option("--warmup", opt->warmup, "Unstamped steps at --position before the stamped one")
       ->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Weight and token seed for presets")->capture_default_str();
+  add_seed_flag(cmd, &opt->seed);
   cmd->add_option("--out", opt->out, "Write the analysis (timeline included) to this JSON file")
       ->required();
   cmd->add_option("--top", opt->top, "Ops listed in the table")->capture_default_str();
