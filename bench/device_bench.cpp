@@ -30,6 +30,7 @@
 #include "schedule/lower.h"
 #include "schedule/named_configs.h"
 #include "schedule/validate.h"
+#include "vm/cuda_runtime.h"
 #include "vm/gpu_vm.h"
 #include "vm/nvrtc_build.h"
 

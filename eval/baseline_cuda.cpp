@@ -5,7 +5,7 @@
 
 #include "abi/kernel_args.h"
 #include "vm/cuda_check.h"
-#include "vm/gpu_vm.h"
+#include "vm/cuda_runtime.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::eval {

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "eval/timing.h"
-#include "vm/gpu_vm.h"
+#include "vm/cuda_runtime.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::eval {

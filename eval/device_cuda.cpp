@@ -8,7 +8,7 @@
 
 #include "eval/timing.h"
 #include "vm/cuda_check.h"
-#include "vm/gpu_vm.h"
+#include "vm/cuda_runtime.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::eval {

@@ -5,6 +5,7 @@
 
 #include "eval/evaluate.h"
 #include "eval/profile.h"
+#include "vm/cuda_runtime.h"
 #include "vm/gpu_vm.h"
 
 namespace megasched::eval {

@@ -7,7 +7,6 @@
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
-#include "vm/gpu_vm.h"
 
 namespace megasched::harness {
 

@@ -4,6 +4,7 @@
 // the next trial still runs, a grid that is not co-resident is rejected without a launch, and the
 // cuBLAS graph baseline and the bandwidth probe work.
 #include "vm/gpu_vm.h"
+#include "vm/cuda_runtime.h"
 
 #include <gtest/gtest.h>
 
