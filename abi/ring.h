@@ -13,7 +13,7 @@
 // one row): lane L of a warp takes the 16-byte vectors L, L + 32, ... of a segment.
 #pragma once
 
-#include "vm/abi.h"
+#include "abi/abi.h"
 
 namespace ms_abi {
 

@@ -1,5 +1,5 @@
 // The GPU benchmark matrix behind bench/device_check.sh: for each model and timed position, the
-// default config and a handful of others run through the library's GPU trial (kernel checked
+// default config and those of bench/configs/ run through the library's GPU trial (kernel checked
 // against eager at positions 0, 1, 2; KV filled by the kernel up to the timed position; CUDA-event
 // timing interleaved with the cuBLAS CUDA-graph baseline; re-check after timing). Writes one JSON
 // document (machine-readable) and a Markdown table. With --measure it first measures the
@@ -19,16 +19,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/device.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"
 #include "eval/gpu_trial.h"
+#include "eval/prepare.h"
 #include "eval/roofline.h"
 #include "eval/timing.h"
 #include "schedule/config.h"
-#include "schedule/lower.h"
-#include "schedule/named_configs.h"
-#include "schedule/validate.h"
-#include "vm/gpu_vm.h"
+#include "schedule/format.h"
+#include "vm/cuda_runtime.h"
 #include "vm/nvrtc_build.h"
 
 namespace {
@@ -46,116 +46,17 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-/// The configs each model runs: the default and one change per family that matters for speed.
-/// `which`: "all", "default", or a comma-separated list of the names below.
+/// The configs each model runs: the default and every file of bench/configs (NAME.json, a
+/// ScheduleConfig patch), by name. `which`: "all", "default", or a comma-separated list of names.
 std::vector<std::pair<std::string, json>> bench_configs(const std::string& which) {
   std::vector<std::pair<std::string, json>> c = {{"default", json::object()}};
-  c.push_back({"prefetch0", {{"pipeline", {{"prefetch_depth", 0}}}}});
-  c.push_back({"prefetch4", {{"pipeline", {{"prefetch_depth", 4}}}}});
-  c.push_back({"kv_part4", {{"tiling", {{"attn_kv_partitions", 4}}}}});
-  c.push_back({"rows16", {{"tiling", {{"gemv_rows_per_task", 16}}}}});
-  c.push_back({"unroll4_rpw4", {{"kernel", {{"unroll", 4}, {"rows_per_warp", 4}}}}});
-  c.push_back({"ldg_stream", {{"kernel", {{"weight_load", "ldg_stream"}}}}});
-  c.push_back({"dynamic", {{"assignment", {{"policy", "dynamic"}}}}});
-  c.push_back(
-      {"512thr_kv8",
-       {{"launch", {{"threads_per_block", 512}}}, {"tiling", {{"attn_kv_partitions", 8}}}}});
-  c.push_back({"1024thr_rows16_kv8",
-               {{"launch", {{"threads_per_block", 1024}}},
-                {"tiling", {{"attn_kv_partitions", 8}, {"gemv_rows_per_task", 16}}}}});
-  // The weight ring: a loader warp streams GEMV tiles into the smem page ring.
-  auto ring = [](int threads, int pages, int page_bytes, int kv, int rows = 64, int split = 1) {
-    return json{
-        {"kernel", {{"weight_stream", "smem_ring"}}},
-        {"smem", {{"pages", pages}, {"page_bytes", page_bytes}}},
-        {"pipeline", {{"prefetch_depth", 0}}},
-        {"launch", {{"threads_per_block", threads}}},
-        {"tiling",
-         {{"attn_kv_partitions", kv}, {"gemv_rows_per_task", rows}, {"gemv_k_split", split}}}};
-  };
-  c.push_back({"ring_256thr_4x32k", ring(256, 4, 32768, 1)});
-  c.push_back({"ring_256thr_4x32k_kv8", ring(256, 4, 32768, 8)});
-  c.push_back({"ring_512thr_4x32k_kv8", ring(512, 4, 32768, 8)});
-  c.push_back({"ring_512thr_8x16k_kv8", ring(512, 8, 16384, 8)});
-  c.push_back({"ring_256thr_4x32k_rows16_kv8", ring(256, 4, 32768, 8, 16)});
-  c.push_back({"ring_256thr_4x32k_rows32_kv8", ring(256, 4, 32768, 8, 32)});
-  c.push_back({"ring_512thr_8x16k_rows16_kv8", ring(512, 8, 16384, 8, 16)});
-  c.push_back({"ring_256thr_4x32k_split2_kv8", ring(256, 4, 32768, 8, 64, 2)});
-  c.push_back({"ring_384thr_5x32k_rows32", ring(384, 5, 32768, 1, 32)});
-  c.push_back({"ring_384thr_4x32k_rows32", ring(384, 4, 32768, 1, 32)});
-  // The named config best:llama-1b:h200, on every model; and the config it replaced (the issue 6
-  // GPU search's best: row-piece ring, 384 threads, 32-row tiles).
-  const json best = schedule::find_named_config("best:llama-1b:h200", nullptr)->config;
-  c.push_back({"best_1b", best});
-  c.push_back({"prev_best_1b",
-               {{"kernel", {{"weight_stream", "smem_ring"}}},
-                {"smem", {{"pages", 5}, {"page_bytes", 32768}}},
-                {"pipeline", {{"prefetch_depth", 0}}},
-                {"launch", {{"threads_per_block", 384}}},
-                {"tiling", {{"gemv_rows_per_task", 32}, {"attn_q_heads_per_task", 1}}}}});
-  // The whole-row ring (one bulk copy per page, inputs in registers) with one tile per block
-  // (tiling 0): best_1b with the launch and ring shape changed.
-  auto rows = [&best](int threads, int pages, int page_bytes) {
-    json c = best;
-    c["launch"]["threads_per_block"] = threads;
-    c["smem"] = {{"pages", pages}, {"page_bytes", page_bytes}};
-    c["tiling"]["gemv_rows_per_task"] = 0;
-    c["tiling"]["lm_head_rows_per_task"] = 0;
-    return c;
-  };
-  for (int threads : {128, 160, 256, 288, 384}) {
-    c.push_back({"rows_" + std::to_string(threads) + "thr_4x32k", rows(threads, 4, 32768)});
-  }
-  // Ring capacity (bytes in flight per SM) and L2 prefetch of the next tasks' weights.
-  for (int pages : {2, 4, 6, 8}) {
-    for (int kib : {8, 16, 32, 64}) {
-      if (pages * kib > 160 || (pages == 4 && kib == 32)) continue;  // too big; listed above
-      c.push_back({"rows_256thr_" + std::to_string(pages) + "x" + std::to_string(kib) + "k",
-                   rows(256, pages, kib * 1024)});
-    }
-  }
-  c.push_back({"rows_256thr_5x32k", rows(256, 5, 32768)});
-  {
-    json slice = rows(256, 4, 16384);
-    slice["dependencies"]["qkv_to_attention"] = "per_slice";
-    c.push_back({"rows_256thr_4x16k_qkv_slice", slice});
-  }
-  for (int depth : {1, 2, 3}) {
-    for (int kib : {16, 32}) {
-      json pf = rows(256, kib == 16 ? 4 : 2, kib * 1024);
-      pf["pipeline"]["prefetch_depth"] = depth;
-      c.push_back({"rows_256thr_" + std::string(kib == 16 ? "4x16k" : "2x32k") + "_pf" +
-                       std::to_string(depth),
-                   pf});
-    }
-  }
-  c.push_back({"rows_544thr_5x32k", rows(544, 5, 32768)});
-  {
-    json unfused = rows(256, 4, 32768);
-    unfused["fusion"]["rope_kv_into_qkv"] = false;
-    c.push_back({"rows_256thr_4x32k_rope_apart", unfused});
-  }
-  // The attention and QKV edges of best_1b: query heads per attention task, per-slice edges,
-  // RoPE apart from the QKV GEMV (so QKV takes every block).
-  for (int q : {0, 2}) {
-    json v = best;
-    v["tiling"]["attn_q_heads_per_task"] = q;
-    c.push_back({"best_1b_q" + std::to_string(q), v});
-  }
-  {
-    json v = best;
-    v["dependencies"]["attention_to_o"] = "per_slice";
-    v["dependencies"]["qkv_to_attention"] = "per_slice";
-    c.push_back({"best_1b_attn_slices", v});
-    json r = best;
-    r["fusion"]["rope_kv_into_qkv"] = false;
-    c.push_back({"best_1b_rope_apart", r});
-  }
-  // Long context: the same schedule with the KV history split into flash-decoding partitions.
-  for (int parts : {4, 8, 16}) {
-    json split = best;
-    split["tiling"]["attn_kv_partitions"] = parts;
-    c.push_back({"best_1b_kv" + std::to_string(parts), split});
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(MS_SOURCE_DIR "/bench/configs"))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    c.push_back({f.stem().string(), json::parse(in)});
   }
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;
@@ -183,48 +84,157 @@ std::string utc_now() {
   return buf;
 }
 
-std::string f1(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
+std::string f2(double v) { return schedule::fmt("%.2f", v); }
+
+struct Args {
+  std::string out_dir = ".";
+  std::string models = "toy,small,llama-1b";
+  std::string positions = "0,1024";
+  std::string configs = "all";
+  int iterations = 100;
+  bool measure = false;
+};
+
+/// Parses the command line; nullopt (with the message printed) on an unknown argument.
+std::optional<Args> parse_args(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--out")
+      args.out_dir = next();
+    else if (a == "--models")
+      args.models = next();
+    else if (a == "--positions")
+      args.positions = next();
+    else if (a == "--iterations")
+      args.iterations = std::stoi(next());
+    else if (a == "--configs")
+      args.configs = next();
+    else if (a == "--measure")
+      args.measure = true;
+    else {
+      std::cerr << "device_bench: unknown argument " << a << "\n";
+      return std::nullopt;
+    }
+  }
+  return args;
 }
-std::string f2(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", v);
-  return b;
+
+/// What a model's trials share: its weights, the checked positions, their tokens and eager logits.
+struct ModelRefs {
+  schedule::Weights weights;
+  std::vector<int> checked = {0, 1, 2};
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> refs;
+};
+
+std::optional<ModelRefs> model_refs(const std::string& model, std::string* error) {
+  auto weights = eval::load_weights(model, 0, error);
+  if (!weights) return std::nullopt;
+  ModelRefs m;
+  m.weights = std::move(*weights);
+  m.tokens = eval::trial_tokens(m.weights.shape.vocab, 3, 0);
+  eval::EagerModel eager(m.weights);
+  for (int p = 0; p < 3; ++p) m.refs.push_back(eager.step(m.tokens[static_cast<size_t>(p)], p));
+  return m;
+}
+
+/// The latency figures of a finished trial against the floor (withheld below it).
+void add_timing(const eval::GpuTrialResult& r, const eval::Floor& floor, json* row) {
+  const eval::SampleStats s = eval::sample_stats(r.samples_us);
+  (*row)["samples_us"] = r.samples_us;
+  (*row)["p90_us"] = s.p90;
+  (*row)["spread_us"] = s.p90 - s.p10;
+  if (s.median < floor.floor_us) {
+    (*row)["status"] = "below_floor";
+    (*row)["message"] = "median " + std::to_string(s.median) + " us below the floor: withheld";
+  } else {
+    (*row)["median_us"] = s.median;
+    (*row)["pct_of_measured_bw"] = 100.0 * floor.floor_us / s.median;
+    if (floor.floor_datasheet_us > 0)
+      (*row)["pct_of_datasheet_bw"] = 100.0 * floor.floor_datasheet_us / s.median;
+  }
+  if (!r.baseline_samples_us.empty()) {
+    const eval::SampleStats b = eval::sample_stats(r.baseline_samples_us);
+    (*row)["baseline_median_us"] = b.median;
+    (*row)["baseline_p90_us"] = b.p90;
+    (*row)["baseline_samples_us"] = r.baseline_samples_us;
+    if (row->contains("median_us")) (*row)["speedup_vs_baseline"] = b.median / s.median;
+  }
+}
+
+/// One row of the matrix: the config prepared (lowered and validated), then the library's GPU
+/// trial at `position`.
+json bench_row(const ModelRefs& m, const schedule::GpuTarget& target, int position,
+               const std::string& name, const json& patch, int iterations) {
+  const eval::Floor floor = eval::floor_for(m.weights.shape, target, position);
+  json row = {{"model", m.weights.shape.name}, {"position", position},
+              {"config_name", name},           {"config_patch", patch},
+              {"floor_us", floor.floor_us},    {"floor_datasheet_us", floor.floor_datasheet_us},
+              {"bytes_min", floor.bytes_min}};
+  std::string err;
+  const auto config = schedule::parse_config(patch, &err);
+  if (!config) return row.update({{"status", "lower_error"}, {"message", err}}), row;
+  const eval::PreparedProgram prepared = eval::prepare_program(m.weights.shape, target, *config);
+  if (!prepared.program)
+    return row.update({{"status", "lower_error"}, {"message", prepared.error}}), row;
+  if (!prepared.report.ok())
+    return row.update({{"status", "rejected"},
+                       {"message", schedule::to_json(prepared.report).dump().substr(0, 400)}}),
+           row;
+  eval::GpuTrialOptions o;
+  o.iterations = iterations;
+  o.warmup = 10;
+  o.timed_position = position;
+  const auto t0 = std::chrono::steady_clock::now();
+  const eval::GpuTrialResult r =
+      eval::run_gpu_trial(*prepared.program, m.weights, m.tokens, m.refs, m.checked, o);
+  row["trial_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  row["status"] = r.status;
+  row["message"] = r.message;
+  row["kernel"] = r.kernel;
+  row["max_abs_err"] = r.max_abs_err;
+  row["rel_err"] = r.rel_err;
+  if (r.status == "hang") row["hang_dump"] = r.hang_dump;
+  if (r.status == "ok") add_timing(r, floor, &row);
+  return row;
+}
+
+/// The row in the Markdown table and on stdout.
+void print_row(const json& row, std::ostream& md) {
+  auto num = [&row](const char* key, const char* format) {
+    return row.contains(key) ? schedule::fmt(format, row[key].get<double>()) : std::string("-");
+  };
+  const json& k = row.value("kernel", json::object());
+  md << "| " << row["model"].get<std::string>() << " | " << row["position"] << " | "
+     << row["config_name"].get<std::string>() << " | " << row["status"].get<std::string>() << " | "
+     << num("median_us", "%.1f") << " | "
+     << (row.contains("median_us") ? num("p90_us", "%.1f") : "-") << " | "
+     << num("pct_of_measured_bw", "%.1f") << " | " << num("pct_of_datasheet_bw", "%.1f") << " | "
+     << num("baseline_median_us", "%.1f") << " | " << num("speedup_vs_baseline", "%.2f") << " | "
+     << (row.contains("max_abs_err") ? f2(row["max_abs_err"].get<double>() * 1000) + "e-3" : "-")
+     << " | " << k.value("registers", -1) << " | " << k.value("local_bytes", -1) << " |\n"
+     << std::flush;
+  std::cout << row["model"].get<std::string>() << " pos " << row["position"] << " "
+            << row["config_name"].get<std::string>() << ": " << row["status"].get<std::string>()
+            << " "
+            << (row.contains("median_us") ? num("median_us", "%.1f") + " us"
+                                          : row.value("message", ""))
+            << (row.contains("speedup_vs_baseline")
+                    ? " x" + num("speedup_vs_baseline", "%.2f") + " vs baseline"
+                    : "")
+            << "\n"
+            << std::flush;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out_dir = ".";
-  std::string models = "toy,small,llama-1b";
-  std::string positions_arg = "0,1024";
-  std::string configs_arg = "all";
-  int iterations = 100;
-  bool measure = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--out")
-      out_dir = next();
-    else if (a == "--models")
-      models = next();
-    else if (a == "--positions")
-      positions_arg = next();
-    else if (a == "--iterations")
-      iterations = std::stoi(next());
-    else if (a == "--configs")
-      configs_arg = next();
-    else if (a == "--measure")
-      measure = true;
-    else {
-      std::cerr << "device_bench: unknown argument " << a << "\n";
-      return 2;
-    }
-  }
+  const std::optional<Args> args = parse_args(argc, argv);
+  if (!args) return 2;
   try {
-    bench_configs(configs_arg);
+    bench_configs(args->configs);
   } catch (const std::invalid_argument& e) {
     std::cerr << "device_bench: " << e.what() << "\n";
     return 2;
@@ -234,154 +244,56 @@ int main(int argc, char** argv) {
     std::cerr << "device_bench: " << err << "\n";
     return 3;
   }
-  std::filesystem::create_directories(out_dir);
-  if (measure) {
-    std::vector<double> samples;
+  std::filesystem::create_directories(args->out_dir);
+  if (args->measure) {
     const auto d = vm::device_info(&err);
-    const int64_t bytes = std::max<int64_t>(int64_t{1} << 30, 40 * d->l2_bytes);
-    const auto gbs = eval::measure_stream_bandwidth(bytes, 20, &samples, &err);
-    if (!gbs) {
+    std::string path;
+    const auto stored =
+        eval::measure_and_store_bandwidth(eval::default_probe_bytes(d->l2_bytes), 20, &path, &err);
+    if (!stored) {
       std::cerr << "device_bench: bandwidth probe failed: " << err << "\n";
       return 3;
     }
-    const eval::SampleStats s = eval::sample_stats(samples);
-    const json stored = {{"name", d->name},
-                         {"pci_bus_id", d->pci_bus_id},
-                         {"measured_bw_gbs", *gbs},
-                         {"p10_gbs", s.p10},
-                         {"p90_gbs", s.p90},
-                         {"samples_gbs", samples},
-                         {"buffer_bytes", bytes},
-                         {"repeats", 20},
-                         {"method", "ms_stream_read median"}};
-    std::filesystem::create_directories(
-        std::filesystem::path(eval::device_json_path()).parent_path());
-    std::ofstream(eval::device_json_path()) << stored.dump(2) << "\n";
-    std::cout << "measured streaming read " << *gbs << " GB/s\n" << std::flush;
+    std::cout << "measured streaming read " << (*stored)["measured_bw_gbs"].get<double>()
+              << " GB/s\n"
+              << std::flush;
   }
   const auto target = eval::live_target(&err);
   if (!target) {
     std::cerr << "device_bench: " << err << "\n";
     return 3;
   }
-  std::vector<int> timed_positions;
-  for (const std::string& p : split(positions_arg)) timed_positions.push_back(std::stoi(p));
-
   json doc = {{"device", target->name},
               {"date", utc_now()},
               {"measured_bw_gbs", target->measured_bw_gbs},
               {"datasheet_bw_gbs", target->datasheet_bw_gbs},
               {"nvrtc", vm::nvrtc_version()},
-              {"iterations", iterations},
+              {"iterations", args->iterations},
               {"checked_positions", {0, 1, 2}},
               {"results", json::array()}};
-  std::ofstream md(std::filesystem::path(out_dir) / "bench.md");
+  std::ofstream md(std::filesystem::path(args->out_dir) / "bench.md");
   md << "| model | pos | config | status | median us | p90 us | % measured BW | % datasheet BW | "
         "baseline us | "
         "speedup vs baseline | max abs err | regs | spill B |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const std::string& model : split(models)) {
+  for (const std::string& model : split(args->models)) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto weights = eval::load_weights(model, 0, &err);
-    if (!weights) {
+    const std::optional<ModelRefs> m = model_refs(model, &err);
+    if (!m) {
       std::cerr << "device_bench: " << err << "\n";
       return 2;
-    }
-    const std::vector<int> checked = {0, 1, 2};
-    const std::vector<int32_t> tokens = eval::trial_tokens(weights->shape.vocab, 3, 0);
-    std::vector<std::vector<float>> refs;
-    {
-      eval::EagerModel eager(*weights);
-      for (int p = 0; p < 3; ++p) refs.push_back(eager.step(tokens[static_cast<size_t>(p)], p));
     }
     std::cout << "== " << model << ": weights + eager refs in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
               << " s\n"
               << std::flush;
-    for (int pos_req : timed_positions) {
-      const int pos = std::min(pos_req, weights->shape.max_seq - 1);
-      const eval::Floor floor = eval::floor_for(weights->shape, *target, pos);
-      for (const auto& [name, patch] : bench_configs(configs_arg)) {
-        json row = {{"model", model},
-                    {"position", pos},
-                    {"config_name", name},
-                    {"config_patch", patch},
-                    {"floor_us", floor.floor_us},
-                    {"floor_datasheet_us", floor.floor_datasheet_us},
-                    {"bytes_min", floor.bytes_min}};
-        auto config = schedule::parse_config(patch, &err);
-        std::optional<schedule::Program> program;
-        if (config) program = schedule::lower(weights->shape, *target, *config, &err);
-        if (!program) {
-          row["status"] = "lower_error";
-          row["message"] = err;
-        } else if (auto report = schedule::validate(*program, *target); !report.ok()) {
-          row["status"] = "rejected";
-          row["message"] = schedule::to_json(report).dump().substr(0, 400);
-        } else {
-          eval::GpuTrialOptions o;
-          o.iterations = iterations;
-          o.warmup = 10;
-          o.timed_position = pos;
-          const auto tt = std::chrono::steady_clock::now();
-          const eval::GpuTrialResult r =
-              eval::run_gpu_trial(*program, *weights, tokens, refs, checked, o);
-          row["trial_s"] =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - tt).count();
-          row["status"] = r.status;
-          row["message"] = r.message;
-          row["kernel"] = r.kernel;
-          row["max_abs_err"] = r.max_abs_err;
-          row["rel_err"] = r.rel_err;
-          if (r.status == "hang") row["hang_dump"] = r.hang_dump;
-          if (r.status == "ok") {
-            const eval::SampleStats s = eval::sample_stats(r.samples_us);
-            row["samples_us"] = r.samples_us;
-            row["p90_us"] = s.p90;
-            row["spread_us"] = s.p90 - s.p10;
-            if (s.median < floor.floor_us) {
-              row["status"] = "below_floor";
-              row["message"] =
-                  "median " + std::to_string(s.median) + " us below the floor: withheld";
-            } else {
-              row["median_us"] = s.median;
-              row["pct_of_measured_bw"] = 100.0 * floor.floor_us / s.median;
-              if (floor.floor_datasheet_us > 0)
-                row["pct_of_datasheet_bw"] = 100.0 * floor.floor_datasheet_us / s.median;
-            }
-            if (!r.baseline_samples_us.empty()) {
-              const eval::SampleStats b = eval::sample_stats(r.baseline_samples_us);
-              row["baseline_median_us"] = b.median;
-              row["baseline_p90_us"] = b.p90;
-              row["baseline_samples_us"] = r.baseline_samples_us;
-              if (row.contains("median_us")) row["speedup_vs_baseline"] = b.median / s.median;
-            }
-          }
-        }
-        const json& k = row.value("kernel", json::object());
-        md << "| " << model << " | " << pos << " | " << name << " | "
-           << row["status"].get<std::string>() << " | "
-           << (row.contains("median_us") ? f1(row["median_us"]) : "-") << " | "
-           << (row.contains("median_us") ? f1(row["p90_us"]) : "-") << " | "
-           << (row.contains("pct_of_measured_bw") ? f1(row["pct_of_measured_bw"]) : "-") << " | "
-           << (row.contains("pct_of_datasheet_bw") ? f1(row["pct_of_datasheet_bw"]) : "-") << " | "
-           << (row.contains("baseline_median_us") ? f1(row["baseline_median_us"]) : "-") << " | "
-           << (row.contains("speedup_vs_baseline") ? f2(row["speedup_vs_baseline"]) : "-") << " | "
-           << (row.contains("max_abs_err") ? f2(row["max_abs_err"].get<double>() * 1000) + "e-3"
-                                           : "-")
-           << " | " << k.value("registers", -1) << " | " << k.value("local_bytes", -1) << " |\n"
-           << std::flush;
-        std::cout << model << " pos " << pos << " " << name << ": "
-                  << row["status"].get<std::string>() << " "
-                  << (row.contains("median_us") ? f1(row["median_us"]) + " us"
-                                                : row.value("message", ""))
-                  << (row.contains("speedup_vs_baseline")
-                          ? " x" + f2(row["speedup_vs_baseline"]) + " vs baseline"
-                          : "")
-                  << "\n"
-                  << std::flush;
+    for (const std::string& p : split(args->positions)) {
+      const int pos = std::min(std::stoi(p), m->weights.shape.max_seq - 1);
+      for (const auto& [name, patch] : bench_configs(args->configs)) {
+        const json row = bench_row(*m, *target, pos, name, patch, args->iterations);
+        print_row(row, md);
         doc["results"].push_back(row);
-        std::ofstream(std::filesystem::path(out_dir) / "bench.json") << doc.dump(1) << "\n";
+        std::ofstream(std::filesystem::path(args->out_dir) / "bench.json") << doc.dump(1) << "\n";
       }
     }
   }

@@ -12,7 +12,7 @@
 # env:   STAGES (default "build tests doctor evaluate bench"; add "crosscheck" for the transformers
 #        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS), MODELS (default toy,small,llama-1b),
 #        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
-#        bench_configs in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage),
+#        bench/configs/*.json), GPU_TESTS (gtest filter of the tests stage),
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks

@@ -9,12 +9,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "schedule/model.h"
+#include "schedule/target.h"
 
 namespace megasched::eval {
 
@@ -44,5 +46,23 @@ class CublasBaseline {
   std::unique_ptr<Impl> impl_;
   nlohmann::json info_;
 };
+
+struct BaselineTiming {
+  int position = 0;      // position timed (the baseline fills the KV cache up to it)
+  int warmup = 10;       // untimed replays
+  int iterations = 100;  // timed replays
+  uint64_t seed = 0;     // the token sequence's seed (evaluate's)
+};
+
+/// `megasched baseline`: the baseline checked against the eager reference at position 0, filled to
+/// `position`, timed there (L2 flushed when the weights fit in twice the L2) and held to the floor
+/// of `target` (the live device): {"model", "device", "position", "latency_us", "latency_p90_us",
+/// "latency_spread_us", "iterations", "l2_flushed", "floor_us", "floor_datasheet_us",
+/// "bytes_min", "check_position_0", "info", and "pct_of_floor" / "pct_of_datasheet", or "note"
+/// without "latency_us" when the median is below the floor}. nullopt with *error when the
+/// baseline cannot be built or a device call fails.
+std::optional<nlohmann::json> time_baseline(const schedule::Weights& weights,
+                                            const schedule::GpuTarget& target,
+                                            const BaselineTiming& timing, std::string* error);
 
 }  // namespace megasched::eval

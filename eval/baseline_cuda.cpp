@@ -3,9 +3,9 @@
 
 #include <cmath>
 
+#include "abi/kernel_args.h"
 #include "vm/cuda_check.h"
-#include "vm/device/kernel_args.cuh"
-#include "vm/gpu_vm.h"
+#include "vm/cuda_runtime.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::eval {

@@ -6,11 +6,11 @@
 
 #include "eval/eager.h"
 #include "eval/oracle.h"
+#include "eval/prepare.h"
 #include "eval/roofline.h"
 #include "eval/timing.h"
 #include "schedule/checkpoint.h"
 #include "schedule/cost_model.h"
-#include "schedule/lower.h"
 #include "schedule/validate.h"
 #include "vm/reference_vm.h"
 
@@ -144,9 +144,8 @@ std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) 
 }
 
 Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
-  std::string error;
-  auto program = schedule::lower(weights_.shape, target_, config, &error);
-  if (!program) {
+  const PreparedProgram prepared = prepare_program(weights_.shape, target_, config);
+  if (!prepared.program) {
     Verdict v;
     v.model = weights_.shape.name;
     v.target = target_.name;
@@ -154,15 +153,21 @@ Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
     v.schedule_id = schedule_id(config);
     v.status = "rejected";
     v.rejected_reason = "lowering";
-    v.diagnostics = json::array({{{"rule", "lowering"}, {"message", error}}});
-    v.notes.push_back(error);
+    v.diagnostics = json::array({{{"rule", "lowering"}, {"message", prepared.error}}});
+    v.notes.push_back(prepared.error);
     return v;
   }
-  return evaluate_program(*program, schedule_id(config));
+  return judge(*prepared.program, prepared.report, schedule_id(config));
 }
 
 Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
                                          const std::string& schedule_id) {
+  return judge(program, schedule::validate(program, target_), schedule_id);
+}
+
+Verdict TrialEvaluator::judge(const schedule::Program& program,
+                              const schedule::ValidationReport& report,
+                              const std::string& schedule_id) {
   const ModelShape& shape = weights_.shape;
   Verdict v;
   v.model = shape.name;
@@ -181,7 +186,6 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
                       " (run `megasched doctor --measure` on the GPU for the measured figure)");
 
   // 1. Nothing unsafe runs.
-  const schedule::ValidationReport report = schedule::validate(program, target_);
   if (!report.ok()) {
     v.rejected_reason = report.rules();
     v.diagnostics = json::array();
@@ -200,94 +204,16 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
 
   // 2. Program correctness: the ReferenceVm against the eager forward at every checked position.
   v.positions_checked = options_.positions;
-  bool program_ok = true;
   v.argmax_match = true;
-  if (report.ok()) {
-    vm::ReferenceVm ref(program, weights_);
-    size_t next = 0;
-    for (int p = 0; p <= options_.positions.back(); ++p) {
-      auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
-      if (!step.completed) {
-        v.status = "incorrect";
-        v.notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
-                          step.stuck);
-        return v;
-      }
-      if (options_.positions[next] != p) continue;
-      const Comparison c = compare_logits(step.logits, reference_[next], shape.dtype);
-      v.max_abs_err = std::max(v.max_abs_err, c.max_abs_err);
-      v.rel_err = std::max(v.rel_err, c.rel_err);
-      v.argmax_match = v.argmax_match && c.argmax_match;
-      if (step.argmax != argmax(step.logits)) {
-        program_ok = false;
-        v.notes.push_back("program argmax task wrote " + std::to_string(step.argmax) +
-                          " at position " + std::to_string(p) + " but the logits' argmax is " +
-                          std::to_string(argmax(step.logits)));
-      }
-      if (!c.pass) {
-        program_ok = false;
-        v.notes.push_back("ReferenceVm differs from eager at position " + std::to_string(p) +
-                          ": rel_err " + std::to_string(c.rel_err) + ", max_abs_err " +
-                          std::to_string(c.max_abs_err) +
-                          (c.argmax_match ? "" : ", argmax differs"));
-      }
-      ++next;
-    }
-  }
-  if (!program_ok) {
+  if (report.ok() && !check_on_reference_vm(program, &v)) {
     v.status = "incorrect";
     return v;
   }
 
   // 3. The latency: measured on the GPU (after the kernel's own correctness pass) or predicted.
-  std::optional<double> latency;
-  if (options_.device == "gpu") {
-    GpuTrialOptions gpu_options = options_.gpu_options;
-    gpu_options.timed_position = options_.timed_position;  // the floor refers to this position
-    const GpuTrialResult g =
-        run_gpu_trial(program, weights_, tokens_, reference_, options_.positions, gpu_options);
-    v.kernel = g.kernel;
-    v.max_abs_err = std::max(v.max_abs_err, g.max_abs_err);
-    v.rel_err = std::max(v.rel_err, g.rel_err);
-    v.argmax_match = v.argmax_match && g.argmax_match;
-    if (g.status != "ok") {
-      v.status = g.status;
-      if (g.status == "rejected") {
-        v.valid = false;
-        v.rejected_reason = "launch";
-      }
-      if (g.status == "hang")
-        v.diagnostics = json::array({{{"rule", "hang"}, {"dump", g.hang_dump}}});
-      v.notes.push_back(g.message);
-      return v;
-    }
-    const SampleStats s = sample_stats(g.samples_us);
-    v.samples_us = g.samples_us;
-    v.latency_p90_us = s.p90;
-    v.latency_spread_us = s.p90 - s.p10;
-    v.latency_kind = "measured-gpu";
-    latency = s.median;
-    if (!g.baseline_samples_us.empty()) {
-      const double base = sample_stats(g.baseline_samples_us).median;
-      v.speedup_vs_baseline = base / s.median;
-      v.notes.push_back("cuBLAS CUDA-graph baseline median " + std::to_string(base) +
-                        " us (same run)");
-    }
-  } else {
-    const auto est =
-        schedule::predict(program, shape, target_, options_.timed_position, floor.floor_us);
-    if (!est.completed) {
-      v.status = "incorrect";
-      v.notes.push_back("the cost model's simulation did not drain every queue");
-      return v;
-    }
-    v.latency_kind = "predicted";
-    latency = est.latency_us;
-    v.notes.push_back("latency predicted by the cost model for " + target_.name + " at position " +
-                      std::to_string(options_.timed_position) + " (no GPU run): " +
-                      std::to_string(static_cast<int>(est.critical_path_stages)) +
-                      " dependent stages");
-  }
+  const std::optional<double> latency =
+      options_.device == "gpu" ? measure_on_gpu(program, &v) : predict_latency(program, floor, &v);
+  if (!latency) return v;
   v.correct = true;
   v.status = "ok";
 
@@ -304,6 +230,92 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
   if (floor.floor_datasheet_us > 0)
     v.pct_of_datasheet = 100.0 * floor.floor_datasheet_us / *latency;
   return v;
+}
+
+bool TrialEvaluator::check_on_reference_vm(const schedule::Program& program, Verdict* v) {
+  const ModelShape& shape = weights_.shape;
+  bool ok = true;
+  vm::ReferenceVm ref(program, weights_);
+  size_t next = 0;
+  for (int p = 0; p <= options_.positions.back(); ++p) {
+    auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
+    if (!step.completed) {
+      v->notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
+                         step.stuck);
+      return false;
+    }
+    if (options_.positions[next] != p) continue;
+    const Comparison c = compare_logits(step.logits, reference_[next], shape.dtype);
+    v->max_abs_err = std::max(v->max_abs_err, c.max_abs_err);
+    v->rel_err = std::max(v->rel_err, c.rel_err);
+    v->argmax_match = v->argmax_match && c.argmax_match;
+    if (step.argmax != argmax(step.logits)) {
+      ok = false;
+      v->notes.push_back("program argmax task wrote " + std::to_string(step.argmax) +
+                         " at position " + std::to_string(p) + " but the logits' argmax is " +
+                         std::to_string(argmax(step.logits)));
+    }
+    if (!c.pass) {
+      ok = false;
+      v->notes.push_back("ReferenceVm differs from eager at position " + std::to_string(p) +
+                         ": rel_err " + std::to_string(c.rel_err) + ", max_abs_err " +
+                         std::to_string(c.max_abs_err) +
+                         (c.argmax_match ? "" : ", argmax differs"));
+    }
+    ++next;
+  }
+  return ok;
+}
+
+std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& program, Verdict* v) {
+  GpuTrialOptions gpu_options = options_.gpu_options;
+  gpu_options.timed_position = options_.timed_position;  // the floor refers to this position
+  const GpuTrialResult g =
+      run_gpu_trial(program, weights_, tokens_, reference_, options_.positions, gpu_options);
+  v->kernel = g.kernel;
+  v->max_abs_err = std::max(v->max_abs_err, g.max_abs_err);
+  v->rel_err = std::max(v->rel_err, g.rel_err);
+  v->argmax_match = v->argmax_match && g.argmax_match;
+  if (g.status != "ok") {
+    v->status = g.status;
+    if (g.status == "rejected") {
+      v->valid = false;
+      v->rejected_reason = "launch";
+    }
+    if (g.status == "hang")
+      v->diagnostics = json::array({{{"rule", "hang"}, {"dump", g.hang_dump}}});
+    v->notes.push_back(g.message);
+    return std::nullopt;
+  }
+  const SampleStats s = sample_stats(g.samples_us);
+  v->samples_us = g.samples_us;
+  v->latency_p90_us = s.p90;
+  v->latency_spread_us = s.p90 - s.p10;
+  v->latency_kind = "measured-gpu";
+  if (!g.baseline_samples_us.empty()) {
+    const double base = sample_stats(g.baseline_samples_us).median;
+    v->speedup_vs_baseline = base / s.median;
+    v->notes.push_back("cuBLAS CUDA-graph baseline median " + std::to_string(base) +
+                       " us (same run)");
+  }
+  return s.median;
+}
+
+std::optional<double> TrialEvaluator::predict_latency(const schedule::Program& program,
+                                                      const Floor& floor, Verdict* v) {
+  const auto est =
+      schedule::predict(program, weights_.shape, target_, options_.timed_position, floor.floor_us);
+  if (!est.completed) {
+    v->status = "incorrect";
+    v->notes.push_back("the cost model's simulation did not drain every queue");
+    return std::nullopt;
+  }
+  v->latency_kind = "predicted";
+  v->notes.push_back("latency predicted by the cost model for " + target_.name + " at position " +
+                     std::to_string(options_.timed_position) + " (no GPU run): " +
+                     std::to_string(static_cast<int>(est.critical_path_stages)) +
+                     " dependent stages");
+  return est.latency_us;
 }
 
 }  // namespace megasched::eval

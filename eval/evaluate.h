@@ -9,13 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "eval/device.h"
+#include "eval/evaluator.h"
 #include "eval/gpu_trial.h"
+#include "eval/roofline.h"
 #include "eval/verdict.h"
-#include "harness/evaluator.h"
 #include "schedule/config.h"
 #include "schedule/model.h"
 #include "schedule/program.h"
 #include "schedule/target.h"
+#include "schedule/validate.h"
 
 namespace megasched::eval {
 
@@ -38,7 +41,7 @@ std::optional<schedule::Weights> load_weights(const std::string& model, uint64_t
 /// Resolves a target name ("auto" reads the live device).
 std::optional<schedule::GpuTarget> resolve_target(const std::string& gpu, std::string* error);
 
-class TrialEvaluator : public harness::Evaluator {
+class TrialEvaluator : public Evaluator {
  public:
   /// Loads the model and target and computes the eager reference once. nullptr + *error on a bad
   /// model, target or device.
@@ -59,6 +62,17 @@ class TrialEvaluator : public harness::Evaluator {
 
  private:
   TrialEvaluator() = default;
+  /// The trial of a lowered program the validator has judged (steps 1-4 of the header).
+  Verdict judge(const schedule::Program& program, const schedule::ValidationReport& report,
+                const std::string& schedule_id);
+  /// Step 2: the ReferenceVm against the eager logits; false (with notes) when it differs.
+  bool check_on_reference_vm(const schedule::Program& program, Verdict* v);
+  /// Step 3 on a GPU: the kernel's correctness and its median latency (nullopt: a failure status).
+  std::optional<double> measure_on_gpu(const schedule::Program& program, Verdict* v);
+  /// Step 3 without one: the cost model's latency (nullopt: its simulation did not drain).
+  std::optional<double> predict_latency(const schedule::Program& program, const Floor& floor,
+                                        Verdict* v);
+
   EvaluatorOptions options_;
   schedule::Weights weights_;
   schedule::GpuTarget target_;

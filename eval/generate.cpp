@@ -7,8 +7,7 @@
 
 #include "eval/eager.h"
 #include "eval/oracle.h"
-#include "schedule/lower.h"
-#include "schedule/validate.h"
+#include "eval/prepare.h"
 #include "vm/gpu_vm.h"
 #include "vm/reference_vm.h"
 
@@ -42,20 +41,17 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
                      " exceeds the KV cache of " + std::to_string(shape.max_seq) + " positions",
            r;
   std::string error;
-  auto program = schedule::lower(shape, target, config, &error);
-  if (!program) return r.error = "lowering: " + error, r;
-  const auto report = schedule::validate(*program, target);
-  if (!report.ok())
-    return r.error =
-               "the program is unsafe (" + report.rules() + "): " + report.diagnostics[0].message,
-           r;
+  const PreparedProgram prepared = prepare_program(shape, target, config);
+  if (!prepared.program) return r.error = "lowering: " + prepared.error, r;
+  if (!prepared.report.ok()) return r.error = prepared.unsafe_message(), r;
+  const schedule::Program& program = *prepared.program;
 
   StepFn step;
   std::unique_ptr<vm::ReferenceVm> ref;
   std::unique_ptr<vm::GpuVm> gpu;
   if (options.device == "gpu") {
     bool rejected = false;
-    gpu = vm::GpuVm::create(*program, weights, vm::GpuVmOptions{}, &error, &rejected);
+    gpu = vm::GpuVm::create(program, weights, vm::GpuVmOptions{}, &error, &rejected);
     if (!gpu) return r.error = "gpu: " + error, r;
     step = [&](int32_t token, int32_t pos, std::string* why) -> std::optional<std::vector<float>> {
       auto s = gpu->step(token, pos);
@@ -66,7 +62,7 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
       return std::move(s.logits);
     };
   } else {
-    ref = std::make_unique<vm::ReferenceVm>(*program, weights);
+    ref = std::make_unique<vm::ReferenceVm>(program, weights);
     step = [&](int32_t token, int32_t pos, std::string* why) -> std::optional<std::vector<float>> {
       auto s = ref->step(token, pos);
       if (!s.completed) {

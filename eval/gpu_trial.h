@@ -3,7 +3,7 @@
 // warm-up, many iterations, L2 flushed when the model fits in L2), re-check correctness after
 // timing, and time the cuBLAS CUDA-graph baseline interleaved with it. Implemented in
 // eval/gpu_trial_cuda.cpp; without the CUDA toolkit eval/gpu_trial_nocuda.cpp reports that no GPU
-// is available.
+// is available. The device itself (is there one, its limits, its bandwidth) is eval/device.h.
 #pragma once
 
 #include <cstdint>
@@ -50,22 +50,5 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
                              const std::vector<int32_t>& tokens,
                              const std::vector<std::vector<float>>& refs,
                              const std::vector<int>& positions, const GpuTrialOptions& options);
-
-/// False (with the reason) when there is no CUDA toolkit in this build or no device.
-bool gpu_available(std::string* why);
-
-/// `--gpu auto`: the live device as a GpuTarget (cudaGetDeviceProperties), with the measured
-/// bandwidth from workspace/device.json when `doctor --measure` has stored one.
-std::optional<schedule::GpuTarget> live_target(std::string* error);
-
-/// Where `doctor --measure` stores the measured device data: <workspace>/device.json
-/// ($MEGASCHED_WORKSPACE, else ./workspace).
-std::string device_json_path();
-
-/// The streaming-read bandwidth of a read-only kernel over a buffer `buffer_bytes` long (many
-/// times the L2), median of `repeats` timed passes, GB/s (1e9 B/s). Samples in *samples_gbs.
-std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats,
-                                               std::vector<double>* samples_gbs,
-                                               std::string* error);
 
 }  // namespace megasched::eval

@@ -5,207 +5,103 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "eval/baseline.h"
 #include "eval/eager.h"
 #include "eval/oracle.h"
 #include "eval/timing.h"
+#include "schedule/format.h"
 #include "vm/cuda_check.h"
 #include "vm/gpu_vm.h"
-#include "vm/nvrtc_build.h"
 
 namespace megasched::eval {
 
 using json = nlohmann::json;
+using schedule::fmt;
 
 namespace {
 
-std::string fmt(double v) {
-  std::ostringstream s;
-  s.precision(4);
-  s << v;
-  return s.str();
-}
+/// One GPU trial: the VM, the checked positions and their eager logits, and the result being
+/// filled. Each phase returns false when the trial ends there (its status set).
+class GpuTrial {
+ public:
+  GpuTrial(const schedule::Program& program, const schedule::Weights& weights,
+           const std::vector<int32_t>& tokens, const std::vector<std::vector<float>>& refs,
+           const std::vector<int>& positions, const GpuTrialOptions& options)
+      : program_(program),
+        weights_(weights),
+        tokens_(tokens),
+        refs_(refs),
+        positions_(positions),
+        options_(options) {}
 
-}  // namespace
-
-std::string device_json_path() {
-  const char* ws = std::getenv("MEGASCHED_WORKSPACE");
-  return (std::filesystem::path(ws && *ws ? ws : "workspace") / "device.json").string();
-}
-
-bool gpu_available(std::string* why) {
-  try {
-    return vm::device_info(why).has_value();
-  } catch (const vm::GpuError& e) {
-    if (why) *why = e.what();
-    return false;
-  }
-}
-
-std::optional<schedule::GpuTarget> live_target(std::string* error) {
-  std::optional<vm::DeviceInfo> d;
-  try {
-    d = vm::device_info(error);
-  } catch (const vm::GpuError& e) {
-    if (error) *error = e.what();
-    return std::nullopt;
-  }
-  if (!d) return std::nullopt;
-  schedule::GpuTarget t;
-  // Datasheet bandwidth from the registry entry the device's name matches (none: 0, and the floor
-  // uses the measured figure only).
-  std::optional<schedule::GpuTarget> known = schedule::find_target(d->name);
-  if (!known) {
-    std::string upper = d->name;
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    for (const schedule::GpuTarget& r : schedule::target_registry()) {
-      std::string key = r.name;
-      for (char& c : key) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      if (upper.find(key) != std::string::npos && r.sm_arch == d->sm_arch) known = r;
+  GpuTrialResult run() {
+    if (positions_.empty() || refs_.size() != positions_.size() || tokens_.empty())
+      return fail("crash",
+                  "run_gpu_trial needs one reference per checked position and at least one token");
+    try {
+      if (!create() || !check_kernel()) return std::move(r_);
+      start_baseline();
+      if (!time_interleaved() || !recheck()) return std::move(r_);
+      r_.status = "ok";
+      return std::move(r_);
+    } catch (const vm::GpuError& e) {
+      r_.samples_us.clear();
+      return fail("crash", e.what());
     }
   }
-  t.name = d->name;
-  t.sm_arch = d->sm_arch;
-  t.num_sms = d->num_sms;
-  t.smem_per_sm = d->smem_per_sm;
-  t.smem_per_block_optin = d->smem_per_block_optin;
-  t.regs_per_sm = d->regs_per_sm;
-  t.max_threads_per_sm = d->max_threads_per_sm;
-  t.max_blocks_per_sm = d->max_blocks_per_sm;
-  t.l2_bytes = d->l2_bytes;
-  t.hbm_bytes = d->hbm_bytes;
-  t.datasheet_bw_gbs = known ? known->datasheet_bw_gbs : 0.0;
-  t.source = "live";
-  std::ifstream in(device_json_path());
-  if (in) {
-    const json j = json::parse(in, nullptr, false);
-    if (j.is_object() && j.value("name", "") == d->name &&
-        j.value("pci_bus_id", "") == d->pci_bus_id) {
-      t.measured_bw_gbs = j.value("measured_bw_gbs", 0.0);
-    }
-  }
-  return t;
-}
 
-std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats,
-                                               std::vector<double>* samples_gbs,
-                                               std::string* error) {
-  try {
-    std::string why;
-    const auto d = vm::device_info(&why);
-    if (!d) {
-      *error = why;
-      return std::nullopt;
-    }
-    schedule::ModelShape shape;  // the probe kernel does not depend on the model: any valid build
-    shape.head_dim = 64;
-    shape.dtype = schedule::DType::kBF16;
-    vm::BuildRequest req;
-    req.entry = "vm/device/baseline.cuh";
-    req.defines = vm::baseline_defines(shape);
-    req.sm_arch = d->sm_arch;
-    req.cache_dir = vm::default_cache_dir();
-    const vm::BuildResult build = vm::build_cubin(req);
-    if (!build.ok) {
-      *error = build.error;
-      return std::nullopt;
-    }
-    CUfunction fn =
-        static_cast<CUfunction>(vm::load_functions(build.cubin, build.key, {"ms_stream_read"})[0]);
-    const uint64_t n_vec = static_cast<uint64_t>(buffer_bytes) / 16;
-    void* buf = nullptr;
-    void* sink = nullptr;
-    MS_CHECK_CUDA(cudaMalloc(&buf, n_vec * 16));
-    MS_CHECK_CUDA(cudaMalloc(&sink, 16));
-    MS_CHECK_CUDA(cudaMemset(buf, 0x5a, n_vec * 16));
-    cudaStream_t stream = static_cast<cudaStream_t>(vm::shared_stream());
-    cudaEvent_t e0, e1;
-    MS_CHECK_CUDA(cudaEventCreate(&e0));
-    MS_CHECK_CUDA(cudaEventCreate(&e1));
-    int per_sm = 0;
-    MS_CHECK_CUDA(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 512, 0));
-    const unsigned grid = static_cast<unsigned>(std::max(per_sm, 1) * d->num_sms);
-    uint32_t never = 0x12345678u;
-    std::vector<double> gbs;
-    for (int i = 0; i < repeats + 2; ++i) {
-      void* params[] = {&buf, const_cast<uint64_t*>(&n_vec), &never, &sink};
-      MS_CHECK_CUDA(cudaEventRecord(e0, stream));
-      MS_CHECK_CUDA(cuLaunchKernel(fn, grid, 1, 1, 512, 1, 1, 0, stream, params, nullptr));
-      MS_CHECK_CUDA(cudaEventRecord(e1, stream));
-      MS_CHECK_CUDA(cudaEventSynchronize(e1));
-      float ms = 0;
-      MS_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      if (i >= 2) gbs.push_back(static_cast<double>(n_vec * 16) / (ms * 1e-3) / 1e9);  // 2 warm-ups
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaFree(buf);
-    cudaFree(sink);
-    if (samples_gbs) *samples_gbs = gbs;
-    return sample_stats(gbs).median;
-  } catch (const vm::GpuError& e) {
-    *error = e.what();
-    return std::nullopt;
+ private:
+  GpuTrialResult fail(const std::string& status, const std::string& message) {
+    r_.status = status;
+    r_.message = message;
+    return std::move(r_);
   }
-}
+  int32_t token_at(int p) const { return tokens_[static_cast<size_t>(p) % tokens_.size()]; }
 
-GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::Weights& weights,
-                             const std::vector<int32_t>& tokens,
-                             const std::vector<std::vector<float>>& refs,
-                             const std::vector<int>& positions, const GpuTrialOptions& options) {
-  GpuTrialResult r;
-  if (positions.empty() || refs.size() != positions.size() || tokens.empty()) {
-    r.status = "crash";
-    r.message = "run_gpu_trial needs one reference per checked position and at least one token";
-    return r;
-  }
-  try {
+  bool create() {
     vm::GpuVmOptions vo;
-    vo.hang_timeout_s = options.hang_timeout_s;
-    vo.force_launch = options.force_launch;
+    vo.hang_timeout_s = options_.hang_timeout_s;
+    vo.force_launch = options_.force_launch;
     std::string error;
     bool rejected = false;
-    std::unique_ptr<vm::GpuVm> gvm = vm::GpuVm::create(program, weights, vo, &error, &rejected);
-    if (!gvm) {
-      r.status = rejected ? "rejected" : "crash";
-      r.message = error;
-      return r;
+    gvm_ = vm::GpuVm::create(program_, weights_, vo, &error, &rejected);
+    if (!gvm_) {
+      r_.status = rejected ? "rejected" : "crash";
+      r_.message = error;
+      return false;
     }
-    r.kernel = gvm->kernel_info();
-    const schedule::DType dtype = weights.shape.dtype;
-    const int max_checked = *std::max_element(positions.begin(), positions.end());
-    const int timed = options.timed_position >= 0 ? options.timed_position : max_checked;
-    r.timed_position = timed;
-    const int last = std::max(max_checked, timed);
-    auto token_at = [&](int p) { return tokens[static_cast<size_t>(p) % tokens.size()]; };
+    r_.kernel = gvm_->kernel_info();
+    const int max_checked = *std::max_element(positions_.begin(), positions_.end());
+    timed_ = options_.timed_position >= 0 ? options_.timed_position : max_checked;
+    r_.timed_position = timed_;
+    last_ = std::max(max_checked, timed_);
+    return true;
+  }
 
-    // Kernel correctness: every position up to the last one runs (the KV cache fills); the checked
-    // ones are compared with the eager logits.
-    r.argmax_match = true;
+  /// Kernel correctness: every position up to the last one runs (the KV cache fills); the checked
+  /// ones are compared with the eager logits.
+  bool check_kernel() {
+    const schedule::DType dtype = weights_.shape.dtype;
+    r_.argmax_match = true;
     bool ok = true;
     std::vector<std::string> evidence;
-    std::vector<float> timed_logits;
     json checks = json::array();
-    for (int p = 0; p <= last; ++p) {
-      vm::StepOutput s = gvm->step(token_at(p), p);
+    for (int p = 0; p <= last_; ++p) {
+      vm::StepOutput s = gvm_->step(token_at(p), p);
       if (s.status != "ok") {
-        r.status = s.status;
-        r.message = s.message;
-        r.hang_dump = s.hang_dump;
-        return r;
+        r_.status = s.status;
+        r_.message = s.message;
+        r_.hang_dump = s.hang_dump;
+        return false;
       }
-      if (p == timed) timed_logits = s.logits;
-      for (size_t i = 0; i < positions.size(); ++i) {
-        if (positions[i] != p) continue;
-        const Comparison c = compare_logits(s.logits, refs[i], dtype);
-        r.max_abs_err = std::max(r.max_abs_err, c.max_abs_err);
-        r.rel_err = std::max(r.rel_err, c.rel_err);
-        r.argmax_match = r.argmax_match && c.argmax_match;
+      if (p == timed_) timed_logits_ = s.logits;
+      for (size_t i = 0; i < positions_.size(); ++i) {
+        if (positions_[i] != p) continue;
+        const Comparison c = compare_logits(s.logits, refs_[i], dtype);
+        r_.max_abs_err = std::max(r_.max_abs_err, c.max_abs_err);
+        r_.rel_err = std::max(r_.rel_err, c.rel_err);
+        r_.argmax_match = r_.argmax_match && c.argmax_match;
         checks.push_back({{"position", p},
                           {"rel_err", c.rel_err},
                           {"max_abs_err", c.max_abs_err},
@@ -214,8 +110,8 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
         if (!c.pass) {
           ok = false;
           evidence.push_back("GPU kernel differs from eager at position " + std::to_string(p) +
-                             ": rel_err " + fmt(c.rel_err) + ", max_abs_err " + fmt(c.max_abs_err) +
-                             (c.finite ? "" : ", non-finite logits") +
+                             ": rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
+                             fmt("%.4g", c.max_abs_err) + (c.finite ? "" : ", non-finite logits") +
                              (c.argmax_match ? "" : ", argmax differs"));
         }
         if (s.argmax != argmax(s.logits)) {
@@ -226,107 +122,122 @@ GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::W
         }
       }
     }
-    r.kernel["checks"] = checks;
-    if (!ok) {
-      r.status = "incorrect";
-      r.message = evidence.front();
-      r.kernel["evidence"] = evidence;
-      return r;
-    }
+    r_.kernel["checks"] = checks;
+    if (ok) return true;
+    r_.status = "incorrect";
+    r_.message = evidence.front();
+    r_.kernel["evidence"] = evidence;
+    return false;
+  }
 
-    // The baseline, filled to the same position; its own accuracy is reported, not gated.
-    std::unique_ptr<CublasBaseline> base;
-    if (options.time_baseline) {
-      std::string berr;
-      base = CublasBaseline::create(weights, &berr);
-      if (!base) {
-        r.kernel["baseline_error"] = berr;
-      } else {
-        json bchecks = json::array();
-        for (int p = 0; p <= timed; ++p) {
-          const std::vector<float> logits = base->step(token_at(p), p);
-          for (size_t i = 0; i < positions.size(); ++i) {
-            if (positions[i] != p) continue;
-            const Comparison c = compare_logits(logits, refs[i], dtype);
-            bchecks.push_back({{"position", p},
-                               {"rel_err", c.rel_err},
-                               {"max_abs_err", c.max_abs_err},
-                               {"argmax_match", c.argmax_match}});
-          }
-        }
-        r.kernel["baseline"] = base->info();
-        r.kernel["baseline"]["checks"] = bchecks;
+  /// The baseline, filled to the same position; its own accuracy is reported, not gated.
+  void start_baseline() {
+    if (!options_.time_baseline) return;
+    std::string error;
+    base_ = CublasBaseline::create(weights_, &error);
+    if (!base_) {
+      r_.kernel["baseline_error"] = error;
+      return;
+    }
+    json checks = json::array();
+    for (int p = 0; p <= timed_; ++p) {
+      const std::vector<float> logits = base_->step(token_at(p), p);
+      for (size_t i = 0; i < positions_.size(); ++i) {
+        if (positions_[i] != p) continue;
+        const Comparison c = compare_logits(logits, refs_[i], weights_.shape.dtype);
+        checks.push_back({{"position", p},
+                          {"rel_err", c.rel_err},
+                          {"max_abs_err", c.max_abs_err},
+                          {"argmax_match", c.argmax_match}});
       }
     }
+    r_.kernel["baseline"] = base_->info();
+    r_.kernel["baseline"]["checks"] = checks;
+  }
 
-    // Timing: warm-up, then interleaved megakernel / baseline iterations, L2 flushed between
-    // iterations when the model's bytes fit in twice the L2 (otherwise each step streams from HBM
-    // anyway and the flush would only add noise).
+  /// Warm-up, then interleaved megakernel / baseline iterations, L2 flushed between iterations
+  /// when the model's bytes fit in twice the L2 (otherwise each step streams from HBM anyway and
+  /// the flush would only add noise).
+  bool time_interleaved() {
     int l2 = 0;
     MS_CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-    const bool flush = weights.bytes() <= 2 * static_cast<int64_t>(l2);
-    r.kernel["l2_flushed"] = flush;
-    r.kernel["iterations"] = options.iterations;
-    r.kernel["warmup"] = options.warmup;
-    const int32_t tok = token_at(timed);
-    for (int i = 0; i < options.warmup; ++i) {
-      gvm->time_step_us(tok, timed, flush);
-      if (base) base->time_step_us(tok, timed, flush);
+    const bool flush = weights_.bytes() <= 2 * static_cast<int64_t>(l2);
+    r_.kernel["l2_flushed"] = flush;
+    r_.kernel["iterations"] = options_.iterations;
+    r_.kernel["warmup"] = options_.warmup;
+    const int32_t tok = token_at(timed_);
+    for (int i = 0; i < options_.warmup; ++i) {
+      gvm_->time_step_us(tok, timed_, flush);
+      if (base_) base_->time_step_us(tok, timed_, flush);
     }
-    for (int i = 0; i < options.iterations; ++i) {
-      r.samples_us.push_back(gvm->time_step_us(tok, timed, flush));
-      if (base) r.baseline_samples_us.push_back(base->time_step_us(tok, timed, flush));
+    for (int i = 0; i < options_.iterations; ++i) {
+      r_.samples_us.push_back(gvm_->time_step_us(tok, timed_, flush));
+      if (base_) r_.baseline_samples_us.push_back(base_->time_step_us(tok, timed_, flush));
     }
-    if (gvm->hung()) {
-      r.status = "hang";
-      r.message = "the megakernel hit its spin bound during timing";
-      r.samples_us.clear();
-      return r;
-    }
+    if (!gvm_->hung()) return true;
+    r_.status = "hang";
+    r_.message = "the megakernel hit its spin bound during timing";
+    r_.samples_us.clear();
+    return false;
+  }
 
-    // Re-check after timing: the same logits as before timing (the kernel is deterministic) and,
-    // when the timed position is a checked one, the eager reference.
-    vm::StepOutput s = gvm->step(tok, timed);
+  /// Re-check after timing: the same logits as before timing (the kernel is deterministic) and,
+  /// when the timed position is a checked one, the eager reference.
+  bool recheck() {
+    vm::StepOutput s = gvm_->step(token_at(timed_), timed_);
     if (s.status != "ok") {
-      r.status = s.status;
-      r.message = s.message + " (in the re-check after timing)";
-      r.hang_dump = s.hang_dump;
-      r.samples_us.clear();
-      return r;
+      r_.status = s.status;
+      r_.message = s.message + " (in the re-check after timing)";
+      r_.hang_dump = s.hang_dump;
+      r_.samples_us.clear();
+      return false;
     }
     double drift = 0.0;
-    for (size_t i = 0; i < s.logits.size() && i < timed_logits.size(); ++i) {
-      drift = std::max(drift, static_cast<double>(std::abs(s.logits[i] - timed_logits[i])));
-    }
-    r.kernel["recheck_max_abs_drift"] = drift;
-    for (size_t i = 0; i < positions.size(); ++i) {
-      if (positions[i] != timed) continue;
-      const Comparison c = compare_logits(s.logits, refs[i], dtype);
+    for (size_t i = 0; i < s.logits.size() && i < timed_logits_.size(); ++i)
+      drift = std::max(drift, static_cast<double>(std::abs(s.logits[i] - timed_logits_[i])));
+    r_.kernel["recheck_max_abs_drift"] = drift;
+    for (size_t i = 0; i < positions_.size(); ++i) {
+      if (positions_[i] != timed_) continue;
+      const Comparison c = compare_logits(s.logits, refs_[i], weights_.shape.dtype);
       if (!c.pass) {
-        r.status = "incorrect";
-        r.message = "GPU kernel differs from eager at position " + std::to_string(timed) +
-                    " after timing: rel_err " + fmt(c.rel_err) + ", max_abs_err " +
-                    fmt(c.max_abs_err);
-        r.samples_us.clear();
-        return r;
+        r_.status = "incorrect";
+        r_.message = "GPU kernel differs from eager at position " + std::to_string(timed_) +
+                     " after timing: rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
+                     fmt("%.4g", c.max_abs_err);
+        r_.samples_us.clear();
+        return false;
       }
     }
-    if (drift != 0.0) {
-      r.status = "incorrect";
-      r.message = "GPU logits at position " + std::to_string(timed) +
-                  " changed after timing (max abs drift " + fmt(drift) +
-                  "): the kernel is not deterministic";
-      r.samples_us.clear();
-      return r;
-    }
-    r.status = "ok";
-    return r;
-  } catch (const vm::GpuError& e) {
-    r.status = "crash";
-    r.message = e.what();
-    r.samples_us.clear();
-    return r;
+    if (drift == 0.0) return true;
+    r_.status = "incorrect";
+    r_.message = "GPU logits at position " + std::to_string(timed_) +
+                 " changed after timing (max abs drift " + fmt("%.4g", drift) +
+                 "): the kernel is not deterministic";
+    r_.samples_us.clear();
+    return false;
   }
+
+  const schedule::Program& program_;
+  const schedule::Weights& weights_;
+  const std::vector<int32_t>& tokens_;
+  const std::vector<std::vector<float>>& refs_;
+  const std::vector<int>& positions_;
+  const GpuTrialOptions& options_;
+  GpuTrialResult r_;
+  std::unique_ptr<vm::GpuVm> gvm_;
+  std::unique_ptr<CublasBaseline> base_;
+  int timed_ = 0;  // the position timed
+  int last_ = 0;   // the last position run before timing
+  std::vector<float> timed_logits_;
+};
+
+}  // namespace
+
+GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::Weights& weights,
+                             const std::vector<int32_t>& tokens,
+                             const std::vector<std::vector<float>>& refs,
+                             const std::vector<int>& positions, const GpuTrialOptions& options) {
+  return GpuTrial(program, weights, tokens, refs, positions, options).run();
 }
 
 }  // namespace megasched::eval

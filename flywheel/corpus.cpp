@@ -123,37 +123,6 @@ CorpusRead read_corpus(const std::string& path) {
   return out;
 }
 
-json shape_to_json(const schedule::ModelShape& s) {
-  return json{{"name", s.name},
-              {"hidden", s.hidden},
-              {"layers", s.layers},
-              {"heads", s.heads},
-              {"kv_heads", s.kv_heads},
-              {"head_dim", s.head_dim},
-              {"ffn", s.ffn},
-              {"vocab", s.vocab},
-              {"max_seq", s.max_seq},
-              {"tied_embeddings", s.tied_embeddings},
-              {"dtype", schedule::dtype_name(s.dtype)}};
-}
-
-schedule::ModelShape shape_from_json(const json& j) {
-  schedule::ModelShape s;
-  if (!j.is_object()) return s;
-  s.name = j.value("name", "");
-  s.hidden = j.value("hidden", 0);
-  s.layers = j.value("layers", 0);
-  s.heads = j.value("heads", 0);
-  s.kv_heads = j.value("kv_heads", 0);
-  s.head_dim = j.value("head_dim", 0);
-  s.ffn = j.value("ffn", 0);
-  s.vocab = j.value("vocab", 0);
-  s.max_seq = j.value("max_seq", 0);
-  s.tied_embeddings = j.value("tied_embeddings", false);
-  if (auto dtype = schedule::parse_dtype(j.value("dtype", "f32"))) s.dtype = *dtype;
-  return s;
-}
-
 std::string utc_timestamp(double unix_seconds) {
   std::time_t t = static_cast<std::time_t>(std::floor(unix_seconds));
   std::tm tm{};

@@ -79,11 +79,6 @@ struct CorpusRead {
 /// Reads every record; torn or malformed lines are skipped and listed in `problems`.
 CorpusRead read_corpus(const std::string& path);
 
-/// The model shape as JSON (the prior's shape features and the corpus record use it).
-nlohmann::json shape_to_json(const schedule::ModelShape& shape);
-/// Reads shape_to_json() back (missing fields stay zero).
-schedule::ModelShape shape_from_json(const nlohmann::json& j);
-
 /// The current time as ISO-8601 UTC ("2026-11-22T02:31:07Z").
 std::string utc_timestamp(double unix_seconds);
 

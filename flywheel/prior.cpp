@@ -257,4 +257,29 @@ PriorEvaluation evaluate_prior(const std::vector<PriorSample>& samples, int fold
   return result;
 }
 
+nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& records,
+                                         const std::string& target, const std::string& device,
+                                         int folds, uint64_t seed) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& r : records) {
+    if ((!target.empty() && r.target != target) || (!device.empty() && r.device != device))
+      continue;
+    if (std::find(pairs.begin(), pairs.end(), std::make_pair(r.target, r.device)) == pairs.end())
+      pairs.emplace_back(r.target, r.device);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [t, d] : pairs) {
+    const std::vector<PriorSample> samples = prior_samples(records, t, d);
+    const PriorEvaluation e = evaluate_prior(samples, folds, seed);
+    out.push_back({{"target", t},
+                   {"device", d},
+                   {"samples", e.samples},
+                   {"failures", static_cast<int>(samples.size()) - e.samples},
+                   {"spearman",
+                    e.samples >= 2 * folds ? nlohmann::json(e.spearman) : nlohmann::json(nullptr)},
+                   {"per_model", e.per_model}});
+  }
+  return out;
+}
+
 }  // namespace megasched::flywheel

@@ -26,7 +26,7 @@ namespace megasched::flywheel {
 /// One training point: a canonical config, its model shape, and its outcome.
 struct PriorSample {
   nlohmann::json config;             // canonical ScheduleConfig JSON
-  nlohmann::json shape;              // shape_to_json()
+  nlohmann::json shape;              // schedule::to_json(ModelShape)
   std::optional<double> latency_us;  // absent for a failure
   std::string model;                 // for per-model evaluation
 };
@@ -78,5 +78,12 @@ struct PriorEvaluation {
 /// K-fold cross-validation: each sample's latency is predicted by a prior fitted on the other
 /// folds (folds assigned by a seeded shuffle).
 PriorEvaluation evaluate_prior(const std::vector<PriorSample>& samples, int folds, uint64_t seed);
+
+/// evaluate_prior for each (target, device) of the corpus in first-seen order (only `target` /
+/// `device` when not empty): [{"target", "device", "samples", "failures" (records without a
+/// latency), "spearman" (null below 2 x folds samples), "per_model"}].
+nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& records,
+                                         const std::string& target, const std::string& device,
+                                         int folds, uint64_t seed);
 
 }  // namespace megasched::flywheel

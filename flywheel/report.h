@@ -1,7 +1,7 @@
 // The analyst report over results.tsv and corpus.jsonl, per (model, target, device): the best
 // config and its verdict, status counts, keep rate, best-so-far versus trial, and the effect of
-// each knob value (median latency and count). One JSON document (build_report) rendered as text
-// or as a self-contained HTML page with inline SVG plots (no scripts, no external files).
+// each knob value (median latency and count). One JSON document (build_report); its text and
+// HTML renderings are flywheel/report_render.h.
 #pragma once
 
 #include <string>
@@ -26,11 +26,6 @@ namespace megasched::flywheel {
 /// Rows are grouped in order of first appearance; best_so_far follows file order.
 nlohmann::json build_report(const std::vector<ResultRow>& rows,
                             const std::vector<CorpusRecord>& records);
-
-/// Plain text for a terminal.
-std::string report_text(const nlohmann::json& report);
-/// A self-contained HTML page (inline CSS and SVG).
-std::string report_html(const nlohmann::json& report);
 
 /// Median of a non-empty list (mean of the middle two for an even count).
 double median(std::vector<double> values);

@@ -55,6 +55,12 @@ void print_error(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "megasched %s: %s\n", command.c_str(), message.c_str());
 }
 
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::optional<std::vector<int>> parse_int_list(const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);

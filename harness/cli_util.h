@@ -25,6 +25,9 @@ void print_json(const nlohmann::json& j);
 /// Prints "megasched <command>: <message>" to stderr.
 void print_error(const std::string& command, const std::string& message);
 
+/// `text` as one word for /bin/sh (single-quoted).
+std::string shell_quote(const std::string& text);
+
 /// Splits "0,3,7" into integers; nullopt on a malformed list.
 std::optional<std::vector<int>> parse_int_list(const std::string& text);
 

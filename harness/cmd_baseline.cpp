@@ -2,15 +2,11 @@
 // from a CUDA graph: checked against the eager reference at position 0, then timed at --position
 // (the KV cache filled by the baseline itself), with the floor of the live device beside it.
 #include "eval/baseline.h"
-#include "eval/eager.h"
+#include "eval/device.h"
 #include "eval/evaluate.h"
-#include "eval/gpu_trial.h"
-#include "eval/oracle.h"
-#include "eval/roofline.h"
-#include "eval/timing.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
-#include "vm/gpu_vm.h"
+#include "harness/trial_flags.h"
 
 namespace megasched::harness {
 
@@ -25,13 +21,12 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "baseline", "Time the cuBLAS CUDA-graph op-by-op decode step of a model (GPU)");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->model);
   cmd->add_option("--position", opt->position, "Position timed (the KV cache is filled up to it)")
       ->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "Untimed replays")->capture_default_str();
   cmd->add_option("--iterations", opt->iterations, "Timed replays")->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Weight and token seed for presets")->capture_default_str();
+  add_seed_flag(cmd, &opt->seed);
   cmd->callback([&ctx, opt] {
     std::string error;
     if (!eval::gpu_available(&error)) {
@@ -52,55 +47,23 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
       return;
     }
     auto target = eval::live_target(&error);
-    auto base = eval::CublasBaseline::create(*weights, &error);
-    if (!base || !target) {
+    if (!target) {
       print_error("baseline", error);
       ctx.exit_code = kExitEnvironment;
       return;
     }
-    try {
-      const auto tokens = eval::trial_tokens(weights->shape.vocab, opt->position + 1, opt->seed);
-      eval::EagerModel eager(*weights);
-      const eval::Comparison c = eval::compare_logits(
-          base->step(tokens[0], 0), eager.step(tokens[0], 0), weights->shape.dtype);
-      for (int p = 1; p <= opt->position; ++p) base->step(tokens[static_cast<size_t>(p)], p);
-      const int32_t tok = tokens[static_cast<size_t>(opt->position)];
-      const bool flush = weights->bytes() <= 2 * target->l2_bytes;
-      for (int i = 0; i < opt->warmup; ++i) base->time_step_us(tok, opt->position, flush);
-      std::vector<double> samples;
-      for (int i = 0; i < opt->iterations; ++i)
-        samples.push_back(base->time_step_us(tok, opt->position, flush));
-      const eval::SampleStats s = eval::sample_stats(samples);
-      const eval::Floor floor = eval::floor_for(weights->shape, *target, opt->position);
-      nlohmann::json out = {{"model", weights->shape.name},
-                            {"device", target->name},
-                            {"position", opt->position},
-                            {"latency_us", s.median},
-                            {"latency_p90_us", s.p90},
-                            {"latency_spread_us", s.p90 - s.p10},
-                            {"iterations", opt->iterations},
-                            {"l2_flushed", flush},
-                            {"floor_us", floor.floor_us},
-                            {"floor_datasheet_us", floor.floor_datasheet_us},
-                            {"bytes_min", floor.bytes_min},
-                            {"check_position_0",
-                             {{"rel_err", c.rel_err},
-                              {"max_abs_err", c.max_abs_err},
-                              {"argmax_match", c.argmax_match}}},
-                            {"info", base->info()}};
-      if (s.median >= floor.floor_us && s.median > 0) {
-        out["pct_of_floor"] = 100.0 * floor.floor_us / s.median;
-        if (floor.floor_datasheet_us > 0)
-          out["pct_of_datasheet"] = 100.0 * floor.floor_datasheet_us / s.median;
-      } else {
-        out["note"] = "median below the floor: withheld as a timing or accounting error";
-        out.erase("latency_us");
-      }
-      print_json(out);
-    } catch (const std::exception& e) {
-      print_error("baseline", e.what());
+    eval::BaselineTiming timing;
+    timing.position = opt->position;
+    timing.warmup = opt->warmup;
+    timing.iterations = opt->iterations;
+    timing.seed = opt->seed;
+    const auto out = eval::time_baseline(*weights, *target, timing, &error);
+    if (!out) {
+      print_error("baseline", error);
       ctx.exit_code = kExitEnvironment;
+      return;
     }
+    print_json(*out);
   });
 }
 

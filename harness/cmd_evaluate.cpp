@@ -5,66 +5,54 @@
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/trial_flags.h"
 #include "schedule/lower.h"
 
 namespace megasched::harness {
 
 void add_evaluate_command(CLI::App& app, CliContext& ctx) {
   struct Options {
-    eval::EvaluatorOptions ev;
+    TrialFlags trial;
     std::string config;
     std::string program;
-    std::string positions = "0,3,7";
     bool no_baseline = false;
     std::string save_program;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("evaluate",
                                  "Run one trial of a ScheduleConfig and print its Verdict (JSON)");
-  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
-  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto")
-      ->capture_default_str();
-  cmd->add_option("--device", opt->ev.device, "cpu (predicted latency) or gpu (measured)")
-      ->check(CLI::IsMember({"cpu", "gpu"}))
-      ->capture_default_str();
+  eval::EvaluatorOptions& ev = opt->trial.ev;
+  add_model_flag(cmd, &ev.model);
+  add_gpu_flag(cmd, &ev.gpu);
+  add_device_flag(cmd, &ev.device);
   cmd->add_option("--config", opt->config,
                   "ScheduleConfig JSON file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
   cmd->add_option("--program", opt->program,
                   "Evaluate a program JSON file instead of lowering a config");
-  cmd->add_option("--positions", opt->positions,
-                  "Positions whose logits are checked, comma-separated")
+  add_positions_flag(cmd, &opt->trial.positions);
+  add_timed_position_flag(cmd, &ev.timed_position);
+  add_seed_flag(cmd, &ev.seed);
+  cmd->add_option("--iterations", ev.gpu_options.iterations, "Timed GPU iterations")
       ->capture_default_str();
-  cmd->add_option("--timed-position", opt->ev.timed_position,
-                  "Position the latency and the floor refer to")
-      ->capture_default_str();
-  cmd->add_option("--seed", opt->ev.seed, "Weight and token seed for presets")
-      ->capture_default_str();
-  cmd->add_option("--iterations", opt->ev.gpu_options.iterations, "Timed GPU iterations")
-      ->capture_default_str();
-  cmd->add_option("--warmup", opt->ev.gpu_options.warmup, "Untimed GPU iterations")
+  cmd->add_option("--warmup", ev.gpu_options.warmup, "Untimed GPU iterations")
       ->capture_default_str();
   cmd->add_flag("--no-baseline", opt->no_baseline, "Skip the cuBLAS CUDA-graph baseline (GPU)");
   cmd->add_option("--save-program", opt->save_program,
                   "Write the lowered program JSON to this file");
   cmd->callback([&ctx, opt] {
     std::string error;
-    auto positions = parse_int_list(opt->positions);
-    if (!positions)
-      return print_error("evaluate",
-                         "--positions '" + opt->positions +
-                             "' is not a comma-separated list of integers (e.g. 0,3,7)"),
-             void(ctx.exit_code = kExitUsage);
-    opt->ev.positions = *positions;
-    opt->ev.gpu_options.time_baseline = !opt->no_baseline;
+    if (!opt->trial.parse_positions(&error))
+      return print_error("evaluate", error + " (e.g. 0,3,7)"), void(ctx.exit_code = kExitUsage);
+    eval::EvaluatorOptions& ev = opt->trial.ev;
+    ev.gpu_options.time_baseline = !opt->no_baseline;
     std::optional<schedule::ScheduleConfig> config;
     if (opt->program.empty()) {
       config = read_config_arg(opt->config, &error);
       if (!config) return print_error("evaluate", error), void(ctx.exit_code = kExitUsage);
     }
-    auto evaluator = eval::TrialEvaluator::create(opt->ev, &error);
+    auto evaluator = eval::TrialEvaluator::create(ev, &error);
     if (!evaluator) {
       const bool env = error.find("--device gpu") != std::string::npos;
       return print_error("evaluate", error),

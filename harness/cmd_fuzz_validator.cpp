@@ -1,6 +1,6 @@
 // `megasched fuzz-validator`: the validator's scorecard. Generates adversarial programs (one-defect
 // mutants of real toy lowerings and of safe random DAGs, and random DAGs safe and unsafe), decides
-// each with the exhaustive ground truth (schedule/ground_truth.h, accesses recorded by the
+// each with the exhaustive ground truth (eval/ground_truth.h, accesses recorded by the
 // ReferenceVm) and with validate(), and prints per class: generated, unsafe by ground truth,
 // accepted-unsafe (must be 0), rejected-safe. The table goes to stderr, the JSON summary to stdout;
 // exit 0 only when nothing unsafe was accepted.
@@ -8,11 +8,11 @@
 #include <map>
 #include <random>
 
+#include "eval/ground_truth.h"
+#include "eval/program_fuzz.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
-#include "schedule/ground_truth.h"
 #include "schedule/lower.h"
-#include "schedule/program_fuzz.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"
 
@@ -43,6 +43,7 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
       "Write each program validate() rejects but the ground truth calls safe to DIR/<index>.json");
   cmd->callback([&ctx, opt] {
     using namespace schedule;
+    using namespace eval;
     const GpuTarget target = fuzz_target(4);
     // Real lowerings to mutate: random configs of the toy shapes on a 4-SM target, small enough
     // for exhaustive exploration.

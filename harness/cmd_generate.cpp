@@ -6,6 +6,7 @@
 #include "eval/generate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/trial_flags.h"
 
 namespace megasched::harness {
 
@@ -24,13 +25,9 @@ void add_generate_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "generate", "Greedy decode: feed a prompt, generate tokens with one built program");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
-  cmd->add_option("--gpu", opt->gpu, "GPU target the program is lowered for (or auto)")
-      ->capture_default_str();
-  cmd->add_option("--device", opt->device, "cpu (ReferenceVm) or gpu (the megakernel)")
-      ->check(CLI::IsMember({"cpu", "gpu"}))
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->model);
+  add_gpu_flag(cmd, &opt->gpu, "GPU target the program is lowered for (or auto)");
+  add_device_flag(cmd, &opt->device, "cpu (ReferenceVm) or gpu (the megakernel)");
   cmd->add_option("--config", opt->config,
                   "ScheduleConfig JSON file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100 "
@@ -42,7 +39,7 @@ void add_generate_command(CLI::App& app, CliContext& ctx) {
       ->capture_default_str();
   cmd->add_flag("--verify", opt->verify,
                 "Check every step's logits and token against the eager reference");
-  cmd->add_option("--seed", opt->seed, "Weight seed for presets")->capture_default_str();
+  add_seed_flag(cmd, &opt->seed, "--seed", "Weight seed for presets");
   cmd->add_option(
       "--logits-out", opt->logits_out,
       "Write every step's logits as raw little-endian float32 [steps][vocab] to this file");

@@ -11,13 +11,14 @@
 #include <iostream>
 #include <memory>
 
+#include "eval/device.h"
 #include "eval/evaluate.h"
-#include "eval/gpu_trial.h"
 #include "flywheel/corpus.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/loop.h"
 #include "harness/strategy.h"
+#include "harness/trial_flags.h"
 #include "harness/worker_evaluator.h"
 
 namespace megasched::harness {
@@ -46,38 +47,106 @@ std::string self_path() {
   return buffer;
 }
 
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+/// The flags of `megasched loop`.
+struct LoopCommand {
+  TrialFlags trial;
+  LoopOptions loop;
+  StrategyOptions strategy;
+  std::string device = "auto";
+  bool isolate = false;
+  double trial_timeout_s = 300;
+  std::string start;
+};
+
+/// Runs the loop the flags describe; returns the exit code.
+int run_loop_command(LoopCommand& opt) {
+  std::string error;
+  if (!opt.trial.parse_positions(&error)) return print_error("loop", error), kExitUsage;
+  eval::EvaluatorOptions& ev = opt.trial.ev;
+  opt.loop.timed_position = ev.timed_position;
+  if (ev.timed_position < 0)
+    return print_error("loop", "--timed-position must be >= 0"), kExitUsage;
+  if (!opt.start.empty()) {
+    if (opt.loop.warm_start)
+      return print_error("loop", "--start and --warm-start both choose trial 0; give one"),
+             kExitUsage;
+    auto start = read_config_arg(opt.start, &error);
+    if (!start) return print_error("loop", "--start: " + error), kExitUsage;
+    opt.loop.start = *start;
+  }
+  if (!opt.strategy.proposer_command.empty()) opt.strategy.name = "proposer";
+  if (opt.loop.budget < 1) return print_error("loop", "--budget must be at least 1"), kExitUsage;
+  std::string device = opt.device;
+  if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
+  ev.device = device;
+
+  auto shape = eval::resolve_shape(ev.model, &error);
+  if (!shape) return print_error("loop", error), kExitUsage;
+  auto target = eval::resolve_target(ev.gpu, &error);
+  if (!target) {
+    const bool env = ev.gpu == "auto";
+    return print_error("loop", error), env ? kExitEnvironment : kExitUsage;
+  }
+
+  std::unique_ptr<eval::Evaluator> evaluator;
+  if (device == "gpu" || opt.isolate) {
+    WorkerOptions w;
+    w.command = shell_quote(self_path()) + " worker " + opt.trial.worker_arguments();
+    w.trial_timeout_s = opt.trial_timeout_s;
+    auto worker = std::make_unique<WorkerEvaluator>(w);
+    if (!worker->start(&error)) return print_error("loop", error), kExitEnvironment;
+    evaluator = std::move(worker);
+  } else {
+    auto trial = eval::TrialEvaluator::create(ev, &error);
+    if (!trial) return print_error("loop", error), kExitUsage;
+    evaluator = std::move(trial);
+  }
+
+  opt.strategy.shape = *shape;
+  if (opt.strategy.name == "prior") {
+    // The prior learns from every model this workspace has tried on this target and device.
+    const std::string target_name = evaluator->identity().value("target", target->name);
+    for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt.loop.corpus_path).records)
+      if (r.target == target_name && r.device == device)
+        opt.strategy.training.push_back(std::move(r));
+  }
+  auto strategy = make_strategy(opt.strategy, &error);
+  if (!strategy) return print_error("loop", error), kExitUsage;
+
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+  opt.loop.stop = &g_stop;
+  opt.loop.progress = &std::cerr;
+  opt.loop.seed = opt.strategy.seed;
+  SystemClock clock;
+  LoopResult result = run_loop(*evaluator, *shape, *target, *strategy, clock, opt.loop);
+  if (!result.ok) {
+    print_error("loop", result.error);
+    if (!result.summary.is_null()) print_json(result.summary);
+    return kExitEnvironment;
+  }
+  print_json(result.summary);
+  // Loud failure when nothing was measured: trials ran and none had a correct latency.
+  return result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null() ? kExitFailure
+                                                                                     : kExitOk;
 }
 
 }  // namespace
 
 void add_loop_command(CLI::App& app, CliContext& ctx) {
-  struct Options {
-    eval::EvaluatorOptions ev;
-    LoopOptions loop;
-    StrategyOptions strategy;
-    std::string device = "auto";
-    std::string positions = "0,3,7";
-    bool isolate = false;
-    double trial_timeout_s = 300;
-    std::string start;
-  };
-  auto opt = std::make_shared<Options>();
+  auto opt = std::make_shared<LoopCommand>();
   opt->strategy.name = "hillclimb";
   auto* cmd = app.add_subcommand(
       "loop", "Search schedules: propose, evaluate, keep or revert, log every trial");
-  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
-  cmd->add_option("--gpu", opt->ev.gpu,
-                  "GPU target (see `megasched targets`) or auto (the live device)")
-      ->capture_default_str();
-  cmd->add_option("--device", opt->device,
-                  "cpu (predicted latency), gpu (measured), or auto (gpu when one is usable)")
-      ->check(CLI::IsMember({"cpu", "gpu", "auto"}))
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->trial.ev.model);
+  add_gpu_flag(cmd, &opt->trial.ev.gpu,
+               "GPU target (see `megasched targets`) or auto (the live device)");
+  add_device_flag(cmd, &opt->device,
+                  "cpu (predicted latency), gpu (measured), or auto (gpu when one is usable)",
+                  {"cpu", "gpu", "auto"});
   cmd->add_option("--budget", opt->loop.budget, "Trials in the run (counted across --resume)")
       ->capture_default_str();
   cmd->add_option("--minutes", opt->loop.minutes, "Wall-clock budget of this invocation (0: none)")
@@ -109,105 +178,18 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "instead of the default");
   cmd->add_option("--results", opt->loop.results_path, "results.tsv path")->capture_default_str();
   cmd->add_option("--corpus", opt->loop.corpus_path, "corpus.jsonl path")->capture_default_str();
-  cmd->add_option("--positions", opt->positions,
-                  "Positions whose logits are checked, comma-separated")
-      ->capture_default_str();
-  cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")
-      ->capture_default_str();
-  cmd->add_option("--timed-position", opt->ev.timed_position,
-                  "Position the trials are timed (and the floor taken) at; a search is judged at "
-                  "one position (long context favours other attention splits than position 0)")
-      ->capture_default_str();
+  add_positions_flag(cmd, &opt->trial.positions);
+  add_seed_flag(cmd, &opt->trial.ev.seed, "--weight-seed");
+  add_timed_position_flag(
+      cmd, &opt->trial.ev.timed_position,
+      "Position the trials are timed (and the floor taken) at; a search is judged at one position "
+      "(long context favours other attention splits than position 0)");
   cmd->add_flag("--isolate", opt->isolate,
                 "Run CPU trials in a worker process too (GPU trials always are)");
   cmd->add_option("--trial-timeout", opt->trial_timeout_s,
                   "Seconds a worker trial may take before it is killed (timeout)")
       ->capture_default_str();
-  cmd->callback([&ctx, opt] {
-    std::string error;
-    auto positions = parse_int_list(opt->positions);
-    if (!positions)
-      return print_error("loop", "--positions '" + opt->positions +
-                                     "' is not a comma-separated list of integers"),
-             void(ctx.exit_code = kExitUsage);
-    opt->ev.positions = *positions;
-    opt->loop.timed_position = opt->ev.timed_position;
-    if (opt->ev.timed_position < 0)
-      return print_error("loop", "--timed-position must be >= 0"), void(ctx.exit_code = kExitUsage);
-    if (!opt->start.empty()) {
-      if (opt->loop.warm_start)
-        return print_error("loop", "--start and --warm-start both choose trial 0; give one"),
-               void(ctx.exit_code = kExitUsage);
-      auto start = read_config_arg(opt->start, &error);
-      if (!start) return print_error("loop", "--start: " + error), void(ctx.exit_code = kExitUsage);
-      opt->loop.start = *start;
-    }
-    if (!opt->strategy.proposer_command.empty()) opt->strategy.name = "proposer";
-    if (opt->loop.budget < 1)
-      return print_error("loop", "--budget must be at least 1"), void(ctx.exit_code = kExitUsage);
-    std::string device = opt->device;
-    if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
-    opt->ev.device = device;
-
-    auto shape = eval::resolve_shape(opt->ev.model, &error);
-    if (!shape) return print_error("loop", error), void(ctx.exit_code = kExitUsage);
-    auto target = eval::resolve_target(opt->ev.gpu, &error);
-    if (!target) {
-      const bool env = opt->ev.gpu == "auto";
-      return print_error("loop", error), void(ctx.exit_code = env ? kExitEnvironment : kExitUsage);
-    }
-
-    std::unique_ptr<Evaluator> evaluator;
-    if (device == "gpu" || opt->isolate) {
-      WorkerOptions w;
-      w.command = shell_quote(self_path()) + " worker --model " + shell_quote(opt->ev.model) +
-                  " --gpu " + shell_quote(opt->ev.gpu) + " --device " + device + " --positions " +
-                  opt->positions + " --weight-seed " + std::to_string(opt->ev.seed) +
-                  " --timed-position " + std::to_string(opt->ev.timed_position);
-      w.trial_timeout_s = opt->trial_timeout_s;
-      auto worker = std::make_unique<WorkerEvaluator>(w);
-      if (!worker->start(&error))
-        return print_error("loop", error), void(ctx.exit_code = kExitEnvironment);
-      evaluator = std::move(worker);
-    } else {
-      auto trial = eval::TrialEvaluator::create(opt->ev, &error);
-      if (!trial) return print_error("loop", error), void(ctx.exit_code = kExitUsage);
-      evaluator = std::move(trial);
-    }
-
-    opt->strategy.shape = *shape;
-    if (opt->strategy.name == "prior") {
-      // The prior learns from every model this workspace has tried on this target and device.
-      const std::string target_name = evaluator->identity().value("target", target->name);
-      for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt->loop.corpus_path).records)
-        if (r.target == target_name && r.device == device)
-          opt->strategy.training.push_back(std::move(r));
-    }
-    auto strategy = make_strategy(opt->strategy, &error);
-    if (!strategy) return print_error("loop", error), void(ctx.exit_code = kExitUsage);
-
-    struct sigaction action {};
-    action.sa_handler = on_stop_signal;
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGINT, &action, nullptr);
-    ::sigaction(SIGTERM, &action, nullptr);
-    opt->loop.stop = &g_stop;
-    opt->loop.progress = &std::cerr;
-    opt->loop.seed = opt->strategy.seed;
-    SystemClock clock;
-    LoopResult result = run_loop(*evaluator, *shape, *target, *strategy, clock, opt->loop);
-    if (!result.ok) {
-      print_error("loop", result.error);
-      ctx.exit_code = kExitEnvironment;
-      if (!result.summary.is_null()) print_json(result.summary);
-      return;
-    }
-    print_json(result.summary);
-    // Loud failure when nothing was measured: trials ran and none had a correct latency.
-    ctx.exit_code = result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null()
-                        ? kExitFailure
-                        : kExitOk;
-  });
+  cmd->callback([&ctx, opt] { ctx.exit_code = run_loop_command(*opt); });
 }
 
 }  // namespace megasched::harness

@@ -12,20 +12,11 @@ namespace megasched::harness {
 namespace {
 
 nlohmann::json shape_json(const schedule::ModelShape& s) {
-  return {{"name", s.name},
-          {"hidden", s.hidden},
-          {"layers", s.layers},
-          {"heads", s.heads},
-          {"kv_heads", s.kv_heads},
-          {"head_dim", s.head_dim},
-          {"ffn", s.ffn},
-          {"vocab", s.vocab},
-          {"max_seq", s.max_seq},
-          {"dtype", schedule::dtype_name(s.dtype)},
-          {"tied_embeddings", s.tied_embeddings},
-          {"rope_theta", s.rope_theta},
-          {"params", s.param_count()},
-          {"weight_bytes", s.weight_bytes()}};
+  nlohmann::json j = schedule::to_json(s);
+  j["rope_theta"] = s.rope_theta;
+  j["params"] = s.param_count();
+  j["weight_bytes"] = s.weight_bytes();
+  return j;
 }
 
 }  // namespace

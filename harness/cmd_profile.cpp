@@ -7,14 +7,14 @@
 #include <cstdio>
 #include <fstream>
 
+#include "eval/device.h"
 #include "eval/evaluate.h"
-#include "eval/gpu_trial.h"
+#include "eval/prepare.h"
 #include "eval/profile.h"
+#include "eval/profile_run.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
-#include "schedule/lower.h"
-#include "schedule/validate.h"
-#include "vm/gpu_vm.h"
+#include "harness/trial_flags.h"
 
 namespace megasched::harness {
 
@@ -36,15 +36,13 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
       "profile",
       "Stamp every task of one decode step on the GPU: timeline, per-op and per-block "
       "time, critical path");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->model);
   cmd->add_option("--config", opt->config,
                   "ScheduleConfig JSON file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
-  cmd->add_option("--gpu", opt->gpu,
-                  "GPU target the config is lowered for (see `megasched targets`) or auto")
-      ->capture_default_str();
+  add_gpu_flag(cmd, &opt->gpu,
+               "GPU target the config is lowered for (see `megasched targets`) or auto");
   cmd->add_option("--position", opt->position,
                   "Position profiled (positions before it run first, filling the KV cache)")
       ->capture_default_str();
@@ -52,7 +50,7 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
                   "Token fed at --position (default: the seeded token sequence of evaluate)");
   cmd->add_option("--warmup", opt->warmup, "Unstamped steps at --position before the stamped one")
       ->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Weight and token seed for presets")->capture_default_str();
+  add_seed_flag(cmd, &opt->seed);
   cmd->add_option("--out", opt->out, "Write the analysis (timeline included) to this JSON file")
       ->required();
   cmd->add_option("--top", opt->top, "Ops listed in the table")->capture_default_str();
@@ -91,83 +89,42 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
     }
 
     // The program, exactly as evaluate builds it; nothing unsafe launches.
-    auto program = schedule::lower(*shape, *target, *config, &error);
-    if (!program)
-      return fail(kExitUsage, "the config does not lower for " + shape->name + ": " + error);
-    const schedule::ValidationReport report = schedule::validate(*program, *target);
-    if (!report.ok())
-      return fail(kExitFailure, "the program is unsafe (" + report.rules() +
-                                    "): " + report.diagnostics.front().message + " (" +
-                                    std::to_string(report.diagnostics.size()) +
+    const eval::PreparedProgram prepared = eval::prepare_program(*shape, *target, *config);
+    if (!prepared.program)
+      return fail(kExitUsage,
+                  "the config does not lower for " + shape->name + ": " + prepared.error);
+    if (!prepared.report.ok())
+      return fail(kExitFailure, prepared.unsafe_message() + " (" +
+                                    std::to_string(prepared.report.diagnostics.size()) +
                                     " diagnostics; `megasched validate` lists them all)");
     if (!eval::gpu_available(&why))
       return fail(kExitEnvironment, "profile needs a CUDA device: " + why + no_gpu_hint);
     auto weights = eval::load_weights(opt->model, opt->seed, &error);
     if (!weights) return fail(kExitUsage, error);
 
-    try {
-      vm::GpuVmOptions vo;
-      vo.profile = true;
-      bool rejected = false;
-      auto gvm = vm::GpuVm::create(*program, *weights, vo, &error, &rejected);
-      if (!gvm) return fail(rejected ? kExitFailure : kExitEnvironment, error);
-      const int p = opt->position;
-      const auto tokens = eval::trial_tokens(weights->shape.vocab, p + 1, opt->seed);
-      const int32_t token = opt->token >= 0 ? opt->token : tokens[static_cast<size_t>(p)];
-      // The KV cache up to p - 1, then the warm-up at p (evaluate's timed steps repeat p too).
-      auto run_step = [&](int32_t tok, int at) {
-        const vm::StepOutput s = gvm->step(tok, at);
-        if (s.status != "ok")
-          fail(kExitFailure, s.status + " at position " + std::to_string(at) + ": " + s.message);
-        return s.status == "ok";
-      };
-      for (int q = 0; q < p; ++q)
-        if (!run_step(tokens[static_cast<size_t>(q)], q)) return;
-      for (int i = 0; i < opt->warmup; ++i)
-        if (!run_step(token, p)) return;
-      const vm::ProfileOutput prof = gvm->profile_step(token, p);
-      std::string device;
-      if (auto d = vm::device_info(&why)) device = d->name;
-      nlohmann::json doc = {
-          {"model", weights->shape.name},
-          {"gpu", target->name},
-          {"device", device},
-          {"config", schedule::to_json(*config)},
-          {"position", p},
-          {"token", token},
-          {"warmup", opt->warmup},
-          {"status", prof.step.status},
-          {"argmax", prof.step.argmax},
-          {"wall_us", prof.wall_us},
-          {"kernel_info", gvm->kernel_info()},
-          {"note",
-           "stamping adds a timer read and a block barrier per task: these times show where the "
-           "step's time goes, they are not its latency (measure that with `megasched evaluate "
-           "--device gpu`)"}};
-      if (prof.stamps.size() == program->tasks.size())
-        doc.update(eval::analyze_profile(*program, prof.stamps, prof.wall_us));
-      if (prof.step.status != "ok") {
-        doc["message"] = prof.step.message;
-        doc["hang_dump"] = prof.step.hang_dump;
-      }
-      std::ofstream out(opt->out);
-      if (!(out << doc.dump() << "\n"))
-        return fail(kExitEnvironment, "cannot write '" + opt->out + "'");
-      if (prof.step.status != "ok")
-        return fail(kExitFailure, "the profiled step did not finish (" + prof.step.status +
-                                      "): " + prof.step.message + "; what ran is in " + opt->out);
-      if (opt->json) {
-        print_json(doc);
-      } else {
-        std::printf("%s on %s, position %d\n%s\ntimeline and analysis: %s\nnote: %s\n",
-                    weights->shape.name.c_str(), device.c_str(), p,
-                    eval::format_profile(doc, opt->top).c_str(), opt->out.c_str(),
-                    doc["note"].get<std::string>().c_str());
-      }
-      ctx.exit_code = kExitOk;
-    } catch (const std::exception& e) {
-      fail(kExitEnvironment, e.what());
+    eval::ProfileRunOptions po;
+    po.position = opt->position;
+    po.token = opt->token;
+    po.warmup = opt->warmup;
+    po.seed = opt->seed;
+    eval::ProfileRun run = eval::profile_on_gpu(*prepared.program, *weights, po);
+    if (run.status == "rejected" || run.status == "failed") return fail(kExitFailure, run.message);
+    if (run.status == "error") return fail(kExitEnvironment, run.message);
+    run.doc["gpu"] = target->name;
+    run.doc["config"] = schedule::to_json(*config);
+    std::ofstream out(opt->out);
+    if (!(out << run.doc.dump() << "\n"))
+      return fail(kExitEnvironment, "cannot write '" + opt->out + "'");
+    if (run.status != "ok") return fail(kExitFailure, run.message + "; what ran is in " + opt->out);
+    if (opt->json) {
+      print_json(run.doc);
+    } else {
+      std::printf("%s on %s, position %d\n%s\ntimeline and analysis: %s\nnote: %s\n",
+                  weights->shape.name.c_str(), run.doc["device"].get<std::string>().c_str(),
+                  opt->position, eval::format_profile(run.doc, opt->top).c_str(), opt->out.c_str(),
+                  run.doc["note"].get<std::string>().c_str());
     }
+    ctx.exit_code = kExitOk;
   });
 }
 

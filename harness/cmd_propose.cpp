@@ -3,6 +3,7 @@
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/trial_flags.h"
 #include "schedule/config.h"
 #include "schedule/search.h"
 
@@ -18,10 +19,8 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand(
       "propose",
       "Print the incumbent ScheduleConfig and the search space (JSON) for a model and target");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
-  cmd->add_option("--gpu", opt->gpu, "GPU target (see `megasched targets`) or auto")
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->model);
+  add_gpu_flag(cmd, &opt->gpu);
   cmd->add_option("--config", opt->config,
                   "Incumbent config file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100; "

@@ -6,6 +6,7 @@
 
 #include "flywheel/corpus.h"
 #include "flywheel/report.h"
+#include "flywheel/report_render.h"
 #include "flywheel/results.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"

@@ -6,6 +6,7 @@
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/trial_flags.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"
@@ -70,10 +71,8 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand("validate",
                                  "Check a lowered config or a program JSON for deadlock, races, "
                                  "reachability, coverage and launch limits");
-  cmd->add_option("--model", opt->model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
-  cmd->add_option("--gpu", opt->gpu, "GPU target (see `megasched targets`) or auto")
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->model);
+  add_gpu_flag(cmd, &opt->gpu);
   cmd->add_option("--config", opt->config,
                   "ScheduleConfig JSON file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100 "

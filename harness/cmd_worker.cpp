@@ -7,36 +7,23 @@
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/trial_flags.h"
 #include "harness/worker_evaluator.h"
 
 namespace megasched::harness {
 
 void add_worker_command(CLI::App& app, CliContext& ctx) {
-  struct Options {
-    eval::EvaluatorOptions ev;
-    std::string positions = "0,3,7";
-  };
-  auto opt = std::make_shared<Options>();
+  auto opt = std::make_shared<TrialFlags>();
   auto* cmd = app.add_subcommand(
       "worker", "Answer trial requests (JSON lines) on stdin: the loop's isolated trial process");
-  cmd->add_option("--model", opt->ev.model, "Preset name or Hugging Face checkpoint directory")
-      ->capture_default_str();
-  cmd->add_option("--gpu", opt->ev.gpu, "GPU target (see `megasched targets`) or auto")
-      ->capture_default_str();
-  cmd->add_option("--device", opt->ev.device, "cpu (predicted latency) or gpu (measured)")
-      ->check(CLI::IsMember({"cpu", "gpu"}))
-      ->capture_default_str();
-  cmd->add_option("--positions", opt->positions,
-                  "Positions whose logits are checked, comma-separated")
-      ->capture_default_str();
-  cmd->add_option("--weight-seed", opt->ev.seed, "Weight and token seed for presets")
-      ->capture_default_str();
-  cmd->add_option("--timed-position", opt->ev.timed_position,
-                  "Position the latency and the floor refer to")
-      ->capture_default_str();
+  add_model_flag(cmd, &opt->ev.model);
+  add_gpu_flag(cmd, &opt->ev.gpu);
+  add_device_flag(cmd, &opt->ev.device);
+  add_positions_flag(cmd, &opt->positions);
+  add_seed_flag(cmd, &opt->ev.seed, "--weight-seed");
+  add_timed_position_flag(cmd, &opt->ev.timed_position);
   cmd->callback([&ctx, opt] {
-    auto positions = parse_int_list(opt->positions);
-    if (!positions) {
+    if (!opt->parse_positions(nullptr)) {
       std::cout << nlohmann::json{{"ready", false},
                                   {"error", "--positions is not a list of integers"}}
                        .dump()
@@ -44,7 +31,6 @@ void add_worker_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = kExitUsage;
       return;
     }
-    opt->ev.positions = *positions;
     std::string error;
     auto evaluator = eval::TrialEvaluator::create(opt->ev, &error);
     if (!evaluator) {

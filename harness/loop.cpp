@@ -13,21 +13,15 @@
 #include "flywheel/corpus.h"
 #include "flywheel/dedup.h"
 #include "flywheel/results.h"
-#include "vm/abi.h"
-#include "vm/embedded_sources.h"
+#include "schedule/format.h"
 
 namespace megasched::harness {
 namespace {
 
 using flywheel::CorpusRecord;
 using nlohmann::json;
+using schedule::fmt;
 using schedule::ScheduleConfig;
-
-std::string fmt(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
 
 // The loop's status for a verdict before the keep rule (kept / discarded decided later).
 std::string failure_status(const eval::Verdict& v) {
@@ -145,185 +139,366 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
   return d;
 }
 
-LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
-                    const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
-                    const LoopOptions& options) {
-  LoopResult result;
-  const double start_s = clock.now_s();
-  const json identity = evaluator.identity();
-  const std::string model = identity.value("model", shape.name);
-  const std::string target_name = identity.value("target", target.name);
-  const std::string device = identity.value("device", "cpu");
-  json problems = json::array();
+namespace {
 
-  // What every earlier run left behind.
-  flywheel::CorpusRead corpus = flywheel::read_corpus(options.corpus_path);
-  flywheel::ResultsRead results = flywheel::read_results(options.results_path);
-  for (const auto& p : corpus.problems) problems.push_back(p);
-  for (const auto& p : results.problems) problems.push_back(p);
-  if (options.progress)
-    for (const auto& p : problems) *options.progress << "warning: " << p.get<std::string>() << "\n";
-  flywheel::ScheduleIndex index;
-  index.add_corpus(corpus.records);
-  index.add_results(results.rows);
-  std::map<std::string, const flywheel::ResultRow*> row_of;
-  for (const auto& row : results.rows) row_of.emplace(row.schedule_id, &row);
+// One invocation of the loop: what earlier runs left behind, the run it continues or starts, the
+// incumbent, and the trials of this invocation. run() is the whole loop; each step is a method.
+class LoopRun {
+ public:
+  LoopRun(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
+          const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
+          const LoopOptions& options)
+      : evaluator_(evaluator),
+        shape_(shape),
+        target_(target),
+        strategy_(strategy),
+        clock_(clock),
+        options_(options),
+        start_s_(clock.now_s()),
+        identity_(evaluator.identity()),
+        model_(identity_.value("model", shape.name)),
+        target_name_(identity_.value("target", target.name)),
+        device_(identity_.value("device", "cpu")) {}
 
-  // The program's binary form is the ABI, so the ABI version is the IR version unless the
-  // evaluator says otherwise; the build is identified by the kernel sources this binary embeds.
-  std::string kernel_sources;
-  for (const vm::EmbeddedSource& source : vm::embedded_sources()) {
-    kernel_sources += source.path;
-    kernel_sources += '\n';
-    kernel_sources += source.text;
+  LoopResult run() {
+    read_logs();
+    describe_trials();
+    if (!resume()) return std::move(result_);
+    if (next_trial_ == 0 && history_.empty() && !seed_trial()) return std::move(result_);
+    search();
+    result_.summary = summary();
+    return std::move(result_);
   }
-  const json versions = {
-      {"abi", ms_abi::kAbiVersion},
-      {"ir", identity.value("ir_version", json(ms_abi::kAbiVersion))},
-      {"build",
-       identity.value("build", json("kernel-sources-" + schedule::hash_hex(kernel_sources)))}};
-  json fingerprint = identity;
-  {
+
+ private:
+  // ---- before the first trial -------------------------------------------------------------
+
+  /// What every earlier run left behind: the corpus, the results and the index over both.
+  void read_logs() {
+    corpus_ = flywheel::read_corpus(options_.corpus_path);
+    results_ = flywheel::read_results(options_.results_path);
+    for (const auto& p : corpus_.problems) problems_.push_back(p);
+    for (const auto& p : results_.problems) problems_.push_back(p);
+    if (options_.progress)
+      for (const auto& p : problems_)
+        *options_.progress << "warning: " << p.get<std::string>() << "\n";
+    index_.add_corpus(corpus_.records);
+    index_.add_results(results_.rows);
+    for (const auto& row : results_.rows) row_of_.emplace(row.schedule_id, &row);
+  }
+
+  /// What every record of this invocation carries: versions, the device fingerprint, the shape.
+  void describe_trials() {
+    versions_ = eval::trial_versions(identity_);
+    fingerprint_ = identity_;
     char host[256] = {0};
-    if (gethostname(host, sizeof host - 1) == 0) fingerprint["host"] = host;
-    fingerprint["target_name"] = target.name;
-    fingerprint["num_sms"] = target.num_sms;
-    fingerprint["sm_arch"] = target.sm_arch;
-    fingerprint["target_source"] = target.source;
+    if (gethostname(host, sizeof host - 1) == 0) fingerprint_["host"] = host;
+    fingerprint_["target_name"] = target_.name;
+    fingerprint_["num_sms"] = target_.num_sms;
+    fingerprint_["sm_arch"] = target_.sm_arch;
+    fingerprint_["target_source"] = target_.source;
+    shape_json_ = schedule::to_json(shape_);
   }
-  const json shape_json = flywheel::shape_to_json(shape);
 
-  // The run: a new one, or the last one of this model / target / device when resuming.
-  std::string run_id;
-  std::vector<CorpusRecord> previous;
-  if (options.resume) {
-    for (const CorpusRecord& r : corpus.records)
-      if (r.model == model && r.target == target_name && r.device == device) run_id = r.run_id;
-    for (const CorpusRecord& r : corpus.records)
-      if (!run_id.empty() && r.run_id == run_id) previous.push_back(r);
-    std::sort(previous.begin(), previous.end(),
-              [](const CorpusRecord& a, const CorpusRecord& b) { return a.trial < b.trial; });
-  }
-  const bool resumed = !run_id.empty();
-  if (!resumed) run_id = make_run_id(start_s, options.seed);
-
-  std::vector<TrialOutcome> history;
-  std::map<std::string, int> counts;
-  for (const std::string& s : flywheel::status_vocabulary()) counts[s] = 0;
-  Incumbent incumbent;
-  incumbent.config = ScheduleConfig{};
-  incumbent.id = evaluator.schedule_id(incumbent.config);
-  std::optional<double> default_us;
-  int next_trial = 0;
-  int since_keep = 0;
-  int evaluations = 0;
-  int skipped_known = 0;
-  int restored_rows = 0;
-  json seed = nullptr;
-
-  auto outcome_of = [](const CorpusRecord& r, const ScheduleConfig& config) {
-    TrialOutcome o;
-    o.trial = r.trial;
-    o.config = config;
-    o.schedule_id = r.schedule_id;
-    o.status = r.status;
-    if (r.verdict.correct) o.latency_us = r.verdict.latency_us;
-    o.changed_knobs = r.changed_knobs;
-    return o;
-  };
-
-  std::set<int> logged_trials;
-  for (const auto& row : results.rows)
-    if (row.run_id == run_id) logged_trials.insert(row.trial);
-  for (const CorpusRecord& r : previous) {
-    std::string error;
-    auto config = schedule::parse_config(r.config, &error);
-    if (!config) {
-      problems.push_back("run " + run_id + " trial " + std::to_string(r.trial) + ": " + error);
-      continue;
+  /// The run: a new one, or with --resume the last one of this model / target / device, whose
+  /// trials are replayed into the counts, the incumbent, the history and the strategy. False when
+  /// a results row lost to a kill cannot be restored.
+  bool resume() {
+    std::vector<CorpusRecord> previous;
+    if (options_.resume) {
+      for (const CorpusRecord& r : corpus_.records)
+        if (r.model == model_ && r.target == target_name_ && r.device == device_)
+          run_id_ = r.run_id;
+      for (const CorpusRecord& r : corpus_.records)
+        if (!run_id_.empty() && r.run_id == run_id_) previous.push_back(r);
+      std::sort(previous.begin(), previous.end(),
+                [](const CorpusRecord& a, const CorpusRecord& b) { return a.trial < b.trial; });
     }
-    // A kill between the corpus append and the results append: restore the row.
-    if (!logged_trials.count(r.trial)) {
-      if (!flywheel::append_result(options.results_path, flywheel::row_from_record(r), &error)) {
-        result.ok = false;
-        result.error = error;
-        return result;
+    resumed_ = !run_id_.empty();
+    if (!resumed_) run_id_ = make_run_id(start_s_, options_.seed);
+
+    for (const std::string& s : flywheel::status_vocabulary()) counts_[s] = 0;
+    incumbent_.config = ScheduleConfig{};
+    incumbent_.id = evaluator_.schedule_id(incumbent_.config);
+
+    std::set<int> logged_trials;
+    for (const auto& row : results_.rows)
+      if (row.run_id == run_id_) logged_trials.insert(row.trial);
+    for (const CorpusRecord& r : previous) {
+      std::string error;
+      auto config = schedule::parse_config(r.config, &error);
+      if (!config) {
+        problems_.push_back("run " + run_id_ + " trial " + std::to_string(r.trial) + ": " + error);
+        continue;
       }
-      ++restored_rows;
+      // A kill between the corpus append and the results append: restore the row.
+      if (!logged_trials.count(r.trial)) {
+        if (!flywheel::append_result(options_.results_path, flywheel::row_from_record(r), &error))
+          return fail(error);
+        ++restored_rows_;
+      }
+      ++counts_[r.status];
+      if (r.default_us) default_us_ = r.default_us;
+      if (r.status == flywheel::kStatusKept) {
+        incumbent_.config = *config;
+        incumbent_.id = r.schedule_id;
+        incumbent_.verdict = r.verdict;
+        incumbent_.complexity = r.complexity;
+        since_keep_ = 0;
+      } else {
+        ++since_keep_;
+      }
+      next_trial_ = std::max(next_trial_, r.trial + 1);
+      history_.push_back(outcome_of(r, *config));
+      strategy_.observe(history_.back());
     }
-    ++counts[r.status];
-    if (r.default_us) default_us = r.default_us;
-    if (r.status == flywheel::kStatusKept) {
-      incumbent.config = *config;
-      incumbent.id = r.schedule_id;
-      incumbent.verdict = r.verdict;
-      incumbent.complexity = r.complexity;
-      since_keep = 0;
-    } else {
-      ++since_keep;
-    }
-    next_trial = std::max(next_trial, r.trial + 1);
-    history.push_back(outcome_of(r, *config));
-    strategy.observe(history.back());
+    for (const auto& o : history_) this_run_ids_.insert(o.schedule_id);
+    return true;
   }
 
-  std::set<std::string> this_run_ids;
-  for (const auto& o : history) this_run_ids.insert(o.schedule_id);
-  auto is_new = [&](const ScheduleConfig& c) {
-    const std::string id = evaluator.schedule_id(c);
-    return !index.contains(id) && !this_run_ids.count(id);
-  };
-
-  double trial_time_total = 0.0;
-  int trials_this_invocation = 0;
-  std::string stop_reason;
-
-  // Appends the record and its row, updates the state, prints the progress line.
-  auto log_trial = [&](CorpusRecord& record, const ScheduleConfig& config, double trial_s) {
-    std::string error;
-    if (!flywheel::append_corpus(options.corpus_path, record, &error) ||
-        !flywheel::append_result(options.results_path, flywheel::row_from_record(record), &error)) {
-      result.ok = false;
-      result.error = error;
-      return false;
+  /// Trial 0: the default config, the best known one (--warm-start) or --start. A schedule some
+  /// run already logged is adopted, not re-run. False when its record cannot be written.
+  bool seed_trial() {
+    const auto [seed_config, seed_source] = seed_choice();
+    const std::string seed_id = evaluator_.schedule_id(seed_config);
+    const CorpusRecord* known = index_.record(seed_id);
+    const auto row_it = row_of_.find(seed_id);
+    if (known || row_it != row_of_.end()) {
+      const eval::Verdict v = known ? known->verdict : verdict_from_row(*row_it->second);
+      incumbent_.config = seed_config;
+      incumbent_.id = seed_id;
+      incumbent_.complexity = schedule::complexity(seed_config);
+      if (has_latency(v)) incumbent_.verdict = v;
+      if (seed_source == "default" && has_latency(v)) default_us_ = v.latency_us;
+      if (seed_source == "warm-start") {
+        const CorpusRecord* def = index_.record(evaluator_.schedule_id(ScheduleConfig{}));
+        if (def && has_latency(def->verdict)) default_us_ = def->verdict.latency_us;
+      }
+      seed_ = {{"source", seed_source},
+               {"schedule_id", seed_id},
+               {"from_run", known ? json(known->run_id) : json(row_it->second->run_id)},
+               {"latency_us", v.latency_us ? json(*v.latency_us) : json(nullptr)},
+               {"evaluated", false}};
+      if (options_.progress)
+        *options_.progress << "trial 0 seed (" << seed_source << ") " << seed_id
+                           << " is known from run " << seed_["from_run"].get<std::string>()
+                           << ": adopted without re-evaluating\n";
+      return true;
     }
-    index.add(record);
-    this_run_ids.insert(record.schedule_id);
-    ++counts[record.status];
-    history.push_back(outcome_of(record, config));
-    strategy.observe(history.back());
-    ++trials_this_invocation;
-    trial_time_total += trial_s;
-    if (options.progress) {
-      const int done = record.trial + 1;
-      const double elapsed = clock.now_s() - start_s;
-      double eta = (trial_time_total / trials_this_invocation) * std::max(0, options.budget - done);
-      if (options.minutes > 0) eta = std::min(eta, std::max(0.0, options.minutes * 60 - elapsed));
-      std::string latency =
-          record.verdict.correct && record.verdict.latency_us
-              ? fmt("%10.3f us", *record.verdict.latency_us) + " " +
-                    (record.verdict.latency_kind == "measured-gpu" ? "measured " : "predicted")
-              : std::string(23, ' ');
-      std::string best = incumbent.latency() ? fmt("%.3f us", *incumbent.latency()) : "-";
-      if (incumbent.latency() && default_us)
-        best += fmt(" (%.2fx)", *default_us / *incumbent.latency());
-      char head[64];
-      std::snprintf(head, sizeof head, "trial %3d/%d  %-9s", record.trial, options.budget,
-                    record.status.c_str());
-      *options.progress << head << " " << latency << "  best " << best << "  elapsed "
-                        << format_duration(elapsed) << "  eta " << format_duration(eta) << "  "
-                        << record.description << "\n";
-      options.progress->flush();
+    if ((options_.stop && options_.stop->load()) || options_.budget <= 0) return true;
+    const double t0 = clock_.now_s();
+    eval::Verdict v = evaluator_.evaluate(seed_config);
+    ++evaluations_;
+    const double t1 = clock_.now_s();
+    CorpusRecord r = make_record(0, seed_source, seed_config, seed_id, nullptr, "", v);
+    std::string status = failure_status(v);
+    if (status.empty())
+      status = has_latency(v) ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
+    r.status = status;
+    incumbent_.config = seed_config;
+    incumbent_.id = seed_id;
+    incumbent_.complexity = schedule::complexity(seed_config);
+    if (has_latency(v)) {
+      incumbent_.verdict = v;
+      if (seed_source == "default") default_us_ = v.latency_us;
+      r.keep = {{"reason", "trial 0: the baseline"}};
+      r.description = seed_source + ": baseline";
+    } else {
+      r.keep = {{"reason", "trial 0 has no latency: " +
+                               (v.rejected_reason.empty() ? v.status : v.rejected_reason)}};
+      r.description =
+          seed_source + ": " + status + (v.notes.empty() ? "" : " (" + v.notes.front() + ")");
     }
+    r.default_us = default_us_;
+    r.best_us = incumbent_.latency();
+    r.timestamp = flywheel::utc_timestamp(t1);
+    seed_ = {{"source", seed_source}, {"schedule_id", seed_id}, {"evaluated", true}};
+    if (!log_trial(r, seed_config, t1 - t0)) return false;
+    since_keep_ = 0;
+    next_trial_ = 1;
     return true;
-  };
+  }
 
-  auto make_record = [&](int trial, const std::string& strategy_name, const ScheduleConfig& config,
-                         const std::string& id, const ScheduleConfig* parent,
-                         const std::string& parent_id, const eval::Verdict& verdict) {
+  /// The config of trial 0 and where it comes from ("default", "warm-start", "start").
+  std::pair<ScheduleConfig, std::string> seed_choice() const {
+    ScheduleConfig config{};
+    std::string source = "default";
+    if (options_.warm_start) {
+      const CorpusRecord* best = nullptr;
+      for (const CorpusRecord& r : corpus_.records) {
+        if (r.model != model_ || r.target != target_name_ || r.device != device_) continue;
+        if (!has_latency(r.verdict)) continue;
+        if (r.verdict.timed_position != options_.timed_position) continue;  // another position
+        if (!best || *r.verdict.latency_us < *best->verdict.latency_us) best = &r;
+      }
+      if (best) {
+        std::string error;
+        if (auto c = schedule::parse_config(best->config, &error)) {
+          config = *c;
+          source = "warm-start";
+        }
+      }
+    }
+    if (options_.start) {
+      config = *options_.start;
+      source = "start";
+    }
+    return {config, source};
+  }
+
+  // ---- the trials -------------------------------------------------------------------------
+
+  /// Propose, skip what is known, evaluate, keep or revert, log; until a stop condition.
+  void search() {
+    std::vector<Proposal> queue;
+    int duplicate_rounds = 0;
+    while (result_.ok) {
+      if (const std::string why = stop_condition(); !why.empty()) {
+        stop_reason_ = why;
+        break;
+      }
+      if (queue.empty()) {
+        queue = strategy_.propose(search_state(), 1);
+        std::reverse(queue.begin(), queue.end());
+        if (queue.empty()) {
+          stop_reason_ = strategy_.last_error().empty()
+                             ? "exhausted: the strategy has nothing new"
+                             : "strategy failed: " + strategy_.last_error();
+          break;
+        }
+      }
+      Proposal proposal = std::move(queue.back());
+      queue.pop_back();
+      const std::string id = evaluator_.schedule_id(proposal.config);
+      if (index_.contains(id) || this_run_ids_.count(id)) {
+        ++skipped_known_;
+        if (++duplicate_rounds >= strategy_.duplicate_patience()) {
+          stop_reason_ = "exhausted: " + std::to_string(strategy_.duplicate_patience()) +
+                         " proposals in a row were already evaluated";
+          break;
+        }
+        continue;
+      }
+      duplicate_rounds = 0;
+      if (!trial(proposal, id)) break;
+      ++next_trial_;
+    }
+  }
+
+  /// Why the loop stops before the next trial ("" to go on).
+  std::string stop_condition() const {
+    if (next_trial_ >= options_.budget) return "budget";
+    if (options_.stop && options_.stop->load()) return "interrupted";
+    if (options_.minutes > 0 && clock_.now_s() - start_s_ >= options_.minutes * 60.0)
+      return "minutes";
+    if (options_.plateau > 0 && since_keep_ >= options_.plateau) return "plateau";
+    return "";
+  }
+
+  SearchState search_state() {
+    SearchState state;
+    state.shape = &shape_;
+    state.target = &target_;
+    state.identity = identity_;
+    state.incumbent = incumbent_.config;
+    state.incumbent_id = incumbent_.id;
+    state.incumbent_latency_us = incumbent_.latency();
+    state.history = &history_;
+    state.trials_left = options_.budget - next_trial_;
+    state.is_new = [this](const ScheduleConfig& c) {
+      const std::string id = evaluator_.schedule_id(c);
+      return !index_.contains(id) && !this_run_ids_.count(id);
+    };
+    return state;
+  }
+
+  /// One trial of a new proposal: evaluate, decide, log. False when its record cannot be written.
+  bool trial(const Proposal& proposal, const std::string& id) {
+    const ScheduleConfig parent = proposal.parent ? *proposal.parent : incumbent_.config;
+    const std::string parent_id = evaluator_.schedule_id(parent);
+    const double t0 = clock_.now_s();
+    eval::Verdict v = evaluator_.evaluate(proposal.config);
+    ++evaluations_;
+    CorpusRecord r =
+        make_record(next_trial_, strategy_.name(), proposal.config, id, &parent, parent_id, v);
+    const std::string decision = judge(v, &r);
+    if (r.status == flywheel::kStatusKept) {
+      incumbent_.config = proposal.config;
+      incumbent_.id = id;
+      incumbent_.verdict = v;
+      incumbent_.complexity = r.complexity;
+      since_keep_ = 0;
+    } else {
+      ++since_keep_;
+    }
+    const double t1 = clock_.now_s();
+    r.default_us = default_us_;
+    r.best_us = incumbent_.latency();
+    r.timestamp = flywheel::utc_timestamp(t1);
+    r.description = proposal.description + "; " + r.status + ": " + decision;
+    return log_trial(r, proposal.config, t1 - t0);
+  }
+
+  /// The keep rule (harness/loop.h) for a candidate's verdict: sets the record's status and keep
+  /// evidence and returns the decision in words. A measured candidate that would be kept is judged
+  /// again against the incumbent re-measured back to back.
+  std::string judge(const eval::Verdict& v, CorpusRecord* r) {
+    std::string status = failure_status(v);
+    std::string decision;
+    if (status.empty() && !has_latency(v)) {
+      status = flywheel::kStatusDiscarded;
+      decision = "correct but no latency reported" +
+                 (v.notes.empty() ? std::string() : ": " + v.notes.front());
+    } else if (status.empty() && !incumbent_.latency()) {
+      status = flywheel::kStatusKept;
+      decision = "first correct latency of the run";
+      r->keep = {{"incumbent_id", incumbent_.id}, {"incumbent_us", nullptr}, {"reason", decision}};
+    } else if (status.empty()) {
+      KeepDecision d = decide_keep(v, r->complexity, *incumbent_.verdict, incumbent_.complexity,
+                                   options_.min_gain, options_.sigmas);
+      r->keep = {{"incumbent_id", incumbent_.id},
+                 {"incumbent_us", *incumbent_.latency()},
+                 {"margin_us", d.margin_us},
+                 {"gain_us", d.gain_us}};
+      if (d.keep && v.latency_kind == "measured-gpu") d = judge_again(v, *r, std::move(d));
+      r->keep["reason"] = d.reason;
+      status = d.keep ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
+      decision = d.reason;
+    } else {
+      decision = v.rejected_reason.empty() ? (v.notes.empty() ? v.status : v.notes.front())
+                                           : v.rejected_reason;
+    }
+    r->status = status;
+    return decision;
+  }
+
+  /// Back to back: time the incumbent again now and judge the candidate against that.
+  KeepDecision judge_again(const eval::Verdict& v, CorpusRecord& r, KeepDecision d) {
+    eval::Verdict again = evaluator_.evaluate(incumbent_.config);
+    ++evaluations_;
+    if (has_latency(again)) {
+      r.keep["remeasured_incumbent_us"] = *again.latency_us;
+      incumbent_.verdict = again;
+      d = decide_keep(v, r.complexity, again, incumbent_.complexity, options_.min_gain,
+                      options_.sigmas);
+      r.keep["margin_us"] = d.margin_us;
+      r.keep["gain_us"] = d.gain_us;
+      d.reason +=
+          " (against the incumbent re-measured at " + fmt("%.3f us", *again.latency_us) + ")";
+    } else {
+      r.keep["remeasured_incumbent_status"] = again.status;
+      d.reason += " (the incumbent's re-measurement failed: " + again.status + ")";
+    }
+    return d;
+  }
+
+  CorpusRecord make_record(int trial, const std::string& strategy_name,
+                           const ScheduleConfig& config, const std::string& id,
+                           const ScheduleConfig* parent, const std::string& parent_id,
+                           const eval::Verdict& verdict) const {
     CorpusRecord r;
     r.trial = trial;
-    r.run_id = run_id;
+    r.run_id = run_id_;
     r.strategy = strategy_name;
     r.schedule_id = id;
     r.parent_id = parent_id;
@@ -332,254 +507,159 @@ LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
         parent ? schedule::changed_knobs(*parent, config) : std::vector<std::string>{};
     r.complexity = schedule::complexity(config);
     r.verdict = verdict;
-    r.model = model;
-    r.target = target_name;
-    r.device = device;
-    r.model_shape = shape_json;
-    r.device_fingerprint = fingerprint;
-    r.versions = versions;
+    r.model = model_;
+    r.target = target_name_;
+    r.device = device_;
+    r.model_shape = shape_json_;
+    r.device_fingerprint = fingerprint_;
+    r.versions = versions_;
     return r;
-  };
-
-  // Trial 0: the default config or the best known one (a known schedule is adopted, not re-run).
-  if (next_trial == 0 && history.empty()) {
-    ScheduleConfig seed_config{};
-    std::string seed_source = "default";
-    if (options.warm_start) {
-      const CorpusRecord* best = nullptr;
-      for (const CorpusRecord& r : corpus.records) {
-        if (r.model != model || r.target != target_name || r.device != device) continue;
-        if (!has_latency(r.verdict)) continue;
-        if (r.verdict.timed_position != options.timed_position) continue;  // another position
-        if (!best || *r.verdict.latency_us < *best->verdict.latency_us) best = &r;
-      }
-      if (best) {
-        std::string error;
-        if (auto c = schedule::parse_config(best->config, &error)) {
-          seed_config = *c;
-          seed_source = "warm-start";
-        }
-      }
-    }
-    if (options.start) {
-      seed_config = *options.start;
-      seed_source = "start";
-    }
-    const std::string seed_id = evaluator.schedule_id(seed_config);
-    const CorpusRecord* known = index.record(seed_id);
-    const auto row_it = row_of.find(seed_id);
-    if (known || row_it != row_of.end()) {
-      const eval::Verdict v = known ? known->verdict : verdict_from_row(*row_it->second);
-      incumbent.config = seed_config;
-      incumbent.id = seed_id;
-      incumbent.complexity = schedule::complexity(seed_config);
-      if (has_latency(v)) incumbent.verdict = v;
-      if (seed_source == "default" && has_latency(v)) default_us = v.latency_us;
-      if (seed_source == "warm-start") {
-        const CorpusRecord* def = index.record(evaluator.schedule_id(ScheduleConfig{}));
-        if (def && has_latency(def->verdict)) default_us = def->verdict.latency_us;
-      }
-      seed = {{"source", seed_source},
-              {"schedule_id", seed_id},
-              {"from_run", known ? json(known->run_id) : json(row_it->second->run_id)},
-              {"latency_us", v.latency_us ? json(*v.latency_us) : json(nullptr)},
-              {"evaluated", false}};
-      if (options.progress)
-        *options.progress << "trial 0 seed (" << seed_source << ") " << seed_id
-                          << " is known from run " << seed["from_run"].get<std::string>()
-                          << ": adopted without re-evaluating\n";
-    } else if (!(options.stop && options.stop->load()) && options.budget > 0) {
-      const double t0 = clock.now_s();
-      eval::Verdict v = evaluator.evaluate(seed_config);
-      ++evaluations;
-      const double t1 = clock.now_s();
-      CorpusRecord r = make_record(0, seed_source, seed_config, seed_id, nullptr, "", v);
-      std::string status = failure_status(v);
-      if (status.empty())
-        status = has_latency(v) ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
-      r.status = status;
-      incumbent.config = seed_config;
-      incumbent.id = seed_id;
-      incumbent.complexity = schedule::complexity(seed_config);
-      if (has_latency(v)) {
-        incumbent.verdict = v;
-        if (seed_source == "default") default_us = v.latency_us;
-        r.keep = {{"reason", "trial 0: the baseline"}};
-        r.description = seed_source + ": baseline";
-      } else {
-        r.keep = {{"reason", "trial 0 has no latency: " +
-                                 (v.rejected_reason.empty() ? v.status : v.rejected_reason)}};
-        r.description =
-            seed_source + ": " + status + (v.notes.empty() ? "" : " (" + v.notes.front() + ")");
-      }
-      r.default_us = default_us;
-      r.best_us = incumbent.latency();
-      r.timestamp = flywheel::utc_timestamp(t1);
-      seed = {{"source", seed_source}, {"schedule_id", seed_id}, {"evaluated", true}};
-      if (!log_trial(r, seed_config, t1 - t0)) return result;
-      since_keep = 0;
-      next_trial = 1;
-    }
   }
 
-  std::vector<Proposal> queue;
-  int duplicate_rounds = 0;
-  while (result.ok) {
-    if (next_trial >= options.budget) {
-      stop_reason = "budget";
-      break;
-    }
-    if (options.stop && options.stop->load()) {
-      stop_reason = "interrupted";
-      break;
-    }
-    if (options.minutes > 0 && clock.now_s() - start_s >= options.minutes * 60.0) {
-      stop_reason = "minutes";
-      break;
-    }
-    if (options.plateau > 0 && since_keep >= options.plateau) {
-      stop_reason = "plateau";
-      break;
-    }
-    if (queue.empty()) {
-      SearchState state;
-      state.shape = &shape;
-      state.target = &target;
-      state.identity = identity;
-      state.incumbent = incumbent.config;
-      state.incumbent_id = incumbent.id;
-      state.incumbent_latency_us = incumbent.latency();
-      state.history = &history;
-      state.trials_left = options.budget - next_trial;
-      state.is_new = is_new;
-      queue = strategy.propose(state, 1);
-      std::reverse(queue.begin(), queue.end());
-      if (queue.empty()) {
-        stop_reason = strategy.last_error().empty() ? "exhausted: the strategy has nothing new"
-                                                    : "strategy failed: " + strategy.last_error();
-        break;
-      }
-    }
-    Proposal proposal = std::move(queue.back());
-    queue.pop_back();
-    const std::string id = evaluator.schedule_id(proposal.config);
-    if (index.contains(id) || this_run_ids.count(id)) {
-      ++skipped_known;
-      if (++duplicate_rounds >= strategy.duplicate_patience()) {
-        stop_reason = "exhausted: " + std::to_string(strategy.duplicate_patience()) +
-                      " proposals in a row were already evaluated";
-        break;
-      }
-      continue;
-    }
-    duplicate_rounds = 0;
-    const ScheduleConfig parent = proposal.parent ? *proposal.parent : incumbent.config;
-    const std::string parent_id = evaluator.schedule_id(parent);
-
-    const double t0 = clock.now_s();
-    eval::Verdict v = evaluator.evaluate(proposal.config);
-    ++evaluations;
-    CorpusRecord r =
-        make_record(next_trial, strategy.name(), proposal.config, id, &parent, parent_id, v);
-    std::string status = failure_status(v);
-    std::string decision;
-    if (status.empty() && !has_latency(v)) {
-      status = flywheel::kStatusDiscarded;
-      decision = "correct but no latency reported" +
-                 (v.notes.empty() ? std::string() : ": " + v.notes.front());
-    } else if (status.empty() && !incumbent.latency()) {
-      status = flywheel::kStatusKept;
-      decision = "first correct latency of the run";
-      r.keep = {{"incumbent_id", incumbent.id}, {"incumbent_us", nullptr}, {"reason", decision}};
-    } else if (status.empty()) {
-      KeepDecision d = decide_keep(v, r.complexity, *incumbent.verdict, incumbent.complexity,
-                                   options.min_gain, options.sigmas);
-      r.keep = {{"incumbent_id", incumbent.id},
-                {"incumbent_us", *incumbent.latency()},
-                {"margin_us", d.margin_us},
-                {"gain_us", d.gain_us}};
-      if (d.keep && v.latency_kind == "measured-gpu") {
-        // Back to back: time the incumbent again now and judge against that.
-        eval::Verdict again = evaluator.evaluate(incumbent.config);
-        ++evaluations;
-        if (has_latency(again)) {
-          r.keep["remeasured_incumbent_us"] = *again.latency_us;
-          incumbent.verdict = again;
-          d = decide_keep(v, r.complexity, again, incumbent.complexity, options.min_gain,
-                          options.sigmas);
-          r.keep["margin_us"] = d.margin_us;
-          r.keep["gain_us"] = d.gain_us;
-          d.reason +=
-              " (against the incumbent re-measured at " + fmt("%.3f us", *again.latency_us) + ")";
-        } else {
-          r.keep["remeasured_incumbent_status"] = again.status;
-          d.reason += " (the incumbent's re-measurement failed: " + again.status + ")";
-        }
-      }
-      r.keep["reason"] = d.reason;
-      status = d.keep ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
-      decision = d.reason;
-    } else {
-      decision = v.rejected_reason.empty() ? (v.notes.empty() ? v.status : v.notes.front())
-                                           : v.rejected_reason;
-    }
-    r.status = status;
-    if (status == flywheel::kStatusKept) {
-      incumbent.config = proposal.config;
-      incumbent.id = id;
-      incumbent.verdict = v;
-      incumbent.complexity = r.complexity;
-      since_keep = 0;
-    } else {
-      ++since_keep;
-    }
-    const double t1 = clock.now_s();
-    r.default_us = default_us;
-    r.best_us = incumbent.latency();
-    r.timestamp = flywheel::utc_timestamp(t1);
-    r.description = proposal.description + "; " + status + ": " + decision;
-    if (!log_trial(r, proposal.config, t1 - t0)) break;
-    ++next_trial;
+  /// Appends the record and its row, updates the state, prints the progress line.
+  bool log_trial(CorpusRecord& record, const ScheduleConfig& config, double trial_s) {
+    std::string error;
+    if (!flywheel::append_corpus(options_.corpus_path, record, &error) ||
+        !flywheel::append_result(options_.results_path, flywheel::row_from_record(record), &error))
+      return fail(error);
+    index_.add(record);
+    this_run_ids_.insert(record.schedule_id);
+    ++counts_[record.status];
+    history_.push_back(outcome_of(record, config));
+    strategy_.observe(history_.back());
+    ++trials_this_invocation_;
+    trial_time_total_ += trial_s;
+    if (options_.progress) print_progress(record);
+    return true;
   }
 
-  json best = nullptr;
-  if (incumbent.verdict) {
-    const eval::Verdict& v = *incumbent.verdict;
-    best = {
-        {"schedule_id", incumbent.id},
-        {"latency_us", *v.latency_us},
-        {"latency_kind", v.latency_kind},
-        {"pct_of_floor", v.floor_us > 0 ? json(100.0 * v.floor_us / *v.latency_us) : json(nullptr)},
-        {"speedup_vs_default", default_us ? json(*default_us / *v.latency_us) : json(nullptr)},
-        {"complexity", incumbent.complexity},
-        {"config", schedule::to_json(incumbent.config)},
-        {"verdict", eval::to_json(v)}};
+  void print_progress(const CorpusRecord& record) const {
+    const int done = record.trial + 1;
+    const double elapsed = clock_.now_s() - start_s_;
+    double eta =
+        (trial_time_total_ / trials_this_invocation_) * std::max(0, options_.budget - done);
+    if (options_.minutes > 0) eta = std::min(eta, std::max(0.0, options_.minutes * 60 - elapsed));
+    std::string latency =
+        record.verdict.correct && record.verdict.latency_us
+            ? fmt("%10.3f us", *record.verdict.latency_us) + " " +
+                  (record.verdict.latency_kind == "measured-gpu" ? "measured " : "predicted")
+            : std::string(23, ' ');
+    std::string best = incumbent_.latency() ? fmt("%.3f us", *incumbent_.latency()) : "-";
+    if (incumbent_.latency() && default_us_)
+      best += fmt(" (%.2fx)", *default_us_ / *incumbent_.latency());
+    char head[64];
+    std::snprintf(head, sizeof head, "trial %3d/%d  %-9s", record.trial, options_.budget,
+                  record.status.c_str());
+    *options_.progress << head << " " << latency << "  best " << best << "  elapsed "
+                       << format_duration(elapsed) << "  eta " << format_duration(eta) << "  "
+                       << record.description << "\n";
+    options_.progress->flush();
   }
-  int kept = counts[flywheel::kStatusKept];
-  int trials = static_cast<int>(history.size());
-  result.summary = {
-      {"run_id", run_id},
-      {"model", model},
-      {"target", target_name},
-      {"device", device},
-      {"strategy", strategy.name()},
-      {"resumed", resumed},
-      {"seed", seed},
-      {"stop_reason", result.ok ? stop_reason : "error: " + result.error},
-      {"trials", trials},
-      {"trials_this_invocation", trials_this_invocation},
-      {"evaluations", evaluations},
-      {"skipped_known", skipped_known},
-      {"restored_rows", restored_rows},
-      {"status_counts", counts},
-      {"keep_rate", trials > 0 ? json(static_cast<double>(kept) / trials) : json(nullptr)},
-      {"default_us", default_us ? json(*default_us) : json(nullptr)},
-      {"best", best},
-      {"results", options.results_path},
-      {"corpus", options.corpus_path},
-      {"elapsed_s", clock.now_s() - start_s},
-      {"problems", problems}};
-  return result;
+
+  bool fail(const std::string& error) {
+    result_.ok = false;
+    result_.error = error;
+    return false;
+  }
+
+  static TrialOutcome outcome_of(const CorpusRecord& r, const ScheduleConfig& config) {
+    TrialOutcome o;
+    o.trial = r.trial;
+    o.config = config;
+    o.schedule_id = r.schedule_id;
+    o.status = r.status;
+    if (r.verdict.correct) o.latency_us = r.verdict.latency_us;
+    o.changed_knobs = r.changed_knobs;
+    return o;
+  }
+
+  // ---- after the last trial ---------------------------------------------------------------
+
+  json summary() {
+    json best = nullptr;
+    if (incumbent_.verdict) {
+      const eval::Verdict& v = *incumbent_.verdict;
+      best = {
+          {"schedule_id", incumbent_.id},
+          {"latency_us", *v.latency_us},
+          {"latency_kind", v.latency_kind},
+          {"pct_of_floor",
+           v.floor_us > 0 ? json(100.0 * v.floor_us / *v.latency_us) : json(nullptr)},
+          {"speedup_vs_default", default_us_ ? json(*default_us_ / *v.latency_us) : json(nullptr)},
+          {"complexity", incumbent_.complexity},
+          {"config", schedule::to_json(incumbent_.config)},
+          {"verdict", eval::to_json(v)}};
+    }
+    const int kept = counts_[flywheel::kStatusKept];
+    const int trials = static_cast<int>(history_.size());
+    return {{"run_id", run_id_},
+            {"model", model_},
+            {"target", target_name_},
+            {"device", device_},
+            {"strategy", strategy_.name()},
+            {"resumed", resumed_},
+            {"seed", seed_},
+            {"stop_reason", result_.ok ? stop_reason_ : "error: " + result_.error},
+            {"trials", trials},
+            {"trials_this_invocation", trials_this_invocation_},
+            {"evaluations", evaluations_},
+            {"skipped_known", skipped_known_},
+            {"restored_rows", restored_rows_},
+            {"status_counts", counts_},
+            {"keep_rate", trials > 0 ? json(static_cast<double>(kept) / trials) : json(nullptr)},
+            {"default_us", default_us_ ? json(*default_us_) : json(nullptr)},
+            {"best", best},
+            {"results", options_.results_path},
+            {"corpus", options_.corpus_path},
+            {"elapsed_s", clock_.now_s() - start_s_},
+            {"problems", problems_}};
+  }
+
+  // Inputs.
+  eval::Evaluator& evaluator_;
+  const schedule::ModelShape& shape_;
+  const schedule::GpuTarget& target_;
+  Strategy& strategy_;
+  Clock& clock_;
+  const LoopOptions& options_;
+  const double start_s_;
+  const json identity_;
+  const std::string model_, target_name_, device_;
+  // What earlier runs left behind.
+  flywheel::CorpusRead corpus_;
+  flywheel::ResultsRead results_;
+  flywheel::ScheduleIndex index_;
+  std::map<std::string, const flywheel::ResultRow*> row_of_;
+  json problems_ = json::array();
+  // What every record carries.
+  json versions_, fingerprint_, shape_json_;
+  // This run.
+  std::string run_id_;
+  bool resumed_ = false;
+  json seed_ = nullptr;
+  Incumbent incumbent_;
+  std::optional<double> default_us_;
+  std::vector<TrialOutcome> history_;
+  std::set<std::string> this_run_ids_;
+  std::map<std::string, int> counts_;
+  int next_trial_ = 0;
+  int since_keep_ = 0;
+  // This invocation.
+  int evaluations_ = 0;
+  int skipped_known_ = 0;
+  int restored_rows_ = 0;
+  int trials_this_invocation_ = 0;
+  double trial_time_total_ = 0.0;
+  std::string stop_reason_;
+  LoopResult result_;
+};
+
+}  // namespace
+
+LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
+                    const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
+                    const LoopOptions& options) {
+  return LoopRun(evaluator, shape, target, strategy, clock, options).run();
 }
 
 }  // namespace megasched::harness

@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/evaluator.h"
 #include "eval/verdict.h"
-#include "harness/evaluator.h"
 #include "harness/strategy.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
@@ -84,7 +84,7 @@ struct LoopResult {
 
 /// Runs the loop until the budget, the minutes, a plateau, a stop request, or an exhausted
 /// strategy. `shape` and `target` are the evaluator's (strategies draw configs for them).
-LoopResult run_loop(Evaluator& evaluator, const schedule::ModelShape& shape,
+LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
                     const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
                     const LoopOptions& options);
 

@@ -128,7 +128,7 @@ class PriorStrategy : public Strategy {
         pool_size_(options.pool_size),
         min_samples_(options.min_prior_samples),
         samples_(flywheel::prior_samples(options.training, "", "")),
-        shape_json_(flywheel::shape_to_json(options.shape)) {}
+        shape_json_(schedule::to_json(options.shape)) {}
   std::string name() const override { return "prior"; }
 
   std::vector<Proposal> propose(const SearchState& state, int) override {
@@ -147,7 +147,7 @@ class PriorStrategy : public Strategy {
                                       std::to_string(prior_.latency_samples()) + " now)",
                std::nullopt}};
     }
-    const json shape = flywheel::shape_to_json(*state.shape);
+    const json shape = schedule::to_json(*state.shape);
     std::vector<Proposal> pool;
     for (ScheduleConfig& c : schedule::neighbours(state.incumbent, *state.shape, *state.target))
       pool.push_back({std::move(c), "neighbour of the incumbent", state.incumbent});
@@ -313,7 +313,7 @@ json proposer_context(const SearchState& state, int count, int recent_trials) {
   return {{"model", state.identity.value("model", "")},
           {"target", state.identity.value("target", "")},
           {"device", state.identity.value("device", "")},
-          {"shape", flywheel::shape_to_json(*state.shape)},
+          {"shape", schedule::to_json(*state.shape)},
           {"search_space", schedule::search_space_json(*state.shape)},
           {"incumbent",
            {{"config", schedule::to_json(state.incumbent)},

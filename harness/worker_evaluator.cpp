@@ -153,7 +153,7 @@ std::string WorkerEvaluator::schedule_id(const schedule::ScheduleConfig& config)
   return ids_[key] = schedule::hash_hex(key + "|" + identity_.dump());
 }
 
-int serve_worker(Evaluator& evaluator, std::istream& in, std::ostream& out) {
+int serve_worker(eval::Evaluator& evaluator, std::istream& in, std::ostream& out) {
   out << json{{"ready", true}, {"identity", evaluator.identity()}}.dump() << std::endl;
   int answered = 0;
   std::string line;

@@ -23,8 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/evaluator.h"
 #include "harness/child_process.h"
-#include "harness/evaluator.h"
 
 namespace megasched::harness {
 
@@ -35,7 +35,7 @@ struct WorkerOptions {
   double request_timeout_s = 60;  // schedule_id / identity requests
 };
 
-class WorkerEvaluator : public Evaluator {
+class WorkerEvaluator : public eval::Evaluator {
  public:
   explicit WorkerEvaluator(WorkerOptions options) : options_(std::move(options)) {}
   ~WorkerEvaluator() override;
@@ -70,6 +70,6 @@ class WorkerEvaluator : public Evaluator {
 
 /// The worker's side: prints the ready line, then answers requests from `in` until end of input.
 /// Returns the number of requests answered.
-int serve_worker(Evaluator& evaluator, std::istream& in, std::ostream& out);
+int serve_worker(eval::Evaluator& evaluator, std::istream& in, std::ostream& out);
 
 }  // namespace megasched::harness

@@ -11,12 +11,9 @@
 #include <set>
 #include <sstream>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+
+#include "schedule/safetensors.h"
 
 namespace megasched::schedule {
 namespace {
@@ -42,116 +39,6 @@ std::optional<std::string> read_text(const fs::path& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-/// A read-only memory map of one file, unmapped on destruction.
-class MappedFile {
- public:
-  MappedFile() = default;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) munmap(data_, size_);
-  }
-
-  /// Maps `path`; false with a message on failure.
-  bool open(const fs::path& path, std::string* error) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0)
-      return failed(error, path.string() + ": cannot open (" + std::strerror(errno) + ")");
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-      ::close(fd);
-      return failed(error, path.string() + ": cannot stat");
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        return failed(error, path.string() + ": cannot mmap (" + std::strerror(errno) + ")");
-      }
-      data_ = p;
-    }
-    ::close(fd);
-    return true;
-  }
-
-  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data_); }
-  size_t size() const { return size_; }
-
- private:
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-/// One tensor entry of a safetensors header, with its bytes inside a mapped file.
-struct TensorRef {
-  std::string file;   // file name, for messages
-  std::string dtype;  // "F32" | "F16" | "BF16" | anything else (rejected on use)
-  std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;
-  size_t bytes = 0;
-};
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-/// Parses the header of a mapped safetensors file into `tensors`.
-bool index_safetensors(const MappedFile& file, const std::string& name,
-                       std::map<std::string, TensorRef>& tensors, std::string* error) {
-  if (file.size() < 8) return failed(error, name + ": too short to be a safetensors file");
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file.bytes()[i];
-  if (header_len > file.size() - 8) {
-    return failed(error, name + ": safetensors header length " + std::to_string(header_len) +
-                             " exceeds the file size (truncated file?)");
-  }
-  const json header = json::parse(file.bytes() + 8, file.bytes() + 8 + header_len, nullptr, false);
-  if (header.is_discarded() || !header.is_object()) {
-    return failed(error, name + ": safetensors header is not a JSON object");
-  }
-  const uint8_t* base = file.bytes() + 8 + header_len;
-  const size_t data_size = file.size() - 8 - header_len;
-  for (const auto& [key, entry] : header.items()) {
-    if (key == "__metadata__") continue;
-    if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
-        !entry.contains("shape") || !entry["shape"].is_array() || !entry.contains("data_offsets") ||
-        !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2) {
-      return failed(error, name + ": tensor " + key + " has a malformed header entry");
-    }
-    TensorRef ref;
-    ref.file = name;
-    ref.dtype = entry["dtype"].get<std::string>();
-    for (const json& d : entry["shape"]) {
-      if (!d.is_number_integer())
-        return failed(error, name + ": tensor " + key + " has a non-integer shape");
-      ref.shape.push_back(d.get<int64_t>());
-    }
-    const json& offsets = entry["data_offsets"];
-    if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
-      return failed(error, name + ": tensor " + key + " has malformed data_offsets");
-    }
-    const uint64_t begin = offsets[0].get<uint64_t>();
-    const uint64_t end = offsets[1].get<uint64_t>();
-    if (end < begin || end > data_size) {
-      return failed(error, name + ": tensor " + key + " data_offsets [" + std::to_string(begin) +
-                               ", " + std::to_string(end) + ") outside the file (truncated file?)");
-    }
-    ref.data = base + begin;
-    ref.bytes = static_cast<size_t>(end - begin);
-    tensors[key] = ref;
-  }
-  return true;
-}
-
-std::optional<int64_t> dtype_size(const std::string& dtype) {
-  if (dtype == "F32") return 4;
-  if (dtype == "F16" || dtype == "BF16") return 2;
-  return std::nullopt;
 }
 
 /// Reads an integer field; `fallback` when absent (or null) and not required.
@@ -188,6 +75,145 @@ struct ParsedConfig {
   bool dtype_given = false;
 };
 
+/// The dimensions: hidden, layers, heads, KV heads, head_dim, FFN, vocabulary, KV capacity.
+bool read_dimensions(const json& config, ModelShape& s, std::string* error) {
+  const auto hidden = int_field(config, "hidden_size", std::nullopt, error);
+  if (!hidden) return false;
+  const auto layers = int_field(config, "num_hidden_layers", std::nullopt, error);
+  if (!layers) return false;
+  const auto heads = int_field(config, "num_attention_heads", std::nullopt, error);
+  if (!heads) return false;
+  const auto kv_heads = int_field(config, "num_key_value_heads", *heads, error);
+  if (!kv_heads) return false;
+  const auto ffn = int_field(config, "intermediate_size", std::nullopt, error);
+  if (!ffn) return false;
+  const auto vocab = int_field(config, "vocab_size", std::nullopt, error);
+  if (!vocab) return false;
+  const auto max_pos = int_field(config, "max_position_embeddings", 2048, error);
+  if (!max_pos) return false;
+  for (const auto& [value, key] : std::initializer_list<std::pair<int64_t, const char*>>{
+           {*hidden, "hidden_size"},
+           {*layers, "num_hidden_layers"},
+           {*heads, "num_attention_heads"},
+           {*kv_heads, "num_key_value_heads"},
+           {*ffn, "intermediate_size"},
+           {*vocab, "vocab_size"},
+           {*max_pos, "max_position_embeddings"}}) {
+    if (value <= 0 || value > (int64_t{1} << 30)) {
+      return failed(error, std::string("config.json: field ") + key + " = " +
+                               std::to_string(value) + " out of range");
+    }
+  }
+  if (*heads % *kv_heads != 0) {
+    return failed(error, "config.json: num_attention_heads " + std::to_string(*heads) +
+                             " is not a multiple of num_key_value_heads " +
+                             std::to_string(*kv_heads));
+  }
+  const auto head_dim = int_field(config, "head_dim", *hidden / *heads, error);
+  if (!head_dim) return false;
+  if (*head_dim <= 0 || *head_dim % 2 != 0 ||
+      (!config.contains("head_dim") && *hidden % *heads != 0)) {
+    return failed(
+        error, "config.json: head_dim " + std::to_string(*head_dim) + " must be positive and even");
+  }
+  s.hidden = static_cast<int>(*hidden);
+  s.layers = static_cast<int>(*layers);
+  s.heads = static_cast<int>(*heads);
+  s.kv_heads = static_cast<int>(*kv_heads);
+  s.head_dim = static_cast<int>(*head_dim);
+  s.ffn = static_cast<int>(*ffn);
+  s.vocab = static_cast<int>(*vocab);
+  s.max_seq = static_cast<int>(std::min<int64_t>(*max_pos, kCheckpointMaxSeq));
+
+  return true;
+}
+
+/// RoPE theta (or transformers v5's rope_parameters), the RMSNorm epsilon and llama3 scaling.
+bool read_rope(const json& config, ModelShape& s, std::string* error) {
+  // transformers v5 moves rope_theta and the scaling into "rope_parameters".
+  const json none = json::object();
+  const json& rope_params =
+      config.contains("rope_parameters") && config["rope_parameters"].is_object()
+          ? config["rope_parameters"]
+          : none;
+  const json& theta_home = config.contains("rope_theta") ? config : rope_params;
+  const auto theta = number_field(theta_home, "rope_theta", 10000.0, "", error);
+  if (!theta) return false;
+  s.rope_theta = static_cast<float>(*theta);
+  const auto eps = number_field(config, "rms_norm_eps", 1e-6, "", error);
+  if (!eps) return false;
+  s.rms_eps = static_cast<float>(*eps);
+
+  const json* scaling = nullptr;
+  if (config.contains("rope_scaling") && config["rope_scaling"].is_object()) {
+    scaling = &config["rope_scaling"];
+  } else if (!rope_params.empty()) {
+    scaling = &rope_params;
+  }
+  if (scaling != nullptr) {
+    const json& r = *scaling;
+    std::string type = "default";
+    if (r.contains("rope_type") && r["rope_type"].is_string())
+      type = r["rope_type"].get<std::string>();
+    else if (r.contains("type") && r["type"].is_string())
+      type = r["type"].get<std::string>();
+    if (type == "llama3") {
+      const auto factor = number_field(r, "factor", std::nullopt, "rope_scaling.", error);
+      if (!factor) return false;
+      const auto low = number_field(r, "low_freq_factor", std::nullopt, "rope_scaling.", error);
+      if (!low) return false;
+      const auto high = number_field(r, "high_freq_factor", std::nullopt, "rope_scaling.", error);
+      if (!high) return false;
+      const auto original =
+          number_field(r, "original_max_position_embeddings", std::nullopt, "rope_scaling.", error);
+      if (!original) return false;
+      if (*factor <= 0 || *high <= *low) {
+        return failed(
+            error,
+            "config.json: rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor");
+      }
+      s.rope_scaling_factor = static_cast<float>(*factor);
+      s.rope_low_freq_factor = static_cast<float>(*low);
+      s.rope_high_freq_factor = static_cast<float>(*high);
+      s.rope_original_max_position = static_cast<int>(*original);
+    } else if (type != "default") {
+      return failed(error,
+                    "config.json: rope_scaling type \"" + type + "\" unsupported (only llama3)");
+    }
+  }
+
+  return true;
+}
+
+/// Tied embeddings and the dtype (*dtype_given: whether the config named one).
+bool read_tying_and_dtype(const json& config, ModelShape& s, bool* dtype_given,
+                          std::string* error) {
+  if (config.contains("tie_word_embeddings") && !config["tie_word_embeddings"].is_null()) {
+    if (!config["tie_word_embeddings"].is_boolean()) {
+      return failed(error, "config.json: field tie_word_embeddings must be true or false");
+    }
+    s.tied_embeddings = config["tie_word_embeddings"].get<bool>();
+  }
+
+  const char* dtype_key = config.contains("torch_dtype") ? "torch_dtype"
+                          : config.contains("dtype")     ? "dtype"
+                                                         : nullptr;
+  if (dtype_key != nullptr && !config[dtype_key].is_null()) {
+    const std::string name = config[dtype_key].is_string() ? config[dtype_key].get<std::string>()
+                                                           : config[dtype_key].dump();
+    if (name == "bfloat16") {
+      s.dtype = DType::kBF16;
+    } else if (name == "float32" || name == "float16") {
+      s.dtype = DType::kF32;
+    } else {
+      return failed(error, std::string("config.json: ") + dtype_key + " \"" + name +
+                               "\" unsupported (bfloat16, float16 or float32)");
+    }
+    *dtype_given = true;
+  }
+  return true;
+}
+
 std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* error) {
   const fs::path path = fs::path(dir) / "config.json";
   const std::optional<std::string> text = read_text(path);
@@ -218,129 +244,9 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
   ParsedConfig parsed;
   ModelShape& s = parsed.shape;
   s.name = dir;
-  const auto hidden = int_field(config, "hidden_size", std::nullopt, error);
-  if (!hidden) return std::nullopt;
-  const auto layers = int_field(config, "num_hidden_layers", std::nullopt, error);
-  if (!layers) return std::nullopt;
-  const auto heads = int_field(config, "num_attention_heads", std::nullopt, error);
-  if (!heads) return std::nullopt;
-  const auto kv_heads = int_field(config, "num_key_value_heads", *heads, error);
-  if (!kv_heads) return std::nullopt;
-  const auto ffn = int_field(config, "intermediate_size", std::nullopt, error);
-  if (!ffn) return std::nullopt;
-  const auto vocab = int_field(config, "vocab_size", std::nullopt, error);
-  if (!vocab) return std::nullopt;
-  const auto max_pos = int_field(config, "max_position_embeddings", 2048, error);
-  if (!max_pos) return std::nullopt;
-  for (const auto& [value, key] : std::initializer_list<std::pair<int64_t, const char*>>{
-           {*hidden, "hidden_size"},
-           {*layers, "num_hidden_layers"},
-           {*heads, "num_attention_heads"},
-           {*kv_heads, "num_key_value_heads"},
-           {*ffn, "intermediate_size"},
-           {*vocab, "vocab_size"},
-           {*max_pos, "max_position_embeddings"}}) {
-    if (value <= 0 || value > (int64_t{1} << 30)) {
-      return fail(error, std::string("config.json: field ") + key + " = " + std::to_string(value) +
-                             " out of range");
-    }
-  }
-  if (*heads % *kv_heads != 0) {
-    return fail(error, "config.json: num_attention_heads " + std::to_string(*heads) +
-                           " is not a multiple of num_key_value_heads " +
-                           std::to_string(*kv_heads));
-  }
-  const auto head_dim = int_field(config, "head_dim", *hidden / *heads, error);
-  if (!head_dim) return std::nullopt;
-  if (*head_dim <= 0 || *head_dim % 2 != 0 ||
-      (!config.contains("head_dim") && *hidden % *heads != 0)) {
-    return fail(
-        error, "config.json: head_dim " + std::to_string(*head_dim) + " must be positive and even");
-  }
-  s.hidden = static_cast<int>(*hidden);
-  s.layers = static_cast<int>(*layers);
-  s.heads = static_cast<int>(*heads);
-  s.kv_heads = static_cast<int>(*kv_heads);
-  s.head_dim = static_cast<int>(*head_dim);
-  s.ffn = static_cast<int>(*ffn);
-  s.vocab = static_cast<int>(*vocab);
-  s.max_seq = static_cast<int>(std::min<int64_t>(*max_pos, kCheckpointMaxSeq));
-
-  // transformers v5 moves rope_theta and the scaling into "rope_parameters".
-  const json none = json::object();
-  const json& rope_params =
-      config.contains("rope_parameters") && config["rope_parameters"].is_object()
-          ? config["rope_parameters"]
-          : none;
-  const json& theta_home = config.contains("rope_theta") ? config : rope_params;
-  const auto theta = number_field(theta_home, "rope_theta", 10000.0, "", error);
-  if (!theta) return std::nullopt;
-  s.rope_theta = static_cast<float>(*theta);
-  const auto eps = number_field(config, "rms_norm_eps", 1e-6, "", error);
-  if (!eps) return std::nullopt;
-  s.rms_eps = static_cast<float>(*eps);
-
-  const json* scaling = nullptr;
-  if (config.contains("rope_scaling") && config["rope_scaling"].is_object()) {
-    scaling = &config["rope_scaling"];
-  } else if (!rope_params.empty()) {
-    scaling = &rope_params;
-  }
-  if (scaling != nullptr) {
-    const json& r = *scaling;
-    std::string type = "default";
-    if (r.contains("rope_type") && r["rope_type"].is_string())
-      type = r["rope_type"].get<std::string>();
-    else if (r.contains("type") && r["type"].is_string())
-      type = r["type"].get<std::string>();
-    if (type == "llama3") {
-      const auto factor = number_field(r, "factor", std::nullopt, "rope_scaling.", error);
-      if (!factor) return std::nullopt;
-      const auto low = number_field(r, "low_freq_factor", std::nullopt, "rope_scaling.", error);
-      if (!low) return std::nullopt;
-      const auto high = number_field(r, "high_freq_factor", std::nullopt, "rope_scaling.", error);
-      if (!high) return std::nullopt;
-      const auto original =
-          number_field(r, "original_max_position_embeddings", std::nullopt, "rope_scaling.", error);
-      if (!original) return std::nullopt;
-      if (*factor <= 0 || *high <= *low) {
-        return fail(
-            error,
-            "config.json: rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor");
-      }
-      s.rope_scaling_factor = static_cast<float>(*factor);
-      s.rope_low_freq_factor = static_cast<float>(*low);
-      s.rope_high_freq_factor = static_cast<float>(*high);
-      s.rope_original_max_position = static_cast<int>(*original);
-    } else if (type != "default") {
-      return fail(error,
-                  "config.json: rope_scaling type \"" + type + "\" unsupported (only llama3)");
-    }
-  }
-
-  if (config.contains("tie_word_embeddings") && !config["tie_word_embeddings"].is_null()) {
-    if (!config["tie_word_embeddings"].is_boolean()) {
-      return fail(error, "config.json: field tie_word_embeddings must be true or false");
-    }
-    s.tied_embeddings = config["tie_word_embeddings"].get<bool>();
-  }
-
-  const char* dtype_key = config.contains("torch_dtype") ? "torch_dtype"
-                          : config.contains("dtype")     ? "dtype"
-                                                         : nullptr;
-  if (dtype_key != nullptr && !config[dtype_key].is_null()) {
-    const std::string name = config[dtype_key].is_string() ? config[dtype_key].get<std::string>()
-                                                           : config[dtype_key].dump();
-    if (name == "bfloat16") {
-      s.dtype = DType::kBF16;
-    } else if (name == "float32" || name == "float16") {
-      s.dtype = DType::kF32;
-    } else {
-      return fail(error, std::string("config.json: ") + dtype_key + " \"" + name +
-                             "\" unsupported (bfloat16, float16 or float32)");
-    }
-    parsed.dtype_given = true;
-  }
+  if (!read_dimensions(config, s, error) || !read_rope(config, s, error) ||
+      !read_tying_and_dtype(config, s, &parsed.dtype_given, error))
+    return std::nullopt;
   return parsed;
 }
 
@@ -378,7 +284,7 @@ std::optional<std::vector<std::string>> safetensors_files(const std::string& dir
 /// Converts one checkpoint tensor into the arena at `offset` (elements), after checking its shape.
 bool copy_tensor(const TensorRef& ref, const std::string& name, const std::vector<int64_t>& shape,
                  Weights& weights, int64_t offset, std::string* error) {
-  const std::optional<int64_t> size = dtype_size(ref.dtype);
+  const std::optional<int64_t> size = safetensors_dtype_bytes(ref.dtype);
   if (!size) {
     return failed(error, "tensor " + name + " in " + ref.file + ": unsupported dtype " + ref.dtype +
                              " (supported: F32, F16, BF16)");
@@ -431,19 +337,6 @@ double json_number(float value) {
 std::optional<Weights> load_checkpoint_unguarded(const std::string& dir, std::string* error);
 
 }  // namespace
-
-float f16_to_f32(uint16_t bits) {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1Fu;
-  const uint32_t mantissa = bits & 0x3FFu;
-  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in fp32.
-    const float magnitude = static_cast<float>(mantissa) * (1.0f / 16777216.0f);
-    return sign ? -magnitude : magnitude;
-  }
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
 
 std::string hf_tensor_name(const std::string& arena_name) {
   if (arena_name == "embed") return "model.embed_tokens.weight";
@@ -575,34 +468,15 @@ bool save_checkpoint(const Weights& weights, const std::string& dir, std::string
   }
 
   const int64_t elem = dtype_bytes(s.dtype);
-  json header = json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  int64_t cursor = 0;
+  const char* arena = static_cast<const char*>(weights.data());
+  std::vector<TensorWrite> tensors;
   for (const TensorInfo& t : weights.layout.tensors) {
     const bool vector = t.rows == 1 && t.name.ends_with("norm");
-    const int64_t bytes = t.rows * t.cols * elem;
-    header[hf_tensor_name(t.name)] = {
-        {"dtype", s.dtype == DType::kBF16 ? "BF16" : "F32"},
-        {"shape", vector ? json::array({t.cols}) : json::array({t.rows, t.cols})},
-        {"data_offsets", {cursor, cursor + bytes}}};
-    cursor += bytes;
+    tensors.push_back({hf_tensor_name(t.name), s.dtype == DType::kBF16 ? "BF16" : "F32",
+                       vector ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.rows, t.cols},
+                       arena + t.offset * elem, t.rows * t.cols * elem});
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as safetensors does
-  const fs::path path = fs::path(dir) / "model.safetensors";
-  std::ofstream out(path, std::ios::binary);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i)
-    len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  const char* arena = static_cast<const char*>(weights.data());
-  for (const TensorInfo& t : weights.layout.tensors) {
-    out.write(arena + t.offset * elem, static_cast<std::streamsize>(t.rows * t.cols * elem));
-  }
-  out.close();
-  if (!out) return failed(error, path.string() + ": write failed");
-  return true;
+  return write_safetensors(fs::path(dir) / "model.safetensors", tensors, error);
 }
 
 }  // namespace megasched::schedule

@@ -4,10 +4,11 @@
 //
 // Import reads config.json (LlamaForCausalLM / model_type "llama" only; rope_scaling "llama3"
 // honoured, max_position_embeddings capped at kCheckpointMaxSeq) and memory-maps the safetensors
-// files. Tensor dtypes F32, F16 and BF16 are accepted; the arena dtype follows the checkpoint's
-// torch_dtype: bfloat16 -> bf16, float16 and float32 -> f32 (F16 widens exactly). Every failure
-// (missing file, missing field, missing tensor, wrong shape, unsupported dtype or architecture) is
-// a false / nullopt return with a one-line message naming the culprit; nothing throws.
+// files (schedule/safetensors.h). Tensor dtypes F32, F16 and BF16 are accepted; the arena dtype
+// follows the checkpoint's torch_dtype: bfloat16 -> bf16, float16 and float32 -> f32 (F16 widens
+// exactly). Every failure (missing file, missing field, missing tensor, wrong shape, unsupported
+// dtype or architecture) is a false / nullopt return with a one-line message naming the culprit;
+// nothing throws.
 //
 // Export writes config.json and one model.safetensors in Hugging Face naming, the inverse of import
 // (used by tests and `--save`).
@@ -39,8 +40,5 @@ bool save_checkpoint(const Weights& weights, const std::string& dir, std::string
 /// "model.layers.3.self_attn.q_proj.weight", "embed" -> "model.embed_tokens.weight", "final_norm"
 /// -> "model.norm.weight", "lm_head" -> "lm_head.weight". Empty for an unknown name.
 std::string hf_tensor_name(const std::string& arena_name);
-
-/// IEEE binary16 bits -> fp32 (exact; subnormals, inf and NaN included).
-float f16_to_f32(uint16_t bits);
 
 }  // namespace megasched::schedule

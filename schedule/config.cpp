@@ -48,61 +48,67 @@ std::vector<json> ints(std::initializer_list<int> values) {
   return out;
 }
 
+// The knob table: the one home of every knob's path, allowed values, default, meaning and (for a
+// kernel build knob) its macro. Named choices are listed in the order of their enum, so a kernel
+// knob's -D value (the choice's index) is the enum's value.
 const std::vector<KnobEntry>& knob_table() {
   static const std::vector<KnobEntry> table = [] {
-    const ScheduleConfig d;
     const std::vector<std::pair<Granularity, std::string>> gran = {
         {Granularity::kPerOp, "per_op"}, {Granularity::kPerSlice, "per_slice"}};
     const std::vector<json> gran_choices = {"per_op", "per_slice"};
     const std::vector<json> bools = {true, false};
     std::vector<KnobEntry> t;
-    auto add = [&](std::string path, std::vector<json> choices, std::string description,
-                   KnobAccess access) {
-      json def = access.get(d);
-      t.push_back(
-          {{std::move(path), std::move(choices), def, std::move(description)}, std::move(access)});
+    auto add = [&](std::string path, std::vector<json> choices, json default_value,
+                   std::string description, KnobAccess access, std::string define = "") {
+      t.push_back({{std::move(path), std::move(choices), std::move(default_value),
+                    std::move(description), std::move(define)},
+                   std::move(access)});
     };
-    add("tiling.gemv_rows_per_task", ints({0, 8, 16, 32, 64, 128, 256}),
+    add("tiling.gemv_rows_per_task", ints({0, 8, 16, 32, 64, 128, 256}), 64,
         "output rows per GEMV task (QKV tiles round up to whole heads when RoPE is fused); 0: "
         "per block, the fewest rows (a multiple of 8) that give each op at most one tile per block",
         field_access(&ScheduleConfig::tiling, &TilingConfig::gemv_rows_per_task));
-    add("tiling.gemv_k_split", ints({1, 2, 4, 8}),
+    add("tiling.gemv_k_split", ints({1, 2, 4, 8}), 1,
         "reduction split of each GEMV tile: >1 adds partial tasks and a deterministic reduce task",
         field_access(&ScheduleConfig::tiling, &TilingConfig::gemv_k_split));
-    add("tiling.lm_head_rows_per_task", ints({0, 128, 256, 512, 1024, 2048}),
+    add("tiling.lm_head_rows_per_task", ints({0, 128, 256, 512, 1024, 2048}), 512,
         "output rows (vocabulary entries) per LM-head task; 0: per block (at most one tile per "
         "block)",
         field_access(&ScheduleConfig::tiling, &TilingConfig::lm_head_rows_per_task));
-    add("tiling.attn_q_heads_per_task", ints({0, 1, 2, 4, 8}),
+    add("tiling.attn_q_heads_per_task", ints({0, 1, 2, 4, 8}), 0,
         "query heads per attention task (0: the whole KV group); must divide heads/kv_heads",
         field_access(&ScheduleConfig::tiling, &TilingConfig::attn_q_heads_per_task));
-    add("tiling.attn_kv_partitions", ints({1, 2, 4, 8, 16}),
+    add("tiling.attn_kv_partitions", ints({1, 2, 4, 8, 16}), 1,
         "flash-decoding partitions of the KV history per head group (>1 adds combine tasks)",
         field_access(&ScheduleConfig::tiling, &TilingConfig::attn_kv_partitions));
-    add("fusion.norm_into_gemv", bools, "RMSNorm in the next GEMV's input load (no norm task)",
+    add("fusion.norm_into_gemv", bools, true,
+        "RMSNorm in the next GEMV's input load (no norm task)",
         field_access(&ScheduleConfig::fusion, &FusionConfig::norm_into_gemv));
-    add("fusion.residual_into_gemv", bools, "residual add in the O / down GEMV epilogue",
+    add("fusion.residual_into_gemv", bools, true, "residual add in the O / down GEMV epilogue",
         field_access(&ScheduleConfig::fusion, &FusionConfig::residual_into_gemv));
-    add("fusion.silu_mul_into_down", bools, "SiLU(gate) * up in the down projection's input load",
+    add("fusion.silu_mul_into_down", bools, true,
+        "SiLU(gate) * up in the down projection's input load",
         field_access(&ScheduleConfig::fusion, &FusionConfig::silu_mul_into_down));
-    add("fusion.rope_kv_into_qkv", bools, "RoPE and the KV-cache append in the QKV epilogue",
+    add("fusion.rope_kv_into_qkv", bools, true, "RoPE and the KV-cache append in the QKV epilogue",
         field_access(&ScheduleConfig::fusion, &FusionConfig::rope_kv_into_qkv));
-    add("fusion.qkv_single_gemv", bools, "Q, K and V as one GEMV over the concatenated rows",
+    add("fusion.qkv_single_gemv", bools, true, "Q, K and V as one GEMV over the concatenated rows",
         field_access(&ScheduleConfig::fusion, &FusionConfig::qkv_single_gemv));
-    add("fusion.gate_up_single_gemv", bools, "gate and up projections as one GEMV",
+    add("fusion.gate_up_single_gemv", bools, true, "gate and up projections as one GEMV",
         field_access(&ScheduleConfig::fusion, &FusionConfig::gate_up_single_gemv));
-    add("dependencies.qkv_to_attention", gran_choices,
+    add("dependencies.qkv_to_attention", gran_choices, "per_op",
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));
-    add("dependencies.attention_to_o", gran_choices, "attention (or combine) -> O projection edge",
+    add("dependencies.attention_to_o", gran_choices, "per_op",
+        "attention (or combine) -> O projection edge",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::attention_to_o, gran));
-    add("dependencies.gate_up_to_down", gran_choices,
+    add("dependencies.gate_up_to_down", gran_choices, "per_op",
         "gate/up (or SiLU*mul) -> down projection edge",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::gate_up_to_down, gran));
-    add("dependencies.residual", gran_choices,
+    add("dependencies.residual", gran_choices, "per_op",
         "residual-stream producers (embed, O, down, adds) -> their readers",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::residual, gran));
     add("assignment.policy", {"round_robin", "load_balance", "layer_affine", "dynamic"},
+        "round_robin",
         "task-to-block assignment: static queues, or one global queue claimed with an atomic",
         enum_access(&ScheduleConfig::assignment, &AssignmentConfig::policy,
                     std::vector<std::pair<AssignPolicy, std::string>>{
@@ -110,37 +116,42 @@ const std::vector<KnobEntry>& knob_table() {
                         {AssignPolicy::kLoadBalance, "load_balance"},
                         {AssignPolicy::kLayerAffine, "layer_affine"},
                         {AssignPolicy::kDynamic, "dynamic"}}));
-    add("pipeline.prefetch_depth", ints({0, 1, 2, 3, 4}),
+    add("pipeline.prefetch_depth", ints({0, 1, 2, 3, 4}), 2,
         "upcoming tasks whose weights a block prefetches into L2 while it waits",
         field_access(&ScheduleConfig::pipeline, &PipelineConfig::prefetch_depth));
-    add("smem.pages", ints({1, 2, 4, 5, 6, 8}),
+    add("smem.pages", ints({1, 2, 4, 5, 6, 8}), 2,
         "shared-memory pages per block: the GEMV input staging, or the weight ring",
         field_access(&ScheduleConfig::smem, &SmemConfig::pages));
-    add("smem.page_bytes", ints({4096, 8192, 16384, 32768, 65536}), "bytes per shared-memory page",
+    add("smem.page_bytes", ints({4096, 8192, 16384, 32768, 65536}), 16384,
+        "bytes per shared-memory page",
         field_access(&ScheduleConfig::smem, &SmemConfig::page_bytes));
-    add("launch.threads_per_block", ints({128, 160, 256, 288, 384, 512, 544, 1024}),
+    add("launch.threads_per_block", ints({128, 160, 256, 288, 384, 512, 544, 1024}), 256,
         "threads per block (160, 288, 544: 4, 8, 16 compute warps beside the weight ring's loader)",
         field_access(&ScheduleConfig::launch, &LaunchConfig::threads_per_block));
-    add("launch.blocks_per_sm", ints({1, 2, 3, 4}), "persistent blocks per SM (grid = SMs x this)",
+    add("launch.blocks_per_sm", ints({1, 2, 3, 4}), 1,
+        "persistent blocks per SM (grid = SMs x this)",
         field_access(&ScheduleConfig::launch, &LaunchConfig::blocks_per_sm));
-    add("kernel.vector_bytes", ints({4, 8, 16}), "bytes per weight load per thread",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::vector_bytes));
-    add("kernel.rows_per_warp", ints({1, 2, 4}), "GEMV rows a warp computes at once",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::rows_per_warp));
-    add("kernel.unroll", ints({1, 2, 4, 8}), "independent weight-load batches in flight per warp",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::unroll));
-    add("kernel.weight_load", {"ldg", "ldg_stream"},
+    add("kernel.vector_bytes", ints({4, 8, 16}), 16, "bytes per weight load per thread",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::vector_bytes), "MS_VECTOR_BYTES");
+    add("kernel.rows_per_warp", ints({1, 2, 4}), 2, "GEMV rows a warp computes at once",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::rows_per_warp), "MS_ROWS_PER_WARP");
+    add("kernel.unroll", ints({1, 2, 4, 8}), 2,
+        "independent weight-load batches in flight per warp",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::unroll), "MS_UNROLL");
+    add("kernel.weight_load", {"ldg", "ldg_stream"}, "ldg",
         "weight load instruction: ld.global, or ld.global.nc.L1::no_allocate (streaming)",
         enum_access(&ScheduleConfig::kernel, &KernelConfig::weight_load,
                     std::vector<std::pair<WeightLoad, std::string>>{
-                        {WeightLoad::kLdg, "ldg"}, {WeightLoad::kLdgStream, "ldg_stream"}}));
-    add("kernel.weight_stream", {"registers", "smem_ring"},
+                        {WeightLoad::kLdg, "ldg"}, {WeightLoad::kLdgStream, "ldg_stream"}}),
+        "MS_WEIGHT_LOAD");
+    add("kernel.weight_stream", {"registers", "smem_ring"}, "registers",
         "GEMV weights: loaded by every warp into registers, or streamed by a loader warp into the "
         "smem page ring (smem.pages x smem.page_bytes) ahead of the dependency waits",
         enum_access(
             &ScheduleConfig::kernel, &KernelConfig::weight_stream,
             std::vector<std::pair<WeightStream, std::string>>{
-                {WeightStream::kRegisters, "registers"}, {WeightStream::kSmemRing, "smem_ring"}}));
+                {WeightStream::kRegisters, "registers"}, {WeightStream::kSmemRing, "smem_ring"}}),
+        "MS_WEIGHT_RING");
     return t;
   }();
   return table;
@@ -205,6 +216,10 @@ std::string did_you_mean(const std::string& name, const std::vector<std::string>
 
 }  // namespace
 
+ScheduleConfig::ScheduleConfig() {
+  for (const auto& k : knob_table()) k.access.set(this, k.spec.default_value);
+}
+
 const std::vector<KnobSpec>& knob_specs() {
   static const std::vector<KnobSpec> specs = [] {
     std::vector<KnobSpec> s;
@@ -212,6 +227,45 @@ const std::vector<KnobSpec>& knob_specs() {
     return s;
   }();
   return specs;
+}
+
+std::map<std::string, int> kernel_knob_defines(const ScheduleConfig& config) {
+  std::map<std::string, int> out;
+  for (const auto& k : knob_table()) {
+    if (k.spec.define.empty()) continue;
+    const json value = k.access.get(config);
+    if (value.is_number_integer()) {
+      out[k.spec.define] = value.get<int>();
+    } else {
+      const auto it = std::find(k.spec.choices.begin(), k.spec.choices.end(), value);
+      out[k.spec.define] = static_cast<int>(it - k.spec.choices.begin());
+    }
+  }
+  return out;
+}
+
+json config_schema_json() {
+  json groups = json::object();
+  for (const auto& k : knob_table()) {
+    const auto dot = k.spec.path.find('.');
+    json& group = groups[k.spec.path.substr(0, dot)];
+    group["type"] = "object";
+    group["additionalProperties"] = false;
+    group["properties"][k.spec.path.substr(dot + 1)] = {{"default", k.spec.default_value},
+                                                        {"description", k.spec.description},
+                                                        {"enum", k.spec.choices},
+                                                        {"type", json_type(k.spec.default_value)}};
+  }
+  return {{"$id", "https://megasched.dev/schemas/schedule_config.schema.json"},
+          {"$schema", "https://json-schema.org/draft/2020-12/schema"},
+          {"title", "ScheduleConfig"},
+          {"description",
+           "The edit surface of megasched. Every key is optional (missing keys take their "
+           "default); unknown keys are errors. Generated from the knob table in "
+           "schedule/config.cpp (tests/schemas_test.cpp checks the file is what it generates)."},
+          {"type", "object"},
+          {"additionalProperties", false},
+          {"properties", groups}};
 }
 
 int edit_distance(const std::string& a, const std::string& b) {

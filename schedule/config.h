@@ -1,28 +1,20 @@
 // ScheduleConfig: the one JSON object an agent, a search strategy or a person edits. lower() turns
 // it (with a model and a GPU target) into a Program; every knob changes the lowered program or the
-// kernel build identity (tests/schedule/lower_test.cpp proves it knob by knob).
+// kernel build (tests/schedule/lower_test.cpp proves it knob by knob).
 //
-// JSON form (every key optional; a missing key takes its default; an unknown key, a wrong type or
-// a value outside the allowed set is an error that names the key and what is allowed):
-//   {
-//     "tiling":       {"gemv_rows_per_task": 64, "gemv_k_split": 1, "lm_head_rows_per_task": 512,
-//                      "attn_q_heads_per_task": 0, "attn_kv_partitions": 1},
-//     "fusion":       {"norm_into_gemv": true, "residual_into_gemv": true,
-//                      "silu_mul_into_down": true, "rope_kv_into_qkv": true,
-//                      "qkv_single_gemv": true, "gate_up_single_gemv": true},
-//     "dependencies": {"qkv_to_attention": "per_op", "attention_to_o": "per_op",
-//                      "gate_up_to_down": "per_op", "residual": "per_op"},
-//     "assignment":   {"policy": "round_robin"},
-//     "pipeline":     {"prefetch_depth": 2},
-//     "smem":         {"pages": 2, "page_bytes": 16384},
-//     "launch":       {"threads_per_block": 256, "blocks_per_sm": 1},
-//     "kernel":       {"vector_bytes": 16, "rows_per_warp": 2, "unroll": 2, "weight_load": "ldg",
-//                       "weight_stream": "registers"}
-//   }
-// The allowed values of each knob are in knob_specs() (and schemas/schedule_config.schema.json).
+// JSON form: {"<group>": {"<knob>": value}} over the groups tiling, fusion, dependencies,
+// assignment, pipeline, smem, launch and kernel. Every key is optional (a missing key takes its
+// default); an unknown key, a wrong type or a value outside the allowed set is an error that names
+// the key and what is allowed.
+//
+// The knob table (knob_table() in schedule/config.cpp) is the one home of every knob: its path,
+// allowed values, default, meaning, and for a kernel build knob the macro the device code reads.
+// Parsing, the defaults of ScheduleConfig(), the search space, the mutation moves, the schema
+// (schemas/schedule_config.schema.json, generated) and the kernel's -D options all come from it.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,77 +54,78 @@ enum class WeightLoad : uint8_t {
   kLdgStream,  // read-only, L1 no-allocate streaming loads (ld.global.nc.L1::no_allocate)
 };
 
+// The knob values, one field per row of the knob table, grouped as in the JSON form. The table
+// gives each its default (ScheduleConfig() sets them all), allowed values and meaning.
 struct TilingConfig {
-  int gemv_rows_per_task =
-      64;  // output rows per GEMV task (QKV tiles round up to head_dim when RoPE is fused); 0:
-           // per block (each op cut into at most one tile per block of the grid)
-  int gemv_k_split = 1;  // reduction split: >1 adds partial buffers and a reduce task per tile
-  int lm_head_rows_per_task = 512;  // output rows per LM-head task; 0: per block
-  int attn_q_heads_per_task = 0;    // query heads per attention task; 0 = the whole KV group
-  int attn_kv_partitions =
-      1;  // flash-decoding partitions of the KV history (>1 adds combine tasks)
+  int gemv_rows_per_task;
+  int gemv_k_split;
+  int lm_head_rows_per_task;
+  int attn_q_heads_per_task;
+  int attn_kv_partitions;
 
   bool operator==(const TilingConfig&) const = default;
 };
 
 struct FusionConfig {
-  bool norm_into_gemv = true;       // RMSNorm in the next GEMV's input load (no norm task)
-  bool residual_into_gemv = true;   // residual add in the O / down GEMV epilogue (no add task)
-  bool silu_mul_into_down = true;   // SiLU(gate) * up in the down GEMV's input load
-  bool rope_kv_into_qkv = true;     // RoPE + KV append in the QKV epilogue (no rope task)
-  bool qkv_single_gemv = true;      // Q, K, V as one GEMV over the concatenated rows
-  bool gate_up_single_gemv = true;  // gate and up as one GEMV
+  bool norm_into_gemv;
+  bool residual_into_gemv;
+  bool silu_mul_into_down;
+  bool rope_kv_into_qkv;
+  bool qkv_single_gemv;
+  bool gate_up_single_gemv;
 
   bool operator==(const FusionConfig&) const = default;
 };
 
 struct DependencyConfig {
-  Granularity qkv_to_attention = Granularity::kPerOp;
-  Granularity attention_to_o = Granularity::kPerOp;
-  Granularity gate_up_to_down = Granularity::kPerOp;
-  Granularity residual =
-      Granularity::kPerOp;  // residual-stream producers (O, down, adds) to their readers
+  Granularity qkv_to_attention;
+  Granularity attention_to_o;
+  Granularity gate_up_to_down;
+  Granularity residual;
 
   bool operator==(const DependencyConfig&) const = default;
 };
 
 struct AssignmentConfig {
-  AssignPolicy policy = AssignPolicy::kRoundRobin;
+  AssignPolicy policy;
 
   bool operator==(const AssignmentConfig&) const = default;
 };
 
 struct PipelineConfig {
-  int prefetch_depth = 2;  // upcoming tasks whose weights a block prefetches while it waits
+  int prefetch_depth;
 
   bool operator==(const PipelineConfig&) const = default;
 };
 
 struct SmemConfig {
-  int pages = 2;           // shared-memory pages per block
-  int page_bytes = 16384;  // bytes per page (the GEMV stages its input vector through them)
+  int pages;
+  int page_bytes;
 
   bool operator==(const SmemConfig&) const = default;
 };
 
 struct LaunchConfig {
-  int threads_per_block = 256;
-  int blocks_per_sm = 1;
+  int threads_per_block;
+  int blocks_per_sm;
 
   bool operator==(const LaunchConfig&) const = default;
 };
 
 struct KernelConfig {
-  int vector_bytes = 16;  // bytes per weight load per thread (4, 8, 16)
-  int rows_per_warp = 2;  // GEMV rows a warp computes at once (reusing each input load)
-  int unroll = 2;         // independent load batches in flight per warp
-  WeightLoad weight_load = WeightLoad::kLdg;
-  WeightStream weight_stream = WeightStream::kRegisters;
+  int vector_bytes;
+  int rows_per_warp;
+  int unroll;
+  WeightLoad weight_load;
+  WeightStream weight_stream;
 
   bool operator==(const KernelConfig&) const = default;
 };
 
 struct ScheduleConfig {
+  /// Every knob at its default.
+  ScheduleConfig();
+
   TilingConfig tiling;
   FusionConfig fusion;
   DependencyConfig dependencies;
@@ -145,17 +138,25 @@ struct ScheduleConfig {
   bool operator==(const ScheduleConfig&) const = default;
 };
 
-/// One knob: its dotted path ("tiling.gemv_rows_per_task"), its JSON choices, its default, and a
-/// one-line description. The knob table drives parsing, the schema, the search space and the
-/// mutation strategy, so they cannot drift apart.
+/// One knob: its dotted path ("tiling.gemv_rows_per_task"), its JSON choices, its default, a
+/// one-line description, and for a kernel build knob the macro the device code reads.
 struct KnobSpec {
   std::string path;
   std::vector<nlohmann::json> choices;
   nlohmann::json default_value;
   std::string description;
+  std::string define;  // kernel build knobs: "MS_UNROLL" (-D MS_UNROLL=<value>); else empty
 };
 
+/// Every knob, in table order.
 const std::vector<KnobSpec>& knob_specs();
+
+/// The kernel build knobs of a config as the device code sees them: each knob with a `define`,
+/// by its macro, valued as the integer itself or, for a named choice, the choice's index.
+std::map<std::string, int> kernel_knob_defines(const ScheduleConfig& config);
+
+/// The JSON Schema of the config (schemas/schedule_config.schema.json is this, generated).
+nlohmann::json config_schema_json();
 
 /// Strict parse. On error returns nullopt and sets *error to one line naming the key and the
 /// allowed values (and, for an unknown key, the nearest valid key).

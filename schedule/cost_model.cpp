@@ -16,16 +16,18 @@ constexpr double kLaunchUs = 4.0;             // one kernel launch
 /// How well the kernel build and launch shape keep HBM busy (1 = as well as possible).
 double stream_efficiency(const Program& p) {
   double e = 1.0;
-  if (p.build.weight_ring) {
+  const KernelBuild& b = p.build;
+  if (b.weight_ring()) {
     // The loader's bulk copies keep a whole ring in flight per block, whatever the register
     // knobs; a shallow ring (little in flight) streams less.
-    const double ring_bytes = static_cast<double>(p.build.ring_pages) * p.build.ring_page_bytes;
+    const double ring_bytes = static_cast<double>(p.launch.smem_pages) * p.launch.smem_page_bytes;
     e *= std::min(1.0, 0.6 + ring_bytes / (128.0 * 1024));
   } else {
-    e *= p.build.vector_bytes >= 16 ? 1.0 : p.build.vector_bytes >= 8 ? 0.85 : 0.6;
-    e *= p.build.unroll >= 4 ? 1.0 : p.build.unroll == 2 ? 0.92 : 0.75;
-    e *= p.build.rows_per_warp >= 2 ? 1.0 : 0.95;
-    e *= p.build.weight_load == 1 ? 1.0 : 0.97;
+    const int vector_bytes = b.knob("MS_VECTOR_BYTES"), unroll = b.knob("MS_UNROLL");
+    e *= vector_bytes >= 16 ? 1.0 : vector_bytes >= 8 ? 0.85 : 0.6;
+    e *= unroll >= 4 ? 1.0 : unroll == 2 ? 0.92 : 0.75;
+    e *= b.knob("MS_ROWS_PER_WARP") >= 2 ? 1.0 : 0.95;
+    e *= b.knob("MS_WEIGHT_LOAD") == 1 ? 1.0 : 0.97;
   }
   const double threads_per_sm =
       static_cast<double>(p.launch.threads_per_block) * p.launch.blocks_per_sm;

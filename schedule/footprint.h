@@ -1,5 +1,5 @@
 // Footprints: which elements of which buffer a task reads and writes, derived from its Instr by the
-// opcode semantics of vm/abi.h. The validator's race and coverage rules work on these ranges, so
+// opcode semantics of abi/abi.h. The validator's race and coverage rules work on these ranges, so
 // they must over-approximate what the VMs touch (never miss an access):
 //   - KV accesses depend on the run-time position, so they are widened to whole heads: attention
 //     reads the K and V rows [0, max_seq) of its KV head, and a KV append writes the same rows of

@@ -72,6 +72,18 @@ enum class InputLoad : uint8_t {
   kSiluMul,  // columns of gate and of up (up rows start at `in2_rows`)
 };
 
+/// The residual stream as a reader sees it: where it lives and which ops produced it.
+struct Stream {
+  uint32_t at = 0;  // act offset
+  Source src;
+};
+
+/// The model's dimensions as the lowering uses them (elements, heads).
+struct Dims {
+  uint32_t hidden = 0, heads = 0, kv_heads = 0, hd = 0, q_dim = 0, kv_dim = 0, qkv_rows = 0;
+  uint32_t ffn = 0, vocab = 0, rows_per_task = 0, group = 0, q_chunk = 0, partitions = 0;
+};
+
 struct GemvSpec {
   std::string name;
   OpKind kind = OpKind::kQkv;
@@ -121,6 +133,25 @@ class Lowerer {
                      uint64_t gamma, uint32_t out);
   uint32_t emit_add(const std::string& name, int layer, uint32_t in, const Source& in_src,
                     uint32_t in2, const Source& in2_src, uint32_t out);
+  /// The GEMV's input is the RMSNorm of `x`: in its prologue (fusion.norm_into_gemv), or from a
+  /// norm task `norm_op` writing region `normed`.
+  void norm_input(GemvSpec& spec, const Stream& x, uint64_t gamma, const std::string& normed,
+                  const std::string& norm_op);
+  /// The GEMV adds the residual `x` and writes `x_next`: in its epilogue
+  /// (fusion.residual_into_gemv), or into region `out` followed by an add task `add_op`.
+  Stream residual_output(GemvSpec& spec, const Stream& x, uint32_t x_next, const std::string& out,
+                         const std::string& add_op);
+
+  // The decode step, in order.
+  void plan_inputs();
+  Stream emit_embed();
+  Stream emit_attention_block(int layer, const Stream& x);
+  Source emit_qkv(int layer, const Stream& x, uint32_t* q, uint32_t* qkv_raw);
+  Source emit_rope(int layer, const Source& qkv_src, uint32_t qkv_raw, uint32_t q);
+  Source emit_attention(int layer, const Source& qkv_src, uint32_t q, uint32_t attn_out);
+  Stream emit_mlp_block(int layer, const Stream& x);
+  void emit_head(const Stream& x);
+  bool finish(std::string* error);
   void assign_queues();
 
   const ModelShape& shape_;
@@ -128,6 +159,7 @@ class Lowerer {
   const ScheduleConfig& config_;
   Program program_;
   WeightLayout layout_;
+  Dims d_;
   uint64_t arena_ = 0;
   uint32_t wbytes_ = 4;
 
@@ -466,377 +498,391 @@ void Lowerer::assign_queues() {
   }
 }
 
+void Lowerer::norm_input(GemvSpec& spec, const Stream& x, uint64_t gamma, const std::string& normed,
+                         const std::string& norm_op) {
+  if (config_.fusion.norm_into_gemv) {
+    spec.load = InputLoad::kNorm;
+    spec.gamma = gamma;
+    spec.in = x.at;
+    spec.in_src = x.src;
+  } else {
+    const uint32_t xn = alloc(normed, d_.hidden);
+    spec.in = xn;
+    spec.in_src = {emit_norm(norm_op, spec.layer, x.at, x.src, gamma, xn)};
+  }
+}
+
+Stream Lowerer::residual_output(GemvSpec& spec, const Stream& x, uint32_t x_next,
+                                const std::string& out, const std::string& add_op) {
+  if (config_.fusion.residual_into_gemv) {
+    spec.epilogue = ms_abi::kFlagResidual;
+    spec.out = x_next;
+    spec.aux = x.at;
+    spec.aux_src = x.src;
+    return {x_next, {emit_gemv(spec)}};
+  }
+  spec.out = alloc(out, d_.hidden);
+  const uint32_t op = emit_gemv(spec);
+  return {x_next, {emit_add(add_op, spec.layer, spec.out, {op}, x.at, x.src, x_next)}};
+}
+
 std::optional<Program> Lowerer::run(std::string* error) {
   if (!check(error)) return std::nullopt;
-  const ScheduleConfig& cfg = config_;
-  const FusionConfig& fusion = cfg.fusion;
-  const DependencyConfig& deps = cfg.dependencies;
   layout_ = layout_for(shape_);
   wbytes_ = static_cast<uint32_t>(dtype_bytes(shape_.dtype));
+  plan_inputs();
+  Stream x = emit_embed();
+  for (int layer = 0; layer < shape_.layers; ++layer) {
+    x = emit_attention_block(layer, x);
+    x = emit_mlp_block(layer, x);
+  }
+  emit_head(x);
+  if (!finish(error)) return std::nullopt;
+  coarsen_slice_counters(program_);
+  assign_queues();
+  return std::move(program_);
+}
 
-  const uint32_t hidden = static_cast<uint32_t>(shape_.hidden);
-  const uint32_t heads = static_cast<uint32_t>(shape_.heads);
-  const uint32_t kv_heads = static_cast<uint32_t>(shape_.kv_heads);
-  const uint32_t hd = static_cast<uint32_t>(shape_.head_dim);
-  const uint32_t q_dim = heads * hd;
-  const uint32_t kv_dim = kv_heads * hd;
-  const uint32_t qkv_rows = q_dim + 2 * kv_dim;
-  const uint32_t ffn = static_cast<uint32_t>(shape_.ffn);
-  const uint32_t vocab = static_cast<uint32_t>(shape_.vocab);
-  const uint32_t rows_per_task = static_cast<uint32_t>(cfg.tiling.gemv_rows_per_task);
-  const uint32_t group = heads / kv_heads;
-  const uint32_t q_chunk = cfg.tiling.attn_q_heads_per_task > 0
-                               ? static_cast<uint32_t>(cfg.tiling.attn_q_heads_per_task)
-                               : group;
-  const uint32_t partitions = static_cast<uint32_t>(cfg.tiling.attn_kv_partitions);
-  const DType dtype = shape_.dtype;
-  const ms_abi::DTypeCode dcode = dtype == DType::kBF16 ? ms_abi::kDTypeBF16 : ms_abi::kDTypeF32;
+/// The dimensions, the model constants, and the input regions: weights, the step cell, the KV
+/// cache and the rope table.
+void Lowerer::plan_inputs() {
+  const TilingConfig& tiling = config_.tiling;
+  d_.hidden = static_cast<uint32_t>(shape_.hidden);
+  d_.heads = static_cast<uint32_t>(shape_.heads);
+  d_.kv_heads = static_cast<uint32_t>(shape_.kv_heads);
+  d_.hd = static_cast<uint32_t>(shape_.head_dim);
+  d_.q_dim = d_.heads * d_.hd;
+  d_.kv_dim = d_.kv_heads * d_.hd;
+  d_.qkv_rows = d_.q_dim + 2 * d_.kv_dim;
+  d_.ffn = static_cast<uint32_t>(shape_.ffn);
+  d_.vocab = static_cast<uint32_t>(shape_.vocab);
+  d_.rows_per_task = static_cast<uint32_t>(tiling.gemv_rows_per_task);
+  d_.group = d_.heads / d_.kv_heads;
+  d_.q_chunk = tiling.attn_q_heads_per_task > 0
+                   ? static_cast<uint32_t>(tiling.attn_q_heads_per_task)
+                   : d_.group;
+  d_.partitions = static_cast<uint32_t>(tiling.attn_kv_partitions);
+  const ms_abi::DTypeCode dcode =
+      shape_.dtype == DType::kBF16 ? ms_abi::kDTypeBF16 : ms_abi::kDTypeF32;
 
   Program& p = program_;
   p.model_name = shape_.name;
   ms_abi::ModelParams& m = p.model;
-  m.hidden = hidden;
+  m.hidden = d_.hidden;
   m.layers = static_cast<uint32_t>(shape_.layers);
-  m.heads = heads;
-  m.kv_heads = kv_heads;
-  m.head_dim = hd;
-  m.ffn = ffn;
-  m.vocab = vocab;
+  m.heads = d_.heads;
+  m.kv_heads = d_.kv_heads;
+  m.head_dim = d_.hd;
+  m.ffn = d_.ffn;
+  m.vocab = d_.vocab;
   m.max_seq = static_cast<uint32_t>(shape_.max_seq);
   m.weight_dtype = dcode;
   m.kv_dtype = dcode;
   m.rms_eps = shape_.rms_eps;
   m.rope_theta = shape_.rope_theta;
-  m.attn_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  m.attn_scale = 1.0f / std::sqrt(static_cast<float>(d_.hd));
 
-  // Inputs: weights, the step cell, the KV cache, the rope table.
   for (const TensorInfo& tensor : layout_.tensors)
     p.regions.push_back({"w." + tensor.name, ms_abi::kBufWeights,
                          static_cast<uint64_t>(tensor.offset),
                          static_cast<uint64_t>(tensor.offset + tensor.rows * tensor.cols), true});
   p.regions.push_back({"step", ms_abi::kBufStep, 0, 4, true});
-  const uint64_t kv_head_elements = static_cast<uint64_t>(m.max_seq) * hd;
+  const uint64_t kv_head_elements = static_cast<uint64_t>(m.max_seq) * d_.hd;
   for (uint32_t l = 0; l < m.layers; ++l)
     for (uint32_t kv = 0; kv < 2; ++kv)
-      for (uint32_t g = 0; g < kv_heads; ++g) {
+      for (uint32_t g = 0; g < d_.kv_heads; ++g) {
         const uint64_t begin = ms_abi::kv_offset(m, l, kv, g);
         p.regions.push_back(
             {"kv.L" + std::to_string(l) + (kv == 0 ? ".k.h" : ".v.h") + std::to_string(g),
              ms_abi::kBufKv, begin, begin + kv_head_elements, true});
       }
-  m.rope_table = alloc("rope_table", hd / 2);
+  m.rope_table = alloc("rope_table", d_.hd / 2);
   p.regions.back().input = true;
+}
 
-  // Embed.
-  const uint32_t x0 = alloc("embed.x", hidden);
-  const uint32_t embed_op = begin_op("embed", OpKind::kEmbed, -1, deps.residual);
-  begin_slice(0, hidden);
-  {
+Stream Lowerer::emit_embed() {
+  const uint32_t x0 = alloc("embed.x", d_.hidden);
+  const uint32_t embed_op = begin_op("embed", OpKind::kEmbed, -1, config_.dependencies.residual);
+  begin_slice(0, d_.hidden);
+  Instr t{};
+  t.opcode = ms_abi::kEmbed;
+  t.layer = 0;
+  t.row_begin = 0;
+  t.row_end = d_.hidden;
+  t.ld = d_.hidden;
+  t.weight = static_cast<uint64_t>(layout_.embed);
+  t.out = x0;
+  emit(t, d_.hidden * (4.0 + wbytes_));
+  return {x0, {embed_op}};
+}
+
+/// Norm, QKV, RoPE + KV append, attention (and its combine), O and the residual add.
+Stream Lowerer::emit_attention_block(int layer, const Stream& x) {
+  const std::string L = "L" + std::to_string(layer) + ".";
+  uint32_t q = 0, qkv_raw = 0;
+  Source qkv_src = emit_qkv(layer, x, &q, &qkv_raw);
+  if (!config_.fusion.rope_kv_into_qkv) qkv_src = emit_rope(layer, qkv_src, qkv_raw, q);
+  const uint32_t attn_out = alloc(L + "attn_out", d_.q_dim);
+  const Source attn_src = emit_attention(layer, qkv_src, q, attn_out);
+
+  GemvSpec o;
+  o.name = L + "o";
+  o.kind = OpKind::kO;
+  o.layer = layer;
+  o.row_begin = 0;
+  o.row_end = d_.hidden;
+  o.tile_rows = d_.rows_per_task;
+  o.cols = d_.q_dim;
+  o.weight = static_cast<uint64_t>(layout_.layer[static_cast<size_t>(layer)].wo);
+  o.in = attn_out;
+  o.in_src = attn_src;
+  o.granularity = config_.dependencies.residual;
+  const uint32_t x_mid = alloc(L + "x_mid", d_.hidden);
+  return residual_output(o, x, x_mid, L + "o_out", L + "attn_add");
+}
+
+/// The QKV GEMV (one op, or Q, K and V), with RoPE and the KV append in its epilogue when fused.
+/// Allocates the roped queries `q` and, unfused, the raw QKV rows `qkv_raw`.
+Source Lowerer::emit_qkv(int layer, const Stream& x, uint32_t* q, uint32_t* qkv_raw) {
+  const std::string L = "L" + std::to_string(layer) + ".";
+  const WeightLayout::Layer& w = layout_.layer[static_cast<size_t>(layer)];
+  GemvSpec qkv;
+  qkv.kind = OpKind::kQkv;
+  qkv.layer = layer;
+  qkv.cols = d_.hidden;
+  qkv.weight = static_cast<uint64_t>(w.wq);
+  qkv.granularity = config_.dependencies.qkv_to_attention;
+  norm_input(qkv, x, static_cast<uint64_t>(w.attn_norm), L + "xn", L + "attn_norm");
+  *q = alloc(L + "q", d_.q_dim);
+  if (config_.fusion.rope_kv_into_qkv) {
+    qkv.epilogue = ms_abi::kFlagRopeKv;
+    qkv.out = *q;
+    qkv.tile_rows = round_up(d_.rows_per_task, d_.hd);
+  } else {
+    *qkv_raw = alloc(L + "qkv_raw", d_.qkv_rows);
+    qkv.out = *qkv_raw;
+    qkv.tile_rows = d_.rows_per_task;
+  }
+  Source qkv_src;
+  if (config_.fusion.qkv_single_gemv) {
+    qkv.name = L + "qkv";
+    qkv.row_begin = 0;
+    qkv.row_end = d_.qkv_rows;
+    qkv_src.push_back(emit_gemv(qkv));
+    return qkv_src;
+  }
+  const uint32_t bounds[4] = {0, d_.q_dim, d_.q_dim + d_.kv_dim, d_.qkv_rows};
+  const char* names[3] = {"q_proj", "k_proj", "v_proj"};
+  for (int i = 0; i < 3; ++i) {
+    qkv.name = L + names[i];
+    qkv.row_begin = bounds[i];
+    qkv.row_end = bounds[i + 1];
+    qkv_src.push_back(emit_gemv(qkv));
+  }
+  return qkv_src;
+}
+
+/// Unfused RoPE + KV append: one task per head of QKV rows.
+Source Lowerer::emit_rope(int layer, const Source& qkv_src, uint32_t qkv_raw, uint32_t q) {
+  const uint32_t op = begin_op("L" + std::to_string(layer) + ".rope", OpKind::kRope, layer,
+                               config_.dependencies.qkv_to_attention);
+  for (uint32_t r0 = 0; r0 < d_.qkv_rows; r0 += d_.hd) {
+    begin_slice(r0, r0 + d_.hd);
     Instr t{};
-    t.opcode = ms_abi::kEmbed;
-    t.layer = 0;
-    t.row_begin = 0;
-    t.row_end = hidden;
-    t.ld = hidden;
-    t.weight = static_cast<uint64_t>(layout_.embed);
-    t.out = x0;
-    emit(t, hidden * (4.0 + wbytes_));
+    t.opcode = ms_abi::kRopeKv;
+    t.layer = static_cast<uint32_t>(layer);
+    t.row_begin = r0;
+    t.row_end = r0 + d_.hd;
+    t.in = qkv_raw;
+    t.out = q;
+    read(qkv_src, r0, r0 + d_.hd);
+    emit(t, d_.hd * (r0 < d_.q_dim ? 8.0 : 4.0 + wbytes_));
   }
-  uint32_t x = x0;
-  Source x_src = {embed_op};
+  return {op};
+}
 
-  for (int layer = 0; layer < shape_.layers; ++layer) {
-    const std::string L = "L" + std::to_string(layer) + ".";
-    const WeightLayout::Layer& w = layout_.layer[static_cast<size_t>(layer)];
-    const uint32_t lu = static_cast<uint32_t>(layer);
-
-    // ---- attention block ----
-    GemvSpec qkv;
-    qkv.kind = OpKind::kQkv;
-    qkv.layer = layer;
-    qkv.cols = hidden;
-    qkv.weight = static_cast<uint64_t>(w.wq);
-    qkv.granularity = deps.qkv_to_attention;
-    if (fusion.norm_into_gemv) {
-      qkv.load = InputLoad::kNorm;
-      qkv.gamma = static_cast<uint64_t>(w.attn_norm);
-      qkv.in = x;
-      qkv.in_src = x_src;
-    } else {
-      const uint32_t xn = alloc(L + "xn", hidden);
-      qkv.in = xn;
-      qkv.in_src = {
-          emit_norm(L + "attn_norm", layer, x, x_src, static_cast<uint64_t>(w.attn_norm), xn)};
-    }
-    const uint32_t q = alloc(L + "q", q_dim);
-    uint32_t qkv_raw = 0;
-    if (fusion.rope_kv_into_qkv) {
-      qkv.epilogue = ms_abi::kFlagRopeKv;
-      qkv.out = q;
-      qkv.tile_rows = round_up(rows_per_task, hd);
-    } else {
-      qkv_raw = alloc(L + "qkv_raw", qkv_rows);
-      qkv.out = qkv_raw;
-      qkv.tile_rows = rows_per_task;
-    }
-    Source qkv_src;
-    if (fusion.qkv_single_gemv) {
-      qkv.name = L + "qkv";
-      qkv.row_begin = 0;
-      qkv.row_end = qkv_rows;
-      qkv_src.push_back(emit_gemv(qkv));
-    } else {
-      const uint32_t bounds[4] = {0, q_dim, q_dim + kv_dim, qkv_rows};
-      const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-      for (int i = 0; i < 3; ++i) {
-        qkv.name = L + names[i];
-        qkv.row_begin = bounds[i];
-        qkv.row_end = bounds[i + 1];
-        qkv_src.push_back(emit_gemv(qkv));
-      }
-    }
-    if (!fusion.rope_kv_into_qkv) {
-      const uint32_t op = begin_op(L + "rope", OpKind::kRope, layer, deps.qkv_to_attention);
-      for (uint32_t r0 = 0; r0 < qkv_rows; r0 += hd) {
-        begin_slice(r0, r0 + hd);
+/// Attention per (KV group, chunk of query heads, KV partition), then with partitions the
+/// flash-decoding combine. Returns the producers of attn_out.
+Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uint32_t attn_out) {
+  const std::string L = "L" + std::to_string(layer) + ".";
+  const uint32_t lu = static_cast<uint32_t>(layer);
+  const uint32_t hd = d_.hd, partitions = d_.partitions;
+  const uint32_t records =
+      partitions > 1
+          ? alloc(L + "attn_partial", static_cast<uint64_t>(partitions) * d_.heads * (hd + 2))
+          : 0;
+  const uint32_t attn_op =
+      begin_op(L + "attn", OpKind::kAttention, layer,
+               partitions > 1 ? Granularity::kPerSlice : config_.dependencies.attention_to_o);
+  // KV bytes an attention task streams at a mid-cache position (for load balancing only).
+  const double kv_task_bytes = 2.0 * hd * wbytes_ * std::max(1, shape_.max_seq / 2) / partitions;
+  for (uint32_t g = 0; g < d_.kv_heads; ++g) {
+    for (uint32_t h0 = g * d_.group; h0 < (g + 1) * d_.group; h0 += d_.q_chunk) {
+      const uint32_t h1 = h0 + d_.q_chunk;
+      begin_slice(h0 * hd, h1 * hd);
+      for (uint32_t part = 0; part < partitions; ++part) {
         Instr t{};
-        t.opcode = ms_abi::kRopeKv;
+        t.opcode = ms_abi::kAttnPartial;
         t.layer = lu;
-        t.row_begin = r0;
-        t.row_end = r0 + hd;
-        t.in = qkv_raw;
-        t.out = q;
-        read(qkv_src, r0, r0 + hd);
-        emit(t, hd * (r0 < q_dim ? 8.0 : 4.0 + wbytes_));
-      }
-      qkv_src = {op};
-    }
-
-    const uint32_t attn_out = alloc(L + "attn_out", q_dim);
-    const uint32_t records =
-        partitions > 1
-            ? alloc(L + "attn_partial", static_cast<uint64_t>(partitions) * heads * (hd + 2))
-            : 0;
-    const uint32_t attn_op =
-        begin_op(L + "attn", OpKind::kAttention, layer,
-                 partitions > 1 ? Granularity::kPerSlice : deps.attention_to_o);
-    // KV bytes an attention task streams at a mid-cache position (for load balancing only).
-    const double kv_task_bytes = 2.0 * hd * wbytes_ * std::max(1, shape_.max_seq / 2) / partitions;
-    for (uint32_t g = 0; g < kv_heads; ++g) {
-      for (uint32_t h0 = g * group; h0 < (g + 1) * group; h0 += q_chunk) {
-        const uint32_t h1 = h0 + q_chunk;
-        begin_slice(h0 * hd, h1 * hd);
-        for (uint32_t part = 0; part < partitions; ++part) {
-          Instr t{};
-          t.opcode = ms_abi::kAttnPartial;
-          t.layer = lu;
-          t.row_begin = h0;
-          t.row_end = h1;
-          t.param0 = g;
-          t.param1 = part;
-          t.param2 = partitions;
-          t.in = q;
-          t.out = partitions == 1 ? attn_out : 0;
-          t.aux = partitions > 1 ? records : 0;
-          read(qkv_src, h0 * hd, h1 * hd);
-          read(qkv_src, q_dim + g * hd, q_dim + (g + 1) * hd);
-          read(qkv_src, q_dim + kv_dim + g * hd, q_dim + kv_dim + (g + 1) * hd);
-          emit(t, kv_task_bytes + (h1 - h0) * hd * 8.0);
-        }
+        t.row_begin = h0;
+        t.row_end = h1;
+        t.param0 = g;
+        t.param1 = part;
+        t.param2 = partitions;
+        t.in = q;
+        t.out = partitions == 1 ? attn_out : 0;
+        t.aux = partitions > 1 ? records : 0;
+        read(qkv_src, h0 * hd, h1 * hd);
+        read(qkv_src, d_.q_dim + g * hd, d_.q_dim + (g + 1) * hd);
+        read(qkv_src, d_.q_dim + d_.kv_dim + g * hd, d_.q_dim + d_.kv_dim + (g + 1) * hd);
+        emit(t, kv_task_bytes + (h1 - h0) * hd * 8.0);
       }
     }
-    Source attn_src = {attn_op};
-    if (partitions > 1) {
-      const uint32_t op =
-          begin_op(L + "attn_combine", OpKind::kAttnCombine, layer, deps.attention_to_o);
-      for (uint32_t g = 0; g < kv_heads; ++g) {
-        for (uint32_t h0 = g * group; h0 < (g + 1) * group; h0 += q_chunk) {
-          const uint32_t h1 = h0 + q_chunk;
-          begin_slice(h0 * hd, h1 * hd);
-          Instr t{};
-          t.opcode = ms_abi::kAttnCombine;
-          t.layer = lu;
-          t.row_begin = h0;
-          t.row_end = h1;
-          t.param0 = g;
-          t.param2 = partitions;
-          t.out = attn_out;
-          t.aux = records;
-          read(attn_src, h0 * hd, h1 * hd);
-          emit(t, (h1 - h0) * (partitions * (hd + 2) + hd) * 4.0);
-        }
-      }
-      attn_src = {op};
+  }
+  if (partitions == 1) return {attn_op};
+  const uint32_t op = begin_op(L + "attn_combine", OpKind::kAttnCombine, layer,
+                               config_.dependencies.attention_to_o);
+  for (uint32_t g = 0; g < d_.kv_heads; ++g) {
+    for (uint32_t h0 = g * d_.group; h0 < (g + 1) * d_.group; h0 += d_.q_chunk) {
+      const uint32_t h1 = h0 + d_.q_chunk;
+      begin_slice(h0 * hd, h1 * hd);
+      Instr t{};
+      t.opcode = ms_abi::kAttnCombine;
+      t.layer = lu;
+      t.row_begin = h0;
+      t.row_end = h1;
+      t.param0 = g;
+      t.param2 = partitions;
+      t.out = attn_out;
+      t.aux = records;
+      read({attn_op}, h0 * hd, h1 * hd);
+      emit(t, (h1 - h0) * (partitions * (hd + 2) + hd) * 4.0);
     }
+  }
+  return {op};
+}
 
-    GemvSpec o;
-    o.name = L + "o";
-    o.kind = OpKind::kO;
-    o.layer = layer;
-    o.row_begin = 0;
-    o.row_end = hidden;
-    o.tile_rows = rows_per_task;
-    o.cols = q_dim;
-    o.weight = static_cast<uint64_t>(w.wo);
-    o.in = attn_out;
-    o.in_src = attn_src;
-    o.granularity = deps.residual;
-    const uint32_t x_mid = alloc(L + "x_mid", hidden);
-    if (fusion.residual_into_gemv) {
-      o.epilogue = ms_abi::kFlagResidual;
-      o.out = x_mid;
-      o.aux = x;
-      o.aux_src = x_src;
-      x_src = {emit_gemv(o)};
-    } else {
-      const uint32_t o_out = alloc(L + "o_out", hidden);
-      o.out = o_out;
-      const uint32_t o_op = emit_gemv(o);
-      x_src = {emit_add(L + "attn_add", layer, o_out, {o_op}, x, x_src, x_mid)};
-    }
-    x = x_mid;
-
-    // ---- MLP block ----
-    GemvSpec gu;
-    gu.kind = OpKind::kGateUp;
-    gu.layer = layer;
-    gu.tile_rows = rows_per_task;
-    gu.cols = hidden;
-    gu.weight = static_cast<uint64_t>(w.w_gate);
-    gu.granularity = deps.gate_up_to_down;
-    if (fusion.norm_into_gemv) {
-      gu.load = InputLoad::kNorm;
-      gu.gamma = static_cast<uint64_t>(w.mlp_norm);
-      gu.in = x;
-      gu.in_src = x_src;
-    } else {
-      const uint32_t xn2 = alloc(L + "xn2", hidden);
-      gu.in = xn2;
-      gu.in_src = {
-          emit_norm(L + "mlp_norm", layer, x, x_src, static_cast<uint64_t>(w.mlp_norm), xn2)};
-    }
-    const uint32_t gate_up = alloc(L + "gate_up", 2ull * ffn);
-    gu.out = gate_up;
-    Source gu_src;
-    if (fusion.gate_up_single_gemv) {
-      gu.name = L + "gate_up";
-      gu.row_begin = 0;
-      gu.row_end = 2 * ffn;
-      gu_src.push_back(emit_gemv(gu));
-    } else {
-      gu.name = L + "gate";
-      gu.row_begin = 0;
-      gu.row_end = ffn;
-      gu_src.push_back(emit_gemv(gu));
-      gu.name = L + "up";
-      gu.row_begin = ffn;
-      gu.row_end = 2 * ffn;
-      gu_src.push_back(emit_gemv(gu));
-    }
-
-    GemvSpec down;
-    down.name = L + "down";
-    down.kind = OpKind::kDown;
-    down.layer = layer;
-    down.row_begin = 0;
-    down.row_end = hidden;
-    down.tile_rows = rows_per_task;
-    down.cols = ffn;
-    down.weight = static_cast<uint64_t>(w.w_down);
-    down.granularity = deps.residual;
-    if (fusion.silu_mul_into_down) {
-      down.load = InputLoad::kSiluMul;
-      down.in = gate_up;
-      down.in2 = gate_up + ffn;
-      down.in2_rows = ffn;
-      down.in_src = gu_src;
-    } else {
-      const uint32_t act = alloc(L + "act", ffn);
-      const uint32_t op = begin_op(L + "silu_mul", OpKind::kSiluMul, layer, deps.gate_up_to_down);
-      const uint32_t silu_tile = tile_rows(rows_per_task, ffn, 8);
-      for (uint32_t r0 = 0; r0 < ffn; r0 += silu_tile) {
-        const uint32_t r1 = std::min(ffn, r0 + silu_tile);
-        begin_slice(r0, r1);
-        Instr t{};
-        t.opcode = ms_abi::kSiluMul;
-        t.layer = lu;
-        t.row_begin = r0;
-        t.row_end = r1;
-        t.in = gate_up;
-        t.in2 = gate_up + ffn;
-        t.out = act;
-        read(gu_src, r0, r1);
-        read(gu_src, ffn + r0, ffn + r1);
-        emit(t, (r1 - r0) * 12.0);
-      }
-      down.in = act;
-      down.in_src = {op};
-    }
-    const uint32_t x_out = alloc(L + "x_out", hidden);
-    if (fusion.residual_into_gemv) {
-      down.epilogue = ms_abi::kFlagResidual;
-      down.out = x_out;
-      down.aux = x;
-      down.aux_src = x_src;
-      x_src = {emit_gemv(down)};
-    } else {
-      const uint32_t down_out = alloc(L + "down_out", hidden);
-      down.out = down_out;
-      const uint32_t down_op = emit_gemv(down);
-      x_src = {emit_add(L + "mlp_add", layer, down_out, {down_op}, x, x_src, x_out)};
-    }
-    x = x_out;
+/// Norm, gate/up (one op or two), SiLU * up (in the down projection's input load when fused),
+/// down and the residual add.
+Stream Lowerer::emit_mlp_block(int layer, const Stream& x) {
+  const std::string L = "L" + std::to_string(layer) + ".";
+  const WeightLayout::Layer& w = layout_.layer[static_cast<size_t>(layer)];
+  const uint32_t ffn = d_.ffn;
+  GemvSpec gu;
+  gu.kind = OpKind::kGateUp;
+  gu.layer = layer;
+  gu.tile_rows = d_.rows_per_task;
+  gu.cols = d_.hidden;
+  gu.weight = static_cast<uint64_t>(w.w_gate);
+  gu.granularity = config_.dependencies.gate_up_to_down;
+  norm_input(gu, x, static_cast<uint64_t>(w.mlp_norm), L + "xn2", L + "mlp_norm");
+  const uint32_t gate_up = alloc(L + "gate_up", 2ull * ffn);
+  gu.out = gate_up;
+  Source gu_src;
+  if (config_.fusion.gate_up_single_gemv) {
+    gu.name = L + "gate_up";
+    gu.row_begin = 0;
+    gu.row_end = 2 * ffn;
+    gu_src.push_back(emit_gemv(gu));
+  } else {
+    gu.name = L + "gate";
+    gu.row_begin = 0;
+    gu.row_end = ffn;
+    gu_src.push_back(emit_gemv(gu));
+    gu.name = L + "up";
+    gu.row_begin = ffn;
+    gu.row_end = 2 * ffn;
+    gu_src.push_back(emit_gemv(gu));
   }
 
-  // ---- final norm, LM head, argmax ----
+  GemvSpec down;
+  down.name = L + "down";
+  down.kind = OpKind::kDown;
+  down.layer = layer;
+  down.row_begin = 0;
+  down.row_end = d_.hidden;
+  down.tile_rows = d_.rows_per_task;
+  down.cols = ffn;
+  down.weight = static_cast<uint64_t>(w.w_down);
+  down.granularity = config_.dependencies.residual;
+  if (config_.fusion.silu_mul_into_down) {
+    down.load = InputLoad::kSiluMul;
+    down.in = gate_up;
+    down.in2 = gate_up + ffn;
+    down.in2_rows = ffn;
+    down.in_src = gu_src;
+  } else {
+    const uint32_t act = alloc(L + "act", ffn);
+    const uint32_t op =
+        begin_op(L + "silu_mul", OpKind::kSiluMul, layer, config_.dependencies.gate_up_to_down);
+    const uint32_t silu_tile = tile_rows(d_.rows_per_task, ffn, 8);
+    for (uint32_t r0 = 0; r0 < ffn; r0 += silu_tile) {
+      const uint32_t r1 = std::min(ffn, r0 + silu_tile);
+      begin_slice(r0, r1);
+      Instr t{};
+      t.opcode = ms_abi::kSiluMul;
+      t.layer = static_cast<uint32_t>(layer);
+      t.row_begin = r0;
+      t.row_end = r1;
+      t.in = gate_up;
+      t.in2 = gate_up + ffn;
+      t.out = act;
+      read(gu_src, r0, r1);
+      read(gu_src, ffn + r0, ffn + r1);
+      emit(t, (r1 - r0) * 12.0);
+    }
+    down.in = act;
+    down.in_src = {op};
+  }
+  const uint32_t x_out = alloc(L + "x_out", d_.hidden);
+  return residual_output(down, x, x_out, L + "down_out", L + "mlp_add");
+}
+
+/// The final norm, the LM head and the argmax.
+void Lowerer::emit_head(const Stream& x) {
   GemvSpec head;
   head.name = "lm_head";
   head.kind = OpKind::kLmHead;
   head.layer = shape_.layers;
   head.row_begin = 0;
-  head.row_end = vocab;
-  head.tile_rows = static_cast<uint32_t>(cfg.tiling.lm_head_rows_per_task);
-  head.cols = hidden;
+  head.row_end = d_.vocab;
+  head.tile_rows = static_cast<uint32_t>(config_.tiling.lm_head_rows_per_task);
+  head.cols = d_.hidden;
   head.weight = static_cast<uint64_t>(layout_.lm_head);
   head.granularity = Granularity::kPerOp;
-  if (fusion.norm_into_gemv) {
-    head.load = InputLoad::kNorm;
-    head.gamma = static_cast<uint64_t>(layout_.final_norm);
-    head.in = x;
-    head.in_src = x_src;
-  } else {
-    const uint32_t xn = alloc("final.xn", hidden);
-    head.in = xn;
-    head.in_src = {emit_norm("final_norm", shape_.layers, x, x_src,
-                             static_cast<uint64_t>(layout_.final_norm), xn)};
-  }
-  const uint32_t logits = alloc("logits", vocab);
+  norm_input(head, x, static_cast<uint64_t>(layout_.final_norm), "final.xn", "final_norm");
+  const uint32_t logits = alloc("logits", d_.vocab);
   head.out = logits;
   const Source head_src = {emit_gemv(head)};
   begin_op("argmax", OpKind::kArgmax, -1, Granularity::kPerOp, /*signals=*/false);
   begin_slice(0, 1);
-  {
-    Instr t{};
-    t.opcode = ms_abi::kArgmax;
-    t.layer = static_cast<uint32_t>(shape_.layers);
-    t.row_begin = 0;
-    t.row_end = 1;
-    t.col_begin = 0;
-    t.col_end = vocab;
-    t.in = logits;
-    read(head_src, 0, vocab);
-    emit(t, vocab * 4.0);
-  }
+  Instr t{};
+  t.opcode = ms_abi::kArgmax;
+  t.layer = static_cast<uint32_t>(shape_.layers);
+  t.row_begin = 0;
+  t.row_end = 1;
+  t.col_begin = 0;
+  t.col_end = d_.vocab;
+  t.in = logits;
+  read(head_src, 0, d_.vocab);
+  emit(t, d_.vocab * 4.0);
+}
 
+/// The buffer extents, the launch shape and the kernel build. False when the activations need
+/// more than 32-bit operand offsets address.
+bool Lowerer::finish(std::string* error) {
   if (arena_ >= (uint64_t{1} << 32)) {
     if (error != nullptr)
       *error = "model " + shape_.name + " needs " + std::to_string(arena_) +
                " activation elements, more than 32-bit operand offsets address";
-    return std::nullopt;
+    return false;
   }
+  const ScheduleConfig& cfg = config_;
+  Program& p = program_;
+  const uint64_t kv_head_elements = static_cast<uint64_t>(p.model.max_seq) * d_.hd;
   p.buffer_elements[ms_abi::kBufWeights] = static_cast<uint64_t>(layout_.total_elements);
   p.buffer_elements[ms_abi::kBufActivations] = arena_;
-  p.buffer_elements[ms_abi::kBufKv] = 2ull * m.layers * kv_heads * kv_head_elements;
+  p.buffer_elements[ms_abi::kBufKv] = 2ull * p.model.layers * d_.kv_heads * kv_head_elements;
   p.buffer_elements[ms_abi::kBufStep] = 4;
 
   LaunchShape& launch = p.launch;
@@ -849,22 +895,9 @@ std::optional<Program> Lowerer::run(std::string* error) {
   launch.prefetch_depth = cfg.pipeline.prefetch_depth;
   launch.dynamic_queue = cfg.assignment.policy == AssignPolicy::kDynamic;
 
-  KernelBuild& build = p.build;
-  build.vector_bytes = cfg.kernel.vector_bytes;
-  build.rows_per_warp = cfg.kernel.rows_per_warp;
-  build.unroll = cfg.kernel.unroll;
-  build.weight_load = static_cast<int>(cfg.kernel.weight_load);
-  if (cfg.kernel.weight_stream == WeightStream::kSmemRing) {
-    build.weight_ring = 1;
-    build.ring_pages = cfg.smem.pages;
-    build.ring_page_bytes = cfg.smem.page_bytes;
-    build.x_floats = ring_x_floats(shape_);
-  }
-  build.threads_per_block = cfg.launch.threads_per_block;
-
-  coarsen_slice_counters(program_);
-  assign_queues();
-  return std::move(program_);
+  p.build.knobs = kernel_knob_defines(cfg);
+  if (cfg.kernel.weight_stream == WeightStream::kSmemRing) p.build.x_floats = ring_x_floats(shape_);
+  return true;
 }
 
 /// A per_slice producer with many tiles would make every reader of its whole output wait on each

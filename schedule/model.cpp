@@ -70,6 +70,37 @@ int64_t ModelShape::kv_bytes_per_position() const {
   return int64_t{2} * layers * kv_dim() * dtype_bytes(dtype);
 }
 
+nlohmann::json to_json(const ModelShape& s) {
+  return nlohmann::json{{"name", s.name},
+                        {"hidden", s.hidden},
+                        {"layers", s.layers},
+                        {"heads", s.heads},
+                        {"kv_heads", s.kv_heads},
+                        {"head_dim", s.head_dim},
+                        {"ffn", s.ffn},
+                        {"vocab", s.vocab},
+                        {"max_seq", s.max_seq},
+                        {"tied_embeddings", s.tied_embeddings},
+                        {"dtype", dtype_name(s.dtype)}};
+}
+
+ModelShape shape_from_json(const nlohmann::json& j) {
+  ModelShape s;
+  if (!j.is_object()) return s;
+  s.name = j.value("name", "");
+  s.hidden = j.value("hidden", 0);
+  s.layers = j.value("layers", 0);
+  s.heads = j.value("heads", 0);
+  s.kv_heads = j.value("kv_heads", 0);
+  s.head_dim = j.value("head_dim", 0);
+  s.ffn = j.value("ffn", 0);
+  s.vocab = j.value("vocab", 0);
+  s.max_seq = j.value("max_seq", 0);
+  s.tied_embeddings = j.value("tied_embeddings", false);
+  if (auto dtype = parse_dtype(j.value("dtype", "f32"))) s.dtype = *dtype;
+  return s;
+}
+
 std::vector<float> rope_inv_freq(const ModelShape& shape) {
   const int half = shape.head_dim / 2;
   std::vector<float> inv_freq(static_cast<size_t>(half));

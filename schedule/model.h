@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace megasched::schedule {
 
 /// Storage dtype of weights and the KV cache. Activations and accumulation are always fp32.
@@ -69,6 +71,12 @@ struct ModelShape {
   int64_t weight_bytes() const;           // param_count() * dtype bytes
   int64_t kv_bytes_per_position() const;  // K and V, all layers, one position
 };
+
+/// The shape's identity as records carry it: name, the dimensions, tied_embeddings and dtype
+/// (the corpus schema's model_shape; `megasched models` adds the RoPE theta and the sizes).
+nlohmann::json to_json(const ModelShape& shape);
+/// Reads to_json() back (missing fields stay zero).
+ModelShape shape_from_json(const nlohmann::json& j);
 
 /// head_dim/2 RoPE inverse frequencies (theta and the optional llama3 scaling applied).
 std::vector<float> rope_inv_freq(const ModelShape& shape);

@@ -1,5 +1,5 @@
-// Program helpers: name tables, labels for diagnostics, the kernel build's -D options, the exact
-// JSON round trip and summary statistics.
+// Program helpers: name tables, labels for diagnostics, the exact JSON round trip and summary
+// statistics.
 #include "schedule/program.h"
 
 #include <algorithm>
@@ -237,22 +237,9 @@ const Region* Program::find_region(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<std::string> KernelBuild::defines() const {
-  std::vector<std::string> d = {
-      "MS_ROWS_PER_WARP=" + std::to_string(rows_per_warp),
-      "MS_THREADS=" + std::to_string(threads_per_block),
-      "MS_UNROLL=" + std::to_string(unroll),
-      "MS_VECTOR_BYTES=" + std::to_string(vector_bytes),
-      "MS_WEIGHT_LOAD=" + std::to_string(weight_load),
-      "MS_WEIGHT_RING=" + std::to_string(weight_ring),
-  };
-  if (weight_ring) {
-    d.push_back("MS_RING_PAGES=" + std::to_string(ring_pages));
-    d.push_back("MS_RING_PAGE_BYTES=" + std::to_string(ring_page_bytes));
-    d.push_back("MS_X_FLOATS=" + std::to_string(x_floats));
-  }
-  std::sort(d.begin(), d.end());
-  return d;
+int KernelBuild::knob(const std::string& define) const {
+  const auto it = knobs.find(define);
+  return it == knobs.end() ? 0 : it->second;
 }
 
 nlohmann::json to_json(const Program& p) {
@@ -290,16 +277,7 @@ nlohmann::json to_json(const Program& p) {
                  {"smem_bytes", l.smem_bytes},
                  {"prefetch_depth", l.prefetch_depth},
                  {"dynamic_queue", l.dynamic_queue}};
-  const KernelBuild& b = p.build;
-  j["build"] = {{"vector_bytes", b.vector_bytes},
-                {"rows_per_warp", b.rows_per_warp},
-                {"unroll", b.unroll},
-                {"weight_load", b.weight_load},
-                {"weight_ring", b.weight_ring},
-                {"ring_pages", b.ring_pages},
-                {"ring_page_bytes", b.ring_page_bytes},
-                {"x_floats", b.x_floats},
-                {"threads_per_block", b.threads_per_block}};
+  j["build"] = {{"knobs", p.build.knobs}, {"x_floats", p.build.x_floats}};
   return j;
 }
 
@@ -408,15 +386,15 @@ std::optional<Program> program_from_json(const nlohmann::json& j, std::string* e
   }
   if (const nlohmann::json* b = r.field(j, "build", root)) {
     const std::string path = "program.build";
-    p.build.vector_bytes = r.get<int>(*b, "vector_bytes", path);
-    p.build.rows_per_warp = r.get<int>(*b, "rows_per_warp", path);
-    p.build.unroll = r.get<int>(*b, "unroll", path);
-    p.build.weight_load = r.get<int>(*b, "weight_load", path);
-    p.build.weight_ring = r.get<int>(*b, "weight_ring", path);
-    p.build.ring_pages = r.get<int>(*b, "ring_pages", path);
-    p.build.ring_page_bytes = r.get<int>(*b, "ring_page_bytes", path);
+    if (const nlohmann::json* knobs = r.field(*b, "knobs", path)) {
+      if (!knobs->is_object()) {
+        r.fail(path + ".knobs: expected an object");
+      } else {
+        for (const auto& [name, value] : knobs->items())
+          if (r.ok()) p.build.knobs[name] = r.as<int>(value, path + ".knobs." + name);
+      }
+    }
     p.build.x_floats = r.get<int>(*b, "x_floats", path);
-    p.build.threads_per_block = r.get<int>(*b, "threads_per_block", path);
   }
   if (!r.ok()) return std::nullopt;
   return p;

@@ -1,5 +1,5 @@
 // A Program is what lower() makes of (model, target, config) and what both VMs run: fixed-width
-// tasks (vm/abi.h Instr), their waits, the counters they signal, one ordered queue per block (or
+// tasks (abi/abi.h Instr), their waits, the counters they signal, one ordered queue per block (or
 // one global queue claimed dynamically), named regions of the buffers, the launch shape and the
 // kernel build knobs. It is plain data: to_json / from_json round-trip it exactly, and validate()
 // (schedule/validate.h) decides whether it is safe to run.
@@ -7,13 +7,14 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "vm/abi.h"
+#include "abi/abi.h"
 
 namespace megasched::schedule {
 
@@ -67,20 +68,18 @@ struct LaunchShape {
   bool dynamic_queue = false;  // true: queues[0] is one global queue claimed with an atomic ticket
 };
 
-/// Kernel build knobs, realised as NVRTC -D options (vm/nvrtc_build).
+/// The kernel's compile-time constants that come from the config: every kernel build knob
+/// (schedule::kernel_knob_defines, by the macro the device code reads) and the weight ring's
+/// staging size. vm::kernel_defines turns them, with the launch shape and the model, into the whole
+/// NVRTC option list; the ring's pages and threads per block are read from the launch shape.
 struct KernelBuild {
-  int vector_bytes = 16;
-  int rows_per_warp = 2;
-  int unroll = 2;
-  int weight_load = 0;      // schedule::WeightLoad
-  int weight_ring = 0;      // 1: the smem weight ring (schedule::WeightStream::kSmemRing)
-  int ring_pages = 0;       // ring builds: pages of the ring
-  int ring_page_bytes = 0;  // ring builds: bytes per page
-  int x_floats = 0;         // ring builds: floats of the GEMV input staging area
-  int threads_per_block = 256;
+  std::map<std::string, int> knobs;  // "MS_UNROLL" -> 2, ...: one entry per kernel build knob
+  int x_floats = 0;  // weight-ring builds: floats of the GEMV input staging area (else 0)
 
-  /// The -D options, sorted; the build identity hashes these with the sources and the arch.
-  std::vector<std::string> defines() const;
+  /// The value of a kernel knob's macro (0 when the program does not set it).
+  int knob(const std::string& define) const;
+  /// True when the kernel streams weights through the smem ring (kernel.weight_stream).
+  bool weight_ring() const { return knob("MS_WEIGHT_RING") != 0; }
 };
 
 struct Program {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "schedule/launch_fit.h"
+
 namespace megasched::schedule {
 
 int ring_x_floats(const ModelShape& shape) {
@@ -29,34 +31,14 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
     if (!knob_value_fits(spec.path, v, shape))
       return fail(spec.path + "=" + v.dump() + " does not fit model " + shape.name);
   }
-  const int threads = config.launch.threads_per_block * config.launch.blocks_per_sm;
-  if (threads > target.max_threads_per_sm)
-    return fail("launch: " + std::to_string(threads) + " threads per SM exceed " +
-                std::to_string(target.max_threads_per_sm) + " on " + target.name);
-  if (config.launch.blocks_per_sm > target.max_blocks_per_sm)
-    return fail("launch: more blocks per SM than " + target.name + " allows");
-  if (config.kernel.weight_stream == WeightStream::kSmemRing) {
-    if (config.assignment.policy == AssignPolicy::kDynamic)
-      return fail(
-          "kernel.weight_stream=smem_ring needs a static assignment policy (the loader "
-          "warp walks the block's queue ahead of it; a dynamic queue has none)");
-    if (config.launch.threads_per_block < 64)
-      return fail(
-          "kernel.weight_stream=smem_ring needs at least 64 threads (a loader warp and a "
-          "compute warp)");
-  }
-  const int smem = dynamic_smem_bytes(config, shape) +
-                   kernel_static_smem_bound(config.launch.threads_per_block, shape.head_dim);
-  if (smem > target.smem_per_block_optin)
-    return fail("smem: " + std::to_string(smem) +
-                " bytes per block (dynamic + the kernel's static) exceed the opt-in cap " +
-                std::to_string(target.smem_per_block_optin));
-  if (config.launch.blocks_per_sm * (smem + kReservedSmemPerBlock) > target.smem_per_sm)
-    return fail("smem: " + std::to_string(config.launch.blocks_per_sm) + " blocks x " +
-                std::to_string(smem) + " bytes do not fit one SM's shared memory");
-  if (target.regs_per_sm / threads < kMinRegistersPerThread)
-    return fail("launch: " + std::to_string(threads) + " threads per SM leave fewer than " +
-                std::to_string(kMinRegistersPerThread) + " registers per thread");
+  const LaunchRequest launch{config.launch.threads_per_block,
+                             config.launch.blocks_per_sm,
+                             dynamic_smem_bytes(config, shape),
+                             shape.head_dim,
+                             config.kernel.weight_stream == WeightStream::kSmemRing,
+                             config.assignment.policy == AssignPolicy::kDynamic};
+  const std::vector<std::string> misfits = launch_misfits(launch, target);
+  if (!misfits.empty()) return fail(misfits.front());
   return true;
 }
 

@@ -1,7 +1,8 @@
 // Search moves over the ScheduleConfig space of one model on one target: the default, uniform
 // random sampling, one-knob neighbours and mutation. Every config these produce lowers for the
-// shape (knob_value_fits) and fits the target's launch limits (config_fits), so the search never
-// wastes trials on configs that cannot launch; validate() still checks every lowered program.
+// shape (knob_value_fits) and fits the target's launch limits (config_fits, with the validator's
+// launch_misfits), so the search never wastes trials on configs that cannot launch; validate()
+// still checks every lowered program.
 #pragma once
 
 #include <random>
@@ -14,9 +15,9 @@
 
 namespace megasched::schedule {
 
-/// Launch limits of the target (threads and shared memory per SM, the opt-in cap, a register
-/// budget of at least kMinRegistersPerThread per thread) and the shape's knob constraints.
-/// Returns false with a one-line reason.
+/// The shape's knob constraints (knob_value_fits) and the launch limits of the target, checked by
+/// launch_misfits (schedule/launch_fit.h), the validator's own launch check. Returns false with a
+/// one-line reason (the first misfit).
 bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const GpuTarget& target,
                  std::string* why = nullptr);
 
@@ -27,9 +28,6 @@ int ring_x_floats(const ModelShape& shape);
 /// Dynamic shared memory per block the config asks for: the page ring, plus with
 /// kernel.weight_stream = smem_ring the input staging area and two mbarriers per page.
 int dynamic_smem_bytes(const ScheduleConfig& config, const ModelShape& shape);
-
-/// Registers per thread the launch shape must leave each thread (the kernel's working set).
-constexpr int kMinRegistersPerThread = 64;
 
 /// Every knob drawn uniformly from its fitting choices (rejection-sampled until config_fits).
 ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target,

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "schedule/footprint.h"
+#include "schedule/launch_fit.h"
 
 // How the rules are decided (dev/validator_notes.md has the argument in full):
 //   - Footprints (schedule/footprint.h) over-approximate every task's element accesses.
@@ -30,7 +31,6 @@ namespace megasched::schedule {
 namespace {
 
 constexpr size_t kMaxDiagnosticsPerRule = 200;
-constexpr int64_t kMinRegistersPerThread = 32;
 constexpr size_t kMaxRefinedProducers =
     64;  // partial waits on larger counters keep the simple rule
 
@@ -139,37 +139,20 @@ class Checker {
     if (threads < 32 || threads > 1024 || threads % 32 != 0)
       fail("threads_per_block " + std::to_string(threads) +
            " is not a multiple of 32 in [32, 1024]");
-    if (p_.build.threads_per_block != l.threads_per_block)
-      fail("the kernel is built for " + std::to_string(p_.build.threads_per_block) +
-           " threads per block but launched with " + std::to_string(threads));
     if (bps < 1) fail("blocks_per_sm " + std::to_string(bps) + " is below 1");
     if (l.smem_pages < 0 || l.smem_page_bytes < 0 || smem < 0 ||
         smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes)
       fail("smem_bytes " + std::to_string(smem) + " does not hold " + std::to_string(l.smem_pages) +
            " pages of " + std::to_string(l.smem_page_bytes) + " bytes");
-    // The kernel's static shared memory comes on top of smem_bytes (the dynamic part).
-    const int64_t static_smem =
-        kernel_static_smem_bound(l.threads_per_block, static_cast<int>(p_.model.head_dim));
-    if (smem + static_smem > target_.smem_per_block_optin)
-      fail("smem_bytes " + std::to_string(smem) + " + " + std::to_string(static_smem) +
-           " static bytes exceed the opt-in cap of " +
-           std::to_string(target_.smem_per_block_optin) + " bytes per block on " + target_.name);
     const KernelBuild& b = p_.build;
-    if (b.weight_ring) {
-      // The ring build: a loader warp walks the block's queue ahead of the compute warps, so it
-      // needs a static queue, a compute warp besides it, and the staging area in smem_bytes.
-      if (l.dynamic_queue)
-        fail(
-            "the weight ring needs static queues: its loader warp walks the block's own queue "
-            "ahead of the compute warps, and a dynamic queue is only known as it is claimed");
-      if (threads < 64)
-        fail("the weight ring needs at least 64 threads per block (a loader and a compute warp)");
-      if (b.ring_pages != l.smem_pages || b.ring_page_bytes != l.smem_page_bytes ||
-          b.ring_pages < 1 || b.ring_page_bytes % 16 != 0)
-        fail("the weight ring is built for " + std::to_string(b.ring_pages) + " pages of " +
-             std::to_string(b.ring_page_bytes) + " bytes (whole 16-byte pages) but launched with " +
-             std::to_string(l.smem_pages) + " x " + std::to_string(l.smem_page_bytes));
-      const int64_t need = ring_smem_bytes(b.ring_pages, b.ring_page_bytes, b.x_floats);
+    if (b.weight_ring()) {
+      // The ring build keeps its pages, the input staging area and two mbarriers a page in
+      // smem_bytes (schedule/target.h ring_smem_bytes).
+      if (l.smem_pages < 1 || l.smem_page_bytes % 16 != 0)
+        fail("the weight ring needs at least one page of whole 16-byte units, not " +
+             std::to_string(l.smem_pages) + " pages of " + std::to_string(l.smem_page_bytes) +
+             " bytes");
+      const int64_t need = ring_smem_bytes(l.smem_pages, l.smem_page_bytes, b.x_floats);
       if (smem < need)
         fail("smem_bytes " + std::to_string(smem) + " does not hold the weight ring's pages, " +
              std::to_string(b.x_floats) + " staged input floats and its mbarriers (" +
@@ -177,24 +160,12 @@ class Checker {
     }
     if (l.prefetch_depth < 0)
       fail("prefetch_depth " + std::to_string(l.prefetch_depth) + " is negative");
+    // Whether the blocks fit their SMs: the check the search shares (schedule/launch_fit.h).
+    const LaunchRequest request{
+        l.threads_per_block, l.blocks_per_sm, smem, static_cast<int>(p_.model.head_dim),
+        b.weight_ring(),     l.dynamic_queue};
+    for (const std::string& misfit : launch_misfits(request, target_)) fail(misfit);
     if (bps < 1) return;
-    if (bps > target_.max_blocks_per_sm)
-      fail(std::to_string(bps) + " blocks per SM exceed the limit of " +
-           std::to_string(target_.max_blocks_per_sm) + " on " + target_.name);
-    if (bps * threads > target_.max_threads_per_sm)
-      fail(std::to_string(bps) + " blocks of " + std::to_string(threads) + " threads exceed " +
-           std::to_string(target_.max_threads_per_sm) +
-           " threads per SM: the grid is not co-resident");
-    if (bps * (std::max<int64_t>(smem, 0) + static_smem + kReservedSmemPerBlock) >
-        target_.smem_per_sm)
-      fail(std::to_string(bps) + " blocks of " + std::to_string(smem) + " + " +
-           std::to_string(static_smem) + " static + " + std::to_string(kReservedSmemPerBlock) +
-           " reserved bytes of shared memory exceed " + std::to_string(target_.smem_per_sm) +
-           " bytes per SM: the grid is not co-resident");
-    if (threads > 0 && target_.regs_per_sm / (threads * bps) < kMinRegistersPerThread)
-      fail(std::to_string(bps) + " blocks of " + std::to_string(threads) +
-           " threads leave fewer than " + std::to_string(kMinRegistersPerThread) +
-           " registers per thread");
     const int64_t resident = static_cast<int64_t>(target_.num_sms) * bps;
     if (l.grid_blocks != resident)
       fail("grid_blocks " + std::to_string(l.grid_blocks) +

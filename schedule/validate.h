@@ -1,14 +1,16 @@
 // validate(): proves a Program safe to launch, or says exactly why not. It never throws and never
 // crashes, however malformed the program. Rules (DESIGN.md section 5):
-//   structure     operands in bounds, opcode/flags/arity consistent, every task in exactly one
-//   queue reachability  every wait threshold <= the increments its counter can ever receive in a
-//   step deadlock      in-order per-queue execution with monotone counters drains every queue race
-//   every pair of tasks touching overlapping elements, one writing, is ordered by
+// clang-format off
+//   structure     operands in bounds, opcode, flags and arity agree, each task in exactly one queue
+//   reachability  every wait threshold <= the increments its counter can ever receive in a step
+//   deadlock      in-order per-queue execution with monotone counters drains every queue
+//   race          every pair of tasks touching overlapping elements, one writing, is ordered by
 //                 guaranteed happens-before (queue order + counter edges a wait truly implies)
 //   coverage      every op's output written exactly once by its tiles; nothing reads elements no
 //                 task writes (except inputs: weights, the rope table, the step cell, KV history)
 //   launch        threads a multiple of 32 in [32, 1024], smem within the opt-in cap, the whole
 //                 grid co-resident on the target
+// clang-format on
 #pragma once
 
 #include <cstdint>

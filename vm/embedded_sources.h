@@ -15,7 +15,7 @@ struct EmbeddedSource {
   const char* text;
 };
 
-/// Every device source, sorted by path. vm/abi.h is always present.
+/// Every device source, sorted by path. abi/abi.h is always present.
 const std::vector<EmbeddedSource>& embedded_sources();
 
 }  // namespace megasched::vm

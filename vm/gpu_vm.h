@@ -4,7 +4,9 @@
 // co-residency with the occupancy API before any launch, and runs decode steps: write the step
 // cell {token, position, epoch}, launch, read the logits. A step that hits the kernel's spin bound
 // comes back as `hang` with a per-block dump; a failed driver call throws vm::GpuError.
-// No CUDA types appear here, so the header compiles without the toolkit (vm/gpu_vm_nocuda.cpp).
+// The process-wide runtime it shares with the baseline (the context, the stream, the weights, the
+// module cache) is vm/cuda_runtime.h. No CUDA types appear here, so the header compiles without the
+// toolkit (vm/gpu_vm_nocuda.cpp).
 #pragma once
 
 #include <cstdint>
@@ -19,26 +21,6 @@
 #include "schedule/program.h"
 
 namespace megasched::vm {
-
-/// The live device as read from cudaGetDeviceProperties and the driver.
-struct DeviceInfo {
-  std::string name;
-  int sm_arch = 0;  // major * 10 + minor
-  int num_sms = 0;
-  int64_t l2_bytes = 0;
-  int64_t hbm_bytes = 0;
-  int smem_per_sm = 0;
-  int smem_per_block_optin = 0;
-  int regs_per_sm = 0;
-  int max_threads_per_sm = 0;
-  int max_blocks_per_sm = 0;
-  int driver_version = 0;  // e.g. 13000
-  int runtime_version = 0;
-  std::string pci_bus_id;
-};
-
-/// Reads device 0 (nullopt + *why when there is no toolkit, no driver or no device).
-std::optional<DeviceInfo> device_info(std::string* why);
 
 struct GpuVmOptions {
   double hang_timeout_s = 5.0;  // device spin bound of one wait
@@ -114,22 +96,5 @@ class GpuVm {
   std::unique_ptr<Impl> impl_;
   nlohmann::json kernel_info_;
 };
-
-/// Flushes the L2 (writes a buffer twice its size) on the shared stream; used between timed
-/// iterations when the model fits in L2.
-void flush_l2();
-
-/// The process's device copy of a model's weights: uploaded on first use, reused by every later
-/// trial of the same weights (keyed by model name, size and a content fingerprint). Returns the
-/// device pointer as an integer.
-uint64_t device_weights(const schedule::Weights& weights);
-
-/// The one stream every GpuVm and the baseline run on (a cudaStream_t, as void*).
-void* shared_stream();
-
-/// The loaded cubin functions of a build, cached per process by build key: `names` in order.
-/// Returns CUfunction handles as void*.
-std::vector<void*> load_functions(const std::vector<char>& cubin, const std::string& key,
-                                  const std::vector<std::string>& names);
 
 }  // namespace megasched::vm

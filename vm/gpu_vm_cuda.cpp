@@ -8,148 +8,22 @@
 #include <mutex>
 #include <thread>
 
+#include "abi/kernel_args.h"
 #include "vm/cuda_check.h"
-#include "vm/device/kernel_args.cuh"
+#include "vm/cuda_runtime.h"
+#include "vm/device_buffer.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::vm {
-namespace {
 
 using json = nlohmann::json;
-
-void ensure_context() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    MS_CHECK_CUDA(cudaSetDevice(0));
-    MS_CHECK_CUDA(cudaFree(nullptr));  // creates the primary context the driver calls use
-  });
-}
-
-/// A device allocation freed with the VM.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) {
-    if (n) MS_CHECK_CUDA(cudaMalloc(&ptr, n));
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-template <typename T>
-std::unique_ptr<DeviceBuffer> upload(const std::vector<T>& v) {
-  auto b = std::make_unique<DeviceBuffer>(std::max<size_t>(v.size() * sizeof(T), 16));
-  if (!v.empty())
-    MS_CHECK_CUDA(cudaMemcpy(b->ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return b;
-}
-
-std::string fingerprint(const schedule::Weights& w) {
-  const auto* bytes = static_cast<const unsigned char*>(w.data());
-  const int64_t n = w.bytes();
-  uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(n);
-  for (int i = 0; i < 4096 && n > 0; ++i) {
-    const int64_t at = (n / 4096) * i + (i % 7);
-    h = (h ^ bytes[std::min<int64_t>(at, n - 1)]) * 1099511628211ull;
-  }
-  return w.shape.name + "/" + schedule::dtype_name(w.shape.dtype) + "/" + std::to_string(n) + "/" +
-         std::to_string(h);
-}
-
-}  // namespace
-
-std::optional<DeviceInfo> device_info(std::string* why) {
-  int count = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&count);
-  if (rc != cudaSuccess || count == 0) {
-    if (why)
-      *why = rc != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(rc)
-                               : "no CUDA device";
-    return std::nullopt;
-  }
-  ensure_context();
-  cudaDeviceProp p{};
-  MS_CHECK_CUDA(cudaGetDeviceProperties(&p, 0));
-  DeviceInfo d;
-  d.name = p.name;
-  d.sm_arch = p.major * 10 + p.minor;
-  d.num_sms = p.multiProcessorCount;
-  d.l2_bytes = p.l2CacheSize;
-  d.hbm_bytes = static_cast<int64_t>(p.totalGlobalMem);
-  d.smem_per_sm = static_cast<int>(p.sharedMemPerMultiprocessor);
-  d.smem_per_block_optin = static_cast<int>(p.sharedMemPerBlockOptin);
-  d.regs_per_sm = p.regsPerMultiprocessor;
-  d.max_threads_per_sm = p.maxThreadsPerMultiProcessor;
-  d.max_blocks_per_sm = p.maxBlocksPerMultiProcessor;
-  MS_CHECK_CUDA(cudaDriverGetVersion(&d.driver_version));
-  MS_CHECK_CUDA(cudaRuntimeGetVersion(&d.runtime_version));
-  char bus[32] = {0};
-  if (cudaDeviceGetPCIBusId(bus, sizeof bus, 0) == cudaSuccess) d.pci_bus_id = bus;
-  return d;
-}
-
-void* shared_stream() {
-  static cudaStream_t stream = [] {
-    ensure_context();
-    cudaStream_t s = nullptr;
-    MS_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-  }();
-  return stream;
-}
-
-void flush_l2() {
-  static DeviceBuffer* scratch = [] {
-    ensure_context();
-    int l2 = 0;
-    MS_CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-    return new DeviceBuffer(static_cast<size_t>(std::max(l2, 1 << 20)) * 2);
-  }();
-  static int value = 0;
-  MS_CHECK_CUDA(cudaMemsetAsync(scratch->ptr, (++value) & 0xff, scratch->bytes,
-                                static_cast<cudaStream_t>(shared_stream())));
-}
-
-uint64_t device_weights(const schedule::Weights& weights) {
-  static std::mutex mu;
-  static std::string key;
-  static std::unique_ptr<DeviceBuffer> buffer;
-  std::lock_guard<std::mutex> lock(mu);
-  ensure_context();
-  const std::string k = fingerprint(weights);
-  if (!buffer || key != k) {
-    buffer.reset();  // one model resident at a time
-    buffer = std::make_unique<DeviceBuffer>(static_cast<size_t>(weights.bytes()));
-    MS_CHECK_CUDA(cudaMemcpy(buffer->ptr, weights.data(), static_cast<size_t>(weights.bytes()),
-                             cudaMemcpyHostToDevice));
-    key = k;
-  }
-  return reinterpret_cast<uint64_t>(buffer->ptr);
-}
-
-std::vector<void*> load_functions(const std::vector<char>& cubin, const std::string& key,
-                                  const std::vector<std::string>& names) {
-  static std::mutex mu;
-  static std::map<std::string, CUmodule> modules;
-  std::lock_guard<std::mutex> lock(mu);
-  ensure_context();
-  CUmodule& mod = modules[key];
-  if (!mod) MS_CHECK_CUDA(cuModuleLoadData(&mod, cubin.data()));
-  std::vector<void*> fns;
-  for (const std::string& n : names) {
-    CUfunction f = nullptr;
-    MS_CHECK_CUDA(cuModuleGetFunction(&f, mod, n.c_str()));
-    fns.push_back(f);
-  }
-  return fns;
-}
 
 struct GpuVm::Impl {
   const schedule::Program* program = nullptr;
   CUfunction fn = nullptr;
+  int registers = 0;                  // per thread, of the loaded kernel
+  int max_threads = 0;                // per block the loaded kernel allows
+  const void* weights_ptr = nullptr;  // the process's device copy of the weights
   cudaStream_t stream = nullptr;
   std::unique_ptr<DeviceBuffer> tasks, waits, totals, qoff, qtasks, act, kv, step, counters, ticket,
       abort_flag, dump, stamps;
@@ -163,6 +37,19 @@ struct GpuVm::Impl {
   double watchdog_s = 10.0;
   cudaEvent_t ev_start = nullptr, ev_stop = nullptr;
   ms_abi::StepCell* host_cell = nullptr;  // pinned
+
+  /// Builds (cached) and loads the kernel; its resources go into *info. False with *error.
+  bool build_kernel(const GpuVmOptions& options, const DeviceInfo& dev, json* info,
+                    std::string* error);
+  /// Why the loaded kernel cannot run blocks this large ("" when it can).
+  std::string thread_limit_misfit() const;
+  /// Why the grid is not co-resident by the occupancy API ("" when it is); the occupancy goes
+  /// into *info.
+  std::string occupancy_misfit(const DeviceInfo& dev, json* info);
+  /// The program's tables, the buffers, the rope table, the step cell and the events.
+  void upload_program(const schedule::Weights& weights);
+  /// The kernel's argument block over the uploaded buffers.
+  void fill_args(const GpuVmOptions& options);
 
   ~Impl() {
     if (ev_start) cudaEventDestroy(ev_start);
@@ -232,6 +119,135 @@ struct GpuVm::Impl {
 
 GpuVm::~GpuVm() = default;
 
+bool GpuVm::Impl::build_kernel(const GpuVmOptions& options, const DeviceInfo& dev, json* info,
+                               std::string* error) {
+  BuildRequest req;
+  req.entry = "vm/device/megakernel.cuh";
+  req.defines = kernel_defines(*program, options.profile);
+  profile = options.profile;
+  req.sm_arch = dev.sm_arch;
+  req.cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
+  const BuildResult build = build_cubin(req);
+  if (!build.ok) {
+    *error = build.error;
+    return false;
+  }
+  fn = static_cast<CUfunction>(load_functions(build.cubin, build.key, {"ms_megakernel"})[0]);
+  MS_CHECK_CUDA(cuFuncGetAttribute(&registers, CU_FUNC_ATTRIBUTE_NUM_REGS, fn));
+  int local = 0, static_smem = 0;
+  MS_CHECK_CUDA(cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn));
+  MS_CHECK_CUDA(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
+  MS_CHECK_CUDA(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn));
+  *info = {{"build_key", build.key},
+           {"cache_hit", build.cache_hit},
+           {"compile_ms", build.compile_ms},
+           {"arch", "sm_" + std::to_string(dev.sm_arch)},
+           {"defines", req.defines},
+           {"registers", registers},
+           {"local_bytes", local},
+           {"static_smem_bytes", static_smem},
+           {"dynamic_smem_bytes", smem},
+           {"threads_per_block", threads},
+           {"grid_blocks", grid},
+           {"nvrtc", nvrtc_version()},
+           {"device", dev.name}};
+  for (const KernelResources& k : build.kernels) {
+    if (k.name == "ms_megakernel") {
+      (*info)["spill_store_bytes"] = k.spill_store_bytes;
+      (*info)["spill_load_bytes"] = k.spill_load_bytes;
+      (*info)["stack_bytes"] = k.stack_bytes;
+    }
+  }
+  return true;
+}
+
+std::string GpuVm::Impl::thread_limit_misfit() const {
+  if (threads <= max_threads) return "";
+  return "threads_per_block " + std::to_string(threads) + " exceeds the kernel's limit " +
+         std::to_string(max_threads) + " (registers: " + std::to_string(registers) + ")";
+}
+
+std::string GpuVm::Impl::occupancy_misfit(const DeviceInfo& dev, json* info) {
+  if (smem > 48 * 1024)
+    MS_CHECK_CUDA(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+  int per_sm = 0;
+  MS_CHECK_CUDA(
+      cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, static_cast<size_t>(smem)));
+  (*info)["occupancy_blocks_per_sm"] = per_sm;
+  (*info)["co_resident"] = per_sm * dev.num_sms >= grid;
+  if (per_sm * dev.num_sms >= grid) return "";
+  return "grid of " + std::to_string(grid) +
+         " blocks is not co-resident: the occupancy API allows " + std::to_string(per_sm) +
+         " block(s) per SM x " + std::to_string(dev.num_sms) + " SMs at " +
+         std::to_string(threads) + " threads, " + std::to_string(smem) + " B dynamic smem, " +
+         std::to_string(registers) + " registers";
+}
+
+void GpuVm::Impl::upload_program(const schedule::Weights& weights) {
+  // Program tables.
+  std::vector<uint32_t> offsets{0}, flat;
+  for (const auto& q : program->queues) {
+    flat.insert(flat.end(), q.begin(), q.end());
+    offsets.push_back(static_cast<uint32_t>(flat.size()));
+  }
+  tasks = upload(program->tasks);
+  waits = upload(program->waits);
+  totals = upload(program->counter_totals);
+  qoff = upload(offsets);
+  qtasks = upload(flat);
+  // Buffers.
+  const int kv_elem = program->model.kv_dtype == ms_abi::kDTypeBF16 ? 2 : 4;
+  act = std::make_unique<DeviceBuffer>(
+      std::max<uint64_t>(program->buffer_elements[ms_abi::kBufActivations], 4) * 4);
+  kv = std::make_unique<DeviceBuffer>(
+      std::max<uint64_t>(program->buffer_elements[ms_abi::kBufKv], 4) * kv_elem);
+  step = std::make_unique<DeviceBuffer>(sizeof(ms_abi::StepCell));
+  counters =
+      std::make_unique<DeviceBuffer>(std::max<size_t>(program->counter_totals.size(), 1) * 4);
+  ticket = std::make_unique<DeviceBuffer>(16);
+  abort_flag = std::make_unique<DeviceBuffer>(16);
+  dump = std::make_unique<DeviceBuffer>(static_cast<size_t>(grid) * sizeof(ms_abi::HangRecord));
+  if (profile)
+    stamps = std::make_unique<DeviceBuffer>(std::max<size_t>(program->tasks.size(), 1) *
+                                            ms_abi::kStampWords * sizeof(uint64_t));
+  for (DeviceBuffer* b : {act.get(), kv.get(), step.get(), counters.get(), ticket.get(),
+                          abort_flag.get(), dump.get()})
+    MS_CHECK_CUDA(cudaMemset(b->ptr, 0, b->bytes));
+  const std::vector<float> inv_freq = schedule::rope_inv_freq(weights.shape);
+  MS_CHECK_CUDA(cudaMemcpy(static_cast<float*>(act->ptr) + program->model.rope_table,
+                           inv_freq.data(), inv_freq.size() * sizeof(float),
+                           cudaMemcpyHostToDevice));
+  MS_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_cell), sizeof(ms_abi::StepCell)));
+  MS_CHECK_CUDA(cudaEventCreate(&ev_start));
+  MS_CHECK_CUDA(cudaEventCreate(&ev_stop));
+  weights_ptr = reinterpret_cast<const void*>(device_weights(weights));
+}
+
+void GpuVm::Impl::fill_args(const GpuVmOptions& options) {
+  ms_abi::KernelArgs& a = args;
+  a.tasks = static_cast<const ms_abi::Instr*>(tasks->ptr);
+  a.waits = static_cast<const ms_abi::Wait*>(waits->ptr);
+  a.counter_totals = static_cast<const uint32_t*>(totals->ptr);
+  a.queue_offsets = static_cast<const uint32_t*>(qoff->ptr);
+  a.queue_tasks = static_cast<const uint32_t*>(qtasks->ptr);
+  a.weights = weights_ptr;
+  a.act = static_cast<float*>(act->ptr);
+  a.kv = kv->ptr;
+  a.step = static_cast<ms_abi::StepCell*>(step->ptr);
+  a.counters = static_cast<uint32_t*>(counters->ptr);
+  a.ticket = static_cast<uint32_t*>(ticket->ptr);
+  a.abort_flag = static_cast<int32_t*>(abort_flag->ptr);
+  a.dump = static_cast<ms_abi::HangRecord*>(dump->ptr);
+  a.spin_bound_ns = static_cast<uint64_t>(options.hang_timeout_s * 1e9);
+  a.num_tasks = static_cast<uint32_t>(program->tasks.size());
+  a.num_queues = static_cast<uint32_t>(program->queues.size());
+  a.dynamic_queue = program->launch.dynamic_queue ? 1 : 0;
+  a.prefetch_depth = static_cast<uint32_t>(std::max(program->launch.prefetch_depth, 0));
+  a.smem_bytes = static_cast<uint32_t>(smem);
+  a.stamps = stamps ? static_cast<uint64_t*>(stamps->ptr) : nullptr;
+  a.model = program->model;
+}
+
 std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
                                      const schedule::Weights& weights, const GpuVmOptions& options,
                                      std::string* error, bool* rejected) {
@@ -260,135 +276,18 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
   m.logits_begin = logits->begin;
   m.logits_end = logits->end;
   m.watchdog_s = options.hang_timeout_s * 2 + 10.0;
-
-  // Build (cached) and load.
-  BuildRequest req;
-  req.entry = "vm/device/megakernel.cuh";
-  req.defines = kernel_defines(program);
-  if (options.profile) {
-    req.defines.push_back("MS_PROFILE=1");
-    std::sort(req.defines.begin(), req.defines.end());
-  }
-  m.profile = options.profile;
-  req.sm_arch = dev->sm_arch;
-  req.cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
-  const BuildResult build = build_cubin(req);
-  if (!build.ok) {
-    *error = build.error;
-    return nullptr;
-  }
-  m.fn = static_cast<CUfunction>(load_functions(build.cubin, build.key, {"ms_megakernel"})[0]);
-  int regs = 0, local = 0, static_smem = 0, max_threads = 0;
-  MS_CHECK_CUDA(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, m.fn));
-  MS_CHECK_CUDA(cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, m.fn));
-  MS_CHECK_CUDA(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, m.fn));
-  MS_CHECK_CUDA(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, m.fn));
-  json& info = vm->kernel_info_;
-  info = {{"build_key", build.key},
-          {"cache_hit", build.cache_hit},
-          {"compile_ms", build.compile_ms},
-          {"arch", "sm_" + std::to_string(dev->sm_arch)},
-          {"defines", req.defines},
-          {"registers", regs},
-          {"local_bytes", local},
-          {"static_smem_bytes", static_smem},
-          {"dynamic_smem_bytes", m.smem},
-          {"threads_per_block", m.threads},
-          {"grid_blocks", m.grid},
-          {"nvrtc", nvrtc_version()},
-          {"device", dev->name}};
-  for (const KernelResources& k : build.kernels) {
-    if (k.name == "ms_megakernel") {
-      info["spill_store_bytes"] = k.spill_store_bytes;
-      info["spill_load_bytes"] = k.spill_load_bytes;
-      info["stack_bytes"] = k.stack_bytes;
-    }
-  }
-  if (m.threads > max_threads) {
-    *error = "threads_per_block " + std::to_string(m.threads) + " exceeds the kernel's limit " +
-             std::to_string(max_threads) + " (registers: " + std::to_string(regs) + ")";
+  if (!m.build_kernel(options, *dev, &vm->kernel_info_, error)) return nullptr;
+  // Nothing launches that the kernel or the occupancy API refuses (test-only override).
+  for (int check = 0; check < 2; ++check) {
+    const std::string misfit =
+        check == 0 ? m.thread_limit_misfit() : m.occupancy_misfit(*dev, &vm->kernel_info_);
+    if (misfit.empty()) continue;
+    *error = misfit;
     if (rejected) *rejected = true;
     if (!options.force_launch) return nullptr;
   }
-  if (m.smem > 48 * 1024) {
-    MS_CHECK_CUDA(
-        cuFuncSetAttribute(m.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, m.smem));
-  }
-  int per_sm = 0;
-  MS_CHECK_CUDA(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, m.fn, m.threads,
-                                                            static_cast<size_t>(m.smem)));
-  info["occupancy_blocks_per_sm"] = per_sm;
-  info["co_resident"] = per_sm * dev->num_sms >= m.grid;
-  if (per_sm * dev->num_sms < m.grid) {
-    *error = "grid of " + std::to_string(m.grid) +
-             " blocks is not co-resident: the occupancy API allows " + std::to_string(per_sm) +
-             " block(s) per SM x " + std::to_string(dev->num_sms) + " SMs at " +
-             std::to_string(m.threads) + " threads, " + std::to_string(m.smem) +
-             " B dynamic smem, " + std::to_string(regs) + " registers";
-    if (rejected) *rejected = true;
-    if (!options.force_launch) return nullptr;
-  }
-
-  // Program tables.
-  std::vector<uint32_t> qoff{0}, qtasks;
-  for (const auto& q : program.queues) {
-    qtasks.insert(qtasks.end(), q.begin(), q.end());
-    qoff.push_back(static_cast<uint32_t>(qtasks.size()));
-  }
-  m.tasks = upload(program.tasks);
-  m.waits = upload(program.waits);
-  m.totals = upload(program.counter_totals);
-  m.qoff = upload(qoff);
-  m.qtasks = upload(qtasks);
-  // Buffers.
-  const int kv_elem = program.model.kv_dtype == ms_abi::kDTypeBF16 ? 2 : 4;
-  m.act = std::make_unique<DeviceBuffer>(
-      std::max<uint64_t>(program.buffer_elements[ms_abi::kBufActivations], 4) * 4);
-  m.kv = std::make_unique<DeviceBuffer>(
-      std::max<uint64_t>(program.buffer_elements[ms_abi::kBufKv], 4) * kv_elem);
-  m.step = std::make_unique<DeviceBuffer>(sizeof(ms_abi::StepCell));
-  m.counters =
-      std::make_unique<DeviceBuffer>(std::max<size_t>(program.counter_totals.size(), 1) * 4);
-  m.ticket = std::make_unique<DeviceBuffer>(16);
-  m.abort_flag = std::make_unique<DeviceBuffer>(16);
-  m.dump = std::make_unique<DeviceBuffer>(static_cast<size_t>(m.grid) * sizeof(ms_abi::HangRecord));
-  if (m.profile)
-    m.stamps = std::make_unique<DeviceBuffer>(std::max<size_t>(program.tasks.size(), 1) *
-                                              ms_abi::kStampWords * sizeof(uint64_t));
-  for (DeviceBuffer* b : {m.act.get(), m.kv.get(), m.step.get(), m.counters.get(), m.ticket.get(),
-                          m.abort_flag.get(), m.dump.get()}) {
-    MS_CHECK_CUDA(cudaMemset(b->ptr, 0, b->bytes));
-  }
-  const std::vector<float> inv_freq = schedule::rope_inv_freq(weights.shape);
-  MS_CHECK_CUDA(cudaMemcpy(static_cast<float*>(m.act->ptr) + program.model.rope_table,
-                           inv_freq.data(), inv_freq.size() * sizeof(float),
-                           cudaMemcpyHostToDevice));
-  MS_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&m.host_cell), sizeof(ms_abi::StepCell)));
-  MS_CHECK_CUDA(cudaEventCreate(&m.ev_start));
-  MS_CHECK_CUDA(cudaEventCreate(&m.ev_stop));
-
-  ms_abi::KernelArgs& a = m.args;
-  a.tasks = static_cast<const ms_abi::Instr*>(m.tasks->ptr);
-  a.waits = static_cast<const ms_abi::Wait*>(m.waits->ptr);
-  a.counter_totals = static_cast<const uint32_t*>(m.totals->ptr);
-  a.queue_offsets = static_cast<const uint32_t*>(m.qoff->ptr);
-  a.queue_tasks = static_cast<const uint32_t*>(m.qtasks->ptr);
-  a.weights = reinterpret_cast<const void*>(device_weights(weights));
-  a.act = static_cast<float*>(m.act->ptr);
-  a.kv = m.kv->ptr;
-  a.step = static_cast<ms_abi::StepCell*>(m.step->ptr);
-  a.counters = static_cast<uint32_t*>(m.counters->ptr);
-  a.ticket = static_cast<uint32_t*>(m.ticket->ptr);
-  a.abort_flag = static_cast<int32_t*>(m.abort_flag->ptr);
-  a.dump = static_cast<ms_abi::HangRecord*>(m.dump->ptr);
-  a.spin_bound_ns = static_cast<uint64_t>(options.hang_timeout_s * 1e9);
-  a.num_tasks = static_cast<uint32_t>(program.tasks.size());
-  a.num_queues = static_cast<uint32_t>(program.queues.size());
-  a.dynamic_queue = program.launch.dynamic_queue ? 1 : 0;
-  a.prefetch_depth = static_cast<uint32_t>(std::max(program.launch.prefetch_depth, 0));
-  a.smem_bytes = static_cast<uint32_t>(m.smem);
-  a.stamps = m.stamps ? static_cast<uint64_t*>(m.stamps->ptr) : nullptr;
-  a.model = program.model;
+  m.upload_program(weights);
+  m.fill_args(options);
   MS_CHECK_CUDA(cudaDeviceSynchronize());
   return vm;
 }

@@ -7,11 +7,6 @@ namespace {
 constexpr const char* kNoCuda = "this megasched was built without the CUDA toolkit";
 }
 
-std::optional<DeviceInfo> device_info(std::string* why) {
-  if (why) *why = kNoCuda;
-  return std::nullopt;
-}
-
 struct GpuVm::Impl {};
 GpuVm::~GpuVm() = default;
 
@@ -32,12 +27,5 @@ ProfileOutput GpuVm::profile_step(int32_t token, int32_t position) {
 }
 double GpuVm::time_step_us(int32_t, int32_t, bool) { return 0.0; }
 bool GpuVm::hung() { return false; }
-void flush_l2() {}
-uint64_t device_weights(const schedule::Weights&) { return 0; }
-void* shared_stream() { return nullptr; }
-std::vector<void*> load_functions(const std::vector<char>&, const std::string&,
-                                  const std::vector<std::string>&) {
-  return {};
-}
 
 }  // namespace megasched::vm

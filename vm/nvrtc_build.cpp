@@ -9,23 +9,35 @@
 #include <sstream>
 
 #include "abi/ring.h"
+#include "schedule/config.h"
+#include "vm/embedded_sources.h"
 
 namespace megasched::vm {
 
-std::vector<std::string> kernel_defines(const schedule::Program& program) {
-  std::vector<std::string> d = program.build.defines();
-  d.push_back("MS_HEAD_DIM=" + std::to_string(program.model.head_dim));
-  // Ring builds specialise the whole-row path on the model's segment width (abi/ring.h).
-  if (program.build.weight_ring)
-    d.push_back("MS_SEG_VECS=" + std::to_string(ms_abi::ring_seg_vecs(program.model)));
+std::vector<std::string> kernel_defines(const schedule::Program& program, bool profile) {
+  const schedule::LaunchShape& launch = program.launch;
+  const schedule::KernelBuild& build = program.build;
+  std::vector<std::string> d;
+  auto define = [&d](const std::string& name, int64_t value) {
+    d.push_back(name + "=" + std::to_string(value));
+  };
+  for (const auto& [name, value] : build.knobs) define(name, value);
+  define("MS_THREADS", launch.threads_per_block);
+  if (build.weight_ring()) {
+    define("MS_RING_PAGES", launch.smem_pages);
+    define("MS_RING_PAGE_BYTES", launch.smem_page_bytes);
+    define("MS_X_FLOATS", build.x_floats);
+    // The whole-row path is specialised on the model's segment width (abi/ring.h).
+    define("MS_SEG_VECS", ms_abi::ring_seg_vecs(program.model));
+  }
+  define("MS_HEAD_DIM", program.model.head_dim);
   // __launch_bounds__' minimum blocks per SM; never more than 2048 threads' worth (the validator
   // rejects such a launch, and ptxas would reject the bound).
-  const int threads = std::max(program.launch.threads_per_block, 32);
-  const int min_blocks = std::clamp(program.launch.blocks_per_sm, 1, std::max(1, 2048 / threads));
-  d.push_back("MS_MIN_BLOCKS=" + std::to_string(min_blocks));
-  d.push_back("MS_KV_BF16=" + std::to_string(program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
-  d.push_back("MS_WEIGHT_BF16=" +
-              std::to_string(program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0));
+  const int threads = std::max(launch.threads_per_block, 32);
+  define("MS_MIN_BLOCKS", std::clamp(launch.blocks_per_sm, 1, std::max(1, 2048 / threads)));
+  define("MS_KV_BF16", program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0);
+  define("MS_WEIGHT_BF16", program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0);
+  if (profile) define("MS_PROFILE", 1);
   std::sort(d.begin(), d.end());
   return d;
 }
@@ -37,6 +49,16 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape) {
                                 "MS_WEIGHT_BF16=" + std::to_string(bf16)};
   std::sort(d.begin(), d.end());
   return d;
+}
+
+std::string build_identity() {
+  std::string sources;
+  for (const EmbeddedSource& source : embedded_sources()) {
+    sources += source.path;
+    sources += '\n';
+    sources += source.text;
+  }
+  return "kernel-sources-" + schedule::hash_hex(sources);
 }
 
 std::string default_cache_dir() {

@@ -44,11 +44,13 @@ struct BuildResult {
   std::vector<KernelResources> kernels;  // parsed from the log (empty on a cache hit unless stored)
 };
 
-/// The -D options of the megakernel for a program: its kernel build knobs (vector bytes, rows per
-/// warp, unroll, weight-load path, threads per block), the blocks per SM the registers must allow
-/// (launch.blocks_per_sm, as __launch_bounds__' minimum) and the model constants the device code
-/// specialises on (weight and KV dtype, head dim). Sorted.
-std::vector<std::string> kernel_defines(const schedule::Program& program);
+/// The whole -D option list of the megakernel for a program, sorted: its kernel build knobs
+/// (program.build.knobs, by macro), the launch shape the kernel is specialised for (threads per
+/// block; the weight ring's pages and page bytes; the blocks per SM the registers must allow, as
+/// __launch_bounds__' minimum), the ring's staging floats, the model constants the device code
+/// specialises on (head dim, weight and KV dtype) and, with `profile`, MS_PROFILE=1 (every task
+/// stamps its times). The one place the option list is assembled.
+std::vector<std::string> kernel_defines(const schedule::Program& program, bool profile = false);
 
 /// The -D options of the baseline kernels for a model (dtype, head dim; 256 threads).
 std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
@@ -56,6 +58,10 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
 /// Compiles (or loads from the cache) one cubin. Never throws for a compile error: it is in
 /// BuildResult::error with the whole log.
 BuildResult build_cubin(const BuildRequest& request);
+
+/// The identity of every kernel this binary builds: "kernel-sources-" and a hash of the embedded
+/// device sources (vm/embedded_sources.h). A build's cache key adds its options, arch and NVRTC.
+std::string build_identity();
 
 /// "13.0" (the NVRTC version), or "none" without the toolkit.
 std::string nvrtc_version();

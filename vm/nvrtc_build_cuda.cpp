@@ -14,21 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schedule/config.h"
 #include "vm/embedded_sources.h"
 
 namespace megasched::vm {
 namespace {
-
-std::string fnv1a_hex(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 std::vector<std::string> compile_options(const BuildRequest& r) {
   std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(r.sm_arch),
@@ -39,17 +29,12 @@ std::vector<std::string> compile_options(const BuildRequest& r) {
 
 std::string entry_source(const BuildRequest& r) { return "#include \"" + r.entry + "\"\n"; }
 
-/// The cache key: every embedded source, the options, the arch and the NVRTC version.
+/// The cache key: the build identity (every embedded source), the options, the arch and the NVRTC
+/// version.
 std::string cache_key(const BuildRequest& r) {
   std::string all = "nvrtc " + nvrtc_version() + "\n" + entry_source(r);
   for (const std::string& o : compile_options(r)) all += o + "\n";
-  for (const EmbeddedSource& s : embedded_sources()) {
-    all += s.path;
-    all += '\n';
-    all += s.text;
-    all += '\n';
-  }
-  return fnv1a_hex(all);
+  return schedule::hash_hex(all + build_identity());
 }
 
 bool read_file(const std::filesystem::path& p, std::string* out) {

@@ -1,5 +1,5 @@
 // ReferenceVm: the CPU twin of the megakernel. One function per opcode (named after the device
-// function), one dispatch switch, the semantics of vm/abi.h to the letter. Each opcode is a
+// function), one dispatch switch, the semantics of abi/abi.h to the letter. Each opcode is a
 // template over the weight element type and a recorder: the recorder that records nothing compiles
 // away, so the fast path has no per-element callbacks.
 #include "vm/reference_vm.h"

@@ -1,5 +1,5 @@
 // ReferenceVm: interprets any Program on the CPU, task by task, with the exact opcode semantics of
-// vm/abi.h. It runs in queue order or in a seeded random valid order (any task whose waits hold
+// abi/abi.h. It runs in queue order or in a seeded random valid order (any task whose waits hold
 // and that heads its queue may run next), with monotone counters scaled by the step epoch just like
 // the GPU. Token and position are inputs; the KV cache persists across steps. A race-free program
 // gives bit-identical output in every valid order.

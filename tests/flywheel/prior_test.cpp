@@ -38,11 +38,13 @@ schedule::GpuTarget h100() {
 
 // A landscape with main effects and one interaction (rows per task x blocks per SM).
 double synthetic_us(const ScheduleConfig& c) {
+  // rows_per_task 0 (one tile per block) lands where 64 rows would on this landscape.
+  const int rows = c.tiling.gemv_rows_per_task == 0 ? 64 : c.tiling.gemv_rows_per_task;
   double us = 200.0;
-  us *= 1.0 + 0.3 * std::abs(std::log2(c.tiling.gemv_rows_per_task / 32.0)) / 3.0;
+  us *= 1.0 + 0.3 * std::abs(std::log2(rows / 32.0)) / 3.0;
   us *= c.kernel.vector_bytes == 16 ? 1.0 : c.kernel.vector_bytes == 8 ? 1.15 : 1.4;
   us *= 1.0 + 0.1 * c.tiling.gemv_k_split / 8.0;
-  if (c.tiling.gemv_rows_per_task <= 16 && c.launch.blocks_per_sm >= 2) us *= 0.8;
+  if (rows <= 16 && c.launch.blocks_per_sm >= 2) us *= 0.8;
   us *= c.fusion.norm_into_gemv ? 1.0 : 1.08;
   return us;
 }
@@ -54,7 +56,7 @@ TEST(Prior, RanksHeldOutConfigsOfASyntheticLandscape) {
   std::vector<PriorSample> samples;
   for (int i = 0; i < 240; ++i) {
     ScheduleConfig c = schedule::random_config(shape, target, rng);
-    samples.push_back({schedule::to_json(c), shape_to_json(shape), synthetic_us(c), "small"});
+    samples.push_back({schedule::to_json(c), schedule::to_json(shape), synthetic_us(c), "small"});
   }
   PriorEvaluation e = evaluate_prior(samples, 5, 1);
   EXPECT_EQ(e.samples, 240);
@@ -66,7 +68,7 @@ TEST(Prior, UntrainedBelowTheMinimumSampleCount) {
   const schedule::ModelShape shape = *schedule::find_preset("toy");
   Prior prior;
   std::vector<PriorSample> samples(
-      3, {schedule::to_json(ScheduleConfig{}), shape_to_json(shape), 10.0, "toy"});
+      3, {schedule::to_json(ScheduleConfig{}), schedule::to_json(shape), 10.0, "toy"});
   EXPECT_FALSE(prior.fit(samples, 4));
   EXPECT_FALSE(prior.trained());
 }
@@ -78,7 +80,7 @@ TEST(Prior, FailureModelFlagsConfigsLikeThoseThatFailed) {
   std::vector<PriorSample> samples;
   for (int i = 0; i < 120; ++i) {
     ScheduleConfig c = schedule::random_config(shape, target, rng);
-    PriorSample s{schedule::to_json(c), shape_to_json(shape), std::nullopt, "toy"};
+    PriorSample s{schedule::to_json(c), schedule::to_json(shape), std::nullopt, "toy"};
     if (c.kernel.weight_load != schedule::WeightLoad::kLdgStream)
       s.latency_us = 100.0 + c.kernel.unroll;
     samples.push_back(s);
@@ -87,8 +89,9 @@ TEST(Prior, FailureModelFlagsConfigsLikeThoseThatFailed) {
   ASSERT_TRUE(prior.fit(samples));
   ScheduleConfig stream;
   stream.kernel.weight_load = schedule::WeightLoad::kLdgStream;
-  EXPECT_GT(prior.predict_failure(schedule::to_json(stream), shape_to_json(shape)), 0.6);
-  EXPECT_LT(prior.predict_failure(schedule::to_json(ScheduleConfig{}), shape_to_json(shape)), 0.4);
+  EXPECT_GT(prior.predict_failure(schedule::to_json(stream), schedule::to_json(shape)), 0.6);
+  EXPECT_LT(prior.predict_failure(schedule::to_json(ScheduleConfig{}), schedule::to_json(shape)),
+            0.4);
 }
 
 TEST(Prior, SamplesKeepOnlyTheRequestedTargetAndLatencyKind) {

@@ -1,5 +1,6 @@
 // The analyst report on a fixed results file and corpus.
 #include "flywheel/report.h"
+#include "flywheel/report_render.h"
 
 #include <unistd.h>
 

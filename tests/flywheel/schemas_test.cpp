@@ -33,7 +33,7 @@ TEST(FlywheelSchemas, CorpusRecordSchemaListsExactlyTheRecordFields) {
   for (const auto& [key, value] : schema["properties"].items())
     EXPECT_TRUE(record.contains(key)) << key;
   EXPECT_EQ(schema["properties"]["status"]["enum"], nlohmann::json(status_vocabulary()));
-  const nlohmann::json shape = shape_to_json(schedule::ModelShape{});
+  const nlohmann::json shape = schedule::to_json(schedule::ModelShape{});
   std::vector<std::string> shape_keys;
   for (const auto& [key, value] : shape.items()) shape_keys.push_back(key);
   std::vector<std::string> required = schema["properties"]["model_shape"]["required"];

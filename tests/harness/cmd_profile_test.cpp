@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/gpu_trial.h"
+#include "eval/device.h"
 #include "tests/harness/run_cli.h"
 
 namespace {

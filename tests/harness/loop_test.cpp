@@ -45,7 +45,7 @@ eval::Verdict ok_verdict(double latency_us, double sigma_us, const std::string& 
 }
 
 // A scripted landscape: latencies by canonical config; anything else gets `fallback`.
-class FakeEvaluator : public Evaluator {
+class FakeEvaluator : public eval::Evaluator {
  public:
   explicit FakeEvaluator(ScriptedClock* clock, std::string device = "cpu")
       : clock_(clock), device_(std::move(device)) {}
@@ -140,7 +140,7 @@ class HarnessLoop : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  LoopResult run(Evaluator& ev, Strategy& strategy) {
+  LoopResult run(eval::Evaluator& ev, Strategy& strategy) {
     return run_loop(ev, shape, target, strategy, clock, options);
   }
   std::vector<flywheel::ResultRow> rows() {
@@ -544,7 +544,7 @@ TEST_F(HarnessLoop, ResumeRestoresARowLostBetweenCorpusAndResults) {
 
 TEST_F(HarnessLoop, HillclimbChangesOneKnobAtATimeAroundItsBase) {
   FakeEvaluator ev(&clock);
-  options.budget = 80;
+  options.budget = 120;
   StrategyOptions so;
   so.name = "hillclimb";
   so.restart_after = 100;
@@ -553,12 +553,13 @@ TEST_F(HarnessLoop, HillclimbChangesOneKnobAtATimeAroundItsBase) {
   LoopResult r = run(ev, *strategy);
   ASSERT_TRUE(r.ok);
   auto log = rows();
-  ASSERT_EQ(log.size(), 80u);
+  ASSERT_EQ(log.size(), 120u);
   for (size_t i = 1; i < log.size(); ++i) {
     EXPECT_EQ(std::count(log[i].changed_knobs.begin(), log[i].changed_knobs.end(), '='), 1)
         << log[i].changed_knobs;
   }
-  // The default (rows 64: 106.4 us) is one move from the optimum (rows 32: 100 us).
+  // The default (rows 64: 106.4 us) is one move from the optimum (rows 32: 100 us); 120 trials
+  // leave room for the other knobs' moves (26 knobs).
   EXPECT_DOUBLE_EQ(r.summary["best"]["latency_us"].get<double>(), 100.0);
 }
 

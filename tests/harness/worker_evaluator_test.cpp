@@ -142,7 +142,7 @@ TEST_F(WorkerEvaluatorTest, WorkerThatCannotStartIsAnErrorWithItsStderr) {
 }
 
 // The worker's side, in process.
-class CountingEvaluator : public Evaluator {
+class CountingEvaluator : public eval::Evaluator {
  public:
   eval::Verdict evaluate(const ScheduleConfig& c) override {
     eval::Verdict v;

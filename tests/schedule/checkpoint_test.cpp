@@ -115,18 +115,6 @@ TEST(CheckpointNames, MapArenaNamesToHuggingFaceNames) {
   EXPECT_EQ(hf_tensor_name("layers.1.bogus"), "");
 }
 
-TEST(CheckpointDType, F16DecodesExactly) {
-  EXPECT_EQ(f16_to_f32(0x3C00), 1.0f);
-  EXPECT_EQ(f16_to_f32(0xC000), -2.0f);
-  EXPECT_EQ(f16_to_f32(0x7BFF), 65504.0f);
-  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
-  EXPECT_EQ(f16_to_f32(0x03FF), 1023.0f * std::ldexp(1.0f, -24));
-  EXPECT_EQ(f16_to_f32(0x7C00), INFINITY);
-  EXPECT_EQ(f16_to_f32(0xFC00), -INFINITY);
-  EXPECT_TRUE(std::isnan(f16_to_f32(0x7E00)));
-  EXPECT_TRUE(std::signbit(f16_to_f32(0x8000)));
-}
-
 TEST(CheckpointRoundTrip, ToyWeightsAndLogitsSurviveSaveAndLoad) {
   TempDir dir("toy");
   const Weights w = generate_weights(*find_preset("toy-2L"), 5);

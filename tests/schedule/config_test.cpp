@@ -86,6 +86,30 @@ TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths
   EXPECT_EQ(paths.size(), 26u);
 }
 
+TEST(ScheduleConfigKnobs, DefaultConstructionTakesEveryDefaultOfTheTable) {
+  const ScheduleConfig c;
+  for (const KnobSpec& spec : knob_specs()) EXPECT_EQ(get_knob(c, spec.path), spec.default_value);
+}
+
+TEST(ScheduleConfigKnobs, KernelKnobsBecomeTheirMacrosWithNamedChoicesAsEnumValues) {
+  ScheduleConfig c;
+  EXPECT_EQ(kernel_knob_defines(c), (std::map<std::string, int>{{"MS_ROWS_PER_WARP", 2},
+                                                                {"MS_UNROLL", 2},
+                                                                {"MS_VECTOR_BYTES", 16},
+                                                                {"MS_WEIGHT_LOAD", 0},
+                                                                {"MS_WEIGHT_RING", 0}}));
+  c.kernel.weight_load = WeightLoad::kLdgStream;
+  c.kernel.weight_stream = WeightStream::kSmemRing;
+  c.kernel.unroll = 8;
+  const std::map<std::string, int> d = kernel_knob_defines(c);
+  EXPECT_EQ(d.at("MS_WEIGHT_LOAD"), static_cast<int>(WeightLoad::kLdgStream));
+  EXPECT_EQ(d.at("MS_WEIGHT_RING"), static_cast<int>(WeightStream::kSmemRing));
+  EXPECT_EQ(d.at("MS_UNROLL"), 8);
+  for (const KnobSpec& spec : knob_specs())
+    EXPECT_EQ(spec.define.empty(), spec.path.rfind("kernel.", 0) != 0)
+        << spec.path << ": the kernel group holds exactly the kernel build knobs";
+}
+
 TEST(ScheduleConfigKnobs, SetAndGetByPathAndChangedKnobs) {
   ScheduleConfig c;
   std::string error;

@@ -230,5 +230,23 @@ TEST(ModelWeights, ScalesGiveUnitRmsProjectionsAndGammasNearOne) {
   }
 }
 
+TEST(ModelShapeJson, RoundTripsTheShapeARecordCarries) {
+  ModelShape s;
+  s.name = "small";
+  s.hidden = 1024;
+  s.layers = 4;
+  s.heads = 16;
+  s.kv_heads = 4;
+  s.head_dim = 64;
+  s.ffn = 2816;
+  s.vocab = 32000;
+  s.dtype = DType::kBF16;
+  ModelShape back = shape_from_json(to_json(s));
+  EXPECT_EQ(back.name, "small");
+  EXPECT_EQ(back.ffn, 2816);
+  EXPECT_EQ(back.kv_heads, 4);
+  EXPECT_EQ(back.dtype, DType::kBF16);
+}
+
 }  // namespace
 }  // namespace megasched::schedule

@@ -67,7 +67,8 @@ TEST(ProgramJson, RoundTripIsExact) {
   }
   EXPECT_EQ(back->launch.dynamic_queue, p.launch.dynamic_queue);
   EXPECT_EQ(back->launch.smem_bytes, p.launch.smem_bytes);
-  EXPECT_EQ(back->build.defines(), p.build.defines());
+  EXPECT_EQ(back->build.knobs, p.build.knobs);
+  EXPECT_EQ(back->build.x_floats, p.build.x_floats);
   EXPECT_EQ(back->model.rms_eps, p.model.rms_eps);
 }
 

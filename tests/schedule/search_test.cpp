@@ -7,7 +7,9 @@
 #include <set>
 #include <sstream>
 
+#include "schedule/lower.h"
 #include "schedule/named_configs.h"
+#include "schedule/validate.h"
 
 namespace megasched::schedule {
 namespace {
@@ -56,7 +58,7 @@ TEST(SearchMoves, WeightRingSmemHoldsPagesStagingAndBarriers) {
   c.smem.pages = 4;
   c.assignment.policy = AssignPolicy::kDynamic;
   EXPECT_FALSE(config_fits(c, llama, h100_like(), &why));
-  EXPECT_NE(why.find("static assignment"), std::string::npos) << why;
+  EXPECT_NE(why.find("static queues"), std::string::npos) << why;
 }
 
 TEST(SearchMoves, CommittedBenchConfigsAndNamedConfigsParseAndFit) {
@@ -104,6 +106,28 @@ TEST(SearchMoves, ConfigFitsRejectsQHeadsThatDoNotDivideTheGroup) {
   std::string why;
   EXPECT_FALSE(config_fits(c, toy_like(), h100_like(), &why));
   EXPECT_NE(why.find("tiling.attn_q_heads_per_task"), std::string::npos) << why;
+}
+
+TEST(SearchMoves, ConfigFitsAndTheValidatorAgreeOnEveryLaunchShape) {
+  // The search proposes exactly the launches the validator lets run (schedule/launch_fit.h).
+  const ModelShape shape = toy_like();
+  const GpuTarget target = h100_like();
+  for (int threads : {128, 256, 384, 512, 1024}) {
+    for (int blocks : {1, 2, 3, 4}) {
+      for (int pages : {1, 8}) {
+        ScheduleConfig c;
+        c.launch.threads_per_block = threads;
+        c.launch.blocks_per_sm = blocks;
+        c.smem.pages = pages;
+        c.smem.page_bytes = 32768;
+        std::string error;
+        const std::optional<Program> p = lower(shape, target, c, &error);
+        ASSERT_TRUE(p) << error;
+        EXPECT_EQ(config_fits(c, shape, target), validate(*p, target).ok())
+            << threads << " threads x " << blocks << " blocks, " << pages << " pages";
+      }
+    }
+  }
 }
 
 TEST(SearchMoves, MutateChangesRequestedNumberOfKnobsAtMost) {

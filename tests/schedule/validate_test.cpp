@@ -4,13 +4,17 @@
 
 #include <random>
 
+#include "eval/program_fuzz.h"
 #include "schedule/footprint.h"
 #include "schedule/lower.h"
-#include "schedule/program_fuzz.h"
 #include "schedule/search.h"
 
 namespace megasched::schedule {
 namespace {
+
+using eval::fuzz_target;
+using eval::ProgramBuilder;
+using eval::random_safe_dag_program;
 
 // Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:256) is
 // input.
@@ -245,10 +249,10 @@ TEST(ScheduleValidator, RejectsLaunchShapesBeyondTheTarget) {
   const Program base = b.finish();
   const GpuTarget t = fuzz_target();
   Program p = base;
-  p.launch.threads_per_block = p.build.threads_per_block = 200;
+  p.launch.threads_per_block = 200;
   EXPECT_EQ(validate(p, t).rules(), "launch") << "not a multiple of 32";
   p = base;
-  p.launch.threads_per_block = p.build.threads_per_block = 1024;
+  p.launch.threads_per_block = 1024;
   p.launch.blocks_per_sm = 3;
   p.launch.grid_blocks = 12;
   EXPECT_EQ(validate(p, t).rules(), "launch") << "3 x 1024 threads per SM";
@@ -270,9 +274,9 @@ TEST(ScheduleValidator, RejectsWeightRingLaunchesItCannotServe) {
   ProgramBuilder b(fuzz_target());
   b.add(0, b.op("x"), kIn, kIn, kA, 8);
   Program base = b.finish();
-  base.launch.smem_pages = base.build.ring_pages = 2;
-  base.launch.smem_page_bytes = base.build.ring_page_bytes = 4096;
-  base.build.weight_ring = 1;
+  base.launch.smem_pages = 2;
+  base.launch.smem_page_bytes = 4096;
+  base.build.knobs["MS_WEIGHT_RING"] = 1;
   base.build.x_floats = 256;
   base.launch.smem_bytes = 2 * 4096 + 256 * 4 + 2 * 16;
   const GpuTarget t = fuzz_target();
@@ -285,8 +289,8 @@ TEST(ScheduleValidator, RejectsWeightRingLaunchesItCannotServe) {
   p.launch.smem_bytes -= 16;
   EXPECT_EQ(validate(p, t).rules(), "launch") << "no room for the mbarriers";
   p = base;
-  p.build.ring_pages = 4;
-  EXPECT_EQ(validate(p, t).rules(), "launch") << "built for another ring than launched";
+  p.launch.smem_page_bytes = 4100;
+  EXPECT_EQ(validate(p, t).rules(), "launch") << "ring pages of whole 16-byte units";
 }
 
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {

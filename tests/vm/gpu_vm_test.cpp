@@ -4,6 +4,7 @@
 // the next trial still runs, a grid that is not co-resident is rejected without a launch, and the
 // cuBLAS graph baseline and the bandwidth probe work.
 #include "vm/gpu_vm.h"
+#include "vm/cuda_runtime.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 
 #include "abi/ring.h"
 #include "eval/baseline.h"
+#include "eval/device.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"
 #include "eval/gpu_trial.h"
@@ -154,7 +156,7 @@ TEST(GpuVm, WeightRingMatchesEager) {
         const auto c = schedule::parse_config(patch, &err);
         ASSERT_TRUE(c) << err;
         const schedule::Program p = lower_or_die(w.shape, *c);
-        ASSERT_TRUE(p.build.weight_ring);
+        ASSERT_TRUE(p.build.weight_ring());
         const GpuTrialResult r =
             eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
         EXPECT_EQ(r.status, "ok") << preset << " " << schedule::dtype_name(dtype) << " "

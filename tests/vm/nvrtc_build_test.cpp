@@ -35,11 +35,11 @@ schedule::Program program_for(int vector_bytes, int rows_per_warp, int unroll, i
   p.model.weight_dtype = bf16 ? ms_abi::kDTypeBF16 : ms_abi::kDTypeF32;
   p.model.kv_dtype = p.model.weight_dtype;
   p.launch.threads_per_block = threads;
-  p.build.vector_bytes = vector_bytes;
-  p.build.rows_per_warp = rows_per_warp;
-  p.build.unroll = unroll;
-  p.build.weight_load = weight_load;
-  p.build.threads_per_block = threads;
+  p.build.knobs = {{"MS_VECTOR_BYTES", vector_bytes},
+                   {"MS_ROWS_PER_WARP", rows_per_warp},
+                   {"MS_UNROLL", unroll},
+                   {"MS_WEIGHT_LOAD", weight_load},
+                   {"MS_WEIGHT_RING", 0}};
   return p;
 }
 
@@ -72,9 +72,11 @@ TEST(NvrtcBuild, ParsesPtxasResourceLines) {
 TEST(NvrtcBuild, KernelDefinesExtendTheProgramsBuildKnobs) {
   const schedule::Program p = program_for(8, 4, 2, 1, 384, false, 128);
   const std::vector<std::string> d = kernel_defines(p);
-  for (const std::string& knob : p.build.defines()) {
+  for (const auto& [name, value] : p.build.knobs) {
+    const std::string knob = name + "=" + std::to_string(value);
     EXPECT_NE(std::find(d.begin(), d.end(), knob), d.end()) << knob;
   }
+  EXPECT_NE(std::find(d.begin(), d.end(), "MS_THREADS=384"), d.end());
   EXPECT_NE(std::find(d.begin(), d.end(), "MS_WEIGHT_BF16=0"), d.end());
   EXPECT_NE(std::find(d.begin(), d.end(), "MS_HEAD_DIM=128"), d.end());
   EXPECT_TRUE(std::is_sorted(d.begin(), d.end()));
@@ -174,18 +176,17 @@ TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
       p.model.hidden = v.hidden;
       p.model.ffn = v.ffn;
       p.model.heads = v.hidden / static_cast<uint32_t>(v.head_dim);
-      p.build.weight_ring = 1;
-      p.build.ring_pages = v.pages;
-      p.build.ring_page_bytes = v.page_bytes;
+      p.build.knobs["MS_WEIGHT_RING"] = 1;
+      p.launch.smem_pages = v.pages;
+      p.launch.smem_page_bytes = v.page_bytes;
       p.build.x_floats = 8192;
-      BuildRequest req{"vm/device/megakernel.cuh", kernel_defines(p), arch, ""};
+      BuildRequest req{"vm/device/megakernel.cuh", kernel_defines(p, v.profile), arch, ""};
       EXPECT_NE(std::find(req.defines.begin(), req.defines.end(), "MS_WEIGHT_RING=1"),
                 req.defines.end());
       EXPECT_NE(std::find(req.defines.begin(), req.defines.end(),
                           "MS_SEG_VECS=" + std::to_string(v.seg_vecs)),
                 req.defines.end())
           << "hidden " << v.hidden << ", ffn " << v.ffn;
-      if (v.profile) req.defines.push_back("MS_PROFILE=1");
       const BuildResult r = build_cubin(req);
       ASSERT_TRUE(r.ok) << "sm_" << arch << " threads " << v.threads << " seg " << v.seg_vecs
                         << ": " << r.error;
@@ -233,8 +234,8 @@ TEST(NvrtcBuild, FailedBuildCarriesTheWholeLog) {
 }
 
 TEST(NvrtcBuild, ProfileBuildWithoutTheRingCompilesUnderItsOwnKey) {
-  // GpuVmOptions::profile adds MS_PROFILE=1 to the program's defines (megasched profile); the
-  // ring variants are compiled profiled above, this is the default (no ring) build.
+  // kernel_defines(program, /*profile=*/true) adds MS_PROFILE=1 (GpuVmOptions::profile, megasched
+  // profile); the ring variants are compiled profiled above, this is the default (no ring) build.
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (const auto& [arch, bf16] : {std::pair{90, true}, std::pair{80, false}}) {
     BuildRequest req;
@@ -242,8 +243,11 @@ TEST(NvrtcBuild, ProfileBuildWithoutTheRingCompilesUnderItsOwnKey) {
     req.defines = kernel_defines(program_for(16, 2, 2, 0, 256, bf16, 64));
     req.sm_arch = arch;
     const std::string plain_key = build_cubin(req).key;
-    req.defines.push_back("MS_PROFILE=1");
-    std::sort(req.defines.begin(), req.defines.end());
+    std::vector<std::string> plain = req.defines;
+    req.defines = kernel_defines(program_for(16, 2, 2, 0, 256, bf16, 64), /*profile=*/true);
+    plain.push_back("MS_PROFILE=1");
+    std::sort(plain.begin(), plain.end());
+    EXPECT_EQ(req.defines, plain) << "profiling adds exactly MS_PROFILE=1";
     const BuildResult r = build_cubin(req);
     ASSERT_TRUE(r.ok) << r.error;
     EXPECT_FALSE(r.cubin.empty());

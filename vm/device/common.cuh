@@ -3,8 +3,8 @@
 // Compiled by NVRTC only: no host headers, no CUDA library headers.
 #pragma once
 
-#include "vm/abi.h"
-#include "vm/device/kernel_args.cuh"
+#include "abi/abi.h"
+#include "abi/kernel_args.h"
 
 // ---- Build knobs (vm/nvrtc_build.h kernel_defines() sets every one of them) ----
 #ifndef MS_THREADS

@@ -10,14 +10,14 @@
 #include "eval/verdict.h"
 #include "schedule/config.h"
 
-namespace megasched::harness {
+namespace megasched::eval {
 
 class Evaluator {
  public:
   virtual ~Evaluator() = default;
   /// One trial of `config`. Never throws for an expected failure (bad lowering, rejected program,
   /// wrong output, crash, hang): those are verdicts.
-  virtual eval::Verdict evaluate(const schedule::ScheduleConfig& config) = 0;
+  virtual Verdict evaluate(const schedule::ScheduleConfig& config) = 0;
   /// Model, target and device this evaluator serves, for logs:
   /// {"model":..,"target":..,"device":..}.
   virtual nlohmann::json identity() const = 0;
@@ -26,4 +26,9 @@ class Evaluator {
   virtual std::string schedule_id(const schedule::ScheduleConfig& config) const = 0;
 };
 
-}  // namespace megasched::harness
+/// The versions every trial record carries: {"abi", "ir", "build"}. The program's binary form is
+/// the ABI, so the IR version is the ABI version unless the identity names one ("ir_version"); the
+/// build is the identity's "build", else vm::build_identity() of this binary.
+nlohmann::json trial_versions(const nlohmann::json& identity);
+
+}  // namespace megasched::eval

@@ -1,5 +1,5 @@
 // Adversarial programs for the validator, and the scorecard that holds validate() to the ground
-// truth (schedule/ground_truth.h).
+// truth (eval/ground_truth.h).
 //
 // Three sources of programs:
 //   - ProgramBuilder: small hand-built element-wise programs (kAdd tasks over activation slots),
@@ -25,17 +25,17 @@
 #include "schedule/program.h"
 #include "schedule/target.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
 
 /// A small target (H100 per-SM limits, `num_sms` SMs) so hand-built programs have few queues.
-GpuTarget fuzz_target(int num_sms = 4);
+schedule::GpuTarget fuzz_target(int num_sms = 4);
 
 /// Builds element-wise programs: every task is `act[out + r] = act[in + r] + act[in2 + r]` for r
 /// in [0, rows). Activations [0, input_elements) are a region marked input; the rest is written by
 /// tasks. Launch shape: 256 threads, 1 block per SM, grid = target.num_sms, one queue per block.
 class ProgramBuilder {
  public:
-  explicit ProgramBuilder(const GpuTarget& target, uint32_t act_elements = 4096,
+  explicit ProgramBuilder(const schedule::GpuTarget& target, uint32_t act_elements = 4096,
                           uint32_t input_elements = 256);
 
   /// A counter; its declared per-step total is filled in by finish() from its producers unless
@@ -49,10 +49,10 @@ class ProgramBuilder {
                uint32_t increment = 0);
   /// Uses one global dynamic queue instead of per-block queues (tasks go to queue 0 in add order).
   void set_dynamic(bool dynamic) { program_.launch.dynamic_queue = dynamic; }
-  Program finish() const;
+  schedule::Program finish() const;
 
  private:
-  Program program_;
+  schedule::Program program_;
   std::vector<std::optional<uint32_t>> declared_;
 };
 
@@ -76,14 +76,16 @@ const char* mutation_class_name(MutationClass c);
 
 /// Injects one defect of class `c` into a copy of `base`; nullopt when `base` has no site for it
 /// (e.g. no multi-producer counter). `rng` picks the site.
-std::optional<Program> mutate(const Program& base, const GpuTarget& target, MutationClass c,
-                              std::mt19937_64& rng);
+std::optional<schedule::Program> mutate(const schedule::Program& base,
+                                        const schedule::GpuTarget& target, MutationClass c,
+                                        std::mt19937_64& rng);
 
 /// A random small DAG program (4-20 tasks, 1-4 queues), safe or unsafe; `label` gets the recipe
 /// ("dag/safe", "dag/missing_dep", ...).
-Program random_dag_program(const GpuTarget& target, std::mt19937_64& rng, std::string* label);
+schedule::Program random_dag_program(const schedule::GpuTarget& target, std::mt19937_64& rng,
+                                     std::string* label);
 /// A random DAG program built safe (every dependency waited on, queues in topological order).
-Program random_safe_dag_program(const GpuTarget& target, std::mt19937_64& rng);
+schedule::Program random_safe_dag_program(const schedule::GpuTarget& target, std::mt19937_64& rng);
 
 /// One scorecard row (a mutation class or a DAG recipe).
 struct ScorecardRow {
@@ -104,17 +106,18 @@ struct ScorecardOptions {
   uint64_t n = 10000;
   uint64_t seed = 1;
   /// Valid base programs to mutate (real lowerings); safe random DAGs are used as well.
-  std::vector<Program> bases;
+  std::vector<schedule::Program> bases;
   /// Records a program's element accesses at a position for the ground truth (ground_truth.h
   /// record_accesses with the model's weights); the scorecard asks for every position of
   /// ground_truth_positions. When empty it uses element-wise kAdd semantics, which is exact for
   /// ProgramBuilder programs only, and skips bases.
-  std::function<bool(const Program&, int32_t position, std::vector<std::vector<uint64_t>>* reads,
+  std::function<bool(const schedule::Program&, int32_t position,
+                     std::vector<std::vector<uint64_t>>* reads,
                      std::vector<std::vector<uint64_t>>* writes)>
       record;
   std::function<void(uint64_t done)> progress;
   /// Called for every program validate() rejects although the ground truth calls it safe.
-  std::function<void(uint64_t index, const std::string& name, const Program& program)>
+  std::function<void(uint64_t index, const std::string& name, const schedule::Program& program)>
       on_rejected_safe;
 };
 
@@ -129,4 +132,4 @@ nlohmann::json to_json(const Scorecard& scorecard);
 /// The human-readable table (one line per class).
 std::string format_scorecard(const Scorecard& scorecard);
 
-}  // namespace megasched::schedule
+}  // namespace megasched::eval

@@ -1,13 +1,15 @@
-#include "schedule/program_fuzz.h"
+#include "eval/program_fuzz.h"
 
 #include <gtest/gtest.h>
 
-#include "schedule/ground_truth.h"
+#include "eval/ground_truth.h"
 #include "schedule/lower.h"
 #include "schedule/validate.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
 namespace {
+
+using namespace schedule;
 
 const Weights& toy_weights() {
   static const Weights w = generate_weights(*find_preset("toy"), 1, 1);
@@ -91,4 +93,4 @@ TEST(ProgramFuzz, ScorecardAcceptsNothingUnsafe) {
 }
 
 }  // namespace
-}  // namespace megasched::schedule
+}  // namespace megasched::eval

@@ -1,4 +1,4 @@
-#include "schedule/ground_truth.h"
+#include "eval/ground_truth.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,14 @@
 
 #include "vm/reference_vm.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
+
+using schedule::GpuTarget;
+using schedule::LaunchShape;
+using schedule::Program;
+using schedule::Region;
+using schedule::Weights;
+
 namespace {
 
 constexpr int64_t kRuntimeReservedSmem = 1024;  // bytes per resident block the CUDA runtime keeps
@@ -62,8 +69,6 @@ class Explorer {
       find("launch", "a block of " + std::to_string(threads) + " threads cannot be launched");
       return;
     }
-    if (p_.build.threads_per_block != threads)
-      find("launch", "kernel compiled for another block size");
     const int64_t smem = l.smem_bytes;
     if (smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes || smem < 0)
       find("launch", "shared memory smaller than its pages");
@@ -384,4 +389,4 @@ DynamicCheck dynamic_check(const Program& program, const Weights& weights, int o
   return out;
 }
 
-}  // namespace megasched::schedule
+}  // namespace megasched::eval

@@ -1,16 +1,18 @@
-#include "schedule/ground_truth.h"
+#include "eval/ground_truth.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "eval/program_fuzz.h"
 #include "schedule/lower.h"
-#include "schedule/program_fuzz.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
 namespace {
+
+using namespace schedule;
 
 constexpr uint32_t kIn = 0, kA = 256, kB = 264, kC = 272;
 
@@ -198,4 +200,4 @@ TEST(GroundTruth, DynamicCheckSeesADroppedWait) {
 }
 
 }  // namespace
-}  // namespace megasched::schedule
+}  // namespace megasched::eval

@@ -3,7 +3,7 @@
 // only fixed-width fields and pointers; it is passed by value as the kernel's single parameter.
 #pragma once
 
-#include "vm/abi.h"
+#include "abi/abi.h"
 
 namespace ms_abi {
 

@@ -20,21 +20,20 @@
 // step, so at step epoch e a wait (c, t) is satisfied when counter[c] >= e * per_step_total[c] + t.
 // No reset launch is needed between tokens. Thresholds in a program are relative to the epoch.
 //
+// clang-format off
 // Opcode semantics (r ranges over [row_begin, row_end); all arithmetic in fp32; weights upcast):
 //
-//   kEmbed        act[out + r] = W[weight + token * ld + r]        (token = step.token; ld =
-//   hidden) kRmsNorm      inv = rsqrt(mean(act[in + 0 .. in + n)^2) + eps),  n = col_end (the full
-//   vector)
+//   kEmbed        act[out + r] = W[weight + token * ld + r]     (token = step.token; ld = hidden)
+//   kRmsNorm      inv = rsqrt(mean(act[in + 0 .. in + n)^2) + eps),  n = col_end (the full vector)
 //                 act[out + r] = act[in + r] * inv * W[weight2 + r]
 //   kGemv         acc_r = sum_{c in [col_begin, col_end)} W[weight + r * ld + c] * x(c)
 //                 where ld = `ld` and x(c) is the input load:
 //                   default:               act[in + c]
-//                   kFlagNormPrologue:     act[in + c] * inv_rms(act[in .. in + ld)) * W[weight2 +
-//                   c] kFlagSiluMulPrologue:  silu(act[in + c]) * act[in2 + c]
+//                   kFlagNormPrologue:     act[in + c] * inv_rms(act[in .. in + ld)) * W[weight2+c]
+//                   kFlagSiluMulPrologue:  silu(act[in + c]) * act[in2 + c]
 //                 then the epilogue (exactly one applies):
 //                   kFlagPartial:          act[out + r] = acc_r   (out already points at this
-//                   split's
-//                                          slice of the partial buffer; see kGemvReduce)
+//                                          split's slice of the partial buffer; see kGemvReduce)
 //                   kFlagResidual:         act[out + r] = acc_r + act[aux + r]
 //                   kFlagRopeKv:           rows are QKV rows (see "QKV rows" below)
 //                   otherwise:             act[out + r] = acc_r
@@ -44,20 +43,20 @@
 //   kRopeKv       for the QKV rows r in [row_begin, row_end): value_r = act[in + r], then as
 //                 "QKV rows" below (the unfused form of the kFlagRopeKv epilogue).
 //   kAttnPartial  kv head g = param0, partition p = param1 of P = param2, q heads
-//                 [row_begin, row_end) (all in group g). n = position + 1 keys; chunk = ceil(n /
-//                 P); keys t in [p * chunk, min(n, (p + 1) * chunk)). For each q head h:
+//                 [row_begin, row_end) (all in group g). n = position + 1 keys; chunk = ceil(n/P);
+//                 keys t in [p * chunk, min(n, (p + 1) * chunk)). For each q head h:
 //                   s_t = scale * dot(act[in + h * hd ..], K[layer][g][t]);   m = max_t s_t;
 //                   l = sum_t exp(s_t - m);   o = sum_t exp(s_t - m) * V[layer][g][t]
 //                 If P == 1: act[out + h * hd + d] = o_d / l (the final attention output).
-//                 Else: the partial record at act[aux + (p * heads + h) * (hd + 2)] = {m, l,
-//                 o[hd]}; an empty partition writes {-inf, 0, 0...}.
+//                 Else: the partial record at act[aux + (p * heads + h) * (hd + 2)] = {m,l,o[hd]};
+//                 an empty partition writes {-inf, 0, 0...}.
 //   kAttnCombine  for q heads h in [row_begin, row_end), P = param2 partial records at
-//                 act[aux + (p * heads + h) * (hd + 2)]: M = max_p m_p, L = sum_p l_p * exp(m_p -
-//                 M), act[out + h * hd + d] = sum_p o_p,d * exp(m_p - M) / L   (p in increasing
-//                 order)
+//                 act[aux + (p * heads + h) * (hd + 2)]: M = max_p m_p, L = sum_p l_p * exp(m_p-M),
+//                 act[out + h * hd + d] = sum_p o_p,d * exp(m_p - M) / L   (p in increasing order)
 //   kSiluMul      act[out + r] = silu(act[in + r]) * act[in2 + r]
 //   kAdd          act[out + r] = act[in + r] + act[in2 + r]
 //   kArgmax       step.argmax = the smallest index of the maximum of act[in + 0 .. in + col_end)
+// clang-format on
 //
 // QKV rows: the rows of the concatenated [Wq; Wk; Wv] matrix of layer `layer`, q_dim = heads * hd,
 // kv_dim = kv_heads * hd. A row r < q_dim is a query row: it is rotated (RoPE, rotate-half pairing

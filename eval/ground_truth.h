@@ -32,7 +32,7 @@
 #include "schedule/program.h"
 #include "schedule/target.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
 
 /// Element key: (buffer << 56) | element index.
 constexpr uint64_t element_key(uint32_t buffer, uint64_t index) {
@@ -48,13 +48,13 @@ struct TaskAccesses {
 /// Runs every task once on a fresh ReferenceVm (in task-id order; values do not matter, only which
 /// elements are touched) at `position` and records its accesses. False with *error when the program
 /// is too malformed to execute (unknown opcode, a task out of range).
-bool record_accesses(const Program& program, const Weights& weights, int32_t position,
-                     TaskAccesses* out, std::string* error);
+bool record_accesses(const schedule::Program& program, const schedule::Weights& weights,
+                     int32_t position, TaskAccesses* out, std::string* error);
 
 /// The positions whose accesses a safety verdict must cover: the current key is read by the
 /// partition that holds it, which varies with the position; at positions 0 .. P-1 (P the largest
 /// attention partition count) every partition holds it once. {0} when there is no attention.
-std::vector<int32_t> ground_truth_positions(const Program& program);
+std::vector<int32_t> ground_truth_positions(const schedule::Program& program);
 
 struct GroundTruth {
   bool complete = true;               // false: the state limit was hit before every state was seen
@@ -72,8 +72,8 @@ struct GroundTruthOptions {
 };
 
 /// Decides safety of `program` by exhaustive exploration, with `accesses` from record_accesses.
-GroundTruth explore_ground_truth(const Program& program, const GpuTarget& target,
-                                 const TaskAccesses& accesses,
+GroundTruth explore_ground_truth(const schedule::Program& program,
+                                 const schedule::GpuTarget& target, const TaskAccesses& accesses,
                                  const GroundTruthOptions& options = {});
 
 struct DynamicCheck {
@@ -85,7 +85,7 @@ struct DynamicCheck {
 
 /// Runs one decode step in `orders` random valid orders (seeds seed .. seed + orders - 1), each on
 /// a fresh ReferenceVm, and compares every run's activations and logits bit for bit with the first.
-DynamicCheck dynamic_check(const Program& program, const Weights& weights, int orders,
-                           uint64_t seed, int32_t token, int32_t position);
+DynamicCheck dynamic_check(const schedule::Program& program, const schedule::Weights& weights,
+                           int orders, uint64_t seed, int32_t token, int32_t position);
 
-}  // namespace megasched::schedule
+}  // namespace megasched::eval

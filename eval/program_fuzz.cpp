@@ -1,14 +1,25 @@
-#include "schedule/program_fuzz.h"
+#include "eval/program_fuzz.h"
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <sstream>
 
-#include "schedule/ground_truth.h"
+#include "eval/ground_truth.h"
+#include "schedule/config.h"
 #include "schedule/validate.h"
 
-namespace megasched::schedule {
+namespace megasched::eval {
+
+using schedule::GpuTarget;
+using schedule::LaunchShape;
+using schedule::OpInfo;
+using schedule::OpKind;
+using schedule::Program;
+using schedule::Region;
+using schedule::ValidationReport;
+using schedule::Weights;
+
 namespace {
 
 constexpr size_t kReasonsKept = 5;
@@ -139,7 +150,7 @@ ProgramBuilder::ProgramBuilder(const GpuTarget& target, uint32_t act_elements,
   p.launch.smem_page_bytes = 16384;
   p.launch.smem_bytes = 32768;
   p.launch.prefetch_depth = 0;
-  p.build.threads_per_block = 256;
+  p.build.knobs = schedule::kernel_knob_defines(schedule::ScheduleConfig{});
 }
 
 uint32_t ProgramBuilder::counter(const std::string& name, std::optional<uint32_t> declared_total) {
@@ -370,7 +381,6 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
           p.launch.grid_blocks = target.num_sms * p.launch.blocks_per_sm;
           break;
       }
-      p.build.threads_per_block = p.launch.threads_per_block;
       return p;
     }
     case MutationClass::kSmemOverCap: {
@@ -593,7 +603,7 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
       ++row.inconclusive;
       continue;
     }
-    const ValidationReport report = validate(*program, target);
+    const ValidationReport report = schedule::validate(*program, target);
     const bool unsafe = !truth.safe();
     row.unsafe += unsafe;
     if (unsafe && report.ok()) {
@@ -684,4 +694,4 @@ std::string format_scorecard(const Scorecard& card) {
   return os.str();
 }
 
-}  // namespace megasched::schedule
+}  // namespace megasched::eval

@@ -1,0 +1,51 @@
+#include "harness/trial_flags.h"
+
+#include "harness/cli_util.h"
+
+namespace megasched::harness {
+
+CLI::Option* add_model_flag(CLI::App* cmd, std::string* model, const std::string& help) {
+  return cmd->add_option("--model", *model, help)->capture_default_str();
+}
+
+CLI::Option* add_gpu_flag(CLI::App* cmd, std::string* gpu, const std::string& help) {
+  return cmd->add_option("--gpu", *gpu, help)->capture_default_str();
+}
+
+CLI::Option* add_device_flag(CLI::App* cmd, std::string* device, const std::string& help,
+                             const std::vector<std::string>& choices) {
+  return cmd->add_option("--device", *device, help)
+      ->check(CLI::IsMember(choices))
+      ->capture_default_str();
+}
+
+CLI::Option* add_positions_flag(CLI::App* cmd, std::string* positions, const std::string& help) {
+  return cmd->add_option("--positions", *positions, help)->capture_default_str();
+}
+
+CLI::Option* add_timed_position_flag(CLI::App* cmd, int* timed_position, const std::string& help) {
+  return cmd->add_option("--timed-position", *timed_position, help)->capture_default_str();
+}
+
+CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name,
+                           const std::string& help) {
+  return cmd->add_option(name, *seed, help)->capture_default_str();
+}
+
+bool TrialFlags::parse_positions(std::string* error) {
+  auto list = parse_int_list(positions);
+  if (!list) {
+    if (error) *error = "--positions '" + positions + "' is not a comma-separated list of integers";
+    return false;
+  }
+  ev.positions = *list;
+  return true;
+}
+
+std::string TrialFlags::worker_arguments() const {
+  return "--model " + shell_quote(ev.model) + " --gpu " + shell_quote(ev.gpu) + " --device " +
+         ev.device + " --positions " + positions + " --weight-seed " + std::to_string(ev.seed) +
+         " --timed-position " + std::to_string(ev.timed_position);
+}
+
+}  // namespace megasched::harness

@@ -1,0 +1,59 @@
+// The trial flags: what a subcommand lowers or runs, and where. Each flag is declared here once,
+// with its one wording, and the subcommands add the ones they take in their own order:
+//   --model           preset name or Hugging Face checkpoint directory
+//   --gpu             GPU target the config is lowered for, or auto (the live device)
+//   --device          cpu (predicted latency) or gpu (measured)
+//   --positions       positions whose logits are checked
+//   --timed-position  position the latency and the floor refer to
+//   --seed / --weight-seed   weight and token seed for presets (`loop` and `worker` say
+//                     --weight-seed: their --seed is the strategy's)
+// A subcommand passes its own help only where its flag means something narrower (generate's
+// --device picks the VM that generates).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "eval/evaluate.h"
+
+namespace megasched::harness {
+
+CLI::Option* add_model_flag(CLI::App* cmd, std::string* model,
+                            const std::string& help =
+                                "Preset name or Hugging Face checkpoint "
+                                "directory");
+CLI::Option* add_gpu_flag(CLI::App* cmd, std::string* gpu,
+                          const std::string& help =
+                              "GPU target (see `megasched targets`) or "
+                              "auto");
+CLI::Option* add_device_flag(CLI::App* cmd, std::string* device,
+                             const std::string& help =
+                                 "cpu (predicted latency) or gpu "
+                                 "(measured)",
+                             const std::vector<std::string>& choices = {"cpu", "gpu"});
+CLI::Option* add_positions_flag(CLI::App* cmd, std::string* positions,
+                                const std::string& help =
+                                    "Positions whose logits are checked, "
+                                    "comma-separated");
+CLI::Option* add_timed_position_flag(CLI::App* cmd, int* timed_position,
+                                     const std::string& help =
+                                         "Position the latency and the "
+                                         "floor refer to");
+CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name = "--seed",
+                           const std::string& help = "Weight and token seed for presets");
+
+/// The evaluator's trial flags with --positions still as text.
+struct TrialFlags {
+  eval::EvaluatorOptions ev;        // model, gpu, device, seed, timed_position
+  std::string positions = "0,3,7";  // --positions as given
+
+  /// Parses --positions into ev.positions; false with *error naming the flag and its value.
+  bool parse_positions(std::string* error);
+  /// The flags for `megasched worker`, which builds the same evaluator in its own process.
+  std::string worker_arguments() const;
+};
+
+}  // namespace megasched::harness
