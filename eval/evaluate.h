@@ -1,5 +1,6 @@
-// One trial, end to end (DESIGN.md section 1): lower -> validate -> ReferenceVm vs eager ->
-// (GPU: kernel vs eager, timing, baseline) or (CPU: cost-model prediction) -> floor -> Verdict.
+// One trial, end to end (ARCHITECTURE.md, "One trial"): lower -> validate -> ReferenceVm vs
+// eager -> (GPU: kernel vs eager, timing, baseline) or (CPU: cost-model prediction) -> floor ->
+// Verdict.
 // The TrialEvaluator holds the model's weights and the eager reference logits, so a loop pays for
 // them once and each trial pays only for its own program.
 #pragma once

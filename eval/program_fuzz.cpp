@@ -230,6 +230,106 @@ const char* mutation_class_name(MutationClass c) {
   return "?";
 }
 
+namespace {
+
+/// kMoveToQueue: a task moves to another static queue.
+std::optional<Program> move_to_queue(Program p, std::mt19937_64& rng) {
+  if (p.launch.dynamic_queue || p.tasks.empty()) return std::nullopt;
+  const size_t slots =
+      std::max<size_t>(p.queues.size(), static_cast<size_t>(std::max(0, p.launch.grid_blocks)));
+  if (slots < 2) return std::nullopt;
+  const uint32_t t = static_cast<uint32_t>(pick(rng, p.tasks.size()));
+  size_t index = 0;
+  const int from = queue_of(p, t, &index);
+  if (from < 0) return std::nullopt;
+  size_t to = pick(rng, slots - 1);
+  if (to >= static_cast<size_t>(from)) ++to;
+  if (p.queues.size() <= to) p.queues.resize(to + 1);
+  p.queues[from].erase(p.queues[from].begin() + static_cast<int64_t>(index));
+  auto& dst = p.queues[to];
+  dst.insert(dst.begin() + static_cast<int64_t>(pick(rng, dst.size() + 1)), t);
+  while (!p.queues.empty() && p.queues.back().empty()) p.queues.pop_back();
+  return p;
+}
+
+/// kOverlapOutputs: one tile's output range is shifted onto part of another's.
+std::optional<Program> overlap_outputs(Program p, std::mt19937_64& rng) {
+  std::vector<uint32_t> cands;
+  for (uint32_t t = 0; t < p.tasks.size(); ++t)
+    if (plain_output(p.tasks[t])) cands.push_back(t);
+  if (cands.size() < 2) return std::nullopt;
+  const uint32_t a = cands[pick(rng, cands.size())];
+  uint32_t b = cands[pick(rng, cands.size() - 1)];
+  if (b == a) b = cands.back();
+  ms_abi::Instr& ia = p.tasks[a];
+  const ms_abi::Instr& ib = p.tasks[b];
+  const int64_t b_begin = static_cast<int64_t>(ib.out) + ib.row_begin,
+                b_len = ib.row_end - ib.row_begin;
+  const int64_t a_len = ia.row_end - ia.row_begin;
+  // a's new range starts anywhere from a_len - 1 before b's start to b's last element.
+  const int64_t start = b_begin - (a_len - 1) +
+                        static_cast<int64_t>(pick(rng, static_cast<uint64_t>(a_len - 1 + b_len)));
+  const int64_t out = start - ia.row_begin;
+  if (out < 0 ||
+      out + ia.row_end > static_cast<int64_t>(p.buffer_elements[ms_abi::kBufActivations]))
+    return std::nullopt;
+  ia.out = static_cast<uint32_t>(out);
+  return p;
+}
+
+/// kCrossQueueCycle: a consumer x (which signals) waits on counter c; one of c's producers, in
+/// another queue, is made to wait for x's counter in full.
+std::optional<Program> cross_queue_cycle(Program p, const std::vector<uint64_t>& sums,
+                                         std::mt19937_64& rng) {
+  std::vector<std::vector<uint32_t>> producers(p.counter_totals.size());
+  for (uint32_t t = 0; t < p.tasks.size(); ++t)
+    if (p.tasks[t].signal_increment > 0 && p.tasks[t].signal_counter < producers.size())
+      producers[p.tasks[t].signal_counter].push_back(t);
+  std::vector<std::pair<uint32_t, uint32_t>> edges;  // (producer, consumer)
+  for (uint32_t x = 0; x < p.tasks.size(); ++x) {
+    if (p.tasks[x].signal_increment == 0) continue;
+    size_t ix = 0;
+    const int qx = queue_of(p, x, &ix);
+    for (const ms_abi::Wait& w : waits_of(p, x)) {
+      if (w.counter >= producers.size() || w.threshold < sums[w.counter])
+        continue;  // full waits only
+      for (uint32_t prod : producers[w.counter]) {
+        size_t ip = 0;
+        if (prod != x && (p.launch.dynamic_queue || queue_of(p, prod, &ip) != qx))
+          edges.push_back({prod, x});
+      }
+    }
+  }
+  if (edges.empty()) return std::nullopt;
+  const auto [prod, x] = edges[pick(rng, edges.size())];
+  std::vector<ms_abi::Wait> waits = waits_of(p, prod);
+  const uint32_t d = p.tasks[x].signal_counter;
+  waits.push_back(ms_abi::Wait{d, static_cast<uint32_t>(sums[d])});
+  set_waits(&p, prod, waits);
+  return p;
+}
+
+/// kTooManyThreads: a block beyond 1024 threads, not whole warps, or too many threads per SM.
+Program too_many_threads(Program p, const GpuTarget& target, std::mt19937_64& rng) {
+  switch (pick(rng, 3)) {
+    case 0:  // beyond the 1024 per-block limit
+      p.launch.threads_per_block = 1024 + 32 * static_cast<int>(1 + pick(rng, 8));
+      break;
+    case 1:  // not a whole number of warps
+      p.launch.threads_per_block =
+          32 * static_cast<int>(1 + pick(rng, 8)) + 1 + static_cast<int>(pick(rng, 31));
+      break;
+    default:  // blocks x threads beyond the SM's thread limit
+      p.launch.threads_per_block = 1024;
+      p.launch.blocks_per_sm = 3 + static_cast<int>(pick(rng, 2));
+      p.launch.grid_blocks = target.num_sms * p.launch.blocks_per_sm;
+      break;
+  }
+  return p;
+}
+
+}  // namespace
+
 std::optional<Program> mutate(const Program& base, const GpuTarget& target, MutationClass c,
                               std::mt19937_64& rng) {
   Program p = base;
@@ -272,48 +372,10 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
       std::swap(q[a], q[b]);
       return p;
     }
-    case MutationClass::kMoveToQueue: {
-      if (p.launch.dynamic_queue || p.tasks.empty()) return std::nullopt;
-      const size_t slots =
-          std::max<size_t>(p.queues.size(), static_cast<size_t>(std::max(0, p.launch.grid_blocks)));
-      if (slots < 2) return std::nullopt;
-      const uint32_t t = static_cast<uint32_t>(pick(rng, p.tasks.size()));
-      size_t index = 0;
-      const int from = queue_of(p, t, &index);
-      if (from < 0) return std::nullopt;
-      size_t to = pick(rng, slots - 1);
-      if (to >= static_cast<size_t>(from)) ++to;
-      if (p.queues.size() <= to) p.queues.resize(to + 1);
-      p.queues[from].erase(p.queues[from].begin() + static_cast<int64_t>(index));
-      auto& dst = p.queues[to];
-      dst.insert(dst.begin() + static_cast<int64_t>(pick(rng, dst.size() + 1)), t);
-      while (!p.queues.empty() && p.queues.back().empty()) p.queues.pop_back();
-      return p;
-    }
-    case MutationClass::kOverlapOutputs: {
-      std::vector<uint32_t> cands;
-      for (uint32_t t = 0; t < p.tasks.size(); ++t)
-        if (plain_output(p.tasks[t])) cands.push_back(t);
-      if (cands.size() < 2) return std::nullopt;
-      const uint32_t a = cands[pick(rng, cands.size())];
-      uint32_t b = cands[pick(rng, cands.size() - 1)];
-      if (b == a) b = cands.back();
-      ms_abi::Instr& ia = p.tasks[a];
-      const ms_abi::Instr& ib = p.tasks[b];
-      const int64_t b_begin = static_cast<int64_t>(ib.out) + ib.row_begin,
-                    b_len = ib.row_end - ib.row_begin;
-      const int64_t a_len = ia.row_end - ia.row_begin;
-      // a's new range starts anywhere from a_len - 1 before b's start to b's last element.
-      const int64_t start =
-          b_begin - (a_len - 1) +
-          static_cast<int64_t>(pick(rng, static_cast<uint64_t>(a_len - 1 + b_len)));
-      const int64_t out = start - ia.row_begin;
-      if (out < 0 ||
-          out + ia.row_end > static_cast<int64_t>(p.buffer_elements[ms_abi::kBufActivations]))
-        return std::nullopt;
-      ia.out = static_cast<uint32_t>(out);
-      return p;
-    }
+    case MutationClass::kMoveToQueue:
+      return move_to_queue(std::move(p), rng);
+    case MutationClass::kOverlapOutputs:
+      return overlap_outputs(std::move(p), rng);
     case MutationClass::kRemoveSignal: {
       std::vector<uint32_t> cands;
       for (uint32_t t = 0; t < p.tasks.size(); ++t)
@@ -322,36 +384,8 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
       p.tasks[cands[pick(rng, cands.size())]].signal_increment = 0;
       return p;
     }
-    case MutationClass::kCrossQueueCycle: {
-      // A consumer x (which signals) waits on counter c; one of c's producers, in another queue,
-      // is made to wait for x's counter in full.
-      std::vector<std::vector<uint32_t>> producers(p.counter_totals.size());
-      for (uint32_t t = 0; t < p.tasks.size(); ++t)
-        if (p.tasks[t].signal_increment > 0 && p.tasks[t].signal_counter < producers.size())
-          producers[p.tasks[t].signal_counter].push_back(t);
-      std::vector<std::pair<uint32_t, uint32_t>> edges;  // (producer, consumer)
-      for (uint32_t x = 0; x < p.tasks.size(); ++x) {
-        if (p.tasks[x].signal_increment == 0) continue;
-        size_t ix = 0;
-        const int qx = queue_of(p, x, &ix);
-        for (const ms_abi::Wait& w : waits_of(p, x)) {
-          if (w.counter >= producers.size() || w.threshold < sums[w.counter])
-            continue;  // full waits only
-          for (uint32_t prod : producers[w.counter]) {
-            size_t ip = 0;
-            if (prod != x && (p.launch.dynamic_queue || queue_of(p, prod, &ip) != qx))
-              edges.push_back({prod, x});
-          }
-        }
-      }
-      if (edges.empty()) return std::nullopt;
-      const auto [prod, x] = edges[pick(rng, edges.size())];
-      std::vector<ms_abi::Wait> waits = waits_of(p, prod);
-      const uint32_t d = p.tasks[x].signal_counter;
-      waits.push_back(ms_abi::Wait{d, static_cast<uint32_t>(sums[d])});
-      set_waits(&p, prod, waits);
-      return p;
-    }
+    case MutationClass::kCrossQueueCycle:
+      return cross_queue_cycle(std::move(p), sums, rng);
     case MutationClass::kPartialMultiProducer: {
       std::vector<uint32_t> count(p.counter_totals.size(), 0);
       for (const auto& in : p.tasks)
@@ -366,23 +400,8 @@ std::optional<Program> mutate(const Program& base, const GpuTarget& target, Muta
       wt.threshold = 1 + static_cast<uint32_t>(pick(rng, wt.threshold - 1));
       return p;
     }
-    case MutationClass::kTooManyThreads: {
-      switch (pick(rng, 3)) {
-        case 0:  // beyond the 1024 per-block limit
-          p.launch.threads_per_block = 1024 + 32 * static_cast<int>(1 + pick(rng, 8));
-          break;
-        case 1:  // not a whole number of warps
-          p.launch.threads_per_block =
-              32 * static_cast<int>(1 + pick(rng, 8)) + 1 + static_cast<int>(pick(rng, 31));
-          break;
-        default:  // blocks x threads beyond the SM's thread limit
-          p.launch.threads_per_block = 1024;
-          p.launch.blocks_per_sm = 3 + static_cast<int>(pick(rng, 2));
-          p.launch.grid_blocks = target.num_sms * p.launch.blocks_per_sm;
-          break;
-      }
-      return p;
-    }
+    case MutationClass::kTooManyThreads:
+      return too_many_threads(std::move(p), target, rng);
     case MutationClass::kSmemOverCap: {
       p.launch.smem_bytes =
           target.smem_per_block_optin + 1024 * static_cast<int>(1 + pick(rng, 16));

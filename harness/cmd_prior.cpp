@@ -27,11 +27,7 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     int folds = 5;
     uint64_t seed = 0;
     TrialFlags trial;
-    int seeds = 5;
-    int budget = 60;
-    double target_us = 0;
-    int jobs = 1;
-    std::string work_dir;
+    PriorRaceOptions race;
   };
   auto opt = std::make_shared<Options>();
   opt->trial.ev.model = "small";
@@ -49,21 +45,22 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--folds", opt->folds, "--eval: cross-validation folds")->capture_default_str();
   add_model_flag(cmd, &opt->trial.ev.model, "--compare: model");
   add_gpu_flag(cmd, &opt->trial.ev.gpu, "--compare: GPU target");
-  cmd->add_option("--seeds", opt->seeds, "--compare: seeds per strategy")->capture_default_str();
-  cmd->add_option("--budget", opt->budget, "--compare: trials per run")->capture_default_str();
-  cmd->add_option("--target-us", opt->target_us,
+  cmd->add_option("--seeds", opt->race.seeds, "--compare: seeds per strategy")
+      ->capture_default_str();
+  cmd->add_option("--budget", opt->race.budget, "--compare: trials per run")->capture_default_str();
+  cmd->add_option("--target-us", opt->race.target_us,
                   "--compare: latency to reach (default: the median over seeds of random search's "
                   "best after --budget trials)");
   add_positions_flag(cmd, &opt->trial.positions,
                      "--compare: positions whose logits each trial checks (the latency is "
                      "predicted at position 0 either way)");
-  cmd->add_option("--jobs", opt->jobs,
+  cmd->add_option("--jobs", opt->race.jobs,
                   "--compare: runs at a time (forked processes sharing the loaded model)")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed,
                   "Fold shuffle seed (--eval) / first strategy seed (--compare)")
       ->capture_default_str();
-  cmd->add_option("--work-dir", opt->work_dir,
+  cmd->add_option("--work-dir", opt->race.work_dir,
                   "--compare: where the per-run logs go (default: a temporary folder, removed)");
   cmd->callback([&ctx, opt] {
     if (opt->eval == opt->compare)
@@ -91,15 +88,9 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
       return print_error("prior", error), void(ctx.exit_code = kExitUsage);
     auto trial = eval::TrialEvaluator::create(opt->trial.ev, &error);
     if (!trial) return print_error("prior", error), void(ctx.exit_code = kExitUsage);
-    PriorRaceOptions race_options;
-    race_options.seeds = opt->seeds;
-    race_options.first_seed = opt->seed;
-    race_options.budget = opt->budget;
-    race_options.target_us = opt->target_us;
-    race_options.jobs = opt->jobs;
-    race_options.work_dir = opt->work_dir;
+    opt->race.first_seed = opt->seed;
     PriorRace race =
-        race_prior_against_random(*trial, trial->shape(), trial->target(), race_options, std::cerr);
+        race_prior_against_random(*trial, trial->shape(), trial->target(), opt->race, std::cerr);
     if (!race.ok) return print_error("prior", race.error), void(ctx.exit_code = kExitEnvironment);
     race.summary["model"] = opt->trial.ev.model;
     race.summary["target"] = trial->target().name;

@@ -1,4 +1,4 @@
-// The keep/revert loop (DESIGN.md section 8). Trial 0 is the default config (or, with
+// The keep/revert loop (ARCHITECTURE.md, "One trial"). Trial 0 is the default config (or, with
 // warm_start, the best config this workspace knows for the model, target and device); then the
 // strategy proposes, the evaluator judges, and the keep rule decides:
 //   1. correct first: rejected, incorrect, crash and timeout are never kept;

@@ -1,6 +1,6 @@
 // A GPU as data: the figures lowering, validation and the floor need. A registry of common GPUs
-// with datasheet figures, plus `auto` (read from the live device with cudaGetDeviceProperties, in
-// vm/gpu_device; never a hard-coded SM count).
+// with datasheet figures, plus `auto` (read from the live device with cudaGetDeviceProperties by
+// eval::live_target, eval/device.h; never a hard-coded SM count).
 #pragma once
 
 #include <cstdint>

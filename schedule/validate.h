@@ -1,5 +1,5 @@
 // validate(): proves a Program safe to launch, or says exactly why not. It never throws and never
-// crashes, however malformed the program. Rules (DESIGN.md section 5):
+// crashes, however malformed the program. Rules (dev/validator_notes.md argues each):
 // clang-format off
 //   structure     operands in bounds, opcode, flags and arity agree, each task in exactly one queue
 //   reachability  every wait threshold <= the increments its counter can ever receive in a step

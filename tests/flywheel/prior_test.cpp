@@ -8,6 +8,7 @@
 
 #include "schedule/config.h"
 #include "schedule/search.h"
+#include "tests/h100_target.h"
 
 namespace megasched::flywheel {
 namespace {
@@ -25,16 +26,7 @@ TEST(Spearman, TiesTakeTheirAverageRank) {
   EXPECT_DOUBLE_EQ(spearman({1, 1, 1}, {1, 2, 3}), 0.0);  // a constant series ranks nothing
 }
 
-schedule::GpuTarget h100() {
-  schedule::GpuTarget t;
-  t.name = "h100";
-  t.sm_arch = 90;
-  t.num_sms = 132;
-  t.smem_per_sm = 233472;
-  t.smem_per_block_optin = 232448;
-  t.datasheet_bw_gbs = 3350;
-  return t;
-}
+schedule::GpuTarget h100() { return testing_support::h100_target(); }
 
 // A landscape with main effects and one interaction (rows per task x blocks per SM).
 double synthetic_us(const ScheduleConfig& c) {

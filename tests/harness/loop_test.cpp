@@ -19,6 +19,7 @@
 #include "harness/strategy.h"
 #include "schedule/config.h"
 #include "schedule/target.h"
+#include "tests/h100_target.h"
 
 namespace megasched::harness {
 namespace {
@@ -128,15 +129,7 @@ class HarnessLoop : public ::testing::Test {
     options.corpus_path = (dir_ / "corpus.jsonl").string();
     options.budget = 10;
     shape = *schedule::find_preset("toy");
-    // H100 SXM figures (the registry lives in schedule/target.cpp; the fake needs only these).
-    target.name = "h100";
-    target.sm_arch = 90;
-    target.num_sms = 132;
-    target.smem_per_sm = 233472;
-    target.smem_per_block_optin = 232448;
-    target.l2_bytes = 50331648;
-    target.hbm_bytes = 85899345920;
-    target.datasheet_bw_gbs = 3350;
+    target = testing_support::h100_target();
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

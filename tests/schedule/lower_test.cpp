@@ -8,21 +8,13 @@
 
 #include "schedule/search.h"
 #include "schedule/validate.h"
+#include "tests/h100_target.h"
 
 namespace megasched::schedule {
 namespace {
 
 GpuTarget test_target(int num_sms = 132) {
-  GpuTarget t;
-  t.name = "test-gpu";
-  t.sm_arch = 90;
-  t.num_sms = num_sms;
-  t.smem_per_sm = 233472;
-  t.smem_per_block_optin = 232448;
-  t.max_threads_per_sm = 2048;
-  t.max_blocks_per_sm = 32;
-  t.datasheet_bw_gbs = 3350;
-  return t;
+  return testing_support::h100_target(num_sms, "test-gpu");
 }
 
 // A shape on which every choice of every knob makes a difference: a KV group of 16 query heads

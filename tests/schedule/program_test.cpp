@@ -5,18 +5,12 @@
 #include <cstring>
 
 #include "schedule/lower.h"
+#include "tests/h100_target.h"
 
 namespace megasched::schedule {
 namespace {
 
-GpuTarget test_target() {
-  GpuTarget t;
-  t.name = "test-gpu";
-  t.num_sms = 6;
-  t.smem_per_sm = 233472;
-  t.smem_per_block_optin = 232448;
-  return t;
-}
+GpuTarget test_target() { return testing_support::h100_target(6, "test-gpu"); }
 
 // A program that exercises every opcode and flag: unfused norm / residual / SiLU / RoPE, split-K,
 // split attention.

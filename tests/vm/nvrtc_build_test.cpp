@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "schedule/config.h"
@@ -82,27 +83,38 @@ TEST(NvrtcBuild, KernelDefinesExtendTheProgramsBuildKnobs) {
   EXPECT_TRUE(std::is_sorted(d.begin(), d.end()));
 }
 
+/// The -D values of every choice of a kernel build knob (the integer, or a named choice's index).
+std::vector<int> define_values(const schedule::KnobSpec& k) {
+  std::vector<int> out;
+  for (size_t i = 0; i < k.choices.size(); ++i)
+    out.push_back(k.choices[i].is_number_integer() ? k.choices[i].get<int>() : static_cast<int>(i));
+  return out;
+}
+
 TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
-  const auto vec = int_choices("kernel.vector_bytes");
-  const auto rpw = int_choices("kernel.rows_per_warp");
-  const auto unroll = int_choices("kernel.unroll");
+  // Every kernel build knob of the knob table (the weight ring has its own test below), cycled
+  // through its values together with the launch shape, the dtype and the head dimension.
+  std::map<std::string, std::vector<int>> knob_values;
+  for (const schedule::KnobSpec& k : schedule::knob_specs())
+    if (!k.define.empty() && k.define != "MS_WEIGHT_RING") knob_values[k.define] = define_values(k);
   const auto threads = int_choices("launch.threads_per_block");
   const auto blocks = int_choices("launch.blocks_per_sm");
-  const std::vector<int> load = {0, 1};
   const std::vector<int> head_dims = {64, 128, 16};
-  size_t n = std::max({vec.size(), rpw.size(), unroll.size(), threads.size(), load.size(),
-                       head_dims.size(), blocks.size()});
+  size_t n = std::max({threads.size(), head_dims.size(), blocks.size()});
+  for (const auto& [define, values] : knob_values) n = std::max(n, values.size());
   std::set<std::string> seen;
   int reports = 0;
   std::printf("%-6s %-80s %5s %6s %6s %6s\n", "arch", "defines", "regs", "spillS", "spillL",
               "smem");
   for (int arch : {90, 80}) {
     for (size_t i = 0; i < n; ++i) {
-      const schedule::Program p =
-          program_for(vec[i % vec.size()], rpw[i % rpw.size()], unroll[i % unroll.size()],
-                      load[i % load.size()], threads[i % threads.size()], i % 2 == 0,
+      schedule::Program p =
+          program_for(16, 2, 2, 0, threads[i % threads.size()], i % 2 == 0,
                       head_dims[i % head_dims.size()], blocks[(i + 1) % blocks.size()]);
+      p.build.knobs = schedule::kernel_knob_defines(schedule::ScheduleConfig{});
+      for (const auto& [define, values] : knob_values)
+        p.build.knobs[define] = values[i % values.size()];
       BuildRequest req;
       req.entry = "vm/device/megakernel.cuh";
       req.defines = kernel_defines(p);
@@ -137,11 +149,9 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
   }
   EXPECT_GT(reports, 0);
   // Every value of every build knob was compiled at least once.
-  for (int v : vec) EXPECT_TRUE(seen.count("MS_VECTOR_BYTES=" + std::to_string(v))) << v;
-  for (int v : rpw) EXPECT_TRUE(seen.count("MS_ROWS_PER_WARP=" + std::to_string(v))) << v;
-  for (int v : unroll) EXPECT_TRUE(seen.count("MS_UNROLL=" + std::to_string(v))) << v;
+  for (const auto& [define, values] : knob_values)
+    for (int v : values) EXPECT_TRUE(seen.count(define + "=" + std::to_string(v))) << define << v;
   for (int v : threads) EXPECT_TRUE(seen.count("MS_THREADS=" + std::to_string(v))) << v;
-  for (int v : load) EXPECT_TRUE(seen.count("MS_WEIGHT_LOAD=" + std::to_string(v))) << v;
   // blocks_per_sm is clamped to 2048 threads' worth, so only the values that fit some thread count.
   for (int v : blocks) {
     if (v * threads.front() <= 2048) {

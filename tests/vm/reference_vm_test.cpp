@@ -10,6 +10,7 @@
 #include "eval/oracle.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
+#include "tests/h100_target.h"
 
 namespace megasched::vm {
 namespace {
@@ -25,15 +26,7 @@ constexpr int kPositions = 32;
 constexpr int kChecked[] = {0, 1, 7, 31};
 
 schedule::GpuTarget test_target(int num_sms) {
-  schedule::GpuTarget t;
-  t.name = "test-gpu";
-  t.sm_arch = 90;
-  t.num_sms = num_sms;
-  t.smem_per_sm = 233472;
-  t.smem_per_block_optin = 232448;
-  t.max_threads_per_sm = 2048;
-  t.max_blocks_per_sm = 32;
-  return t;
+  return testing_support::h100_target(num_sms, "test-gpu");
 }
 
 int32_t token_at(int position, const ModelShape& shape) {
