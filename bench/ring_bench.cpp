@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/gpu_trial.h"
+#include "eval/device.h"
 #include "schedule/config.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
