@@ -95,7 +95,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS)
 #pragma unroll
         for (int e = 0; e < kPer; ++e) {
 #if MS_KV_BF16
-          const float kv = __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
+          const float kv = ms_dev::bf16_pair_elem(w[e >> 1], e);
 #else
           const float kv = __uint_as_float(w[e]);
 #endif

@@ -106,6 +106,12 @@ __device__ __forceinline__ float bf16_to_f32(uint16_t b) {
   return __uint_as_float(uint32_t(b) << 16);
 }
 
+/// Element `e` (0: the low half) of two bf16 packed in one 32-bit word, upcast: the one unpack of
+/// packed weights and KV rows.
+__device__ __forceinline__ float bf16_pair_elem(uint32_t word, int e) {
+  return __uint_as_float((e & 1) ? (word & 0xFFFF0000u) : (word << 16));
+}
+
 /// Round-to-nearest-even, NaN kept quiet: the same rule as schedule::f32_to_bf16.
 __device__ __forceinline__ uint16_t f32_to_bf16(float v) {
   const uint32_t bits = __float_as_uint(v);
@@ -167,7 +173,7 @@ __device__ __forceinline__ WeightVec load_weight_vec(const void* p) {
 __device__ __forceinline__ float vec_elem(const WeightVec& v, int e) {
 #if MS_WEIGHT_BF16
   const uint32_t word = v.w[e >> 1];
-  return __uint_as_float((e & 1) ? (word & 0xFFFF0000u) : (word << 16));
+  return bf16_pair_elem(word, e);
 #else
   return __uint_as_float(v.w[e]);
 #endif

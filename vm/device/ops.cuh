@@ -1,5 +1,5 @@
 // The opcodes of the megakernel: one device function per opcode, each run by the whole block, with
-// exactly the semantics of vm/abi.h. Each has a CPU twin of the same name in the ReferenceVm
+// exactly the semantics of abi/abi.h. Each has a CPU twin of the same name in the ReferenceVm
 // (vm/reference_vm.cpp). All arithmetic is fp32; weights and KV are upcast on load; no atomics on
 // data, so results are deterministic.
 #pragma once
@@ -355,8 +355,7 @@ __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int
 #pragma unroll
         for (int e = 0; e < kPer; ++e) {
 #if MS_KV_BF16
-          const float kv =
-              __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
+          const float kv = bf16_pair_elem(w[e >> 1], e);
 #else
           const float kv = __uint_as_float(w[e]);
 #endif

@@ -229,8 +229,8 @@ struct SegSlot {
 __device__ __forceinline__ float4 weight4(const KernelArgs& a, uint64_t i) {
 #if MS_WEIGHT_BF16
   const uint2 w = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(a.weights) + i);
-  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u),
-                     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xFFFF0000u));
+  return make_float4(bf16_pair_elem(w.x, 0), bf16_pair_elem(w.x, 1), bf16_pair_elem(w.y, 0),
+                     bf16_pair_elem(w.y, 1));
 #else
   return *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(a.weights) + i);
 #endif
@@ -286,7 +286,7 @@ __device__ __forceinline__ float stage_seg(const KernelArgs& a, const Instr& in,
 __device__ __forceinline__ float seg_elem(const uint4& v, int e) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #if MS_WEIGHT_BF16
-  return __uint_as_float((e & 1) ? (w[e >> 1] & 0xFFFF0000u) : (w[e >> 1] << 16));
+  return bf16_pair_elem(w[e >> 1], e);
 #else
   return __uint_as_float(w[e]);
 #endif
