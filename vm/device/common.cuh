@@ -34,17 +34,27 @@
 #ifndef MS_WEIGHT_RING
 #define MS_WEIGHT_RING 0  // 1: a loader warp streams GEMV weight tiles into a shared-memory ring
 #endif
+// The weight ring's shape: vm::kernel_defines passes these to every ring build (their defaults and
+// ranges are the knob table's, abi/ring.h's for the segment width); a build without the ring
+// compiles the ring's code but never runs it, so it gets inert values.
+#if MS_WEIGHT_RING
+#if !defined(MS_RING_PAGES) || !defined(MS_RING_PAGE_BYTES) || !defined(MS_X_FLOATS) || \
+    !defined(MS_SEG_VECS)
+#error "a ring build takes MS_RING_PAGES, MS_RING_PAGE_BYTES, MS_X_FLOATS, MS_SEG_VECS from vm::kernel_defines"
+#endif
+#else
 #ifndef MS_RING_PAGES
-#define MS_RING_PAGES 2  // pages of the weight ring (smem.pages)
+#define MS_RING_PAGES 1
 #endif
 #ifndef MS_RING_PAGE_BYTES
-#define MS_RING_PAGE_BYTES 16384  // bytes per ring page (smem.page_bytes)
-#endif
-#ifndef MS_SEG_VECS
-#define MS_SEG_VECS 0  // ring builds: 16-byte vectors per lane of a whole-row segment (abi/ring.h)
+#define MS_RING_PAGE_BYTES 16
 #endif
 #ifndef MS_X_FLOATS
-#define MS_X_FLOATS 0  // ring builds: capacity of the GEMV input staging area (the longest input)
+#define MS_X_FLOATS 0
+#endif
+#ifndef MS_SEG_VECS
+#define MS_SEG_VECS 0
+#endif
 #endif
 #ifndef MS_PROFILE
 #define MS_PROFILE 0  // 1: every task stamps start / ready / done / signalled (megasched profile)
