@@ -136,8 +136,8 @@ void register_all() {
   struct Shape {
     int threads, pages, page_bytes;
   };
-  const std::vector<Shape> shapes = {{256, 4, 16384}, {256, 4, 32768}, {256, 2, 65536},
-                                     {160, 4, 32768}};
+  const std::vector<Shape> shapes = {
+      {256, 4, 16384}, {256, 4, 32768}, {256, 2, 65536}, {160, 4, 32768}};
   for (const Shape& s : shapes) {
     for (const char* op : {"gate_up", "down", "qkv", "o"}) {
       const std::string name = std::string("ring/") + op + "/" + std::to_string(s.threads) +

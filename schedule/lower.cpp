@@ -332,9 +332,9 @@ uint32_t Lowerer::tile_rows(uint32_t configured, uint32_t rows, uint32_t align) 
 
 uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
   // RoPE pairs rows within a head, so a tile with the QKV epilogue holds whole heads.
-  const uint32_t tile = tile_rows(
-      spec.tile_rows, spec.row_end - spec.row_begin,
-      spec.epilogue == ms_abi::kFlagRopeKv ? static_cast<uint32_t>(shape_.head_dim) : 8u);
+  const uint32_t tile =
+      tile_rows(spec.tile_rows, spec.row_end - spec.row_begin,
+                spec.epilogue == ms_abi::kFlagRopeKv ? static_cast<uint32_t>(shape_.head_dim) : 8u);
   const uint32_t splits = static_cast<uint32_t>(config_.tiling.gemv_k_split);
   const uint32_t split_cols = spec.cols / splits;
   const uint32_t rows = spec.row_end - spec.row_begin;

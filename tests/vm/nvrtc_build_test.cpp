@@ -170,16 +170,15 @@ TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
   };
   // Every ring page size with the thread counts at both ends, fp32 and bf16, profiled and not,
   // and every segment width of the whole-row path (0: rows too short, row pieces only).
-  const std::vector<Variant> variants = {
-      {16, 128, 2, 4096, 64, true, false, 2048, 8192, 8},
-      {16, 1024, 8, 32768, 64, true, true, 2048, 8192, 8},
-      {8, 256, 4, 8192, 128, false, false, 512, 1536, 4},
-      {4, 512, 1, 16384, 64, true, false, 64, 128, 0},
-      {16, 384, 2, 16384, 128, false, true, 2048, 8192, 8},
-      {16, 256, 2, 16384, 64, true, true, 512, 1536, 2},
-      {16, 288, 4, 32768, 64, true, false, 2048, 5632, 2},
-      {16, 544, 2, 65536, 64, true, false, 4096, 14336, 8},
-      {16, 160, 2, 4096, 64, true, true, 256, 768, 1}};
+  const std::vector<Variant> variants = {{16, 128, 2, 4096, 64, true, false, 2048, 8192, 8},
+                                         {16, 1024, 8, 32768, 64, true, true, 2048, 8192, 8},
+                                         {8, 256, 4, 8192, 128, false, false, 512, 1536, 4},
+                                         {4, 512, 1, 16384, 64, true, false, 64, 128, 0},
+                                         {16, 384, 2, 16384, 128, false, true, 2048, 8192, 8},
+                                         {16, 256, 2, 16384, 64, true, true, 512, 1536, 2},
+                                         {16, 288, 4, 32768, 64, true, false, 2048, 5632, 2},
+                                         {16, 544, 2, 65536, 64, true, false, 4096, 14336, 8},
+                                         {16, 160, 2, 4096, 64, true, true, 256, 768, 1}};
   for (int arch : {90, 80}) {
     for (const Variant& v : variants) {
       schedule::Program p = program_for(v.vector_bytes, 2, 2, 0, v.threads, v.bf16, v.head_dim, 1);

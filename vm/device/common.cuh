@@ -40,7 +40,8 @@
 #if MS_WEIGHT_RING
 #if !defined(MS_RING_PAGES) || !defined(MS_RING_PAGE_BYTES) || !defined(MS_X_FLOATS) || \
     !defined(MS_SEG_VECS)
-#error "a ring build takes MS_RING_PAGES, MS_RING_PAGE_BYTES, MS_X_FLOATS, MS_SEG_VECS from vm::kernel_defines"
+#error \
+    "a ring build takes MS_RING_PAGES, MS_RING_PAGE_BYTES, MS_X_FLOATS, MS_SEG_VECS from vm::kernel_defines"
 #endif
 #else
 #ifndef MS_RING_PAGES

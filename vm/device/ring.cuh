@@ -39,7 +39,8 @@ __device__ __forceinline__ Ring ring_layout(float* dyn) {
   Ring r;
   r.x = dyn;
   r.pages = base + ring_pages_offset(kXFloats);
-  r.full = reinterpret_cast<uint64_t*>(base + ring_full_offset(kXFloats, kRingPages, kRingPageBytes));
+  r.full =
+      reinterpret_cast<uint64_t*>(base + ring_full_offset(kXFloats, kRingPages, kRingPageBytes));
   r.empty = r.full + kRingPages;
   return r;
 }
@@ -190,8 +191,8 @@ __device__ __forceinline__ RingGeom ring_geom(uint32_t cols) {
 
 // ---- The whole-row (segment) path ----
 
-constexpr uint32_t kSegVecs = MS_SEG_VECS;             // 16-byte vectors per lane per segment
-constexpr uint32_t kSegVecElems = 16 / kWeightBytes;   // weights per 16-byte vector
+constexpr uint32_t kSegVecs = MS_SEG_VECS;            // 16-byte vectors per lane per segment
+constexpr uint32_t kSegVecElems = 16 / kWeightBytes;  // weights per 16-byte vector
 constexpr uint32_t kSegElems = ring_seg_elems(kSegVecs > 0 ? kSegVecs : 1, kWeightBytes);
 constexpr uint32_t kSegsPerPage = kRingPageElems / kSegElems;  // 0 when a page holds no segment
 
@@ -260,8 +261,10 @@ __device__ __forceinline__ float stage_seg(const KernelArgs& a, const Instr& in,
       const uint32_t i = base + u * kComputeThreads;
       if (i < n / 4) {
         v[u] = __ldcg(act + i);
-        if (silu_mul) w[u] = __ldcg(act2 + i);
-        else if (norm) w[u] = weight4(a, in.weight2 + 4ull * i);
+        if (silu_mul)
+          w[u] = __ldcg(act2 + i);
+        else if (norm)
+          w[u] = weight4(a, in.weight2 + 4ull * i);
       }
     }
 #pragma unroll
@@ -320,7 +323,7 @@ __device__ __forceinline__ float seg_dot(const char* seg, const float* x, uint32
 /// The GEMV of a whole-row ring task (see the file comment). Returns false when a page never came
 /// (the launch is aborting); every warp still reaches every barrier.
 __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in, Shared& s,
-                                              const Ring& r, uint32_t* seq) {
+                                           const Ring& r, uint32_t* seq) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // The input is staged once, as act * gamma under the norm: a dot product is linear in x, so the
   // row sums are scaled by inv_rms at the end and the sum of squares is reduced in the same pass.
@@ -346,7 +349,8 @@ __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in,
       if (ok) {
         const uint32_t last = min(total, first + kSegsPerPage);
         const char* page = r.pages + uint64_t(slot) * kRingPageBytes;
-        const uint32_t skew = (uint32_t(warp) + kComputeWarps - first % kComputeWarps) % kComputeWarps;
+        const uint32_t skew =
+            (uint32_t(warp) + kComputeWarps - first % kComputeWarps) % kComputeWarps;
         for (uint32_t g = first + skew; g < last; g += kComputeWarps) {
           const uint32_t b = g % blocks;
           const float sum = seg_dot(page + uint64_t(g - first) * kSegElems * kWeightBytes, r.x, b);
