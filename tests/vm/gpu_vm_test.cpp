@@ -129,9 +129,37 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
   EXPECT_GE(ran, 3);
 }
 
+/// Each ring config patch of `patches` lowered for `w`'s model runs on the GPU and matches the
+/// eager reference at positions 0 and 9, within the static shared-memory bound; with
+/// `whole_rows`, the model's rows are whole ring segments (abi/ring.h).
+void expect_ring_patches_match_eager(const schedule::Weights& w,
+                                     const std::vector<nlohmann::json>& patches, bool whole_rows) {
+  const std::vector<int> positions = {0, 9};
+  const Refs refs = eager_refs(w, positions);
+  for (nlohmann::json patch : patches) {
+    patch["kernel"]["weight_stream"] = "smem_ring";
+    std::string err;
+    const auto c = schedule::parse_config(patch, &err);
+    ASSERT_TRUE(c) << err;
+    const schedule::Program p = lower_or_die(w.shape, *c);
+    ASSERT_TRUE(p.build.weight_ring());
+    if (whole_rows) {
+      ASSERT_GT(ms_abi::ring_seg_vecs(p.model), 0u);
+    }
+    const GpuTrialResult r =
+        eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+    EXPECT_EQ(r.status, "ok") << w.shape.name << " " << schedule::dtype_name(w.shape.dtype) << " "
+                              << patch.dump() << ": " << r.message << "\n"
+                              << r.kernel.dump(1);
+    EXPECT_TRUE(r.argmax_match) << patch.dump();
+    EXPECT_LE(r.kernel.value("static_smem_bytes", 0),
+              schedule::kernel_static_smem_bound(p.launch.threads_per_block,
+                                                 static_cast<int>(p.model.head_dim)));
+  }
+}
+
 TEST(GpuVm, WeightRingMatchesEager) {
   MS_REQUIRE_GPU();
-  const std::vector<int> positions = {0, 9};
   // Ring shapes at both ends: one compute warp per tiny page, many warps and column chunks, a
   // split-K tile, per-slice edges and several blocks per SM.
   const std::vector<nlohmann::json> patches = {
@@ -148,25 +176,7 @@ TEST(GpuVm, WeightRingMatchesEager) {
     for (const char* preset : {"toy", "toy-2L"}) {
       schedule::ModelShape shape = *schedule::find_preset(preset);
       shape.dtype = dtype;
-      const schedule::Weights w = schedule::generate_weights(shape, 11);
-      const Refs refs = eager_refs(w, positions);
-      for (nlohmann::json patch : patches) {
-        patch["kernel"]["weight_stream"] = "smem_ring";
-        std::string err;
-        const auto c = schedule::parse_config(patch, &err);
-        ASSERT_TRUE(c) << err;
-        const schedule::Program p = lower_or_die(w.shape, *c);
-        ASSERT_TRUE(p.build.weight_ring());
-        const GpuTrialResult r =
-            eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
-        EXPECT_EQ(r.status, "ok") << preset << " " << schedule::dtype_name(dtype) << " "
-                                  << patch.dump() << ": " << r.message << "\n"
-                                  << r.kernel.dump(1);
-        EXPECT_TRUE(r.argmax_match) << patch.dump();
-        EXPECT_LE(r.kernel.value("static_smem_bytes", 0),
-                  schedule::kernel_static_smem_bound(p.launch.threads_per_block,
-                                                     static_cast<int>(p.model.head_dim)));
-      }
+      expect_ring_patches_match_eager(schedule::generate_weights(shape, 11), patches, false);
     }
   }
 }
@@ -175,8 +185,8 @@ TEST(GpuVm, WholeRowRingMatchesEager) {
   MS_REQUIRE_GPU();
   // A shape whose rows are whole ring segments (abi/ring.h: 2 vectors per lane for bf16, 4 for
   // fp32), so every full-row tile takes the one-copy-per-page path: down has 3 column blocks per
-  // row (partial sums added in order, inputs re-read when a warp changes block), the fused QKV
-  // tiles are whole heads, and a split-K config mixes in row-piece tiles.
+  // row (partial sums added in order), the fused QKV tiles are whole heads, and a split-K config
+  // mixes in row-piece tiles.
   schedule::ModelShape shape = *schedule::find_preset("toy-2L");
   shape.name = "ring-rows";
   shape.hidden = 512;
@@ -185,7 +195,6 @@ TEST(GpuVm, WholeRowRingMatchesEager) {
   shape.head_dim = 64;
   shape.ffn = 1536;
   shape.vocab = 1000;
-  const std::vector<int> positions = {0, 9};
   const std::vector<nlohmann::json> patches = {
       {{"smem", {{"pages", 4}, {"page_bytes", 32768}}},
        {"launch", {{"threads_per_block", 288}}},
@@ -201,22 +210,7 @@ TEST(GpuVm, WholeRowRingMatchesEager) {
   };
   for (schedule::DType dtype : {schedule::DType::kBF16, schedule::DType::kF32}) {
     shape.dtype = dtype;
-    const schedule::Weights w = schedule::generate_weights(shape, 13);
-    const Refs refs = eager_refs(w, positions);
-    for (nlohmann::json patch : patches) {
-      patch["kernel"]["weight_stream"] = "smem_ring";
-      std::string err;
-      const auto c = schedule::parse_config(patch, &err);
-      ASSERT_TRUE(c) << err;
-      const schedule::Program p = lower_or_die(w.shape, *c);
-      ASSERT_GT(ms_abi::ring_seg_vecs(p.model), 0u);
-      const GpuTrialResult r =
-          eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
-      EXPECT_EQ(r.status, "ok") << schedule::dtype_name(dtype) << " " << patch.dump() << ": "
-                                << r.message << "\n"
-                                << r.kernel.dump(1);
-      EXPECT_TRUE(r.argmax_match) << patch.dump();
-    }
+    expect_ring_patches_match_eager(schedule::generate_weights(shape, 13), patches, true);
   }
 }
 
