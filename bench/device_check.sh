@@ -16,7 +16,8 @@
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
-#        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json
+#        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
+#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -125,6 +126,33 @@ if has_stage ring; then
     log "ring FAILED"
     status=1
   fi
+fi
+
+if has_stage ncu; then
+  # ncu on ring_bench cases (NCU_FILTERS, space-separated; default 66 blocks streaming gate_up
+  # tiles, then O tiles), built with -lineinfo and sampled at the shortest warp-sampling interval
+  # so the source page maps stall samples to SASS; bench/ncu_hotspots.py prints the stall reasons
+  # and the hottest instructions into ncu_N.txt (the reports themselves: ring_N.ncu-rep).
+  NCU_FILTERS=${NCU_FILTERS:-ring/gate_up/256thr_4x16k/blocks:66/ ring/o/256thr_4x16k/blocks:66/}
+  n=0
+  for filter in $NCU_FILTERS; do
+    n=$((n + 1))
+    log "ncu $n: ring_bench $filter"
+    if MEGASCHED_NVRTC_LINEINFO=1 ncu --clock-control none --kernel-name ms_megakernel \
+         --launch-skip "${NCU_SKIP:-3}" --launch-count 1 --import-source no \
+         --warp-sampling-interval 0 \
+         --section SourceCounters --section WarpStateStats --section SchedulerStats \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/ring_$n" \
+         "$BUILD/ring_bench" --benchmark_min_time=0.01 --benchmark_filter="$filter" \
+         > "$OUT/ncu_run.log" 2>&1; then
+      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/ring_$n.ncu-rep" > "$OUT/ncu_$n.txt" 2>&1
+      log "ncu $n ok"
+    else
+      log "ncu $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
+      status=1
+    fi
+    rm -f "$OUT/ncu_run.log"
+  done
 fi
 
 if has_stage crosscheck; then

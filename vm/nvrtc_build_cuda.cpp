@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,6 +25,10 @@ std::vector<std::string> compile_options(const BuildRequest& r) {
   std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(r.sm_arch),
                                    "--ptxas-options=-v", "-default-device"};
   for (const std::string& d : r.defines) opts.push_back("-D" + d);
+  // For profiling only (ncu source counters map SASS back to the device sources); the option is
+  // part of the cache key like every other, so such builds never mix with plain ones.
+  if (const char* env = std::getenv("MEGASCHED_NVRTC_LINEINFO"); env && std::string(env) == "1")
+    opts.push_back("-lineinfo");
   return opts;
 }
 
