@@ -70,30 +70,43 @@ std::string default_cache_dir() {
 std::vector<KernelResources> parse_ptxas_log(const std::string& log) {
   std::vector<KernelResources> out;
   static const std::regex fn_re(R"(Compiling entry function '([^']+)')");
+  static const std::regex props_re(R"(Function properties for ([^\s]+))");
   static const std::regex stack_re(
       R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   static const std::regex regs_re(R"(Used (\d+) registers)");
   static const std::regex smem_re(R"((\d+) bytes smem)");
   std::istringstream in(log);
   std::string line;
-  KernelResources* cur = nullptr;
+  // Indices, not pointers: out grows. `entry` takes the register line, `props` the stack line
+  // (a non-inlined device function gets an entry of its own, registers -1).
+  int entry = -1, props = -1;
   std::smatch m;
+  auto find_or_add = [&out](const std::string& name) {
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i].name == name) return static_cast<int>(i);
+    out.push_back(KernelResources{});
+    out.back().name = name;
+    return static_cast<int>(out.size()) - 1;
+  };
   while (std::getline(in, line)) {
     if (std::regex_search(line, m, fn_re)) {
-      out.push_back(KernelResources{});
-      out.back().name = m[1];
-      cur = &out.back();
+      entry = props = find_or_add(m[1]);
       continue;
     }
-    if (!cur) continue;
-    if (std::regex_search(line, m, stack_re)) {
-      cur->stack_bytes = std::stoi(m[1]);
-      cur->spill_store_bytes = std::stoi(m[2]);
-      cur->spill_load_bytes = std::stoi(m[3]);
+    if (std::regex_search(line, m, props_re)) {
+      props = find_or_add(m[1]);
+      continue;
     }
-    if (std::regex_search(line, m, regs_re)) {
-      cur->registers = std::stoi(m[1]);
-      cur->smem_static_bytes = std::regex_search(line, m, smem_re) ? std::stoi(m[1]) : 0;
+    if (props >= 0 && std::regex_search(line, m, stack_re)) {
+      KernelResources& k = out[static_cast<size_t>(props)];
+      k.stack_bytes = std::stoi(m[1]);
+      k.spill_store_bytes = std::stoi(m[2]);
+      k.spill_load_bytes = std::stoi(m[3]);
+    }
+    if (entry >= 0 && std::regex_search(line, m, regs_re)) {
+      KernelResources& k = out[static_cast<size_t>(entry)];
+      k.registers = std::stoi(m[1]);
+      k.smem_static_bytes = std::regex_search(line, m, smem_re) ? std::stoi(m[1]) : 0;
     }
   }
   return out;

@@ -70,6 +70,28 @@ TEST(NvrtcBuild, ParsesPtxasResourceLines) {
   EXPECT_EQ(ks[1].smem_static_bytes, 0);
 }
 
+// A non-inlined device function's properties (ptxas prints them inside the entry's block) get an
+// entry of their own and never overwrite the kernel's spill figures.
+TEST(NvrtcBuild, ParsesDeviceFunctionPropertiesApartFromTheKernel) {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'ms_megakernel' for 'sm_90'\n"
+      "ptxas info    : Function properties for _ZN6ms_dev13gemv_ring_segEv\n"
+      "    48 bytes stack frame, 40 bytes spill stores, 44 bytes spill loads\n"
+      "ptxas info    : Function properties for ms_megakernel\n"
+      "    32 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers, 4256 bytes smem\n";
+  const auto ks = parse_ptxas_log(log);
+  ASSERT_EQ(ks.size(), 2u);
+  EXPECT_EQ(ks[0].name, "ms_megakernel");
+  EXPECT_EQ(ks[0].registers, 255);
+  EXPECT_EQ(ks[0].spill_store_bytes, 8);
+  EXPECT_EQ(ks[0].stack_bytes, 32);
+  EXPECT_EQ(ks[1].name, "_ZN6ms_dev13gemv_ring_segEv");
+  EXPECT_EQ(ks[1].registers, -1);
+  EXPECT_EQ(ks[1].spill_store_bytes, 40);
+  EXPECT_EQ(ks[1].spill_load_bytes, 44);
+}
+
 TEST(NvrtcBuild, KernelDefinesExtendTheProgramsBuildKnobs) {
   const schedule::Program p = program_for(8, 4, 2, 1, 384, false, 128);
   const std::vector<std::string> d = kernel_defines(p);

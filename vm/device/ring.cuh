@@ -295,36 +295,138 @@ __device__ __forceinline__ float seg_elem(const uint4& v, int e) {
 #endif
 }
 
-/// One warp's dot product of the segment at `seg` (shared memory) with the inputs of column block
-/// b: per 16-byte weight vector, the matching inputs are two (bf16) or one (fp32) conflict-free
-/// float4 loads from the SegSlot staging. (Holding a column block's inputs in registers across
-/// pages spilled at 168 registers per thread; re-reading them keeps every value in registers.)
-__device__ __forceinline__ float seg_dot(const char* seg, const float* x, uint32_t b) {
-  const int lane = threadIdx.x & 31;
-  constexpr uint32_t kQuads = kSegVecElems / 4;
-  const uint4* wp = reinterpret_cast<const uint4*>(seg);
-  const float4* xs = reinterpret_cast<const float4*>(x) + b * kSegVecs * kQuads * 32 + lane;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // independent chains
+/// 16 bytes of shared memory at a shared-space address. The ring's pointers are generic, so a
+/// plain dereference compiles to a generic load (LD.E: longer latency, tracked as a global load);
+/// these are LDS.128. Volatile with a memory clobber: never hoisted above the page's wait.
+__device__ __forceinline__ uint4 lds_u4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 lds_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+constexpr uint32_t kSegQuads = kSegVecElems / 4;  // float4 inputs per weight vector
+// Builds without whole-row tiles (kSegVecs 0) never run these; the arrays keep one vector there.
+constexpr uint32_t kSegLaneVecs = kSegVecs > 0 ? kSegVecs : 1;  // 16-byte vectors per lane
+constexpr uint32_t kSegXQuads = kSegLaneVecs * kSegQuads;  // float4 inputs per lane per segment
+constexpr uint32_t kSegBytes = kSegElems * kWeightBytes;   // one segment in a page
+/// Segments a compute warp takes from one page at most (segments go to warps round robin).
+constexpr uint32_t kSegsPerWarpPage =
+    kSegsPerPage == 0 ? 1 : (kSegsPerPage + kComputeWarps - 1) / kComputeWarps;
+
+/// A lane's inputs of one column block, in registers: float4 q is the input of weight vector
+/// q / kSegQuads, elements 4 (q % kSegQuads) ...
+struct SegX {
+  float4 q[kSegXQuads];
+};
+
+/// Lane `lane`'s inputs of column block b, read from the SegSlot staging at `x_addr`.
+__device__ __forceinline__ void seg_load_x(uint32_t x_addr, uint32_t b, int lane, SegX* x) {
+  const uint32_t base = x_addr + (b * kSegXQuads * 32 + uint32_t(lane)) * 16;
 #pragma unroll
-  for (uint32_t j = 0; j < kSegVecs; ++j) {
-    const uint4 wv = wp[j * 32 + lane];
+  for (uint32_t q = 0; q < kSegXQuads; ++q) x->q[q] = lds_f4(base + q * 32 * 16);
+}
+
+/// One lane's part of a segment's dot product (the warp sum of it is the segment's): its
+/// kSegVecs weight vectors at shared address `seg`, all loaded before any is used, against the
+/// inputs `x`. Four independent chains.
+__device__ __forceinline__ float seg_partial(uint32_t seg, int lane, const SegX& x) {
+  uint4 w[kSegLaneVecs];
 #pragma unroll
-    for (uint32_t h = 0; h < kQuads; ++h) {
-      const float4 xv = xs[(j * kQuads + h) * 32];
-      acc[0] += seg_elem(wv, int(4 * h)) * xv.x;
-      acc[1] += seg_elem(wv, int(4 * h + 1)) * xv.y;
-      acc[2] += seg_elem(wv, int(4 * h + 2)) * xv.z;
-      acc[3] += seg_elem(wv, int(4 * h + 3)) * xv.w;
+  for (uint32_t j = 0; j < kSegLaneVecs; ++j) w[j] = lds_u4(seg + (j * 32 + uint32_t(lane)) * 16);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (uint32_t j = 0; j < kSegLaneVecs; ++j) {
+#pragma unroll
+    for (uint32_t h = 0; h < kSegQuads; ++h) {
+      const float4 xv = x.q[j * kSegQuads + h];
+      acc[0] += seg_elem(w[j], int(4 * h)) * xv.x;
+      acc[1] += seg_elem(w[j], int(4 * h + 1)) * xv.y;
+      acc[2] += seg_elem(w[j], int(4 * h + 2)) * xv.z;
+      acc[3] += seg_elem(w[j], int(4 * h + 3)) * xv.w;
     }
   }
-  return warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/// The column block and row of a warp's segments: segment g of a row chunk (chunk-relative) is
+/// column block g % blocks of row g / blocks; a warp's next segment is W = kComputeWarps further,
+/// so both advance by a fixed step with no division in the page loop.
+struct SegCursor {
+  uint32_t g, row, b;
+  __device__ __forceinline__ void advance(uint32_t blocks, uint32_t step_rows, uint32_t step_b) {
+    g += kComputeWarps;
+    row += step_rows;
+    b += step_b;
+    if (b >= blocks) {
+      b -= blocks;
+      ++row;
+    }
+  }
+};
+
+/// One row chunk of a whole-row tile: every compute warp walks the chunk's pages in order and
+/// takes the segments g = warp, warp + W, ... (W = kComputeWarps). Per page a warp computes its
+/// lanes' partial sums, releases the page (its loads have landed: the sums used them), and only
+/// then reduces each sum across the warp, so the shuffles are off the ring's critical path. (The
+/// inputs are re-read from shared memory per segment: holding a row's 64 inputs per lane in
+/// registers made ptxas spill in the kernel body at 255 registers.)
+__device__ __forceinline__ bool seg_chunk(const KernelArgs& a, const Ring& r, Shared& s,
+                                          uint32_t total, uint32_t blocks, uint32_t chunk,
+                                          uint32_t* k, bool ok) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t pages = smem_addr(r.pages), x_addr = smem_addr(r.x);
+  const uint32_t step_rows = kComputeWarps / blocks, step_b = kComputeWarps % blocks;
+  SegCursor cur{uint32_t(warp), uint32_t(warp) / blocks, uint32_t(warp) % blocks};
+  for (uint32_t first = 0; first < total; first += kSegsPerPage, ++*k) {
+    const uint32_t slot = *k % kRingPages, phase = (*k / kRingPages) & 1u;
+    // Every compute warp waits for the page, also one with no segment in it: a warp that arrived
+    // on `empty` without waiting could lap the ring and arrive twice in one phase.
+    if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
+    const uint32_t last = min(total, first + kSegsPerPage);
+    float part[kSegsPerWarpPage];
+    uint32_t dest[kSegsPerWarpPage];
+    uint32_t n = 0;
+#pragma unroll
+    for (uint32_t u = 0; u < kSegsPerWarpPage; ++u) {
+      if (ok && cur.g < last) {
+        const uint32_t seg = pages + slot * kRingPageBytes + (cur.g - first) * kSegBytes;
+        SegX x;
+        seg_load_x(x_addr, cur.b, lane, &x);
+        part[u] = seg_partial(seg, lane, x);
+        dest[u] = cur.b * chunk + cur.row;
+        n = u + 1;
+        cur.advance(blocks, step_rows, step_b);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(r.empty + slot);
+#pragma unroll
+    for (uint32_t u = 0; u < kSegsPerWarpPage; ++u) {
+      if (u < n) {
+        const float sum = warp_sum(part[u]);
+        if (lane == 0) s.u.rows[dest[u]] = sum;
+      }
+    }
+  }
+  return ok;
 }
 
 /// The GEMV of a whole-row ring task (see the file comment). Returns false when a page never came
 /// (the launch is aborting); every warp still reaches every barrier.
 __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in, Shared& s,
-                                           const Ring& r, uint32_t* seq) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+                                           const Ring& ring, uint32_t* seq) {
+  const Ring r = ring;  // in registers: the reference would be re-read from local memory per page
   // The input is staged once, as act * gamma under the norm: a dot product is linear in x, so the
   // row sums are scaled by inv_rms at the end and the sum of squares is reduced in the same pass.
   const float ss = stage_seg(a, in, r.x);
@@ -341,25 +443,7 @@ __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in,
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += chunk) {
     const uint32_t row1 = min(in.row_end, row0 + chunk);
     const uint32_t total = (row1 - row0) * blocks;  // segments of this chunk
-    for (uint32_t first = 0; first < total; first += kSegsPerPage, ++k) {
-      const uint32_t slot = k % kRingPages, phase = (k / kRingPages) & 1u;
-      // Every compute warp waits for the page, also one with no segment in it: a warp that arrived
-      // on `empty` without waiting could lap the ring and arrive twice in one phase.
-      if (ok) ok = mbar_wait(a, r.full + slot, phase, true);
-      if (ok) {
-        const uint32_t last = min(total, first + kSegsPerPage);
-        const char* page = r.pages + uint64_t(slot) * kRingPageBytes;
-        const uint32_t skew =
-            (uint32_t(warp) + kComputeWarps - first % kComputeWarps) % kComputeWarps;
-        for (uint32_t g = first + skew; g < last; g += kComputeWarps) {
-          const uint32_t b = g % blocks;
-          const float sum = seg_dot(page + uint64_t(g - first) * kSegElems * kWeightBytes, r.x, b);
-          if (lane == 0) s.u.rows[b * chunk + g / blocks] = sum;
-        }
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(r.empty + slot);
-    }
+    ok = seg_chunk(a, r, s, total, blocks, chunk, &k, ok);
     if (!ok) s.ring_failed = 1;
     block_sync();
     // Row sums: the column blocks' slots added in column order (thread i touches only row i's).
