@@ -241,9 +241,11 @@ __device__ __forceinline__ float4 weight4(const KernelArgs& a, uint64_t i) {
 /// SegSlot order and returns the sum of squares of act (for the norm). Four columns per thread
 /// and kStageSegBatch of them in flight: the 2 x 8192 inputs of the down projection are a few L2
 /// round trips per thread. Unaligned operands take the scalar staging.
-/// Float4 loads in flight per thread while staging: 8 x 2 float4 live at once spill under the 168
-/// registers a block of more than 256 threads gets (ptxas -v), so such blocks take 4.
-constexpr int kStageSegBatch = kThreads > 256 ? 4 : 8;
+/// Float4 loads in flight per thread while staging: at 256 threads 10 cover the down projection's
+/// 2 x 2048 float4 inputs in one round trip (224 compute threads; spill-free at 255 registers, see
+/// bench/nvrtc_bench); 8 x 2 float4 live at once spill under the 168 registers a block of more
+/// than 256 threads gets (ptxas -v), so such blocks take 4.
+constexpr int kStageSegBatch = kThreads > 256 ? 4 : 10;
 __device__ __forceinline__ float stage_seg(const KernelArgs& a, const Instr& in, float* x) {
   const bool norm = (in.flags & kFlagNormPrologue) != 0;
   const bool silu_mul = (in.flags & kFlagSiluMulPrologue) != 0;
@@ -422,6 +424,10 @@ __device__ __forceinline__ bool seg_chunk(const KernelArgs& a, const Ring& r, Sh
   return ok;
 }
 
+/// Residual rows per compute thread whose loads a whole-row task issues before its pages (the rest
+/// are loaded in the epilogue).
+constexpr uint32_t kSegResidualRows = 2;
+
 /// The GEMV of a whole-row ring task (see the file comment). Returns false when a page never came
 /// (the launch is aborting); every warp still reaches every barrier.
 __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in, Shared& s,
@@ -438,23 +444,46 @@ __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in,
   }
   const uint32_t blocks = in.ld / kSegElems;
   const uint32_t chunk = seg_chunk_rows(in);
+  // A residual epilogue (O, down) adds rows of act that the task's waits already cover: their
+  // loads are issued before the pages are read, so the L2 round trip overlaps the GEMV, and the
+  // row sums are written out directly (gemv_epilogue's residual case, one barrier fewer).
+  const bool residual = (in.flags & kFlagResidual) && !(in.flags & kFlagPartial);
   bool ok = true;
   uint32_t k = *seq;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += chunk) {
     const uint32_t row1 = min(in.row_end, row0 + chunk);
+    float res[kSegResidualRows];
+#pragma unroll
+    for (uint32_t u = 0; u < kSegResidualRows; ++u) {
+      const uint32_t i = threadIdx.x + u * kComputeThreads;
+      res[u] = residual && i < row1 - row0 ? act_load(a.act + in.aux + row0 + i) : 0.0f;
+    }
     const uint32_t total = (row1 - row0) * blocks;  // segments of this chunk
     ok = seg_chunk(a, r, s, total, blocks, chunk, &k, ok);
     if (!ok) s.ring_failed = 1;
     block_sync();
     // Row sums: the column blocks' slots added in column order (thread i touches only row i's).
-    for (uint32_t i = threadIdx.x; i < row1 - row0; i += kComputeThreads) {
+    const uint32_t n = row1 - row0;
+    auto finish = [&](uint32_t i, float add) {
       float v = 0.0f;
       for (uint32_t b = 0; b < blocks; ++b) v += s.u.rows[b * chunk + i];
-      s.u.rows[i] = v * scale;
+      if (residual)
+        a.act[in.out + row0 + i] = v * scale + add;
+      else
+        s.u.rows[i] = v * scale;
+    };
+#pragma unroll
+    for (uint32_t u = 0; u < kSegResidualRows; ++u) {
+      const uint32_t i = threadIdx.x + u * kComputeThreads;
+      if (i < n) finish(i, res[u]);
     }
+    for (uint32_t i = threadIdx.x + kSegResidualRows * kComputeThreads; i < n; i += kComputeThreads)
+      finish(i, residual ? act_load(a.act + in.aux + row0 + i) : 0.0f);
     block_sync();
-    gemv_epilogue(a, in, s, row0, row1);
-    block_sync();
+    if (!residual) {
+      gemv_epilogue(a, in, s, row0, row1);
+      block_sync();
+    }
   }
   *seq = k;
   return s.ring_failed == 0;
