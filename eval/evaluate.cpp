@@ -1,6 +1,7 @@
 #include "eval/evaluate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <random>
 
@@ -143,8 +144,17 @@ std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) 
                             std::to_string(ms_abi::kAbiVersion) + "|" + options_.device + at);
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+}  // namespace
+
 Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
+  const auto t0 = Clock::now();
   const PreparedProgram prepared = prepare_program(weights_.shape, target_, config);
+  json breakdown = {{"lower", prepared.lower_ms}};
   if (!prepared.program) {
     Verdict v;
     v.model = weights_.shape.name;
@@ -155,21 +165,31 @@ Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
     v.rejected_reason = "lowering";
     v.diagnostics = json::array({{{"rule", "lowering"}, {"message", prepared.error}}});
     v.notes.push_back(prepared.error);
+    v.breakdown_ms = std::move(breakdown);
+    v.breakdown_ms["total"] = ms_since(t0);
     return v;
   }
-  return judge(*prepared.program, prepared.report, schedule_id(config));
+  breakdown["validate"] = prepared.validate_ms;
+  Verdict v = judge(*prepared.program, prepared.report, schedule_id(config), std::move(breakdown));
+  v.breakdown_ms["total"] = ms_since(t0);
+  return v;
 }
 
 Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
                                          const std::string& schedule_id) {
-  return judge(program, schedule::validate(program, target_), schedule_id);
+  const auto t0 = Clock::now();
+  const schedule::ValidationReport report = schedule::validate(program, target_);
+  Verdict v = judge(program, report, schedule_id, {{"lower", 0.0}, {"validate", ms_since(t0)}});
+  v.breakdown_ms["total"] = ms_since(t0);
+  return v;
 }
 
 Verdict TrialEvaluator::judge(const schedule::Program& program,
                               const schedule::ValidationReport& report,
-                              const std::string& schedule_id) {
+                              const std::string& schedule_id, json breakdown) {
   const ModelShape& shape = weights_.shape;
   Verdict v;
+  v.breakdown_ms = std::move(breakdown);
   v.model = shape.name;
   v.target = target_.name;
   v.device = options_.device;
@@ -205,7 +225,10 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
   // 2. Program correctness: the ReferenceVm against the eager forward at every checked position.
   v.positions_checked = options_.positions;
   v.argmax_match = true;
-  if (report.ok() && !check_on_reference_vm(program, &v)) {
+  const auto t_ref = Clock::now();
+  const bool program_ok = !report.ok() || check_on_reference_vm(program, &v);
+  v.breakdown_ms["reference_check"] = ms_since(t_ref);
+  if (!program_ok) {
     v.status = "incorrect";
     return v;
   }
@@ -272,6 +295,7 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
   gpu_options.timed_position = options_.timed_position;  // the floor refers to this position
   const GpuTrialResult g =
       run_gpu_trial(program, weights_, tokens_, reference_, options_.positions, gpu_options);
+  for (const auto& [phase, ms] : g.phases_ms.items()) v->breakdown_ms[phase] = ms;
   v->kernel = g.kernel;
   v->max_abs_err = std::max(v->max_abs_err, g.max_abs_err);
   v->rel_err = std::max(v->rel_err, g.rel_err);
@@ -303,8 +327,10 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
 
 std::optional<double> TrialEvaluator::predict_latency(const schedule::Program& program,
                                                       const Floor& floor, Verdict* v) {
+  const auto t0 = Clock::now();
   const auto est =
       schedule::predict(program, weights_.shape, target_, options_.timed_position, floor.floor_us);
+  v->breakdown_ms["predict"] = ms_since(t0);
   if (!est.completed) {
     v->status = "incorrect";
     v->notes.push_back("the cost model's simulation did not drain every queue");

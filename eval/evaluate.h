@@ -64,8 +64,9 @@ class TrialEvaluator : public Evaluator {
  private:
   TrialEvaluator() = default;
   /// The trial of a lowered program the validator has judged (steps 1-4 of the header).
+  /// `breakdown` holds the phases timed before it (lower, validate); judge adds its own.
   Verdict judge(const schedule::Program& program, const schedule::ValidationReport& report,
-                const std::string& schedule_id);
+                const std::string& schedule_id, nlohmann::json breakdown);
   /// Step 2: the ReferenceVm against the eager logits; false (with notes) when it differs.
   bool check_on_reference_vm(const schedule::Program& program, Verdict* v);
   /// Step 3 on a GPU: the kernel's correctness and its median latency (nullopt: a failure status).

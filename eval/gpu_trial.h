@@ -41,6 +41,9 @@ struct GpuTrialResult {
   std::vector<double> samples_us;           // megakernel step latency samples
   std::vector<double> baseline_samples_us;  // cuBLAS graph baseline samples (same run)
   int timed_position = 0;
+  // Wall time in ms of each phase run: compile_and_load (GpuVm::create: NVRTC or the cubin cache,
+  // weights upload), gpu_check, baseline (its build and fill), time, recheck.
+  nlohmann::json phases_ms = nlohmann::json::object();
 };
 
 /// tokens[p] is the token fed at position p (p = 0 .. max(positions)); refs[i] holds the eager

@@ -40,9 +40,16 @@ class GpuTrial {
       return fail("crash",
                   "run_gpu_trial needs one reference per checked position and at least one token");
     try {
-      if (!create() || !check_kernel()) return std::move(r_);
-      start_baseline();
-      if (!time_interleaved() || !recheck()) return std::move(r_);
+      if (!phase("compile_and_load", [&] { return create(); }) ||
+          !phase("gpu_check", [&] { return check_kernel(); }))
+        return std::move(r_);
+      phase("baseline", [&] {
+        start_baseline();
+        return true;
+      });
+      if (!phase("time", [&] { return time_interleaved(); }) ||
+          !phase("recheck", [&] { return recheck(); }))
+        return std::move(r_);
       r_.status = "ok";
       return std::move(r_);
     } catch (const vm::GpuError& e) {
@@ -52,6 +59,15 @@ class GpuTrial {
   }
 
  private:
+  /// Runs one phase and records its wall time in r_.phases_ms.
+  template <class F>
+  bool phase(const char* name, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool ok = f();
+    r_.phases_ms[name] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return ok;
+  }
   GpuTrialResult fail(const std::string& status, const std::string& message) {
     r_.status = status;
     r_.message = message;

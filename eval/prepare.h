@@ -18,6 +18,8 @@ struct PreparedProgram {
   std::optional<schedule::Program> program;  // nullopt: the config does not lower (see error)
   std::string error;                         // why it does not lower
   schedule::ValidationReport report;         // the validator's diagnostics (empty: safe)
+  double lower_ms = 0.0;                     // wall time of lower()
+  double validate_ms = 0.0;                  // wall time of validate() (0 when it did not lower)
 
   /// Lowered and safe to run.
   bool ok() const { return program.has_value() && report.ok(); }

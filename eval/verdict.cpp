@@ -46,6 +46,7 @@ json to_json(const Verdict& v) {
       {"status", v.status},
       {"notes", v.notes},
       {"kernel", v.kernel},
+      {"breakdown_ms", v.breakdown_ms},
   };
 }
 
@@ -81,6 +82,7 @@ Verdict verdict_from_json(const json& j) {
   v.status = j.value("status", "");
   v.notes = j.value("notes", std::vector<std::string>{});
   v.kernel = j.value("kernel", json::object());
+  v.breakdown_ms = j.value("breakdown_ms", json::object());
   return v;
 }
 

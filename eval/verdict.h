@@ -41,6 +41,9 @@ struct Verdict {
   std::string status;  // "ok" | "rejected" | "incorrect" | "crash" | "timeout" | "hang"
   std::vector<std::string> notes;
   nlohmann::json kernel = nlohmann::json::object();  // registers, spills, smem per variant (GPU)
+  // Wall time of the trial's phases in ms (lower, validate, reference_check, then on a GPU
+  // compile_and_load, gpu_check, baseline, time, recheck; on a CPU predict) and their total.
+  nlohmann::json breakdown_ms = nlohmann::json::object();
 };
 
 nlohmann::json to_json(const Verdict& verdict);

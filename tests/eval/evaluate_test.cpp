@@ -36,6 +36,34 @@ TEST(TrialEvaluator, DefaultToyIsCorrectAndPredictedAboveTheFloor) {
   EXPECT_GT(v.tasks, 0u);
 }
 
+// The verdict says where a trial's time went: every phase that ran, and a total that covers them.
+TEST(TrialEvaluator, VerdictBreaksTheTrialTimeIntoItsPhases) {
+  auto ev = toy_evaluator();
+  const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+  ASSERT_EQ(v.status, "ok");
+  double sum = 0.0;
+  for (const char* phase : {"lower", "validate", "reference_check", "predict"}) {
+    ASSERT_TRUE(v.breakdown_ms.contains(phase)) << phase << " in " << v.breakdown_ms.dump();
+    EXPECT_GE(v.breakdown_ms[phase].get<double>(), 0.0) << phase;
+    sum += v.breakdown_ms[phase].get<double>();
+  }
+  EXPECT_GT(v.breakdown_ms["reference_check"].get<double>(), 0.0);  // toy steps take time
+  EXPECT_FALSE(v.breakdown_ms.contains("gpu_check"));               // no GPU phase on a CPU
+  ASSERT_TRUE(v.breakdown_ms.contains("total"));
+  EXPECT_GE(v.breakdown_ms["total"].get<double>(), sum * 0.999);
+  EXPECT_EQ(verdict_from_json(to_json(v)).breakdown_ms, v.breakdown_ms);
+
+  // A config that does not lower has only the phases it reached.
+  schedule::ScheduleConfig bad;
+  bad.tiling.gemv_k_split = 0;  // lower() refuses it
+  const Verdict r = ev->evaluate(bad);
+  ASSERT_EQ(r.rejected_reason, "lowering");
+  EXPECT_TRUE(r.breakdown_ms.contains("lower"));
+  EXPECT_FALSE(r.breakdown_ms.contains("validate"));
+  EXPECT_FALSE(r.breakdown_ms.contains("reference_check"));
+  EXPECT_TRUE(r.breakdown_ms.contains("total"));
+}
+
 TEST(TrialEvaluator, ScheduleIdDependsOnConfigAndTarget) {
   auto ev = toy_evaluator();
   schedule::ScheduleConfig other;
