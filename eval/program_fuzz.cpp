@@ -126,12 +126,16 @@ GpuTarget fuzz_target(int num_sms) {
 ProgramBuilder::ProgramBuilder(const GpuTarget& target, uint32_t act_elements,
                                uint32_t input_elements) {
   Program& p = program_;
+  // The inputs are the rope table, the one activation range the loader writes before a step (the
+  // validator and the ground truth take inputs from the model, never from region flags): head_dim
+  // floats of it are head_dim / 2 inputs. The kernel builds head dimensions up to 256.
+  if (input_elements < 1 || input_elements > 128) input_elements = 128;
   p.model_name = "fuzz";
   p.model.hidden = 64;
   p.model.layers = 1;
   p.model.heads = 2;
   p.model.kv_heads = 1;
-  p.model.head_dim = 32;
+  p.model.head_dim = 2 * input_elements;
   p.model.ffn = 128;
   p.model.vocab = 64;
   p.model.max_seq = 8;
@@ -139,10 +143,10 @@ ProgramBuilder::ProgramBuilder(const GpuTarget& target, uint32_t act_elements,
   p.model.kv_dtype = ms_abi::kDTypeF32;
   p.model.rms_eps = 1e-5f;
   p.model.rope_theta = 10000.0f;
-  p.model.attn_scale = 0.17677669f;
+  p.model.attn_scale = 0.0625f;
   p.model.rope_table = 0;
-  p.buffer_elements = {64, act_elements, 2ull * 8 * 32, 4};
-  p.regions.push_back(Region{"inputs", ms_abi::kBufActivations, 0, input_elements, true});
+  p.buffer_elements = {64, act_elements, 2ull * 8 * p.model.head_dim, 4};
+  p.regions.push_back(Region{"rope_table", ms_abi::kBufActivations, 0, input_elements, true});
   p.launch.threads_per_block = 256;
   p.launch.blocks_per_sm = 1;
   p.launch.grid_blocks = target.num_sms;
@@ -550,6 +554,7 @@ GroundTruth truth_over_positions(const Program& program, const GpuTarget& target
   GroundTruth truth;
   for (int32_t position : ground_truth_positions(program)) {
     TaskAccesses acc;
+    acc.position = position;
     const bool recorded = options.record
                               ? options.record(program, position, &acc.reads, &acc.writes)
                               : elementwise_accesses(program, &acc.reads, &acc.writes);

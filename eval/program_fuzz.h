@@ -31,12 +31,14 @@ namespace megasched::eval {
 schedule::GpuTarget fuzz_target(int num_sms = 4);
 
 /// Builds element-wise programs: every task is `act[out + r] = act[in + r] + act[in2 + r]` for r
-/// in [0, rows). Activations [0, input_elements) are a region marked input; the rest is written by
-/// tasks. Launch shape: 256 threads, 1 block per SM, grid = target.num_sms, one queue per block.
+/// in [0, rows). Activations [0, input_elements) are the inputs: the rope table (model.rope_table
+/// 0, head_dim 2 x input_elements; at most 128 inputs, since the kernel builds head dimensions up
+/// to 256), the only activations the loader writes before a step. The rest is written by tasks.
+/// Launch shape: 256 threads, 1 block per SM, grid = target.num_sms, one queue per block.
 class ProgramBuilder {
  public:
   explicit ProgramBuilder(const schedule::GpuTarget& target, uint32_t act_elements = 4096,
-                          uint32_t input_elements = 256);
+                          uint32_t input_elements = 128);
 
   /// A counter; its declared per-step total is filled in by finish() from its producers unless
   /// `declared_total` is given.
