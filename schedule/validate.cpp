@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "schedule/build_fit.h"
 #include "schedule/footprint.h"
 #include "schedule/launch_fit.h"
 
@@ -148,7 +149,7 @@ class Checker {
     if (b.weight_ring()) {
       // The ring build keeps its pages, the input staging area and two mbarriers a page in
       // smem_bytes (schedule/target.h ring_smem_bytes).
-      if (l.smem_pages < 1 || l.smem_page_bytes % 16 != 0)
+      if (l.smem_pages < 1 || l.smem_page_bytes < 16 || l.smem_page_bytes % 16 != 0)
         fail("the weight ring needs at least one page of whole 16-byte units, not " +
              std::to_string(l.smem_pages) + " pages of " + std::to_string(l.smem_page_bytes) +
              " bytes");
@@ -165,6 +166,15 @@ class Checker {
         l.threads_per_block, l.blocks_per_sm, smem, static_cast<int>(p_.model.head_dim),
         b.weight_ring(),     l.dynamic_queue};
     for (const std::string& misfit : launch_misfits(request, target_)) fail(misfit);
+    // The kernel build: every field the device divides by, indexes with or loops on.
+    size_t more_tasks = 0;
+    for (BuildMisfit& misfit : build_misfits(p_, kMaxDiagnosticsPerRule, &more_tasks)) {
+      if (misfit.task == UINT32_MAX)
+        fail(misfit.message);
+      else
+        add("launch", label_.task(misfit.task) + " " + misfit.message, {misfit.task});
+    }
+    counts_["launch"] += more_tasks;
     if (bps < 1) return;
     const int64_t resident = static_cast<int64_t>(target_.num_sms) * bps;
     if (l.grid_blocks != resident)

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
+#include "abi/ring.h"
+#include "eval/device_model.h"
+#include "eval/ground_truth.h"
 #include "eval/program_fuzz.h"
 #include "schedule/footprint.h"
 #include "schedule/lower.h"
@@ -16,12 +20,39 @@ using eval::fuzz_target;
 using eval::ProgramBuilder;
 using eval::random_safe_dag_program;
 
-// Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:256) is
-// input.
+// The ground truth's verdict (kinds of hazard over every position that matters; empty: safe), to
+// show that a rejection below is of an unsafe program.
+std::set<std::string> truth_kinds(const Program& p, const GpuTarget& t = fuzz_target(4)) {
+  static const Weights weights = generate_weights(*find_preset("toy"), 1, 1);
+  std::set<std::string> kinds;
+  for (int32_t position : eval::ground_truth_positions(p)) {
+    eval::TaskAccesses acc;
+    std::string error;
+    EXPECT_TRUE(eval::record_accesses(p, weights, position, &acc, &error)) << error;
+    const eval::GroundTruth g = eval::explore_ground_truth(p, t, acc);
+    EXPECT_TRUE(g.complete);
+    kinds.insert(g.kinds.begin(), g.kinds.end());
+  }
+  return kinds;
+}
+
+// The default toy lowering (on the 4-SM fuzz target), with the weight ring when `ring`.
+Program toy_program(bool ring) {
+  ScheduleConfig cfg;
+  if (ring) cfg.kernel.weight_stream = WeightStream::kSmemRing;
+  std::string error;
+  std::optional<Program> p = lower(*find_preset("toy"), fuzz_target(4), cfg, &error);
+  EXPECT_TRUE(p) << error;
+  return *p;
+}
+
+// Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:128) is
+// input (the rope table).
 constexpr uint32_t kIn = 0;   // an input slice
 constexpr uint32_t kA = 256;  // tile outputs
 constexpr uint32_t kB = 264;
 constexpr uint32_t kC = 272;
+constexpr uint32_t kD = 280;
 
 bool has_rule(const ValidationReport& r, const std::string& rule) {
   for (const Diagnostic& d : r.diagnostics)
@@ -291,6 +322,71 @@ TEST(ScheduleValidator, RejectsWeightRingLaunchesItCannotServe) {
   p = base;
   p.launch.smem_page_bytes = 4100;
   EXPECT_EQ(validate(p, t).rules(), "launch") << "ring pages of whole 16-byte units";
+}
+
+// ---- The holes of issue 16: each program below was accepted before, and is unsafe. ----
+
+// The ring stages a tile's columns in blocks of 32 x 4 floats (fp32, 16-byte vectors): 64 columns
+// reach float 112, past a 64-float staging area, into ring page 0.
+TEST(ScheduleValidator, RejectsRingStagingThatIsNotAWholeNumberOfBlocks) {
+  Program p = toy_program(true);
+  ASSERT_TRUE(validate(p, fuzz_target(4)).ok());
+  p.build.x_floats = 64;
+  p.launch.smem_bytes = static_cast<int>(
+      ring_smem_bytes(p.launch.smem_pages, p.launch.smem_page_bytes, p.build.x_floats));
+  const ValidationReport r = validate(p, fuzz_target(4));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("streams through the weight ring and stages its 64 input columns in blocks of "
+                   "128 floats up to float 112, past the 64 staging floats"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: x_floats must be a whole number of 128-float blocks"), std::string::npos);
+  EXPECT_EQ(truth_kinds(p).count("smem_overflow"), 1u);
+}
+
+// A ring page smaller than one row piece: the loader's row step is zero and the kernel never ends.
+TEST(ScheduleValidator, RejectsRingPagesSmallerThanOneRowPiece) {
+  Program p = toy_program(true);
+  p.launch.smem_page_bytes = 16;
+  p.launch.smem_bytes = static_cast<int>(
+      ring_smem_bytes(p.launch.smem_pages, p.launch.smem_page_bytes, p.build.x_floats));
+  const ValidationReport r = validate(p, fuzz_target(4));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("through ring pages of 4: no piece fits a page, so the loader's row step is "
+                   "zero and the kernel never ends; hint: pages of at least 512 bytes"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(truth_kinds(p).count("hang"), 1u);
+}
+
+// Every build field the device code divides by, indexes with or loops on is range-checked.
+TEST(ScheduleValidator, RejectsKernelBuildsTheDeviceCannotRun) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kIn, kA, 8);
+  const Program base = b.finish();
+  ASSERT_TRUE(validate(base, fuzz_target()).ok());
+  Program p = base;
+  p.build.knobs["MS_UNROLL"] = 3;
+  EXPECT_NE(first_message(validate(p, fuzz_target()), "launch")
+                .find("sets MS_UNROLL=3, not one of 1, 2, 4, 8 (kernel.unroll)"),
+            std::string::npos);
+  p = base;
+  p.build.knobs.erase("MS_VECTOR_BYTES");
+  EXPECT_NE(
+      first_message(validate(p, fuzz_target()), "launch").find("does not set MS_VECTOR_BYTES"),
+      std::string::npos);
+  p = base;
+  p.build.knobs["MS_X_FLOATS"] = 12;
+  EXPECT_NE(first_message(validate(p, fuzz_target()), "launch").find("which is no kernel knob"),
+            std::string::npos);
+  p = base;
+  p.model.head_dim = 512;
+  EXPECT_NE(first_message(validate(p, fuzz_target()), "launch")
+                .find("head_dim 512 is not an even number in [2, 256]"),
+            std::string::npos);
+  EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"build"}));
 }
 
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
