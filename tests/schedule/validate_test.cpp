@@ -389,6 +389,38 @@ TEST(ScheduleValidator, RejectsKernelBuildsTheDeviceCannotRun) {
   EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"build"}));
 }
 
+// The ring stages act * gamma over the whole row, so a norm-prologue tile of half a row reads the
+// gamma's second half too: here past the end of the weights, where its own columns end.
+TEST(ScheduleValidator, RejectsNormGammaTheRingReadsBeyondTheWeights) {
+  for (const bool ring : {true, false}) {
+    Program p = toy_program(ring);
+    bool moved = false;
+    for (ms_abi::Instr& in : p.tasks) {
+      if (in.opcode != ms_abi::kGemv || !(in.flags & ms_abi::kFlagNormPrologue) || moved) continue;
+      ASSERT_EQ(in.col_end, 64u);
+      in.col_end = 32;
+      in.weight2 = p.buffer_elements[ms_abi::kBufWeights] - 32;
+      moved = true;
+    }
+    ASSERT_TRUE(moved);
+    const ValidationReport r = validate(p, fuzz_target(4));
+    if (!ring) {  // the register path reads the task's 32 gamma values: in bounds
+      EXPECT_TRUE(r.ok()) << to_json(r).dump(1);
+      EXPECT_TRUE(truth_kinds(p).empty());
+      continue;
+    }
+    // The task has no footprint then, so its outputs also count as unwritten (coverage).
+    EXPECT_EQ(r.rules().rfind("structure", 0), 0u) << r.rules();
+    const uint64_t w = p.buffer_elements[ms_abi::kBufWeights];
+    EXPECT_NE(first_message(r, "structure")
+                  .find("reads weights[" + std::to_string(w - 32) + ":" + std::to_string(w + 32) +
+                        "], beyond the buffer's " + std::to_string(w) + " elements"),
+              std::string::npos)
+        << first_message(r, "structure");
+    EXPECT_EQ(truth_kinds(p).count("out_of_bounds"), 1u);
+  }
+}
+
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
   std::mt19937_64 rng(7);
   const GpuTarget t = fuzz_target();
