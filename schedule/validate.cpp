@@ -704,15 +704,14 @@ class Checker {
       }
       check_double_writes(b, w);
     }
-    // Elements a read may find without a writer in this step: inputs (weights, the step cell's
-    // token/position/epoch, the KV history, regions marked input) and whatever some task writes.
+    // Elements a read may find without a writer in this step: whatever some task writes, and the
+    // inputs, which come from the model and the loader, never from the program's own region flags
+    // (model_inputs). The KV history has no exemption: earlier steps wrote it with this program's
+    // own appends, which the footprints widen to whole heads alike, so a KV read is covered
+    // exactly when some task appends to that head.
     const std::vector<std::vector<std::pair<uint64_t, uint64_t>>> written = covered_writes(writes);
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount),
-        covered(ms_abi::kBufCount);
-    inputs[ms_abi::kBufStep].push_back({0, 3});
-    for (const Region& r : p_.regions)
-      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end)
-        inputs[r.buffer].push_back({r.begin, r.end});
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs = model_inputs(),
+                                                            covered(ms_abi::kBufCount);
     for (uint32_t b = 0; b < ms_abi::kBufCount; ++b) {
       std::sort(inputs[b].begin(), inputs[b].end());
       std::merge(written[b].begin(), written[b].end(), inputs[b].begin(), inputs[b].end(),
@@ -734,7 +733,7 @@ class Checker {
       size_t reported = 0;
       for (const Access& a : footprint(x)) {
         if (a.write || a.buffer == ms_abi::kBufWeights) continue;
-        if (a.buffer != ms_abi::kBufKv) check_covered(x, a, covered[a.buffer]);
+        check_covered(x, a, covered[a.buffer]);
         if (!ran_[x]) continue;  // never runs (deadlock, reported): it cannot race
         const auto& w = writes[a.buffer];
         const auto& me = max_end[a.buffer];
@@ -821,14 +820,39 @@ class Checker {
     return {at, gap_end};
   }
 
+  // What a step may read that no task of it writes, by buffer: the step cell's token, position
+  // and epoch, and the rope table (head_dim / 2 floats at model.rope_table, which the loader
+  // writes from the model). Weights are never checked; the KV history is covered by the appends.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> model_inputs() const {
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount);
+    inputs[ms_abi::kBufStep].push_back({0, 3});
+    const uint64_t rope_begin = p_.model.rope_table;
+    const uint64_t rope_end =
+        std::min(rope_begin + p_.model.head_dim / 2, p_.buffer_elements[ms_abi::kBufActivations]);
+    if (rope_begin < rope_end) inputs[ms_abi::kBufActivations].push_back({rope_begin, rope_end});
+    return inputs;
+  }
+
   void check_covered(uint32_t x, const Access& a,
                      const std::vector<std::pair<uint64_t, uint64_t>>& cover) {
     const auto [lo, hi] = first_gap(a.begin, a.end, cover);
     if (lo >= hi) return;
-    add("coverage",
-        label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) +
-            ", which no task writes and which is not an input",
-        {x}, {}, {fmt_range(a.buffer, lo, hi)});
+    std::string why;
+    if (a.buffer == ms_abi::kBufKv)
+      why =
+          ", which no task appends: the KV history a step reads was written by this program's "
+          "own K/V appends in earlier steps, so every head attention reads needs an append";
+    else if (a.buffer == ms_abi::kBufActivations)
+      why =
+          ", which no task writes and which is not an input (the activation inputs are the "
+          "rope table " +
+          fmt_range(ms_abi::kBufActivations, p_.model.rope_table,
+                    uint64_t{p_.model.rope_table} + p_.model.head_dim / 2) +
+          ", which the loader writes; a region the program marks input does not count)";
+    else
+      why = ", which no task writes and which is not an input";
+    add("coverage", label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + why, {x}, {},
+        {fmt_range(a.buffer, lo, hi)});
   }
 
   static std::vector<std::vector<std::pair<uint64_t, uint64_t>>> covered_writes(

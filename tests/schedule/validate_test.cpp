@@ -421,6 +421,47 @@ TEST(ScheduleValidator, RejectsNormGammaTheRingReadsBeyondTheWeights) {
   }
 }
 
+// The QKV tile that appends K and V of both KV heads drops its last V head: attention of KV head
+// 1 reads a V cache nothing ever writes.
+TEST(ScheduleValidator, RejectsAttentionReadingAKvHeadNoTaskAppends) {
+  Program p = toy_program(false);
+  const uint32_t hd = p.model.head_dim, v_end = (p.model.heads + 2 * p.model.kv_heads) * hd;
+  bool dropped = false;
+  for (ms_abi::Instr& in : p.tasks)
+    if ((in.flags & ms_abi::kFlagRopeKv) && in.row_end == v_end) {
+      in.row_end -= hd;
+      dropped = true;
+    }
+  ASSERT_TRUE(dropped);
+  const ValidationReport r = validate(p, fuzz_target(4));
+  EXPECT_EQ(r.rules(), "coverage");
+  const std::string m = first_message(r, "coverage");
+  EXPECT_NE(m.find("(in kv.L0.v.h1), which no task appends: the KV history a step reads was "
+                   "written by this program's own K/V appends"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"uninitialized_read"}));
+}
+
+// What counts as an input comes from the model: marking a region `input: true` does not make it
+// initialised.
+TEST(ScheduleValidator, RejectsReadsOfARegionTheProgramMarksInput) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), 600, kIn, kA, 8);
+  Program p = b.finish();
+  p.regions.push_back(Region{"mine", ms_abi::kBufActivations, 600, 608, true});
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "coverage");
+  EXPECT_NE(first_message(r, "coverage")
+                .find("reads act[600:608] (in mine), which no task writes and which is not an "
+                      "input (the activation inputs are the rope table act[0:128]"),
+            std::string::npos)
+      << first_message(r, "coverage");
+  EXPECT_NE(first_message(r, "coverage").find("a region the program marks input does not count"),
+            std::string::npos);
+  EXPECT_EQ(truth_kinds(p, fuzz_target()), (std::set<std::string>{"uninitialized_read"}));
+}
+
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
   std::mt19937_64 rng(7);
   const GpuTarget t = fuzz_target();
