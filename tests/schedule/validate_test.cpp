@@ -462,6 +462,33 @@ TEST(ScheduleValidator, RejectsReadsOfARegionTheProgramMarksInput) {
   EXPECT_EQ(truth_kinds(p, fuzz_target()), (std::set<std::string>{"uninitialized_read"}));
 }
 
+// Five blocks per SM whose shared memory fits 228 KiB byte for byte, but not in the 128-byte
+// units the SM hands it out in (233472 / 5 = 46694.4; a block of 46593 bytes takes 46720).
+TEST(ScheduleValidator, RejectsSharedMemoryThatFitsOnlyWithoutTheAllocationUnit) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kIn, kA, 8);
+  Program p = b.finish();
+  p.launch.threads_per_block = 128;
+  p.launch.blocks_per_sm = 5;
+  p.launch.grid_blocks = 20;
+  const int64_t exact = eval::device_static_smem_bytes(eval::device_build(p));
+  const int64_t bound = kernel_static_smem_bound(128, static_cast<int>(p.model.head_dim));
+  const int64_t per_sm = fuzz_target().smem_per_sm;
+  p.launch.smem_bytes = static_cast<int>(46593 - exact - kReservedSmemPerBlock);
+  ASSERT_LE(5 * (p.launch.smem_bytes + bound + kReservedSmemPerBlock), per_sm)
+      << "the old rule (no allocation unit) accepted it";
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "launch");
+  EXPECT_NE(first_message(r, "launch")
+                .find("5 blocks of 46720 bytes of shared memory (" +
+                      std::to_string(p.launch.smem_bytes) + " dynamic + " + std::to_string(bound) +
+                      " static + 1024 reserved, rounded up to whole 128-byte allocation units) "
+                      "exceed 233472 bytes per SM"),
+            std::string::npos)
+      << first_message(r, "launch");
+  EXPECT_EQ(truth_kinds(p, fuzz_target()), (std::set<std::string>{"launch"}));
+}
+
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
   std::mt19937_64 rng(7);
   const GpuTarget t = fuzz_target();
