@@ -335,6 +335,18 @@ class Checker {
                 " increments per step but its producers add " + std::to_string(actual_total_[c]) +
                 ", so epoch-scaled thresholds are wrong from the second step on",
             {}, {c});
+      // The VMs compare 32-bit counters with 32-bit targets wrap-safely (ms_abi::counter_reached),
+      // which is exact only while a step's increments stay below 2^31.
+      const uint64_t total = std::max<uint64_t>(p_.counter_totals[c], actual_total_[c]);
+      if (total > ms_abi::kMaxCounterTotal)
+        add("reachability",
+            label_.counter(c) + " receives " + std::to_string(total) +
+                " increments per step, more than 2^31 - 1: counters and wait targets are 32-bit "
+                "and wrap, and the wrap-safe comparison (ms_abi::counter_reached) tells a counter "
+                "that is behind its target from one that is past it only while a step adds less "
+                "than 2^31, so a wait could pass before its producers ran; hint: signal smaller "
+                "increments (lowering signals 1 per tile) or split the counter",
+            {}, {c});
     }
     for (uint32_t t = 0; t < n_; ++t) {
       const ms_abi::Instr& in = p_.tasks[t];

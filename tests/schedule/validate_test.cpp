@@ -326,6 +326,33 @@ TEST(ScheduleValidator, RejectsWeightRingLaunchesItCannotServe) {
 
 // ---- The holes of issue 16: each program below was accepted before, and is unsafe. ----
 
+// Counters are 32-bit: a per-step total past 2^31 makes the wrap-safe comparison pass a wait
+// whose producer has not run (here at step 0 already: 0 - (2^31 + 1) reads as a positive distance).
+TEST(ScheduleValidator, RejectsCounterTotalsBeyondWhatThe32BitComparisonTells) {
+  auto build = [](uint32_t increment) {
+    ProgramBuilder b(fuzz_target());
+    const uint32_t c = b.counter("x.done");
+    b.add(0, b.op("x"), kIn, kIn, kA, 8, {}, c, increment);
+    b.add(1, b.op("y"), kA, kIn, kB, 8, {{c, increment}});
+    return b.finish();
+  };
+  const Program p = build(0x80000001u);
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "reachability");
+  const std::string m = first_message(r, "reachability");
+  EXPECT_NE(
+      m.find("counter 0 (x.done) receives 2147483649 increments per step, more than 2^31 - 1"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: signal smaller increments"), std::string::npos) << m;
+  EXPECT_TRUE(ms_abi::counter_reached(0u, ms_abi::wait_target(0, 0x80000001u, 0x80000001u)))
+      << "the device would pass the wait before x ran";
+  EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"race"}));
+  const Program largest = build(0x7fffffffu);
+  EXPECT_TRUE(validate(largest, fuzz_target()).ok());
+  EXPECT_TRUE(truth_kinds(largest).empty());
+}
+
 // The ring stages a tile's columns in blocks of 32 x 4 floats (fp32, 16-byte vectors): 64 columns
 // reach float 112, past a 64-float staging area, into ring page 0.
 TEST(ScheduleValidator, RejectsRingStagingThatIsNotAWholeNumberOfBlocks) {
