@@ -779,12 +779,44 @@ class Checker {
                                                              : " with no ordering between them";
           add("race",
               label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + " written by " +
-                  label_.task(wr.task) + how,
+                  label_.task(wr.task) + how + shared_counter_hint(x, wr.task),
               {x, wr.task}, {}, {fmt_range(a.buffer, lo, hi)});
         }
       }
     }
     check_logits(written);
+  }
+
+  // The reason a partial wait of `reader` on `writer`'s counter proves nothing when the counter is
+  // shared by several ops: the validator proves a producer of a partial wait only from orderings
+  // that hold without that wait (no induction over the execution; dev/validator_notes.md, "Counters
+  // shared by dependent ops"). Empty when the reader does not wait on that counter or one op
+  // signals it alone.
+  std::string shared_counter_hint(uint32_t reader, uint32_t writer) const {
+    const uint32_t c = signal_of(writer);
+    const ms_abi::Instr& in = p_.tasks[reader];
+    if (c == UINT32_MAX || !waits_ok(in)) return "";
+    uint32_t threshold = 0;
+    for (uint32_t w = 0; w < in.wait_count; ++w)
+      if (p_.waits[in.wait_begin + w].counter == c)
+        threshold = std::max(threshold, p_.waits[in.wait_begin + w].threshold);
+    if (threshold == 0 || threshold >= actual_total_[c]) return "";
+    std::vector<uint32_t> ops;
+    for (uint32_t prod : producers_[c])
+      if (std::find(ops.begin(), ops.end(), p_.tasks[prod].op_id) == ops.end())
+        ops.push_back(p_.tasks[prod].op_id);
+    if (ops.size() < 2) return "";
+    std::string names;
+    for (size_t i = 0; i < ops.size() && i < 3; ++i)
+      names += (i == 0 ? "" : ", ") +
+               (ops[i] < p_.ops.size() ? p_.ops[ops[i]].name : "op " + std::to_string(ops[i]));
+    if (ops.size() > 3) names += " and " + std::to_string(ops.size() - 3) + " more";
+    return ": its wait for " + label_.counter(c) + " >= " + std::to_string(threshold) + " of " +
+           std::to_string(actual_total_[c]) + " does not prove that writer ran, because ops " +
+           names +
+           " share that counter and the validator proves a partial wait only from orderings that "
+           "hold without it (it does not assume the wait's own ordering to show that another op's "
+           "producers signal later); hint: give each op its own counter, as lowering does";
   }
 
   void check_double_writes(uint32_t buffer, const std::vector<WriteRange>& w) {

@@ -516,6 +516,37 @@ TEST(ScheduleValidator, RejectsSharedMemoryThatFitsOnlyWithoutTheAllocationUnit)
   EXPECT_EQ(truth_kinds(p, fuzz_target()), (std::set<std::string>{"launch"}));
 }
 
+// Two layers' attention signal one counter; each layer's O projection waits for its own share.
+// Safe by induction over the execution (layer 1's attention runs after layer 0's O projection,
+// which needs the counter at 1 before anything of layer 1 can add to it), which the validator does
+// not attempt: it rejects, and says why (dev/validator_notes.md, "Counters shared by dependent
+// ops"). Lowering gives each op its own counter.
+TEST(ScheduleValidator, RejectsTwoLayersAttentionSharingACounterAndSaysWhy) {
+  auto build = [](bool shared) {
+    ProgramBuilder b(fuzz_target());
+    const uint32_t c0 = b.counter("L0.attn"), o0 = b.counter("L0.o");
+    const uint32_t c1 = shared ? c0 : b.counter("L1.attn");
+    b.add(0, b.op("L0.attn"), kIn, kIn, kA, 8, {}, c0, 1);
+    b.add(1, b.op("L0.o"), kA, kIn, kB, 8, {{c0, 1}}, o0, 1);
+    b.add(2, b.op("L1.attn"), kB, kIn, kC, 8, {{o0, 1}}, c1, 1);
+    b.add(3, b.op("L1.o"), kC, kIn, kD, 8, {{c1, shared ? 2u : 1u}});
+    return b.finish();
+  };
+  EXPECT_TRUE(validate(build(false), fuzz_target()).ok());
+  const Program p = build(true);
+  EXPECT_TRUE(truth_kinds(p, fuzz_target()).empty()) << "safe: the documented false reject";
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "race");
+  EXPECT_NE(first_message(r, "race").find(
+                "task 1 (add L0.o tile 0) reads act[256:264] written by task 0 (add L0.attn "
+                "tile 0) with no ordering between them: its wait for counter 0 (L0.attn) "
+                ">= 1 of 2 does not prove that writer ran, because ops L0.attn, L1.attn "
+                "share that counter"),
+            std::string::npos)
+      << first_message(r, "race");
+  EXPECT_NE(first_message(r, "race").find("hint: give each op its own counter"), std::string::npos);
+}
+
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {
   std::mt19937_64 rng(7);
   const GpuTarget t = fuzz_target();
