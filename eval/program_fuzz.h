@@ -72,6 +72,15 @@ enum class MutationClass : uint8_t {
   kTooManyThreads,        // threads per block or per SM beyond the limits
   kSmemOverCap,           // dynamic shared memory over the opt-in cap
   kGridNotCoResident,     // more blocks than can be resident at once
+  // Beyond the dependency graph (eval/fuzz_mutations.h):
+  kCounterTotalWrap,        // a counter's per-step total passes 2^31 (32-bit counter arithmetic)
+  kRingStagingOverflow,     // weight-ring staging not a whole number of blocks (into page 0)
+  kRingPageBelowPiece,      // weight-ring pages smaller than one row piece (the loader never ends)
+  kNormGammaBeyondTile,     // the ring reads the norm gamma over the whole row, past the weights
+  kKvNeverAppended,         // attention reads a K/V head that no task appends
+  kProgramMarkedInput,      // a task reads fresh activations the program itself marks input
+  kSmemAllocationUnit,      // shared memory that fits only without the 128-byte allocation unit
+  kSharedCounterAcrossOps,  // two ops signal one counter (documented rejection when safe)
   kCount,
 };
 const char* mutation_class_name(MutationClass c);
@@ -97,7 +106,9 @@ struct ScorecardRow {
   uint64_t accepted_unsafe = 0;  // validate() accepted a program the ground truth calls unsafe
   uint64_t rejected_safe = 0;    // validate() rejected a program the ground truth calls safe
   uint64_t rejected_safe_occupancy =
-      0;                      // of those: safe only because busy dynamic-queue workers order tasks
+      0;  // of those: safe only because busy dynamic-queue workers order tasks
+  uint64_t rejected_safe_documented = 0;  // of those: by a documented conservative rule
+                                          // (dev/validator_notes.md)
   uint64_t inconclusive = 0;  // the ground truth hit its state limit (not counted above)
   std::vector<std::string>
       rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few
