@@ -13,7 +13,6 @@ namespace megasched::eval {
 using schedule::GpuTarget;
 using schedule::LaunchShape;
 using schedule::Program;
-using schedule::Region;
 using schedule::Weights;
 
 namespace {
