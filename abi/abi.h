@@ -194,6 +194,28 @@ struct ModelParams {
 };
 static_assert(sizeof(ModelParams) == 56, "ModelParams layout is part of the ABI");
 
+/// The largest per-step total a counter may declare (2^31 - 1). Counters, epochs and wait targets
+/// are 32-bit on both VMs and wrap; counter_reached compares them wrap-safely, which is exact while
+/// a step's increments stay below 2^31 (the validator's rule "reachability" enforces this bound).
+constexpr uint32_t kMaxCounterTotal = 0x7fffffffu;
+
+/// The value counter c must reach at step `epoch` for a wait (c, threshold): epoch * total +
+/// threshold, modulo 2^32 (the counters are 32-bit and keep growing across steps, so they wrap).
+MS_ABI_FN uint32_t wait_target(uint32_t epoch, uint32_t total, uint32_t threshold) {
+  return epoch * total + threshold;
+}
+
+/// Whether a counter value has reached a wait target, wrap-safe: the signed distance of the two
+/// 32-bit values. At step e the counter holds e * total + s (s in [0, total]: this step's
+/// increments so far; every earlier step added exactly total) and the target is e * total + t
+/// (t <= total), so the true distance s - t lies in [-total, total]; with total <= kMaxCounterTotal
+/// it survives the reduction modulo 2^32, and the comparison is s >= t at every step, however
+/// often the counter has wrapped. (A plain `value >= target` passes a wait early once the target
+/// wraps and the counter has not yet: a race at step ~2^32 / total.)
+MS_ABI_FN bool counter_reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
 /// Element offset of K (kv = 0) or V (kv = 1) of (layer, kv head, position 0) in kBufKv.
 MS_ABI_FN uint64_t kv_offset(const ModelParams& m, uint32_t layer, uint32_t kv, uint32_t kv_head) {
   return ((static_cast<uint64_t>(layer) * 2 + kv) * m.kv_heads + kv_head) *

@@ -7,6 +7,11 @@
 // Dynamic shared memory of a ring build, in this order:
 //   [x staging: x_floats fp32 | pages x page_bytes | pages `full` mbarriers | pages `empty` ones]
 //
+// Row pieces: any other ring tile stages its input columns in blocks of x_block floats
+// (ring_x_slot) and fills each page with up to one row piece per compute warp (ring_pieces).
+// The validator checks every ring task of a program against these formulas (schedule/build_fit.h):
+// the staging must fit its x_floats and a page must hold a row piece, or the loader never ends.
+//
 // Segments: a GEMV tile that spans whole rows of its weight matrix (col_begin = 0, col_end = ld)
 // is one contiguous run of weights, so the loader fills each ring page with one bulk copy. The
 // compute warps read a page as segments of seg_elems consecutive weights (one segment lies inside
@@ -59,6 +64,81 @@ MS_ABI_FN constexpr bool ring_seg_tile(const Instr& in, uint32_t seg_vecs, uint3
   if (seg_vecs == 0 || in.col_begin != 0 || in.col_end != in.ld || in.ld == 0) return false;
   const uint32_t seg = ring_seg_elems(seg_vecs, weight_bytes);
   return in.ld % seg == 0 && page_bytes % (seg * weight_bytes) == 0;
+}
+
+/// GEMV rows per epilogue pass (vm/device/ops.cuh kEpilogueRows): the most whole heads in 1024.
+MS_ABI_FN constexpr uint32_t ring_epilogue_rows(uint32_t head_dim) {
+  return head_dim == 0 ? 0u : (1024u / head_dim) * head_dim;
+}
+
+/// Whether a kGemv task of a ring build (static queues) streams its weights through the ring
+/// (vm/device/ring.cuh ring_streams): its columns fit the x_floats staging floats and its row
+/// pieces are 16-byte aligned runs of whole 16-byte units. Any other GEMV loads into registers.
+MS_ABI_FN constexpr bool ring_streams(const Instr& in, uint32_t x_floats, uint32_t weight_bytes) {
+  if (in.opcode != kGemv) return false;
+  const uint64_t cols = in.col_end - in.col_begin;
+  return cols > 0 && cols <= x_floats && ((in.weight + in.col_begin) * weight_bytes) % 16 == 0 &&
+         (uint64_t(in.ld) * weight_bytes) % 16 == 0 && (cols * weight_bytes) % 16 == 0;
+}
+
+/// Whether a ring task takes the whole-row segment path (vm/device/ring.cuh seg_streams):
+/// ring_seg_tile, and the column blocks' partial sums of one row chunk fit the epilogue rows (with
+/// RoPE, a chunk of whole heads).
+MS_ABI_FN constexpr bool ring_seg_streams(const Instr& in, uint32_t seg_vecs, uint32_t weight_bytes,
+                                          uint32_t page_bytes, uint32_t head_dim) {
+  if (!ring_seg_tile(in, seg_vecs, weight_bytes, page_bytes)) return false;
+  const uint32_t blocks = in.ld / ring_seg_elems(seg_vecs, weight_bytes);
+  const uint32_t rows = ring_epilogue_rows(head_dim);
+  if (blocks > rows) return false;
+  return (in.flags & kFlagRopeKv) == 0 || rows / blocks >= head_dim;
+}
+
+/// Floats of one input staging block of the row-piece path (vm/device/ops.cuh kXBlock): one
+/// warp-wide vector step, 32 lanes x vector_bytes / weight_bytes.
+MS_ABI_FN constexpr uint32_t ring_x_block(uint32_t vector_bytes, uint32_t weight_bytes) {
+  return 32u * (vector_bytes / weight_bytes);
+}
+
+/// Where input column `rel` of a row-piece tile is staged (vm/device/ops.cuh x_slot): columns in
+/// blocks of 32 x vec_elems; inside a block, element e of lane L's vector sits at e * 32 + L.
+MS_ABI_FN constexpr uint32_t ring_x_slot(uint32_t rel, uint32_t vec_elems) {
+  const uint32_t block = 32u * vec_elems;
+  return (rel / block) * block + (rel % vec_elems) * 32u + (rel % block) / vec_elems;
+}
+
+/// Floats [0, n) that staging `cols` columns in ring_x_slot order writes: the largest slot + 1.
+/// A whole block is a permutation of itself; a partial last block of r columns reaches element
+/// min(r, vec_elems) - 1 of lane max(r / vec_elems, 1) - 1, i.e. past `cols` whenever
+/// vec_elems > 1 and r > 1. So a staging area that is not a whole number of blocks overflows
+/// (into ring page 0) for a tile whose columns fill it.
+MS_ABI_FN constexpr uint64_t ring_x_extent(uint32_t cols, uint32_t vec_elems) {
+  const uint32_t block = 32u * vec_elems;
+  if (block == 0) return 0;
+  const uint32_t r = cols % block;
+  const uint64_t whole = uint64_t(cols - r);
+  if (r == 0) return whole;
+  const uint32_t lanes = r / vec_elems > 1u ? r / vec_elems : 1u;
+  return whole + 32u * ((r < vec_elems ? r : vec_elems) - 1u) + lanes;
+}
+
+/// The page geometry of a row-piece tile of `cols` columns (vm/device/ring.cuh ring_geom): row
+/// pieces of pc columns (whole x blocks unless one piece is the whole row), pr pieces per page,
+/// chunks pieces per row. pr == 0 (a page smaller than one piece) makes the loader's row step
+/// zero: it never ends.
+struct RingPieces {
+  uint32_t pc, pr, chunks;
+};
+MS_ABI_FN constexpr RingPieces ring_pieces(uint32_t cols, uint32_t page_elems,
+                                           uint32_t compute_warps, uint32_t x_block) {
+  uint32_t per_warp =
+      compute_warps == 0 || x_block == 0 ? 0u : page_elems / compute_warps / x_block * x_block;
+  if (per_warp < x_block) per_warp = x_block;
+  RingPieces g{0, 0, 0};
+  g.pc = cols < per_warp ? cols : per_warp;
+  if (g.pc == 0) return g;
+  g.pr = page_elems / g.pc < compute_warps ? page_elems / g.pc : compute_warps;
+  g.chunks = (cols + g.pc - 1) / g.pc;
+  return g;
 }
 
 }  // namespace ms_abi

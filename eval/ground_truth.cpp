@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "eval/device_model.h"
 #include "vm/reference_vm.h"
 
 namespace megasched::eval {
@@ -12,7 +13,6 @@ namespace megasched::eval {
 using schedule::GpuTarget;
 using schedule::LaunchShape;
 using schedule::Program;
-using schedule::Region;
 using schedule::Weights;
 
 namespace {
@@ -37,7 +37,8 @@ class Explorer {
         acc_(acc),
         opt_(opt),
         n_(p.tasks.size()),
-        words_((p.tasks.size() + 63) / 64) {}
+        words_((p.tasks.size() + 63) / 64),
+        build_(device_build(p)) {}
 
   GroundTruth run() {
     launch_facts();
@@ -49,9 +50,13 @@ class Explorer {
       return out_;
     }
     if (!well_formed()) return out_;
+    build_facts();
     epoch_facts();
     element_facts();
-    explore();
+    for (uint32_t epoch : epochs()) {
+      explore(epoch);
+      if (!out_.complete || (opt_.stop_at_first && !out_.kinds.empty())) break;
+    }
     return out_;
   }
 
@@ -61,7 +66,10 @@ class Explorer {
     if (out_.findings.size() < 8) out_.findings.push_back(kind + ": " + message);
   }
 
-  // How many blocks of this kernel one SM holds at once, from each resource separately.
+  // How many blocks of this kernel one SM holds at once, from each resource separately. Shared
+  // memory: the block's dynamic and static bytes and the runtime's reserve, in whole allocation
+  // units (the occupancy calculator's rule). Registers: the floor of 32 per thread, since only the
+  // compiled kernel knows its count.
   void launch_facts() {
     const LaunchShape& l = p_.launch;
     const int64_t threads = l.threads_per_block;
@@ -70,14 +78,17 @@ class Explorer {
       return;
     }
     const int64_t smem = l.smem_bytes;
+    const int64_t static_smem = device_static_smem_bytes(build_);
     if (smem < static_cast<int64_t>(l.smem_pages) * l.smem_page_bytes || smem < 0)
       find("launch", "shared memory smaller than its pages");
-    if (smem > target_.smem_per_block_optin)
-      find("launch", "shared memory above the per-block opt-in limit");
+    if (smem + static_smem > target_.smem_per_block_optin)
+      find("launch", "dynamic + static shared memory above the per-block opt-in limit");
+    const int64_t unit = target_.sm_arch >= 80 ? 128 : 256;
+    const int64_t per_block =
+        (std::max<int64_t>(smem, 0) + static_smem + kRuntimeReservedSmem + unit - 1) / unit * unit;
     int64_t per_sm = target_.max_blocks_per_sm;
     per_sm = std::min<int64_t>(per_sm, target_.max_threads_per_sm / threads);
-    per_sm = std::min<int64_t>(
-        per_sm, target_.smem_per_sm / (std::max<int64_t>(smem, 0) + kRuntimeReservedSmem));
+    per_sm = std::min<int64_t>(per_sm, target_.smem_per_sm / per_block);
     per_sm = std::min<int64_t>(per_sm, target_.regs_per_sm / (threads * kRegistersPerThreadFloor));
     const int64_t resident = per_sm * target_.num_sms;
     if (l.grid_blocks < 1 || l.grid_blocks > resident)
@@ -142,6 +153,65 @@ class Explorer {
     return true;
   }
 
+  // The kernel build (eval/device_model.h): whether it compiles, and per weight-ring task where
+  // its staging and pages land in shared memory, whether its loops advance and what it reads
+  // beyond the ReferenceVm's accesses (added to its reads when inside the buffers).
+  void build_facts() {
+    for (const std::string& e : device_build_errors(build_)) find("build", e);
+    if (!build_.weight_ring) return;
+    const LaunchShape& l = p_.launch;
+    const uint64_t x_bytes = static_cast<uint64_t>(std::max(build_.x_floats, 0)) * 4;
+    const uint64_t pages = static_cast<uint64_t>(std::max(build_.ring_pages, 0));
+    const uint64_t page_bytes = static_cast<uint64_t>(std::max(build_.ring_page_bytes, 0));
+    // ring_layout: [x staging | pages | full mbarriers | empty mbarriers].
+    if (x_bytes + pages * page_bytes + pages * 16 >
+        static_cast<uint64_t>(std::max(l.smem_bytes, 0)))
+      find("smem_overflow",
+           "the weight ring's layout needs " + std::to_string(x_bytes + pages * (page_bytes + 16)) +
+               " bytes of dynamic shared memory, the launch gives " + std::to_string(l.smem_bytes));
+    for (uint32_t t = 0; t < n_; ++t) {
+      const RingTaskModel m = ring_task_model(build_, p_, p_.tasks[t]);
+      if (m.path == RingTaskModel::Path::kNone) continue;
+      const std::string task = "task " + std::to_string(t);
+      if (m.staged_floats * 4 > x_bytes)
+        find("smem_overflow", task + " stages its input up to float " +
+                                  std::to_string(m.staged_floats) + " of " +
+                                  std::to_string(build_.x_floats) +
+                                  ": into ring page 0, which the loader fills at the same time");
+      if (m.page_bytes_used > page_bytes)
+        find("smem_overflow", task + " copies " + std::to_string(m.page_bytes_used) +
+                                  " bytes into a ring page of " + std::to_string(page_bytes));
+      if (!m.loader_ends)
+        find("hang", task +
+                         ": a ring page holds no row piece (or segment), so the loader's step "
+                         "is zero and the kernel never ends");
+      for (const DeviceRange& r : m.reads) {
+        if (r.buffer >= ms_abi::kBufCount || r.end > p_.buffer_elements[r.buffer]) {
+          find("out_of_bounds",
+               task + " reads " + std::to_string(r.begin) + ".." + std::to_string(r.end) +
+                   " of buffer " + std::to_string(r.buffer) + " (its ring staging), beyond its " +
+                   std::to_string(r.buffer < ms_abi::kBufCount ? p_.buffer_elements[r.buffer] : 0) +
+                   " elements");
+          continue;
+        }
+        std::vector<uint64_t>& reads = acc_.reads[t];
+        for (uint64_t i = r.begin; i < r.end; ++i) reads.push_back(element_key(r.buffer, i));
+        std::sort(reads.begin(), reads.end());
+        reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+      }
+    }
+  }
+
+  // Epoch 0, and the first epoch at which the largest counter's targets pass 2^32.
+  std::vector<uint32_t> epochs() const {
+    uint64_t largest = 0;
+    for (uint32_t total : p_.counter_totals) largest = std::max<uint64_t>(largest, total);
+    std::vector<uint32_t> out{0};
+    if (opt_.wrap_epoch && largest > 0 && 0xffffffffull / largest > 0)
+      out.push_back(static_cast<uint32_t>(0xffffffffull / largest));
+    return out;
+  }
+
   void epoch_facts() {
     std::vector<uint64_t> sum(p_.counter_totals.size(), 0);
     for (const auto& in : p_.tasks)
@@ -152,14 +222,24 @@ class Explorer {
                           " per step but declares " + std::to_string(p_.counter_totals[c]));
   }
 
-  bool is_input(uint64_t key) const {
+  // Written before the step by the host (from the model) or by earlier steps (the KV history):
+  // never because the program marks a region input.
+  bool is_input(uint64_t key,
+                const std::unordered_map<uint64_t, std::vector<uint32_t>>& writers) const {
     const uint32_t buffer = static_cast<uint32_t>(key >> 56);
     const uint64_t index = key & ((uint64_t{1} << 56) - 1);
-    if (buffer == ms_abi::kBufWeights || buffer == ms_abi::kBufKv) return true;
-    if (buffer == ms_abi::kBufStep && index < 3) return true;
-    for (const Region& r : p_.regions)
-      if (r.input && r.buffer == buffer && r.begin <= index && index < r.end) return true;
-    return false;
+    const ms_abi::ModelParams& m = p_.model;
+    if (buffer == ms_abi::kBufWeights) return true;
+    if (buffer == ms_abi::kBufStep) return index < 3;
+    if (buffer == ms_abi::kBufActivations)
+      return index >= m.rope_table && index < uint64_t{m.rope_table} + m.head_dim / 2;
+    if (buffer != ms_abi::kBufKv || m.head_dim == 0 || m.max_seq == 0) return false;
+    // Row t of [layer][k|v][kv_head][max_seq][head_dim]: history when t < position and this step
+    // appends the same head's row at the position (so step t appended row t).
+    const uint64_t row = (index / m.head_dim) % m.max_seq;
+    const uint64_t position = static_cast<uint64_t>(std::max(acc_.position, 0));
+    if (row >= position) return false;
+    return writers.count(element_key(buffer, index + (position - row) * m.head_dim)) > 0;
   }
 
   // Double writes, uninitialised reads, and per task the mask of tasks whose writes it touches.
@@ -184,7 +264,7 @@ class Explorer {
         for (uint64_t key : *set) {
           auto it = writers.find(key);
           if (it == writers.end()) {
-            if (reading && !is_input(key) && !uninit) {
+            if (reading && !is_input(key, writers) && !uninit) {
               find("uninitialized_read", "task " + std::to_string(x) + " reads element " +
                                              std::to_string(key & ((uint64_t{1} << 56) - 1)) +
                                              " of buffer " + std::to_string(key >> 56) +
@@ -202,13 +282,20 @@ class Explorer {
 
   bool done(const std::vector<uint64_t>& s, size_t t) const { return (s[t / 64] >> (t % 64)) & 1; }
 
-  void explore() {
+  void explore(uint32_t epoch) {
     const bool dynamic = p_.launch.dynamic_queue;
+    std::vector<uint64_t> added(p_.counter_totals.size(), 0);  // what the producers add per step
+    for (const auto& in : p_.tasks)
+      if (in.signal_increment > 0) added[in.signal_counter] += in.signal_increment;
+    const std::string at = epoch == 0 ? "" : " at step epoch " + std::to_string(epoch);
     const size_t workers = static_cast<size_t>(std::max(1, p_.launch.grid_blocks));
     const size_t live_queues = dynamic ? 1 : std::min(p_.queues.size(), workers);
     std::unordered_set<std::vector<uint64_t>, StateHash> seen;
     std::vector<std::vector<uint64_t>> stack;
     std::vector<uint64_t> start(words_ + 1, 0);  // finished bits, then the claim cursor
+    // With a worker for every task no claim ever waits for a worker, so claiming them all at once
+    // reaches the same interleavings (and keeps the claim cursor out of the state space).
+    if (dynamic && workers >= p_.queues[0].size()) start[words_] = p_.queues[0].size();
     seen.insert(start);
     stack.push_back(start);
     std::vector<uint64_t> value(p_.counter_totals.size());
@@ -234,7 +321,9 @@ class Explorer {
         const ms_abi::Instr& in = p_.tasks[t];
         for (uint32_t w = 0; w < in.wait_count; ++w) {
           const ms_abi::Wait& wt = p_.waits[in.wait_begin + w];
-          if (value[wt.counter] < wt.threshold) return false;
+          if (!device_wait_holds(epoch, value[wt.counter], added[wt.counter],
+                                 p_.counter_totals[wt.counter], wt.threshold))
+            return false;
         }
         return true;
       };
@@ -270,7 +359,7 @@ class Explorer {
                "task " + std::to_string(x) + " can " +
                    (together ? "run concurrently with" : "run before") + " task " +
                    std::to_string(w) + ", which writes an element it accesses (after " +
-                   std::to_string(finished) + " finished tasks)");
+                   std::to_string(finished) + " finished tasks" + at + ")");
           if (opt_.stop_at_first) return;
           break;
         }
@@ -278,7 +367,7 @@ class Explorer {
       if (enabled.empty() && !can_claim) {
         if (finished < n_) {
           find("deadlock", std::to_string(n_ - finished) + " tasks can never start after " +
-                               std::to_string(finished) + " finished ones");
+                               std::to_string(finished) + " finished ones" + at);
           if (opt_.stop_at_first) return;
         }
         continue;
@@ -298,10 +387,11 @@ class Explorer {
 
   const Program& p_;
   const GpuTarget& target_;
-  const TaskAccesses& acc_;
+  TaskAccesses acc_;  // a copy: build_facts adds the device's reads beyond the ReferenceVm's
   const GroundTruthOptions& opt_;
   const size_t n_;
   const size_t words_;
+  const DeviceBuild build_;
   std::vector<uint64_t> conflict_;  // n rows of `words_`: bit w of row x = w writes what x touches
   GroundTruth out_;
 };
@@ -319,6 +409,7 @@ bool record_accesses(const Program& program, const Weights& weights, int32_t pos
     }
   out->reads.assign(n, {});
   out->writes.assign(n, {});
+  out->position = position;
   vm::ReferenceVm machine(program, weights);
   machine.set_step(0, position);
   for (uint32_t t = 0; t < n; ++t) {

@@ -14,11 +14,27 @@
 //     writes an element x reads or writes, x can run before (or during) w: a race, or a stale read
 //     when w can never be co-enabled with x. A state with no task that can start and unfinished
 //     work is a deadlock.
+//   - A wait holds as the device tests it (eval/device_model.h device_wait_holds): 32-bit counters
+//     and targets, which wrap. The true target epoch x total + threshold is a 64-bit number; the
+//     interleavings are explored at step epoch 0 and again at the first epoch at which the largest
+//     counter's targets pass 2^32, where a comparison that is not wrap-safe goes wrong.
 //   - Static facts: an element written by two tasks (each op output is written once per step), a
 //     read of an element that no task writes and that is not an input, a counter whose declared
 //     per-step total is not what its producers add (epoch scaling breaks on the next step), and
 //     the launch: the grid must fit the blocks the target can hold at once given threads, shared
-//     memory, registers and its block limit.
+//     memory (dynamic + the kernel's static + the runtime's reserve, in whole allocation units),
+//     registers and its block limit.
+//   - Inputs come from the model and the loader, never from the program's region flags: the
+//     weights, the step cell's token / position / epoch, the rope table (head_dim / 2 floats at
+//     model.rope_table), and the KV history: a K/V row of an earlier position is an input exactly
+//     when this step's appends write the same head's row at the current position (an append
+//     writes the row of the step's position, so earlier steps wrote the earlier rows).
+//   - The kernel build (eval/device_model.h, transcribed from the device code): a build that does
+//     not compile ("build"), a weight-ring task whose input staging runs past the staging area into
+//     ring page 0 or whose pages overflow ("smem_overflow"), a loader or compute loop that never
+//     advances ("hang"), and a device read beyond its buffer that the ReferenceVm does not make
+//     (the ring paths read the norm gamma over the whole row: "out_of_bounds"). It cannot judge
+//     registers per thread (only the compiled kernel knows them): it takes the floor of 32.
 // dynamic_check is the second, independent backstop: the ReferenceVm in many random valid orders
 // must give bit-identical activations and logits.
 #pragma once
@@ -43,6 +59,7 @@ constexpr uint64_t element_key(uint32_t buffer, uint64_t index) {
 struct TaskAccesses {
   std::vector<std::vector<uint64_t>> reads;
   std::vector<std::vector<uint64_t>> writes;
+  int32_t position = 0;  // the step position they were recorded at (which KV rows are history)
 };
 
 /// Runs every task once on a fresh ReferenceVm (in task-id order; values do not matter, only which
@@ -60,7 +77,8 @@ struct GroundTruth {
   bool complete = true;               // false: the state limit was hit before every state was seen
   uint64_t states = 0;                // distinct states explored
   std::set<std::string> kinds;        // "deadlock", "race", "stale_read", "uninitialized_read",
-                                      // "double_write", "epoch", "launch", "malformed"
+                                      // "double_write", "epoch", "launch", "malformed", "build",
+                                      // "smem_overflow", "hang", "out_of_bounds"
   std::vector<std::string> findings;  // one line each (first few)
   bool safe() const { return complete && kinds.empty(); }
 };
@@ -69,6 +87,7 @@ struct GroundTruthOptions {
   uint64_t max_states = 2'000'000;
   size_t max_tasks = 128;
   bool stop_at_first = true;  // stop exploring at the first hazard found in a state
+  bool wrap_epoch = true;     // explore again at the epoch where the largest counter wraps
 };
 
 /// Decides safety of `program` by exhaustive exploration, with `accesses` from record_accesses.

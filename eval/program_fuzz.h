@@ -31,12 +31,14 @@ namespace megasched::eval {
 schedule::GpuTarget fuzz_target(int num_sms = 4);
 
 /// Builds element-wise programs: every task is `act[out + r] = act[in + r] + act[in2 + r]` for r
-/// in [0, rows). Activations [0, input_elements) are a region marked input; the rest is written by
-/// tasks. Launch shape: 256 threads, 1 block per SM, grid = target.num_sms, one queue per block.
+/// in [0, rows). Activations [0, input_elements) are the inputs: the rope table (model.rope_table
+/// 0, head_dim 2 x input_elements; at most 128 inputs, since the kernel builds head dimensions up
+/// to 256), the only activations the loader writes before a step. The rest is written by tasks.
+/// Launch shape: 256 threads, 1 block per SM, grid = target.num_sms, one queue per block.
 class ProgramBuilder {
  public:
   explicit ProgramBuilder(const schedule::GpuTarget& target, uint32_t act_elements = 4096,
-                          uint32_t input_elements = 256);
+                          uint32_t input_elements = 128);
 
   /// A counter; its declared per-step total is filled in by finish() from its producers unless
   /// `declared_total` is given.
@@ -70,6 +72,15 @@ enum class MutationClass : uint8_t {
   kTooManyThreads,        // threads per block or per SM beyond the limits
   kSmemOverCap,           // dynamic shared memory over the opt-in cap
   kGridNotCoResident,     // more blocks than can be resident at once
+  // Beyond the dependency graph (eval/fuzz_mutations.h):
+  kCounterTotalWrap,        // a counter's per-step total passes 2^31 (32-bit counter arithmetic)
+  kRingStagingOverflow,     // weight-ring staging not a whole number of blocks (into page 0)
+  kRingPageBelowPiece,      // weight-ring pages smaller than one row piece (the loader never ends)
+  kNormGammaBeyondTile,     // the ring reads the norm gamma over the whole row, past the weights
+  kKvNeverAppended,         // attention reads a K/V head that no task appends
+  kProgramMarkedInput,      // a task reads fresh activations the program itself marks input
+  kSmemAllocationUnit,      // shared memory that fits only without the 128-byte allocation unit
+  kSharedCounterAcrossOps,  // two ops signal one counter (documented rejection when safe)
   kCount,
 };
 const char* mutation_class_name(MutationClass c);
@@ -95,7 +106,9 @@ struct ScorecardRow {
   uint64_t accepted_unsafe = 0;  // validate() accepted a program the ground truth calls unsafe
   uint64_t rejected_safe = 0;    // validate() rejected a program the ground truth calls safe
   uint64_t rejected_safe_occupancy =
-      0;                      // of those: safe only because busy dynamic-queue workers order tasks
+      0;  // of those: safe only because busy dynamic-queue workers order tasks
+  uint64_t rejected_safe_documented = 0;  // of those: by a documented conservative rule
+                                          // (dev/validator_notes.md)
   uint64_t inconclusive = 0;  // the ground truth hit its state limit (not counted above)
   std::vector<std::string>
       rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few

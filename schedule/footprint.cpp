@@ -1,5 +1,7 @@
 #include "schedule/footprint.h"
 
+#include "schedule/build_fit.h"
+
 namespace megasched::schedule {
 namespace {
 
@@ -101,8 +103,14 @@ void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const u128 rb = in.row_begin, re = in.row_end, cb = in.col_begin, ce = in.col_end, ld = in.ld;
   b->read(ms_abi::kBufWeights, in.weight + rb * ld + cb, in.weight + (re - 1) * ld + ce);
   if (in.flags & ms_abi::kFlagNormPrologue) {
+    // Every path reads the whole input row for the RMS statistic; the ring paths also stage
+    // act * gamma over the whole row in the same pass (vm/device/ring.cuh gemv_ring), so their
+    // gamma reads are [0, ld), not the task's columns.
     b->read(ms_abi::kBufActivations, in.in, static_cast<u128>(in.in) + ld);
-    b->read(ms_abi::kBufWeights, in.weight2 + cb, in.weight2 + ce);
+    if (ring_path(p, in) == GemvPath::kRegisters)
+      b->read(ms_abi::kBufWeights, in.weight2 + cb, in.weight2 + ce);
+    else
+      b->read(ms_abi::kBufWeights, in.weight2, in.weight2 + ld);
   } else if (in.flags & ms_abi::kFlagSiluMulPrologue) {
     b->read(ms_abi::kBufActivations, in.in + cb, in.in + ce);
     b->read(ms_abi::kBufActivations, in.in2 + cb, in.in2 + ce);

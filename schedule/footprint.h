@@ -6,6 +6,10 @@
 //     the heads it appends to. Both sides are widened alike, so an append and the attention that
 //     reads it still conflict (and must be ordered), while two heads stay disjoint.
 //   - The embedding reads the whole embedding matrix (the token is only known at run time).
+//   - A GEMV reads what the device path it takes reads (schedule/build_fit.h ring_path): the
+//     weight ring's paths stage the input over the whole row with the norm prologue, so they read
+//     the norm gamma over [0, ld) where the register path reads the task's columns. A segment-path
+//     tile spans whole rows, so its columns are already [0, ld).
 // Every range is computed in 128-bit arithmetic; a task whose operands cannot be described (an
 // unknown opcode, inconsistent flags, an empty range, a range that overflows 64 bits, model
 // constants that make the semantics undefined) gets an error instead of a footprint. Bounds against

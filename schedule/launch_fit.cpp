@@ -33,11 +33,16 @@ std::vector<std::string> launch_misfits(const LaunchRequest& l, const GpuTarget&
     out.push_back(std::to_string(bps) + " blocks of " + std::to_string(threads) +
                   " threads exceed " + std::to_string(target.max_threads_per_sm) +
                   " threads per SM: the grid is not co-resident");
-  if (bps * (std::max<int64_t>(smem, 0) + static_smem + kReservedSmemPerBlock) > target.smem_per_sm)
-    out.push_back(std::to_string(bps) + " blocks of " + std::to_string(smem) + " + " +
+  // Each resident block takes its shared memory in whole allocation units (schedule/target.h).
+  const int64_t per_block =
+      smem_per_resident_block(std::max<int64_t>(smem, 0), static_smem, target.sm_arch);
+  if (bps * per_block > target.smem_per_sm)
+    out.push_back(std::to_string(bps) + " blocks of " + std::to_string(per_block) +
+                  " bytes of shared memory (" + std::to_string(smem) + " dynamic + " +
                   std::to_string(static_smem) + " static + " +
-                  std::to_string(kReservedSmemPerBlock) +
-                  " reserved bytes of shared memory exceed " + std::to_string(target.smem_per_sm) +
+                  std::to_string(kReservedSmemPerBlock) + " reserved, rounded up to whole " +
+                  std::to_string(smem_allocation_unit(target.sm_arch)) +
+                  "-byte allocation units) exceed " + std::to_string(target.smem_per_sm) +
                   " bytes per SM: the grid is not co-resident");
   if (threads > 0 && bps > 0 && target.regs_per_sm / (threads * bps) < kMinRegistersPerThread)
     out.push_back(std::to_string(bps) + " blocks of " + std::to_string(threads) +

@@ -1,8 +1,9 @@
 // Whether a launch fits a GPU target: the one check behind the search moves (config_fits, which
 // never proposes a launch that does not fit) and the validator's rule "launch" (which never lets
 // one run). A persistent grid must be co-resident, so every block of the grid must fit on its SM at
-// once: threads, blocks, shared memory (dynamic + the kernel's static + the runtime's reserve) and
-// registers; the weight ring's loader warp needs a static queue and a compute warp beside it.
+// once: threads, blocks, shared memory (dynamic + the kernel's static bound + the runtime's
+// reserve, in whole allocation units) and registers; the weight ring's loader warp needs a static
+// queue and a compute warp beside it.
 #pragma once
 
 #include <cstdint>

@@ -53,7 +53,8 @@ struct Region {
   uint64_t begin = 0;   // element offsets [begin, end)
   uint64_t end = 0;
   bool input = false;  // written before the step starts (weights, the rope table, the step cell,
-                       // the KV history of earlier positions): reads need no producer
+                       // the KV history of earlier positions). A label only: the validator and
+                       // its ground truth take the inputs from the model, never from this flag
 };
 
 /// Launch shape and the per-block resources the kernel uses.

@@ -18,6 +18,22 @@ namespace megasched::schedule {
 /// blocks_per_sm * (dynamic smem + this) must fit in smem_per_sm.
 constexpr int kReservedSmemPerBlock = 1024;
 
+/// The unit in which an SM hands out shared memory to a block (bytes): a block takes
+/// round_up(static + dynamic + kReservedSmemPerBlock, unit) of the SM's shared memory (the CUDA
+/// occupancy calculator's rule: 128 bytes from sm_80 on, 256 before).
+constexpr int smem_allocation_unit(int sm_arch) {
+  return sm_arch >= 80 || sm_arch == 0 ? 128 : 256;
+}
+
+/// Shared memory one resident block takes of its SM: dynamic + static + the runtime's reserve,
+/// rounded up to the allocation unit.
+constexpr int64_t smem_per_resident_block(int64_t dynamic_bytes, int64_t static_bytes,
+                                          int sm_arch) {
+  const int64_t unit = smem_allocation_unit(sm_arch);
+  const int64_t used = dynamic_bytes + static_bytes + kReservedSmemPerBlock;
+  return (used + unit - 1) / unit * unit;
+}
+
 /// Dynamic shared memory of a weight-ring build: the formula of abi/ring.h, which the device code
 /// (vm/device/ring.cuh `ring_layout`) carves the same way.
 constexpr int64_t ring_smem_bytes(int64_t pages, int64_t page_bytes, int64_t x_floats) {

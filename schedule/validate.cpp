@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "schedule/build_fit.h"
 #include "schedule/footprint.h"
 #include "schedule/launch_fit.h"
 
@@ -148,7 +149,7 @@ class Checker {
     if (b.weight_ring()) {
       // The ring build keeps its pages, the input staging area and two mbarriers a page in
       // smem_bytes (schedule/target.h ring_smem_bytes).
-      if (l.smem_pages < 1 || l.smem_page_bytes % 16 != 0)
+      if (l.smem_pages < 1 || l.smem_page_bytes < 16 || l.smem_page_bytes % 16 != 0)
         fail("the weight ring needs at least one page of whole 16-byte units, not " +
              std::to_string(l.smem_pages) + " pages of " + std::to_string(l.smem_page_bytes) +
              " bytes");
@@ -165,6 +166,15 @@ class Checker {
         l.threads_per_block, l.blocks_per_sm, smem, static_cast<int>(p_.model.head_dim),
         b.weight_ring(),     l.dynamic_queue};
     for (const std::string& misfit : launch_misfits(request, target_)) fail(misfit);
+    // The kernel build: every field the device divides by, indexes with or loops on.
+    size_t more_tasks = 0;
+    for (BuildMisfit& misfit : build_misfits(p_, kMaxDiagnosticsPerRule, &more_tasks)) {
+      if (misfit.task == UINT32_MAX)
+        fail(misfit.message);
+      else
+        add("launch", label_.task(misfit.task) + " " + misfit.message, {misfit.task});
+    }
+    counts_["launch"] += more_tasks;
     if (bps < 1) return;
     const int64_t resident = static_cast<int64_t>(target_.num_sms) * bps;
     if (l.grid_blocks != resident)
@@ -324,6 +334,18 @@ class Checker {
             label_.counter(c) + " declares " + std::to_string(p_.counter_totals[c]) +
                 " increments per step but its producers add " + std::to_string(actual_total_[c]) +
                 ", so epoch-scaled thresholds are wrong from the second step on",
+            {}, {c});
+      // The VMs compare 32-bit counters with 32-bit targets wrap-safely (ms_abi::counter_reached),
+      // which is exact only while a step's increments stay below 2^31.
+      const uint64_t total = std::max<uint64_t>(p_.counter_totals[c], actual_total_[c]);
+      if (total > ms_abi::kMaxCounterTotal)
+        add("reachability",
+            label_.counter(c) + " receives " + std::to_string(total) +
+                " increments per step, more than 2^31 - 1: counters and wait targets are 32-bit "
+                "and wrap, and the wrap-safe comparison (ms_abi::counter_reached) tells a counter "
+                "that is behind its target from one that is past it only while a step adds less "
+                "than 2^31, so a wait could pass before its producers ran; hint: signal smaller "
+                "increments (lowering signals 1 per tile) or split the counter",
             {}, {c});
     }
     for (uint32_t t = 0; t < n_; ++t) {
@@ -694,15 +716,14 @@ class Checker {
       }
       check_double_writes(b, w);
     }
-    // Elements a read may find without a writer in this step: inputs (weights, the step cell's
-    // token/position/epoch, the KV history, regions marked input) and whatever some task writes.
+    // Elements a read may find without a writer in this step: whatever some task writes, and the
+    // inputs, which come from the model and the loader, never from the program's own region flags
+    // (model_inputs). The KV history has no exemption: earlier steps wrote it with this program's
+    // own appends, which the footprints widen to whole heads alike, so a KV read is covered
+    // exactly when some task appends to that head.
     const std::vector<std::vector<std::pair<uint64_t, uint64_t>>> written = covered_writes(writes);
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount),
-        covered(ms_abi::kBufCount);
-    inputs[ms_abi::kBufStep].push_back({0, 3});
-    for (const Region& r : p_.regions)
-      if (r.input && r.buffer < ms_abi::kBufCount && r.begin < r.end)
-        inputs[r.buffer].push_back({r.begin, r.end});
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs = model_inputs(),
+                                                            covered(ms_abi::kBufCount);
     for (uint32_t b = 0; b < ms_abi::kBufCount; ++b) {
       std::sort(inputs[b].begin(), inputs[b].end());
       std::merge(written[b].begin(), written[b].end(), inputs[b].begin(), inputs[b].end(),
@@ -724,7 +745,7 @@ class Checker {
       size_t reported = 0;
       for (const Access& a : footprint(x)) {
         if (a.write || a.buffer == ms_abi::kBufWeights) continue;
-        if (a.buffer != ms_abi::kBufKv) check_covered(x, a, covered[a.buffer]);
+        check_covered(x, a, covered[a.buffer]);
         if (!ran_[x]) continue;  // never runs (deadlock, reported): it cannot race
         const auto& w = writes[a.buffer];
         const auto& me = max_end[a.buffer];
@@ -758,12 +779,44 @@ class Checker {
                                                              : " with no ordering between them";
           add("race",
               label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + " written by " +
-                  label_.task(wr.task) + how,
+                  label_.task(wr.task) + how + shared_counter_hint(x, wr.task),
               {x, wr.task}, {}, {fmt_range(a.buffer, lo, hi)});
         }
       }
     }
     check_logits(written);
+  }
+
+  // The reason a partial wait of `reader` on `writer`'s counter proves nothing when the counter is
+  // shared by several ops: the validator proves a producer of a partial wait only from orderings
+  // that hold without that wait (no induction over the execution; dev/validator_notes.md, "Counters
+  // shared by dependent ops"). Empty when the reader does not wait on that counter or one op
+  // signals it alone.
+  std::string shared_counter_hint(uint32_t reader, uint32_t writer) const {
+    const uint32_t c = signal_of(writer);
+    const ms_abi::Instr& in = p_.tasks[reader];
+    if (c == UINT32_MAX || !waits_ok(in)) return "";
+    uint32_t threshold = 0;
+    for (uint32_t w = 0; w < in.wait_count; ++w)
+      if (p_.waits[in.wait_begin + w].counter == c)
+        threshold = std::max(threshold, p_.waits[in.wait_begin + w].threshold);
+    if (threshold == 0 || threshold >= actual_total_[c]) return "";
+    std::vector<uint32_t> ops;
+    for (uint32_t prod : producers_[c])
+      if (std::find(ops.begin(), ops.end(), p_.tasks[prod].op_id) == ops.end())
+        ops.push_back(p_.tasks[prod].op_id);
+    if (ops.size() < 2) return "";
+    std::string names;
+    for (size_t i = 0; i < ops.size() && i < 3; ++i)
+      names += (i == 0 ? "" : ", ") +
+               (ops[i] < p_.ops.size() ? p_.ops[ops[i]].name : "op " + std::to_string(ops[i]));
+    if (ops.size() > 3) names += " and " + std::to_string(ops.size() - 3) + " more";
+    return ": its wait for " + label_.counter(c) + " >= " + std::to_string(threshold) + " of " +
+           std::to_string(actual_total_[c]) + " does not prove that writer ran, because ops " +
+           names +
+           " share that counter and the validator proves a partial wait only from orderings that "
+           "hold without it (it does not assume the wait's own ordering to show that another op's "
+           "producers signal later); hint: give each op its own counter, as lowering does";
   }
 
   void check_double_writes(uint32_t buffer, const std::vector<WriteRange>& w) {
@@ -811,14 +864,39 @@ class Checker {
     return {at, gap_end};
   }
 
+  // What a step may read that no task of it writes, by buffer: the step cell's token, position
+  // and epoch, and the rope table (head_dim / 2 floats at model.rope_table, which the loader
+  // writes from the model). Weights are never checked; the KV history is covered by the appends.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> model_inputs() const {
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> inputs(ms_abi::kBufCount);
+    inputs[ms_abi::kBufStep].push_back({0, 3});
+    const uint64_t rope_begin = p_.model.rope_table;
+    const uint64_t rope_end =
+        std::min(rope_begin + p_.model.head_dim / 2, p_.buffer_elements[ms_abi::kBufActivations]);
+    if (rope_begin < rope_end) inputs[ms_abi::kBufActivations].push_back({rope_begin, rope_end});
+    return inputs;
+  }
+
   void check_covered(uint32_t x, const Access& a,
                      const std::vector<std::pair<uint64_t, uint64_t>>& cover) {
     const auto [lo, hi] = first_gap(a.begin, a.end, cover);
     if (lo >= hi) return;
-    add("coverage",
-        label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) +
-            ", which no task writes and which is not an input",
-        {x}, {}, {fmt_range(a.buffer, lo, hi)});
+    std::string why;
+    if (a.buffer == ms_abi::kBufKv)
+      why =
+          ", which no task appends: the KV history a step reads was written by this program's "
+          "own K/V appends in earlier steps, so every head attention reads needs an append";
+    else if (a.buffer == ms_abi::kBufActivations)
+      why =
+          ", which no task writes and which is not an input (the activation inputs are the "
+          "rope table " +
+          fmt_range(ms_abi::kBufActivations, p_.model.rope_table,
+                    uint64_t{p_.model.rope_table} + p_.model.head_dim / 2) +
+          ", which the loader writes; a region the program marks input does not count)";
+    else
+      why = ", which no task writes and which is not an input";
+    add("coverage", label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) + why, {x}, {},
+        {fmt_range(a.buffer, lo, hi)});
   }
 
   static std::vector<std::vector<std::pair<uint64_t, uint64_t>>> covered_writes(

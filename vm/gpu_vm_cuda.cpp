@@ -71,7 +71,7 @@ struct GpuVm::Impl {
     MS_CHECK_CUDA(cuLaunchKernel(fn, static_cast<unsigned>(grid), 1, 1,
                                  static_cast<unsigned>(threads), 1, 1, static_cast<unsigned>(smem),
                                  stream, params, nullptr));
-    ++epoch;
+    epoch = static_cast<int32_t>(static_cast<uint32_t>(epoch) + 1u);  // wraps like the counters
   }
 
   /// Waits for the stream with a host-side watchdog (the device spin bound should always fire

@@ -464,15 +464,24 @@ void ReferenceVm::execute(uint32_t task, const std::function<void(const ElementA
     run(weights_.f32.data());
 }
 
+uint32_t ReferenceVm::wait_target(const ms_abi::Wait& w) const {
+  return ms_abi::wait_target(static_cast<uint32_t>(cell_.epoch), program_.counter_totals[w.counter],
+                             w.threshold);
+}
+
 bool ReferenceVm::ready(uint32_t task) const {
   const Instr& t = program_.tasks[task];
-  const uint64_t epoch = static_cast<uint64_t>(cell_.epoch);
   for (uint32_t i = 0; i < t.wait_count; ++i) {
     const ms_abi::Wait& w = program_.waits[t.wait_begin + i];
-    if (counters_[w.counter] < epoch * program_.counter_totals[w.counter] + w.threshold)
-      return false;
+    if (!ms_abi::counter_reached(counters_[w.counter], wait_target(w))) return false;
   }
   return true;
+}
+
+void ReferenceVm::resume_at_epoch(uint32_t epoch) {
+  cell_.epoch = static_cast<int32_t>(epoch);
+  for (size_t c = 0; c < counters_.size(); ++c)
+    counters_[c] = ms_abi::wait_target(epoch, program_.counter_totals[c], 0);
 }
 
 void ReferenceVm::run_task(uint32_t task) {
@@ -483,12 +492,11 @@ void ReferenceVm::run_task(uint32_t task) {
 
 std::string ReferenceVm::describe_wait(uint32_t task) const {
   const Instr& t = program_.tasks[task];
-  const uint64_t epoch = static_cast<uint64_t>(cell_.epoch);
   std::string s = program_.task_label(task) + " waits";
   for (uint32_t i = 0; i < t.wait_count; ++i) {
     const ms_abi::Wait& w = program_.waits[t.wait_begin + i];
-    const uint64_t need = epoch * program_.counter_totals[w.counter] + w.threshold;
-    if (counters_[w.counter] >= need) continue;
+    const uint32_t need = wait_target(w);
+    if (ms_abi::counter_reached(counters_[w.counter], need)) continue;
     s += ' ';
     if (w.counter < program_.counter_names.size())
       s += program_.counter_names[w.counter];
@@ -604,7 +612,8 @@ ReferenceVm::StepResult ReferenceVm::step(int32_t token, int32_t position, RunOr
   result.logits.assign(act_.begin() + static_cast<std::ptrdiff_t>(logits_begin_),
                        act_.begin() + static_cast<std::ptrdiff_t>(logits_end_));
   result.argmax = cell_.argmax;
-  if (result.completed) ++cell_.epoch;
+  // The epoch wraps like the device's 32-bit one (counter_reached is exact across the wrap).
+  if (result.completed) cell_.epoch = static_cast<int32_t>(static_cast<uint32_t>(cell_.epoch) + 1u);
   return result;
 }
 

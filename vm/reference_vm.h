@@ -64,10 +64,17 @@ class ReferenceVm {
 
   const std::vector<float>& activations() const { return act_; }
   const std::vector<uint32_t>& counters() const { return counters_; }
-  /// Decode steps completed so far (the epoch the next step runs at).
+  /// Decode steps completed so far (the epoch the next step runs at), modulo 2^32 like the
+  /// device's.
   int32_t epoch() const { return cell_.epoch; }
+  /// Puts the counters and the epoch where `epoch` completed steps leave them (every counter at
+  /// epoch x its per-step total, modulo 2^32), so a test can run the steps around a counter's wrap
+  /// without running the billions before it. Activations and the KV cache are left as they are.
+  void resume_at_epoch(uint32_t epoch);
 
  private:
+  /// The value wait `w`'s counter must reach at this step (ms_abi::wait_target, 32-bit).
+  uint32_t wait_target(const ms_abi::Wait& w) const;
   bool ready(uint32_t task) const;
   void run_task(uint32_t task);
   std::string describe_wait(uint32_t task) const;

@@ -55,7 +55,7 @@ TEST(GroundTruth, AcceptsProducerConsumerAcrossQueues) {
   b.add(1, b.op("y"), kA, kIn, kB, 8, {{c, 1}});
   const GroundTruth g = truth_of(b.finish());
   EXPECT_TRUE(g.safe()) << (g.findings.empty() ? "" : g.findings[0]);
-  EXPECT_EQ(g.states, 3u);  // {}, {x}, {x, y}
+  EXPECT_EQ(g.states, 6u);  // {}, {x}, {x, y} at step epoch 0 and at the epoch where c wraps
 }
 
 TEST(GroundTruth, FindsRaceWhenAWaitIsMissing) {
@@ -182,6 +182,36 @@ TEST(GroundTruth, CoversEveryPositionAtWhichAPartitionReadsTheCurrentKey) {
   ASSERT_TRUE(record_accesses(m, toy_weights(), 3, &at3, &error));
   EXPECT_FALSE(truth_of(m, fuzz_target(4)).safe());
   EXPECT_FALSE(validate(m, fuzz_target(4)).ok());
+}
+
+// Inputs come from the model: the KV history at position 7 is an input because this program's
+// appends write each head's row at every position; a head that no task appends is not, however the
+// program marks its region, and neither is an activation region the program marks input.
+TEST(GroundTruth, TakesInputsFromTheModelNotFromRegionFlags) {
+  std::string error;
+  const std::optional<Program> base = lower(*find_preset("toy"), fuzz_target(4), {}, &error);
+  ASSERT_TRUE(base) << error;
+  auto kinds_at = [](const Program& p, int32_t position) {
+    TaskAccesses acc;
+    std::string why;
+    EXPECT_TRUE(record_accesses(p, toy_weights(), position, &acc, &why)) << why;
+    return explore_ground_truth(p, fuzz_target(4), acc).kinds;
+  };
+  EXPECT_TRUE(kinds_at(*base, 7).empty());
+  Program no_v = *base;
+  const uint32_t hd = no_v.model.head_dim;
+  for (auto& in : no_v.tasks)
+    if ((in.flags & ms_abi::kFlagRopeKv) &&
+        in.row_end == (no_v.model.heads + 2 * no_v.model.kv_heads) * hd)
+      in.row_end -= hd;  // the last V head is never appended
+  for (const Region& r : no_v.regions) ASSERT_TRUE(r.buffer != ms_abi::kBufKv || r.input);
+  EXPECT_EQ(kinds_at(no_v, 7), (std::set<std::string>{"uninitialized_read"}));
+  EXPECT_EQ(kinds_at(no_v, 0), (std::set<std::string>{"uninitialized_read"}));
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), 600, kIn, kA, 8);
+  Program marked = b.finish();
+  marked.regions.push_back(Region{"mine", ms_abi::kBufActivations, 600, 608, true});
+  EXPECT_EQ(truth_of(marked).kinds, (std::set<std::string>{"uninitialized_read"}));
 }
 
 TEST(GroundTruth, DynamicCheckSeesADroppedWait) {

@@ -66,6 +66,48 @@ TEST(ProgramFuzz, LaunchAndCycleMutantsAreRejectedWithTheirRule) {
   EXPECT_EQ(raised.rules(), "reachability,deadlock");
 }
 
+// The classes beyond the dependency graph, on the default toy lowering: the validator rejects
+// each mutant with the rule of its hole, and the ground truth finds the hazard the device has
+// (a counter past 2^31 and the allocation unit are unsafe for most mutants, not all; the shared
+// counter has its own test, ScheduleValidator.RejectsTwoLayersAttentionSharingACounterAndSaysWhy).
+TEST(ProgramFuzz, MutantsBeyondTheGraphAreRejectedAndJudged) {
+  const Program base = toy_base();
+  const GpuTarget t = fuzz_target(4);
+  struct Expect {
+    MutationClass c;
+    const char* rule;        // validate()'s first rule
+    const char* truth_kind;  // a kind the ground truth must find ("" : it may be safe)
+  };
+  const std::vector<Expect> cases = {
+      {MutationClass::kCounterTotalWrap, "reachability", ""},
+      {MutationClass::kRingPageBelowPiece, "launch", "hang"},
+      {MutationClass::kNormGammaBeyondTile, "structure", "out_of_bounds"},
+      {MutationClass::kKvNeverAppended, "coverage", "uninitialized_read"},
+      {MutationClass::kProgramMarkedInput, "coverage", "uninitialized_read"},
+      {MutationClass::kSmemAllocationUnit, "launch", ""}};
+  std::mt19937_64 rng(21);
+  for (const Expect& e : cases) {
+    for (int i = 0; i < 5; ++i) {
+      const std::optional<Program> m = mutate(base, t, e.c, rng);
+      ASSERT_TRUE(m) << mutation_class_name(e.c);
+      const ValidationReport r = validate(*m, t);
+      ASSERT_FALSE(r.ok()) << mutation_class_name(e.c);
+      EXPECT_EQ(r.diagnostics[0].rule, e.rule)
+          << mutation_class_name(e.c) << ": " << r.diagnostics[0].message;
+      if (std::string(e.truth_kind).empty()) continue;
+      GroundTruth all;
+      for (int32_t position : ground_truth_positions(*m)) {
+        TaskAccesses acc;
+        std::string error;
+        ASSERT_TRUE(record_accesses(*m, toy_weights(), position, &acc, &error)) << error;
+        const GroundTruth g = explore_ground_truth(*m, t, acc);
+        all.kinds.insert(g.kinds.begin(), g.kinds.end());
+      }
+      EXPECT_EQ(all.kinds.count(e.truth_kind), 1u) << mutation_class_name(e.c);
+    }
+  }
+}
+
 TEST(ProgramFuzz, ScorecardAcceptsNothingUnsafe) {
   ScorecardOptions opt;
   opt.n = 400;

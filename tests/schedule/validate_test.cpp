@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
+#include "abi/ring.h"
+#include "eval/device_model.h"
+#include "eval/ground_truth.h"
 #include "eval/program_fuzz.h"
 #include "schedule/footprint.h"
 #include "schedule/lower.h"
@@ -16,12 +20,39 @@ using eval::fuzz_target;
 using eval::ProgramBuilder;
 using eval::random_safe_dag_program;
 
-// Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:256) is
-// input.
+// The ground truth's verdict (kinds of hazard over every position that matters; empty: safe), to
+// show that a rejection below is of an unsafe program.
+std::set<std::string> truth_kinds(const Program& p, const GpuTarget& t = fuzz_target(4)) {
+  static const Weights weights = generate_weights(*find_preset("toy"), 1, 1);
+  std::set<std::string> kinds;
+  for (int32_t position : eval::ground_truth_positions(p)) {
+    eval::TaskAccesses acc;
+    std::string error;
+    EXPECT_TRUE(eval::record_accesses(p, weights, position, &acc, &error)) << error;
+    const eval::GroundTruth g = eval::explore_ground_truth(p, t, acc);
+    EXPECT_TRUE(g.complete);
+    kinds.insert(g.kinds.begin(), g.kinds.end());
+  }
+  return kinds;
+}
+
+// The default toy lowering (on the 4-SM fuzz target), with the weight ring when `ring`.
+Program toy_program(bool ring) {
+  ScheduleConfig cfg;
+  if (ring) cfg.kernel.weight_stream = WeightStream::kSmemRing;
+  std::string error;
+  std::optional<Program> p = lower(*find_preset("toy"), fuzz_target(4), cfg, &error);
+  EXPECT_TRUE(p) << error;
+  return *p;
+}
+
+// Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:128) is
+// input (the rope table).
 constexpr uint32_t kIn = 0;   // an input slice
 constexpr uint32_t kA = 256;  // tile outputs
 constexpr uint32_t kB = 264;
 constexpr uint32_t kC = 272;
+constexpr uint32_t kD = 280;
 
 bool has_rule(const ValidationReport& r, const std::string& rule) {
   for (const Diagnostic& d : r.diagnostics)
@@ -291,6 +322,229 @@ TEST(ScheduleValidator, RejectsWeightRingLaunchesItCannotServe) {
   p = base;
   p.launch.smem_page_bytes = 4100;
   EXPECT_EQ(validate(p, t).rules(), "launch") << "ring pages of whole 16-byte units";
+}
+
+// ---- The holes of issue 16: each program below was accepted before, and is unsafe. ----
+
+// Counters are 32-bit: a per-step total past 2^31 makes the wrap-safe comparison pass a wait
+// whose producer has not run (here at step 0 already: 0 - (2^31 + 1) reads as a positive distance).
+TEST(ScheduleValidator, RejectsCounterTotalsBeyondWhatThe32BitComparisonTells) {
+  auto build = [](uint32_t increment) {
+    ProgramBuilder b(fuzz_target());
+    const uint32_t c = b.counter("x.done");
+    b.add(0, b.op("x"), kIn, kIn, kA, 8, {}, c, increment);
+    b.add(1, b.op("y"), kA, kIn, kB, 8, {{c, increment}});
+    return b.finish();
+  };
+  const Program p = build(0x80000001u);
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "reachability");
+  const std::string m = first_message(r, "reachability");
+  EXPECT_NE(
+      m.find("counter 0 (x.done) receives 2147483649 increments per step, more than 2^31 - 1"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: signal smaller increments"), std::string::npos) << m;
+  EXPECT_TRUE(ms_abi::counter_reached(0u, ms_abi::wait_target(0, 0x80000001u, 0x80000001u)))
+      << "the device would pass the wait before x ran";
+  EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"race"}));
+  const Program largest = build(0x7fffffffu);
+  EXPECT_TRUE(validate(largest, fuzz_target()).ok());
+  EXPECT_TRUE(truth_kinds(largest).empty());
+}
+
+// The ring stages a tile's columns in blocks of 32 x 4 floats (fp32, 16-byte vectors): 64 columns
+// reach float 112, past a 64-float staging area, into ring page 0.
+TEST(ScheduleValidator, RejectsRingStagingThatIsNotAWholeNumberOfBlocks) {
+  Program p = toy_program(true);
+  ASSERT_TRUE(validate(p, fuzz_target(4)).ok());
+  p.build.x_floats = 64;
+  p.launch.smem_bytes = static_cast<int>(
+      ring_smem_bytes(p.launch.smem_pages, p.launch.smem_page_bytes, p.build.x_floats));
+  const ValidationReport r = validate(p, fuzz_target(4));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("streams through the weight ring and stages its 64 input columns in blocks of "
+                   "128 floats up to float 112, past the 64 staging floats"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: x_floats must be a whole number of 128-float blocks"), std::string::npos);
+  EXPECT_EQ(truth_kinds(p).count("smem_overflow"), 1u);
+}
+
+// A ring page smaller than one row piece: the loader's row step is zero and the kernel never ends.
+TEST(ScheduleValidator, RejectsRingPagesSmallerThanOneRowPiece) {
+  Program p = toy_program(true);
+  p.launch.smem_page_bytes = 16;
+  p.launch.smem_bytes = static_cast<int>(
+      ring_smem_bytes(p.launch.smem_pages, p.launch.smem_page_bytes, p.build.x_floats));
+  const ValidationReport r = validate(p, fuzz_target(4));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("through ring pages of 4: no piece fits a page, so the loader's row step is "
+                   "zero and the kernel never ends; hint: pages of at least 512 bytes"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(truth_kinds(p).count("hang"), 1u);
+}
+
+// Every build field the device code divides by, indexes with or loops on is range-checked.
+TEST(ScheduleValidator, RejectsKernelBuildsTheDeviceCannotRun) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kIn, kA, 8);
+  const Program base = b.finish();
+  ASSERT_TRUE(validate(base, fuzz_target()).ok());
+  Program p = base;
+  p.build.knobs["MS_UNROLL"] = 3;
+  EXPECT_NE(first_message(validate(p, fuzz_target()), "launch")
+                .find("sets MS_UNROLL=3, not one of 1, 2, 4, 8 (kernel.unroll)"),
+            std::string::npos);
+  p = base;
+  p.build.knobs.erase("MS_VECTOR_BYTES");
+  EXPECT_NE(
+      first_message(validate(p, fuzz_target()), "launch").find("does not set MS_VECTOR_BYTES"),
+      std::string::npos);
+  p = base;
+  p.build.knobs["MS_X_FLOATS"] = 12;
+  EXPECT_NE(first_message(validate(p, fuzz_target()), "launch").find("which is no kernel knob"),
+            std::string::npos);
+  p = base;
+  p.model.head_dim = 512;
+  EXPECT_NE(first_message(validate(p, fuzz_target()), "launch")
+                .find("head_dim 512 is not an even number in [2, 256]"),
+            std::string::npos);
+  EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"build"}));
+}
+
+// The ring stages act * gamma over the whole row, so a norm-prologue tile of half a row reads the
+// gamma's second half too: here past the end of the weights, where its own columns end.
+TEST(ScheduleValidator, RejectsNormGammaTheRingReadsBeyondTheWeights) {
+  for (const bool ring : {true, false}) {
+    Program p = toy_program(ring);
+    bool moved = false;
+    for (ms_abi::Instr& in : p.tasks) {
+      if (in.opcode != ms_abi::kGemv || !(in.flags & ms_abi::kFlagNormPrologue) || moved) continue;
+      ASSERT_EQ(in.col_end, 64u);
+      in.col_end = 32;
+      in.weight2 = p.buffer_elements[ms_abi::kBufWeights] - 32;
+      moved = true;
+    }
+    ASSERT_TRUE(moved);
+    const ValidationReport r = validate(p, fuzz_target(4));
+    if (!ring) {  // the register path reads the task's 32 gamma values: in bounds
+      EXPECT_TRUE(r.ok()) << to_json(r).dump(1);
+      EXPECT_TRUE(truth_kinds(p).empty());
+      continue;
+    }
+    // The task has no footprint then, so its outputs also count as unwritten (coverage).
+    EXPECT_EQ(r.rules().rfind("structure", 0), 0u) << r.rules();
+    const uint64_t w = p.buffer_elements[ms_abi::kBufWeights];
+    EXPECT_NE(first_message(r, "structure")
+                  .find("reads weights[" + std::to_string(w - 32) + ":" + std::to_string(w + 32) +
+                        "], beyond the buffer's " + std::to_string(w) + " elements"),
+              std::string::npos)
+        << first_message(r, "structure");
+    EXPECT_EQ(truth_kinds(p).count("out_of_bounds"), 1u);
+  }
+}
+
+// The QKV tile that appends K and V of both KV heads drops its last V head: attention of KV head
+// 1 reads a V cache nothing ever writes.
+TEST(ScheduleValidator, RejectsAttentionReadingAKvHeadNoTaskAppends) {
+  Program p = toy_program(false);
+  const uint32_t hd = p.model.head_dim, v_end = (p.model.heads + 2 * p.model.kv_heads) * hd;
+  bool dropped = false;
+  for (ms_abi::Instr& in : p.tasks)
+    if ((in.flags & ms_abi::kFlagRopeKv) && in.row_end == v_end) {
+      in.row_end -= hd;
+      dropped = true;
+    }
+  ASSERT_TRUE(dropped);
+  const ValidationReport r = validate(p, fuzz_target(4));
+  EXPECT_EQ(r.rules(), "coverage");
+  const std::string m = first_message(r, "coverage");
+  EXPECT_NE(m.find("(in kv.L0.v.h1), which no task appends: the KV history a step reads was "
+                   "written by this program's own K/V appends"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"uninitialized_read"}));
+}
+
+// What counts as an input comes from the model: marking a region `input: true` does not make it
+// initialised.
+TEST(ScheduleValidator, RejectsReadsOfARegionTheProgramMarksInput) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), 600, kIn, kA, 8);
+  Program p = b.finish();
+  p.regions.push_back(Region{"mine", ms_abi::kBufActivations, 600, 608, true});
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "coverage");
+  EXPECT_NE(first_message(r, "coverage")
+                .find("reads act[600:608] (in mine), which no task writes and which is not an "
+                      "input (the activation inputs are the rope table act[0:128]"),
+            std::string::npos)
+      << first_message(r, "coverage");
+  EXPECT_NE(first_message(r, "coverage").find("a region the program marks input does not count"),
+            std::string::npos);
+  EXPECT_EQ(truth_kinds(p, fuzz_target()), (std::set<std::string>{"uninitialized_read"}));
+}
+
+// Five blocks per SM whose shared memory fits 228 KiB byte for byte, but not in the 128-byte
+// units the SM hands it out in (233472 / 5 = 46694.4; a block of 46593 bytes takes 46720).
+TEST(ScheduleValidator, RejectsSharedMemoryThatFitsOnlyWithoutTheAllocationUnit) {
+  ProgramBuilder b(fuzz_target());
+  b.add(0, b.op("x"), kIn, kIn, kA, 8);
+  Program p = b.finish();
+  p.launch.threads_per_block = 128;
+  p.launch.blocks_per_sm = 5;
+  p.launch.grid_blocks = 20;
+  const int64_t exact = eval::device_static_smem_bytes(eval::device_build(p));
+  const int64_t bound = kernel_static_smem_bound(128, static_cast<int>(p.model.head_dim));
+  const int64_t per_sm = fuzz_target().smem_per_sm;
+  p.launch.smem_bytes = static_cast<int>(46593 - exact - kReservedSmemPerBlock);
+  ASSERT_LE(5 * (p.launch.smem_bytes + bound + kReservedSmemPerBlock), per_sm)
+      << "the old rule (no allocation unit) accepted it";
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "launch");
+  EXPECT_NE(first_message(r, "launch")
+                .find("5 blocks of 46720 bytes of shared memory (" +
+                      std::to_string(p.launch.smem_bytes) + " dynamic + " + std::to_string(bound) +
+                      " static + 1024 reserved, rounded up to whole 128-byte allocation units) "
+                      "exceed 233472 bytes per SM"),
+            std::string::npos)
+      << first_message(r, "launch");
+  EXPECT_EQ(truth_kinds(p, fuzz_target()), (std::set<std::string>{"launch"}));
+}
+
+// Two layers' attention signal one counter; each layer's O projection waits for its own share.
+// Safe by induction over the execution (layer 1's attention runs after layer 0's O projection,
+// which needs the counter at 1 before anything of layer 1 can add to it), which the validator does
+// not attempt: it rejects, and says why (dev/validator_notes.md, "Counters shared by dependent
+// ops"). Lowering gives each op its own counter.
+TEST(ScheduleValidator, RejectsTwoLayersAttentionSharingACounterAndSaysWhy) {
+  auto build = [](bool shared) {
+    ProgramBuilder b(fuzz_target());
+    const uint32_t c0 = b.counter("L0.attn"), o0 = b.counter("L0.o");
+    const uint32_t c1 = shared ? c0 : b.counter("L1.attn");
+    b.add(0, b.op("L0.attn"), kIn, kIn, kA, 8, {}, c0, 1);
+    b.add(1, b.op("L0.o"), kA, kIn, kB, 8, {{c0, 1}}, o0, 1);
+    b.add(2, b.op("L1.attn"), kB, kIn, kC, 8, {{o0, 1}}, c1, 1);
+    b.add(3, b.op("L1.o"), kC, kIn, kD, 8, {{c1, shared ? 2u : 1u}});
+    return b.finish();
+  };
+  EXPECT_TRUE(validate(build(false), fuzz_target()).ok());
+  const Program p = build(true);
+  EXPECT_TRUE(truth_kinds(p, fuzz_target()).empty()) << "safe: the documented false reject";
+  const ValidationReport r = validate(p, fuzz_target());
+  EXPECT_EQ(r.rules(), "race");
+  EXPECT_NE(first_message(r, "race").find(
+                "task 1 (add L0.o tile 0) reads act[256:264] written by task 0 (add L0.attn "
+                "tile 0) with no ordering between them: its wait for counter 0 (L0.attn) "
+                ">= 1 of 2 does not prove that writer ran, because ops L0.attn, L1.attn "
+                "share that counter"),
+            std::string::npos)
+      << first_message(r, "race");
+  EXPECT_NE(first_message(r, "race").find("hint: give each op its own counter"), std::string::npos);
 }
 
 TEST(ScheduleValidator, NeverThrowsOnGarbagePrograms) {

@@ -270,6 +270,55 @@ TEST(ReferenceVm, EpochScalesThresholdsAcrossSteps) {
   }
 }
 
+// Counters are 32-bit and keep growing across steps, so they wrap: with a per-step total near
+// 2^30 the counters wrap every 4 steps; with 511 (a real program's largest) after ~8.4 M steps,
+// which resume_at_epoch skips to. Every step must still finish with the embedding of its own token
+// (a wait compared as plain `value >= epoch * total + threshold` deadlocks on the CPU at the wrap,
+// and on the device passes before its producer ran).
+TEST(ReferenceVm, WaitsStayExactAcrossTheCountersWrap) {
+  const ModelShape shape = *schedule::find_preset("toy");
+  const Weights& weights = reference(shape).weights;
+  Program p = lower_ok(shape, ScheduleConfig{});
+  const uint32_t x = static_cast<uint32_t>(p.find_region("embed.x")->begin);
+  const uint32_t logits = static_cast<uint32_t>(p.find_region("logits")->begin);
+  for (const uint32_t total : {0x40000001u, 511u}) {
+    ms_abi::Instr embed{};
+    embed.opcode = ms_abi::kEmbed;
+    embed.row_end = 64;
+    embed.ld = 64;
+    embed.weight = static_cast<uint64_t>(weights.layout.embed);
+    embed.out = x;
+    embed.signal_counter = 0;
+    embed.signal_increment = total;
+    ms_abi::Instr add{};
+    add.opcode = ms_abi::kAdd;
+    add.row_end = 64;
+    add.in = x;
+    add.in2 = x;
+    add.out = logits;
+    add.wait_begin = 0;
+    add.wait_count = 1;
+    p.tasks = {embed, add};
+    p.waits = {{0, total}};
+    p.counter_totals = {total};
+    p.counter_names = {"embed"};
+    p.queues = {{1}, {0}};  // the reader's block is polled first
+    p.launch.grid_blocks = 2;
+    ReferenceVm vm(p, weights);
+    const uint32_t first = total == 511u ? 0xffffffffu / total - 2 : 0;  // 3 steps before the wrap
+    vm.resume_at_epoch(first);
+    for (uint32_t step = 0; step < 8; ++step) {
+      const int32_t token = static_cast<int32_t>(5 + step);
+      const ReferenceVm::StepResult r = vm.step(token, static_cast<int32_t>(step));
+      ASSERT_TRUE(r.completed) << "total " << total << ", epoch " << first + step << ": "
+                               << r.stuck;
+      const float e = weights.at(weights.layout.embed + token * 64);
+      ASSERT_EQ(r.logits[0], e + e) << "total " << total << ", epoch " << first + step;
+      EXPECT_EQ(vm.counters()[0], (first + step + 1) * total) << "modulo 2^32";
+    }
+  }
+}
+
 TEST(ReferenceVm, CountersGrowByTheirTotalsEachStep) {
   const ModelShape shape = *schedule::find_preset("toy-2L");
   ScheduleConfig config;

@@ -304,12 +304,12 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
       uint32_t target = 0;
       if (mine) {
         w = a.waits[instr.wait_begin + i];
-        target = epoch * a.counter_totals[w.counter] + w.threshold;
+        target = wait_target(epoch, a.counter_totals[w.counter], w.threshold);
       }
       uint32_t spins = 0;
       while (true) {
         const uint32_t v = mine ? load_acquire(a.counters + w.counter) : 0;
-        const bool ok = !mine || v >= target;
+        const bool ok = !mine || counter_reached(v, target);  // wrap-safe (abi/abi.h)
         if (__all_sync(0xffffffffu, ok)) break;
         if ((++spins & 15u) == 0) {
           int32_t exit = kExitRunning;

@@ -1,0 +1,138 @@
+#include "schedule/build_fit.h"
+
+#include <algorithm>
+
+#include "abi/ring.h"
+#include "schedule/config.h"
+
+namespace megasched::schedule {
+namespace {
+
+uint32_t weight_bytes(const Program& p) {
+  return p.model.weight_dtype == ms_abi::kDTypeBF16 ? 2u : 4u;
+}
+
+// The knob's -D values the table allows: the integers themselves, or a named choice's index.
+std::vector<int> allowed_values(const KnobSpec& spec) {
+  std::vector<int> out;
+  for (size_t i = 0; i < spec.choices.size(); ++i)
+    out.push_back(spec.choices[i].is_number_integer() ? spec.choices[i].get<int>()
+                                                      : static_cast<int>(i));
+  return out;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+void knob_misfits(const Program& p, std::vector<BuildMisfit>* out) {
+  std::vector<std::string> known;
+  for (const KnobSpec& spec : knob_specs()) {
+    if (spec.define.empty()) continue;
+    known.push_back(spec.define);
+    const std::vector<int> allowed = allowed_values(spec);
+    auto it = p.build.knobs.find(spec.define);
+    if (it == p.build.knobs.end()) {
+      out->push_back({"the kernel build does not set " + spec.define + " (" + spec.path +
+                      "), so the device would compile its own default; hint: lower the program "
+                      "again (every kernel knob is copied into build.knobs)"});
+    } else if (std::find(allowed.begin(), allowed.end(), it->second) == allowed.end()) {
+      out->push_back({"the kernel build sets " + spec.define + "=" + std::to_string(it->second) +
+                      ", not one of " + join(allowed) + " (" + spec.path +
+                      "): the device code divides and loops by it"});
+    }
+  }
+  for (const auto& [name, value] : p.build.knobs)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      out->push_back({"the kernel build sets " + name + "=" + std::to_string(value) +
+                      ", which is no kernel knob: vm::kernel_defines would pass it as a second -D "
+                      "beside the launch and model constants it derives itself"});
+}
+
+// Per ring task: the staging fits x_floats and a page holds what the loader copies into it.
+void ring_task_misfits(const Program& p, size_t max_task_misfits, size_t* more,
+                       std::vector<BuildMisfit>* out) {
+  const uint32_t wb = weight_bytes(p);
+  const int vector_bytes = p.build.knob("MS_VECTOR_BYTES");
+  const uint32_t vec_elems = static_cast<uint32_t>(std::max(vector_bytes, 0)) / wb;
+  const uint32_t x_block = ms_abi::ring_x_block(static_cast<uint32_t>(vector_bytes), wb);
+  const uint32_t page_elems = static_cast<uint32_t>(p.launch.smem_page_bytes) / wb;
+  const uint32_t compute_warps = static_cast<uint32_t>(p.launch.threads_per_block / 32 - 1);
+  const uint64_t x_floats = static_cast<uint64_t>(p.build.x_floats);
+  size_t listed = 0;
+  auto report = [&](uint32_t t, std::string message) {
+    if (listed++ < max_task_misfits)
+      out->push_back({std::move(message), t});
+    else
+      ++*more;
+  };
+  for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+    const ms_abi::Instr& in = p.tasks[t];
+    if (ring_path(p, in) != GemvPath::kRingPieces) continue;
+    const uint32_t cols = in.col_end - in.col_begin;
+    const uint64_t extent = ms_abi::ring_x_extent(cols, vec_elems);
+    if (extent > x_floats)
+      report(t, "streams through the weight ring and stages its " + std::to_string(cols) +
+                    " input columns in blocks of " + std::to_string(x_block) +
+                    " floats up to float " + std::to_string(extent) + ", past the " +
+                    std::to_string(x_floats) +
+                    " staging floats: it would write ring page 0 while a bulk copy fills it; "
+                    "hint: x_floats must be a whole number of " +
+                    std::to_string(x_block) +
+                    "-float blocks (schedule::ring_x_floats rounds up to 256)");
+    const ms_abi::RingPieces g = ms_abi::ring_pieces(cols, page_elems, compute_warps, x_block);
+    if (g.pr == 0)
+      report(t, "streams row pieces of " + std::to_string(g.pc) +
+                    " weights through ring pages of " + std::to_string(page_elems) +
+                    ": no piece fits a page, so the loader's row step is zero and the kernel "
+                    "never ends; hint: pages of at least " +
+                    std::to_string(x_block * wb) + " bytes");
+  }
+}
+
+}  // namespace
+
+GemvPath ring_path(const Program& p, const ms_abi::Instr& in) {
+  if (!p.build.weight_ring() || p.launch.dynamic_queue || in.opcode != ms_abi::kGemv ||
+      p.build.x_floats < 0 || p.launch.smem_page_bytes < 0)
+    return GemvPath::kRegisters;
+  const uint32_t wb = weight_bytes(p);
+  if (!ms_abi::ring_streams(in, static_cast<uint32_t>(p.build.x_floats), wb))
+    return GemvPath::kRegisters;
+  return ms_abi::ring_seg_streams(in, ms_abi::ring_seg_vecs(p.model), wb,
+                                  static_cast<uint32_t>(p.launch.smem_page_bytes), p.model.head_dim)
+             ? GemvPath::kRingSegments
+             : GemvPath::kRingPieces;
+}
+
+std::vector<BuildMisfit> build_misfits(const Program& p, size_t max_task_misfits,
+                                       size_t* more_tasks) {
+  std::vector<BuildMisfit> out;
+  *more_tasks = 0;
+  knob_misfits(p, &out);
+  const uint32_t hd = p.model.head_dim;
+  if (hd < 2 || hd > kMaxKernelHeadDim || hd % 2 != 0)
+    out.push_back({"model head_dim " + std::to_string(hd) +
+                   " is not an even number in [2, 256]: the kernel (MS_HEAD_DIM) sizes the "
+                   "attention's shared arrays and its epilogue chunks by it and builds no other"});
+  if (!p.build.weight_ring()) return out;
+  const LaunchShape& l = p.launch;
+  bool geometry_ok = true;
+  if (p.build.x_floats < 0 || p.build.x_floats % 4 != 0) {
+    out.push_back({"the weight ring's x_floats " + std::to_string(p.build.x_floats) +
+                   " is not a non-negative multiple of 4 (the device stages 16-byte units)"});
+    geometry_ok = false;
+  }
+  if (l.smem_pages < 1 || l.smem_page_bytes < 16 || l.smem_page_bytes % 16 != 0 ||
+      l.threads_per_block < 64 || l.threads_per_block % 32 != 0) {
+    geometry_ok = false;  // the launch rule reports these
+  }
+  const int vector_bytes = p.build.knob("MS_VECTOR_BYTES");
+  if (vector_bytes != 4 && vector_bytes != 8 && vector_bytes != 16) geometry_ok = false;
+  if (geometry_ok) ring_task_misfits(p, max_task_misfits, more_tasks, &out);
+  return out;
+}
+
+}  // namespace megasched::schedule
