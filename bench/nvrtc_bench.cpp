@@ -3,7 +3,8 @@
 // stack frame) as counters of the kernel and of the whole-row ring GEMV. A trial's first
 // evaluate pays this compile; a register or spill change of a kernel edit shows here before any
 // GPU time is spent. Configs: bench/configs/NAME.json for each NAME in MEGASCHED_NVRTC_BENCH
-// (comma-separated; default "best_1b"), lowered for llama-1b on the h100 target.
+// (comma-separated; default "best_1b"), lowered for llama-1b on the h100 target;
+// MEGASCHED_NVRTC_BENCH_DUMP=DIR also writes each cubin there.
 //   build/nvrtc_bench --benchmark_min_time=1x
 #include <benchmark/benchmark.h>
 
@@ -54,6 +55,13 @@ void build(benchmark::State& state, const std::string& name) {
       return;
     }
     state.SetIterationTime(result.compile_ms * 1e-3);
+  }
+  // MEGASCHED_NVRTC_BENCH_DUMP=DIR writes DIR/NAME.cubin: two trees whose cubins are identical
+  // run the same machine code (a device-side refactor checked without a GPU).
+  if (const char* dir = std::getenv("MEGASCHED_NVRTC_BENCH_DUMP"); dir && *dir) {
+    std::ofstream out(std::string(dir) + "/" + name + ".cubin", std::ios::binary);
+    out.write(result.cubin.data(), static_cast<std::streamsize>(result.cubin.size()));
+    if (!out) state.SkipWithError(("cannot write the cubin into " + std::string(dir)).c_str());
   }
   for (const vm::KernelResources& k : result.kernels) {
     if (k.stack_bytes > 0 || k.spill_store_bytes > 0)  // where the frame and the spills are

@@ -4,11 +4,15 @@
 // data, so results are deterministic.
 #pragma once
 
+#include "abi/ring.h"
 #include "vm/device/common.cuh"
 
 namespace ms_dev {
 
-constexpr int kEpilogueRows = (kRowChunk / kHeadDim) * kHeadDim;  // head-aligned (RoPE pairs)
+// GEMV rows per epilogue pass, head-aligned (RoPE pairs): abi/ring.h's formula, the validator's
+// too.
+constexpr int kEpilogueRows = int(ring_epilogue_rows(kHeadDim));
+static_assert(kEpilogueRows == (kRowChunk / kHeadDim) * kHeadDim, "kRowChunk and abi/ring.h agree");
 
 /// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
 /// stages GEMV input vectors (and holds the weight ring of vm/device/ring.cuh).
@@ -116,10 +120,9 @@ __device__ __forceinline__ float gemv_input(const KernelArgs& a, const Instr& in
 /// kXBlock (one warp-wide vector step); inside a block the element e of lane L's vector sits at
 /// e * 32 + L, so the 32 lanes of a warp read 32 consecutive floats (no bank conflicts) where the
 /// plain layout would have them 32 bytes apart (an 8-way conflict for bf16 vectors).
-constexpr uint32_t kXBlock = 32 * kVecElems;
-__device__ __forceinline__ uint32_t x_slot(uint32_t rel) {
-  return (rel / kXBlock) * kXBlock + (rel % kVecElems) * 32 + (rel % kXBlock) / kVecElems;
-}
+/// Both are abi/ring.h's formulas (ring_x_block, ring_x_slot), which the validator checks.
+constexpr uint32_t kXBlock = ring_x_block(kVectorBytes, kWeightBytes);
+__device__ __forceinline__ uint32_t x_slot(uint32_t rel) { return ring_x_slot(rel, kVecElems); }
 
 /// Stages the GEMV input for columns [k0, k1) into x (x_slot order, relative to k0): x(c) after its
 /// prologue, with the norm's inv_rms given as `inv` (1 stages act * gamma). The loads run over

@@ -163,30 +163,17 @@ __device__ __forceinline__ void warp_copy(void* dst, const void* src, uint32_t b
 }
 
 /// Whether task `in` streams its weights through the ring; the loader and the compute warps
-/// decide alike. The tile's row pieces must be 16-byte aligned, whole 16-byte multiples and the
-/// input must fit the staging area; any other GEMV takes the register path.
+/// decide alike, per task, by abi/ring.h's rule (the validator's): the tile's row pieces are
+/// 16-byte aligned, whole 16-byte multiples and its input fits the staging area; any other GEMV
+/// takes the register path.
 __device__ __forceinline__ bool ring_streams(const Instr& in) {
-  if (!kRing || in.opcode != kGemv) return false;
-  const uint64_t cols = in.col_end - in.col_begin;
-  return cols > 0 && cols <= uint64_t(kXFloats) &&
-         ((in.weight + in.col_begin) * kWeightBytes) % 16 == 0 &&
-         (uint64_t(in.ld) * kWeightBytes) % 16 == 0 && (cols * kWeightBytes) % 16 == 0;
+  return kRing && ms_abi::ring_streams(in, kXFloats, kWeightBytes);
 }
 
-/// The page geometry of a tile with `cols` columns: row pieces of `pc` columns (a whole number of
-/// x_slot blocks unless one piece holds the whole row), `pr` pieces per page, `chunks` pieces per
-/// row.
-struct RingGeom {
-  uint32_t pc, pr, chunks;
-};
-__device__ __forceinline__ RingGeom ring_geom(uint32_t cols) {
-  uint32_t per_warp = kRingPageElems / kComputeWarps / kXBlock * kXBlock;
-  if (per_warp < kXBlock) per_warp = kXBlock;
-  RingGeom g;
-  g.pc = min(cols, per_warp);
-  g.pr = min(uint32_t(kComputeWarps), kRingPageElems / g.pc);
-  g.chunks = (cols + g.pc - 1) / g.pc;
-  return g;
+/// The page geometry of a row-piece tile with `cols` columns (abi/ring.h ring_pieces): row pieces
+/// of `pc` columns, `pr` pieces per page, `chunks` pieces per row.
+__device__ __forceinline__ RingPieces ring_geom(uint32_t cols) {
+  return ring_pieces(cols, kRingPageElems, kComputeWarps, kXBlock);
 }
 
 // ---- The whole-row (segment) path ----
@@ -196,14 +183,11 @@ constexpr uint32_t kSegVecElems = 16 / kWeightBytes;  // weights per 16-byte vec
 constexpr uint32_t kSegElems = ring_seg_elems(kSegVecs > 0 ? kSegVecs : 1, kWeightBytes);
 constexpr uint32_t kSegsPerPage = kRingPageElems / kSegElems;  // 0 when a page holds no segment
 
-/// Whether a ring task (ring_streams) takes the whole-row path: abi/ring.h's rule, and its
-/// column blocks' partial sums for one row chunk fit the row buffer (with RoPE, a chunk of whole
-/// heads).
+/// Whether a ring task (ring_streams) takes the whole-row path: abi/ring.h's rule (ring_seg_tile,
+/// and its column blocks' partial sums for one row chunk fit the row buffer; with RoPE, a chunk of
+/// whole heads).
 __device__ __forceinline__ bool seg_streams(const Instr& in) {
-  if (!ring_seg_tile(in, kSegVecs, kWeightBytes, kRingPageBytes)) return false;
-  const uint32_t blocks = in.ld / kSegElems;
-  if (blocks > uint32_t(kEpilogueRows)) return false;
-  return (in.flags & kFlagRopeKv) == 0 || uint32_t(kEpilogueRows) / blocks >= uint32_t(kHeadDim);
+  return ring_seg_streams(in, kSegVecs, kWeightBytes, kRingPageBytes, kHeadDim);
 }
 
 /// Rows per chunk of a whole-row tile: the chunk's partial sums (one per row and column block)
@@ -528,7 +512,7 @@ __device__ __forceinline__ bool ring_load_pieces(const KernelArgs& a, const Ring
   const int lane = threadIdx.x & 31;
   const char* W = reinterpret_cast<const char*>(a.weights);
   const uint32_t cols = in.col_end - in.col_begin;
-  const RingGeom g = ring_geom(cols);
+  const RingPieces g = ring_geom(cols);
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
     const uint32_t row1 = min(in.row_end, row0 + kEpilogueRows);
     for (uint32_t gr = row0; gr < row1; gr += g.pr) {
@@ -639,7 +623,7 @@ __device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, 
     stage_input(a, in, r.x, in.col_begin, in.col_end, in.col_begin, in.col_end, 1.0f);
     block_sync();
   }
-  const RingGeom g = ring_geom(cols);
+  const RingPieces g = ring_geom(cols);
   bool ok = true;
   uint32_t k = *seq;
   for (uint32_t row0 = in.row_begin; row0 < in.row_end; row0 += kEpilogueRows) {
