@@ -226,6 +226,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
     WorkerOptions w;
     w.command = worker_command(opt.executable, opt.trial);
     w.trial_timeout_s = opt.trial_timeout_s;
+    w.cancel = opt.loop.cancel;  // a cancelled loop kills the trial in flight
     auto worker = std::make_unique<WorkerEvaluator>(w);
     if (!worker->start(&error)) return failed(kExitEnvironment, error);
     evaluator = std::move(worker);

@@ -67,7 +67,7 @@ VerbResult build_report_document(const ReportRequest& request);
 /// `loop`: the flags of one loop, and the hooks of whoever runs it.
 struct LoopCommand {
   TrialFlags trial;
-  LoopOptions loop;  // its stop and progress hooks are the caller's
+  LoopOptions loop;  // its stop, cancel, progress and on_trial hooks are the caller's
   StrategyOptions strategy;
   std::string device = "auto";  // cpu, gpu or auto (gpu when one is usable)
   bool isolate = false;         // CPU trials in a worker process too (GPU trials always are)
