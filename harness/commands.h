@@ -30,5 +30,6 @@ void add_loop_command(CLI::App& app, CliContext& ctx);    // harness/cmd_loop.cp
 void add_report_command(CLI::App& app, CliContext& ctx);  // harness/cmd_report.cpp
 void add_prior_command(CLI::App& app, CliContext& ctx);   // harness/cmd_prior.cpp
 void add_worker_command(CLI::App& app, CliContext& ctx);  // harness/cmd_worker.cpp
+void add_mcp_command(CLI::App& app, CliContext& ctx);     // harness/cmd_mcp.cpp
 
 }  // namespace megasched::harness
