@@ -534,8 +534,7 @@ ToolResult evaluate_tool(const ToolCall& call, McpContext& context) {
   call.progress(1, 2, "running the trial of schedule " + id);
   const eval::Verdict verdict = worker->evaluate(*config);
   if (call.cancelled()) return cancelled();
-  call.progress(2, 2, "trial done: " + verdict.status);
-  ToolResult r;
+  ToolResult r;  // no last progress notification: the response says the trial is done
   r.structured = eval::to_json(verdict);
   r.text = verdict_summary(verdict);
   r.exit_code = verdict_exit_code(verdict);
