@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -76,6 +77,7 @@ bool ChildProcess::start(const std::string& command, std::string* error) {
   stdout_buffer_.clear();
   stderr_tail_.clear();
   exit_description_.clear();
+  exit_code_ = -1;
   return true;
 }
 
@@ -137,7 +139,19 @@ bool ChildProcess::pump(double deadline_s) {
   }
 }
 
-ChildProcess::ReadStatus ChildProcess::read_line(double timeout_s, std::string* line) {
+ChildProcess::ReadStatus ChildProcess::wait_for_stdout(double deadline_s,
+                                                       const std::atomic<bool>* cancel) {
+  for (;;) {
+    if (cancel && cancel->load()) return ReadStatus::kCancelled;
+    const double now = monotonic_seconds();
+    if (now >= deadline_s) return ReadStatus::kTimeout;
+    if (pump(cancel ? std::min(deadline_s, now + kCancelPoll_s) : deadline_s))
+      return ReadStatus::kLine;
+  }
+}
+
+ChildProcess::ReadStatus ChildProcess::read_line(double timeout_s, std::string* line,
+                                                 const std::atomic<bool>* cancel) {
   const double deadline = monotonic_seconds() + timeout_s;
   for (;;) {
     size_t newline = stdout_buffer_.find('\n');
@@ -147,14 +161,17 @@ ChildProcess::ReadStatus ChildProcess::read_line(double timeout_s, std::string* 
       return ReadStatus::kLine;
     }
     if (stdout_eof_ || stdout_fd_ < 0) return ReadStatus::kEof;
-    if (!pump(deadline)) return ReadStatus::kTimeout;
+    const ReadStatus waited = wait_for_stdout(deadline, cancel);
+    if (waited != ReadStatus::kLine) return waited;
   }
 }
 
-ChildProcess::ReadStatus ChildProcess::read_all(double timeout_s, std::string* text) {
+ChildProcess::ReadStatus ChildProcess::read_all(double timeout_s, std::string* text,
+                                                const std::atomic<bool>* cancel) {
   const double deadline = monotonic_seconds() + timeout_s;
   while (!stdout_eof_ && stdout_fd_ >= 0) {
-    if (!pump(deadline)) return ReadStatus::kTimeout;
+    const ReadStatus waited = wait_for_stdout(deadline, cancel);
+    if (waited != ReadStatus::kLine) return waited;
   }
   *text = stdout_buffer_;
   stdout_buffer_.clear();
@@ -201,6 +218,7 @@ std::string ChildProcess::finish(double timeout_s) {
     pid_t done = ::waitpid(pid_, &status, WNOHANG);
     if (done == pid_) {
       exit_description_ = describe_status(status);
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       // Reap any stragglers of the group; the leader is gone.
       ::kill(-pid_, SIGKILL);
       pid_ = -1;

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <string>
 
 namespace megasched::harness {
@@ -29,23 +30,34 @@ class ChildProcess {
   /// Closes the child's stdin (end of input).
   void close_stdin();
 
-  enum class ReadStatus { kLine, kEof, kTimeout };
-  /// Reads one line of the child's stdout (newline stripped), waiting at most `timeout_s`.
-  ReadStatus read_line(double timeout_s, std::string* line);
-  /// Reads the child's stdout to end of file, waiting at most `timeout_s` in all.
-  ReadStatus read_all(double timeout_s, std::string* text);
+  enum class ReadStatus { kLine, kEof, kTimeout, kCancelled };
+  /// Reads one line of the child's stdout (newline stripped), waiting at most `timeout_s`, and
+  /// giving up (kCancelled) within kCancelPoll_s of `cancel` being set.
+  ReadStatus read_line(double timeout_s, std::string* line,
+                       const std::atomic<bool>* cancel = nullptr);
+  /// Reads the child's stdout to end of file, waiting at most `timeout_s` in all (or until
+  /// `cancel` is set).
+  ReadStatus read_all(double timeout_s, std::string* text,
+                      const std::atomic<bool>* cancel = nullptr);
+  /// How often a read looks at its cancel flag.
+  static constexpr double kCancelPoll_s = 0.05;
 
   /// Kills the process group (SIGKILL) and reaps the child. Safe to call twice.
   void kill();
   /// Waits up to `timeout_s` for the child to exit by itself, then kills it. Returns how it
   /// ended: "exit 0", "exit 3", "signal 11 (Segmentation fault)", "killed".
   std::string finish(double timeout_s);
+  /// The exit code once finish() saw the child exit by itself; -1 otherwise (a signal, a kill).
+  int exit_code() const { return exit_code_; }
   /// The last few KiB the child wrote to stderr.
   const std::string& stderr_tail() const { return stderr_tail_; }
 
  private:
   // Polls stdout and stderr until stdout has data or the deadline passes; false on timeout.
   bool pump(double deadline_s);
+  // Pumps until stdout has data, the deadline passes (kTimeout) or `cancel` is set (kCancelled);
+  // kLine when there is data to look at.
+  ReadStatus wait_for_stdout(double deadline_s, const std::atomic<bool>* cancel);
   std::string describe_status(int status) const;
 
   pid_t pid_ = -1;
@@ -56,6 +68,7 @@ class ChildProcess {
   std::string stdout_buffer_;
   std::string stderr_tail_;
   std::string exit_description_;
+  int exit_code_ = -1;
 };
 
 /// Monotonic seconds (CLOCK_MONOTONIC).

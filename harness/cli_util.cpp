@@ -55,6 +55,12 @@ void print_error(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "megasched %s: %s\n", command.c_str(), message.c_str());
 }
 
+int finish_verb(const std::string& command, const VerbResult& result) {
+  if (!result.message.empty()) print_error(command, result.message);
+  if (!result.document.is_null()) print_json(result.document);
+  return result.exit_code;
+}
+
 std::string shell_quote(const std::string& text) {
   std::string out = "'";
   for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/verbs.h"
 #include "schedule/config.h"
 
 namespace megasched::harness {
@@ -24,6 +25,10 @@ void print_json(const nlohmann::json& j);
 
 /// Prints "megasched <command>: <message>" to stderr.
 void print_error(const std::string& command, const std::string& message);
+
+/// Prints a verb's outcome as the CLI does (its message as print_error's line, its document as
+/// print_json) and returns its exit code.
+int finish_verb(const std::string& command, const VerbResult& result);
 
 /// `text` as one word for /bin/sh (single-quoted).
 std::string shell_quote(const std::string& text);

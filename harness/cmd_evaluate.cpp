@@ -79,7 +79,7 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
       verdict = evaluator->evaluate(*config);
     }
     print_json(eval::to_json(verdict));
-    ctx.exit_code = verdict.valid && verdict.correct ? kExitOk : kExitFailure;
+    ctx.exit_code = verdict_exit_code(verdict);
   });
 }
 

@@ -1,25 +1,21 @@
 // `megasched loop`: the keep/revert loop over a budget of trials (harness/loop.h). One progress
-// line per trial on stderr, the summary JSON on stdout. GPU trials run in a `megasched worker`
-// child (harness/worker_evaluator.h); CPU trials run in process unless --isolate.
+// line per trial on stderr, the summary JSON on stdout (the loop itself: run_loop_command in
+// harness/verbs.h). GPU trials run in a `megasched worker` child (harness/worker_evaluator.h); CPU
+// trials run in process unless --isolate.
 // SIGINT / SIGTERM: the current trial finishes and is logged, then the summary prints; a second
 // signal ends the process at once (the logs stay whole: every line is one locked append).
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <climits>
 #include <iostream>
 #include <memory>
 
-#include "eval/device.h"
-#include "eval/evaluate.h"
-#include "flywheel/corpus.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
-#include "harness/loop.h"
 #include "harness/strategy.h"
 #include "harness/trial_flags.h"
-#include "harness/worker_evaluator.h"
+#include "harness/verbs.h"
 
 namespace megasched::harness {
 namespace {
@@ -38,100 +34,12 @@ void on_stop_signal(int) {
   (void)ignored;
 }
 
-// This executable, for the worker command line.
-std::string self_path() {
-  char buffer[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
-  if (n <= 0) return "megasched";
-  buffer[n] = '\0';
-  return buffer;
-}
-
-/// The flags of `megasched loop`.
-struct LoopCommand {
-  TrialFlags trial;
-  LoopOptions loop;
-  StrategyOptions strategy;
-  std::string device = "auto";
-  bool isolate = false;
-  double trial_timeout_s = 300;
-  std::string start;
-};
-
-/// Runs the loop the flags describe; returns the exit code.
-int run_loop_command(LoopCommand& opt) {
-  std::string error;
-  if (!opt.trial.parse_positions(&error)) return print_error("loop", error), kExitUsage;
-  eval::EvaluatorOptions& ev = opt.trial.ev;
-  opt.loop.timed_position = ev.timed_position;
-  if (ev.timed_position < 0)
-    return print_error("loop", "--timed-position must be >= 0"), kExitUsage;
-  if (!opt.start.empty()) {
-    if (opt.loop.warm_start)
-      return print_error("loop", "--start and --warm-start both choose trial 0; give one"),
-             kExitUsage;
-    auto start = read_config_arg(opt.start, &error);
-    if (!start) return print_error("loop", "--start: " + error), kExitUsage;
-    opt.loop.start = *start;
-  }
-  if (!opt.strategy.proposer_command.empty()) opt.strategy.name = "proposer";
-  if (opt.loop.budget < 1) return print_error("loop", "--budget must be at least 1"), kExitUsage;
-  std::string device = opt.device;
-  if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
-  ev.device = device;
-
-  auto shape = eval::resolve_shape(ev.model, &error);
-  if (!shape) return print_error("loop", error), kExitUsage;
-  auto target = eval::resolve_target(ev.gpu, &error);
-  if (!target) {
-    const bool env = ev.gpu == "auto";
-    return print_error("loop", error), env ? kExitEnvironment : kExitUsage;
-  }
-
-  std::unique_ptr<eval::Evaluator> evaluator;
-  if (device == "gpu" || opt.isolate) {
-    WorkerOptions w;
-    w.command = shell_quote(self_path()) + " worker " + opt.trial.worker_arguments();
-    w.trial_timeout_s = opt.trial_timeout_s;
-    auto worker = std::make_unique<WorkerEvaluator>(w);
-    if (!worker->start(&error)) return print_error("loop", error), kExitEnvironment;
-    evaluator = std::move(worker);
-  } else {
-    auto trial = eval::TrialEvaluator::create(ev, &error);
-    if (!trial) return print_error("loop", error), kExitUsage;
-    evaluator = std::move(trial);
-  }
-
-  opt.strategy.shape = *shape;
-  if (opt.strategy.name == "prior") {
-    // The prior learns from every model this workspace has tried on this target and device.
-    const std::string target_name = evaluator->identity().value("target", target->name);
-    for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt.loop.corpus_path).records)
-      if (r.target == target_name && r.device == device)
-        opt.strategy.training.push_back(std::move(r));
-  }
-  auto strategy = make_strategy(opt.strategy, &error);
-  if (!strategy) return print_error("loop", error), kExitUsage;
-
+void install_stop_handlers() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
-  opt.loop.stop = &g_stop;
-  opt.loop.progress = &std::cerr;
-  opt.loop.seed = opt.strategy.seed;
-  SystemClock clock;
-  LoopResult result = run_loop(*evaluator, *shape, *target, *strategy, clock, opt.loop);
-  if (!result.ok) {
-    print_error("loop", result.error);
-    if (!result.summary.is_null()) print_json(result.summary);
-    return kExitEnvironment;
-  }
-  print_json(result.summary);
-  // Loud failure when nothing was measured: trials ran and none had a correct latency.
-  return result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null() ? kExitFailure
-                                                                                     : kExitOk;
 }
 
 }  // namespace
@@ -189,7 +97,12 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--trial-timeout", opt->trial_timeout_s,
                   "Seconds a worker trial may take before it is killed (timeout)")
       ->capture_default_str();
-  cmd->callback([&ctx, opt] { ctx.exit_code = run_loop_command(*opt); });
+  cmd->callback([&ctx, opt] {
+    opt->on_start = install_stop_handlers;
+    opt->loop.stop = &g_stop;
+    opt->loop.progress = &std::cerr;
+    ctx.exit_code = finish_verb("loop", run_loop_command(*opt));
+  });
 }
 
 }  // namespace megasched::harness

@@ -1,15 +1,11 @@
 // `megasched report`: the analyst report over results.tsv and corpus.jsonl (flywheel/report.h):
 // text or JSON on stdout, and a self-contained HTML page (inline SVG) written to --out.
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
-#include "flywheel/corpus.h"
-#include "flywheel/report.h"
 #include "flywheel/report_render.h"
-#include "flywheel/results.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/verbs.h"
 
 namespace megasched::harness {
 
@@ -35,51 +31,17 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--model", opt->model, "Only this model");
   cmd->add_option("--target", opt->target, "Only this target");
   cmd->callback([&ctx, opt] {
-    flywheel::ResultsRead results = flywheel::read_results(opt->results);
-    if (!results.exists) {
-      print_error("report", "no results file at " + opt->results +
-                                " (run `megasched loop` first, or pass --results PATH)");
-      ctx.exit_code = kExitEnvironment;
-      return;
-    }
-    flywheel::CorpusRead corpus = flywheel::read_corpus(opt->corpus);
-    auto keep = [&](const std::string& model, const std::string& target) {
-      return (opt->model.empty() || model == opt->model) &&
-             (opt->target.empty() || target == opt->target);
-    };
-    std::vector<flywheel::ResultRow> rows;
-    for (auto& row : results.rows)
-      if (keep(row.model, row.target)) rows.push_back(std::move(row));
-    std::vector<flywheel::CorpusRecord> records;
-    for (auto& r : corpus.records)
-      if (keep(r.model, r.target)) records.push_back(std::move(r));
-    nlohmann::json report = flywheel::build_report(rows, records);
-    report["sources"] = {{"results", opt->results}, {"corpus", corpus.exists ? opt->corpus : ""}};
-    nlohmann::json problems = results.problems;
-    for (const auto& p : corpus.problems) problems.push_back(p);
-    if (!corpus.exists)
-      problems.push_back("no corpus at " + opt->corpus +
-                         ": best configs and knob effects are missing");
-    report["problems"] = problems;
-    if (!opt->out.empty()) {
-      std::error_code ec;
-      auto parent = std::filesystem::path(opt->out).parent_path();
-      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-      std::ofstream html(opt->out);
-      html << flywheel::report_html(report);
-      if (!html) {
-        print_error("report", "cannot write " + opt->out);
-        ctx.exit_code = kExitEnvironment;
-        return;
-      }
-      report["html"] = opt->out;
-    }
-    if (opt->format == "json") {
-      print_json(report);
-    } else {
-      std::cout << flywheel::report_text(report);
-      if (!opt->out.empty()) std::cout << "html: " << opt->out << "\n";
-    }
+    ReportRequest request;
+    request.results_path = opt->results;
+    request.corpus_path = opt->corpus;
+    request.html_path = opt->out;
+    request.model = opt->model;
+    request.target = opt->target;
+    VerbResult report = build_report_document(request);
+    if (report.exit_code != kExitOk || opt->format == "json")
+      return void(ctx.exit_code = finish_verb("report", report));
+    std::cout << flywheel::report_text(report.document);
+    if (!opt->out.empty()) std::cout << "html: " << opt->out << "\n";
     ctx.exit_code = kExitOk;
   });
 }

@@ -1,9 +1,12 @@
 // The CLI is one table of subcommands (harness/main.cpp). Each subcommand lives in its own file
 // (harness/cmd_<name>.cpp), adds itself to the app with add_<name>_command, fills an options
-// struct, calls the library and maps the outcome to an exit code through the `exit_code` slot.
+// struct, calls the library (for the verbs the MCP server shares, harness/verbs.h) and maps the
+// outcome to an exit code (harness/verbs.h) through the `exit_code` slot.
 #pragma once
 
 #include <CLI/CLI.hpp>
+
+#include "harness/verbs.h"
 
 namespace megasched::harness {
 
@@ -11,12 +14,6 @@ namespace megasched::harness {
 struct CliContext {
   int exit_code = 0;
 };
-
-// Exit codes shared by every subcommand (HARNESS.md documents them).
-constexpr int kExitOk = 0;           // success (evaluate: valid and correct)
-constexpr int kExitFailure = 1;      // the trial ran but failed: rejected / incorrect / unsafe
-constexpr int kExitUsage = 2;        // bad arguments, bad config, unknown model or target
-constexpr int kExitEnvironment = 3;  // missing GPU / file / toolkit
 
 void add_models_command(CLI::App& app, CliContext& ctx);
 void add_targets_command(CLI::App& app, CliContext& ctx);
@@ -33,5 +30,6 @@ void add_loop_command(CLI::App& app, CliContext& ctx);    // harness/cmd_loop.cp
 void add_report_command(CLI::App& app, CliContext& ctx);  // harness/cmd_report.cpp
 void add_prior_command(CLI::App& app, CliContext& ctx);   // harness/cmd_prior.cpp
 void add_worker_command(CLI::App& app, CliContext& ctx);  // harness/cmd_worker.cpp
+void add_mcp_command(CLI::App& app, CliContext& ctx);     // harness/cmd_mcp.cpp
 
 }  // namespace megasched::harness

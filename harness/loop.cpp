@@ -289,6 +289,7 @@ class LoopRun {
     const double t0 = clock_.now_s();
     eval::Verdict v = evaluator_.evaluate(seed_config);
     ++evaluations_;
+    if (abandoned(0)) return true;
     const double t1 = clock_.now_s();
     CorpusRecord r = make_record(0, seed_source, seed_config, seed_id, nullptr, "", v);
     std::string status = failure_status(v);
@@ -387,6 +388,7 @@ class LoopRun {
 
   /// Why the loop stops before the next trial ("" to go on).
   std::string stop_condition() const {
+    if (cancelled()) return "cancelled";
     if (next_trial_ >= options_.budget) return "budget";
     if (options_.stop && options_.stop->load()) return "interrupted";
     if (options_.minutes > 0 && clock_.now_s() - start_s_ >= options_.minutes * 60.0)
@@ -419,9 +421,11 @@ class LoopRun {
     const double t0 = clock_.now_s();
     eval::Verdict v = evaluator_.evaluate(proposal.config);
     ++evaluations_;
+    if (abandoned(next_trial_)) return false;
     CorpusRecord r =
         make_record(next_trial_, strategy_.name(), proposal.config, id, &parent, parent_id, v);
     const std::string decision = judge(v, &r);
+    if (abandoned(next_trial_)) return false;  // during the incumbent's re-measurement
     if (r.status == flywheel::kStatusKept) {
       incumbent_.config = proposal.config;
       incumbent_.id = id;
@@ -437,6 +441,18 @@ class LoopRun {
     r.timestamp = flywheel::utc_timestamp(t1);
     r.description = proposal.description + "; " + r.status + ": " + decision;
     return log_trial(r, proposal.config, t1 - t0);
+  }
+
+  bool cancelled() const { return options_.cancel && options_.cancel->load(); }
+
+  /// After a cancellation the trial in flight is dropped, not logged (its verdict is the
+  /// evaluator's placeholder). True when that is the case.
+  bool abandoned(int trial) {
+    if (!cancelled()) return false;
+    stop_reason_ = "cancelled";
+    if (options_.progress)
+      *options_.progress << "trial " << trial << " cancelled in flight: not logged\n";
+    return true;
   }
 
   /// The keep rule (harness/loop.h) for a candidate's verdict: sets the record's status and keep
@@ -529,11 +545,16 @@ class LoopRun {
     strategy_.observe(history_.back());
     ++trials_this_invocation_;
     trial_time_total_ += trial_s;
-    if (options_.progress) print_progress(record);
+    if (options_.progress || options_.on_trial) {
+      const std::string line = progress_line(record);
+      if (options_.progress) *options_.progress << line << "\n" << std::flush;
+      if (options_.on_trial) options_.on_trial(record.trial + 1, options_.budget, line);
+    }
     return true;
   }
 
-  void print_progress(const CorpusRecord& record) const {
+  /// The progress line of a logged trial (no newline).
+  std::string progress_line(const CorpusRecord& record) const {
     const int done = record.trial + 1;
     const double elapsed = clock_.now_s() - start_s_;
     double eta =
@@ -550,10 +571,8 @@ class LoopRun {
     char head[64];
     std::snprintf(head, sizeof head, "trial %3d/%d  %-9s", record.trial, options_.budget,
                   record.status.c_str());
-    *options_.progress << head << " " << latency << "  best " << best << "  elapsed "
-                       << format_duration(elapsed) << "  eta " << format_duration(eta) << "  "
-                       << record.description << "\n";
-    options_.progress->flush();
+    return std::string(head) + " " + latency + "  best " + best + "  elapsed " +
+           format_duration(elapsed) + "  eta " + format_duration(eta) + "  " + record.description;
   }
 
   bool fail(const std::string& error) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -56,7 +57,14 @@ struct LoopOptions {
   double sigmas = 2.0;                      // keep rule: noise multiple
   std::ostream* progress = nullptr;         // one line per trial (stderr in the CLI)
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM: stop after this trial
-  uint64_t seed = 0;                        // run id suffix
+  /// Set to abandon the loop now (the MCP server, on notifications/cancelled): the trial in flight
+  /// is dropped, not logged (its evaluator, watching the same flag, returns at once), and the
+  /// loop stops with stop_reason "cancelled". The logs keep every trial that finished.
+  const std::atomic<bool>* cancel = nullptr;
+  /// Called after each logged trial: trials done (its trial number + 1), the budget, and the
+  /// progress line (the MCP server's progress notifications).
+  std::function<void(int done, int budget, const std::string& line)> on_trial;
+  uint64_t seed = 0;  // run id suffix
 };
 
 /// The keep rule applied to one candidate (inputs and outcome, recorded in the corpus).

@@ -31,6 +31,7 @@ const CommandEntry kCommands[] = {
     {"report", megasched::harness::add_report_command},
     {"prior", megasched::harness::add_prior_command},
     {"worker", megasched::harness::add_worker_command},
+    {"mcp", megasched::harness::add_mcp_command},
     {"generate", megasched::harness::add_generate_command},
     {"doctor", megasched::harness::add_doctor_command},
     {"baseline", megasched::harness::add_baseline_command},

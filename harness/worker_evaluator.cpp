@@ -30,13 +30,14 @@ bool WorkerEvaluator::ensure_running(std::string* error) const {
   if (!child_.start(options_.command, error)) return false;
   if (starts_++ > 0) ++restarts_;
   std::string line;
-  auto status = child_.read_line(options_.start_timeout_s, &line);
+  auto status = child_.read_line(options_.start_timeout_s, &line, options_.cancel);
   if (status != ChildProcess::ReadStatus::kLine) {
     std::string ended =
         status == ChildProcess::ReadStatus::kTimeout
             ? (child_.kill(), "no ready line within " +
                                   std::to_string(static_cast<int>(options_.start_timeout_s)) + " s")
-            : child_.finish(2.0);
+        : status == ChildProcess::ReadStatus::kCancelled ? (child_.kill(), "cancelled")
+                                                         : child_.finish(2.0);
     if (error)
       *error = "worker `" + options_.command + "` did not start (" + ended + ")" +
                (child_.stderr_tail().empty() ? "" : ": " + one_line(child_.stderr_tail()));
@@ -67,7 +68,11 @@ WorkerEvaluator::Reply WorkerEvaluator::request(const json& message, double time
     return Reply::kDied;
   }
   std::string line;
-  switch (child_.read_line(timeout_s, &line)) {
+  switch (child_.read_line(timeout_s, &line, options_.cancel)) {
+    case ChildProcess::ReadStatus::kCancelled:
+      child_.kill();
+      *what = "cancelled: the request was abandoned and the worker killed";
+      return Reply::kCancelled;
     case ChildProcess::ReadStatus::kTimeout:
       child_.kill();
       *what = "no answer within " + std::to_string(static_cast<int>(timeout_s)) +
@@ -116,6 +121,7 @@ eval::Verdict WorkerEvaluator::evaluate(const schedule::ScheduleConfig& config) 
       return failure_verdict(config, "timeout", what);
     case Reply::kDied:
     case Reply::kGarbage:
+    case Reply::kCancelled:
       return failure_verdict(config, "crash", what);
     case Reply::kOk:
       break;
@@ -149,8 +155,11 @@ std::string WorkerEvaluator::schedule_id(const schedule::ScheduleConfig& config)
       reply.contains("schedule_id") && reply["schedule_id"].is_string()) {
     return ids_[key] = reply["schedule_id"].get<std::string>();
   }
-  // The worker cannot say: an id that is still unique to this config, model, target and device.
-  return ids_[key] = schedule::hash_hex(key + "|" + identity_.dump());
+  // The worker cannot say: an id that is still unique to this config, model, target and device
+  // (not kept after a cancellation: the worker may well say next time).
+  const std::string fallback = schedule::hash_hex(key + "|" + identity_.dump());
+  if (options_.cancel && options_.cancel->load()) return fallback;
+  return ids_[key] = fallback;
 }
 
 int serve_worker(eval::Evaluator& evaluator, std::istream& in, std::ostream& out) {

@@ -14,8 +14,14 @@
 //   {"op": "identity"}                      -> {"identity": {..}}
 //   {..a bare config..}                     -> {..a bare verdict..}   (for people at a terminal)
 // and {"error": ".."} for a request it cannot read.
+//
+// Cancellation (the MCP server's notifications/cancelled): with a cancel flag set, the request in
+// flight is abandoned within ChildProcess::kCancelPoll_s and the worker killed; the next call
+// starts a fresh one. The verdict such a call returns is a placeholder ("crash", note
+// "cancelled"): whoever set the flag discards it, and the loop logs nothing for it.
 #pragma once
 
+#include <atomic>
 #include <istream>
 #include <map>
 #include <ostream>
@@ -30,9 +36,10 @@ namespace megasched::harness {
 
 struct WorkerOptions {
   std::string command;  // e.g. "/path/megasched worker --model small --gpu auto --device gpu"
-  double trial_timeout_s = 300;   // wall clock per evaluate request
-  double start_timeout_s = 300;   // until the ready line (model load, reference logits)
-  double request_timeout_s = 60;  // schedule_id / identity requests
+  double trial_timeout_s = 300;               // wall clock per evaluate request
+  double start_timeout_s = 300;               // until the ready line (model load, reference logits)
+  double request_timeout_s = 60;              // schedule_id / identity requests
+  const std::atomic<bool>* cancel = nullptr;  // set: abandon the request in flight, kill the worker
 };
 
 class WorkerEvaluator : public eval::Evaluator {
@@ -51,9 +58,13 @@ class WorkerEvaluator : public eval::Evaluator {
   /// Workers started after the first (after a crash, a hang or a protocol error).
   int restarts() const { return restarts_; }
 
+  /// The flag later requests watch (nullptr: none); the MCP server sets it per call.
+  void set_cancel(const std::atomic<bool>* cancel) { options_.cancel = cancel; }
+  void set_trial_timeout(double seconds) { options_.trial_timeout_s = seconds; }
+
  private:
   // Sends one request and reads one reply line; on failure kills the child and sets *what.
-  enum class Reply { kOk, kDied, kTimeout, kGarbage };
+  enum class Reply { kOk, kDied, kTimeout, kGarbage, kCancelled };
   Reply request(const nlohmann::json& message, double timeout_s, nlohmann::json* reply,
                 std::string* what) const;
   bool ensure_running(std::string* error) const;

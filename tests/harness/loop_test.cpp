@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -397,6 +398,47 @@ TEST_F(HarnessLoop, StopRequestFinishesTheCurrentTrialAndSummarizes) {
   EXPECT_EQ(r.summary["stop_reason"], "interrupted");
   EXPECT_EQ(rows().size(), 3u);
   EXPECT_EQ(records().size(), 3u);
+}
+
+TEST_F(HarnessLoop, CancelDropsTheTrialInFlightUnloggedAndResumeRunsItAgain) {
+  FakeEvaluator ev(&clock);
+  std::atomic<bool> cancel{false};
+  options.cancel = &cancel;
+  options.budget = 6;
+  int calls = 0;
+  ev.on_evaluate = [&] {
+    if (++calls == 3) cancel = true;  // arrives during trial 2, which is then dropped
+  };
+  std::vector<std::pair<int, std::string>> reported;
+  options.on_trial = [&](int done, int budget, const std::string& line) {
+    EXPECT_EQ(budget, 6);
+    reported.emplace_back(done, line);
+  };
+  StrategyOptions so;
+  so.name = "random";
+  std::string error;
+  auto strategy = make_strategy(so, &error);
+  LoopResult r = run(ev, *strategy);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.summary["stop_reason"], "cancelled");
+  EXPECT_EQ(r.summary["trials"], 2);
+  ASSERT_EQ(rows().size(), 2u);
+  ASSERT_EQ(records().size(), 2u);
+  ASSERT_EQ(reported.size(), 2u);
+  EXPECT_EQ(reported[1].first, 2);
+  EXPECT_EQ(reported[1].second.rfind("trial   1/6", 0), 0u) << reported[1].second;
+
+  // The dropped trial was never logged, so a resumed run evaluates afresh from trial 2.
+  cancel = false;
+  options.resume = true;
+  auto again = make_strategy(so, &error);
+  LoopResult resumed = run(ev, *again);
+  ASSERT_TRUE(resumed.ok) << resumed.error;
+  EXPECT_EQ(resumed.summary["stop_reason"], "budget");
+  EXPECT_EQ(rows().size(), 6u);
+  std::set<int> trials;
+  for (const auto& row : rows()) trials.insert(row.trial);
+  EXPECT_EQ(trials, (std::set<int>{0, 1, 2, 3, 4, 5}));
 }
 
 TEST_F(HarnessLoop, ResumeAfterKillFinishesTheBudgetWithoutReevaluatingAnything) {

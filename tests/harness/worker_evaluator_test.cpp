@@ -4,10 +4,12 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -119,6 +121,30 @@ TEST_F(WorkerEvaluatorTest, HangBecomesATimeoutVerdictAtTheDeadline) {
   EXPECT_LT(waited, 10.0);
   EXPECT_EQ(ev.evaluate(unroll(2)).status, "ok");
   EXPECT_EQ(ev.restarts(), 1);
+}
+
+TEST_F(WorkerEvaluatorTest, CancelAbandonsTheTrialInFlightAtOnceAndKillsTheWorker) {
+  std::atomic<bool> cancel{false};
+  options_.trial_timeout_s = 60.0;
+  options_.cancel = &cancel;
+  WorkerEvaluator ev(options_);
+  ASSERT_TRUE(ev.start(nullptr));
+  std::thread canceller([&cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  eval::Verdict abandoned = ev.evaluate(unroll(8));  // hangs for 60 s unless cancelled
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  canceller.join();
+  EXPECT_LT(waited, 5.0);
+  ASSERT_FALSE(abandoned.notes.empty());
+  EXPECT_NE(abandoned.notes[0].find("cancelled"), std::string::npos) << abandoned.notes[0];
+  // The next call (cancel cleared) gets a fresh worker.
+  cancel = false;
+  EXPECT_EQ(ev.evaluate(unroll(2)).status, "ok");
+  EXPECT_EQ(starts(), 2);
 }
 
 TEST_F(WorkerEvaluatorTest, GarbageAnswerIsACrashAndRestartsTheWorker) {

@@ -1,0 +1,729 @@
+#include "harness/mcp_tools.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "eval/evaluate.h"
+#include "eval/profile.h"
+#include "eval/profile_run.h"
+#include "harness/child_process.h"
+#include "harness/cli_util.h"
+#include "harness/embedded_docs.h"
+#include "harness/json_schema.h"
+#include "harness/trial_flags.h"
+#include "harness/verbs.h"
+#include "schedule/format.h"
+
+namespace megasched::harness {
+
+// ---- the shared context -------------------------------------------------------------------
+
+std::unique_lock<std::timed_mutex> McpContext::take_device(const ToolCall& call) {
+  std::unique_lock<std::timed_mutex> lock(device_, std::defer_lock);
+  while (!call.cancelled() && !lock.try_lock_for(std::chrono::milliseconds(50))) {
+  }
+  if (call.cancelled() && lock.owns_lock()) lock.unlock();
+  return lock;
+}
+
+WorkerEvaluator* McpContext::worker(const std::string& command, const ToolCall& call,
+                                    std::string* error) {
+  if (!worker_ || worker_command_ != command) {
+    end_worker();
+    WorkerOptions options;
+    options.command = command;
+    options.cancel = call.cancel;
+    auto fresh = std::make_unique<WorkerEvaluator>(options);
+    if (!fresh->start(error)) return nullptr;
+    worker_ = std::move(fresh);
+    worker_command_ = command;
+  }
+  worker_->set_cancel(call.cancel);
+  return worker_.get();
+}
+
+void McpContext::end_worker() {
+  worker_.reset();
+  worker_command_.clear();
+}
+
+namespace {
+
+using nlohmann::json;
+using schedule::fmt;
+
+// ---- argument schemas ---------------------------------------------------------------------
+
+json object_schema(json properties, json required = json::array()) {
+  return {{"type", "object"},
+          {"properties", std::move(properties)},
+          {"required", std::move(required)},
+          {"additionalProperties", false}};
+}
+
+json model_property() {
+  return {{"type", "string"},
+          {"minLength", 1},
+          {"default", "toy"},
+          {"description",
+           "Model: a preset (toy, toy-2L, small, llama-1b, llama-8b) or a local Hugging Face "
+           "checkpoint directory"}};
+}
+
+json gpu_property(const std::string& fallback) {
+  return {{"type", "string"},
+          {"minLength", 1},
+          {"default", fallback},
+          {"description",
+           "GPU target the config is lowered for (h100, h200, ...; `megasched targets`), or auto "
+           "(the live device)"}};
+}
+
+/// `schema` without its descriptions and titles.
+json undescribed(json schema) {
+  if (schema.is_object()) {
+    schema.erase("description");
+    schema.erase("title");
+    for (auto& [key, value] : schema.items()) value = undescribed(std::move(value));
+  } else if (schema.is_array()) {
+    for (json& value : schema) value = undescribed(std::move(value));
+  }
+  return schema;
+}
+
+/// The ScheduleConfig's schema (schemas/schedule_config.schema.json). Only evaluate's `config`
+/// carries the knobs' descriptions: every tool listing them again would make tools/list several
+/// times longer for an agent to read (propose's search_space describes them too).
+json config_schema(bool described) {
+  json schema = embeddable_schema(schedule::config_schema_json());
+  return described ? schema : undescribed(std::move(schema));
+}
+
+json config_property(const std::string& what, bool described = false) {
+  return {{"description",
+           what + ": a ScheduleConfig object (any knob to any listed choice; a missing key takes "
+                  "its default; schemas/schedule_config.schema.json), or a string: a named "
+                  "config such as best:llama-1b:h100, `default`, or a config file path. Absent: "
+                  "the default config."},
+          {"anyOf", {config_schema(described), {{"type", "string"}, {"minLength", 1}}}}};
+}
+
+json positions_property() {
+  return {{"type", "array"},
+          {"items", {{"type", "integer"}, {"minimum", 0}, {"maximum", 1 << 20}}},
+          {"minItems", 1},
+          {"default", eval::EvaluatorOptions{}.positions},
+          {"description", "Positions whose logits are checked against the eager forward"}};
+}
+
+json integer_property(const std::string& description, json fallback, json minimum, json maximum) {
+  return {{"type", "integer"},
+          {"default", std::move(fallback)},
+          {"minimum", std::move(minimum)},
+          {"maximum", std::move(maximum)},
+          {"description", description}};
+}
+
+json number_property(const std::string& description, double fallback, double minimum) {
+  return {{"type", "number"},
+          {"default", fallback},
+          {"minimum", minimum},
+          {"description", description}};
+}
+
+json boolean_property(const std::string& description, bool fallback) {
+  return {{"type", "boolean"}, {"default", fallback}, {"description", description}};
+}
+
+json enum_property(const std::string& description, const std::vector<std::string>& choices,
+                   const std::string& fallback) {
+  return {{"enum", choices}, {"default", fallback}, {"description", description}};
+}
+
+/// A required property has no default: the client gives it.
+json required_without_default(json schema) {
+  for (const json& key : schema["required"])
+    schema["properties"][key.get<std::string>()].erase("default");
+  return schema;
+}
+
+constexpr int64_t kMaxSeed = int64_t{1} << 53;  // integers JSON carries exactly
+
+json timed_position_property() {
+  return integer_property(
+      "Position the latency and the floor refer to (the KV cache filled up "
+      "to it)",
+      0, 0, 1 << 20);
+}
+
+const json& propose_schema() {
+  static const json schema = object_schema({{"model", model_property()},
+                                            {"gpu", gpu_property("h100")},
+                                            {"config", config_property("The incumbent")}});
+  return schema;
+}
+
+const json& evaluate_schema() {
+  static const json schema = object_schema(
+      {{"model", model_property()},
+       {"gpu", gpu_property("h100")},
+       {"device", enum_property("cpu (correctness on the CPU reference VM, predicted latency) or "
+                                "gpu (the kernel too, measured latency)",
+                                {"cpu", "gpu"}, "cpu")},
+       {"config", config_property("The config to evaluate", /*described=*/true)},
+       {"positions", positions_property()},
+       {"timed_position", timed_position_property()},
+       {"seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
+       {"trial_timeout", number_property("Seconds the trial may take before its worker is killed "
+                                         "(status timeout)",
+                                         300, 1)}});
+  return schema;
+}
+
+const json& validate_schema() {
+  static const json schema = object_schema(
+      {{"model", model_property()},
+       {"gpu", gpu_property("h100")},
+       {"config", config_property("The config to lower and validate")},
+       {"program",
+        {{"type", "object"},
+         {"description",
+          "Instead of a config: a program JSON (schemas/program.schema.json), validated as is"}}},
+       {"random_configs", integer_property("Instead: lower and validate this many random configs "
+                                           "of the search space (0: none)",
+                                           0, 0, 10000)},
+       {"seed", integer_property("Seed of random_configs", 1, 0, kMaxSeed)}});
+  return schema;
+}
+
+const json& loop_schema() {
+  const StrategyOptions strategy;
+  const LoopOptions loop;
+  static const json schema = required_without_default(object_schema(
+      {{"model", model_property()},
+       {"gpu", gpu_property("h100")},
+       {"device", enum_property("cpu (predicted latency), gpu (measured), or auto (gpu when one "
+                                "is usable)",
+                                {"cpu", "gpu", "auto"}, "auto")},
+       {"budget", integer_property("Trials in the run, counted across resume (required: a loop "
+                                   "through MCP is always bounded)",
+                                   loop.budget, 1, 1000)},
+       {"minutes", number_property("Wall-clock budget of this call (0: none)", loop.minutes, 0)},
+       {"plateau", integer_property("Stop after this many trials in a row without a keep (0: "
+                                    "never)",
+                                    loop.plateau, 0, 1000)},
+       {"strategy", enum_property("Search strategy (the external proposer is the CLI's: through "
+                                  "MCP, propose and evaluate yourself)",
+                                  {"random", "hillclimb", "prior"}, "hillclimb")},
+       {"seed", integer_property("Strategy seed", strategy.seed, 0, kMaxSeed)},
+       {"restart_after", integer_property("hillclimb: restart after this many trials without a "
+                                          "local gain",
+                                          strategy.restart_after, 1, 1000000)},
+       {"exploration", number_property("prior: share of random trials", strategy.exploration, 0)},
+       {"pool", integer_property("prior: random candidates ranked per trial", strategy.pool_size, 1,
+                                 1000000)},
+       {"resume",
+        boolean_property("Continue the last run of this model, target and device", loop.resume)},
+       {"warm_start", boolean_property("Trial 0: the best config known for this model, target "
+                                       "and device",
+                                       loop.warm_start)},
+       {"start", config_property("Trial 0 instead of the default config")},
+       {"positions", positions_property()},
+       {"timed_position", timed_position_property()},
+       {"weight_seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
+       {"trial_timeout", number_property("Seconds a trial may take before its worker is killed "
+                                         "(status timeout)",
+                                         300, 1)}},
+      {"budget"}));
+  return schema;
+}
+
+const json& report_schema() {
+  static const json schema = object_schema(
+      {{"model", {{"type", "string"}, {"default", ""}, {"description", "Only this model"}}},
+       {"target", {{"type", "string"}, {"default", ""}, {"description", "Only this target"}}},
+       {"html", boolean_property("Also write the self-contained HTML page (the server's report "
+                                 "path; resource megasched://workspace/report.html)",
+                                 true)}});
+  return schema;
+}
+
+const json& profile_schema() {
+  const eval::ProfileRunOptions profile;
+  static const json schema = object_schema(
+      {{"model", model_property()},
+       {"gpu", gpu_property("auto")},
+       {"config", config_property("The config to profile")},
+       {"position", integer_property("Position profiled (positions before it run first, filling "
+                                     "the KV cache)",
+                                     profile.position, 0, 1 << 20)},
+       {"token", integer_property("Token fed at position (-1: the seeded token sequence of "
+                                  "evaluate)",
+                                  -1, -1, 1 << 30)},
+       {"warmup", integer_property("Unstamped steps at position before the stamped one",
+                                   profile.warmup, 0, 1000)},
+       {"seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
+       {"timeout", number_property("Seconds the profile may take before it is killed", 900, 1)}});
+  return schema;
+}
+
+// ---- output schemas, from schemas/ --------------------------------------------------------
+
+json schema_file(const std::string& name) {
+  const char* text = embedded_doc("schemas/" + name);
+  return text ? embeddable_schema(json::parse(text)) : json(nullptr);
+}
+
+const json& propose_output_schema() {
+  static const json schema = [] {
+    json s =
+        object_schema({{"model", {{"type", "string"}}},
+                       {"target", {{"type", "string"}}},
+                       {"incumbent", config_schema(/*described=*/false)},
+                       {"incumbent_fits", {{"type", "boolean"}}},
+                       {"incumbent_fit_error", {{"type", "string"}}},
+                       {"search_space", schema_file("search_space.schema.json")},
+                       {"next", {{"type", "string"}}}},
+                      {"model", "target", "incumbent", "incumbent_fits", "search_space", "next"});
+    return s;
+  }();
+  return schema;
+}
+
+// ---- reading arguments --------------------------------------------------------------------
+
+/// A call's arguments with its schema's defaults for the ones the client left out.
+class Arguments {
+ public:
+  Arguments(const json& arguments, const json& schema) : arguments_(arguments), schema_(schema) {}
+  bool has(const std::string& key) const { return arguments_.contains(key); }
+  const json& get(const std::string& key) const {
+    return has(key) ? arguments_.at(key) : schema_.at("properties").at(key).at("default");
+  }
+  std::string text(const std::string& key) const { return get(key).get<std::string>(); }
+  int integer(const std::string& key) const { return get(key).get<int>(); }
+  uint64_t seed(const std::string& key) const { return get(key).get<uint64_t>(); }
+  double number(const std::string& key) const { return get(key).get<double>(); }
+  bool flag(const std::string& key) const { return get(key).get<bool>(); }
+  /// A list of integers as the CLI takes it: "0,3,7".
+  std::string int_list(const std::string& key) const {
+    std::string out;
+    for (const json& v : get(key)) out += (out.empty() ? "" : ",") + std::to_string(v.get<int>());
+    return out;
+  }
+
+ private:
+  const json& arguments_;
+  const json& schema_;
+};
+
+/// A config argument: an object, or a name or file path (not "-": stdin is the protocol).
+std::optional<schedule::ScheduleConfig> config_argument(const Arguments& a, const std::string& key,
+                                                        std::string* error) {
+  if (!a.has(key)) return schedule::ScheduleConfig{};
+  const json& value = a.get(key);
+  std::string why;
+  if (value.is_object()) {
+    auto config = schedule::parse_config(value, &why);
+    if (!config) *error = key + ": " + why;
+    return config;
+  }
+  const std::string ref = value.get<std::string>();
+  if (ref == "-") {
+    *error = key +
+             ": '-' would read stdin, which carries the protocol here; pass the config "
+             "object itself";
+    return std::nullopt;
+  }
+  auto config = read_config_arg(ref, &why);
+  if (!config) *error = key + ": " + why;
+  return config;
+}
+
+ToolResult tool_error(int exit_code, const std::string& message) {
+  ToolResult r;
+  r.kind = ToolResult::Kind::kToolError;
+  r.text = message;
+  r.exit_code = exit_code;
+  return r;
+}
+
+ToolResult invalid_params(const std::string& message) {
+  ToolResult r = tool_error(kExitUsage, message);
+  r.kind = ToolResult::Kind::kInvalidParams;
+  return r;
+}
+
+ToolResult cancelled() { return tool_error(kExitFailure, "cancelled"); }
+
+/// A verb's outcome: its document and `summary(document)`, or its message as a tool error.
+ToolResult from_verb(const std::string& tool, const VerbResult& verb,
+                     std::string (*summary)(const json&)) {
+  if (verb.document.is_null())
+    return tool_error(verb.exit_code, "megasched " + tool + ": " + verb.message);
+  ToolResult r;
+  r.structured = verb.document;
+  r.text = summary(verb.document);
+  if (!verb.message.empty()) r.text += "; " + verb.message;
+  r.exit_code = verb.exit_code;
+  return r;
+}
+
+std::string first_line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const size_t last = text.rfind('\n');
+  return last == std::string::npos ? text : text.substr(last + 1);
+}
+
+// ---- summaries ----------------------------------------------------------------------------
+
+std::string verdict_summary(const eval::Verdict& v) {
+  std::string s;
+  if (v.status == "ok" && v.correct && v.latency_us) {
+    s = "valid and correct: " + fmt("%.3f us ", *v.latency_us) + v.latency_kind;
+    if (v.pct_of_floor)
+      s += fmt(", %.2f%% of the floor ", *v.pct_of_floor) + fmt("(%.3f us)", v.floor_us);
+  } else if (v.status == "ok" && v.correct) {
+    s = "valid and correct, no latency";
+  } else if (v.status == "rejected" || !v.valid) {
+    s = "rejected (" + v.rejected_reason + "): nothing ran";
+    if (!v.diagnostics.empty()) s += "; " + v.diagnostics[0].value("message", "");
+  } else if (v.status == "incorrect" || !v.correct) {
+    s = "incorrect: " + fmt("rel_err %.3g", v.rel_err) + fmt(", max_abs_err %.3g", v.max_abs_err) +
+        (v.argmax_match ? "" : ", argmax differs") + "; no latency";
+  } else {
+    s = v.status;
+  }
+  if (v.status != "ok" && !v.notes.empty()) s += ": " + v.notes.front();
+  return s + "; schedule " + v.schedule_id + " (" + v.model + " on " + v.target + ", " + v.device +
+         ")";
+}
+
+std::string propose_summary(const json& doc) {
+  return doc.value("model", "") + " on " + doc.value("target", "") + ": the incumbent " +
+         (doc.value("incumbent_fits", false)
+              ? "fits"
+              : "does not fit (" + doc.value("incumbent_fit_error", "") + ")") +
+         "; " + std::to_string(doc["search_space"]["knobs"].size()) + " knobs, " +
+         fmt("%.3g", doc["search_space"].value("size", 0.0)) +
+         " configs. Edit `incumbent` (any knob to any listed choice) and call evaluate with it as "
+         "`config`.";
+}
+
+std::string validate_summary(const json& doc) {
+  if (doc.contains("configs"))
+    return "accepted " + std::to_string(doc.value("accepted", 0)) + " of " +
+           std::to_string(doc.value("configs", 0)) + " random configs (" +
+           std::to_string(doc.value("not_lowered", 0)) + " did not lower)";
+  const std::string size = std::to_string(doc.value("tasks", 0)) + " tasks";
+  if (doc.value("ok", false)) return "safe: " + size + ", no diagnostics";
+  std::string rules;
+  for (const json& r : doc.value("rules", json::array()))
+    rules += (rules.empty() ? "" : ", ") + r.get<std::string>();
+  std::string s = "unsafe (" + rules + "): " + size + ", " +
+                  std::to_string(doc["diagnostics"].size()) + " diagnostics";
+  if (!doc["diagnostics"].empty()) s += "; " + doc["diagnostics"][0].value("message", "");
+  return s;
+}
+
+std::string loop_summary(const json& doc) {
+  std::string counts;
+  const json status_counts = doc.value("status_counts", json::object());
+  for (const auto& [status, n] : status_counts.items())
+    if (n.get<int>() > 0) counts += (counts.empty() ? "" : ", ") + n.dump() + " " + status;
+  std::string s = "stop: " + doc.value("stop_reason", "") + "; " +
+                  std::to_string(doc.value("trials", 0)) + " trials (" + counts + ")";
+  const json& best = doc["best"];
+  if (best.is_object()) {
+    s +=
+        "; best " + fmt("%.3f us ", best.value("latency_us", 0.0)) + best.value("latency_kind", "");
+    if (best["speedup_vs_default"].is_number())
+      s += fmt(" (%.2fx the default)", best["speedup_vs_default"].get<double>());
+    s += ", schedule " + best.value("schedule_id", "");
+  } else {
+    s += "; no correct trial with a latency";
+  }
+  return s + "; logged to " + doc.value("results", "") + " and " + doc.value("corpus", "");
+}
+
+std::string report_summary(const json& doc) {
+  std::string s;
+  for (const json& g : doc.value("groups", json::array())) {
+    s += g.value("model", "") + " on " + g.value("target", "") + " (" + g.value("device", "") +
+         "): " + std::to_string(g.value("trials", 0)) + " trials";
+    if (g["best"].is_object() && g["best"]["latency_us"].is_number()) {
+      s += fmt(", best %.3f us ", g["best"]["latency_us"].get<double>()) +
+           g.value("latency_kind", "");
+      if (g["best"]["speedup_vs_default"].is_number())
+        s += fmt(" (%.2fx the default)", g["best"]["speedup_vs_default"].get<double>());
+    }
+    s += "\n";
+  }
+  if (s.empty()) s = "no trials\n";
+  if (doc.contains("html")) s += "html: " + doc["html"].get<std::string>() + "\n";
+  return s;
+}
+
+// ---- the tools ----------------------------------------------------------------------------
+
+ToolResult propose_tool(const ToolCall& call, McpContext&) {
+  const Arguments a(call.arguments, propose_schema());
+  std::string error;
+  auto config = config_argument(a, "config", &error);
+  if (!config) return tool_error(kExitUsage, "megasched propose: " + error);
+  return from_verb("propose", propose_incumbent(a.text("model"), a.text("gpu"), *config),
+                   propose_summary);
+}
+
+ToolResult validate_tool(const ToolCall& call, McpContext&) {
+  const Arguments a(call.arguments, validate_schema());
+  ValidateRequest request;
+  request.model = a.text("model");
+  request.gpu = a.text("gpu");
+  request.random_configs = a.integer("random_configs");
+  request.seed = a.seed("seed");
+  const int given =
+      (a.has("config") ? 1 : 0) + (a.has("program") ? 1 : 0) + (request.random_configs > 0 ? 1 : 0);
+  if (given > 1) return invalid_params("validate takes one of config, program, random_configs");
+  std::string error;
+  if (a.has("program")) {
+    request.program = a.get("program");
+    request.program_label = "arguments.program";
+  } else if (request.random_configs == 0) {
+    request.config = config_argument(a, "config", &error);
+    if (!request.config) return tool_error(kExitUsage, "megasched validate: " + error);
+  }
+  return from_verb("validate", validate_schedule(request), validate_summary);
+}
+
+ToolResult evaluate_tool(const ToolCall& call, McpContext& context) {
+  const Arguments a(call.arguments, evaluate_schema());
+  std::string error;
+  auto config = config_argument(a, "config", &error);
+  if (!config) return tool_error(kExitUsage, "megasched evaluate: " + error);
+  TrialFlags flags;
+  flags.ev.model = a.text("model");
+  flags.ev.gpu = a.text("gpu");
+  flags.ev.device = a.text("device");
+  flags.ev.seed = a.seed("seed");
+  flags.ev.timed_position = a.integer("timed_position");
+  flags.positions = a.int_list("positions");
+  if (!flags.parse_positions(&error)) return tool_error(kExitUsage, "megasched evaluate: " + error);
+  // The model and the target here, for the CLI's messages; the worker loads them.
+  if (!eval::resolve_shape(flags.ev.model, &error))
+    return tool_error(kExitUsage, "megasched evaluate: " + error);
+  if (!eval::resolve_target(flags.ev.gpu, &error))
+    return tool_error(flags.ev.gpu == "auto" ? kExitEnvironment : kExitUsage,
+                      "megasched evaluate: " + error);
+
+  auto device = context.take_device(call);
+  if (!device.owns_lock()) return cancelled();
+  call.progress(0, 2,
+                "starting the worker (" + flags.ev.model + " on " + flags.ev.gpu + ", " +
+                    flags.ev.device + ")");
+  WorkerEvaluator* worker =
+      context.worker(worker_command(context.options().executable, flags), call, &error);
+  if (call.cancelled()) return cancelled();
+  if (!worker) return tool_error(kExitEnvironment, "megasched evaluate: " + error);
+  struct Unhook {  // the worker outlives this call; its cancel flag does not
+    WorkerEvaluator* worker;
+    ~Unhook() { worker->set_cancel(nullptr); }
+  } unhook{worker};
+  worker->set_trial_timeout(a.number("trial_timeout"));
+  const std::string id = worker->schedule_id(*config);
+  call.progress(1, 2, "running the trial of schedule " + id);
+  const eval::Verdict verdict = worker->evaluate(*config);
+  if (call.cancelled()) return cancelled();
+  ToolResult r;  // no last progress notification: the response says the trial is done
+  r.structured = eval::to_json(verdict);
+  r.text = verdict_summary(verdict);
+  r.exit_code = verdict_exit_code(verdict);
+  return r;
+}
+
+ToolResult loop_tool(const ToolCall& call, McpContext& context) {
+  const Arguments a(call.arguments, loop_schema());
+  LoopCommand command;
+  command.trial.ev.model = a.text("model");
+  command.trial.ev.gpu = a.text("gpu");
+  command.trial.ev.seed = a.seed("weight_seed");
+  command.trial.ev.timed_position = a.integer("timed_position");
+  command.trial.positions = a.int_list("positions");
+  command.device = a.text("device");
+  command.strategy.name = a.text("strategy");
+  command.strategy.seed = a.seed("seed");
+  command.strategy.restart_after = a.integer("restart_after");
+  command.strategy.exploration = a.number("exploration");
+  command.strategy.pool_size = a.integer("pool");
+  command.loop.budget = a.integer("budget");
+  command.loop.minutes = a.number("minutes");
+  command.loop.plateau = a.integer("plateau");
+  command.loop.resume = a.flag("resume");
+  command.loop.warm_start = a.flag("warm_start");
+  command.loop.results_path = context.options().results_path;
+  command.loop.corpus_path = context.options().corpus_path;
+  std::string error;
+  if (a.has("start")) {
+    command.start_config = config_argument(a, "start", &error);
+    if (!command.start_config) return tool_error(kExitUsage, "megasched loop: " + error);
+  }
+  // Every trial in a worker: a crash costs the trial, a cancellation kills the trial in flight.
+  command.isolate = true;
+  command.trial_timeout_s = a.number("trial_timeout");
+  command.executable = context.options().executable;
+  command.loop.cancel = call.cancel;
+  command.loop.progress = &std::cerr;
+  command.loop.on_trial = [&call](int done, int budget, const std::string& line) {
+    call.progress(done, budget, line);
+  };
+  auto device = context.take_device(call);
+  if (!device.owns_lock()) return cancelled();
+  context.end_worker();
+  call.progress(0, command.loop.budget, "starting the loop's worker");
+  const VerbResult verb = run_loop_command(command);
+  if (call.cancelled()) return cancelled();
+  if (verb.exit_code == kExitUsage || verb.exit_code == kExitEnvironment)
+    return tool_error(verb.exit_code, "megasched loop: " + verb.message);
+  return from_verb("loop", verb, loop_summary);
+}
+
+ToolResult report_tool(const ToolCall& call, McpContext& context) {
+  const Arguments a(call.arguments, report_schema());
+  ReportRequest request;
+  request.results_path = context.options().results_path;
+  request.corpus_path = context.options().corpus_path;
+  request.html_path = a.flag("html") ? context.options().report_path : "";
+  request.model = a.text("model");
+  request.target = a.text("target");
+  return from_verb("report", build_report_document(request), report_summary);
+}
+
+/// `megasched profile` in a child process: a kernel that faults or hangs takes the child only.
+std::string profile_command(const Arguments& a, const McpOptions& options,
+                            const std::string& config) {
+  std::string command =
+      shell_quote(options.executable.empty() ? this_executable() : options.executable) +
+      " profile --model " + shell_quote(a.text("model")) + " --gpu " + shell_quote(a.text("gpu")) +
+      " --config " + shell_quote(config);
+  for (const char* flag : {"position", "token", "warmup", "seed"})
+    command += std::string(" --") + flag + " " + a.get(flag).dump();
+  return command + " --out " + shell_quote(options.profile_path) + " --json";
+}
+
+ToolResult profile_tool(const ToolCall& call, McpContext& context) {
+  const Arguments a(call.arguments, profile_schema());
+  std::string config = "default", config_text;
+  if (a.has("config") && a.get("config").is_object()) {
+    config = "-";  // sent on the child's stdin
+    config_text = a.get("config").dump();
+  } else if (a.has("config")) {
+    config = a.text("config");
+    if (config == "-")
+      return tool_error(kExitUsage,
+                        "megasched profile: config: '-' would read stdin, which "
+                        "carries the protocol here; pass the config object itself");
+  }
+  const McpOptions& options = context.options();
+  auto device = context.take_device(call);
+  if (!device.owns_lock()) return cancelled();
+  context.end_worker();
+  std::error_code ec;
+  const auto parent = std::filesystem::path(options.profile_path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  call.progress(0, 1, "profiling one stamped step");
+  ChildProcess child;
+  std::string error, out;
+  if (!child.start(profile_command(a, options, config), &error))
+    return tool_error(kExitEnvironment, "megasched profile: " + error);
+  if (!config_text.empty()) child.write_line(config_text);
+  child.close_stdin();
+  const auto status = child.read_all(a.number("timeout"), &out, call.cancel);
+  if (status == ChildProcess::ReadStatus::kCancelled) return child.kill(), cancelled();
+  if (status == ChildProcess::ReadStatus::kTimeout)
+    return child.kill(), tool_error(kExitEnvironment, "megasched profile: no result within " +
+                                                          a.get("timeout").dump() + " s; killed");
+  const std::string ended = child.finish(10.0);
+  if (child.exit_code() != kExitOk) {
+    const std::string said = first_line(child.stderr_tail());
+    return tool_error(child.exit_code() > 0 ? child.exit_code() : kExitEnvironment,
+                      said.empty() ? "megasched profile ended: " + ended : said);
+  }
+  json doc = json::parse(out, nullptr, false);
+  if (!doc.is_object()) return tool_error(kExitEnvironment, "megasched profile printed no JSON");
+  ToolResult r;
+  r.text = eval::format_profile(doc, 15);
+  doc.erase("tasks");  // the timeline stays in the file: one entry per task is too much to read
+  doc["timeline"] = options.profile_path;
+  r.structured = std::move(doc);
+  call.progress(1, 1, "profiled");
+  return r;
+}
+
+json read_only() { return {{"readOnlyHint", true}, {"openWorldHint", false}}; }
+
+json writes(bool idempotent) {
+  return {{"readOnlyHint", false},
+          {"destructiveHint", false},
+          {"idempotentHint", idempotent},
+          {"openWorldHint", false}};
+}
+
+}  // namespace
+
+const std::vector<McpTool>& mcp_tools() {
+  static const std::vector<McpTool> tools = {
+      {"propose", "Propose: the incumbent config and the search space",
+       "The incumbent ScheduleConfig (the default, or `config`) and the search space of a model "
+       "on a GPU target: every knob with its dotted path, allowed choices, default and meaning. "
+       "Edit the incumbent and pass it to evaluate as `config`. Same JSON as `megasched "
+       "propose`.",
+       propose_schema(), propose_output_schema(), read_only(), propose_tool},
+      {"evaluate", "Evaluate: one trial of one config",
+       "Lowers the config into a megakernel program, validates it (deadlock, races, coverage, "
+       "launch), checks its output against an eager forward at `positions`, and times it (device "
+       "gpu: measured) or predicts its latency (device cpu), held to the HBM floor. Gives the "
+       "Verdict of `megasched evaluate` (schemas/verdict.schema.json): valid, correct, "
+       "latency_us with latency_kind, floor_us, status. The trial runs in a worker process (a "
+       "crash is a verdict, not a server failure); progress and cancellation are honoured. "
+       "Nothing is logged: the loop tool logs.",
+       evaluate_schema(), schema_file("verdict.schema.json"), read_only(), evaluate_tool},
+      {"validate", "Validate: prove a schedule safe to launch",
+       "The validator's verdict on a config lowered for a model and target (or a program JSON, or "
+       "random configs): ok, the rules broken (structure, reachability, deadlock, race, "
+       "coverage, launch) and a diagnostic per violation. Same JSON as `megasched validate`.",
+       validate_schema(), nullptr, read_only(), validate_tool},
+      {"loop", "Loop: search schedules over a bounded budget",
+       "The keep/revert search of `megasched loop`: trial 0 (the default, warm_start's best or "
+       "start), then the strategy proposes, every trial runs in a worker, the keep rule (correct "
+       "first, faster beyond max(1%, 2 sigma), near-ties to the simpler config) decides, and "
+       "every trial is logged to the server's results.tsv and corpus.jsonl. Progress: one "
+       "notification per trial. Cancelling stops the trial in flight (it is not logged) and the "
+       "loop; `resume` continues the run later. Gives the loop's summary JSON.",
+       loop_schema(), nullptr, writes(false), loop_tool},
+      {"report", "Report: what the logs say",
+       "The analyst report of the server's results.tsv and corpus.jsonl, per model, target and "
+       "device: best config and verdict, status counts, keep rate, best so far per trial, "
+       "median latency per knob value (`megasched report --format json`); also writes the HTML "
+       "page.",
+       report_schema(), nullptr, writes(true), report_tool},
+      {"profile", "Profile: where one step's time goes (GPU)",
+       "One decode step of the config with a timestamp per task, on the GPU (`megasched "
+       "profile`): per-op and per-block time, the critical path; the task timeline is written to "
+       "the server's profile path (field `timeline`). Needs a CUDA device; without one it is a "
+       "tool error pointing to evaluate on the cpu device.",
+       profile_schema(), nullptr, writes(true), profile_tool},
+  };
+  return tools;
+}
+
+json tool_definition(const McpTool& tool) {
+  json d = {{"name", tool.name},
+            {"title", tool.title},
+            {"description", tool.description},
+            {"inputSchema", tool.input_schema},
+            {"annotations", tool.annotations}};
+  if (!tool.output_schema.is_null()) d["outputSchema"] = tool.output_schema;
+  return d;
+}
+
+}  // namespace megasched::harness

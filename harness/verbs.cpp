@@ -1,0 +1,264 @@
+#include "harness/verbs.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "eval/device.h"
+#include "eval/evaluate.h"
+#include "flywheel/corpus.h"
+#include "flywheel/report.h"
+#include "flywheel/report_render.h"
+#include "flywheel/results.h"
+#include "harness/cli_util.h"
+#include "harness/worker_evaluator.h"
+#include "schedule/lower.h"
+#include "schedule/search.h"
+#include "schedule/validate.h"
+
+namespace megasched::harness {
+namespace {
+
+VerbResult failed(int exit_code, const std::string& message) {
+  VerbResult r;
+  r.exit_code = exit_code;
+  r.message = message;
+  return r;
+}
+
+VerbResult succeeded(nlohmann::json document, int exit_code = kExitOk) {
+  VerbResult r;
+  r.exit_code = exit_code;
+  r.document = std::move(document);
+  return r;
+}
+
+// Lowers and validates `count` random configs: a summary with every rejected config.
+VerbResult validate_random_configs(const schedule::ModelShape& shape,
+                                   const schedule::GpuTarget& target, int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  int accepted = 0, unlowered = 0;
+  double slowest = 0.0, total = 0.0;
+  size_t most_tasks = 0;
+  nlohmann::json rejected = nlohmann::json::array();
+  for (int i = 0; i < count; ++i) {
+    const schedule::ScheduleConfig cfg = schedule::random_config(shape, target, rng);
+    std::string error;
+    const std::optional<schedule::Program> p = schedule::lower(shape, target, cfg, &error);
+    if (!p) {
+      ++unlowered;
+      rejected.push_back({{"config", schedule::to_json(cfg)}, {"lowering", error}});
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const schedule::ValidationReport r = schedule::validate(*p, target);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    slowest = std::max(slowest, s);
+    total += s;
+    most_tasks = std::max(most_tasks, p->tasks.size());
+    if (r.ok())
+      ++accepted;
+    else
+      rejected.push_back({{"config", schedule::to_json(cfg)}, {"report", schedule::to_json(r)}});
+  }
+  return succeeded({{"model", shape.name},
+                    {"target", target.name},
+                    {"configs", count},
+                    {"seed", seed},
+                    {"accepted", accepted},
+                    {"not_lowered", unlowered},
+                    {"rejected", rejected},
+                    {"most_tasks", most_tasks},
+                    {"validate_seconds_total", total},
+                    {"validate_seconds_max", slowest}},
+                   accepted == count ? kExitOk : kExitFailure);
+}
+
+}  // namespace
+
+int verdict_exit_code(const eval::Verdict& verdict) {
+  return verdict.valid && verdict.correct ? kExitOk : kExitFailure;
+}
+
+VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
+                             const schedule::ScheduleConfig& incumbent) {
+  std::string error;
+  auto shape = eval::resolve_shape(model, &error);
+  if (!shape) return failed(kExitUsage, error);
+  auto target = eval::resolve_target(gpu, &error);
+  if (!target) return failed(kExitUsage, error);
+  std::string fit;
+  const bool fits = schedule::config_fits(incumbent, *shape, *target, &fit);
+  nlohmann::json out = {
+      {"model", shape->name},
+      {"target", target->name},
+      {"incumbent", schedule::to_json(incumbent)},
+      {"incumbent_fits", fits},
+      {"search_space", schedule::search_space_json(*shape)},
+      {"next",
+       "edit `incumbent` (any knob to any listed choice) and run: megasched evaluate --model " +
+           shape->name + " --gpu " + target->name + " --device cpu --config cfg.json"},
+  };
+  if (!fits) out["incumbent_fit_error"] = fit;
+  return succeeded(out);
+}
+
+VerbResult validate_schedule(const ValidateRequest& request) {
+  std::string error;
+  auto target = eval::resolve_target(request.gpu, &error);
+  if (!target) return failed(kExitUsage, error);
+  const std::string presets_hint = " (hint: `megasched models` lists the presets)";
+  if (request.random_configs > 0) {
+    auto shape = eval::resolve_shape(request.model, &error);
+    if (!shape) return failed(kExitUsage, error + presets_hint);
+    return validate_random_configs(*shape, *target, request.random_configs, request.seed);
+  }
+  std::optional<schedule::Program> program;
+  nlohmann::json out;
+  if (request.program) {
+    program = schedule::program_from_json(*request.program, &error);
+    if (!program) return failed(kExitUsage, "program '" + request.program_label + "': " + error);
+    out["program"] = request.program_label;
+  } else {
+    auto shape = eval::resolve_shape(request.model, &error);
+    if (!shape) return failed(kExitUsage, error + presets_hint);
+    program = schedule::lower(*shape, *target, request.config.value_or(schedule::ScheduleConfig{}),
+                              &error);
+    if (!program)
+      return failed(kExitUsage, "the config does not lower for " + shape->name + ": " + error);
+    out["model"] = shape->name;
+  }
+  out["target"] = target->name;
+  const auto start = std::chrono::steady_clock::now();
+  const schedule::ValidationReport report = schedule::validate(*program, *target);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out["tasks"] = program->tasks.size();
+  out["validate_seconds"] = seconds;
+  out.update(schedule::to_json(report));
+  return succeeded(out, report.ok() ? kExitOk : kExitFailure);
+}
+
+VerbResult build_report_document(const ReportRequest& request) {
+  flywheel::ResultsRead results = flywheel::read_results(request.results_path);
+  if (!results.exists)
+    return failed(kExitEnvironment, "no results file at " + request.results_path +
+                                        " (run `megasched loop` first, or pass --results PATH)");
+  flywheel::CorpusRead corpus = flywheel::read_corpus(request.corpus_path);
+  auto keep = [&](const std::string& model, const std::string& target) {
+    return (request.model.empty() || model == request.model) &&
+           (request.target.empty() || target == request.target);
+  };
+  std::vector<flywheel::ResultRow> rows;
+  for (auto& row : results.rows)
+    if (keep(row.model, row.target)) rows.push_back(std::move(row));
+  std::vector<flywheel::CorpusRecord> records;
+  for (auto& r : corpus.records)
+    if (keep(r.model, r.target)) records.push_back(std::move(r));
+  nlohmann::json report = flywheel::build_report(rows, records);
+  report["sources"] = {{"results", request.results_path},
+                       {"corpus", corpus.exists ? request.corpus_path : ""}};
+  nlohmann::json problems = results.problems;
+  for (const auto& p : corpus.problems) problems.push_back(p);
+  if (!corpus.exists)
+    problems.push_back("no corpus at " + request.corpus_path +
+                       ": best configs and knob effects are missing");
+  report["problems"] = problems;
+  if (!request.html_path.empty()) {
+    std::error_code ec;
+    auto parent = std::filesystem::path(request.html_path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    std::ofstream html(request.html_path);
+    html << flywheel::report_html(report);
+    if (!html) return failed(kExitEnvironment, "cannot write " + request.html_path);
+    report["html"] = request.html_path;
+  }
+  return succeeded(report);
+}
+
+std::string this_executable() {
+  char buffer[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  if (n <= 0) return "megasched";
+  buffer[n] = '\0';
+  return buffer;
+}
+
+std::string worker_command(const std::string& executable, const TrialFlags& flags) {
+  return shell_quote(executable.empty() ? this_executable() : executable) + " worker " +
+         flags.worker_arguments();
+}
+
+VerbResult run_loop_command(LoopCommand& opt) {
+  std::string error;
+  if (!opt.trial.parse_positions(&error)) return failed(kExitUsage, error);
+  eval::EvaluatorOptions& ev = opt.trial.ev;
+  opt.loop.timed_position = ev.timed_position;
+  if (ev.timed_position < 0) return failed(kExitUsage, "--timed-position must be >= 0");
+  if (!opt.start.empty() || opt.start_config) {
+    if (opt.loop.warm_start)
+      return failed(kExitUsage, "--start and --warm-start both choose trial 0; give one");
+    if (!opt.start_config) {
+      opt.start_config = read_config_arg(opt.start, &error);
+      if (!opt.start_config) return failed(kExitUsage, "--start: " + error);
+    }
+    opt.loop.start = *opt.start_config;
+  }
+  if (!opt.strategy.proposer_command.empty()) opt.strategy.name = "proposer";
+  if (opt.loop.budget < 1) return failed(kExitUsage, "--budget must be at least 1");
+  std::string device = opt.device;
+  if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
+  ev.device = device;
+
+  auto shape = eval::resolve_shape(ev.model, &error);
+  if (!shape) return failed(kExitUsage, error);
+  auto target = eval::resolve_target(ev.gpu, &error);
+  if (!target) return failed(ev.gpu == "auto" ? kExitEnvironment : kExitUsage, error);
+
+  std::unique_ptr<eval::Evaluator> evaluator;
+  if (device == "gpu" || opt.isolate) {
+    WorkerOptions w;
+    w.command = worker_command(opt.executable, opt.trial);
+    w.trial_timeout_s = opt.trial_timeout_s;
+    w.cancel = opt.loop.cancel;  // a cancelled loop kills the trial in flight
+    auto worker = std::make_unique<WorkerEvaluator>(w);
+    if (!worker->start(&error)) return failed(kExitEnvironment, error);
+    evaluator = std::move(worker);
+  } else {
+    auto trial = eval::TrialEvaluator::create(ev, &error);
+    if (!trial) return failed(kExitUsage, error);
+    evaluator = std::move(trial);
+  }
+
+  opt.strategy.shape = *shape;
+  if (opt.strategy.name == "prior") {
+    // The prior learns from every model this workspace has tried on this target and device.
+    const std::string target_name = evaluator->identity().value("target", target->name);
+    for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt.loop.corpus_path).records)
+      if (r.target == target_name && r.device == device)
+        opt.strategy.training.push_back(std::move(r));
+  }
+  auto strategy = make_strategy(opt.strategy, &error);
+  if (!strategy) return failed(kExitUsage, error);
+
+  if (opt.on_start) opt.on_start();
+  opt.loop.seed = opt.strategy.seed;
+  SystemClock clock;
+  LoopResult result = run_loop(*evaluator, *shape, *target, *strategy, clock, opt.loop);
+  if (!result.ok) {
+    VerbResult r = failed(kExitEnvironment, result.error);
+    r.document = result.summary;
+    return r;
+  }
+  // Loud failure when nothing was measured: trials ran and none had a correct latency.
+  const bool nothing = result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null();
+  return succeeded(result.summary, nothing ? kExitFailure : kExitOk);
+}
+
+}  // namespace megasched::harness

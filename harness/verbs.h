@@ -1,0 +1,91 @@
+// The verbs the command line (harness/cmd_*.cpp) and the MCP server (harness/mcp_tools.cpp) share.
+// Each takes its options, already parsed, and gives a VerbResult: the JSON document the CLI prints
+// on stdout, the exit code it returns (the kExit* codes below, HARNESS.md section 6) and the one
+// line it prints on stderr. Nothing here prints to stdout or reads stdin, so the MCP server, whose
+// stdout is the protocol, calls the same code as the CLI.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/verdict.h"
+#include "harness/loop.h"
+#include "harness/strategy.h"
+#include "harness/trial_flags.h"
+#include "schedule/config.h"
+
+namespace megasched::harness {
+
+// Exit codes shared by every subcommand (HARNESS.md documents them).
+constexpr int kExitOk = 0;           // success (evaluate: valid and correct)
+constexpr int kExitFailure = 1;      // the trial ran but failed: rejected / incorrect / unsafe
+constexpr int kExitUsage = 2;        // bad arguments, bad config, unknown model or target
+constexpr int kExitEnvironment = 3;  // missing GPU / file / toolkit
+
+/// What one verb came to.
+struct VerbResult {
+  int exit_code = kExitOk;
+  nlohmann::json document;  // what the CLI prints on stdout; null when the verb failed first
+  std::string message;      // what the CLI prints on stderr ("" when nothing went wrong)
+};
+
+/// `megasched evaluate`'s exit code for a verdict: 0 only when valid and correct.
+int verdict_exit_code(const eval::Verdict& verdict);
+
+/// `propose`: the incumbent, whether it fits, and the search space of `model` on `gpu`.
+VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
+                             const schedule::ScheduleConfig& incumbent);
+
+/// `validate`: what to prove safe. One of `config` (lowered for model and gpu), `program` (a
+/// program JSON, named `program_label` in messages) or random_configs > 0.
+struct ValidateRequest {
+  std::string model = "toy";
+  std::string gpu = "h100";
+  std::optional<schedule::ScheduleConfig> config;  // nullopt: the default config
+  std::optional<nlohmann::json> program;
+  std::string program_label;
+  int random_configs = 0;  // > 0: lower and validate this many random configs instead
+  uint64_t seed = 1;       // of the random configs
+};
+VerbResult validate_schedule(const ValidateRequest& request);
+
+/// `report`: the report document of results.tsv and corpus.jsonl, filtered to one model and
+/// target when given; the HTML page is written to html_path unless it is empty.
+struct ReportRequest {
+  std::string results_path = "workspace/results.tsv";
+  std::string corpus_path = "workspace/corpus.jsonl";
+  std::string html_path = "workspace/report.html";
+  std::string model;   // "": every model
+  std::string target;  // "": every target
+};
+VerbResult build_report_document(const ReportRequest& request);
+
+/// `loop`: the flags of one loop, and the hooks of whoever runs it.
+struct LoopCommand {
+  TrialFlags trial;
+  LoopOptions loop;  // its stop, cancel, progress and on_trial hooks are the caller's
+  StrategyOptions strategy;
+  std::string device = "auto";  // cpu, gpu or auto (gpu when one is usable)
+  bool isolate = false;         // CPU trials in a worker process too (GPU trials always are)
+  double trial_timeout_s = 300;
+  std::string start;  // trial 0's config as `--start` takes it; "" for none
+  std::optional<schedule::ScheduleConfig> start_config;  // or already parsed
+  std::string executable;  // the megasched binary that runs `worker`; "": this one
+  /// Called once the evaluator and the strategy are ready, right before the first trial (the
+  /// CLI installs its signal handlers there).
+  std::function<void()> on_start;
+};
+/// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
+VerbResult run_loop_command(LoopCommand& command);
+
+/// This executable's path (for the worker's command line); "megasched" when it cannot be read.
+std::string this_executable();
+
+/// The shell command that starts `megasched worker` with these trial flags.
+std::string worker_command(const std::string& executable, const TrialFlags& flags);
+
+}  // namespace megasched::harness

@@ -1,0 +1,113 @@
+// The MCP tools' schemas: built from schemas/ (the config and verdict schemas are the files'),
+// within what the server's checker checks, a default for every optional argument, and
+// schemas/mcp_tools.json the list the server gives.
+#include "harness/mcp_tools.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "eval/evaluate.h"
+#include "harness/json_schema.h"
+#include "harness/verbs.h"
+
+namespace megasched::harness {
+namespace {
+
+using nlohmann::json;
+
+json schema_file(const std::string& name) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/schemas/" + name);
+  return json::parse(in);
+}
+
+const McpTool& tool(const std::string& name) {
+  for (const McpTool& t : mcp_tools())
+    if (t.name == name) return t;
+  throw std::runtime_error("no tool " + name);
+}
+
+// After a tool's arguments change, rewrite the file with
+//   MEGASCHED_UPDATE_GOLDEN=1 build/megasched_tests --gtest_filter='McpTools.*'
+TEST(McpTools, SchemasMcpToolsJsonIsTheListTheServerGives) {
+  json tools = json::array();
+  for (const McpTool& t : mcp_tools()) tools.push_back(tool_definition(t));
+  const json generated = {
+      {"description",
+       "The tools of `megasched mcp` as tools/list gives them. Generated from "
+       "harness/mcp_tools.cpp "
+       "(tests/harness/mcp_tools_test.cpp checks the file is what it generates)."},
+      {"tools", tools}};
+  const std::string path = std::string(MS_SOURCE_DIR) + "/schemas/mcp_tools.json";
+  const char* update = std::getenv("MEGASCHED_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(path) << generated.dump(2) << "\n";
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  EXPECT_EQ(schema_file("mcp_tools.json"), generated)
+      << path << " is out of date with harness/mcp_tools.cpp; regenerate it (see above)";
+}
+
+TEST(McpTools, SchemasAreWithinTheCheckedSubsetAndOptionalArgumentsHaveDefaults) {
+  for (const McpTool& t : mcp_tools()) {
+    EXPECT_EQ(t.input_schema["type"], "object") << t.name;
+    EXPECT_EQ(unsupported_keywords(t.input_schema), std::vector<std::string>{}) << t.name;
+    EXPECT_EQ(unsupported_keywords(t.output_schema), std::vector<std::string>{}) << t.name;
+    EXPECT_TRUE(check_against_schema(t.input_schema, json::object()).empty() ||
+                !t.input_schema["required"].empty())
+        << t.name;
+    const json required = t.input_schema["required"];
+    for (const auto& [name, property] : t.input_schema["properties"].items()) {
+      const bool is_required = std::find(required.begin(), required.end(), name) != required.end();
+      const bool absent_means_default_config = name == "config" || name == "start";
+      if (is_required || absent_means_default_config || name == "program") continue;
+      ASSERT_TRUE(property.contains("default")) << t.name << "." << name;
+      EXPECT_TRUE(check_against_schema(property, property["default"]).empty())
+          << t.name << "." << name << " default " << property["default"];
+    }
+  }
+}
+
+// `schema` without "description" and "title" anywhere.
+json undescribed(json schema) {
+  if (schema.is_object()) {
+    schema.erase("description");
+    schema.erase("title");
+  }
+  if (schema.is_structured())
+    for (auto& [key, value] : schema.items()) value = undescribed(value);
+  return schema;
+}
+
+TEST(McpTools, ConfigArgumentsAndTheVerdictAreTheSchemasOfSchemas) {
+  const json config = embeddable_schema(schema_file("schedule_config.schema.json"));
+  EXPECT_EQ(tool("evaluate").input_schema["properties"]["config"]["anyOf"][0], config);
+  for (const char* name : {"propose", "validate", "profile"})
+    EXPECT_EQ(tool(name).input_schema["properties"]["config"]["anyOf"][0], undescribed(config))
+        << name;
+  EXPECT_EQ(tool("loop").input_schema["properties"]["start"]["anyOf"][0], undescribed(config));
+  EXPECT_EQ(tool("evaluate").output_schema, embeddable_schema(schema_file("verdict.schema.json")));
+  EXPECT_EQ(tool("propose").output_schema["properties"]["incumbent"], undescribed(config));
+  EXPECT_EQ(tool("propose").output_schema["properties"]["search_space"],
+            embeddable_schema(schema_file("search_space.schema.json")));
+}
+
+TEST(McpTools, TheOutputSchemasAdmitWhatTheVerbsGive) {
+  const VerbResult proposed = propose_incumbent("toy", "h100", schedule::ScheduleConfig{});
+  EXPECT_EQ(check_against_schema(tool("propose").output_schema, proposed.document).size(), 0u);
+  std::string error;
+  auto evaluator = eval::TrialEvaluator::create(eval::EvaluatorOptions{}, &error);
+  ASSERT_TRUE(evaluator) << error;
+  schedule::ScheduleConfig rejected;
+  rejected.launch.threads_per_block = 1024;
+  rejected.launch.blocks_per_sm = 4;
+  for (const schedule::ScheduleConfig& c : {schedule::ScheduleConfig{}, rejected}) {
+    const json verdict = eval::to_json(evaluator->evaluate(c));
+    const auto errors = check_against_schema(tool("evaluate").output_schema, verdict);
+    EXPECT_TRUE(errors.empty()) << (errors.empty() ? "" : describe(errors[0])) << verdict.dump();
+  }
+}
+
+}  // namespace
+}  // namespace megasched::harness
