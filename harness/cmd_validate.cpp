@@ -71,7 +71,9 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand("validate",
                                  "Check a lowered config or a program JSON for deadlock, races, "
                                  "reachability, coverage and launch limits");
-  add_model_flag(cmd, &opt->model);
+  CLI::Option* model_given = add_model_flag(cmd, &opt->model,
+                                            "Preset name or Hugging Face checkpoint directory "
+                                            "(with --program: the program's own by default)");
   add_gpu_flag(cmd, &opt->gpu);
   cmd->add_option("--config", opt->config,
                   "ScheduleConfig JSON file, - for stdin, default, or a name such as "
@@ -81,16 +83,20 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
                   "Validate this program JSON file instead of lowering a config");
   cmd->add_option("--random-configs", opt->random_configs,
                   "Instead: lower and validate this many random configs of the search space (exit "
-                  "0 if all accepted)");
-  cmd->add_option("--seed", opt->seed, "Seed of --random-configs")->capture_default_str();
-  cmd->callback([&ctx, opt] {
+                  "0 if all accepted)")
+      ->check(integer_in(1, kMaxInt));
+  cmd->add_option("--seed", opt->seed, "Seed of --random-configs")
+      ->check(unsigned_integer())
+      ->capture_default_str();
+  cmd->callback([&ctx, opt, model_given] {
     std::string error;
     auto usage = [&](const std::string& message) {
       print_error("validate", message);
       ctx.exit_code = kExitUsage;
     };
     auto target = eval::resolve_target(opt->gpu, &error);
-    if (!target) return usage(error);
+    if (!target)
+      return print_error("validate", error), void(ctx.exit_code = target_error_code(opt->gpu));
     if (opt->random_configs > 0) {
       auto shape = eval::resolve_shape(opt->model, &error);
       if (!shape) return usage(error + " (hint: `megasched models` lists the presets)");
@@ -99,22 +105,28 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
     }
     std::optional<schedule::Program> program;
     nlohmann::json out;
+    int code = kExitUsage;
     if (!opt->program.empty()) {
-      auto text = read_text(opt->program, &error);
-      if (!text) return usage(error);
-      auto j = nlohmann::json::parse(*text, nullptr, false);
-      if (j.is_discarded())
-        return usage(
-            "program '" + opt->program +
-            "' is not valid JSON (hint: write one with `megasched evaluate --save-program`)");
-      program = schedule::program_from_json(j, &error);
-      if (!program) return usage("program '" + opt->program + "': " + error);
+      if (!opt->config.empty()) return usage("give --config or --program, not both");
+      program = read_program_arg(opt->program, &error, &code);
+      if (!program) return print_error("validate", error), void(ctx.exit_code = code);
+      // The model the program is checked against: --model, else the one it names when that is a
+      // preset or a checkpoint (a hand-built program, e.g. the fuzzer's "fuzz", names none: the
+      // validator then judges it against its own declarations alone).
+      const bool given = model_given->count() > 0;
+      const std::string model = given ? opt->model : program->model_name;
+      auto shape = eval::resolve_shape(model, &error);
+      if (!shape && given) return usage(error + " (hint: `megasched models` lists the presets)");
+      if (shape && !schedule::check_program_fits_model(*program, *shape, *target, &error))
+        return usage("program '" + opt->program + "' does not fit model " + shape->name + " on " +
+                     target->name + ": " + error);
       out["program"] = opt->program;
+      out["model"] = shape ? nlohmann::json(shape->name) : nlohmann::json(nullptr);
     } else {
       auto shape = eval::resolve_shape(opt->model, &error);
       if (!shape) return usage(error + " (hint: `megasched models` lists the presets)");
-      auto config = read_config_arg(opt->config, &error);
-      if (!config) return usage(error);
+      auto config = read_config_arg(opt->config, &error, &code);
+      if (!config) return print_error("validate", error), void(ctx.exit_code = code);
       program = schedule::lower(*shape, *target, *config, &error);
       if (!program) return usage("the config does not lower for " + shape->name + ": " + error);
       out["model"] = shape->name;
