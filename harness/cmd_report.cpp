@@ -1,7 +1,6 @@
 // `megasched report`: the analyst report over results.tsv and corpus.jsonl (flywheel/report.h):
 // text or JSON on stdout, and a self-contained HTML page (inline SVG) written to --out.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "flywheel/corpus.h"
@@ -35,7 +34,20 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--model", opt->model, "Only this model");
   cmd->add_option("--target", opt->target, "Only this target");
   cmd->callback([&ctx, opt] {
+    for (const std::string* input : {&opt->results, &opt->corpus})
+      if (!opt->out.empty() && same_file(opt->out, *input)) {
+        print_error("report", "--out '" + opt->out + "' is the " +
+                                  (input == &opt->results ? "--results" : "--corpus") +
+                                  " log it would read; name another file (e.g. report.html)");
+        ctx.exit_code = kExitUsage;
+        return;
+      }
     flywheel::ResultsRead results = flywheel::read_results(opt->results);
+    if (!results.error.empty()) {
+      print_error("report", results.error);
+      ctx.exit_code = kExitEnvironment;
+      return;
+    }
     if (!results.exists) {
       print_error("report", "no results file at " + opt->results +
                                 " (run `megasched loop` first, or pass --results PATH)");
@@ -43,6 +55,11 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
       return;
     }
     flywheel::CorpusRead corpus = flywheel::read_corpus(opt->corpus);
+    if (!corpus.error.empty()) {
+      print_error("report", corpus.error);
+      ctx.exit_code = kExitEnvironment;
+      return;
+    }
     auto keep = [&](const std::string& model, const std::string& target) {
       return (opt->model.empty() || model == opt->model) &&
              (opt->target.empty() || target == opt->target);
@@ -65,10 +82,9 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
       std::error_code ec;
       auto parent = std::filesystem::path(opt->out).parent_path();
       if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-      std::ofstream html(opt->out);
-      html << flywheel::report_html(report);
-      if (!html) {
-        print_error("report", "cannot write " + opt->out);
+      std::string error;
+      if (!write_text_file(opt->out, flywheel::report_html(report), &error)) {
+        print_error("report", "--out: " + error);
         ctx.exit_code = kExitEnvironment;
         return;
       }
