@@ -30,9 +30,11 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
     auto shape = eval::resolve_shape(opt->model, &error);
     if (!shape) return print_error("propose", error), void(ctx.exit_code = kExitUsage);
     auto target = eval::resolve_target(opt->gpu, &error);
-    if (!target) return print_error("propose", error), void(ctx.exit_code = kExitUsage);
-    auto config = read_config_arg(opt->config, &error);
-    if (!config) return print_error("propose", error), void(ctx.exit_code = kExitUsage);
+    if (!target)
+      return print_error("propose", error), void(ctx.exit_code = target_error_code(opt->gpu));
+    int code = kExitUsage;
+    auto config = read_config_arg(opt->config, &error, &code);
+    if (!config) return print_error("propose", error), void(ctx.exit_code = code);
     std::string fit;
     const bool fits = schedule::config_fits(*config, *shape, *target, &fit);
     nlohmann::json out = {
