@@ -70,12 +70,18 @@ int run_loop_command(LoopCommand& opt) {
     if (opt.loop.warm_start)
       return print_error("loop", "--start and --warm-start both choose trial 0; give one"),
              kExitUsage;
-    auto start = read_config_arg(opt.start, &error);
-    if (!start) return print_error("loop", "--start: " + error), kExitUsage;
+    int code = kExitUsage;
+    auto start = read_config_arg(opt.start, &error, &code);
+    if (!start) return print_error("loop", "--start: " + error), code;
     opt.loop.start = *start;
   }
   if (!opt.strategy.proposer_command.empty()) opt.strategy.name = "proposer";
   if (opt.loop.budget < 1) return print_error("loop", "--budget must be at least 1"), kExitUsage;
+  if (!(opt.trial_timeout_s > 0))
+    return print_error("loop", "--trial-timeout must be more than 0 seconds"), kExitUsage;
+  if (const std::string why = check_log_paths(opt.loop.results_path, opt.loop.corpus_path);
+      !why.empty())
+    return print_error("loop", why), kExitUsage;
   std::string device = opt.device;
   if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
   ev.device = device;
@@ -97,8 +103,9 @@ int run_loop_command(LoopCommand& opt) {
     if (!worker->start(&error)) return print_error("loop", error), kExitEnvironment;
     evaluator = std::move(worker);
   } else {
-    auto trial = eval::TrialEvaluator::create(ev, &error);
-    if (!trial) return print_error("loop", error), kExitUsage;
+    bool environment = false;
+    auto trial = eval::TrialEvaluator::create(ev, &error, &environment);
+    if (!trial) return print_error("loop", error), environment ? kExitEnvironment : kExitUsage;
     evaluator = std::move(trial);
   }
 
@@ -126,7 +133,7 @@ int run_loop_command(LoopCommand& opt) {
   if (!result.ok) {
     print_error("loop", result.error);
     if (!result.summary.is_null()) print_json(result.summary);
-    return kExitEnvironment;
+    return result.bad_arguments ? kExitUsage : kExitEnvironment;
   }
   print_json(result.summary);
   // Loud failure when nothing was measured: trials ran and none had a correct latency.
@@ -148,11 +155,14 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "cpu (predicted latency), gpu (measured), or auto (gpu when one is usable)",
                   {"cpu", "gpu", "auto"});
   cmd->add_option("--budget", opt->loop.budget, "Trials in the run (counted across --resume)")
+      ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--minutes", opt->loop.minutes, "Wall-clock budget of this invocation (0: none)")
+      ->check(finite_number_in(0.0))
       ->capture_default_str();
   cmd->add_option("--plateau", opt->loop.plateau,
                   "Stop after this many trials in a row without a keep (0: never)")
+      ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategy.name, "random | hillclimb | prior | proposer")
       ->check(CLI::IsMember(strategy_names()))
@@ -160,13 +170,18 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--proposer", opt->strategy.proposer_command,
                   "External proposer command (implies --strategy proposer): context JSON on its "
                   "stdin, candidate configs on its stdout");
-  cmd->add_option("--seed", opt->strategy.seed, "Strategy seed")->capture_default_str();
+  cmd->add_option("--seed", opt->strategy.seed, "Strategy seed")
+      ->check(unsigned_integer())
+      ->capture_default_str();
   cmd->add_option("--restart-after", opt->strategy.restart_after,
                   "hillclimb: restart after this many trials without a local gain")
+      ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--exploration", opt->strategy.exploration, "prior: share of random trials")
+      ->check(finite_number_in(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--pool", opt->strategy.pool_size, "prior: random candidates ranked per trial")
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--resume", opt->loop.resume,
                 "Continue the last run of this model, target and device");
@@ -188,6 +203,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                 "Run CPU trials in a worker process too (GPU trials always are)");
   cmd->add_option("--trial-timeout", opt->trial_timeout_s,
                   "Seconds a worker trial may take before it is killed (timeout)")
+      ->check(finite_number_in(0.0, 7 * 24 * 3600.0, /*min_exclusive=*/true))
       ->capture_default_str();
   cmd->callback([&ctx, opt] { ctx.exit_code = run_loop_command(*opt); });
 }
