@@ -135,7 +135,8 @@ WorkloadLock::~WorkloadLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
-bool WorkloadLock::acquire(const std::string& path, const std::string& key, std::string* error) {
+bool WorkloadLock::acquire(const std::string& path, const std::string& key, std::string* error,
+                           std::string* warning) {
   std::error_code ec;
   auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
@@ -160,6 +161,12 @@ bool WorkloadLock::acquire(const std::string& path, const std::string& key, std:
     if (errno == EINTR) continue;
     const int code = errno;
     ::close(fd);
+    if (code == EINVAL || code == ENOLCK || code == ENOSYS || code == EOPNOTSUPP) {
+      if (warning)
+        *warning = path + ": this file system cannot lock it (" + std::strerror(code) +
+                   "): nothing stops a second loop of " + key + " on it";
+      return true;
+    }
     if (error)
       *error = code == EAGAIN || code == EACCES
                    ? path + " is in use by another megasched loop of " + key +

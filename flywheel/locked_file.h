@@ -46,8 +46,10 @@ class WorkloadLock {
 
   /// Takes the lock on `path` (created if missing) for `key`. False with *error when another
   /// process holds it ("... is in use by another megasched loop of toy / h100 / cpu") or the file
-  /// cannot be opened.
-  bool acquire(const std::string& path, const std::string& key, std::string* error);
+  /// cannot be opened. On a file system without such locks it holds nothing and says so in
+  /// *warning (the loop goes on, unguarded, rather than not at all).
+  bool acquire(const std::string& path, const std::string& key, std::string* error,
+               std::string* warning = nullptr);
 
  private:
   int fd_ = -1;

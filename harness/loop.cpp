@@ -174,11 +174,13 @@ class LoopRun {
     }
     const std::string workload = model_ + " / " + target_name_ + " / " + device_;
     std::string error;
-    if (!corpus_lock_.acquire(options_.corpus_path, workload, &error) ||
-        !results_lock_.acquire(options_.results_path, workload, &error)) {
+    std::string unguarded;
+    if (!corpus_lock_.acquire(options_.corpus_path, workload, &error, &unguarded) ||
+        !results_lock_.acquire(options_.results_path, workload, &error, &unguarded)) {
       fail(error);
       return std::move(result_);
     }
+    if (!unguarded.empty()) warn(unguarded);
     // A torn last line (a kill mid-write) leaves the logs now, before anyone reads past it.
     for (const std::string* path : {&options_.corpus_path, &options_.results_path}) {
       bool repaired = false;
