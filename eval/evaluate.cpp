@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "eval/eager.h"
@@ -25,6 +27,17 @@ namespace {
 
 /// Diagnostics beyond this many are counted, not listed (a broken program can have thousands).
 constexpr size_t kMaxDiagnosticsInVerdict = 50;
+
+/// A non-finite output's error is infinite, which JSON cannot carry (it would print null and break
+/// the verdict schema): the largest double stands for it, with a note saying why.
+void cap_errors(Verdict* v) {
+  if (std::isfinite(v->max_abs_err) && std::isfinite(v->rel_err)) return;
+  v->max_abs_err =
+      std::isfinite(v->max_abs_err) ? v->max_abs_err : std::numeric_limits<double>::max();
+  v->rel_err = std::isfinite(v->rel_err) ? v->rel_err : std::numeric_limits<double>::max();
+  const std::string note = "the output has non-finite values: the errors show the largest double";
+  if (std::find(v->notes.begin(), v->notes.end(), note) == v->notes.end()) v->notes.push_back(note);
+}
 
 std::string preset_names() {
   std::string s;
@@ -56,7 +69,13 @@ std::optional<schedule::Weights> load_weights(const std::string& model, uint64_t
 }
 
 std::optional<GpuTarget> resolve_target(const std::string& gpu, std::string* error) {
-  if (gpu == "auto") return live_target(error);
+  if (gpu == "auto") {
+    std::optional<GpuTarget> live = live_target(error);
+    if (!live && error)
+      *error +=
+          " (--gpu auto reads the GPU of this machine; name a target instead, e.g. --gpu h100)";
+    return live;
+  }
   if (auto t = schedule::find_target(gpu)) return t;
   std::vector<std::string> names;
   std::string all;
@@ -81,15 +100,30 @@ std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed) {
 }
 
 std::unique_ptr<TrialEvaluator> TrialEvaluator::create(const EvaluatorOptions& options,
-                                                       std::string* error) {
-  auto fail = [&](std::string msg) -> std::unique_ptr<TrialEvaluator> {
+                                                       std::string* error, bool* environment) {
+  if (environment) *environment = false;
+  try {
+    return create_unguarded(options, error, environment);
+  } catch (const std::bad_alloc&) {
+    if (environment) *environment = true;
+    if (error) *error = "not enough memory to load model " + options.model + " and its reference";
+    return nullptr;
+  }
+}
+
+std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const EvaluatorOptions& options,
+                                                                 std::string* error,
+                                                                 bool* environment) {
+  auto fail = [&](std::string msg, bool machine = false) -> std::unique_ptr<TrialEvaluator> {
     if (error) *error = std::move(msg);
+    if (environment) *environment = machine;
     return nullptr;
   };
   if (options.device != "cpu" && options.device != "gpu")
     return fail("unknown device '" + options.device +
                 "'; use cpu (predicted latency) or gpu (measured)");
   if (options.positions.empty()) return fail("no positions to check; pass e.g. --positions 0,3,7");
+  if (options.timed_position < 0) return fail("--timed-position must be >= 0");
   std::unique_ptr<TrialEvaluator> ev(new TrialEvaluator());
   ev->options_ = options;
   std::sort(ev->options_.positions.begin(), ev->options_.positions.end());
@@ -98,18 +132,18 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create(const EvaluatorOptions& o
       ev->options_.positions.end());
   std::string why;
   if (options.device == "gpu" && !gpu_available(&why))
-    return fail("--device gpu: " + why + "; use --device cpu for a predicted latency");
-  auto shape = resolve_shape(options.model, error);
-  if (!shape) return nullptr;
+    return fail("--device gpu: " + why + "; use --device cpu for a predicted latency", true);
+  auto shape = resolve_shape(options.model, &why);
+  if (!shape) return fail(why);
   const int last = std::max(ev->options_.positions.back(), options.timed_position);
   if (ev->options_.positions.front() < 0 || last >= shape->max_seq)
     return fail("positions must lie in [0, " + std::to_string(shape->max_seq - 1) + "] for model " +
                 shape->name);
-  auto target = resolve_target(options.gpu, error);
-  if (!target) return nullptr;
+  auto target = resolve_target(options.gpu, &why);
+  if (!target) return fail(why, options.gpu == "auto");
   ev->target_ = *target;
-  auto weights = load_weights(options.model, options.seed, error);
-  if (!weights) return nullptr;
+  auto weights = load_weights(options.model, options.seed, &why);
+  if (!weights) return fail(why);
   ev->weights_ = std::move(*weights);
   const int max_pos = ev->options_.positions.back();
   ev->tokens_ = trial_tokens(ev->weights_.shape.vocab, max_pos + 1, options.seed);
@@ -117,6 +151,12 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create(const EvaluatorOptions& o
   size_t next = 0;
   for (int p = 0; p <= max_pos; ++p) {
     auto logits = eager.step(ev->tokens_[static_cast<size_t>(p)], p);
+    // The reference itself is not finite: the model (its constants or weights) is at fault, and
+    // every schedule would be blamed for it.
+    if (!std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }))
+      return fail("model " + ev->weights_.shape.name +
+                  ": the eager forward gives non-finite logits at position " + std::to_string(p) +
+                  " (check its rope_theta, rms_norm_eps and weights)");
     if (next < ev->options_.positions.size() && ev->options_.positions[next] == p) {
       ev->reference_.push_back(std::move(logits));
       ++next;
@@ -175,9 +215,27 @@ Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
   return v;
 }
 
+bool TrialEvaluator::check_program(const schedule::Program& program, std::string* error) const {
+  return schedule::check_program_fits_model(program, weights_.shape, target_, error);
+}
+
 Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
                                          const std::string& schedule_id) {
   const auto t0 = Clock::now();
+  std::string error;
+  if (!check_program(program, &error)) {
+    Verdict v;
+    v.model = weights_.shape.name;
+    v.target = target_.name;
+    v.device = options_.device;
+    v.schedule_id = schedule_id;
+    v.status = "rejected";
+    v.rejected_reason = "program";
+    v.diagnostics = json::array({{{"rule", "program"}, {"message", error}}});
+    v.notes.push_back(error);
+    v.breakdown_ms = {{"total", ms_since(t0)}};
+    return v;
+  }
   const schedule::ValidationReport report = schedule::validate(program, target_);
   Verdict v = judge(program, report, schedule_id, {{"lower", 0.0}, {"validate", ms_since(t0)}});
   v.breakdown_ms["total"] = ms_since(t0);
@@ -271,6 +329,8 @@ bool TrialEvaluator::check_on_reference_vm(const schedule::Program& program, Ver
     const Comparison c = compare_logits(step.logits, reference_[next], shape.dtype);
     v->max_abs_err = std::max(v->max_abs_err, c.max_abs_err);
     v->rel_err = std::max(v->rel_err, c.rel_err);
+    if (!c.finite || std::isnan(c.rel_err)) v->rel_err = v->max_abs_err = INFINITY;
+    cap_errors(v);
     v->argmax_match = v->argmax_match && c.argmax_match;
     if (step.argmax != argmax(step.logits)) {
       ok = false;
@@ -299,6 +359,8 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
   v->kernel = g.kernel;
   v->max_abs_err = std::max(v->max_abs_err, g.max_abs_err);
   v->rel_err = std::max(v->rel_err, g.rel_err);
+  if (std::isnan(g.max_abs_err) || std::isnan(g.rel_err)) v->rel_err = v->max_abs_err = INFINITY;
+  cap_errors(v);
   v->argmax_match = v->argmax_match && g.argmax_match;
   if (g.status != "ok") {
     v->status = g.status;

@@ -45,16 +45,23 @@ std::optional<schedule::GpuTarget> resolve_target(const std::string& gpu, std::s
 class TrialEvaluator : public Evaluator {
  public:
   /// Loads the model and target and computes the eager reference once. nullptr + *error on a bad
-  /// model, target or device.
-  static std::unique_ptr<TrialEvaluator> create(const EvaluatorOptions& options,
-                                                std::string* error);
+  /// model, target or device, or a model whose own eager forward is not finite (a checkpoint's
+  /// constants or weights, never a schedule's fault). *environment (when given) says whether the
+  /// failure is the machine's (no GPU for --device gpu or --gpu auto, not enough memory) rather
+  /// than the arguments'.
+  static std::unique_ptr<TrialEvaluator> create(const EvaluatorOptions& options, std::string* error,
+                                                bool* environment = nullptr);
 
   Verdict evaluate(const schedule::ScheduleConfig& config) override;
   nlohmann::json identity() const override;
   std::string schedule_id(const schedule::ScheduleConfig& config) const override;
 
+  /// Whether a ready-made program belongs to this evaluator's model and target
+  /// (schedule::check_program_fits_model): false with *error naming the field that differs.
+  bool check_program(const schedule::Program& program, std::string* error) const;
   /// Runs a ready-made program (`megasched evaluate --program`, tests that force a program past
-  /// the validator). `schedule_id` labels the verdict.
+  /// the validator). `schedule_id` labels the verdict. A program that fails check_program is
+  /// rejected (rule "program") without running: its buffers would not be the model's.
   Verdict evaluate_program(const schedule::Program& program, const std::string& schedule_id);
 
   const schedule::ModelShape& shape() const { return weights_.shape; }
@@ -63,6 +70,8 @@ class TrialEvaluator : public Evaluator {
 
  private:
   TrialEvaluator() = default;
+  static std::unique_ptr<TrialEvaluator> create_unguarded(const EvaluatorOptions& options,
+                                                          std::string* error, bool* environment);
   /// The trial of a lowered program the validator has judged (steps 1-4 of the header).
   /// `breakdown` holds the phases timed before it (lower, validate); judge adds its own.
   Verdict judge(const schedule::Program& program, const schedule::ValidationReport& report,

@@ -24,6 +24,11 @@ class Evaluator {
   /// The schedule id this evaluator would give `config` (hash of canonical config + model +
   /// target + build identity), without evaluating it: the loop dedups on it before a trial.
   virtual std::string schedule_id(const schedule::ScheduleConfig& config) const = 0;
+  /// Why the last evaluate() could not judge its schedule at all, "" when it did: a failure on the
+  /// harness's side (a worker that cannot start, dies between trials, or breaks the protocol).
+  /// Its verdict is then no verdict on the schedule, and the loop must not log it as one (a later
+  /// run would take the schedule as tried and never try it again).
+  virtual std::string harness_failure() const { return {}; }
 };
 
 /// The versions every trial record carries: {"abi", "ir", "build"}. The program's binary form is

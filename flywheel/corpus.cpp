@@ -101,6 +101,7 @@ CorpusRead read_corpus(const std::string& path) {
   CorpusRead out;
   LinesRead lines = read_lines_shared(path);
   out.exists = lines.exists;
+  out.error = lines.error;
   for (size_t i = 0; i < lines.lines.size(); ++i) {
     const std::string where = path + ":" + std::to_string(lines.line_numbers[i]) + ": ";
     if (lines.lines[i].empty()) continue;

@@ -75,6 +75,7 @@ struct CorpusRead {
   std::vector<CorpusRecord> records;
   bool exists = false;
   std::vector<std::string> problems;  // "corpus.jsonl:17: truncated line (skipped)" ...
+  std::string error;                  // there but unreadable, or not a regular file: no records
 };
 /// Reads every record; torn or malformed lines are skipped and listed in `problems`.
 CorpusRead read_corpus(const std::string& path);

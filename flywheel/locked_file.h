@@ -3,8 +3,11 @@
 // Every append takes an exclusive flock(2) on the file for the whole write, so two loops writing
 // one file never interleave or lose lines. The header (results.tsv) is written by whichever
 // appender finds the file empty, under the same lock, so it appears exactly once. A process
-// killed in the middle of a write leaves a last line without its newline; the next appender
-// starts a fresh line after it (the torn line stays, and readers report it and skip it).
+// killed in the middle of a write leaves a last line without its newline; readers report it and
+// skip it, and the next appender repairs the file under its lock: it moves the torn line into
+// quarantine (`<path>.torn`, one line per fragment, nothing is deleted) and cuts the log back to
+// its last complete line, so no reader ever takes the fragment, continued by a later write, for a
+// record. Only regular files are logs: a directory, a device (/dev/zero) or a pipe is refused.
 #pragma once
 
 #include <string>
@@ -14,9 +17,43 @@ namespace megasched::flywheel {
 
 /// Appends `lines` (each without its trailing newline) to `path` under an exclusive lock,
 /// creating the file (and its parent folders) if needed and writing `header` first when the file
-/// is empty (no header when `header` is empty). Returns false with *error on an I/O failure.
+/// is empty (no header when `header` is empty). A torn last line is quarantined first (above).
+/// Returns false with *error on an I/O failure or when `path` is not a regular file.
 bool append_lines_locked(const std::string& path, const std::string& header,
                          const std::vector<std::string>& lines, std::string* error);
+
+/// The quarantine file of a log: where append_lines_locked moves its torn lines.
+std::string quarantine_path(const std::string& path);
+
+/// The same repair without an append (a loop does it when it takes its logs): moves a torn last
+/// line of `path` to quarantine. True when the file is whole (or absent) afterwards; *repaired
+/// says whether there was a torn line to move. False with *error when it cannot be done.
+bool repair_torn_tail(const std::string& path, bool* repaired, std::string* error);
+
+/// One writer per workload of a log, for as long as it runs. A loop holds this on each of its logs
+/// for its whole run, keyed by its model, target and device: a second loop of the same workload on
+/// the same file is refused at once (it would evaluate the same schedules again and, resuming the
+/// same run, repeat its trial numbers), while loops of other workloads share the file as before.
+/// It is an open-file-description lock on one byte far past the end of the file (a byte chosen by
+/// the key), separate from the append locks; the kernel drops it when the holder exits, killed
+/// included, so a --resume after a kill -9 finds it free.
+class WorkloadLock {
+ public:
+  WorkloadLock() = default;
+  ~WorkloadLock();
+  WorkloadLock(const WorkloadLock&) = delete;
+  WorkloadLock& operator=(const WorkloadLock&) = delete;
+
+  /// Takes the lock on `path` (created if missing) for `key`. False with *error when another
+  /// process holds it ("... is in use by another megasched loop of toy / h100 / cpu") or the file
+  /// cannot be opened. On a file system without such locks it holds nothing and says so in
+  /// *warning (the loop goes on, unguarded, rather than not at all).
+  bool acquire(const std::string& path, const std::string& key, std::string* error,
+               std::string* warning = nullptr);
+
+ private:
+  int fd_ = -1;
+};
 
 /// The complete lines of a file read under a shared lock.
 struct LinesRead {
@@ -25,11 +62,13 @@ struct LinesRead {
   bool exists = false;                 // the file was there
   bool truncated_tail = false;         // the file ended in a line without its newline (dropped)
   std::vector<int> torn_line_numbers;  // 1-based numbers of lines torn by a kill mid-write
+  std::string error;                   // the file is there but cannot be read (or is no file)
 };
 
 /// Reads `path`. A final line without a newline is a write cut short: it is dropped and flagged.
-/// A torn line in the middle (a cut-short write that a later append continued after) is kept in
-/// `lines`; the record parsers reject it and report its number.
+/// A torn line in the middle (left by a version that continued after it) is kept in `lines`; the
+/// record parsers reject it and report its number. A path that exists but is not a regular file
+/// or cannot be read sets `error` and reads nothing.
 LinesRead read_lines_shared(const std::string& path);
 
 }  // namespace megasched::flywheel

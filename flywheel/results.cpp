@@ -158,6 +158,7 @@ ResultsRead read_results(const std::string& path) {
   ResultsRead out;
   LinesRead lines = read_lines_shared(path);
   out.exists = lines.exists;
+  out.error = lines.error;
   if (lines.lines.empty()) {
     for (int number : lines.torn_line_numbers)
       out.problems.push_back(path + ":" + std::to_string(number) + ": truncated line (skipped)");

@@ -77,6 +77,7 @@ struct ResultsRead {
   std::vector<ResultRow> rows;
   bool exists = false;
   std::vector<std::string> problems;  // torn / malformed lines, missing header, ...
+  std::string error;                  // there but unreadable, or not a regular file: no rows
 };
 /// Reads rows by header name (extra columns ignored, missing ones left empty); torn or malformed
 /// lines are skipped and listed in `problems`.

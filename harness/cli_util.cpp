@@ -1,10 +1,18 @@
 #include "harness/cli_util.h"
 
+#include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include <sys/stat.h>
+
+#include "harness/commands.h"
 #include "schedule/named_configs.h"
 
 namespace megasched::harness {
@@ -15,17 +23,30 @@ std::optional<std::string> read_text(const std::string& path, std::string* error
     buf << std::cin.rdbuf();
     return buf.str();
   }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (error) *error = "cannot read '" + path + "': " + std::strerror(errno);
+    return std::nullopt;
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+    if (error)
+      *error = "cannot read '" + path +
+               "': " + (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
+               ", expected a file";
+    return std::nullopt;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (error) *error = "cannot read '" + path + "': no such file or not readable";
+    if (error) *error = "cannot read '" + path + "': " + std::strerror(errno);
     return std::nullopt;
   }
   buf << in.rdbuf();
   return buf.str();
 }
 
-std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
-                                                        std::string* error) {
+std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path, std::string* error,
+                                                        int* exit_code) {
+  if (exit_code) *exit_code = kExitUsage;
   // "default" is the config `propose` prints for a fresh search: every knob at its default.
   if (path.empty() || path == "default") return schedule::ScheduleConfig{};
   if (schedule::is_config_name(path)) {
@@ -37,13 +58,38 @@ std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
     return config;
   }
   auto text = read_text(path, error);
-  if (!text) return std::nullopt;
+  if (!text) {
+    if (exit_code) *exit_code = kExitEnvironment;
+    return std::nullopt;
+  }
   std::string why;
   auto config = schedule::parse_config_text(*text, &why);
   if (!config && error)
     *error =
         (path == "-" ? std::string("config from stdin") : "config '" + path + "'") + ": " + why;
   return config;
+}
+
+std::optional<schedule::Program> read_program_arg(const std::string& path, std::string* error,
+                                                  int* exit_code) {
+  *exit_code = kExitEnvironment;
+  std::string why;
+  const std::optional<std::string> text = read_text(path, &why);
+  if (!text) {
+    if (error) *error = why;
+    return std::nullopt;
+  }
+  *exit_code = kExitUsage;
+  const std::optional<nlohmann::json> j = schedule::parse_json_text(*text, &why);
+  if (!j) {
+    if (error)
+      *error = "program '" + path + "' is not valid JSON: " + why +
+               " (hint: write one with `megasched evaluate --save-program`)";
+    return std::nullopt;
+  }
+  std::optional<schedule::Program> program = schedule::program_from_json(*j, &why);
+  if (!program && error) *error = "program '" + path + "': " + why;
+  return program;
 }
 
 void print_json(const nlohmann::json& j) {
@@ -83,6 +129,97 @@ std::optional<std::vector<int>> parse_int_list(const std::string& text) {
   }
   if (out.empty()) return std::nullopt;
   return out;
+}
+
+namespace {
+
+// "12", "-3": optional minus, then digits only.
+bool plain_integer_text(const std::string& text, bool allow_minus) {
+  size_t i = allow_minus && !text.empty() && text[0] == '-' ? 1 : 0;
+  if (i == text.size()) return false;
+  for (; i < text.size(); ++i)
+    if (text[i] < '0' || text[i] > '9') return false;
+  return true;
+}
+
+std::string number_text(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t min, int64_t max) {
+  std::string rule = "an integer";
+  if (max == std::numeric_limits<int64_t>::max())
+    rule += " >= " + std::to_string(min);
+  else
+    rule += " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  return CLI::Validator(
+      [min, max, rule](std::string& text) -> std::string {
+        int64_t value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (!plain_integer_text(text, true) || ec != std::errc() ||
+            end != text.data() + text.size() || value < min || value > max)
+          return "must be " + rule + ", not '" + text + "'";
+        return {};
+      },
+      rule.substr(3));
+}
+
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (!plain_integer_text(text, false) || ec != std::errc() ||
+            end != text.data() + text.size())
+          return "must be an integer in [0, 2^64 - 1], not '" + text + "'";
+        return {};
+      },
+      "integer >= 0");
+}
+
+CLI::Validator finite_number_in(double min, double max, bool min_exclusive) {
+  std::string rule = "a finite number";
+  if (max == std::numeric_limits<double>::max())
+    rule += (min_exclusive ? " > " : " >= ") + number_text(min);
+  else
+    rule += std::string(" in ") + (min_exclusive ? "(" : "[") + number_text(min) + ", " +
+            number_text(max) + "]";
+  return CLI::Validator(
+      [min, max, min_exclusive, rule](std::string& text) -> std::string {
+        double value = 0.0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        const bool parsed = !text.empty() && ec == std::errc() && end == text.data() + text.size();
+        if (!parsed || !std::isfinite(value) || value < min || value > max ||
+            (min_exclusive && value == min))
+          return "must be " + rule + ", not '" + text + "'";
+        return {};
+      },
+      rule.substr(2));
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec) && !ec)
+    return true;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
+bool write_text_file(const std::string& path, const std::string& text, std::string* error) {
+  auto fail = [&](int code) {
+    if (error) *error = "cannot write '" + path + "': " + std::strerror(code);
+    return false;
+  };
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) return fail(errno);
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const int write_errno = errno;
+  if (std::fclose(file) != 0) return fail(errno);
+  if (!written) return fail(write_errno);
+  return true;
 }
 
 }  // namespace megasched::harness

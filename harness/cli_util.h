@@ -2,23 +2,35 @@
 // printing JSON, and reporting an error line with a hint.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "harness/verbs.h"
 #include "schedule/config.h"
+#include "schedule/program.h"
 
 namespace megasched::harness {
 
-/// Reads a whole file, or stdin when path is "-". nullopt + *error when it cannot be read.
+/// Reads a whole file, or stdin when path is "-". nullopt + *error when it cannot be read: missing,
+/// unreadable, or not a regular file or pipe (a directory, /dev/zero).
 std::optional<std::string> read_text(const std::string& path, std::string* error);
 
 /// Reads and strictly parses a ScheduleConfig from a file, "-" (stdin) or a name
 /// ("best:llama-1b:h200", see schedule/named_configs.h); an empty path gives the default config.
-std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
-                                                        std::string* error);
+/// *exit_code (when given) says which failure it was: kExitEnvironment (3) for a file that cannot
+/// be read, kExitUsage (2) for a bad config or an unknown name.
+std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path, std::string* error,
+                                                        int* exit_code = nullptr);
+
+/// Reads and parses a program JSON file (schedule::program_from_json, keys unique); nullopt with
+/// *error and *exit_code (3: cannot be read, 2: not a program).
+std::optional<schedule::Program> read_program_arg(const std::string& path, std::string* error,
+                                                  int* exit_code);
 
 /// Prints JSON to stdout (indented, one trailing newline).
 void print_json(const nlohmann::json& j);
@@ -35,5 +47,27 @@ std::string shell_quote(const std::string& text);
 
 /// Splits "0,3,7" into integers; nullopt on a malformed list.
 std::optional<std::vector<int>> parse_int_list(const std::string& text);
+
+/// The largest value of an int flag.
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+
+// Checks of a numeric flag's text, the same on every CLI11 version: CLI11 2.1 reads "-1" into an
+// unsigned flag as 2^64 - 1, and its Range and PositiveNumber let NaN through. A failed check is
+// a usage error (exit 2) naming the flag, the rule and the value.
+
+/// A decimal integer in [min, max] (no sign on an unsigned flag, no "0x10", no "1e3").
+CLI::Validator integer_in(int64_t min, int64_t max = std::numeric_limits<int64_t>::max());
+/// A decimal integer in [0, 2^64 - 1] (seeds).
+CLI::Validator unsigned_integer();
+/// A finite number in [min, max]; with min_exclusive, in (min, max].
+CLI::Validator finite_number_in(double min, double max = std::numeric_limits<double>::max(),
+                                bool min_exclusive = false);
+
+/// True when `a` and `b` name one file (the same path, or two paths to one existing file).
+bool same_file(const std::string& a, const std::string& b);
+
+/// Writes `text` to `path` (truncating it) and reports a failed open, write or close: false and
+/// *error ("cannot write 'PATH': No space left on device").
+bool write_text_file(const std::string& path, const std::string& text, std::string* error);
 
 }  // namespace megasched::harness

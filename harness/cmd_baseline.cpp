@@ -23,26 +23,38 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
       "baseline", "Time the cuBLAS CUDA-graph op-by-op decode step of a model (GPU)");
   add_model_flag(cmd, &opt->model);
   cmd->add_option("--position", opt->position, "Position timed (the KV cache is filled up to it)")
+      ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
-  cmd->add_option("--warmup", opt->warmup, "Untimed replays")->capture_default_str();
-  cmd->add_option("--iterations", opt->iterations, "Timed replays")->capture_default_str();
+  cmd->add_option("--warmup", opt->warmup, "Untimed replays")
+      ->check(integer_in(0, kMaxInt))
+      ->capture_default_str();
+  cmd->add_option("--iterations", opt->iterations, "Timed replays")
+      ->check(integer_in(1, kMaxInt))
+      ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
   cmd->callback([&ctx, opt] {
     std::string error;
+    // The arguments first, so a bad one is reported as such on any machine.
+    auto shape = eval::resolve_shape(opt->model, &error);
+    if (!shape) {
+      print_error("baseline", error + " (hint: `megasched models` lists the presets)");
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    if (opt->position >= shape->max_seq) {
+      print_error("baseline", "--position must lie in [0, " + std::to_string(shape->max_seq - 1) +
+                                  "] for model " + shape->name);
+      ctx.exit_code = kExitUsage;
+      return;
+    }
     if (!eval::gpu_available(&error)) {
-      print_error("baseline", error);
+      print_error("baseline", error + "; the baseline times cuBLAS on a GPU");
       ctx.exit_code = kExitEnvironment;
       return;
     }
     auto weights = eval::load_weights(opt->model, opt->seed, &error);
     if (!weights) {
       print_error("baseline", error);
-      ctx.exit_code = kExitUsage;
-      return;
-    }
-    if (opt->position < 0 || opt->position >= weights->shape.max_seq) {
-      print_error("baseline",
-                  "--position must lie in [0, " + std::to_string(weights->shape.max_seq - 1) + "]");
       ctx.exit_code = kExitUsage;
       return;
     }

@@ -24,9 +24,11 @@ void add_doctor_command(CLI::App& app, CliContext& ctx) {
                 "Measure the streaming-read bandwidth and store it for the floor");
   cmd->add_option("--repeats", opt->repeats,
                   "Timed passes of the bandwidth probe (median reported)")
+      ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--buffer-mib", opt->buffer_mib,
-                  "Probe buffer size in MiB (default: 40 x L2, >= 1 GiB)");
+                  "Probe buffer size in MiB (default: 40 x L2, >= 1 GiB)")
+      ->check(integer_in(1, 1 << 24));
   cmd->add_flag("--json", opt->json, "Print JSON instead of text");
   cmd->callback([&ctx, opt] {
     nlohmann::json out = eval::device_report();

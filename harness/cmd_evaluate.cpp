@@ -1,23 +1,83 @@
 // `megasched evaluate`: one trial of one config (or a ready-made program) -> a Verdict (JSON).
 // Exit 0 only when the program is valid and correct.
-#include <fstream>
-
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
+#include "harness/verbs.h"
 #include "schedule/lower.h"
 
 namespace megasched::harness {
 
+namespace {
+
+struct Options {
+  TrialFlags trial;
+  std::string config;
+  std::string program;
+  bool no_baseline = false;
+  std::string save_program;
+};
+
+int fail(int code, const std::string& message) {
+  print_error("evaluate", message);
+  return code;
+}
+
+/// The trial the flags describe; returns the exit code.
+int run_evaluate(Options& opt) {
+  std::string error;
+  if (!opt.trial.parse_positions(&error)) return fail(kExitUsage, error + " (e.g. 0,3,7)");
+  eval::EvaluatorOptions& ev = opt.trial.ev;
+  ev.gpu_options.time_baseline = !opt.no_baseline;
+  if (!opt.program.empty() && (!opt.config.empty() || !opt.save_program.empty()))
+    return fail(kExitUsage, "--program runs a saved program: give no --config or --save-program");
+  std::optional<schedule::ScheduleConfig> config;
+  std::optional<schedule::Program> program;
+  int code = kExitUsage;
+  if (opt.program.empty()) {
+    config = read_config_arg(opt.config, &error, &code);
+    if (!config) return fail(code, error);
+  } else {
+    program = read_program_arg(opt.program, &error, &code);
+    if (!program) return fail(code, error);
+    // Checked before the model loads: a program of another model is refused at once.
+    auto shape = eval::resolve_shape(ev.model, &error);
+    auto target = shape ? eval::resolve_target(ev.gpu, &error) : std::nullopt;
+    if (shape && target && !schedule::check_program_fits_model(*program, *shape, *target, &error))
+      return fail(kExitUsage, "program '" + opt.program + "' does not fit model " + shape->name +
+                                  " on " + target->name + ": " + error);
+  }
+  bool environment = false;
+  auto evaluator = eval::TrialEvaluator::create(ev, &error, &environment);
+  if (!evaluator) return fail(environment ? kExitEnvironment : kExitUsage, error);
+  eval::Verdict verdict;
+  if (program) {
+    if (!evaluator->check_program(*program, &error))
+      return fail(kExitUsage, "program '" + opt.program + "' does not fit model " +
+                                  evaluator->shape().name + " on " + evaluator->target().name +
+                                  ": " + error);
+    verdict = evaluator->evaluate_program(*program,
+                                          schedule::hash_hex(schedule::to_json(*program).dump()));
+  } else {
+    if (!opt.save_program.empty()) {
+      // A config that does not lower has no program to save; its verdict says why (rejected).
+      auto lowered = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
+      if (!lowered)
+        print_error("evaluate", "--save-program: nothing saved, the config does not lower");
+      else if (!write_text_file(opt.save_program, schedule::to_json(*lowered).dump() + "\n",
+                                &error))
+        return fail(kExitEnvironment, "--save-program: " + error);
+    }
+    verdict = evaluator->evaluate(*config);
+  }
+  print_json(eval::to_json(verdict));
+  return verdict_exit_code(verdict);
+}
+
+}  // namespace
+
 void add_evaluate_command(CLI::App& app, CliContext& ctx) {
-  struct Options {
-    TrialFlags trial;
-    std::string config;
-    std::string program;
-    bool no_baseline = false;
-    std::string save_program;
-  };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("evaluate",
                                  "Run one trial of a ScheduleConfig and print its Verdict (JSON)");
@@ -35,52 +95,15 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
   add_timed_position_flag(cmd, &ev.timed_position);
   add_seed_flag(cmd, &ev.seed);
   cmd->add_option("--iterations", ev.gpu_options.iterations, "Timed GPU iterations")
+      ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--warmup", ev.gpu_options.warmup, "Untimed GPU iterations")
+      ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   cmd->add_flag("--no-baseline", opt->no_baseline, "Skip the cuBLAS CUDA-graph baseline (GPU)");
   cmd->add_option("--save-program", opt->save_program,
                   "Write the lowered program JSON to this file");
-  cmd->callback([&ctx, opt] {
-    std::string error;
-    if (!opt->trial.parse_positions(&error))
-      return print_error("evaluate", error + " (e.g. 0,3,7)"), void(ctx.exit_code = kExitUsage);
-    eval::EvaluatorOptions& ev = opt->trial.ev;
-    ev.gpu_options.time_baseline = !opt->no_baseline;
-    std::optional<schedule::ScheduleConfig> config;
-    if (opt->program.empty()) {
-      config = read_config_arg(opt->config, &error);
-      if (!config) return print_error("evaluate", error), void(ctx.exit_code = kExitUsage);
-    }
-    auto evaluator = eval::TrialEvaluator::create(ev, &error);
-    if (!evaluator) {
-      const bool env = error.find("--device gpu") != std::string::npos;
-      return print_error("evaluate", error),
-             void(ctx.exit_code = env ? kExitEnvironment : kExitUsage);
-    }
-    eval::Verdict verdict;
-    if (!opt->program.empty()) {
-      auto text = read_text(opt->program, &error);
-      if (!text) return print_error("evaluate", error), void(ctx.exit_code = kExitUsage);
-      auto j = nlohmann::json::parse(*text, nullptr, false);
-      if (j.is_discarded())
-        return print_error("evaluate", "program '" + opt->program + "' is not valid JSON"),
-               void(ctx.exit_code = kExitUsage);
-      auto program = schedule::program_from_json(j, &error);
-      if (!program)
-        return print_error("evaluate", "program '" + opt->program + "': " + error),
-               void(ctx.exit_code = kExitUsage);
-      verdict = evaluator->evaluate_program(*program, schedule::hash_hex(j.dump()));
-    } else {
-      if (!opt->save_program.empty()) {
-        auto program = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
-        if (program) std::ofstream(opt->save_program) << schedule::to_json(*program).dump() << "\n";
-      }
-      verdict = evaluator->evaluate(*config);
-    }
-    print_json(eval::to_json(verdict));
-    ctx.exit_code = verdict_exit_code(verdict);
-  });
+  cmd->callback([&ctx, opt] { ctx.exit_code = run_evaluate(*opt); });
 }
 
 }  // namespace megasched::harness

@@ -4,7 +4,7 @@
 // ReferenceVm) and with validate(), and prints per class: generated, unsafe by ground truth,
 // accepted-unsafe (must be 0), rejected-safe. The table goes to stderr, the JSON summary to stdout;
 // exit 0 only when nothing unsafe was accepted.
-#include <fstream>
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -35,8 +35,12 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand(
       "fuzz-validator",
       "Score validate() against an exhaustive ground truth on adversarial programs");
-  cmd->add_option("--n", opt->n, "Programs to generate")->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Generator seed")->capture_default_str();
+  cmd->add_option("--n", opt->n, "Programs to generate")
+      ->check(integer_in(1))
+      ->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Generator seed")
+      ->check(unsigned_integer())
+      ->capture_default_str();
   cmd->add_option("--out", opt->out, "Also write the JSON summary to this file");
   cmd->add_option(
       "--dump-rejected-safe", opt->dump_dir,
@@ -44,6 +48,13 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
   cmd->callback([&ctx, opt] {
     using namespace schedule;
     using namespace eval;
+    std::error_code ec;
+    if (!opt->dump_dir.empty() && !std::filesystem::is_directory(opt->dump_dir, ec)) {
+      print_error("fuzz-validator", "--dump-rejected-safe: '" + opt->dump_dir +
+                                        "' is not a directory (create it first)");
+      ctx.exit_code = kExitEnvironment;
+      return;
+    }
     const GpuTarget target = fuzz_target(4);
     // Real lowerings to mutate: random configs of the toy shapes on a 4-SM target, small enough
     // for exhaustive exploration.
@@ -91,10 +102,15 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
       std::fprintf(stderr, "fuzz-validator: %llu programs\n",
                    static_cast<unsigned long long>(done));
     };
+    std::string write_error;  // the first failed write of a rejected-safe program
     if (!opt->dump_dir.empty())
-      so.on_rejected_safe = [dir = opt->dump_dir](uint64_t i, const std::string&,
-                                                  const Program& p) {
-        std::ofstream(dir + "/" + std::to_string(i) + ".json") << to_json(p).dump() << "\n";
+      so.on_rejected_safe = [dir = opt->dump_dir, &write_error](uint64_t i, const std::string&,
+                                                                const Program& p) {
+        std::string error;
+        if (!write_text_file(dir + "/" + std::to_string(i) + ".json", to_json(p).dump() + "\n",
+                             &error) &&
+            write_error.empty())
+          write_error = "--dump-rejected-safe: " + error;
       };
     const Scorecard card = run_scorecard(so);
     std::fputs(format_scorecard(card).c_str(), stderr);
@@ -103,8 +119,16 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
                    std::to_string(opt->seed);
     j["bases"] = so.bases.size();
     j["bases_bit_identical_in_16_random_orders"] = order_independent;
-    if (!opt->out.empty()) std::ofstream(opt->out) << j.dump(2) << "\n";
+    std::string error;
+    if (!opt->out.empty() && !write_text_file(opt->out, j.dump(2) + "\n", &error) &&
+        write_error.empty())
+      write_error = "--out: " + error;
     print_json(j);
+    if (!write_error.empty()) {
+      print_error("fuzz-validator", write_error);
+      ctx.exit_code = kExitEnvironment;
+      return;
+    }
     const bool bases_ok = order_independent == static_cast<int>(so.bases.size());
     ctx.exit_code = card.total.accepted_unsafe == 0 && bases_ok ? kExitOk : kExitFailure;
   });

@@ -56,11 +56,14 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "cpu (predicted latency), gpu (measured), or auto (gpu when one is usable)",
                   {"cpu", "gpu", "auto"});
   cmd->add_option("--budget", opt->loop.budget, "Trials in the run (counted across --resume)")
+      ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--minutes", opt->loop.minutes, "Wall-clock budget of this invocation (0: none)")
+      ->check(finite_number_in(0.0))
       ->capture_default_str();
   cmd->add_option("--plateau", opt->loop.plateau,
                   "Stop after this many trials in a row without a keep (0: never)")
+      ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategy.name, "random | hillclimb | prior | proposer")
       ->check(CLI::IsMember(strategy_names()))
@@ -68,13 +71,18 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--proposer", opt->strategy.proposer_command,
                   "External proposer command (implies --strategy proposer): context JSON on its "
                   "stdin, candidate configs on its stdout");
-  cmd->add_option("--seed", opt->strategy.seed, "Strategy seed")->capture_default_str();
+  cmd->add_option("--seed", opt->strategy.seed, "Strategy seed")
+      ->check(unsigned_integer())
+      ->capture_default_str();
   cmd->add_option("--restart-after", opt->strategy.restart_after,
                   "hillclimb: restart after this many trials without a local gain")
+      ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--exploration", opt->strategy.exploration, "prior: share of random trials")
+      ->check(finite_number_in(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--pool", opt->strategy.pool_size, "prior: random candidates ranked per trial")
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--resume", opt->loop.resume,
                 "Continue the last run of this model, target and device");
@@ -96,6 +104,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                 "Run CPU trials in a worker process too (GPU trials always are)");
   cmd->add_option("--trial-timeout", opt->trial_timeout_s,
                   "Seconds a worker trial may take before it is killed (timeout)")
+      ->check(finite_number_in(0.0, 7 * 24 * 3600.0, /*min_exclusive=*/true))
       ->capture_default_str();
   cmd->callback([&ctx, opt] {
     opt->on_start = install_stop_handlers;

@@ -5,6 +5,7 @@
 //              both strategies run `--budget` trials from scratch (cold: no corpus), and the
 //              number of trials each needs to reach the target latency is reported
 //              (harness/prior_race.h)
+#include <filesystem>
 #include <iostream>
 
 #include "eval/evaluate.h"
@@ -42,23 +43,31 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--target", opt->target,
                   "--eval: only this target (default: each target in the corpus)");
   cmd->add_option("--device", opt->device, "--eval: only this device, cpu or gpu (default: each)");
-  cmd->add_option("--folds", opt->folds, "--eval: cross-validation folds")->capture_default_str();
+  cmd->add_option("--folds", opt->folds, "--eval: cross-validation folds")
+      ->check(integer_in(2, 1000))
+      ->capture_default_str();
   add_model_flag(cmd, &opt->trial.ev.model, "--compare: model");
   add_gpu_flag(cmd, &opt->trial.ev.gpu, "--compare: GPU target");
   cmd->add_option("--seeds", opt->race.seeds, "--compare: seeds per strategy")
+      ->check(integer_in(1, 10000))
       ->capture_default_str();
-  cmd->add_option("--budget", opt->race.budget, "--compare: trials per run")->capture_default_str();
+  cmd->add_option("--budget", opt->race.budget, "--compare: trials per run")
+      ->check(integer_in(1, kMaxInt))
+      ->capture_default_str();
   cmd->add_option("--target-us", opt->race.target_us,
                   "--compare: latency to reach (default: the median over seeds of random search's "
-                  "best after --budget trials)");
+                  "best after --budget trials)")
+      ->check(finite_number_in(0.0, std::numeric_limits<double>::max(), /*min_exclusive=*/true));
   add_positions_flag(cmd, &opt->trial.positions,
                      "--compare: positions whose logits each trial checks (the latency is "
                      "predicted at position 0 either way)");
   cmd->add_option("--jobs", opt->race.jobs,
                   "--compare: runs at a time (forked processes sharing the loaded model)")
+      ->check(integer_in(1, 1024))
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed,
                   "Fold shuffle seed (--eval) / first strategy seed (--compare)")
+      ->check(unsigned_integer())
       ->capture_default_str();
   cmd->add_option("--work-dir", opt->race.work_dir,
                   "--compare: where the per-run logs go (default: a temporary folder, removed)");
@@ -68,6 +77,8 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
              void(ctx.exit_code = kExitUsage);
     if (opt->eval) {
       flywheel::CorpusRead corpus = flywheel::read_corpus(opt->corpus);
+      if (!corpus.error.empty())
+        return print_error("prior", corpus.error), void(ctx.exit_code = kExitEnvironment);
       if (!corpus.exists)
         return print_error("prior",
                            "no corpus at " + opt->corpus + " (run `megasched loop` first)"),
@@ -83,11 +94,21 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     }
 
     std::string error;
+    std::error_code ec;
+    if (!opt->race.work_dir.empty() && std::filesystem::exists(opt->race.work_dir, ec) &&
+        !std::filesystem::is_directory(opt->race.work_dir, ec))
+      return print_error("prior",
+                         "--work-dir " + opt->race.work_dir +
+                             " is a file, not a directory (name a new or existing folder)"),
+             void(ctx.exit_code = kExitUsage);
     opt->trial.ev.device = "cpu";
     if (!opt->trial.parse_positions(&error))
       return print_error("prior", error), void(ctx.exit_code = kExitUsage);
-    auto trial = eval::TrialEvaluator::create(opt->trial.ev, &error);
-    if (!trial) return print_error("prior", error), void(ctx.exit_code = kExitUsage);
+    bool environment = false;
+    auto trial = eval::TrialEvaluator::create(opt->trial.ev, &error, &environment);
+    if (!trial)
+      return print_error("prior", error),
+             void(ctx.exit_code = environment ? kExitEnvironment : kExitUsage);
     opt->race.first_seed = opt->seed;
     PriorRace race =
         race_prior_against_random(*trial, trial->shape(), trial->target(), opt->race, std::cerr);

@@ -45,15 +45,20 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
                "GPU target the config is lowered for (see `megasched targets`) or auto");
   cmd->add_option("--position", opt->position,
                   "Position profiled (positions before it run first, filling the KV cache)")
+      ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--token", opt->token,
-                  "Token fed at --position (default: the seeded token sequence of evaluate)");
+                  "Token fed at --position (default: the seeded token sequence of evaluate)")
+      ->check(integer_in(0, kMaxInt));
   cmd->add_option("--warmup", opt->warmup, "Unstamped steps at --position before the stamped one")
+      ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
   cmd->add_option("--out", opt->out, "Write the analysis (timeline included) to this JSON file")
       ->required();
-  cmd->add_option("--top", opt->top, "Ops listed in the table")->capture_default_str();
+  cmd->add_option("--top", opt->top, "Ops listed in the table")
+      ->check(integer_in(1, kMaxInt))
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print the whole analysis as JSON instead of the table");
   cmd->callback([&ctx, opt] {
     std::string error;
@@ -71,8 +76,9 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
       return fail(kExitUsage, "--token must lie in [0, " + std::to_string(shape->vocab - 1) +
                                   "] for model " + shape->name);
     if (opt->warmup < 0) return fail(kExitUsage, "--warmup must be >= 0");
-    auto config = read_config_arg(opt->config, &error);
-    if (!config) return fail(kExitUsage, error);
+    int code = kExitUsage;
+    auto config = read_config_arg(opt->config, &error, &code);
+    if (!config) return fail(code, error);
     std::string why;
     const std::string no_gpu_hint =
         "; use `megasched evaluate --device cpu` for a CPU check (correctness and a predicted "
@@ -112,9 +118,8 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
     if (run.status == "error") return fail(kExitEnvironment, run.message);
     run.doc["gpu"] = target->name;
     run.doc["config"] = schedule::to_json(*config);
-    std::ofstream out(opt->out);
-    if (!(out << run.doc.dump() << "\n"))
-      return fail(kExitEnvironment, "cannot write '" + opt->out + "'");
+    if (!write_text_file(opt->out, run.doc.dump() + "\n", &error))
+      return fail(kExitEnvironment, "--out: " + error);
     if (run.status != "ok") return fail(kExitFailure, run.message + "; what ran is in " + opt->out);
     if (opt->json) {
       print_json(run.doc);

@@ -25,8 +25,9 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
                   "default: the default config");
   cmd->callback([&ctx, opt] {
     std::string error;
-    auto config = read_config_arg(opt->config, &error);
-    if (!config) return print_error("propose", error), void(ctx.exit_code = kExitUsage);
+    int code = kExitUsage;
+    auto config = read_config_arg(opt->config, &error, &code);
+    if (!config) return print_error("propose", error), void(ctx.exit_code = code);
     ctx.exit_code = finish_verb("propose", propose_incumbent(opt->model, opt->gpu, *config));
   });
 }

@@ -23,20 +23,20 @@ void add_worker_command(CLI::App& app, CliContext& ctx) {
   add_seed_flag(cmd, &opt->ev.seed, "--weight-seed");
   add_timed_position_flag(cmd, &opt->ev.timed_position);
   cmd->callback([&ctx, opt] {
-    if (!opt->parse_positions(nullptr)) {
-      std::cout << nlohmann::json{{"ready", false},
-                                  {"error", "--positions is not a list of integers"}}
-                       .dump()
-                << std::endl;
+    std::string why;
+    if (!opt->parse_positions(&why)) {
+      std::cout << nlohmann::json{{"ready", false}, {"error", why}}.dump() << std::endl;
+      print_error("worker", why + " (e.g. 0,3,7)");
       ctx.exit_code = kExitUsage;
       return;
     }
     std::string error;
-    auto evaluator = eval::TrialEvaluator::create(opt->ev, &error);
+    bool environment = false;
+    auto evaluator = eval::TrialEvaluator::create(opt->ev, &error, &environment);
     if (!evaluator) {
       std::cout << nlohmann::json{{"ready", false}, {"error", error}}.dump() << std::endl;
       print_error("worker", error);
-      ctx.exit_code = opt->ev.device == "gpu" ? kExitEnvironment : kExitUsage;
+      ctx.exit_code = environment ? kExitEnvironment : kExitUsage;
       return;
     }
     serve_worker(*evaluator, std::cin, std::cout);

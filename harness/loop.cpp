@@ -8,11 +8,16 @@
 #include <random>
 #include <set>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <fstream>
 
 #include "flywheel/corpus.h"
 #include "flywheel/dedup.h"
+#include "flywheel/locked_file.h"
 #include "flywheel/results.h"
+#include "harness/cli_util.h"
 #include "schedule/format.h"
 
 namespace megasched::harness {
@@ -161,7 +166,38 @@ class LoopRun {
         device_(identity_.value("device", "cpu")) {}
 
   LoopResult run() {
+    if (const std::string why = check_log_paths(options_.results_path, options_.corpus_path);
+        !why.empty()) {
+      result_.bad_arguments = true;
+      fail(why);
+      return std::move(result_);
+    }
+    const std::string workload = model_ + " / " + target_name_ + " / " + device_;
+    std::string error;
+    std::string unguarded;
+    if (!corpus_lock_.acquire(options_.corpus_path, workload, &error, &unguarded) ||
+        !results_lock_.acquire(options_.results_path, workload, &error, &unguarded)) {
+      fail(error);
+      return std::move(result_);
+    }
+    if (!unguarded.empty()) warn(unguarded);
+    // A torn last line (a kill mid-write) leaves the logs now, before anyone reads past it.
+    for (const std::string* path : {&options_.corpus_path, &options_.results_path}) {
+      bool repaired = false;
+      if (!flywheel::repair_torn_tail(*path, &repaired, &error)) {
+        fail(error);
+        return std::move(result_);
+      }
+      if (repaired)
+        warn(*path + ": its torn last line (a write cut short) was moved to " +
+             flywheel::quarantine_path(*path));
+    }
     read_logs();
+    for (const std::string* why : {&corpus_.error, &results_.error})
+      if (!why->empty()) {
+        fail(*why);
+        return std::move(result_);
+      }
     describe_trials();
     if (!resume()) return std::move(result_);
     if (next_trial_ == 0 && history_.empty() && !seed_trial()) return std::move(result_);
@@ -177,11 +213,8 @@ class LoopRun {
   void read_logs() {
     corpus_ = flywheel::read_corpus(options_.corpus_path);
     results_ = flywheel::read_results(options_.results_path);
-    for (const auto& p : corpus_.problems) problems_.push_back(p);
-    for (const auto& p : results_.problems) problems_.push_back(p);
-    if (options_.progress)
-      for (const auto& p : problems_)
-        *options_.progress << "warning: " << p.get<std::string>() << "\n";
+    for (const auto& p : corpus_.problems) warn(p);
+    for (const auto& p : results_.problems) warn(p);
     index_.add_corpus(corpus_.records);
     index_.add_results(results_.rows);
     for (const auto& row : results_.rows) row_of_.emplace(row.schedule_id, &row);
@@ -287,9 +320,10 @@ class LoopRun {
     }
     if ((options_.stop && options_.stop->load()) || options_.budget <= 0) return true;
     const double t0 = clock_.now_s();
-    eval::Verdict v = evaluator_.evaluate(seed_config);
-    ++evaluations_;
+    const std::optional<eval::Verdict> judged = evaluate(seed_config);
     if (abandoned(0)) return true;
+    if (!judged) return false;
+    const eval::Verdict& v = *judged;
     const double t1 = clock_.now_s();
     CorpusRecord r = make_record(0, seed_source, seed_config, seed_id, nullptr, "", v);
     std::string status = failure_status(v);
@@ -352,7 +386,7 @@ class LoopRun {
   /// Propose, skip what is known, evaluate, keep or revert, log; until a stop condition.
   void search() {
     std::vector<Proposal> queue;
-    int duplicate_rounds = 0;
+    int duplicate_rounds = 0, unusable_rounds = 0;
     while (result_.ok) {
       if (const std::string why = stop_condition(); !why.empty()) {
         stop_reason_ = why;
@@ -361,12 +395,18 @@ class LoopRun {
       if (queue.empty()) {
         queue = strategy_.propose(search_state(), 1);
         std::reverse(queue.begin(), queue.end());
+        const std::string problem = strategy_.last_error();
+        if (!problem.empty() && (!queue.empty() || strategy_.skipped_all()))
+          warn(strategy_.name() + ": skipped: " + problem);
+        if (queue.empty() && strategy_.skipped_all() &&
+            ++unusable_rounds < strategy_.duplicate_patience())
+          continue;  // every candidate was skipped: ask again
         if (queue.empty()) {
-          stop_reason_ = strategy_.last_error().empty()
-                             ? "exhausted: the strategy has nothing new"
-                             : "strategy failed: " + strategy_.last_error();
+          stop_reason_ = problem.empty() ? "exhausted: the strategy has nothing new"
+                                         : "strategy failed: " + problem;
           break;
         }
+        unusable_rounds = 0;
       }
       Proposal proposal = std::move(queue.back());
       queue.pop_back();
@@ -419,13 +459,15 @@ class LoopRun {
     const ScheduleConfig parent = proposal.parent ? *proposal.parent : incumbent_.config;
     const std::string parent_id = evaluator_.schedule_id(parent);
     const double t0 = clock_.now_s();
-    eval::Verdict v = evaluator_.evaluate(proposal.config);
-    ++evaluations_;
+    const std::optional<eval::Verdict> judged = evaluate(proposal.config);
     if (abandoned(next_trial_)) return false;
+    if (!judged) return false;
+    const eval::Verdict& v = *judged;
     CorpusRecord r =
         make_record(next_trial_, strategy_.name(), proposal.config, id, &parent, parent_id, v);
     const std::string decision = judge(v, &r);
     if (abandoned(next_trial_)) return false;  // during the incumbent's re-measurement
+    if (!result_.ok) return false;  // the incumbent's re-measurement failed on the harness side
     if (r.status == flywheel::kStatusKept) {
       incumbent_.config = proposal.config;
       incumbent_.id = id;
@@ -490,8 +532,9 @@ class LoopRun {
 
   /// Back to back: time the incumbent again now and judge the candidate against that.
   KeepDecision judge_again(const eval::Verdict& v, CorpusRecord& r, KeepDecision d) {
-    eval::Verdict again = evaluator_.evaluate(incumbent_.config);
-    ++evaluations_;
+    const std::optional<eval::Verdict> remeasured = evaluate(incumbent_.config);
+    if (!remeasured) return {};
+    const eval::Verdict& again = *remeasured;
     if (has_latency(again)) {
       r.keep["remeasured_incumbent_us"] = *again.latency_us;
       incumbent_.verdict = again;
@@ -506,6 +549,20 @@ class LoopRun {
       d.reason += " (the incumbent's re-measurement failed: " + again.status + ")";
     }
     return d;
+  }
+
+  /// The evaluator's verdict on `config`; nullopt when the harness failed to judge it at all: then
+  /// nothing is logged for it (it stays untried) and the loop stops with the error.
+  std::optional<eval::Verdict> evaluate(const ScheduleConfig& config) {
+    eval::Verdict v = evaluator_.evaluate(config);
+    ++evaluations_;
+    if (cancelled()) return std::nullopt;  // a cancelled trial is abandoned, not a failure
+    if (const std::string why = evaluator_.harness_failure(); !why.empty()) {
+      fail("the trial of schedule " + evaluator_.schedule_id(config) +
+           " could not run, so nothing is logged for it: " + why);
+      return std::nullopt;
+    }
+    return v;
   }
 
   CorpusRecord make_record(int trial, const std::string& strategy_name,
@@ -573,6 +630,12 @@ class LoopRun {
                   record.status.c_str());
     return std::string(head) + " " + latency + "  best " + best + "  elapsed " +
            format_duration(elapsed) + "  eta " + format_duration(eta) + "  " + record.description;
+  }
+
+  /// A problem the run goes on after: on the progress stream and in the summary's problems.
+  void warn(const std::string& message) {
+    problems_.push_back(message);
+    if (options_.progress) *options_.progress << "warning: " << message << "\n";
   }
 
   bool fail(const std::string& error) {
@@ -644,6 +707,8 @@ class LoopRun {
   const double start_s_;
   const json identity_;
   const std::string model_, target_name_, device_;
+  // The logs, held for the run against a second loop of this workload.
+  flywheel::WorkloadLock corpus_lock_, results_lock_;
   // What earlier runs left behind.
   flywheel::CorpusRead corpus_;
   flywheel::ResultsRead results_;
@@ -674,6 +739,72 @@ class LoopRun {
 };
 
 }  // namespace
+
+namespace {
+
+// The first line of a file, and whether it ended in a newline (read at most `limit` bytes).
+std::pair<std::string, bool> first_line(const std::string& path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  char c = 0;
+  while (line.size() < limit && in.get(c)) {
+    if (c == '\n') return {line, true};
+    line += c;
+  }
+  return {line, false};
+}
+
+std::string check_results_file(const std::string& path) {
+  const auto [line, complete] = first_line(path, 1 << 16);
+  if (line.empty() && !complete) return "";  // new or empty
+  const std::string header = flywheel::results_header();
+  if (!complete && header.rfind(line, 0) == 0) return "";  // a torn first write
+  std::set<std::string> cells;
+  for (size_t start = 0;;) {
+    const size_t tab = line.find('\t', start);
+    cells.insert(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  if (cells.count("trial") && cells.count("status") && cells.count("schedule_id")) return "";
+  return "--results " + path +
+         " is not a results.tsv: its first line is not the header (trial, timestamp, run_id, "
+         "...); name a new or existing results file (--corpus takes the .jsonl)";
+}
+
+std::string check_corpus_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // the last line without its newline: a torn write, not evidence
+    if (line.empty()) continue;
+    ++lines;
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    std::string error;
+    if (!j.is_discarded() && flywheel::corpus_record_from_json(j, &error)) return "";
+  }
+  if (lines == 0) return "";
+  return "--corpus " + path + " is not a corpus.jsonl: none of its " + std::to_string(lines) +
+         " lines is a trial record; name a new or existing corpus (--results takes the .tsv)";
+}
+
+}  // namespace
+
+std::string check_log_paths(const std::string& results, const std::string& corpus) {
+  if (same_file(results, corpus))
+    return "--results and --corpus both name " + results + ": give each log its own file";
+  for (const auto& [flag, path] :
+       {std::pair<std::string, std::string>{"--results", results}, {"--corpus", corpus}}) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      return flag + " " + path + " is " +
+             (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
+             " (a device or a pipe): name a log file";
+  }
+  if (std::string why = check_results_file(results); !why.empty()) return why;
+  return check_corpus_file(corpus);
+}
 
 LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
                     const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,

@@ -87,11 +87,22 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
 struct LoopResult {
   bool ok = true;  // false: the loop could not start or could not write its logs
   std::string error;
-  nlohmann::json summary;  // best verdict + config, counts, stop reason, paths
+  bool bad_arguments = false;  // with !ok: the log paths given are wrong (exit 2, not 3)
+  nlohmann::json summary;      // best verdict + config, counts, stop reason, paths
 };
 
+/// Why `results` and `corpus` cannot be this loop's logs, or "" when they can: one file for both,
+/// something that is not a regular file (a directory, /dev/zero), or an existing file that is not
+/// such a log (a README, or the two swapped): a results file whose first line is not the header,
+/// a corpus none of whose lines is a trial record. A file holding only a torn first write passes.
+std::string check_log_paths(const std::string& results, const std::string& corpus);
+
 /// Runs the loop until the budget, the minutes, a plateau, a stop request, or an exhausted
-/// strategy. `shape` and `target` are the evaluator's (strategies draw configs for them).
+/// strategy. `shape` and `target` are the evaluator's (strategies draw configs for them). The
+/// logs are checked first (check_log_paths) and held for the run (flywheel::WorkloadLock): a
+/// second loop of the same model, target and device on them is refused. A trial whose evaluator
+/// reports a harness failure (eval::Evaluator::harness_failure) is not logged: the loop stops
+/// with the error.
 LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
                     const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
                     const LoopOptions& options);

@@ -48,6 +48,18 @@ int main(int argc, char** argv) {
       "its latency without a GPU) against the HBM floor, and logs every trial.",
       "megasched"};
   app.require_subcommand(1);
+  // A flag error is one line that names the command and points to its help (CLI11's own message
+  // takes two lines and names no command). Set before the subcommands exist: they copy it.
+  const std::string command = argc > 1 && argv[1][0] != '-' ? argv[1] : "";
+  app.failure_message([command](const CLI::App*, const CLI::Error& e) {
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    const std::string help =
+        command.empty() ? "megasched --help" : "megasched " + command + " --help";
+    return "megasched" + (command.empty() ? "" : " " + command) + ": " + what + " (see `" + help +
+           "`)\n";
+  });
   CliContext ctx;
   std::vector<std::string> names;
   for (const auto& c : kCommands) {
@@ -70,6 +82,7 @@ int main(int argc, char** argv) {
       return megasched::harness::kExitUsage;
     }
   }
+  const std::string who = "megasched" + (command.empty() ? "" : " " + command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -79,6 +92,20 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : megasched::harness::kExitUsage;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: not enough memory (a smaller model or fewer --jobs may fit)\n",
+                 who.c_str());
+    return megasched::harness::kExitEnvironment;
+  } catch (const std::exception& e) {
+    // Every expected failure is a message before it gets here: this is a bug, said in one line.
+    std::fprintf(stderr, "%s: internal error: %s (please report it)\n", who.c_str(), e.what());
+    return megasched::harness::kExitEnvironment;
+  }
+  // JSON on stdout is the result: a stdout that cannot take it (a full disk) is a failed write.
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "%s: cannot write the result to stdout\n", who.c_str());
+    return megasched::harness::kExitEnvironment;
   }
   return ctx.exit_code;
 }

@@ -122,12 +122,22 @@ PriorRace race_prior_against_random(eval::Evaluator& evaluator, const schedule::
                                     const schedule::GpuTarget& target,
                                     const PriorRaceOptions& options, std::ostream& log) {
   PriorRace race;
+  if (options.seeds < 1 || options.budget < 1) {
+    race.error = "--seeds and --budget must be at least 1";
+    return race;
+  }
   const bool own_dir = options.work_dir.empty();
+  std::error_code ec;
   const std::filesystem::path dir = own_dir
-                                        ? std::filesystem::temp_directory_path() /
+                                        ? std::filesystem::temp_directory_path(ec) /
                                               ("megasched_compare_" + std::to_string(::getpid()))
                                         : std::filesystem::path(options.work_dir);
-  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec)) {
+    race.error = "cannot use " + dir.string() +
+                 " as the work directory: " + (ec ? ec.message() : "it is not a directory");
+    return race;
+  }
   std::vector<Run> runs;
   for (const std::string name : {"random", "prior"})
     for (int s = 0; s < options.seeds; ++s) {
@@ -135,8 +145,8 @@ PriorRace race_prior_against_random(eval::Evaluator& evaluator, const schedule::
       const std::string stem = name + "_seed" + std::to_string(seed);
       runs.push_back(
           {name, seed, (dir / (stem + ".tsv")).string(), (dir / (stem + ".jsonl")).string()});
-      std::filesystem::remove(runs.back().results);
-      std::filesystem::remove(runs.back().corpus);
+      std::filesystem::remove(runs.back().results, ec);
+      std::filesystem::remove(runs.back().corpus, ec);
     }
   auto run_one = [&](size_t i) {
     const Run& run = runs[i];
@@ -164,7 +174,7 @@ PriorRace race_prior_against_random(eval::Evaluator& evaluator, const schedule::
   }
   race.summary = summarise(runs, options);
   if (own_dir)
-    std::filesystem::remove_all(dir);
+    std::filesystem::remove_all(dir, ec);
   else
     race.summary["work_dir"] = dir.string();
   race.ok = true;

@@ -225,6 +225,7 @@ class ProposerStrategy : public Strategy {
 
   std::vector<Proposal> propose(const SearchState& state, int count) override {
     error_.clear();
+    skipped_all_ = false;
     ChildProcess child;
     std::string error;
     if (!child.start(command_, &error)) {
@@ -249,6 +250,7 @@ class ProposerStrategy : public Strategy {
     std::vector<std::string> problems;
     std::vector<Proposal> proposals = parse_proposals(text, &problems);
     for (const std::string& problem : problems) error_ += (error_.empty() ? "" : "; ") + problem;
+    skipped_all_ = proposals.empty() && !problems.empty();
     if (proposals.empty() && error_.empty()) error_ = "proposer returned no candidates";
     for (Proposal& p : proposals)
       if (p.description.empty())
@@ -257,6 +259,7 @@ class ProposerStrategy : public Strategy {
   }
   void observe(const TrialOutcome&) override {}
   std::string last_error() const override { return error_; }
+  bool skipped_all() const override { return skipped_all_; }
   // An agent that keeps proposing what was already tried is not going to stop by itself.
   int duplicate_patience() const override { return 3; }
 
@@ -265,6 +268,7 @@ class ProposerStrategy : public Strategy {
   double timeout_s_;
   int recent_;
   std::string error_;
+  bool skipped_all_ = false;
 };
 
 }  // namespace
@@ -327,12 +331,12 @@ json proposer_context(const SearchState& state, int count, int recent_trials) {
 
 std::vector<Proposal> parse_proposals(const std::string& text, std::vector<std::string>* problems) {
   std::vector<json> candidates;
-  json whole = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!whole.is_discarded() && whole.is_array()) {
-    candidates.assign(whole.begin(), whole.end());
-  } else if (!whole.is_discarded() && whole.is_object() && whole.contains("candidates") &&
-             whole["candidates"].is_array()) {
-    candidates.assign(whole["candidates"].begin(), whole["candidates"].end());
+  const std::optional<json> whole = schedule::parse_json_text(text, nullptr);
+  if (whole && whole->is_array()) {
+    candidates.assign(whole->begin(), whole->end());
+  } else if (whole && whole->is_object() && whole->contains("candidates") &&
+             (*whole)["candidates"].is_array()) {
+    candidates.assign((*whole)["candidates"].begin(), (*whole)["candidates"].end());
   } else {
     std::istringstream lines(text);
     std::string line;
@@ -340,13 +344,15 @@ std::vector<Proposal> parse_proposals(const std::string& text, std::vector<std::
     while (std::getline(lines, line)) {
       ++number;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      json j = json::parse(line, nullptr, false);
-      if (j.is_discarded()) {
+      std::string why;
+      std::optional<json> j = schedule::parse_json_text(line, &why);
+      if (!j) {
         if (problems)
-          problems->push_back("proposer output line " + std::to_string(number) + " is not JSON");
+          problems->push_back("proposer output line " + std::to_string(number) + " is not JSON (" +
+                              why + ")");
         continue;
       }
-      candidates.push_back(std::move(j));
+      candidates.push_back(std::move(*j));
     }
   }
   std::vector<Proposal> proposals;

@@ -69,8 +69,12 @@ class Strategy {
   virtual std::vector<Proposal> propose(const SearchState& state, int count) = 0;
   /// Called after every trial of this run (and, on --resume, for each trial already logged).
   virtual void observe(const TrialOutcome& outcome) = 0;
-  /// Why propose() came back empty, when it was a failure ("proposer exited 1: ...").
+  /// Why propose() came back empty, when it was a failure ("proposer exited 1: ..."), or which
+  /// candidates it skipped.
   virtual std::string last_error() const { return {}; }
+  /// True when the last propose() came back empty only because every candidate was skipped (did
+  /// not parse): the loop says why and asks again, up to duplicate_patience() rounds in a row.
+  virtual bool skipped_all() const { return false; }
   /// Proposals in a row that may all be already-evaluated schedules before the loop gives up.
   virtual int duplicate_patience() const { return 50; }
 };

@@ -1,6 +1,9 @@
 #include "harness/trial_flags.h"
 
+#include <limits>
+
 #include "harness/cli_util.h"
+#include "harness/commands.h"
 
 namespace megasched::harness {
 
@@ -24,12 +27,18 @@ CLI::Option* add_positions_flag(CLI::App* cmd, std::string* positions, const std
 }
 
 CLI::Option* add_timed_position_flag(CLI::App* cmd, int* timed_position, const std::string& help) {
-  return cmd->add_option("--timed-position", *timed_position, help)->capture_default_str();
+  return cmd->add_option("--timed-position", *timed_position, help)
+      ->check(integer_in(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
 }
 
 CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name,
                            const std::string& help) {
-  return cmd->add_option(name, *seed, help)->capture_default_str();
+  return cmd->add_option(name, *seed, help)->check(unsigned_integer())->capture_default_str();
+}
+
+int target_error_code(const std::string& gpu) {
+  return gpu == "auto" ? kExitEnvironment : kExitUsage;
 }
 
 bool TrialFlags::parse_positions(std::string* error) {

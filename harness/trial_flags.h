@@ -45,6 +45,10 @@ CLI::Option* add_timed_position_flag(CLI::App* cmd, int* timed_position,
 CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name = "--seed",
                            const std::string& help = "Weight and token seed for presets");
 
+/// The exit code of a --gpu that does not resolve: 3 for auto (no usable GPU here: the machine's
+/// fault), 2 for a name that is no target (the argument's).
+int target_error_code(const std::string& gpu);
+
 /// The evaluator's trial flags with --positions still as text.
 struct TrialFlags {
   eval::EvaluatorOptions ev;        // model, gpu, device, seed, timed_position

@@ -16,6 +16,7 @@
 #include "flywheel/report_render.h"
 #include "flywheel/results.h"
 #include "harness/cli_util.h"
+#include "harness/trial_flags.h"
 #include "harness/worker_evaluator.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
@@ -92,7 +93,7 @@ VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
   auto shape = eval::resolve_shape(model, &error);
   if (!shape) return failed(kExitUsage, error);
   auto target = eval::resolve_target(gpu, &error);
-  if (!target) return failed(kExitUsage, error);
+  if (!target) return failed(target_error_code(gpu), error);  // `auto` without a GPU: exit 3
   std::string fit;
   const bool fits = schedule::config_fits(incumbent, *shape, *target, &fit);
   nlohmann::json out = {
@@ -146,11 +147,18 @@ VerbResult validate_schedule(const ValidateRequest& request) {
 }
 
 VerbResult build_report_document(const ReportRequest& request) {
+  for (const std::string* input : {&request.results_path, &request.corpus_path})
+    if (!request.html_path.empty() && same_file(request.html_path, *input))
+      return failed(kExitUsage, "--out '" + request.html_path + "' is the " +
+                                    (input == &request.results_path ? "--results" : "--corpus") +
+                                    " log it would read; name another file (e.g. report.html)");
   flywheel::ResultsRead results = flywheel::read_results(request.results_path);
+  if (!results.error.empty()) return failed(kExitEnvironment, results.error);
   if (!results.exists)
     return failed(kExitEnvironment, "no results file at " + request.results_path +
                                         " (run `megasched loop` first, or pass --results PATH)");
   flywheel::CorpusRead corpus = flywheel::read_corpus(request.corpus_path);
+  if (!corpus.error.empty()) return failed(kExitEnvironment, corpus.error);
   auto keep = [&](const std::string& model, const std::string& target) {
     return (request.model.empty() || model == request.model) &&
            (request.target.empty() || target == request.target);
@@ -174,9 +182,9 @@ VerbResult build_report_document(const ReportRequest& request) {
     std::error_code ec;
     auto parent = std::filesystem::path(request.html_path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    std::ofstream html(request.html_path);
-    html << flywheel::report_html(report);
-    if (!html) return failed(kExitEnvironment, "cannot write " + request.html_path);
+    std::string error;
+    if (!write_text_file(request.html_path, flywheel::report_html(report), &error))
+      return failed(kExitEnvironment, "--out: " + error);
     report["html"] = request.html_path;
   }
   return succeeded(report);
@@ -205,13 +213,19 @@ VerbResult run_loop_command(LoopCommand& opt) {
     if (opt.loop.warm_start)
       return failed(kExitUsage, "--start and --warm-start both choose trial 0; give one");
     if (!opt.start_config) {
-      opt.start_config = read_config_arg(opt.start, &error);
-      if (!opt.start_config) return failed(kExitUsage, "--start: " + error);
+      int code = kExitUsage;
+      opt.start_config = read_config_arg(opt.start, &error, &code);
+      if (!opt.start_config) return failed(code, "--start: " + error);
     }
     opt.loop.start = *opt.start_config;
   }
   if (!opt.strategy.proposer_command.empty()) opt.strategy.name = "proposer";
   if (opt.loop.budget < 1) return failed(kExitUsage, "--budget must be at least 1");
+  if (!(opt.trial_timeout_s > 0))
+    return failed(kExitUsage, "--trial-timeout must be more than 0 seconds");
+  if (const std::string why = check_log_paths(opt.loop.results_path, opt.loop.corpus_path);
+      !why.empty())
+    return failed(kExitUsage, why);
   std::string device = opt.device;
   if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
   ev.device = device;
@@ -231,8 +245,9 @@ VerbResult run_loop_command(LoopCommand& opt) {
     if (!worker->start(&error)) return failed(kExitEnvironment, error);
     evaluator = std::move(worker);
   } else {
-    auto trial = eval::TrialEvaluator::create(ev, &error);
-    if (!trial) return failed(kExitUsage, error);
+    bool environment = false;
+    auto trial = eval::TrialEvaluator::create(ev, &error, &environment);
+    if (!trial) return failed(environment ? kExitEnvironment : kExitUsage, error);
     evaluator = std::move(trial);
   }
 
@@ -252,7 +267,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
   SystemClock clock;
   LoopResult result = run_loop(*evaluator, *shape, *target, *strategy, clock, opt.loop);
   if (!result.ok) {
-    VerbResult r = failed(kExitEnvironment, result.error);
+    VerbResult r = failed(result.bad_arguments ? kExitUsage : kExitEnvironment, result.error);
     r.document = result.summary;
     return r;
   }

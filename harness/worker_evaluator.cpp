@@ -67,6 +67,11 @@ WorkerEvaluator::Reply WorkerEvaluator::request(const json& message, double time
             (child_.stderr_tail().empty() ? "" : "; stderr: " + one_line(child_.stderr_tail()));
     return Reply::kDied;
   }
+  return read_reply(timeout_s, reply, what);
+}
+
+WorkerEvaluator::Reply WorkerEvaluator::read_reply(double timeout_s, json* reply,
+                                                   std::string* what) const {
   std::string line;
   switch (child_.read_line(timeout_s, &line, options_.cancel)) {
     case ChildProcess::ReadStatus::kCancelled:
@@ -110,29 +115,56 @@ eval::Verdict WorkerEvaluator::failure_verdict(const schedule::ScheduleConfig& c
   return v;
 }
 
+eval::Verdict WorkerEvaluator::harness_failed(const schedule::ScheduleConfig& config,
+                                              const std::string& why) {
+  child_.kill();
+  harness_failure_ = why;
+  return failure_verdict(config, "crash", "harness failure, not the schedule's: " + why);
+}
+
 eval::Verdict WorkerEvaluator::evaluate(const schedule::ScheduleConfig& config) {
-  std::string error;
-  if (!ensure_running(&error)) return failure_verdict(config, "crash", error);
+  harness_failure_.clear();
+  const json message = {{"op", "evaluate"}, {"config", schedule::to_json(config)}};
   json reply;
   std::string what;
-  switch (request({{"op", "evaluate"}, {"config", schedule::to_json(config)}},
-                  options_.trial_timeout_s, &reply, &what)) {
+  Reply status = Reply::kDied;
+  bool gone_before_request = true;
+  // A worker found dead before the request died of something earlier, not of this schedule: one
+  // fresh worker gets the request again.
+  for (int attempt = 0; attempt < 2 && gone_before_request; ++attempt) {
+    std::string error;
+    if (!ensure_running(&error)) return harness_failed(config, error);
+    if (!child_.write_line(message.dump())) {
+      const std::string ended = child_.finish(2.0);
+      what = "worker gone before the request (" + ended + ")" +
+             (child_.stderr_tail().empty() ? "" : "; stderr: " + one_line(child_.stderr_tail()));
+      continue;
+    }
+    gone_before_request = false;
+    status = read_reply(options_.trial_timeout_s, &reply, &what);
+  }
+  if (gone_before_request) return harness_failed(config, what);
+  switch (status) {
     case Reply::kTimeout:
       return failure_verdict(config, "timeout", what);
     case Reply::kDied:
-    case Reply::kGarbage:
-    case Reply::kCancelled:
+    case Reply::kCancelled:  // the loop abandons the trial (it checks the cancel flag first)
       return failure_verdict(config, "crash", what);
+    case Reply::kGarbage:
+      return harness_failed(config, what);
     case Reply::kOk:
       break;
   }
-  if (!reply.contains("verdict") || !reply["verdict"].is_object()) {
-    child_.kill();
-    return failure_verdict(
-        config, "crash",
-        "worker error: " + (reply.contains("error") ? reply["error"].dump() : reply.dump()));
+  if (!reply.contains("verdict") || !reply["verdict"].is_object())
+    return harness_failed(
+        config, "worker answered no verdict: " +
+                    schedule::json_excerpt(reply.contains("error") ? reply["error"] : reply, 200));
+  eval::Verdict v;
+  try {
+    v = eval::verdict_from_json(reply["verdict"]);
+  } catch (const json::exception& e) {
+    return harness_failed(config, std::string("worker's verdict is malformed: ") + e.what());
   }
-  eval::Verdict v = eval::verdict_from_json(reply["verdict"]);
   if (!v.schedule_id.empty()) ids_[schedule::canonical_string(config)] = v.schedule_id;
   // A CUDA error or a device hang leaves the worker's context unusable: start a fresh one.
   if (v.status == "crash" || v.status == "hang" || v.status == "timeout") {
@@ -162,37 +194,53 @@ std::string WorkerEvaluator::schedule_id(const schedule::ScheduleConfig& config)
   return ids_[key] = fallback;
 }
 
+namespace {
+
+// The reply to one request line (never throws: a request it cannot read gets {"error": ..}).
+json answer_request(eval::Evaluator& evaluator, const std::string& line) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos)
+    return {{"error",
+             "empty request line; send one JSON object per line, e.g. "
+             "{\"op\": \"evaluate\", \"config\": {}}"}};
+  std::string error;
+  const std::optional<json> message = schedule::parse_json_text(line, &error);
+  if (!message) return {{"error", "request is not valid JSON: " + error}};
+  if (!message->is_object()) return {{"error", "request is not a JSON object"}};
+  const bool bare = !message->contains("op");
+  if (!bare && !(*message)["op"].is_string())
+    return {{"error", "\"op\" must be a string (evaluate, schedule_id or identity), not " +
+                          schedule::json_excerpt((*message)["op"])}};
+  const std::string op = bare ? "evaluate" : (*message)["op"].get<std::string>();
+  if (op == "identity") return {{"identity", evaluator.identity()}};
+  if (op != "evaluate" && op != "schedule_id")
+    return {{"error", "unknown op '" + schedule::text_excerpt(op) +
+                          "'; ops: evaluate, schedule_id, identity"}};
+  static const json kEmpty = json::object();
+  const auto it = message->find("config");
+  const json& config_json = bare ? *message : (it == message->end() ? kEmpty : *it);
+  const std::optional<schedule::ScheduleConfig> config =
+      schedule::parse_config(config_json, &error);
+  if (!config) return {{"error", error}};
+  if (op == "schedule_id") return {{"schedule_id", evaluator.schedule_id(*config)}};
+  json verdict = eval::to_json(evaluator.evaluate(*config));
+  return bare ? verdict : json{{"verdict", verdict}};
+}
+
+}  // namespace
+
 int serve_worker(eval::Evaluator& evaluator, std::istream& in, std::ostream& out) {
   out << json{{"ready", true}, {"identity", evaluator.identity()}}.dump() << std::endl;
   int answered = 0;
   std::string line;
   while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json message = json::parse(line, nullptr, false);
     json reply;
-    if (message.is_discarded() || !message.is_object()) {
-      reply = {{"error", "request is not a JSON object"}};
-    } else {
-      const bool bare = !message.contains("op");
-      const std::string op = bare ? "evaluate" : message.value("op", "");
-      const json& config_json = bare ? message : message.value("config", json::object());
-      std::string error;
-      if (op == "identity") {
-        reply = {{"identity", evaluator.identity()}};
-      } else if (op != "evaluate" && op != "schedule_id") {
-        reply = {{"error", "unknown op '" + op + "'; ops: evaluate, schedule_id, identity"}};
-      } else if (auto config = schedule::parse_config(config_json, &error)) {
-        if (op == "schedule_id") {
-          reply = {{"schedule_id", evaluator.schedule_id(*config)}};
-        } else {
-          json verdict = eval::to_json(evaluator.evaluate(*config));
-          reply = bare ? verdict : json{{"verdict", verdict}};
-        }
-      } else {
-        reply = {{"error", error}};
-      }
+    try {
+      reply = answer_request(evaluator, line);
+    } catch (const std::exception& e) {
+      // A bug on this side, not the request's: say so and keep answering.
+      reply = {{"error", std::string("worker failed on this request: ") + e.what()}};
     }
-    out << reply.dump() << std::endl;
+    out << reply.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
     ++answered;
   }
   return answered;

@@ -3,8 +3,10 @@
 // The WorkerEvaluator is the loop's side of it: an Evaluator that sends each config to the child
 // as one JSON line and reads one JSON line back, under a per-trial wall-clock deadline. When the
 // child dies, hangs past the deadline, answers garbage, or reports a crash or a hang itself, it
-// is killed (its whole process group) and started afresh on the next call; the trial's verdict
-// says "crash" or "timeout" with what happened in its notes.
+// is killed (its whole process group) and started afresh on the next call. A crash or a hang while
+// a trial runs is the schedule's verdict ("crash" or "timeout", what happened in its notes); a
+// worker that cannot start, is found dead before the request (after one fresh start), or answers
+// something that is no verdict is the harness's failure (harness_failure()), not the schedule's.
 //
 // Protocol (HARNESS.md, "The worker"): the worker first prints
 //   {"ready": true, "identity": {"model": .., "target": .., "device": ..}}
@@ -54,6 +56,7 @@ class WorkerEvaluator : public eval::Evaluator {
   eval::Verdict evaluate(const schedule::ScheduleConfig& config) override;
   nlohmann::json identity() const override { return identity_; }
   std::string schedule_id(const schedule::ScheduleConfig& config) const override;
+  std::string harness_failure() const override { return harness_failure_; }
 
   /// Workers started after the first (after a crash, a hang or a protocol error).
   int restarts() const { return restarts_; }
@@ -67,9 +70,13 @@ class WorkerEvaluator : public eval::Evaluator {
   enum class Reply { kOk, kDied, kTimeout, kGarbage, kCancelled };
   Reply request(const nlohmann::json& message, double timeout_s, nlohmann::json* reply,
                 std::string* what) const;
+  // Reads the reply to a request already written.
+  Reply read_reply(double timeout_s, nlohmann::json* reply, std::string* what) const;
   bool ensure_running(std::string* error) const;
   eval::Verdict failure_verdict(const schedule::ScheduleConfig& config, const std::string& status,
                                 const std::string& note) const;
+  /// A "crash" verdict that is the harness's failure (harness_failure_ set to `why`).
+  eval::Verdict harness_failed(const schedule::ScheduleConfig& config, const std::string& why);
 
   WorkerOptions options_;
   mutable ChildProcess child_;
@@ -77,6 +84,7 @@ class WorkerEvaluator : public eval::Evaluator {
   mutable std::map<std::string, std::string> ids_;  // canonical config -> schedule id
   mutable int starts_ = 0;
   mutable int restarts_ = 0;
+  std::string harness_failure_;  // of the last evaluate()
 };
 
 /// The worker's side: prints the ready line, then answers requests from `in` until end of input.

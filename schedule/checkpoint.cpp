@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schedule/config.h"
 #include "schedule/safetensors.h"
 
 namespace megasched::schedule {
@@ -50,7 +53,7 @@ std::optional<int64_t> int_field(const json& config, const char* key,
   }
   if (!config[key].is_number_integer()) {
     return fail(error, std::string("config.json: field ") + key + " must be an integer, got " +
-                           config[key].dump());
+                           json_excerpt(config[key]));
   }
   return config[key].get<int64_t>();
 }
@@ -64,7 +67,7 @@ std::optional<double> number_field(const json& config, const char* key,
   }
   if (!config[key].is_number()) {
     return fail(error, "config.json: field " + where + key + " must be a number, got " +
-                           config[key].dump());
+                           json_excerpt(config[key]));
   }
   return config[key].get<double>();
 }
@@ -74,6 +77,46 @@ struct ParsedConfig {
   ModelShape shape;
   bool dtype_given = false;
 };
+
+/// Each field in range is not enough: their products size the buffers (the weight arena, the KV
+/// cache, the activation arena), and a product beyond these limits would end a later stage in
+/// bad_alloc or length_error instead of a message. The limits are far above llama-70B.
+constexpr int64_t kMaxRowElements = int64_t{1} << 31;  // q_dim, kv_dim, ffn: 32-bit operands
+constexpr int64_t kMaxWeightElements = int64_t{1} << 38;
+constexpr int64_t kMaxKvElements = int64_t{1} << 36;
+constexpr int64_t kMaxActivationElements = int64_t{1} << 32;  // 32-bit activation offsets
+
+bool check_sizes(const ModelShape& s, std::string* error) {
+  // Every factor is below 2^30 (read_dimensions), so each product of two fits; the sums and the
+  // products of three or more are formed in long double to see past 2^63.
+  using Wide = long double;
+  const Wide h = s.hidden, layers = s.layers, q_dim = Wide(s.heads) * s.head_dim,
+             kv_dim = Wide(s.kv_heads) * s.head_dim, ffn = s.ffn, vocab = s.vocab;
+  const Wide weights =
+      2 * vocab * h + layers * (2 * h + 2 * h * q_dim + 2 * h * kv_dim + 3 * h * ffn);
+  const Wide kv = 2 * layers * kv_dim * s.max_seq;
+  // The least activation arena a lowering needs: per layer the queries, the attention output,
+  // the residual stream twice and the gate/up rows; then the logits.
+  const Wide activations = layers * (2 * q_dim + 2 * h + 2 * ffn) + vocab + h;
+  auto too_big = [&](const std::string& what, Wide value, int64_t limit) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s is %.4Lg elements, more than megasched handles (%lld)",
+                  what.c_str(), value, static_cast<long long>(limit));
+    return failed(error, "config.json: " + std::string(text) +
+                             "; check hidden_size, num_hidden_layers, num_attention_heads, "
+                             "head_dim, intermediate_size and vocab_size");
+  };
+  if (q_dim > kMaxRowElements)
+    return too_big("num_attention_heads x head_dim", q_dim, kMaxRowElements);
+  if (2 * q_dim + 2 * kv_dim > kMaxRowElements)
+    return too_big("the QKV rows", q_dim + 2 * kv_dim, kMaxRowElements);
+  if (2 * ffn > kMaxRowElements) return too_big("2 x intermediate_size", 2 * ffn, kMaxRowElements);
+  if (weights > kMaxWeightElements) return too_big("the weight arena", weights, kMaxWeightElements);
+  if (kv > kMaxKvElements) return too_big("the KV cache", kv, kMaxKvElements);
+  if (activations >= kMaxActivationElements)
+    return too_big("the activation arena", activations, kMaxActivationElements);
+  return true;
+}
 
 /// The dimensions: hidden, layers, heads, KV heads, head_dim, FFN, vocabulary, KV capacity.
 bool read_dimensions(const json& config, ModelShape& s, std::string* error) {
@@ -124,8 +167,7 @@ bool read_dimensions(const json& config, ModelShape& s, std::string* error) {
   s.ffn = static_cast<int>(*ffn);
   s.vocab = static_cast<int>(*vocab);
   s.max_seq = static_cast<int>(std::min<int64_t>(*max_pos, kCheckpointMaxSeq));
-
-  return true;
+  return check_sizes(s, error);
 }
 
 /// RoPE theta (or transformers v5's rope_parameters), the RMSNorm epsilon and llama3 scaling.
@@ -139,9 +181,15 @@ bool read_rope(const json& config, ModelShape& s, std::string* error) {
   const json& theta_home = config.contains("rope_theta") ? config : rope_params;
   const auto theta = number_field(theta_home, "rope_theta", 10000.0, "", error);
   if (!theta) return false;
+  if (!(*theta > 0) || !std::isfinite(static_cast<float>(*theta)))
+    return failed(error, "config.json: rope_theta must be a positive finite number, got " +
+                             json_excerpt(*theta) + " (Llama uses 10000 or 500000)");
   s.rope_theta = static_cast<float>(*theta);
   const auto eps = number_field(config, "rms_norm_eps", 1e-6, "", error);
   if (!eps) return false;
+  if (!(*eps >= 0) || !std::isfinite(static_cast<float>(*eps)))
+    return failed(error, "config.json: rms_norm_eps must be a finite number >= 0, got " +
+                             json_excerpt(*eps) + " (Llama uses 1e-5 or 1e-6)");
   s.rms_eps = static_cast<float>(*eps);
 
   const json* scaling = nullptr;
@@ -167,10 +215,12 @@ bool read_rope(const json& config, ModelShape& s, std::string* error) {
       const auto original =
           number_field(r, "original_max_position_embeddings", std::nullopt, "rope_scaling.", error);
       if (!original) return false;
-      if (*factor <= 0 || *high <= *low) {
+      if (!(*factor > 0) || !(*high > *low) || !(*low > 0) || !std::isfinite(*factor) ||
+          !std::isfinite(*high) || !(*original > 0 && *original <= (int64_t{1} << 30))) {
         return failed(
             error,
-            "config.json: rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor");
+            "config.json: rope_scaling needs factor > 0, high_freq_factor > low_freq_factor > 0 "
+            "and original_max_position_embeddings in [1, 2^30]");
       }
       s.rope_scaling_factor = static_cast<float>(*factor);
       s.rope_low_freq_factor = static_cast<float>(*low);
@@ -200,7 +250,7 @@ bool read_tying_and_dtype(const json& config, ModelShape& s, bool* dtype_given,
                                                          : nullptr;
   if (dtype_key != nullptr && !config[dtype_key].is_null()) {
     const std::string name = config[dtype_key].is_string() ? config[dtype_key].get<std::string>()
-                                                           : config[dtype_key].dump();
+                                                           : json_excerpt(config[dtype_key]);
     if (name == "bfloat16") {
       s.dtype = DType::kBF16;
     } else if (name == "float32" || name == "float16") {
@@ -220,9 +270,11 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
   if (!text)
     return fail(error, path.string() + ": cannot read (is " + dir +
                            " a Hugging Face checkpoint directory?)");
-  const json config = json::parse(*text, nullptr, false);
-  if (config.is_discarded() || !config.is_object())
-    return fail(error, path.string() + ": not a JSON object");
+  std::string why;
+  const std::optional<json> document = parse_json_text(*text, &why);
+  if (!document) return fail(error, path.string() + ": " + why);
+  const json& config = *document;
+  if (!config.is_object()) return fail(error, path.string() + ": not a JSON object");
 
   if (config.contains("architectures")) {
     const json& arch = config["architectures"];
@@ -230,14 +282,14 @@ std::optional<ParsedConfig> parse_config(const std::string& dir, std::string* er
                          return a.is_string() && a.get<std::string>() == "LlamaForCausalLM";
                        });
     if (!llama)
-      return fail(error, "config.json: architectures " + arch.dump() +
+      return fail(error, "config.json: architectures " + json_excerpt(arch) +
                              " unsupported (only LlamaForCausalLM)");
   }
   if (!config.contains("model_type") || !config["model_type"].is_string()) {
     return fail(error, "config.json: missing field model_type (expected \"llama\")");
   }
   if (config["model_type"].get<std::string>() != "llama") {
-    return fail(error, "config.json: model_type " + config["model_type"].dump() +
+    return fail(error, "config.json: model_type " + json_excerpt(config["model_type"]) +
                            " unsupported (only \"llama\")");
   }
 
@@ -281,9 +333,9 @@ std::optional<std::vector<std::string>> safetensors_files(const std::string& dir
   return files;
 }
 
-/// Converts one checkpoint tensor into the arena at `offset` (elements), after checking its shape.
-bool copy_tensor(const TensorRef& ref, const std::string& name, const std::vector<int64_t>& shape,
-                 Weights& weights, int64_t offset, std::string* error) {
+/// Whether one checkpoint tensor has a supported dtype, the expected shape and the bytes for it.
+bool check_tensor(const TensorRef& ref, const std::string& name, const std::vector<int64_t>& shape,
+                  std::string* error) {
   const std::optional<int64_t> size = safetensors_dtype_bytes(ref.dtype);
   if (!size) {
     return failed(error, "tensor " + name + " in " + ref.file + ": unsupported dtype " + ref.dtype +
@@ -300,14 +352,22 @@ bool copy_tensor(const TensorRef& ref, const std::string& name, const std::vecto
                              std::to_string(ref.bytes) + " bytes, expected " +
                              std::to_string(n * *size));
   }
+  return true;
+}
+
+/// Converts one checked tensor (check_tensor) into the arena at `offset` (elements).
+void copy_tensor(const TensorRef& ref, const std::vector<int64_t>& shape, Weights& weights,
+                 int64_t offset) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
   const bool to_bf16 = weights.shape.dtype == DType::kBF16;
   if (to_bf16 && ref.dtype == "BF16") {
     std::memcpy(weights.bf16.data() + offset, ref.data, ref.bytes);
-    return true;
+    return;
   }
   if (!to_bf16 && ref.dtype == "F32") {
     std::memcpy(weights.f32.data() + offset, ref.data, ref.bytes);
-    return true;
+    return;
   }
   for (int64_t i = 0; i < n; ++i) {
     float value = 0.0f;
@@ -324,7 +384,6 @@ bool copy_tensor(const TensorRef& ref, const std::string& name, const std::vecto
       weights.f32[static_cast<size_t>(offset + i)] = value;
     }
   }
-  return true;
 }
 
 /// The shortest decimal of a float, as a double (so config.json says 1e-05, not 9.99999974e-06).
@@ -403,11 +462,9 @@ std::optional<Weights> load_checkpoint_unguarded(const std::string& dir, std::st
   Weights weights;
   weights.shape = shape;
   weights.layout = layout_for(shape);
-  if (shape.dtype == DType::kF32) {
-    weights.f32.assign(static_cast<size_t>(weights.layout.total_elements), 0.0f);
-  } else {
-    weights.bf16.assign(static_cast<size_t>(weights.layout.total_elements), 0);
-  }
+  // Every tensor is checked before the arena is allocated: a config.json whose sizes the tensors
+  // do not back is a message, not an allocation of what it claims.
+  std::vector<std::pair<const TensorRef*, std::vector<int64_t>>> sources;
   for (const TensorInfo& t : weights.layout.tensors) {
     const std::string name = hf_tensor_name(t.name);
     const auto it = tensors.find(name);
@@ -417,11 +474,26 @@ std::optional<Weights> load_checkpoint_unguarded(const std::string& dir, std::st
                              : "";
       return fail(error, "missing tensor " + name + " in " + dir + hint);
     }
-    const std::vector<int64_t> expected = t.rows == 1 && t.name.ends_with("norm")
-                                              ? std::vector<int64_t>{t.cols}
-                                              : std::vector<int64_t>{t.rows, t.cols};
-    if (!copy_tensor(it->second, name, expected, weights, t.offset, error)) return std::nullopt;
+    std::vector<int64_t> expected = t.rows == 1 && t.name.ends_with("norm")
+                                        ? std::vector<int64_t>{t.cols}
+                                        : std::vector<int64_t>{t.rows, t.cols};
+    if (!check_tensor(it->second, name, expected, error)) return std::nullopt;
+    sources.emplace_back(&it->second, std::move(expected));
   }
+  try {
+    if (shape.dtype == DType::kF32) {
+      weights.f32.assign(static_cast<size_t>(weights.layout.total_elements), 0.0f);
+    } else {
+      weights.bf16.assign(static_cast<size_t>(weights.layout.total_elements), 0);
+    }
+  } catch (const std::bad_alloc&) {
+    return fail(error,
+                dir + ": not enough memory for its " +
+                    std::to_string(weights.layout.total_elements * dtype_bytes(shape.dtype) >> 20) +
+                    " MiB of weights");
+  }
+  for (size_t i = 0; i < sources.size(); ++i)
+    copy_tensor(*sources[i].first, sources[i].second, weights, weights.layout.tensors[i].offset);
   return weights;
 }
 

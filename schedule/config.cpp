@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <set>
 
 namespace megasched::schedule {
 namespace {
@@ -207,7 +208,7 @@ std::vector<std::string> keys_of_group(const std::string& group) {
 }
 
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
-  std::string near = nearest(name, candidates);
+  std::string near = name.size() > 64 ? std::string() : nearest(name, candidates);
   std::string all;
   for (const auto& c : candidates) all += (all.empty() ? "" : ", ") + c;
   return (near.empty() ? std::string() : " (did you mean '" + near + "'?)") +
@@ -306,7 +307,7 @@ std::optional<ScheduleConfig> parse_config(const json& j, std::string* error) {
   const auto groups = group_names();
   for (const auto& [group, body] : j.items()) {
     if (std::find(groups.begin(), groups.end(), group) == groups.end())
-      return fail("unknown config key '" + group + "'" + did_you_mean(group, groups));
+      return fail("unknown config key '" + text_excerpt(group) + "'" + did_you_mean(group, groups));
     if (!body.is_object())
       return fail("config key '" + group + "' must be an object, got " + json_type(body));
     const auto keys = keys_of_group(group);
@@ -314,15 +315,15 @@ std::optional<ScheduleConfig> parse_config(const json& j, std::string* error) {
       const std::string path = group + "." + key;
       const KnobEntry* knob = find_knob(path);
       if (!knob) {
-        std::string near = nearest(key, keys);
+        std::string near = key.size() > 64 ? std::string() : nearest(key, keys);
         std::string all;
         for (const auto& k : keys) all += (all.empty() ? "" : ", ") + k;
-        return fail("unknown config key '" + path + "'" +
+        return fail("unknown config key '" + group + "." + text_excerpt(key) + "'" +
                     (near.empty() ? "" : " (did you mean '" + group + "." + near + "'?)") +
                     "; valid keys in '" + group + "': " + all);
       }
       if (!value_allowed(knob->spec, value))
-        return fail("config key '" + path + "' has value " + value.dump() + " (" +
+        return fail("config key '" + path + "' has value " + json_excerpt(value) + " (" +
                     json_type(value) + "); allowed values: " + choices_text(knob->spec));
       knob->access.set(&config, value);
     }
@@ -331,20 +332,121 @@ std::optional<ScheduleConfig> parse_config(const json& j, std::string* error) {
 }
 
 std::optional<ScheduleConfig> parse_config_text(const std::string& text, std::string* error) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions to get the position-bearing message.
-    try {
-      const json unused = json::parse(text);
-      (void)unused;
-    } catch (const json::parse_error& e) {
-      if (error) *error = std::string("config is not valid JSON: ") + e.what();
-      return std::nullopt;
-    }
-    if (error) *error = "config is not valid JSON";
+  std::string why;
+  const std::optional<json> j = parse_json_text(text, &why);
+  if (!j) {
+    if (error) *error = "config is not valid JSON: " + why;
     return std::nullopt;
   }
-  return parse_config(j, error);
+  return parse_config(*j, error);
+}
+
+std::optional<json> parse_json_text(const std::string& text, std::string* error) {
+  // The keys seen in each open object, innermost last, and where the first repeat was.
+  std::vector<std::set<std::string>> open_objects;
+  std::vector<std::string> path;  // the key of each open object in its parent ("" at the top)
+  std::string current_key, repeated;
+  const json::parser_callback_t callback = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        path.push_back(open_objects.empty() ? "" : current_key);
+        open_objects.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        open_objects.pop_back();
+        path.pop_back();
+        break;
+      case json::parse_event_t::key:
+        current_key = parsed.get<std::string>();
+        if (!open_objects.back().insert(current_key).second && repeated.empty()) {
+          for (const std::string& p : path)
+            if (!p.empty()) repeated += text_excerpt(p) + ".";
+          repeated += text_excerpt(current_key);
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  json j = json::parse(text, callback, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    if (error) {
+      // Parse again with exceptions for the message with the position (at most the depth the
+      // first parse reached, so it cannot fail differently).
+      *error = "not valid JSON";
+      try {
+        const json unused = json::parse(text);
+        (void)unused;
+      } catch (const json::exception& e) {
+        *error = text_excerpt(e.what(), 200);
+      }
+    }
+    return std::nullopt;
+  }
+  if (!repeated.empty()) {
+    if (error)
+      *error = "key '" + repeated +
+               "' appears twice in one object (JSON keys must be unique; merge the two)";
+    return std::nullopt;
+  }
+  return j;
+}
+
+namespace {
+
+// JSON text of a string that may end in a cut UTF-8 sequence (replaced, never thrown on).
+std::string quoted(const std::string& text) {
+  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Appends the JSON text of `value` to *out until it holds `budget` characters; false when cut.
+bool append_excerpt(const json& value, size_t budget, int depth, std::string* out) {
+  auto room = [&] { return out->size() < budget; };
+  if (!room()) return false;
+  if (depth > 8 && (value.is_array() || value.is_object()) && !value.empty()) {
+    *out += value.is_array() ? "[" : "{";
+    return false;
+  }
+  if (value.is_array()) {
+    *out += "[";
+    bool first = true;
+    for (const json& element : value) {
+      if (!first) *out += ",";
+      first = false;
+      if (!append_excerpt(element, budget, depth + 1, out)) return false;
+    }
+    *out += "]";
+  } else if (value.is_object()) {
+    *out += "{";
+    bool first = true;
+    for (const auto& [key, element] : value.items()) {
+      if (!first) *out += ",";
+      first = false;
+      *out += quoted(key) + ":";
+      if (!room()) return false;
+      if (!append_excerpt(element, budget, depth + 1, out)) return false;
+    }
+    *out += "}";
+  } else if (value.is_string() && value.get_ref<const std::string&>().size() > budget) {
+    *out += quoted(value.get_ref<const std::string&>().substr(0, budget));
+  } else {
+    *out += value.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string json_excerpt(const json& value, size_t max_chars) {
+  std::string out;
+  const bool whole = append_excerpt(value, max_chars, 0, &out);
+  if (whole && out.size() <= max_chars) return out;
+  return out.substr(0, max_chars) + "...";
+}
+
+std::string text_excerpt(const std::string& text, size_t max_chars) {
+  return text.size() <= max_chars ? text : text.substr(0, max_chars) + "...";
 }
 
 json to_json(const ScheduleConfig& config) {
@@ -369,12 +471,12 @@ bool set_knob(ScheduleConfig* config, const std::string& path, const json& value
   if (!knob) {
     std::vector<std::string> paths;
     for (const auto& k : knob_table()) paths.push_back(k.spec.path);
-    if (error) *error = "unknown knob '" + path + "'" + did_you_mean(path, paths);
+    if (error) *error = "unknown knob '" + text_excerpt(path) + "'" + did_you_mean(path, paths);
     return false;
   }
   if (!value_allowed(knob->spec, value)) {
     if (error)
-      *error = "knob '" + path + "' has value " + value.dump() +
+      *error = "knob '" + path + "' has value " + json_excerpt(value) +
                "; allowed values: " + choices_text(knob->spec);
     return false;
   }

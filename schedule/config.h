@@ -164,6 +164,17 @@ std::optional<ScheduleConfig> parse_config(const nlohmann::json& j, std::string*
 /// Parses JSON text (bad JSON is an error with the parser's position, never an exception).
 std::optional<ScheduleConfig> parse_config_text(const std::string& text, std::string* error);
 
+/// Parses JSON text strictly: nullopt and *error (with the parser's position) on bad JSON, and on
+/// a key repeated within one object (nlohmann keeps the last one silently, so a repeated group
+/// would drop every knob of the first). Never throws; nesting depth is not limited.
+std::optional<nlohmann::json> parse_json_text(const std::string& text, std::string* error);
+
+/// A value as it may appear in a one-line message: its JSON text, cut to about `max_chars` with
+/// "..." (a 10 MB or 60000-deep value is shown by its head; the dump never recurses deeply).
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 60);
+/// `text` cut to `max_chars` with "..." (names and messages echoed from input).
+std::string text_excerpt(const std::string& text, size_t max_chars = 60);
+
 /// Canonical JSON: every knob present, keys sorted (nlohmann's default object order).
 nlohmann::json to_json(const ScheduleConfig& config);
 /// to_json(config).dump(): the byte string schedule ids hash.

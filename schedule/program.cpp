@@ -3,9 +3,15 @@
 #include "schedule/program.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <type_traits>
+
+#include "schedule/config.h"
+#include "schedule/format.h"
+#include "schedule/lower.h"
+#include "schedule/search.h"
 
 namespace megasched::schedule {
 namespace {
@@ -398,6 +404,190 @@ std::optional<Program> program_from_json(const nlohmann::json& j, std::string* e
   }
   if (!r.ok()) return std::nullopt;
   return p;
+}
+
+namespace {
+
+/// A lowering of `shape` every check below compares with; nullopt + *error when none lowers.
+std::optional<Program> lower_for_check(const ModelShape& shape, const GpuTarget& target,
+                                       const ScheduleConfig& config, std::string* error) {
+  std::string why;
+  std::optional<Program> p = lower(shape, target, config, &why);
+  if (!p && error) *error = "model " + shape.name + " does not lower (" + why + ")";
+  return p;
+}
+
+bool same_model_name(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::error_code ec;  // two spellings of one checkpoint directory
+  return std::filesystem::is_directory(a, ec) && std::filesystem::equivalent(a, b, ec);
+}
+
+/// The model constants: the program's against those lowering gives the model.
+bool check_model_constants(const Program& p, const Program& expected, std::string* error) {
+  const ms_abi::ModelParams& m = p.model;
+  const ms_abi::ModelParams& e = expected.model;
+  auto differs = [&](const char* field, double got, double want) {
+    if (error)
+      *error = "program.model." + std::string(field) + " is " + fmt("%.9g", got) + ", but model " +
+               expected.model_name + " has " + fmt("%.9g", want);
+    return false;
+  };
+  const std::pair<const char*, std::pair<double, double>> fields[] = {
+      {"hidden", {m.hidden, e.hidden}},
+      {"layers", {m.layers, e.layers}},
+      {"heads", {m.heads, e.heads}},
+      {"kv_heads", {m.kv_heads, e.kv_heads}},
+      {"head_dim", {m.head_dim, e.head_dim}},
+      {"ffn", {m.ffn, e.ffn}},
+      {"vocab", {m.vocab, e.vocab}},
+      {"max_seq", {m.max_seq, e.max_seq}},
+      {"weight_dtype", {m.weight_dtype, e.weight_dtype}},
+      {"kv_dtype", {m.kv_dtype, e.kv_dtype}},
+      {"rms_eps", {m.rms_eps, e.rms_eps}},
+      {"rope_theta", {m.rope_theta, e.rope_theta}},
+      {"attn_scale", {m.attn_scale, e.attn_scale}},
+      {"rope_table", {m.rope_table, e.rope_table}}};
+  for (const auto& [field, values] : fields)
+    if (!(values.first == values.second)) return differs(field, values.first, values.second);
+  return true;
+}
+
+/// The buffer extents: the model's, and an activation arena no lowering exceeds.
+bool check_buffers(const Program& p, const Program& expected, uint64_t max_act,
+                   std::string* error) {
+  for (uint32_t b = 0; b < ms_abi::kBufCount; ++b) {
+    const uint64_t got = p.buffer_elements[b];
+    const uint64_t want = expected.buffer_elements[b];
+    const bool ok = b == ms_abi::kBufActivations ? got <= max_act : got == want;
+    if (!ok) {
+      if (error)
+        *error = "program.buffer_elements[" + std::to_string(b) + "] (" + buffer_name(b) + ") is " +
+                 std::to_string(got) + ", but model " + expected.model_name +
+                 (b == ms_abi::kBufActivations ? " needs at most " + std::to_string(max_act)
+                                               : " has " + std::to_string(want));
+      return false;
+    }
+  }
+  const uint64_t weights = p.buffer_elements[ms_abi::kBufWeights];
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    const ms_abi::Instr& in = p.tasks[t];
+    if (in.weight >= weights || in.weight2 >= weights) {
+      if (error)
+        *error = "program.tasks[" + std::to_string(t) + "] reads weights at element " +
+                 std::to_string(std::max(in.weight, in.weight2)) + ", beyond the model's " +
+                 std::to_string(weights);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The build and launch fields as the config they came from; false when one is no knob value.
+bool config_of_build(const Program& p, ScheduleConfig* config, std::string* error) {
+  auto set = [&](const std::string& path, const nlohmann::json& value, const std::string& field) {
+    if (set_knob(config, path, value, nullptr)) return true;
+    if (error) {
+      std::string allowed;
+      for (const KnobSpec& spec : knob_specs())
+        if (spec.path == path)
+          for (const nlohmann::json& c : spec.choices)
+            allowed += (allowed.empty() ? "" : ", ") + c.dump();
+      *error = field + " (" + path + ") is " + json_excerpt(value) + "; allowed values: " + allowed;
+    }
+    return false;
+  };
+  std::map<std::string, int> unset = p.build.knobs;
+  for (const KnobSpec& spec : knob_specs()) {
+    if (spec.define.empty()) continue;
+    const std::string field = "program.build.knobs." + spec.define;
+    const auto it = p.build.knobs.find(spec.define);
+    if (it == p.build.knobs.end()) {
+      if (error) *error = field + " is missing (the kernel knob " + spec.path + ")";
+      return false;
+    }
+    unset.erase(spec.define);
+    const bool named = spec.choices.front().is_string();
+    if (named && (it->second < 0 || it->second >= static_cast<int>(spec.choices.size()))) {
+      if (error)
+        *error = field + " is " + std::to_string(it->second) + ", but " + spec.path + " has " +
+                 std::to_string(spec.choices.size()) + " choices (0 .. " +
+                 std::to_string(spec.choices.size() - 1) + ")";
+      return false;
+    }
+    if (!set(spec.path,
+             named ? spec.choices[static_cast<size_t>(it->second)] : nlohmann::json(it->second),
+             field))
+      return false;
+  }
+  if (!unset.empty()) {
+    if (error) *error = "program.build.knobs." + unset.begin()->first + " is no kernel knob";
+    return false;
+  }
+  const LaunchShape& l = p.launch;
+  return set("launch.threads_per_block", l.threads_per_block, "program.launch.threads_per_block") &&
+         set("launch.blocks_per_sm", l.blocks_per_sm, "program.launch.blocks_per_sm") &&
+         set("smem.pages", l.smem_pages, "program.launch.smem_pages") &&
+         set("smem.page_bytes", l.smem_page_bytes, "program.launch.smem_page_bytes") &&
+         set("pipeline.prefetch_depth", l.prefetch_depth, "program.launch.prefetch_depth");
+}
+
+/// The fields the knob values determine: shared memory, the ring's staging floats, the grid.
+bool check_derived_launch(const Program& p, const ScheduleConfig& config, const ModelShape& shape,
+                          const GpuTarget& target, std::string* error) {
+  const bool ring = config.kernel.weight_stream == WeightStream::kSmemRing;
+  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+      {"program.launch.smem_bytes", {p.launch.smem_bytes, dynamic_smem_bytes(config, shape)}},
+      {"program.build.x_floats", {p.build.x_floats, ring ? ring_x_floats(shape) : 0}},
+      {"program.launch.grid_blocks",
+       {p.launch.grid_blocks, int64_t{target.num_sms} * config.launch.blocks_per_sm}}};
+  for (const auto& [field, values] : fields) {
+    if (values.first != values.second) {
+      if (error)
+        *error = std::string(field) + " is " + std::to_string(values.first) +
+                 ", but the knobs give " + std::to_string(values.second) + " on " + shape.name +
+                 " / " + target.name;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t max_activation_elements(const ModelShape& shape) {
+  ScheduleConfig widest;
+  widest.fusion = {false, false, false, false, false, false};
+  for (const KnobSpec& spec : knob_specs()) {
+    if (spec.path != "tiling.gemv_k_split" && spec.path != "tiling.attn_kv_partitions") continue;
+    for (const nlohmann::json& choice : spec.choices)
+      if (knob_value_fits(spec.path, choice, shape) &&
+          choice.get<int>() > get_knob(widest, spec.path).get<int>())
+        set_knob(&widest, spec.path, choice, nullptr);
+  }
+  // Any registry target: the arena does not depend on it.
+  const std::optional<Program> p = lower(shape, target_registry().front(), widest, nullptr);
+  // Alignment padding of a differently fused lowering: at most one alignment block per region.
+  return p ? p->buffer_elements[ms_abi::kBufActivations] + 16 * (p->regions.size() + 1) : 0;
+}
+
+bool check_program_fits_model(const Program& program, const ModelShape& shape,
+                              const GpuTarget& target, std::string* error) {
+  if (!same_model_name(program.model_name, shape.name)) {
+    if (error)
+      *error = "the program was lowered for model '" + text_excerpt(program.model_name) +
+               "', not '" + shape.name + "' (pass --model " + text_excerpt(program.model_name) +
+               ", or save a program for " + shape.name + ")";
+    return false;
+  }
+  const std::optional<Program> expected = lower_for_check(shape, target, ScheduleConfig{}, error);
+  if (!expected) return false;
+  if (!check_model_constants(program, *expected, error) ||
+      !check_buffers(program, *expected, max_activation_elements(shape), error))
+    return false;
+  ScheduleConfig config;
+  return config_of_build(program, &config, error) &&
+         check_derived_launch(program, config, shape, target, error);
 }
 
 ProgramStats stats(const Program& program) {

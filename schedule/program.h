@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "abi/abi.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
 
 namespace megasched::schedule {
 
@@ -114,6 +116,25 @@ const char* buffer_name(uint32_t buffer);  // "weights", "act", "kv", "step"
 nlohmann::json to_json(const Program& program);
 /// Strict: a missing field or wrong type is an error in *error, never an exception.
 std::optional<Program> program_from_json(const nlohmann::json& j, std::string* error);
+
+/// Whether a program read from JSON (program_from_json) belongs to this model and target, before
+/// anything sizes a buffer from it. validate() judges a program against its own declared buffers
+/// and constants; this checks those declarations against the model that will run it:
+///   - model_name names this model, and every model constant (dimensions, dtypes, RMSNorm epsilon,
+///     RoPE theta, attention scale) is the model's;
+///   - the weights, KV and step buffers have exactly the model's extents, the activation arena at
+///     most what any lowering of the shape allocates (max_activation_elements), and the RoPE table
+///     lies inside it;
+///   - every kernel build knob is set, to a value of the knob table; the launch and shared-memory
+///     fields are knob-table values, the dynamic shared memory, the ring's staging floats and the
+///     grid are what they make on this shape and target.
+/// False with *error naming the first field that differs and both values.
+bool check_program_fits_model(const Program& program, const ModelShape& shape,
+                              const GpuTarget& target, std::string* error);
+
+/// The most activation elements any lowering of `shape` allocates (every fusion off, the largest
+/// split-K and KV partition counts of the knob table, alignment padding included).
+uint64_t max_activation_elements(const ModelShape& shape);
 
 /// Size figures of a program; weight_bytes feeds the cost model.
 struct ProgramStats {

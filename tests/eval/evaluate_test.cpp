@@ -1,7 +1,13 @@
 #include "eval/evaluate.h"
 
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
+#include "schedule/checkpoint.h"
 #include "schedule/cost_model.h"
 #include "schedule/lower.h"
 
@@ -186,6 +192,40 @@ TEST(CostModel, DeadlockedProgramDoesNotComplete) {
   program->tasks[program->queues[0][0]].wait_count = 1;
   auto est = schedule::predict(*program, ev->shape(), ev->target(), 0, 0.0);
   EXPECT_FALSE(est.completed);
+}
+
+TEST(TrialEvaluator, AProgramOfAnotherModelIsRejectedWithoutRunning) {
+  auto ev = toy_evaluator();
+  std::string error;
+  auto small = schedule::lower(*schedule::find_preset("small"), ev->target(),
+                               schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(small) << error;
+  EXPECT_FALSE(ev->check_program(*small, &error));
+  EXPECT_NE(error.find("lowered for model 'small', not 'toy'"), std::string::npos) << error;
+  const Verdict v = ev->evaluate_program(*small, "0123456789abcdef");  // once a segfault
+  EXPECT_EQ(v.status, "rejected");
+  EXPECT_EQ(v.rejected_reason, "program");
+  EXPECT_FALSE(v.latency_us.has_value());
+  auto huge = schedule::lower(ev->shape(), ev->target(), schedule::ScheduleConfig{}, &error);
+  huge->buffer_elements[ms_abi::kBufActivations] = uint64_t{1} << 40;  // once bad_alloc
+  EXPECT_EQ(ev->evaluate_program(*huge, "0123456789abcdef").rejected_reason, "program");
+}
+
+TEST(TrialEvaluator, AModelWhoseOwnForwardIsNotFiniteIsRefusedNotBlamedOnSchedules) {
+  const std::string dir = testing::TempDir() + "ms_nan_model_" + std::to_string(::getpid());
+  schedule::Weights w = schedule::generate_weights(*schedule::find_preset("toy"), 0);
+  w.f32[static_cast<size_t>(w.layout.final_norm)] = NAN;
+  std::string error;
+  ASSERT_TRUE(schedule::save_checkpoint(w, dir, &error)) << error;
+  EvaluatorOptions o;
+  o.model = dir;
+  bool environment = true;
+  EXPECT_FALSE(TrialEvaluator::create(o, &error, &environment));
+  EXPECT_FALSE(environment);
+  EXPECT_NE(error.find("the eager forward gives non-finite logits at position 0"),
+            std::string::npos)
+      << error;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

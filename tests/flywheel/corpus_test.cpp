@@ -1,5 +1,6 @@
 // corpus.jsonl records and the schedule-id index built from them.
 #include "flywheel/corpus.h"
+#include "flywheel/locked_file.h"
 
 #include <unistd.h>
 
@@ -56,21 +57,36 @@ TEST(Corpus, RecordRoundTripsWithSamplesAndVersions) {
   EXPECT_EQ(b.config, schedule::to_json(schedule::ScheduleConfig{}));
 }
 
-TEST(Corpus, TornLinesAreSkippedAndReportedWithTheirLineNumber) {
+TEST(Corpus, TornLinesAreSkippedReportedAndQuarantinedByTheNextAppend) {
   const std::string path = temp_path("ms_corpus_torn_");
   std::filesystem::remove(path);
+  std::filesystem::remove(quarantine_path(path));
   ASSERT_TRUE(append_corpus(path, record("a", 0), nullptr));
-  { std::ofstream(path, std::ios::app) << to_json(record("b", 1)).dump().substr(0, 40); }
+  const std::string torn_b = to_json(record("b", 1)).dump().substr(0, 40);
+  { std::ofstream(path, std::ios::app) << torn_b; }  // a kill mid-write
   ASSERT_TRUE(append_corpus(path, record("c", 2), nullptr));
   { std::ofstream(path, std::ios::app) << "{\"record\": \"tri"; }
   CorpusRead read = read_corpus(path);
+  std::ifstream quarantine(quarantine_path(path));
+  std::string quarantined;
+  std::getline(quarantine, quarantined);
   std::filesystem::remove(path);
+  std::filesystem::remove(quarantine_path(path));
   ASSERT_EQ(read.records.size(), 2u);
   EXPECT_EQ(read.records[1].schedule_id, "c");
-  ASSERT_EQ(read.problems.size(), 2u);
-  EXPECT_NE(read.problems[0].find(":2: torn"), std::string::npos) << read.problems[0];
-  EXPECT_NE(read.problems[1].find(":4: truncated last line"), std::string::npos)
-      << read.problems[1];
+  EXPECT_EQ(quarantined, torn_b);  // kept, out of the log
+  ASSERT_EQ(read.problems.size(), 1u);
+  EXPECT_NE(read.problems[0].find(":3: truncated last line"), std::string::npos)
+      << read.problems[0];
+}
+
+TEST(Corpus, ANonRegularFileIsAnErrorNotAnEndlessRead) {
+  const CorpusRead zero = read_corpus("/dev/zero");
+  EXPECT_TRUE(zero.records.empty());
+  EXPECT_NE(zero.error.find("/dev/zero is a device"), std::string::npos) << zero.error;
+  std::string error;
+  EXPECT_FALSE(append_corpus("/dev/null", record("a", 0), &error));
+  EXPECT_NE(error.find("not a log file"), std::string::npos) << error;
 }
 
 TEST(ScheduleIndex, KnowsIdsFromTheCorpusAndFromResultsRows) {

@@ -78,7 +78,7 @@ TEST_F(LockedFile, HeaderIsWrittenOnceWhenTheFileIsNew) {
   EXPECT_EQ(read.lines, (std::vector<std::string>{"h", "a", "b", "c"}));
 }
 
-TEST_F(LockedFile, TruncatedLastLineIsReportedAndTheNextAppendStartsAFreshLine) {
+TEST_F(LockedFile, TruncatedLastLineIsReportedAndTheNextAppendQuarantinesIt) {
   ASSERT_TRUE(append_lines_locked(path_, "h", {"complete"}, nullptr));
   { std::ofstream(path_, std::ios::app) << "torn-by-a-ki"; }  // a kill mid-write
   LinesRead torn = read_lines_shared(path_);
@@ -89,8 +89,59 @@ TEST_F(LockedFile, TruncatedLastLineIsReportedAndTheNextAppendStartsAFreshLine) 
   ASSERT_TRUE(append_lines_locked(path_, "h", {"after"}, nullptr));
   LinesRead read = read_lines_shared(path_);
   EXPECT_FALSE(read.truncated_tail);
-  EXPECT_EQ(read.lines, (std::vector<std::string>{"h", "complete", "torn-by-a-ki", "after"}));
-  EXPECT_EQ(read.line_numbers.back(), 4);
+  // The fragment never becomes a line of the log, which a later reader would take for data.
+  EXPECT_EQ(read.lines, (std::vector<std::string>{"h", "complete", "after"}));
+  EXPECT_EQ(read.line_numbers.back(), 3);
+  EXPECT_EQ(read_lines_shared(quarantine_path(path_)).lines,
+            (std::vector<std::string>{"torn-by-a-ki"}));
+}
+
+TEST_F(LockedFile, ATornFirstWriteIsQuarantinedAndTheHeaderWrittenAgain) {
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+  { std::ofstream(path_) << "tri"; }  // killed inside the header
+  ASSERT_TRUE(append_lines_locked(path_, "header", {"row"}, nullptr));
+  EXPECT_EQ(read_lines_shared(path_).lines, (std::vector<std::string>{"header", "row"}));
+  EXPECT_EQ(read_lines_shared(quarantine_path(path_)).lines, (std::vector<std::string>{"tri"}));
+}
+
+TEST_F(LockedFile, OnlyRegularFilesAreLogs) {
+  std::string error;
+  EXPECT_FALSE(append_lines_locked("/dev/null", "h", {"a"}, &error));
+  EXPECT_NE(error.find("/dev/null is a device, not a log file"), std::string::npos) << error;
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  std::filesystem::create_directories(dir);
+  EXPECT_FALSE(append_lines_locked(dir, "h", {"a"}, &error));
+  EXPECT_NE(error.find("is a directory"), std::string::npos) << error;
+  const LinesRead zero = read_lines_shared("/dev/zero");  // would never end
+  EXPECT_TRUE(zero.exists);
+  EXPECT_TRUE(zero.lines.empty());
+  EXPECT_NE(zero.error.find("/dev/zero is a device"), std::string::npos) << zero.error;
+}
+
+TEST_F(LockedFile, AWorkloadLockAdmitsOneHolderPerKeyAndEndsWithIt) {
+  WorkloadLock first, same, other;
+  std::string error;
+  ASSERT_TRUE(first.acquire(path_, "toy / h100 / cpu", &error)) << error;
+  EXPECT_FALSE(same.acquire(path_, "toy / h100 / cpu", &error));
+  EXPECT_NE(error.find("in use by another megasched loop of toy / h100 / cpu"), std::string::npos)
+      << error;
+  EXPECT_TRUE(other.acquire(path_, "toy / h100 / gpu", &error)) << error;
+  // Appends are not blocked by it, and it holds across processes too.
+  EXPECT_TRUE(append_lines_locked(path_, "h", {"a"}, &error)) << error;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    WorkloadLock in_child;
+    ::_exit(in_child.acquire(path_, "toy / h100 / cpu", nullptr) ? 1 : 0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child got the held lock";
+  {
+    WorkloadLock scoped;
+    ASSERT_TRUE(scoped.acquire(path_, "small / h200 / cpu", &error)) << error;
+  }
+  WorkloadLock after;
+  EXPECT_TRUE(after.acquire(path_, "small / h200 / cpu", &error)) << error;
 }
 
 TEST_F(LockedFile, MissingFileReadsAsAbsentAndEmpty) {

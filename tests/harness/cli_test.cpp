@@ -55,9 +55,10 @@ TEST(Cli, UnknownModelAndTargetAreOneLineErrorsWithHints) {
   EXPECT_NE(r.out.find("unknown GPU target 'h10'"), std::string::npos) << r.out;
 }
 
-TEST(Cli, MissingConfigFileIsAnErrorNotACrash) {
+TEST(Cli, MissingConfigFileIsAnEnvironmentErrorNotACrash) {
+  // HARNESS.md section 6: a file that cannot be read is exit 3 (a bad config in it is 2).
   auto r = run("evaluate --model toy --device cpu --config /nonexistent/cfg.json", true);
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.out.find("cannot read '/nonexistent/cfg.json'"), std::string::npos) << r.out;
 }
 

@@ -54,7 +54,7 @@ TEST(ProfileCommand, BadArgumentsAreUsageErrorsWithHints) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("did you mean 'h100'"), std::string::npos) << r.out;
   r = run("profile --model toy --gpu h100 --config /nonexistent/cfg.json --out " + out_path());
-  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(r.exit_code, 3) << r.out;  // a file that cannot be read (HARNESS.md section 6)
   EXPECT_NE(r.out.find("cannot read '/nonexistent/cfg.json'"), std::string::npos) << r.out;
   r = run("profile --model toy --gpu h100");
   EXPECT_EQ(r.exit_code, 2) << r.out;

@@ -67,9 +67,10 @@ TEST(CmdValidate, RejectsAnUnsafeProgramFileWithRules) {
   EXPECT_EQ(j["diagnostics"][0]["tasks"], nlohmann::json::array({1, 0}));
 }
 
-TEST(CmdValidate, UsageErrorsExitTwo) {
+TEST(CmdValidate, UsageErrorsExitTwoAndUnreadableFilesThree) {
   EXPECT_EQ(run({"validate", "--model", "no-such-model"}).exit_code, kExitUsage);
-  EXPECT_EQ(run({"validate", "--program", "/nonexistent/program.json"}).exit_code, kExitUsage);
+  EXPECT_EQ(run({"validate", "--program", "/nonexistent/program.json"}).exit_code,
+            kExitEnvironment);
 }
 
 TEST(CmdFuzzValidator, PrintsAScorecardWithNoAcceptedUnsafe) {

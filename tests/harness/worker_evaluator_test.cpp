@@ -147,14 +147,26 @@ TEST_F(WorkerEvaluatorTest, CancelAbandonsTheTrialInFlightAtOnceAndKillsTheWorke
   EXPECT_EQ(starts(), 2);
 }
 
-TEST_F(WorkerEvaluatorTest, GarbageAnswerIsACrashAndRestartsTheWorker) {
+TEST_F(WorkerEvaluatorTest, GarbageAnswerIsAHarnessFailureNotTheSchedulesAndRestartsTheWorker) {
   WorkerEvaluator ev(options_);
   ASSERT_TRUE(ev.start(nullptr));
   eval::Verdict bad = ev.evaluate(unroll(4));
   EXPECT_EQ(bad.status, "crash");
   EXPECT_NE(bad.notes[0].find("Traceback"), std::string::npos);
+  EXPECT_NE(ev.harness_failure().find("not a JSON object"), std::string::npos)
+      << ev.harness_failure();
   EXPECT_EQ(ev.evaluate(unroll(2)).status, "ok");
+  EXPECT_TRUE(ev.harness_failure().empty());
   EXPECT_EQ(starts(), 2);
+}
+
+TEST_F(WorkerEvaluatorTest, ACrashOrHangDuringTheTrialIsTheSchedulesNotTheHarnesss) {
+  WorkerEvaluator ev(options_);
+  ASSERT_TRUE(ev.start(nullptr));
+  EXPECT_EQ(ev.evaluate(unroll(1)).status, "crash");
+  EXPECT_TRUE(ev.harness_failure().empty()) << ev.harness_failure();
+  EXPECT_EQ(ev.evaluate(unroll(8)).status, "timeout");
+  EXPECT_TRUE(ev.harness_failure().empty()) << ev.harness_failure();
 }
 
 TEST_F(WorkerEvaluatorTest, WorkerThatCannotStartIsAnErrorWithItsStderr) {
@@ -164,7 +176,9 @@ TEST_F(WorkerEvaluatorTest, WorkerThatCannotStartIsAnErrorWithItsStderr) {
   EXPECT_FALSE(ev.start(&error));
   EXPECT_NE(error.find("exit 3"), std::string::npos) << error;
   EXPECT_NE(error.find("no CUDA device"), std::string::npos) << error;
+  // Its verdict is no verdict on the schedule: the loop must not log it as one.
   EXPECT_EQ(ev.evaluate(unroll(2)).status, "crash");
+  EXPECT_NE(ev.harness_failure().find("no CUDA device"), std::string::npos) << ev.harness_failure();
 }
 
 // The worker's side, in process.
@@ -211,6 +225,38 @@ TEST(ServeWorker, AnswersEachRequestLineWithOneReplyLine) {
   EXPECT_TRUE(lines[5].contains("error"));
   EXPECT_EQ(lines[6]["identity"]["device"], "cpu");
   EXPECT_EQ(ev.calls, 2);
+}
+
+TEST(ServeWorker, ARequestItCannotReadGetsAnErrorAndTheWorkerGoesOn) {
+  CountingEvaluator ev;
+  const std::string deep = std::string(60000, '[') + std::string(60000, ']');
+  std::istringstream in(
+      "{\"op\": 5}\n"  // once an uncaught type error: the worker aborted
+      "\n"             // once no answer at all
+      "{\"op\": \"evaluate\", \"config\": 7}\n"
+      "{\"op\": null, \"config\": {}}\n"
+      "{\"kernel\": {\"unroll\": 4}, \"kernel\": {\"unroll\": 8}}\n"
+      "{\"kernel\": {\"unroll\": " +
+      deep +
+      "}}\n"
+      "[1, 2]\n"
+      "{\"op\": \"evaluate\", \"config\": {\"kernel\": {\"unroll\": 2}}}\n");
+  std::ostringstream out;
+  EXPECT_EQ(serve_worker(ev, in, out), 8);
+  std::istringstream replies(out.str());
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(replies, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 9u);
+  const char* says[] = {
+      "\"op\" must be a string", "empty request line", "config must be a JSON object",
+      "\"op\" must be a string", "appears twice",      "has value [[[[",
+      "not a JSON object"};
+  for (int i = 0; i < 7; ++i)
+    EXPECT_NE(lines[1 + i].value("error", "").find(says[i]), std::string::npos) << lines[1 + i];
+  EXPECT_LT(lines[6].dump().size(), 400u);
+  EXPECT_DOUBLE_EQ(lines[8]["verdict"]["latency_us"].get<double>(), 20.0);
+  EXPECT_EQ(ev.calls, 1);
 }
 
 }  // namespace

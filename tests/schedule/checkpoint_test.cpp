@@ -417,5 +417,82 @@ TEST(CheckpointTransformers, Bf16TiedModelMatchesLlamaForCausalLMUpToKvRounding)
   EXPECT_LT(c.worst_rel_err, 1e-2);  // measured 3.5e-3
 }
 
+TEST(CheckpointErrors, SizesWhoseProductNoBufferHoldsAreRefusedByTheConfig) {
+  TempDir dir("huge");
+  std::string error;
+  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error))
+      << error;
+  // Each field in range (< 2^30); the weight arena would be ~2^49 elements.
+  edit_config(dir, [](json& c) {
+    c["hidden_size"] = 1 << 16;
+    c["num_hidden_layers"] = 4096;
+    c["num_attention_heads"] = 512;
+    c["num_key_value_heads"] = 512;
+    c["head_dim"] = 128;
+    c["intermediate_size"] = 1 << 20;
+    c["vocab_size"] = 1 << 20;
+  });
+  EXPECT_FALSE(read_checkpoint_config(dir.str(), &error));
+  EXPECT_NE(error.find("more than megasched handles"), std::string::npos) << error;
+  EXPECT_NE(load_error(dir).find("more than megasched handles"), std::string::npos);
+  // A long KV cache alone.
+  edit_config(dir, [](json& c) {
+    c["hidden_size"] = 64;
+    c["num_hidden_layers"] = 1 << 20;
+    c["num_attention_heads"] = 4;
+    c["num_key_value_heads"] = 4;
+    c["head_dim"] = 16;
+    c["intermediate_size"] = 128;
+    c["vocab_size"] = 256;
+    c["max_position_embeddings"] = 8192;
+  });
+  EXPECT_FALSE(read_checkpoint_config(dir.str(), &error));
+  EXPECT_NE(error.find("more than megasched handles"), std::string::npos) << error;
+}
+
+TEST(CheckpointErrors, SizesTheTensorsDoNotBackAreRefusedBeforeTheArenaIsAllocated) {
+  TempDir dir("unbacked");
+  std::string error;
+  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error))
+      << error;
+  // A vocabulary of 2^26 words x 2^10 columns (2^36 elements, 256 GiB of f32): within the
+  // limits, and backed by no tensor of that size.
+  edit_config(dir, [](json& c) {
+    c["vocab_size"] = 1 << 26;
+    c["hidden_size"] = 1024;
+    c["num_attention_heads"] = 8;
+    c["num_key_value_heads"] = 8;
+    c["head_dim"] = 128;
+  });
+  const std::string why = load_error(dir);  // not bad_alloc
+  EXPECT_NE(why.find("tensor model.embed_tokens.weight"), std::string::npos) << why;
+  EXPECT_NE(why.find("expected [67108864, 1024]"), std::string::npos) << why;
+}
+
+TEST(CheckpointErrors, RopeThetaAndRmsNormEpsOutOfRangeAreTheConfigsFault) {
+  TempDir dir("consts");
+  std::string error;
+  ASSERT_TRUE(save_checkpoint(generate_weights(*find_preset("toy"), 0), dir.str(), &error))
+      << error;
+  for (const json& theta : {json(0), json(-10000.0), json(1e300)}) {
+    edit_config(dir, [&](json& c) { c["rope_theta"] = theta; });
+    EXPECT_FALSE(read_checkpoint_config(dir.str(), &error)) << theta;
+    EXPECT_NE(error.find("rope_theta must be a positive finite number"), std::string::npos)
+        << error;
+  }
+  edit_config(dir, [](json& c) {
+    c["rope_theta"] = 10000.0;
+    c["rms_norm_eps"] = -1e-5;
+  });
+  EXPECT_FALSE(read_checkpoint_config(dir.str(), &error));
+  EXPECT_NE(error.find("rms_norm_eps must be a finite number >= 0"), std::string::npos) << error;
+  edit_config(dir, [](json& c) {
+    c["rms_norm_eps"] = 1e-5;
+    c["vocab_size"] = json::array({json::array({json::array({1})})});
+  });
+  EXPECT_FALSE(read_checkpoint_config(dir.str(), &error));
+  EXPECT_NE(error.find("vocab_size must be an integer, got [[[1]]]"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace megasched::schedule

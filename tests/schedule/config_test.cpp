@@ -160,5 +160,46 @@ TEST(ScheduleConfigNearest, SuggestsOnlyCloseNames) {
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3);
 }
 
+TEST(ScheduleConfigParse, ARepeatedKeyIsAnErrorNotASilentlyDroppedGroup) {
+  std::string error;
+  // nlohmann keeps the last "kernel": unroll 4 would be dropped without a word.
+  EXPECT_FALSE(
+      parse_config_text(R"({"kernel": {"unroll": 4}, "kernel": {"vector_bytes": 8}})", &error));
+  EXPECT_NE(error.find("key 'kernel' appears twice in one object"), std::string::npos) << error;
+  EXPECT_FALSE(parse_config_text(R"({"kernel": {"unroll": 4, "unroll": 8}})", &error));
+  EXPECT_NE(error.find("key 'kernel.unroll' appears twice"), std::string::npos) << error;
+  // The same key in two objects is no repeat.
+  EXPECT_TRUE(
+      parse_json_text(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]})", &error))
+      << error;
+}
+
+TEST(ScheduleConfigParse, AHugeOrDeepValueIsEchoedByItsHeadOnly) {
+  std::string error;
+  const std::string deep =
+      "{\"kernel\": {\"unroll\": " + std::string(60000, '[') + std::string(60000, ']') + "}}";
+  EXPECT_FALSE(parse_config_text(deep, &error));  // no stack overflow building the message
+  EXPECT_NE(error.find("has value [[[[[[[[[[..."), std::string::npos) << error.substr(0, 300);
+  EXPECT_LT(error.size(), 300u);
+  const std::string big = "{\"kernel\": {\"unroll\": \"" + std::string(10 << 20, 'x') + "\"}}";
+  EXPECT_FALSE(parse_config_text(big, &error));
+  EXPECT_NE(error.find("\"xxxxxxxxxx"), std::string::npos);
+  EXPECT_NE(error.find("..."), std::string::npos);
+  EXPECT_LT(error.size(), 300u);
+  const std::string key = "{\"tiling\": {\"" + std::string(10 << 20, 'k') + "\": 1}}";
+  EXPECT_FALSE(parse_config_text(key, &error));
+  EXPECT_LT(error.size(), 400u);
+  EXPECT_FALSE(parse_config_text("{\"kernel\": {\"unroll\": \"" + std::string(1000, 'y'), &error));
+  EXPECT_LT(error.size(), 400u) << "the parser's own message echoes input too";
+}
+
+TEST(ScheduleConfigExcerpt, CutsWithAnEllipsisAndKeepsShortValuesWhole) {
+  EXPECT_EQ(json_excerpt(nlohmann::json{{"a", 1}}), R"({"a":1})");
+  EXPECT_EQ(json_excerpt(nlohmann::json::array({1, 2, 3}), 4), "[1,2...");
+  EXPECT_EQ(json_excerpt(std::string(100, 'z'), 5), "\"zzzz...");
+  EXPECT_EQ(text_excerpt("abcdef", 3), "abc...");
+  EXPECT_EQ(text_excerpt("abc", 3), "abc");
+}
+
 }  // namespace
 }  // namespace megasched::schedule

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <random>
 
 #include "schedule/lower.h"
+#include "schedule/search.h"
 #include "tests/h100_target.h"
 
 namespace megasched::schedule {
@@ -154,6 +157,87 @@ TEST(Program, StatsCountTasksAndWeightBytes) {
   const uint64_t elements =
       64 + (128 * 64 + 2 * 64) + 64 * 64 + (256 * 64 + 4 * 64) + 64 * 128 + (256 * 64 + 1 * 64);
   EXPECT_EQ(s.weight_bytes, elements * 4);
+}
+
+// A program read from JSON is checked against the model that will run it: every field a crash or
+// a silent change of the prediction once came from.
+TEST(ProgramFitsModel, RefusesEveryFieldThatDiffersFromTheModelOrTheKnobTable) {
+  const ModelShape toy = *find_preset("toy");
+  const GpuTarget target = test_target();
+  std::string error;
+  const std::optional<Program> base = lower(toy, target, ScheduleConfig{}, &error);
+  ASSERT_TRUE(base) << error;
+  ASSERT_TRUE(check_program_fits_model(*base, toy, target, &error)) << error;
+  struct Case {
+    const char* says;
+    std::function<void(Program&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"lowered for model 'small', not 'toy'", [](Program& p) { p.model_name = "small"; }},
+      {"program.model.layers is 2, but model toy has 1", [](Program& p) { p.model.layers = 2; }},
+      {"program.model.vocab is 512", [](Program& p) { p.model.vocab = 512; }},
+      {"program.model.rms_eps", [](Program& p) { p.model.rms_eps = 0.5f; }},
+      {"program.model.attn_scale", [](Program& p) { p.model.attn_scale = 1.0f; }},
+      {"buffer_elements[0] (weights) is 1099511627776",
+       [](Program& p) { p.buffer_elements[0] = uint64_t{1} << 40; }},
+      {"buffer_elements[1] (act) is 1099511627776, but model toy needs at most",
+       [](Program& p) { p.buffer_elements[1] = uint64_t{1} << 40; }},
+      {"buffer_elements[2] (kv)", [](Program& p) { p.buffer_elements[2] += 1; }},
+      {"buffer_elements[3] (step) is 5", [](Program& p) { p.buffer_elements[3] = 5; }},
+      {"reads weights at element", [](Program& p) { p.tasks[0].weight = uint64_t{1} << 62; }},
+      {"MS_UNROLL (kernel.unroll) is 3; allowed values: 1, 2, 4, 8",
+       [](Program& p) { p.build.knobs["MS_UNROLL"] = 3; }},
+      {"MS_VECTOR_BYTES (kernel.vector_bytes) is 32",
+       [](Program& p) { p.build.knobs["MS_VECTOR_BYTES"] = 32; }},
+      {"MS_ROWS_PER_WARP (kernel.rows_per_warp) is 0",
+       [](Program& p) { p.build.knobs["MS_ROWS_PER_WARP"] = 0; }},
+      {"MS_WEIGHT_LOAD is 2, but kernel.weight_load has 2 choices",
+       [](Program& p) { p.build.knobs["MS_WEIGHT_LOAD"] = 2; }},
+      {"MS_WEIGHT_RING is missing", [](Program& p) { p.build.knobs.erase("MS_WEIGHT_RING"); }},
+      {"MS_FAST is no kernel knob", [](Program& p) { p.build.knobs["MS_FAST"] = 1; }},
+      {"program.build.x_floats is 4096, but the knobs give 0",
+       [](Program& p) { p.build.x_floats = 4096; }},
+      {"smem_pages (smem.pages) is 3", [](Program& p) { p.launch.smem_pages = 3; }},
+      {"smem_page_bytes (smem.page_bytes) is 100",
+       [](Program& p) { p.launch.smem_page_bytes = 100; }},
+      {"program.launch.smem_bytes is 1", [](Program& p) { p.launch.smem_bytes = 1; }},
+      {"threads_per_block (launch.threads_per_block) is 4096",
+       [](Program& p) { p.launch.threads_per_block = 4096; }},
+      {"prefetch_depth (pipeline.prefetch_depth) is -1",
+       [](Program& p) { p.launch.prefetch_depth = -1; }},
+      {"program.launch.grid_blocks is 7", [](Program& p) { p.launch.grid_blocks = 7; }},
+  };
+  for (const Case& c : cases) {
+    Program p = *base;
+    c.edit(p);
+    error.clear();
+    EXPECT_FALSE(check_program_fits_model(p, toy, target, &error)) << c.says;
+    EXPECT_NE(error.find(c.says), std::string::npos) << error;
+  }
+  // Another model's program, either way round.
+  const ModelShape small = *find_preset("small");
+  EXPECT_FALSE(check_program_fits_model(*base, small, target, &error));
+  const std::optional<Program> of_small = lower(small, target, ScheduleConfig{}, &error);
+  ASSERT_TRUE(of_small) << error;
+  EXPECT_FALSE(check_program_fits_model(*of_small, toy, target, &error));
+  EXPECT_TRUE(check_program_fits_model(*of_small, small, target, &error)) << error;
+}
+
+TEST(ProgramFitsModel, EveryLoweringFitsItsModelAndItsActivationBound) {
+  const GpuTarget target = test_target();
+  std::mt19937_64 rng(5);
+  for (const char* name : {"toy", "toy-2L", "small"}) {
+    const ModelShape shape = *find_preset(name);
+    const uint64_t bound = max_activation_elements(shape);
+    for (int i = 0; i < 60; ++i) {
+      const ScheduleConfig config = i == 0 ? ScheduleConfig{} : random_config(shape, target, rng);
+      std::string error;
+      const std::optional<Program> p = lower(shape, target, config, &error);
+      if (!p) continue;
+      EXPECT_LE(p->buffer_elements[ms_abi::kBufActivations], bound) << name << " " << i;
+      EXPECT_TRUE(check_program_fits_model(*p, shape, target, &error)) << name << ": " << error;
+    }
+  }
 }
 
 }  // namespace

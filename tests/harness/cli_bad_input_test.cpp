@@ -1,0 +1,345 @@
+// Bad input to every verb, as an agent would send it: each row runs the megasched binary and must
+// end with the exit code HARNESS.md section 6 gives (2: bad input, 3: a file that cannot be read
+// or written, no GPU), one line on stderr that names the verb and says what was wrong, and never
+// a crash, an abort or an endless read. Every row is a bug that once crashed, hung or exited 0.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "eval/device.h"
+#include "flywheel/corpus.h"
+#include "flywheel/results.h"
+#include "schedule/lower.h"
+#include "schedule/program.h"
+#include "schedule/target.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The fixtures every row may name as {dir}/...: programs, configs, checkpoints and logs.
+class CliBadInput : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("ms_bad_input_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write_programs();
+    write_configs();
+    write_checkpoints();
+    write_logs();
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static json lowered(const std::string& model) {
+    std::string error;
+    auto p = megasched::schedule::lower(*megasched::schedule::find_preset(model),
+                                        *megasched::schedule::find_target("h100"),
+                                        megasched::schedule::ScheduleConfig{}, &error);
+    EXPECT_TRUE(p) << error;
+    return megasched::schedule::to_json(*p);
+  }
+  static void put(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+
+  static void write_programs() {
+    const json toy = lowered("toy");
+    put("toy.json", toy.dump());
+    put("small.json", lowered("small").dump());
+    json p = toy;
+    p["buffer_elements"][0] = uint64_t{1} << 40;
+    put("huge_weights.json", p.dump());
+    p = toy;
+    p["buffer_elements"][1] = uint64_t{1} << 40;
+    put("huge_act.json", p.dump());
+    p = toy;
+    p["tasks"][0]["weight"] = uint64_t{1} << 62;
+    put("huge_offset.json", p.dump());
+    p = toy;
+    p["build"]["knobs"]["MS_UNROLL"] = 3;
+    put("bad_unroll.json", p.dump());
+    p = toy;
+    p["build"]["knobs"]["MS_WEIGHT_LOAD"] = 7;
+    put("bad_weight_load.json", p.dump());
+    p = toy;
+    p["launch"]["smem_pages"] = 64;
+    put("bad_ring.json", p.dump());
+    p = toy;
+    p["model"]["hidden"] = 128;
+    put("bad_model.json", p.dump());
+  }
+
+  static void write_configs() {
+    put("dup.json", R"({"kernel": {"unroll": 4}, "kernel": {"vector_bytes": 8}})");
+    put("deep.json",
+        "{\"kernel\": {\"unroll\": " + std::string(60000, '[') + std::string(60000, ']') + "}}");
+    put("big.json", "{\"kernel\": {\"unroll\": \"" + std::string(10 << 20, 'x') + "\"}}");
+    put("bigkey.json", "{\"kernel\": {\"" + std::string(10 << 20, 'k') + "\": 1}}");
+    put("README.md", "# notes\n\nnot a log\n");
+    put("a_file", "x");
+    fs::create_directories(dir_ / "a_dir");
+  }
+
+  static void checkpoint(const std::string& name, const json& changes) {
+    json config = {{"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"hidden_size", 64},
+                   {"num_hidden_layers", 1},
+                   {"num_attention_heads", 4},
+                   {"num_key_value_heads", 2},
+                   {"intermediate_size", 128},
+                   {"vocab_size", 256},
+                   {"max_position_embeddings", 128},
+                   {"torch_dtype", "float32"}};
+    config.update(changes);
+    fs::create_directories(dir_ / name);
+    put(name + "/config.json", config.dump());
+  }
+
+  static void write_checkpoints() {
+    // Each field in range, their product far beyond any buffer.
+    checkpoint("ckpt_huge", {{"hidden_size", 1 << 16},
+                             {"num_hidden_layers", 4096},
+                             {"num_attention_heads", 512},
+                             {"num_key_value_heads", 512},
+                             {"intermediate_size", 1 << 20},
+                             {"vocab_size", 1 << 20}});
+    checkpoint("ckpt_theta", {{"rope_theta", 0}});
+    checkpoint("ckpt_eps", {{"rms_norm_eps", -1e-5}});
+  }
+
+  static void write_logs() {
+    megasched::flywheel::CorpusRecord r;
+    r.run_id = "r1";
+    r.schedule_id = "s1";
+    r.status = "kept";
+    r.model = "toy";
+    r.target = "h100";
+    r.device = "cpu";
+    std::string error;
+    ASSERT_TRUE(megasched::flywheel::append_corpus((dir_ / "corpus.jsonl").string(), r, &error));
+    ASSERT_TRUE(megasched::flywheel::append_result(
+        (dir_ / "results.tsv").string(), megasched::flywheel::row_from_record(r), &error));
+  }
+
+  /// `megasched <args>` with {dir} replaced, stdin empty, at most 120 s.
+  static Outcome run(std::string args) {
+    for (size_t at; (at = args.find("{dir}")) != std::string::npos;)
+      args.replace(at, 5, dir_.string());
+    const std::string cmd = "timeout 120 " + std::string(MS_BINARY_PATH) + " " + args +
+                            " < /dev/null > '" + (dir_ / "out.txt").string() + "' 2> '" +
+                            (dir_ / "err.txt").string() + "'";
+    const int status = std::system(cmd.c_str());
+    Outcome r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(dir_ / "out.txt");
+    r.err = slurp(dir_ / "err.txt");
+    return r;
+  }
+
+  static fs::path dir_;
+};
+
+fs::path CliBadInput::dir_;
+
+struct Row {
+  const char* args;
+  int exit_code;
+  const char* says;          // a piece of the stderr line
+  bool last_line = false;    // the verb prints progress first: only its last stderr line is checked
+  bool without_gpu = false;  // the row is about a machine without a GPU
+};
+
+// Every verb with an input it must refuse; the comment says what it did before.
+const Row kRows[] = {
+    // evaluate
+    {"evaluate --model toy --program {dir}/small.json", 2,
+     "lowered for model 'small', not 'toy'"},  // segfault
+    {"evaluate --model small --program {dir}/toy.json", 2,
+     "lowered for model 'toy', not 'small'"},  // abort
+    {"evaluate --model toy --program {dir}/huge_weights.json", 2,
+     "buffer_elements[0] (weights) is 1099511627776"},
+    {"evaluate --model toy --program {dir}/huge_act.json", 2,
+     "buffer_elements[1] (act) is 1099511627776"},  // bad_alloc
+    {"evaluate --model toy --program {dir}/huge_offset.json", 2,
+     "reads weights at element 4611686018427387904"},
+    {"evaluate --model toy --program {dir}/bad_unroll.json", 2,
+     "MS_UNROLL (kernel.unroll) is 3; allowed values: 1, 2, 4, 8"},
+    {"evaluate --model toy --program {dir}/bad_weight_load.json", 2, "MS_WEIGHT_LOAD is 7"},
+    {"evaluate --model toy --program {dir}/bad_ring.json", 2, "smem_pages (smem.pages) is 64"},
+    {"evaluate --model toy --program {dir}/bad_model.json", 2,
+     "program.model.hidden is 128, but model toy has 64"},
+    {"evaluate --model toy --program {dir}/README.md", 2, "is not valid JSON"},
+    {"evaluate --model toy --program {dir}/nonexistent.json", 3, "cannot read"},
+    {"evaluate --model toy --timed-position -1", 2, "--timed-position: must be an integer in [0,"},
+    {"evaluate --model toy --iterations 0", 2, "--iterations: must be an integer in [1,"},
+    {"evaluate --model toy --warmup -2", 2, "--warmup: must be an integer in [0,"},
+    {"evaluate --model toy --seed -1", 2, "--seed: must be an integer in [0, 2^64 - 1], not '-1'"},
+    {"evaluate --model toy --config {dir}/dup.json", 2,
+     "key 'kernel' appears twice"},  // dropped a group
+    {"evaluate --model toy --config {dir}/deep.json", 2, "has value [[[[[[[[[["},  // stack overflow
+    {"evaluate --model toy --config {dir}/big.json", 2, "has value \"xxxxxxxxxx"},  // echoed 10 MB
+    {"evaluate --model toy --config {dir}/bigkey.json", 2, "unknown config key 'kernel.kkkkkkkk"},
+    {"evaluate --model toy --config {dir}/nonexistent.json", 3, "cannot read"},
+    {"evaluate --model toy --config {dir}/a_dir", 3, "a directory"},
+    {"evaluate --model toy --config /dev/zero", 3, "not a regular file"},
+    {"evaluate --model toy --save-program /dev/full", 3,
+     "--save-program: cannot write '/dev/full': No space left"},             // exit 0
+    {"evaluate --model {dir}/ckpt_huge", 2, "more than megasched handles"},  // bad_alloc
+    {"evaluate --model {dir}/ckpt_theta", 2,
+     "rope_theta must be a positive finite number"},  // blamed the schedule
+    {"evaluate --model {dir}/ckpt_eps", 2, "rms_norm_eps must be a finite number >= 0"},
+    {"evaluate --model toy --gpu auto", 3, "", false, true},  // exit 2
+    // validate
+    {"validate --model toy --program {dir}/small.json", 2,
+     "lowered for model 'small', not 'toy'"},                                           // "ok"
+    {"validate --program {dir}/huge_weights.json", 2, "buffer_elements[0] (weights)"},  // "ok"
+    {"validate --model toy --program {dir}/bad_unroll.json", 2, "MS_UNROLL"},
+    {"validate --random-configs -1", 2, "--random-configs: must be an integer in [1,"},
+    {"validate --seed -5", 2, "--seed: must be an integer in [0, 2^64 - 1]"},
+    {"validate --model {dir}/ckpt_huge", 2, "more than megasched handles"},
+    {"validate --config {dir}/dup.json", 2, "appears twice"},
+    // fuzz-validator
+    {"fuzz-validator --n -1", 2, "--n: must be an integer >= 1, not '-1'"},  // ran 2^64 - 1
+    {"fuzz-validator --n 0", 2, "--n: must be an integer >= 1"},
+    {"fuzz-validator --n 1 --out /dev/full", 3, "--out: cannot write '/dev/full'", true},  // exit 0
+    {"fuzz-validator --n 1 --dump-rejected-safe {dir}/nonexistent", 3, "is not a directory"},
+    // loop
+    {"loop --model toy --device cpu --budget 0", 2, "--budget: must be an integer in [1,"},
+    {"loop --model toy --device cpu --minutes nan", 2,
+     "--minutes: must be a finite number >= 0, not 'nan'"},
+    {"loop --model toy --device cpu --minutes -1", 2, "--minutes"},
+    {"loop --model toy --device cpu --plateau -1", 2, "--plateau"},
+    {"loop --model toy --device cpu --restart-after 0", 2, "--restart-after"},
+    {"loop --model toy --device cpu --exploration 1.5", 2,
+     "--exploration: must be a finite number in [0, 1]"},
+    {"loop --model toy --device cpu --pool 0", 2, "--pool"},
+    {"loop --model toy --device cpu --seed -1", 2, "--seed"},
+    {"loop --model toy --device cpu --weight-seed -1", 2, "--weight-seed"},
+    {"loop --model toy --device cpu --timed-position -3", 2, "--timed-position"},
+    {"loop --model toy --device cpu --trial-timeout 0", 2,
+     "--trial-timeout: must be a finite number in (0,"},  // all "timeout"
+    {"loop --model toy --device cpu --trial-timeout inf", 2, "--trial-timeout"},
+    {"loop --model toy --device cpu --results {dir}/README.md --corpus {dir}/c.jsonl", 2,
+     "is not a results.tsv"},  // appended
+    {"loop --model toy --device cpu --results {dir}/r.tsv --corpus {dir}/README.md", 2,
+     "is not a corpus.jsonl"},
+    {"loop --model toy --device cpu --results {dir}/corpus.jsonl --corpus {dir}/results.tsv", 2,
+     "is not a results.tsv"},
+    {"loop --model toy --device cpu --results {dir}/one --corpus {dir}/one", 2, "both name"},
+    {"loop --model toy --device cpu --results /dev/zero --corpus {dir}/c.jsonl", 2,
+     "/dev/zero is not a regular file"},  // read forever
+    {"loop --model toy --device cpu --results {dir}/a_dir --corpus {dir}/c.jsonl", 2,
+     "is a directory"},
+    {"loop --model toy --device cpu --start {dir}/dup.json", 2, "appears twice"},
+    {"loop --model toy --device cpu --start {dir}/nonexistent.json", 3, "cannot read"},
+    // report
+    {"report --results {dir}/results.tsv --corpus {dir}/corpus.jsonl --out {dir}/results.tsv", 2,
+     "is the --results log it would read"},  // overwrote it
+    {"report --results {dir}/results.tsv --corpus {dir}/corpus.jsonl --out {dir}/corpus.jsonl", 2,
+     "is the --corpus log"},
+    {"report --results /dev/zero --out ''", 3, "/dev/zero is a device"},  // read forever
+    {"report --results {dir}/results.tsv --corpus {dir}/corpus.jsonl --out /dev/full", 3,
+     "--out: cannot write '/dev/full'"},
+    {"report --results {dir}/nonexistent.tsv", 3, "no results file"},
+    // prior
+    {"prior --compare --seeds 0", 2, "--seeds: must be an integer in [1,"},        // segfault
+    {"prior --compare --work-dir {dir}/a_file", 2, "is a file, not a directory"},  // abort
+    {"prior --compare --budget -1", 2, "--budget"},
+    {"prior --compare --jobs 0", 2, "--jobs"},
+    {"prior --compare --target-us nan", 2, "--target-us"},
+    {"prior --eval --folds 1", 2, "--folds: must be an integer in [2, 1000]"},
+    {"prior --eval --corpus /dev/zero", 3, "/dev/zero is a device"},
+    // worker
+    {"worker --model toy --device cpu --timed-position -1", 2, "--timed-position"},
+    {"worker --model toy --device cpu --weight-seed -1", 2, "--weight-seed"},
+    {"worker --model {dir}/ckpt_theta --device cpu", 2, "rope_theta must be"},
+    // generate
+    {"generate --model toy --max-tokens 2 --logits-out /dev/full", 3,
+     "--logits-out: cannot write '/dev/full'"},  // exit 0
+    {"generate --model toy --max-tokens 0", 2, "--max-tokens"},
+    {"generate --model toy --seed -1", 2, "--seed"},
+    {"generate --model {dir}/ckpt_huge", 2, "more than megasched handles"},  // bad_alloc
+    {"generate --model toy --config {dir}/nonexistent.json", 3, "cannot read"},
+    // doctor, baseline, profile
+    {"doctor --repeats 0", 2, "--repeats"},
+    {"doctor --buffer-mib -1", 2, "--buffer-mib"},
+    {"baseline --iterations 0", 2, "--iterations"},
+    {"baseline --warmup -1", 2, "--warmup"},
+    {"baseline --model tyo", 2, "did you mean 'toy'"},  // exit 3 without a GPU
+    {"profile --model toy --out {dir}/p.json --top 0", 2, "--top"},
+    {"profile --model toy --out {dir}/p.json --position -1", 2, "--position"},
+    {"profile --model toy --out {dir}/p.json --warmup nan", 2, "--warmup"},
+    {"profile --model toy --gpu h100 --out {dir}/p.json --config {dir}/deep.json", 2,
+     "has value [[[["},
+    // propose
+    {"propose --model toy --config {dir}/dup.json", 2, "appears twice"},
+    {"propose --model toy --config {dir}/big.json", 2, "has value \"xxxx"},
+    {"propose --model {dir}/ckpt_eps", 2, "rms_norm_eps"},
+    {"propose --model toy --gpu auto", 3, "", false, true},  // exit 2
+};
+
+TEST_F(CliBadInput, EveryVerbRefusesBadInputWithItsExitCodeAndOneLine) {
+  const bool gpu = megasched::eval::gpu_available(nullptr);
+  for (const Row& row : kRows) {
+    if (row.without_gpu && gpu) continue;
+    SCOPED_TRACE(row.args);
+    const Outcome r = run(row.args);
+    EXPECT_EQ(r.exit_code, row.exit_code) << r.err;
+    std::string err = r.err;
+    if (!err.empty() && err.back() == '\n') err.pop_back();
+    if (row.last_line) err = err.substr(err.rfind('\n') + 1);
+    EXPECT_EQ(err.find('\n'), std::string::npos) << "more than one line on stderr:\n" << r.err;
+    const std::string verb = std::string(row.args).substr(0, std::string(row.args).find(' '));
+    EXPECT_EQ(err.rfind("megasched " + verb + ": ", 0), 0u) << err;
+    EXPECT_NE(err.find(row.says), std::string::npos) << err;
+    EXPECT_LT(err.size(), 600u) << "the message echoes its input: " << err.substr(0, 600);
+  }
+}
+
+TEST_F(CliBadInput, AResultThatCannotBeWrittenToStdoutIsExitThree) {
+  for (const char* args : {"propose --model toy", "models --json", "evaluate --model toy"}) {
+    const std::string cmd = std::string(MS_BINARY_PATH) + " " + args + " > /dev/full 2> '" +
+                            (dir_ / "err.txt").string() + "'";
+    const int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << args;  // once exit 0
+    EXPECT_NE(slurp(dir_ / "err.txt").find("cannot write the result to stdout"), std::string::npos)
+        << args;
+  }
+}
+
+TEST_F(CliBadInput, RefusedLogsAndReportInputsAreLeftAsTheyWere) {
+  const std::string readme = slurp(dir_ / "README.md");
+  const std::string results = slurp(dir_ / "results.tsv");
+  const std::string corpus = slurp(dir_ / "corpus.jsonl");
+  run("loop --model toy --device cpu --results {dir}/README.md --corpus {dir}/c2.jsonl");
+  run("loop --model toy --device cpu --results {dir}/corpus.jsonl --corpus {dir}/results.tsv");
+  run("report --results {dir}/results.tsv --corpus {dir}/corpus.jsonl --out {dir}/results.tsv");
+  EXPECT_EQ(slurp(dir_ / "README.md"), readme);
+  EXPECT_EQ(slurp(dir_ / "results.tsv"), results);
+  EXPECT_EQ(slurp(dir_ / "corpus.jsonl"), corpus);
+}
+
+}  // namespace
