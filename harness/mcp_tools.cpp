@@ -605,8 +605,11 @@ std::string profile_command(const Arguments& a, const McpOptions& options,
       shell_quote(options.executable.empty() ? this_executable() : options.executable) +
       " profile --model " + shell_quote(a.text("model")) + " --gpu " + shell_quote(a.text("gpu")) +
       " --config " + shell_quote(config);
-  for (const char* flag : {"position", "token", "warmup", "seed"})
-    command += std::string(" --") + flag + " " + a.get(flag).dump();
+  for (const char* flag : {"position", "token", "warmup", "seed"}) {
+    const json value = a.get(flag);
+    if (std::string(flag) == "token" && value == -1) continue;  // -1: profile's own token sequence
+    command += std::string(" --") + flag + " " + value.dump();
+  }
   return command + " --out " + shell_quote(options.profile_path) + " --json";
 }
 
