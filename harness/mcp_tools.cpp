@@ -479,6 +479,7 @@ ToolResult validate_tool(const ToolCall& call, McpContext&) {
   const Arguments a(call.arguments, validate_schema());
   ValidateRequest request;
   request.model = a.text("model");
+  request.model_given = a.has("model");
   request.gpu = a.text("gpu");
   request.random_configs = a.integer("random_configs");
   request.seed = a.seed("seed");

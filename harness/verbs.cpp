@@ -113,7 +113,7 @@ VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
 VerbResult validate_schedule(const ValidateRequest& request) {
   std::string error;
   auto target = eval::resolve_target(request.gpu, &error);
-  if (!target) return failed(kExitUsage, error);
+  if (!target) return failed(target_error_code(request.gpu), error);
   const std::string presets_hint = " (hint: `megasched models` lists the presets)";
   if (request.random_configs > 0) {
     auto shape = eval::resolve_shape(request.model, &error);
@@ -125,7 +125,16 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   if (request.program) {
     program = schedule::program_from_json(*request.program, &error);
     if (!program) return failed(kExitUsage, "program '" + request.program_label + "': " + error);
+    // The model the program is checked against (a hand-built program, e.g. the fuzzer's "fuzz",
+    // names none: the validator then judges it against its own declarations alone).
+    const std::string model = request.model_given ? request.model : program->model_name;
+    auto shape = eval::resolve_shape(model, &error);
+    if (!shape && request.model_given) return failed(kExitUsage, error + presets_hint);
+    if (shape && !schedule::check_program_fits_model(*program, *shape, *target, &error))
+      return failed(kExitUsage, "program '" + request.program_label + "' does not fit model " +
+                                    shape->name + " on " + target->name + ": " + error);
     out["program"] = request.program_label;
+    out["model"] = shape ? nlohmann::json(shape->name) : nlohmann::json(nullptr);
   } else {
     auto shape = eval::resolve_shape(request.model, &error);
     if (!shape) return failed(kExitUsage, error + presets_hint);

@@ -44,6 +44,8 @@ VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
 /// program JSON, named `program_label` in messages) or random_configs > 0.
 struct ValidateRequest {
   std::string model = "toy";
+  bool model_given = false;  // a program is checked against `model` when given, else the one it
+                             // names when that is a preset or a checkpoint (else judged alone)
   std::string gpu = "h100";
   std::optional<schedule::ScheduleConfig> config;  // nullopt: the default config
   std::optional<nlohmann::json> program;

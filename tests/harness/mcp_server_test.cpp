@@ -23,6 +23,9 @@
 #include "flywheel/results.h"
 #include "harness/child_process.h"
 #include "harness/json_rpc.h"
+#include "schedule/lower.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
 #include "tests/harness/mcp_client.h"
 #include "tests/harness/run_cli.h"
 
@@ -236,6 +239,28 @@ TEST_F(McpServer, ValidateAndReportReturnTheCliDocuments) {
   const json empty = client.call("report", json::object());
   EXPECT_TRUE(empty["isError"]) << empty.dump();
   EXPECT_EQ(empty["_meta"]["dev.megasched/exit_code"], 3);
+}
+
+// The validate tool checks a program against its model as `megasched validate --program` does:
+// small's program is refused for toy, and judged against small when no model is given.
+TEST_F(McpServer, ValidateChecksAProgramAgainstItsModel) {
+  std::string error;
+  const auto program =
+      schedule::lower(*schedule::find_preset("small"), *schedule::find_target("h100"),
+                      schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  McpPipeClient client(options_);
+  client.initialize();
+  const json p = schedule::to_json(*program);
+  const json wrong = client.call("validate", {{"program", p}, {"model", "toy"}});
+  EXPECT_TRUE(wrong["isError"]) << wrong.dump();
+  EXPECT_EQ(wrong["_meta"]["dev.megasched/exit_code"], 2);
+  EXPECT_NE(wrong["content"][0]["text"].get<std::string>().find("does not fit model toy"),
+            std::string::npos)
+      << wrong.dump();
+  const json own = client.call("validate", {{"program", p}});
+  EXPECT_TRUE(own["structuredContent"]["ok"]) << own.dump();
+  EXPECT_EQ(own["structuredContent"]["model"], "small");
 }
 
 TEST_F(McpServer, ArgumentsThatFailTheSchemaAreInvalidParamsNamingThePath) {
