@@ -488,8 +488,11 @@ ToolResult validate_tool(const ToolCall& call, McpContext&) {
   if (given > 1) return invalid_params("validate takes one of config, program, random_configs");
   std::string error;
   if (a.has("program")) {
-    request.program = a.get("program");
     request.program_label = "arguments.program";
+    request.program = schedule::program_from_json(a.get("program"), &error);
+    if (!request.program)
+      return tool_error(kExitUsage,
+                        "megasched validate: program '" + request.program_label + "': " + error);
   } else if (request.random_configs == 0) {
     request.config = config_argument(a, "config", &error);
     if (!request.config) return tool_error(kExitUsage, "megasched validate: " + error);

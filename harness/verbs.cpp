@@ -123,8 +123,7 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   std::optional<schedule::Program> program;
   nlohmann::json out;
   if (request.program) {
-    program = schedule::program_from_json(*request.program, &error);
-    if (!program) return failed(kExitUsage, "program '" + request.program_label + "': " + error);
+    program = request.program;
     // The model the program is checked against (a hand-built program, e.g. the fuzzer's "fuzz",
     // names none: the validator then judges it against its own declarations alone).
     const std::string model = request.model_given ? request.model : program->model_name;

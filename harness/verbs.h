@@ -17,6 +17,7 @@
 #include "harness/strategy.h"
 #include "harness/trial_flags.h"
 #include "schedule/config.h"
+#include "schedule/program.h"
 
 namespace megasched::harness {
 
@@ -48,7 +49,7 @@ struct ValidateRequest {
                              // names when that is a preset or a checkpoint (else judged alone)
   std::string gpu = "h100";
   std::optional<schedule::ScheduleConfig> config;  // nullopt: the default config
-  std::optional<nlohmann::json> program;
+  std::optional<schedule::Program> program;        // read by the caller (a file, a tool argument)
   std::string program_label;
   int random_configs = 0;  // > 0: lower and validate this many random configs instead
   uint64_t seed = 1;       // of the random configs
