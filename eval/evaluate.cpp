@@ -186,9 +186,6 @@ std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) 
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 }  // namespace
 
 Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {

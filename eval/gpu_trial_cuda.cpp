@@ -64,8 +64,7 @@ class GpuTrial {
   bool phase(const char* name, F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     const bool ok = f();
-    r_.phases_ms[name] =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r_.phases_ms[name] = ms_since(t0);
     return ok;
   }
   GpuTrialResult fail(const std::string& status, const std::string& message) {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "eval/timing.h"
+
 #include "schedule/lower.h"
 
 namespace megasched::eval {
@@ -14,18 +16,14 @@ std::string PreparedProgram::unsafe_message() const {
 PreparedProgram prepare_program(const schedule::ModelShape& shape,
                                 const schedule::GpuTarget& target,
                                 const schedule::ScheduleConfig& config) {
-  using Clock = std::chrono::steady_clock;
-  auto ms = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
   PreparedProgram prepared;
-  const auto t0 = Clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   prepared.program = schedule::lower(shape, target, config, &prepared.error);
-  const auto t1 = Clock::now();
-  prepared.lower_ms = ms(t0, t1);
+  prepared.lower_ms = ms_since(t0);
   if (prepared.program) {
+    const auto t1 = std::chrono::steady_clock::now();
     prepared.report = schedule::validate(*prepared.program, target);
-    prepared.validate_ms = ms(t1, Clock::now());
+    prepared.validate_ms = ms_since(t1);
   }
   return prepared;
 }

@@ -2,6 +2,7 @@
 // the keep rule compares against.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -19,5 +20,10 @@ struct SampleStats {
 
 /// Linear-interpolated percentiles; all zero for an empty input.
 SampleStats sample_stats(std::vector<double> samples);
+
+/// Wall milliseconds since t0 (a trial's phase in Verdict::breakdown_ms).
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace megasched::eval
