@@ -334,46 +334,38 @@ __device__ __forceinline__ void rope_kv(const KernelArgs& a, const Instr& in, Sh
 
 // ---- kAttnPartial ----
 
-// The key row and value rows are loaded into registers before the query's barrier and the scores
-// that use them, so one attention task at a short context costs one L2 round trip, not four (the
-// key and value of this step were written by another block: L2 reads).
-constexpr bool kKeyVec = (kHeadDim * sizeof(KvT)) % 16 == 0;
-constexpr int kKeyVecs = kKeyVec ? kHeadDim * int(sizeof(KvT)) / 16 : 1;  // 16-byte loads per key
-constexpr uint32_t kValueBatch = 8;  // value rows a warp holds in registers at once
-
-/// A lane's key row (lane = key), loaded whole before any element is used.
-struct KeyRow {
-  uint4 raw[kKeyVecs];
-};
-
-__device__ __forceinline__ void load_key(const KvT* krow, bool valid, KeyRow* k) {
-  if constexpr (kKeyVec) {
-    const uint4* row = reinterpret_cast<const uint4*>(krow);
-#pragma unroll
-    for (int v = 0; v < kKeyVecs; ++v) k->raw[v] = valid ? __ldcg(row + v) : make_uint4(0, 0, 0, 0);
-  }
-}
-
-/// Dot products of one key row with the nh staged query heads (acc[j] += q_j . k); a vectorisable
-/// row comes from `k` (load_key), another is read element by element from `krow`.
-__device__ __forceinline__ void attn_scores(const KeyRow& k, const KvT* krow, const float* q, int nh,
-                                            float* sc) {
-  if constexpr (kKeyVec) {
+/// Dot products of one key row with the nh staged query heads (acc[j] += q_j . k).
+__device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int nh, float* sc) {
+  constexpr bool kVec = (kHeadDim * sizeof(KvT)) % 16 == 0;
+  if (kVec) {
+    // The key row in batches of kRowBatch 16-byte loads issued before any is used: one L2 round
+    // trip per batch, not per load (a key written by another block this step is an L2 read).
     constexpr int kPer = 16 / sizeof(KvT);
+    constexpr int kVecs = kHeadDim / kPer;
+    constexpr int kRowBatch = kVecs < 4 ? kVecs : 4;
+    const uint4* row = reinterpret_cast<const uint4*>(krow);
+    for (int v0 = 0; v0 < kVecs; v0 += kRowBatch) {
+      uint4 raw[kRowBatch];
 #pragma unroll
-    for (int v = 0; v < kKeyVecs; ++v) {
-      const uint32_t w[4] = {k.raw[v].x, k.raw[v].y, k.raw[v].z, k.raw[v].w};
-      const int d0 = v * kPer;
+      for (int b = 0; b < kRowBatch; ++b) {
+        if (v0 + b < kVecs) raw[b] = __ldcg(row + v0 + b);
+      }
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) {
+      for (int b = 0; b < kRowBatch; ++b) {
+        if (v0 + b >= kVecs) break;
+        const uint32_t w[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w};
+        const int d0 = (v0 + b) * kPer;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
 #if MS_KV_BF16
-        const float kv = bf16_pair_elem(w[e >> 1], e);
+          const float kv = bf16_pair_elem(w[e >> 1], e);
 #else
-        const float kv = __uint_as_float(w[e]);
+          const float kv = __uint_as_float(w[e]);
 #endif
 #pragma unroll
-        for (int j = 0; j < kAttnHeadBatch; ++j) {
-          if (j < nh) sc[j] += q[j * kHeadDim + d0 + e] * kv;
+          for (int j = 0; j < kAttnHeadBatch; ++j) {
+            if (j < nh) sc[j] += q[j * kHeadDim + d0 + e] * kv;
+          }
         }
       }
     }
@@ -384,21 +376,6 @@ __device__ __forceinline__ void attn_scores(const KeyRow& k, const KvT* krow, co
       for (int j = 0; j < kAttnHeadBatch; ++j) {
         if (j < nh) sc[j] += q[j * kHeadDim + d] * kv;
       }
-    }
-  }
-}
-
-/// The value rows of keys [k0, k0 + kValueBatch) of the key block at kb (lane = dim; 0 past `keys`).
-__device__ __forceinline__ void load_values(const KvT* V, uint32_t kb, uint32_t k0, uint32_t keys,
-                                            float (&vv)[kValueBatch][kHeadDimPerLane]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
-    const KvT* vrow = V + uint64_t(kb + k0 + kk) * kHeadDim;
-#pragma unroll
-    for (int i = 0; i < kHeadDimPerLane; ++i) {
-      const int d = lane + 32 * i;
-      vv[kk][i] = (k0 + kk < keys && d < kHeadDim) ? kv_load(vrow + d) : 0.0f;
     }
   }
 }
@@ -424,15 +401,6 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
   const KvT* V = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 1, g);
   for (uint32_t hb = in.row_begin; hb < in.row_end; hb += kAttnHeadBatch) {
     const int nh = int(min(uint32_t(kAttnHeadBatch), in.row_end - hb));
-    // Warp w takes key blocks of 32 (lane = key for the scores, lane = dim for the values); its
-    // first block's key row and first value rows are in flight before the query's barrier.
-    uint32_t kb = t0 + warp * 32;
-    KeyRow key;
-    float vv[kValueBatch][kHeadDimPerLane];
-    if (kb < t1) {
-      load_key(K + uint64_t(kb + lane) * kHeadDim, kb + lane < t1, &key);
-      load_values(V, kb, 0, min(32u, t1 - kb), vv);
-    }
     for (uint32_t i = threadIdx.x; i < uint32_t(nh) * kHeadDim; i += kComputeThreads) {
       s.u.attn.q[i] = act_load(a.act + in.in + uint64_t(hb) * kHeadDim + i);
     }
@@ -445,17 +413,14 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
 #pragma unroll
       for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = 0.0f;
     }
-    for (; kb < t1; kb += kComputeWarps * 32) {
+    // Warp w takes key blocks of 32 (lane = key for the scores, lane = dim for the values).
+    for (uint32_t kb = t0 + warp * 32; kb < t1; kb += kComputeWarps * 32) {
       const uint32_t t = kb + lane;
       const bool valid = t < t1;
-      const uint32_t keys = min(32u, t1 - kb);
       float sc[kAttnHeadBatch];
 #pragma unroll
       for (int j = 0; j < kAttnHeadBatch; ++j) sc[j] = 0.0f;
-      if (valid) attn_scores(key, K + uint64_t(t) * kHeadDim, s.u.attn.q, nh, sc);
-      // The next block's key row goes out now; its latency overlaps this block's softmax and values.
-      const uint32_t kb_next = kb + kComputeWarps * 32;
-      if (kb_next < t1) load_key(K + uint64_t(kb_next + lane) * kHeadDim, kb_next + lane < t1, &key);
+      if (valid) attn_scores(K + uint64_t(t) * kHeadDim, s.u.attn.q, nh, sc);
       float pr[kAttnHeadBatch];
 #pragma unroll
       for (int j = 0; j < kAttnHeadBatch; ++j) {
@@ -471,9 +436,20 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
           mx[j] = mnew;
         }
       }
-      // Values: kValueBatch keys' rows are loaded before any is used (the first batch already is).
+      // Values: kValueBatch keys' rows are loaded before any is used, so their latencies overlap.
+      constexpr uint32_t kValueBatch = 8;
+      const uint32_t keys = min(32u, t1 - kb);
       for (uint32_t k0 = 0; k0 < keys; k0 += kValueBatch) {
-        if (k0 > 0) load_values(V, kb, k0, keys, vv);
+        float vv[kValueBatch][kHeadDimPerLane];
+#pragma unroll
+        for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
+          const KvT* vrow = V + uint64_t(kb + k0 + kk) * kHeadDim;
+#pragma unroll
+          for (int i = 0; i < kHeadDimPerLane; ++i) {
+            const int d = lane + 32 * i;
+            vv[kk][i] = (k0 + kk < keys && d < kHeadDim) ? kv_load(vrow + d) : 0.0f;
+          }
+        }
 #pragma unroll
         for (uint32_t kk = 0; kk < kValueBatch; ++kk) {
 #pragma unroll
@@ -487,7 +463,6 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
           }
         }
       }
-      if (kb_next < t1) load_values(V, kb_next, 0, min(32u, t1 - kb_next), vv);
     }
     // Merge the warps' online-softmax states, head by head, in warp order.
 #pragma unroll
