@@ -17,7 +17,8 @@
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
-#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep
+#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep,
+#        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -149,6 +150,29 @@ if has_stage ncu; then
       log "ncu $n ok"
     else
       log "ncu $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
+      status=1
+    fi
+    rm -f "$OUT/ncu_run.log"
+  done
+  # NCU_STEPS (space-separated MODEL@POSITION@CONFIG): the whole megakernel of one timed decode
+  # step of `megasched evaluate`, profiled the same way into ncu_step_N.txt (step_N.ncu-rep).
+  n=0
+  for spec in ${NCU_STEPS:-}; do
+    n=$((n + 1))
+    IFS=@ read -r smodel spos scfg <<< "$spec"
+    log "ncu step $n: evaluate --model $smodel --positions $spos --config $scfg"
+    if MEGASCHED_NVRTC_LINEINFO=1 ncu --clock-control none --kernel-name ms_megakernel \
+         --launch-skip "${NCU_STEP_SKIP:-4}" --launch-count 1 --import-source no \
+         --warp-sampling-interval 0 \
+         --section SourceCounters --section WarpStateStats --section SchedulerStats \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/step_$n" \
+         "$BUILD/megasched" evaluate --model "$smodel" --gpu auto --device gpu --positions "$spos" \
+         --timed-position "$spos" --config "$scfg" --iterations 3 --warmup 2 --no-baseline \
+         > "$OUT/ncu_run.log" 2>&1; then
+      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/step_$n.ncu-rep" 80 > "$OUT/ncu_step_$n.txt" 2>&1
+      log "ncu step $n ok"
+    else
+      log "ncu step $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
       status=1
     fi
     rm -f "$OUT/ncu_run.log"
