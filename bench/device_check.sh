@@ -17,7 +17,10 @@
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
-#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep
+#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep;
+#        stage "drift" runs bench/hf_bf16_drift.py (megasched's and transformers' bf16 max abs logit
+#        error against transformers' fp32 at DRIFT_POSITIONS, default 0,300,1024,4096, for
+#        DRIFT_SHAPES, default all four) into bf16_drift.json
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -163,6 +166,20 @@ if has_stage crosscheck; then
     log "crosscheck passed"
   else
     log "crosscheck FAILED"
+    status=1
+  fi
+fi
+
+if has_stage drift; then
+  # Issue 16's bf16 accuracy: megasched (GPU) and transformers bf16 vs transformers fp32, by position.
+  DRIFT_POSITIONS=${DRIFT_POSITIONS:-0,300,1024,4096}
+  DRIFT_SHAPES=${DRIFT_SHAPES:-hd128-gqa3-llama3,hd128-gqa3,hd64-gqa3-llama3,hd64-gqa3}
+  log "drift: bench/hf_bf16_drift.py --shapes $DRIFT_SHAPES --positions $DRIFT_POSITIONS"
+  if PYTHONUNBUFFERED=1 timeout 540 python3 "$ROOT/bench/hf_bf16_drift.py" --megasched "$BUILD/megasched" \
+       --shapes "$DRIFT_SHAPES" --positions "$DRIFT_POSITIONS" --out "$OUT/bf16_drift.json" >> "$LOG" 2>&1; then
+    log "drift passed (megasched within transformers' bf16 error at every position)"
+  else
+    log "drift FAILED"
     status=1
   fi
 fi
