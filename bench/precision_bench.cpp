@@ -37,10 +37,10 @@ using namespace megasched;
 
 struct Options {
   int head_dim = 128;
-  int gqa = 3;            // query heads per KV head
-  int q_dim = 384;        // heads x head_dim, also the hidden size
+  int gqa = 3;      // query heads per KV head
+  int q_dim = 384;  // heads x head_dim, also the hidden size
   int layers = 2;
-  bool llama3 = true;     // llama3 RoPE scaling (factor 32, low 1, high 4, original 8192)
+  bool llama3 = true;  // llama3 RoPE scaling (factor 32, low 1, high 4, original 8192)
   std::vector<int> positions = {0, 300, 1024, 4096};
   uint64_t seed = 1;
   std::string out;
@@ -67,7 +67,8 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") usage("CPU bf16 accuracy against emulated transformers (fp32 and bf16)", 0);
+    if (flag == "--help" || flag == "-h")
+      usage("CPU bf16 accuracy against emulated transformers (fp32 and bf16)", 0);
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string value = argv[++i];
     if (flag == "--head-dim") {
@@ -155,19 +156,22 @@ int main(int argc, char** argv) {
     const std::vector<float> r = ref.step(token, pos), rc = ref_cast.step(token, pos);
     const std::vector<float> b = hf_bf16.step(token, pos), bc = hf_bf16_cast.step(token, pos);
     if (std::find(o.positions.begin(), o.positions.end(), pos) == o.positions.end()) continue;
-    nlohmann::json row = {{"position", pos},
-                          {"vs_ref", {{"megasched", max_abs_diff(ms.logits, r)},
-                                      {"hf_bf16", max_abs_diff(b, r)},
-                                      {"hf_bf16_cast", max_abs_diff(bc, r)}}},
-                          {"vs_ref_cast", {{"megasched", max_abs_diff(ms.logits, rc)},
-                                           {"hf_bf16_cast", max_abs_diff(bc, rc)}}},
-                          {"ref_cast_vs_ref", max_abs_diff(rc, r)}};
-    std::printf("%s pos %5d | vs ref: megasched %.4f hf_bf16 %.4f hf_bf16_cast %.4f | vs ref_cast: "
-                "megasched %.4f hf_bf16_cast %.4f\n",
-                shape.name.c_str(), pos, row["vs_ref"]["megasched"].get<float>(),
-                row["vs_ref"]["hf_bf16"].get<float>(), row["vs_ref"]["hf_bf16_cast"].get<float>(),
-                row["vs_ref_cast"]["megasched"].get<float>(),
-                row["vs_ref_cast"]["hf_bf16_cast"].get<float>());
+    nlohmann::json row = {
+        {"position", pos},
+        {"vs_ref",
+         {{"megasched", max_abs_diff(ms.logits, r)},
+          {"hf_bf16", max_abs_diff(b, r)},
+          {"hf_bf16_cast", max_abs_diff(bc, r)}}},
+        {"vs_ref_cast",
+         {{"megasched", max_abs_diff(ms.logits, rc)}, {"hf_bf16_cast", max_abs_diff(bc, rc)}}},
+        {"ref_cast_vs_ref", max_abs_diff(rc, r)}};
+    std::printf(
+        "%s pos %5d | vs ref: megasched %.4f hf_bf16 %.4f hf_bf16_cast %.4f | vs ref_cast: "
+        "megasched %.4f hf_bf16_cast %.4f\n",
+        shape.name.c_str(), pos, row["vs_ref"]["megasched"].get<float>(),
+        row["vs_ref"]["hf_bf16"].get<float>(), row["vs_ref"]["hf_bf16_cast"].get<float>(),
+        row["vs_ref_cast"]["megasched"].get<float>(),
+        row["vs_ref_cast"]["hf_bf16_cast"].get<float>());
     std::fflush(stdout);
     rows.push_back(row);
   }

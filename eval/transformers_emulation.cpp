@@ -119,8 +119,8 @@ std::vector<float> TransformersLlama::step(int32_t token, int32_t position) {
       std::copy_n(qkv.data() + q_dim + kv_dim + g * hd, hd, v_cache_.data() + at);
     }
     for (int head = 0; head < s.heads; ++head) {
-      const size_t base =
-          (static_cast<size_t>(l) * s.kv_heads + head / group) * s.max_seq * static_cast<size_t>(hd);
+      const size_t base = (static_cast<size_t>(l) * s.kv_heads + head / group) * s.max_seq *
+                          static_cast<size_t>(hd);
       attend(qkv.data() + head * hd, base, position + 1, attn.data() + head * hd);
     }
     linear(w.wo, h, q_dim, attn, proj);

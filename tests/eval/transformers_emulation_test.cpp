@@ -103,8 +103,8 @@ TEST(Bf16Precision, ReferenceVmStaysWithinTransformersBf16ErrorAtLongPositions) 
   constexpr int kLast = 320;
   const Weights w = schedule::generate_weights(long_context_shape(DType::kBF16, kLast + 1), 5, 0);
   std::string error;
-  const std::optional<schedule::Program> program = schedule::lower(
-      w.shape, testing_support::h100_target(), schedule::ScheduleConfig{}, &error);
+  const std::optional<schedule::Program> program =
+      schedule::lower(w.shape, testing_support::h100_target(), schedule::ScheduleConfig{}, &error);
   ASSERT_TRUE(program) << error;
   vm::ReferenceVm vm(*program, w);
   TransformersLlama ref(w, {false, false}), hf_bf16(w, {true, false});
