@@ -6,9 +6,11 @@
 #include <cmath>
 #include <vector>
 
+#include "eval/device.h"
 #include "eval/eager.h"
 #include "schedule/lower.h"
 #include "tests/h100_target.h"
+#include "vm/gpu_vm.h"
 #include "vm/reference_vm.h"
 
 namespace megasched::eval {
@@ -95,10 +97,30 @@ TEST(TransformersEmulation, ACastModelRotatesByBf16InverseFrequencies) {
 }
 
 // The regression test of the bf16 accuracy report (dev/bf16_precision.md): after a few hundred
-// positions, megasched's bf16 path (the ReferenceVm, which the GPU megakernel matches) must stay
-// within transformers' own bf16 error against transformers' fp32 compute on the same weights.
-// The budget is measured, not typed: the emulated transformers bf16 step's max abs logit error.
-// What the user saw (a reference whose inv_freq a bf16 cast had rounded) fails the same bound.
+// positions, megasched's bf16 path must stay within transformers' own bf16 error against
+// transformers' fp32 compute on the same weights. The budget is measured, not typed: the emulated
+// transformers bf16 step's max abs logit error at the same position. What the report saw (a
+// reference whose inv_freq a bf16 cast had rounded) fails the same bound at the last position.
+// `megasched_step(token, position)` gives megasched's logits (the ReferenceVm or the GPU).
+template <typename Step>
+void expect_within_transformers_bf16(const Weights& w, int last, Step&& megasched_step) {
+  TransformersLlama ref(w, {false, false}), hf_bf16(w, {true, false});
+  TransformersLlama ref_cast(w, {false, true});
+  for (int pos = 0; pos <= last; ++pos) {
+    const int32_t token = token_at(pos, w.shape.vocab);
+    const std::vector<float> ms = megasched_step(token, pos);
+    ASSERT_EQ(ms.size(), static_cast<size_t>(w.shape.vocab)) << "position " << pos;
+    const std::vector<float> r = ref.step(token, pos), b = hf_bf16.step(token, pos);
+    const std::vector<float> rc = ref_cast.step(token, pos);
+    if (pos % 64 != 0) continue;
+    const float budget = max_abs_diff(b, r);
+    EXPECT_LE(max_abs_diff(ms, r), budget) << "position " << pos;
+    if (pos == last) {
+      EXPECT_GT(max_abs_diff(rc, r), budget) << "the cast reference's drift";
+    }
+  }
+}
+
 TEST(Bf16Precision, ReferenceVmStaysWithinTransformersBf16ErrorAtLongPositions) {
   constexpr int kLast = 320;
   const Weights w = schedule::generate_weights(long_context_shape(DType::kBF16, kLast + 1), 5, 0);
@@ -107,22 +129,32 @@ TEST(Bf16Precision, ReferenceVmStaysWithinTransformersBf16ErrorAtLongPositions) 
       schedule::lower(w.shape, testing_support::h100_target(), schedule::ScheduleConfig{}, &error);
   ASSERT_TRUE(program) << error;
   vm::ReferenceVm vm(*program, w);
-  TransformersLlama ref(w, {false, false}), hf_bf16(w, {true, false});
-  TransformersLlama ref_cast(w, {false, true});
-  for (int pos = 0; pos <= kLast; ++pos) {
-    const int32_t token = token_at(pos, w.shape.vocab);
-    const vm::ReferenceVm::StepResult ms = vm.step(token, pos);
-    ASSERT_TRUE(ms.completed) << ms.stuck;
-    const std::vector<float> r = ref.step(token, pos), b = hf_bf16.step(token, pos);
-    const std::vector<float> rc = ref_cast.step(token, pos);
-    if (pos % 64 != 0) continue;
-    const float budget = max_abs_diff(b, r);
-    const float megasched = max_abs_diff(ms.logits, r);
-    EXPECT_LE(megasched, budget) << "position " << pos;
-    if (pos == kLast) {
-      EXPECT_GT(max_abs_diff(rc, r), budget) << "the cast reference's drift";
-    }
-  }
+  expect_within_transformers_bf16(w, kLast, [&](int32_t token, int32_t pos) {
+    const vm::ReferenceVm::StepResult r = vm.step(token, pos);
+    EXPECT_TRUE(r.completed) << r.stuck;
+    return r.logits;
+  });
+}
+
+TEST(Bf16Precision, GpuMegakernelStaysWithinTransformersBf16ErrorAtLongPositions) {
+  std::string error;
+  if (!gpu_available(&error)) GTEST_SKIP() << error;
+  constexpr int kLast = 512;
+  const Weights w = schedule::generate_weights(long_context_shape(DType::kBF16, kLast + 1), 5, 0);
+  const std::optional<schedule::GpuTarget> target = live_target(&error);
+  ASSERT_TRUE(target) << error;
+  const std::optional<schedule::Program> program =
+      schedule::lower(w.shape, *target, schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  bool rejected = false;
+  const std::unique_ptr<vm::GpuVm> gpu =
+      vm::GpuVm::create(*program, w, vm::GpuVmOptions{}, &error, &rejected);
+  ASSERT_TRUE(gpu) << error;
+  expect_within_transformers_bf16(w, kLast, [&](int32_t token, int32_t pos) {
+    const vm::StepOutput out = gpu->step(token, pos);
+    EXPECT_EQ(out.status, "ok") << out.message;
+    return out.logits;
+  });
 }
 
 }  // namespace
