@@ -10,17 +10,17 @@
 #
 # usage: bench/device_check.sh OUT_DIR
 # env:   STAGES (default "build tests doctor evaluate bench"; add "crosscheck" for the transformers
-#        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS), MODELS (default toy,small,llama-1b),
+#        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS; "drift" for
+#        bench/hf_bf16_drift.py, megasched's and transformers' bf16 max abs logit error against
+#        transformers' fp32 at DRIFT_POSITIONS, default 0,300,1024,4096, for DRIFT_SHAPES, default
+#        all four, into bf16_drift.json), MODELS (default toy,small,llama-1b),
 #        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
 #        bench/configs/*.json), GPU_TESTS (gtest filter of the tests stage),
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
-#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep;
-#        stage "drift" runs bench/hf_bf16_drift.py (megasched's and transformers' bf16 max abs logit
-#        error against transformers' fp32 at DRIFT_POSITIONS, default 0,300,1024,4096, for
-#        DRIFT_SHAPES, default all four) into bf16_drift.json
+#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
