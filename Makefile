@@ -26,10 +26,11 @@ test: build
 demo: build
 	./scripts/demo.sh $(BUILD)
 
-# The Google Benchmark programs (device_bench is the GPU matrix driver with its own flags; the GPU
-# ones skip each case without a device).
+# The Google Benchmark programs (device_bench is the GPU matrix driver and precision_bench the bf16
+# accuracy table of dev/bf16_precision.md, both with their own flags; the GPU ones skip each case
+# without a device).
 bench: build
-	@for b in $(BUILD)/*_bench; do [ "$$(basename $$b)" = device_bench ] && continue; \
+	@for b in $(BUILD)/*_bench; do case "$$(basename $$b)" in device_bench|precision_bench) continue;; esac; \
 	  echo "== $$b"; $$b --benchmark_min_time=0.05 || exit 1; done
 
 format:

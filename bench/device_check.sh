@@ -10,7 +10,10 @@
 #
 # usage: bench/device_check.sh OUT_DIR
 # env:   STAGES (default "build tests doctor evaluate bench"; add "crosscheck" for the transformers
-#        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS), MODELS (default toy,small,llama-1b),
+#        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS; "drift" for
+#        bench/hf_bf16_drift.py, megasched's and transformers' bf16 max abs logit error against
+#        transformers' fp32 at DRIFT_POSITIONS, default 0,300,1024,4096, for DRIFT_SHAPES, default
+#        all four, into bf16_drift.json), MODELS (default toy,small,llama-1b),
 #        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
 #        bench/configs/*.json), GPU_TESTS (gtest filter of the tests stage),
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
@@ -31,7 +34,7 @@ MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*:Bf16Precision.*}
 PROFILES=${PROFILES:-llama-1b@0@default}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
@@ -187,6 +190,20 @@ if has_stage crosscheck; then
     log "crosscheck passed"
   else
     log "crosscheck FAILED"
+    status=1
+  fi
+fi
+
+if has_stage drift; then
+  # Issue 16's bf16 accuracy: megasched (GPU) and transformers bf16 vs transformers fp32, by position.
+  DRIFT_POSITIONS=${DRIFT_POSITIONS:-0,300,1024,4096}
+  DRIFT_SHAPES=${DRIFT_SHAPES:-hd128-gqa3-llama3,hd128-gqa3,hd64-gqa3-llama3,hd64-gqa3}
+  log "drift: bench/hf_bf16_drift.py --shapes $DRIFT_SHAPES --positions $DRIFT_POSITIONS"
+  if PYTHONUNBUFFERED=1 timeout 540 python3 "$ROOT/bench/hf_bf16_drift.py" --megasched "$BUILD/megasched" \
+       --shapes "$DRIFT_SHAPES" --positions "$DRIFT_POSITIONS" --out "$OUT/bf16_drift.json" >> "$LOG" 2>&1; then
+    log "drift passed (megasched within transformers' bf16 error at every position)"
+  else
+    log "drift FAILED"
     status=1
   fi
 fi
