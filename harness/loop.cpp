@@ -336,6 +336,7 @@ class LoopRun {
     const eval::Verdict& v = *judged;
     const double t1 = clock_.now_s();
     CorpusRecord r = make_record(0, seed_source, seed_config, seed_id, nullptr, "", v);
+    if (pool_) r.timed_on = pool_->label(last_slot_);
     std::string status = failure_status(v);
     if (status.empty())
       status = has_latency(v) ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
@@ -729,6 +730,7 @@ class LoopRun {
     while (busy_[slot] && !cancelled())
       if (std::optional<PoolEvent> e = pool_->wait(0.5)) on_event(std::move(*e));
     remeasure_event_.reset();
+    last_slot_ = slot;
     busy_[slot] = kRemeasureTicket;
     pool_->submit(slot, kRemeasureTicket, config);
     while (!remeasure_event_ && !cancelled())
@@ -749,6 +751,8 @@ class LoopRun {
   /// Trials done, trials/min in all and per worker, best so far (on the progress stream).
   void print_rates() {
     if (!options_.progress || !pool_ || trials_this_invocation_ == 0) return;
+    if (rates_printed_at_ == next_trial_) return;
+    rates_printed_at_ = next_trial_;
     const double minutes = std::max(1e-9, (clock_.now_s() - start_s_) / 60.0);
     std::string line = "progress: " + std::to_string(next_trial_) + "/" +
                        std::to_string(options_.budget) + " trials, " +
@@ -1049,6 +1053,8 @@ class LoopRun {
   std::set<std::string> queued_ids_;  // ids of the tickets not yet decided
   uint64_t next_seq_ = 0;
   int remeasure_slot_ = -1;  // where evaluate() runs: the slot of the ticket being decided
+  int last_slot_ = 0;        // where evaluate() ran last
+  int rates_printed_at_ = -1;  // next_trial_ at the last progress: line
   std::optional<PoolEvent> remeasure_event_;
   bool stopping_ = false;
   std::vector<int> slot_trials_;

@@ -1,4 +1,7 @@
-// harness/mpi_pool.h over MPI (built with -DMEGASCHED_MPI=ON).
+// harness/mpi_pool.h over MPI (built with -DMEGASCHED_MPI=ON). The C API only: without these
+// OpenMPI's and MPICH's mpi.h pull in their C++ bindings, which need a library this does not link.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #include <signal.h>
 #include <time.h>

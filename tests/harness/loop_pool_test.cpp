@@ -11,6 +11,7 @@
 #include "harness/trial_pool.h"
 #include "schedule/search.h"
 #include "tests/harness/loop_fakes.h"
+#include "tests/harness/run_cli.h"
 
 namespace megasched::harness {
 namespace {
@@ -324,6 +325,46 @@ TEST_F(PoolLoop, AThreadedPoolOfFakeEvaluatorsRunsTheBudget) {
   std::set<std::string> ids;
   for (const auto& row : rows()) ids.insert(row.schedule_id);
   EXPECT_EQ(ids.size(), 12u);
+}
+
+// ---- the command line --------------------------------------------------------------------
+
+TEST_F(PoolLoop, WorkersRunsCpuTrialsInSeveralWorkerProcesses) {
+  const std::string d = dir_.string();
+  const auto run = test::run_megasched("loop --model toy --device cpu --workers 3 --budget 9 --seed 2 "
+                                       "--results " + d + "/r.tsv --corpus " + d + "/c.jsonl 2>" +
+                                       d + "/progress.log", false);
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const json summary = json::parse(run.out);
+  EXPECT_EQ(summary["trials"], 9);
+  ASSERT_EQ(summary["workers"].size(), 3u);
+  const auto logged = flywheel::read_results(d + "/r.tsv").rows;
+  ASSERT_EQ(logged.size(), 9u);
+  std::set<std::string> ids, labels;
+  for (const auto& row : logged) {
+    ids.insert(row.schedule_id);
+    labels.insert(row.timed_on.substr(0, row.timed_on.find('@')));
+  }
+  EXPECT_EQ(ids.size(), 9u);
+  EXPECT_TRUE(labels.count("cpu0")) << "trial 0 runs on the first worker";
+  for (const std::string& l : labels) EXPECT_TRUE(l == "cpu0" || l == "cpu1" || l == "cpu2") << l;
+  // The ids are the ones a plain loop gives: the default config's is trial 0's.
+  const auto plain = test::run_megasched("loop --model toy --device cpu --budget 1 --results " + d +
+                                         "/p.tsv --corpus " + d + "/p.jsonl", false);
+  ASSERT_EQ(plain.exit_code, 0);
+  EXPECT_EQ(flywheel::read_results(d + "/p.tsv").rows.at(0).schedule_id, logged.at(0).schedule_id);
+}
+
+TEST_F(PoolLoop, MpiOutsideAnMpiJobOrWithoutMpiSaysWhatToDo) {
+  const std::string d = dir_.string();
+  const auto run = test::run_megasched("loop --model toy --device cpu --mpi --budget 2 --results " + d +
+                                       "/r.tsv --corpus " + d + "/c.jsonl", true);
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+#ifdef MS_HAVE_MPI
+  EXPECT_NE(run.out.find("--mpi needs at least 2 ranks"), std::string::npos) << run.out;
+#else
+  EXPECT_NE(run.out.find("-DMEGASCHED_MPI=ON"), std::string::npos) << run.out;
+#endif
 }
 
 // ---- batch-aware strategies ------------------------------------------------------------------

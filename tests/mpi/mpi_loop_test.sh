@@ -57,24 +57,35 @@ grep -q '"workers"' a.json || fail "summary has no workers"
 grep -qE '^progress: [0-9]+/24 trials, [0-9.]+ trials/min \(rank1:cpu@[^ ]+ [0-9.]+, rank2:cpu@' a.err ||
   fail "rank 0 printed no progress line with trials/min per rank"
 
-# 2. Killed midway, then resumed. Slower trials (more checked positions) leave time to kill it.
-slow=(--positions 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15)
-"${mpi[@]}" "$bin" loop --mpi --device cpu --model toy --budget 24 "${slow[@]}" \
+# 2. Killed midway, then resumed. Toy trials take milliseconds, so rank 0 (found among mpirun's
+# children by its OMPI_COMM_WORLD_RANK) is held with SIGSTOP and let run a few milliseconds at a
+# time until it has logged 6 trials; then it is killed with SIGKILL.
+"${mpi[@]}" "$bin" loop --mpi --device cpu --model toy --budget 24 \
   --results b/results.tsv --corpus b/corpus.jsonl >b1.json 2>b1.err &
 job=$!
 rank0=""
-for _ in $(seq 1 600); do
-  rank0=$(sed -nE 's/^mpi: rank 0 \(pid ([0-9]+) .*/\1/p' b1.err | head -1)
-  rows=$( [ -f b/results.tsv ] && column b/results.tsv trial | wc -l || echo 0)
-  [ -n "$rank0" ] && [ "$rows" -ge 6 ] && break
-  sleep 0.05
+for _ in $(seq 1 2000); do
+  for pid in $(pgrep -P "$job"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && rank0=$pid
+  done
+  [ -n "$rank0" ] && break
+  sleep 0.005
 done
-[ -n "$rank0" ] || fail "rank 0 did not say its pid"
+[ -n "$rank0" ] || fail "rank 0 not found among mpirun's children"
+kill -STOP "$rank0"
+rows=0
+for _ in $(seq 1 4000); do
+  kill -CONT "$rank0" 2>/dev/null || break
+  sleep 0.003
+  kill -STOP "$rank0" 2>/dev/null || break
+  rows=$( [ -f b/results.tsv ] && column b/results.tsv trial | wc -l || echo 0)
+  [ "$rows" -ge 6 ] && break
+done
 kill -9 "$rank0" 2>/dev/null || true
 wait "$job" && fail "the killed job exited 0"
 killed_at=$(column b/results.tsv trial | wc -l)
 [ "$killed_at" -lt 24 ] || fail "the job finished before it was killed (trials too fast to test a kill)"
-"${mpi[@]}" "$bin" loop --mpi --device cpu --model toy --budget 24 "${slow[@]}" --resume \
+"${mpi[@]}" "$bin" loop --mpi --device cpu --model toy --budget 24 --resume \
   --results b/results.tsv --corpus b/corpus.jsonl >b2.json 2>b2.err || fail "the resumed job exited $?"
 check_logs b/results.tsv 24
 grep -q '"resumed": true' b2.json || fail "the second job did not resume the run"
