@@ -1138,7 +1138,8 @@ LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shap
 namespace {
 
 // The loop's view of a pool as one evaluator: the first slot's identity and schedule ids (the
-// primary device type), and evaluate() on the first live slot.
+// primary device type). LoopRun evaluates through evaluate_on_slot (which keeps the verdicts of
+// other slots for their turn); this evaluate() is for an idle pool: the first live slot, at once.
 class PoolFront : public eval::Evaluator {
  public:
   explicit PoolFront(TrialPool& pool) : pool_(pool) {}
