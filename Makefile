@@ -2,8 +2,10 @@
 # root; otherwise they print the apt-get line and stop), configure, build and run.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-CMAKE_FLAGS ?=
-PKGS := cmake g++ make nlohmann-json3-dev libeigen3-dev libcli11-dev libgtest-dev libbenchmark-dev
+# OpenMPI builds and tests `loop --mpi` (-DMEGASCHED_MPI=ON); a plain cmake build needs no MPI.
+CMAKE_FLAGS ?= -DMEGASCHED_MPI=ON
+PKGS := cmake g++ make nlohmann-json3-dev libeigen3-dev libcli11-dev libgtest-dev libbenchmark-dev \
+        libopenmpi-dev openmpi-bin
 
 .PHONY: all deps configure build test demo bench clean format
 

@@ -21,7 +21,10 @@
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
 #        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep,
-#        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
+#        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt;
+#        stage "scaleout" runs bench/scaleout_bench.sh (SCALEOUT_STAGES, default "cpu gpu1": CPU-path
+#        trials/min with 1 vs 8 worker ranks, and `loop --gpus all` vs one worker on one GPU) into
+#        scaleout/cpu.json, scaleout/gpu1.json
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -225,6 +228,18 @@ if has_stage profile; then
       status=1
     fi
   done
+fi
+
+if has_stage scaleout; then
+  # Issue 19: the loop over many workers (HARNESS.md section 13).
+  log "scaleout: bench/scaleout_bench.sh ${SCALEOUT_STAGES:-cpu gpu1}"
+  # shellcheck disable=SC2086
+  if BUILD="$BUILD" timeout 1500 "$ROOT/bench/scaleout_bench.sh" "$OUT" ${SCALEOUT_STAGES:-cpu gpu1} >> "$LOG" 2>&1; then
+    log "scaleout passed"
+  else
+    log "scaleout FAILED (or below its targets): see scaleout/*.json"
+    status=1
+  fi
 fi
 
 log "device_check done (status $status)"

@@ -173,15 +173,21 @@ json TrialEvaluator::identity() const {
           {"ir_version", ms_abi::kAbiVersion}};
 }
 
-std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) const {
+std::string trial_schedule_id(const schedule::ScheduleConfig& config, const std::string& model,
+                              uint64_t seed, const std::string& target, const std::string& device,
+                              int timed_position) {
   // The build identity (ABI version + kernel -D options) is a function of the config, so the
   // canonical config, the model (and its weight seed) and the target identify the trial.
   // A trial timed at another position than 0 is another trial (ids at position 0 are unchanged).
-  const std::string at =
-      options_.timed_position != 0 ? "|pos" + std::to_string(options_.timed_position) : "";
-  return schedule::hash_hex(schedule::canonical_string(config) + "|" + weights_.shape.name + "#" +
-                            std::to_string(options_.seed) + "|" + target_.name + "|abi" +
-                            std::to_string(ms_abi::kAbiVersion) + "|" + options_.device + at);
+  const std::string at = timed_position != 0 ? "|pos" + std::to_string(timed_position) : "";
+  return schedule::hash_hex(schedule::canonical_string(config) + "|" + model + "#" +
+                            std::to_string(seed) + "|" + target + "|abi" +
+                            std::to_string(ms_abi::kAbiVersion) + "|" + device + at);
+}
+
+std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) const {
+  return trial_schedule_id(config, weights_.shape.name, options_.seed, target_.name,
+                           options_.device, options_.timed_position);
 }
 
 namespace {

@@ -91,6 +91,13 @@ class TrialEvaluator : public Evaluator {
   std::vector<std::vector<float>> reference_;  // eager logits at options_.positions[i]
 };
 
+/// The schedule id TrialEvaluator::schedule_id gives `config` for this model name, weight seed,
+/// target name, device and timed position: a pure function, so a coordinator that only knows a
+/// worker's identity (harness/trial_pool.h) computes the same ids the worker would.
+std::string trial_schedule_id(const schedule::ScheduleConfig& config, const std::string& model,
+                              uint64_t seed, const std::string& target, const std::string& device,
+                              int timed_position);
+
 /// The token fed at each position 0 .. count-1 (deterministic in the seed).
 std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed);
 

@@ -254,6 +254,12 @@ const Row kRows[] = {
     {"loop --model toy --device cpu --results {dir}/a_dir --corpus {dir}/c.jsonl", 2,
      "is a directory"},
     {"loop --model toy --device cpu --start {dir}/dup.json", 2, "appears twice"},
+    {"loop --model toy --device cpu --workers 0", 2, "--workers"},
+    {"loop --model toy --device gpu --workers 2", 2, "--workers runs CPU trials"},
+    {"loop --model toy --device cpu --gpus all", 2, "--gpus runs one worker per GPU"},
+    {"loop --model toy --gpus 0 --workers 2", 2, "give one"},
+    {"loop --model toy --device cpu --workers 2 --mpi", 2, "give one"},
+    {"loop --model toy --device cpu --mpi --rank-timeout 0", 2, "--rank-timeout"},
     {"loop --model toy --device cpu --start {dir}/nonexistent.json", 3, "cannot read"},
     // report
     {"report --results {dir}/results.tsv --corpus {dir}/corpus.jsonl --out {dir}/results.tsv", 2,
