@@ -16,7 +16,7 @@ std::optional<double> read_optional(const json& j, const char* key) {
 }  // namespace
 
 json to_json(const Verdict& v) {
-  return {
+  json out = {
       {"valid", v.valid},
       {"rejected_reason", v.rejected_reason},
       {"diagnostics", v.diagnostics},
@@ -48,6 +48,9 @@ json to_json(const Verdict& v) {
       {"kernel", v.kernel},
       {"breakdown_ms", v.breakdown_ms},
   };
+  if (!v.baseline_kind.empty()) out["baseline_kind"] = v.baseline_kind;
+  if (v.baseline_us) out["baseline_us"] = *v.baseline_us;
+  return out;
 }
 
 Verdict verdict_from_json(const json& j) {
@@ -72,6 +75,8 @@ Verdict verdict_from_json(const json& j) {
   v.pct_of_floor = read_optional(j, "pct_of_floor");
   v.pct_of_datasheet = read_optional(j, "pct_of_datasheet");
   v.speedup_vs_baseline = read_optional(j, "speedup_vs_baseline");
+  v.baseline_kind = j.value("baseline_kind", "");
+  v.baseline_us = read_optional(j, "baseline_us");
   v.schedule_id = j.value("schedule_id", "");
   v.tasks = j.value("tasks", uint64_t{0});
   v.weight_bytes = j.value("weight_bytes", uint64_t{0});
