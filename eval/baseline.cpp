@@ -1,6 +1,7 @@
 // The toolkit-free half of eval/baseline.h: timing the baseline against the floor.
 #include "eval/baseline.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "eval/eager.h"
