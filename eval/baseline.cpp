@@ -49,7 +49,9 @@ std::string graph_pdl_misfit(const schedule::ModelShape& s) {
   if (s.vocab % 2 != 0) return fail("vocab", s.vocab, 2);
   if (s.head_dim % 2 != 0 || (s.head_dim * schedule::dtype_bytes(s.dtype)) % 16 != 0)
     return fail("head_dim", s.head_dim, vec);
-  if (s.heads / s.kv_heads > 32) return "more than 32 query heads per KV head";
+  if (s.heads / s.kv_heads > 8) return "more than 8 query heads per KV head";
+  if (s.head_dim * schedule::dtype_bytes(s.dtype) > 16 * 128)
+    return "a key row over 2 KiB (head_dim " + std::to_string(s.head_dim) + ")";
   return "";
 }
 

@@ -11,10 +11,11 @@
 // "graph-pdl" (GraphPdlBaseline, eval/baseline_pdl_cuda.cpp, kernels in vm/device/pdl_baseline.cuh):
 // the pipeline done well: hand-written bf16/fp32 GEMVs streaming 16-byte loads into registers with
 // fp32 accumulation, RMSNorm fused into the next GEMV's prologue, RoPE + KV append in the QKV
-// epilogue, residual adds in epilogues, split-KV attention with a combine kernel, down projection
-// split along K with fp32 partials and a reduce + residual kernel, the argmax over the LM head's
-// blocks, and programmatic dependent launch on sm_90 (each kernel's weights load while its
-// predecessor finishes).
+// epilogue, residual adds in epilogues, split-KV attention whose splits are combined by the last
+// split block to finish, the down projection split along K into fp32 partials that the last split
+// block reduces into the residual, the argmax over the LM head's blocks, and programmatic dependent
+// launch on sm_90 (each kernel's weights load while its predecessor finishes): 3 + 5 x layers
+// kernels per step.
 #pragma once
 
 #include <cstdint>

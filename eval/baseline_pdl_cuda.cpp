@@ -30,12 +30,10 @@ constexpr int kDownSplits = 4;           // down projection split along K
 constexpr unsigned kLmPairsPerWarp = 8;  // LM head: 64 rows per block
 constexpr size_t kDefaultSmem = 48 * 1024;
 
-const char* const kKernelNames[] = {"ms_pdl_embed",        "ms_pdl_qkv_rope",   "ms_pdl_attn_partial",
-                                    "ms_pdl_attn_combine", "ms_pdl_o_residual", "ms_pdl_gate_up",
-                                    "ms_pdl_down_partial", "ms_pdl_down_reduce", "ms_pdl_lm_head",
-                                    "ms_pdl_argmax"};
-enum Fn { kEmbed, kQkv, kAttnPartial, kAttnCombine, kO, kGateUp, kDownPartial, kDownReduce, kLm,
-          kArgmax, kFnCount };
+const char* const kKernelNames[] = {"ms_pdl_embed",   "ms_pdl_qkv_rope",      "ms_pdl_attention",
+                                    "ms_pdl_o_residual", "ms_pdl_gate_up",   "ms_pdl_down_residual",
+                                    "ms_pdl_lm_head", "ms_pdl_argmax"};
+enum Fn { kEmbed, kQkv, kAttention, kO, kGateUp, kDown, kLm, kArgmax, kFnCount };
 
 unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
@@ -49,6 +47,7 @@ struct GraphPdlBaseline::Impl {
   cudaEvent_t ev_start = nullptr, ev_stop = nullptr;
   std::unique_ptr<Buf> hidden, q, part_o, part_ml, attn, hmid, part_down, logits, cand_v, cand_i,
       kv, step, inv_freq;
+  std::unique_ptr<Buf> attn_counters, down_counters;  // last-arrival tickets (zero between uses)
   ms_abi::StepCell* host_cell = nullptr;
   CUfunction fn[kFnCount] = {};
   const void* weights = nullptr;
@@ -103,23 +102,21 @@ struct GraphPdlBaseline::Impl {
     return mp;
   }
 
-  /// One decoder layer: 7 launches.
+  /// One decoder layer: 5 launches.
   void record_layer(const schedule::WeightLayout::Layer& L, uint32_t l) {
     const schedule::ModelShape& s = shape;
     const ms_abi::ModelParams mp = params();
     const void* W = weights;  // the kernels take WeightT*
-    const uint32_t H = mp.hidden, F = mp.ffn, group = mp.heads / mp.kv_heads;
+    const uint32_t H = mp.hidden, F = mp.ffn;
     const auto* cell = static_cast<const ms_abi::StepCell*>(step->ptr);
     const unsigned qkv_pairs = static_cast<unsigned>((s.q_dim() + 2 * s.kv_dim()) / 2);
     launch(kQkv, ceil_div(qkv_pairs, kBlock / 32), 1, H * 4, W, static_cast<uint64_t>(L.wq),
            static_cast<uint64_t>(L.attn_norm), static_cast<const float*>(hidden->f()),
            static_cast<const float*>(inv_freq->f()), cell, mp, l, kv->ptr, q->f());
-    const size_t attn_smem = (group * mp.head_dim + group * attn_chunk_max) * 4;
-    launch(kAttnPartial, attn_splits, mp.kv_heads, attn_smem, static_cast<const float*>(q->f()),
+    const size_t attn_smem = attention_smem();
+    launch(kAttention, attn_splits, mp.kv_heads, attn_smem, static_cast<const float*>(q->f()),
            static_cast<const void*>(kv->ptr), cell, mp, l, attn_chunk_max, part_o->f(),
-           part_ml->f());
-    launch(kAttnCombine, mp.heads, 1, 0, static_cast<const float*>(part_o->f()),
-           static_cast<const float*>(part_ml->f()), attn_splits, mp, attn->f());
+           part_ml->f(), static_cast<uint32_t*>(attn_counters->ptr), attn->f());
     const uint32_t q_dim = static_cast<uint32_t>(s.q_dim());
     launch(kO, ceil_div(H, kRowsPerBlock), 1, q_dim * 4, W, static_cast<uint64_t>(L.wo), H, q_dim,
            static_cast<const float*>(attn->f()), hidden->f());
@@ -127,11 +124,9 @@ struct GraphPdlBaseline::Impl {
            static_cast<uint64_t>(L.mlp_norm), H, F, s.rms_eps,
            static_cast<const float*>(hidden->f()), hmid->f());
     const uint32_t k_split = F / kDownSplits;
-    launch(kDownPartial, ceil_div(H, kRowsPerBlock), kDownSplits, k_split * 4, W,
+    launch(kDown, ceil_div(H, kRowsPerBlock), kDownSplits, k_split * 4, W,
            static_cast<uint64_t>(L.w_down), H, F, k_split, static_cast<const float*>(hmid->f()),
-           part_down->f());
-    launch(kDownReduce, ceil_div(H, kBlock), 1, 0, static_cast<const float*>(part_down->f()), H,
-           static_cast<uint32_t>(kDownSplits), hidden->f());
+           part_down->f(), static_cast<uint32_t*>(down_counters->ptr), hidden->f());
   }
 
   void record_step() {
@@ -174,6 +169,11 @@ struct GraphPdlBaseline::Impl {
     logits = floats(s.vocab);
     cand_v = floats(lm_blocks);
     cand_i = floats(lm_blocks);
+    attn_counters = floats(s.kv_heads);
+    down_counters = floats(ceil_div(s.hidden, kRowsPerBlock));
+    MS_CHECK_CUDA(cudaMemset(attn_counters->ptr, 0, static_cast<size_t>(s.kv_heads) * 4));
+    MS_CHECK_CUDA(
+        cudaMemset(down_counters->ptr, 0, static_cast<size_t>(ceil_div(s.hidden, kRowsPerBlock)) * 4));
     const size_t kv_bytes =
         static_cast<size_t>(s.layers) * 2 * s.kv_heads * s.max_seq * s.head_dim * wb;
     kv = std::make_unique<Buf>(kv_bytes);
@@ -185,6 +185,13 @@ struct GraphPdlBaseline::Impl {
     MS_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_cell), sizeof(ms_abi::StepCell)));
     MS_CHECK_CUDA(cudaEventCreate(&ev_start));
     MS_CHECK_CUDA(cudaEventCreate(&ev_stop));
+  }
+
+  /// The attention kernel's dynamic shared memory: q, the scores, the P.V slices.
+  size_t attention_smem() const {
+    const size_t group = static_cast<size_t>(shape.heads / shape.kv_heads);
+    const size_t per_vec = 16 / static_cast<size_t>(schedule::dtype_bytes(shape.dtype));
+    return (group * shape.head_dim + group * attn_chunk_max + kBlock * group * per_vec) * 4;
   }
 
   /// Dynamic shared memory past the default 48 KiB needs the opt-in attribute.
@@ -239,13 +246,12 @@ std::unique_ptr<GraphPdlBaseline> GraphPdlBaseline::create(const schedule::Weigh
         build.cubin, build.key, std::vector<std::string>(std::begin(kKernelNames), std::end(kKernelNames)));
     for (int i = 0; i < kFnCount; ++i) m.fn[i] = static_cast<CUfunction>(fns[static_cast<size_t>(i)]);
     m.allocate(dev->num_sms);
-    const size_t group = static_cast<size_t>(s.heads / s.kv_heads);
-    m.allow_smem(kAttnPartial, (group * s.head_dim + group * m.attn_chunk_max) * 4);
+    m.allow_smem(kAttention, m.attention_smem());
     m.allow_smem(kQkv, static_cast<size_t>(s.hidden) * 4);
     m.allow_smem(kGateUp, static_cast<size_t>(s.hidden) * 4);
     m.allow_smem(kLm, static_cast<size_t>(s.hidden) * 4);
     m.allow_smem(kO, static_cast<size_t>(s.q_dim()) * 4);
-    m.allow_smem(kDownPartial, static_cast<size_t>(s.ffn / kDownSplits) * 4);
+    m.allow_smem(kDown, static_cast<size_t>(s.ffn / kDownSplits) * 4);
 
     MS_CHECK_CUDA(cudaStreamSynchronize(m.stream));
     MS_CHECK_CUDA(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));

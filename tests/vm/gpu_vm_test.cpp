@@ -305,7 +305,7 @@ void expect_graph_pdl_matches_eager(const schedule::Weights& w, const std::vecto
   std::string err;
   auto base = eval::GraphPdlBaseline::create(w, &err);
   ASSERT_TRUE(base) << err;
-  EXPECT_EQ(base->info().value("kernels_per_step", 0), 3 + 7 * w.shape.layers) << base->info();
+  EXPECT_EQ(base->info().value("kernels_per_step", 0), 3 + 5 * w.shape.layers) << base->info();
   size_t next = 0;
   for (int p = 0; p <= positions.back(); ++p) {
     const auto logits = base->step(refs.tokens[static_cast<size_t>(p)], p);

@@ -4,12 +4,13 @@
 //   ms_pdl_embed         hidden = embed[token]
 //   per layer:
 //   ms_pdl_qkv_rope      RMSNorm prologue, Q/K/V GEMV, RoPE on q and k, k and v appended to the cache
-//   ms_pdl_attn_partial  split-KV (flash-decoding) attention: one block per (KV head, key split)
-//   ms_pdl_attn_combine  the splits' (max, sum, output) merged per query head
+//   ms_pdl_attention     split-KV (flash-decoding) attention: one block per (KV head, key split);
+//                        the last split block of a KV head to finish merges the splits' (max, sum,
+//                        output) for the head's query heads (the combine step)
 //   ms_pdl_o_residual    O projection, residual added in the epilogue
 //   ms_pdl_gate_up       RMSNorm prologue, gate and up GEMV, SiLU(gate) * up in the epilogue
-//   ms_pdl_down_partial  down projection split along K, fp32 partials
-//   ms_pdl_down_reduce   hidden += sum of the partials
+//   ms_pdl_down_residual down projection split along K into fp32 partials; the last split block of
+//                        a row block to finish adds the partials (in split order) to hidden
 //   ms_pdl_lm_head       final RMSNorm prologue, LM head GEMV, one (max, index) per block
 //   ms_pdl_argmax        the argmax over the blocks' candidates into the step cell
 //
@@ -20,10 +21,18 @@
 // an activation or writes anything. Every block of every kernel passes the wait, so a kernel's
 // completion implies its predecessors' completion and reads two kernels back are ordered too.
 //
+// The combine of the attention splits and the reduction of the down projection's K splits run in
+// the block that arrives last at a per-group counter (threadfence + atomic ticket, as CUDA's
+// threadFenceReduction sample): deterministic (the partials are summed in split order) and one
+// kernel boundary fewer each per layer. The last block resets its counter for the next layer.
+//
 // GEMV: blocks of 128 threads (4 warps); a warp computes a pair of rows, each lane holding its slice
 // of both rows as 16-byte vectors in registers (kChunkVecs per row; longer rows stream further
 // chunks after the wait), fp32 accumulation against the fp32 input staged in shared memory.
 // Activations, the residual stream and the logits are fp32; weights and KV have the model's dtype.
+// Everything another block or kernel wrote (activations, the step cell, partials) is read at L2
+// (ld.global.cg): with programmatic launch a block may start before its predecessors end, and an
+// SM's L1 is not coherent with other SMs' writes.
 #pragma once
 
 #include "vm/device/common.cuh"
@@ -36,6 +45,7 @@ constexpr int kBlockWarps = kBlock / 32;
 static_assert(MS_THREADS == kBlock, "the graph-pdl kernels are built with MS_THREADS=128");
 constexpr int kRowElems = 16 / sizeof(WeightT);  // weight elements per 16-byte vector
 constexpr int kChunkVecs = 8;                     // vectors per lane per row held in registers
+constexpr int kMaxGroup = 8;                      // query heads per KV head the attention serves
 
 /// griddepcontrol (sm_90+): on older GPUs the launches carry no programmatic attribute and plain
 /// stream order already serialises the kernels.
@@ -142,6 +152,22 @@ __device__ __forceinline__ void stage_plain(const float* x, uint32_t n, float* x
   __syncthreads();
 }
 
+/// True in every thread of the block that arrives last of `arrivals` blocks at *counter, after
+/// which the other blocks' writes (made before their arrival) are visible to it. Every thread
+/// must call it once, after its last global write; the last block resets the counter to 0.
+__device__ __forceinline__ bool last_arrival(uint32_t* counter, uint32_t arrivals) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == arrivals - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 }  // namespace pdl
 }  // namespace ms_dev
 
@@ -152,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(128)
   ms_dev::pdl::launch_dependents();
   ms_dev::pdl::wait_predecessors();
   const uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < hidden) out[r] = ms_dev::to_f32(W[embed + uint64_t(uint32_t(step->token)) * hidden + r]);
+  if (r < hidden) out[r] = ms_dev::to_f32(W[embed + uint64_t(uint32_t(__ldcg(&step->token))) * hidden + r]);
 }
 
 /// RMSNorm(hidden) x [wq; wk; wv] (rows from `wqkv`), then RoPE and the KV append. Warp task t is a
@@ -180,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(128)
   pdl::stage_normed(hidden_in, W + gamma, m.hidden, m.rms_eps, x_s, scratch);
   const float2 y = rp.finish(lane, x_s);
   if (t >= pairs || lane != 0) return;
-  const uint32_t pos = uint32_t(step->position);
+  const uint32_t pos = uint32_t(__ldcg(&step->position));
   const uint32_t d = t % half;
   float y0 = y.x, y1 = y.y;
   if (r0 < q_dim + kv_dim) {  // q or k: rotate-half RoPE
@@ -204,12 +230,14 @@ extern "C" __global__ void __launch_bounds__(128)
 /// Split-KV attention, one block per (KV head g = blockIdx.y, key split s = blockIdx.x): the group's
 /// query heads against keys [s * chunk, min(n, (s + 1) * chunk)), chunk = ceil(n / splits) with
 /// n = position + 1. Writes per (query head, split) the unnormalised output and (max, sum) of the
-/// scaled scores; an empty split writes (-inf, 0) and zeros. Dynamic shared memory:
-/// group * head_dim + group * chunk_max floats.
+/// scaled scores; an empty split writes (-inf, 0) and zeros. The KV head's last block to finish
+/// then writes attn[h * hd + d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s for the group's
+/// query heads (counters[g] counts the arrivals). Dynamic shared memory: group * head_dim + group *
+/// chunk_max + 128 * group * (16 / sizeof(KvT)) floats.
 extern "C" __global__ void __launch_bounds__(128)
-    ms_pdl_attn_partial(const float* q, const ms_dev::KvT* kv, const ms_abi::StepCell* step,
-                        ms_abi::ModelParams m, uint32_t layer, uint32_t chunk_max, float* part_o,
-                        float* part_ml) {
+    ms_pdl_attention(const float* q, const ms_dev::KvT* kv, const ms_abi::StepCell* step,
+                     ms_abi::ModelParams m, uint32_t layer, uint32_t chunk_max, float* part_o,
+                     float* part_ml, uint32_t* counters, float* attn) {
   using namespace ms_dev;
   pdl::launch_dependents();
   pdl::wait_predecessors();
@@ -220,8 +248,8 @@ extern "C" __global__ void __launch_bounds__(128)
   const uint32_t group = m.heads / m.kv_heads, g = blockIdx.y, s = blockIdx.x, splits = gridDim.x;
   float* q_s = smem;                      // group x hd
   float* p_s = smem + group * kHd;        // group x chunk_max
-  __shared__ float ml_s[2 * 32];          // per query head of the group: max, sum
-  const uint32_t n = uint32_t(step->position) + 1;
+  __shared__ float ml_s[2 * pdl::kMaxGroup];  // per query head of the group: max, sum
+  const uint32_t n = uint32_t(__ldcg(&step->position)) + 1;
   const uint32_t chunk = (n + splits - 1) / splits;
   const uint32_t t0 = s * chunk < n ? s * chunk : n;
   const uint32_t t1 = t0 + chunk < n ? t0 + chunk : n;
@@ -273,11 +301,52 @@ extern "C" __global__ void __launch_bounds__(128)
     }
   }
   __syncthreads();
+  // P.V: thread (slice, vec) accumulates its 16-byte column vector of V over keys t0 + slice,
+  // + kSlices, ... for every query head of the group; the slices are then summed through red.
+  constexpr int kSlices = pdl::kBlock / kKvVecs;
+  static_assert(pdl::kBlock % kKvVecs == 0, "a block covers whole value rows");
+  constexpr int kPer = 16 / int(sizeof(KvT));
+  float* red = p_s + group * chunk_max;  // kSlices x group x hd
+  {
+    const int vec = threadIdx.x % kKvVecs, slice = threadIdx.x / kKvVecs;
+    float acc[pdl::kMaxGroup][kPer];
+#pragma unroll
+    for (int j = 0; j < pdl::kMaxGroup; ++j)
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[j][e] = 0.0f;
+#pragma unroll 4
+    for (uint32_t t = t0 + slice; t < t1; t += kSlices) {
+      const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(V + uint64_t(t) * kHd) + vec);
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+      float v[kPer];
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+#if MS_KV_BF16
+        v[e] = bf16_pair_elem(w[e >> 1], e);
+#else
+        v[e] = __uint_as_float(w[e]);
+#endif
+      }
+#pragma unroll
+      for (int j = 0; j < pdl::kMaxGroup; ++j) {
+        if (j >= int(group)) break;
+        const float p = p_s[j * chunk_max + (t - t0)];
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc[j][e] += p * v[e];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < pdl::kMaxGroup; ++j) {
+      if (j >= int(group)) break;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) red[(slice * group + j) * kHd + vec * kPer + e] = acc[j][e];
+    }
+  }
+  __syncthreads();
   for (uint32_t idx = threadIdx.x; idx < group * kHd; idx += pdl::kBlock) {
     const uint32_t j = idx / kHd, d = idx % kHd;
     float o = 0.0f;
-#pragma unroll 4
-    for (uint32_t t = t0; t < t1; ++t) o += p_s[j * chunk_max + (t - t0)] * kv_load(V + uint64_t(t) * kHd + d);
+    for (int sl = 0; sl < kSlices; ++sl) o += red[(sl * group + j) * kHd + d];
     const uint32_t h = g * group + j;
     part_o[(uint64_t(h) * splits + s) * kHd + d] = o;
     if (d == 0) {
@@ -285,30 +354,22 @@ extern "C" __global__ void __launch_bounds__(128)
       part_ml[(uint64_t(h) * splits + s) * 2 + 1] = ml_s[2 * j + 1];
     }
   }
-}
-
-/// attn[h * hd + d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s, one block per query head.
-extern "C" __global__ void __launch_bounds__(128)
-    ms_pdl_attn_combine(const float* part_o, const float* part_ml, uint32_t splits,
-                        ms_abi::ModelParams m, float* attn) {
-  using namespace ms_dev;
-  pdl::launch_dependents();
-  pdl::wait_predecessors();
-  const uint32_t h = blockIdx.x, hd = m.head_dim;
-  const float* ml = part_ml + uint64_t(h) * splits * 2;
-  float M = -INFINITY;
-  for (uint32_t s = 0; s < splits; ++s)
-    if (__ldcg(ml + 2 * s + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * s));
-  for (uint32_t d = threadIdx.x; d < hd; d += pdl::kBlock) {
+  if (!pdl::last_arrival(counters + g, splits)) return;
+  for (uint32_t idx = threadIdx.x; idx < group * kHd; idx += pdl::kBlock) {
+    const uint32_t h = g * group + idx / kHd, d = idx % kHd;
+    const float* ml = part_ml + uint64_t(h) * splits * 2;
+    float M = -INFINITY;
+    for (uint32_t sp = 0; sp < splits; ++sp)
+      if (__ldcg(ml + 2 * sp + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * sp));
     float o = 0.0f, L = 0.0f;
-    for (uint32_t s = 0; s < splits; ++s) {
-      const float l = __ldcg(ml + 2 * s + 1);
+    for (uint32_t sp = 0; sp < splits; ++sp) {
+      const float l = __ldcg(ml + 2 * sp + 1);
       if (l <= 0.0f) continue;
-      const float w = __expf(__ldcg(ml + 2 * s) - M);
+      const float w = __expf(__ldcg(ml + 2 * sp) - M);
       L += w * l;
-      o += w * __ldcg(part_o + (uint64_t(h) * splits + s) * hd + d);
+      o += w * __ldcg(part_o + (uint64_t(h) * splits + sp) * kHd + d);
     }
-    attn[uint64_t(h) * hd + d] = o / L;
+    attn[uint64_t(h) * kHd + d] = o / L;
   }
 }
 
@@ -329,8 +390,8 @@ extern "C" __global__ void __launch_bounds__(128)
   pdl::stage_plain(attn, k, x_s);
   const float2 y = rp.finish(lane, x_s);
   if (r0 >= rows || lane != 0) return;
-  hidden[r0] += y.x;
-  hidden[r0 + 1] += y.y;
+  hidden[r0] = __ldcg(hidden + r0) + y.x;
+  hidden[r0 + 1] = __ldcg(hidden + r0 + 1) + y.y;
 }
 
 /// out[i] = silu(gate_i . x) * (up_i . x), x = RMSNorm(hidden); rows i of w_gate and ffn + i (w_up
@@ -353,11 +414,14 @@ extern "C" __global__ void __launch_bounds__(128)
   if (i < ffn && lane == 0) out[i] = silu(y.x) * y.y;
 }
 
-/// Down projection split along K: block (blockIdx.x, split blockIdx.y) computes rows of W[:, k0 ..
-/// k0 + k_split) . x[k0 ..) into part[split][row]. Dynamic shared memory: k_split floats.
+/// Down projection split along K: block (row block blockIdx.x, split blockIdx.y) computes its
+/// rows of W[:, k0 .. k0 + k_split) . x[k0 ..) into part[split][row]; the row block's last split
+/// block to finish adds sum_split part[split][row] to hidden[row] (counters[blockIdx.x] counts the
+/// arrivals). Dynamic shared memory: k_split floats.
 extern "C" __global__ void __launch_bounds__(128)
-    ms_pdl_down_partial(const ms_dev::WeightT* W, uint64_t w_down, uint32_t rows, uint32_t k,
-                        uint32_t k_split, const float* x, float* part) {
+    ms_pdl_down_residual(const ms_dev::WeightT* W, uint64_t w_down, uint32_t rows, uint32_t k,
+                         uint32_t k_split, const float* x, float* part, uint32_t* counters,
+                         float* hidden) {
   using namespace ms_dev;
   pdl::launch_dependents();
   extern __shared__ float x_s[];
@@ -370,22 +434,19 @@ extern "C" __global__ void __launch_bounds__(128)
   pdl::wait_predecessors();
   pdl::stage_plain(x + k0, k_split, x_s);
   const float2 y = rp.finish(lane, x_s);
-  if (r0 >= rows || lane != 0) return;
-  float* dst = part + uint64_t(blockIdx.y) * rows;
-  dst[r0] = y.x;
-  dst[r0 + 1] = y.y;
-}
-
-/// hidden[r] += sum over splits of part[split][r].
-extern "C" __global__ void __launch_bounds__(128)
-    ms_pdl_down_reduce(const float* part, uint32_t rows, uint32_t splits, float* hidden) {
-  ms_dev::pdl::launch_dependents();
-  ms_dev::pdl::wait_predecessors();
-  const uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  float acc = hidden[r];
-  for (uint32_t s = 0; s < splits; ++s) acc += __ldcg(part + uint64_t(s) * rows + r);
-  hidden[r] = acc;
+  if (r0 < rows && lane == 0) {
+    float* dst = part + uint64_t(blockIdx.y) * rows;
+    dst[r0] = y.x;
+    dst[r0 + 1] = y.y;
+  }
+  if (!pdl::last_arrival(counters + blockIdx.x, gridDim.y)) return;
+  const uint32_t first = blockIdx.x * 2 * pdl::kBlockWarps;
+  for (uint32_t r = first + threadIdx.x; r < first + 2 * pdl::kBlockWarps && r < rows;
+       r += pdl::kBlock) {
+    float acc = __ldcg(hidden + r);
+    for (uint32_t sp = 0; sp < gridDim.y; ++sp) acc += __ldcg(part + uint64_t(sp) * rows + r);
+    hidden[r] = acc;
+  }
 }
 
 /// logits[r] = W[r] . RMSNorm(hidden) for pairs_per_warp pairs of rows per warp, and the block's
