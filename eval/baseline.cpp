@@ -17,8 +17,8 @@ const std::vector<std::string>& baseline_kinds() {
   return kinds;
 }
 
-std::unique_ptr<Baseline> create_baseline(const std::string& kind,
-                                          const schedule::Weights& weights, std::string* error) {
+std::unique_ptr<Baseline> create_baseline(const std::string& kind, const schedule::Weights& weights,
+                                          std::string* error) {
   if (kind == "cublas") return CublasBaseline::create(weights, error);
   if (kind == "graph-pdl") return GraphPdlBaseline::create(weights, error);
   std::string known;

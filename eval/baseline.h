@@ -8,14 +8,14 @@
 // position live in device memory, so one graph serves every step. Without the CUDA toolkit
 // eval/baseline_nocuda.cpp reports that no GPU is available.
 //
-// "graph-pdl" (GraphPdlBaseline, eval/baseline_pdl_cuda.cpp, kernels in vm/device/pdl_baseline.cuh):
-// the pipeline done well: hand-written bf16/fp32 GEMVs streaming 16-byte loads into registers with
-// fp32 accumulation, RMSNorm fused into the next GEMV's prologue, RoPE + KV append in the QKV
-// epilogue, residual adds in epilogues, split-KV attention whose splits are combined by the last
-// split block to finish, the down projection split along K into fp32 partials that the last split
-// block reduces into the residual, the argmax over the LM head's blocks, and programmatic dependent
-// launch on sm_90 (each kernel's weights load while its predecessor finishes): 3 + 5 x layers
-// kernels per step.
+// "graph-pdl" (GraphPdlBaseline, eval/baseline_pdl_cuda.cpp, kernels in
+// vm/device/pdl_baseline.cuh): the pipeline done well: hand-written bf16/fp32 GEMVs streaming
+// 16-byte loads into registers with fp32 accumulation, RMSNorm fused into the next GEMV's prologue,
+// RoPE + KV append in the QKV epilogue, residual adds in epilogues, split-KV attention whose splits
+// are combined by the last split block to finish, the down projection split along K into fp32
+// partials that the last split block reduces into the residual, the argmax over the LM head's
+// blocks, and programmatic dependent launch on sm_90 (each kernel's weights load while its
+// predecessor finishes): 3 + 5 x layers kernels per step.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +53,8 @@ const std::vector<std::string>& baseline_kinds();
 
 /// Builds the baseline of `kind` (one of baseline_kinds()). nullptr and *error on failure (an
 /// unknown kind names the known ones).
-std::unique_ptr<Baseline> create_baseline(const std::string& kind,
-                                          const schedule::Weights& weights, std::string* error);
+std::unique_ptr<Baseline> create_baseline(const std::string& kind, const schedule::Weights& weights,
+                                          std::string* error);
 
 class CublasBaseline : public Baseline {
  public:
@@ -124,19 +124,19 @@ std::optional<BaselineMedian> strongest_baseline(const std::vector<BaselineMedia
 
 struct BaselineTiming {
   std::string kind = "cublas";  // one of baseline_kinds()
-  int position = 0;      // position timed (the baseline fills the KV cache up to it)
-  int warmup = 10;       // untimed replays
-  int iterations = 100;  // timed replays
-  uint64_t seed = 0;     // the token sequence's seed (evaluate's)
+  int position = 0;             // position timed (the baseline fills the KV cache up to it)
+  int warmup = 10;              // untimed replays
+  int iterations = 100;         // timed replays
+  uint64_t seed = 0;            // the token sequence's seed (evaluate's)
 };
 
-/// `megasched baseline`: the baseline of timing.kind checked against the eager reference at position 0, filled to
-/// `position`, timed there (L2 flushed when the weights fit in twice the L2) and held to the floor
-/// of `target` (the live device): {"model", "device", "position", "latency_us", "latency_p90_us",
-/// "latency_spread_us", "iterations", "l2_flushed", "floor_us", "floor_datasheet_us",
-/// "bytes_min", "check_position_0", "kind", "info", and "pct_of_floor" / "pct_of_datasheet", or "note"
-/// without "latency_us" when the median is below the floor}. nullopt with *error when the
-/// baseline cannot be built or a device call fails.
+/// `megasched baseline`: the baseline of timing.kind checked against the eager reference at
+/// position 0, filled to `position`, timed there (L2 flushed when the weights fit in twice the L2)
+/// and held to the floor of `target` (the live device): {"model", "device", "position",
+/// "latency_us", "latency_p90_us", "latency_spread_us", "iterations", "l2_flushed", "floor_us",
+/// "floor_datasheet_us", "bytes_min", "check_position_0", "kind", "info", and "pct_of_floor" /
+/// "pct_of_datasheet", or "note" without "latency_us" when the median is below the floor}. nullopt
+/// with *error when the baseline cannot be built or a device call fails.
 std::optional<nlohmann::json> time_baseline(const schedule::Weights& weights,
                                             const schedule::GpuTarget& target,
                                             const BaselineTiming& timing, std::string* error);

@@ -30,9 +30,9 @@ constexpr int kDownSplits = 4;           // down projection split along K
 constexpr unsigned kLmPairsPerWarp = 8;  // LM head: 64 rows per block
 constexpr size_t kDefaultSmem = 48 * 1024;
 
-const char* const kKernelNames[] = {"ms_pdl_embed",   "ms_pdl_qkv_rope",      "ms_pdl_attention",
-                                    "ms_pdl_o_residual", "ms_pdl_gate_up",   "ms_pdl_down_residual",
-                                    "ms_pdl_lm_head", "ms_pdl_argmax"};
+const char* const kKernelNames[] = {"ms_pdl_embed",      "ms_pdl_qkv_rope", "ms_pdl_attention",
+                                    "ms_pdl_o_residual", "ms_pdl_gate_up",  "ms_pdl_down_residual",
+                                    "ms_pdl_lm_head",    "ms_pdl_argmax"};
 enum Fn { kEmbed, kQkv, kAttention, kO, kGateUp, kDown, kLm, kArgmax, kFnCount };
 
 unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
@@ -51,7 +51,7 @@ struct GraphPdlBaseline::Impl {
   ms_abi::StepCell* host_cell = nullptr;
   CUfunction fn[kFnCount] = {};
   const void* weights = nullptr;
-  bool pdl = false;         // programmatic stream serialization on every launch (sm_90+)
+  bool pdl = false;          // programmatic stream serialization on every launch (sm_90+)
   unsigned attn_splits = 1;  // key splits per KV head
   unsigned attn_chunk_max = 1;
   unsigned lm_blocks = 1;
@@ -152,9 +152,9 @@ struct GraphPdlBaseline::Impl {
   void allocate(int sm_count) {
     const schedule::ModelShape& s = shape;
     // Enough (KV head, split) blocks for two per SM; a split never holds fewer than one key.
-    attn_splits = static_cast<unsigned>(
-        std::clamp(ceil_div(2 * static_cast<int64_t>(sm_count), s.kv_heads), 1u,
-                   static_cast<unsigned>(s.max_seq)));
+    attn_splits =
+        static_cast<unsigned>(std::clamp(ceil_div(2 * static_cast<int64_t>(sm_count), s.kv_heads),
+                                         1u, static_cast<unsigned>(s.max_seq)));
     attn_chunk_max = ceil_div(s.max_seq, attn_splits);
     lm_blocks = ceil_div(s.vocab, 2 * kLmPairsPerWarp * (kBlock / 32));
     const size_t wb = static_cast<size_t>(schedule::dtype_bytes(s.dtype));
@@ -172,8 +172,8 @@ struct GraphPdlBaseline::Impl {
     attn_counters = floats(s.kv_heads);
     down_counters = floats(ceil_div(s.hidden, kRowsPerBlock));
     MS_CHECK_CUDA(cudaMemset(attn_counters->ptr, 0, static_cast<size_t>(s.kv_heads) * 4));
-    MS_CHECK_CUDA(
-        cudaMemset(down_counters->ptr, 0, static_cast<size_t>(ceil_div(s.hidden, kRowsPerBlock)) * 4));
+    MS_CHECK_CUDA(cudaMemset(down_counters->ptr, 0,
+                             static_cast<size_t>(ceil_div(s.hidden, kRowsPerBlock)) * 4));
     const size_t kv_bytes =
         static_cast<size_t>(s.layers) * 2 * s.kv_heads * s.max_seq * s.head_dim * wb;
     kv = std::make_unique<Buf>(kv_bytes);
@@ -243,8 +243,10 @@ std::unique_ptr<GraphPdlBaseline> GraphPdlBaseline::create(const schedule::Weigh
       return nullptr;
     }
     const auto fns = vm::load_functions(
-        build.cubin, build.key, std::vector<std::string>(std::begin(kKernelNames), std::end(kKernelNames)));
-    for (int i = 0; i < kFnCount; ++i) m.fn[i] = static_cast<CUfunction>(fns[static_cast<size_t>(i)]);
+        build.cubin, build.key,
+        std::vector<std::string>(std::begin(kKernelNames), std::end(kKernelNames)));
+    for (int i = 0; i < kFnCount; ++i)
+      m.fn[i] = static_cast<CUfunction>(fns[static_cast<size_t>(i)]);
     m.allocate(dev->num_sms);
     m.allow_smem(kAttention, m.attention_smem());
     m.allow_smem(kQkv, static_cast<size_t>(s.hidden) * 4);

@@ -44,11 +44,16 @@ std::optional<double> pct_of_bandwidth(const BenchResult& r, const BenchRow& row
 std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -217,7 +222,8 @@ std::optional<std::vector<BenchRow>> peer_rows(const json& peers, std::string* e
 
 namespace {
 
-/// What every config trial of the model shares: the checked positions, their tokens and eager logits.
+/// What every config trial of the model shares: the checked positions, their tokens and eager
+/// logits.
 struct Refs {
   std::vector<int> checked = {0, 1, 2};
   std::vector<int32_t> tokens;

@@ -34,11 +34,11 @@ struct BenchRow {
 
 struct BenchResult {
   std::string model;
-  std::string device;                  // the live target's name
-  double bandwidth_gbs = 0.0;          // the bandwidth of the floor and of "% of bandwidth"
-  bool measured_bandwidth = false;     // from `megasched doctor --measure` (else the datasheet)
-  std::vector<int> positions;          // in the order measured
-  std::vector<double> floor_us;        // per position, over bandwidth_gbs
+  std::string device;               // the live target's name
+  double bandwidth_gbs = 0.0;       // the bandwidth of the floor and of "% of bandwidth"
+  bool measured_bandwidth = false;  // from `megasched doctor --measure` (else the datasheet)
+  std::vector<int> positions;       // in the order measured
+  std::vector<double> floor_us;     // per position, over bandwidth_gbs
   std::vector<BenchRow> rows;
 };
 
@@ -67,8 +67,8 @@ struct BenchOptions {
   std::vector<std::string> baselines;  // baseline kinds to time (default: every kind)
   int warmup = 10;
   int iterations = 100;
-  uint64_t seed = 0;                 // tokens
-  std::vector<BenchRow> peers;       // appended as given
+  uint64_t seed = 0;            // tokens
+  std::vector<BenchRow> peers;  // appended as given
 };
 
 /// Measures everything on the live GPU (`target` is the live device). Progress lines (one per

@@ -380,8 +380,8 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
   for (const auto& b : g.baselines) {
     if (b.samples_us.empty()) continue;
     medians.push_back({b.kind, sample_stats(b.samples_us).median});
-    v->notes.push_back(b.kind + " CUDA-graph baseline median " + std::to_string(medians.back().median_us) +
-                       " us (same run)");
+    v->notes.push_back(b.kind + " CUDA-graph baseline median " +
+                       std::to_string(medians.back().median_us) + " us (same run)");
   }
   if (const auto best = strongest_baseline(medians)) {
     v->speedup_vs_baseline = best->median_us / s.median;

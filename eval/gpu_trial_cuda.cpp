@@ -250,8 +250,8 @@ class GpuTrial {
   GpuTrialResult r_;
   std::unique_ptr<vm::GpuVm> gvm_;
   std::vector<std::unique_ptr<Baseline>> bases_;  // in r_.baselines order
-  int timed_ = 0;  // the position timed
-  int last_ = 0;   // the last position run before timing
+  int timed_ = 0;                                 // the position timed
+  int last_ = 0;                                  // the last position run before timing
   std::vector<float> timed_logits_;
 };
 

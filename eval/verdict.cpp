@@ -16,7 +16,7 @@ std::optional<double> read_optional(const json& j, const char* key) {
 }  // namespace
 
 json to_json(const Verdict& v) {
-  json out = {
+  return {
       {"valid", v.valid},
       {"rejected_reason", v.rejected_reason},
       {"diagnostics", v.diagnostics},
@@ -36,6 +36,8 @@ json to_json(const Verdict& v) {
       {"pct_of_floor", optional_number(v.pct_of_floor)},
       {"pct_of_datasheet", optional_number(v.pct_of_datasheet)},
       {"speedup_vs_baseline", optional_number(v.speedup_vs_baseline)},
+      {"baseline_kind", v.baseline_kind},
+      {"baseline_us", optional_number(v.baseline_us)},
       {"schedule_id", v.schedule_id},
       {"tasks", v.tasks},
       {"weight_bytes", v.weight_bytes},
@@ -48,9 +50,6 @@ json to_json(const Verdict& v) {
       {"kernel", v.kernel},
       {"breakdown_ms", v.breakdown_ms},
   };
-  if (!v.baseline_kind.empty()) out["baseline_kind"] = v.baseline_kind;
-  if (v.baseline_us) out["baseline_us"] = *v.baseline_us;
-  return out;
 }
 
 Verdict verdict_from_json(const json& j) {

@@ -176,10 +176,10 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = weights ? kExitEnvironment : kExitUsage;
       return;
     }
-    const auto result = eval::run_bench(*weights, *target, parsed->bench, &error,
-                                        [](const std::string& line) {
-                                          std::cerr << "bench: " << line << "\n" << std::flush;
-                                        });
+    const auto result =
+        eval::run_bench(*weights, *target, parsed->bench, &error, [](const std::string& line) {
+          std::cerr << "bench: " << line << "\n" << std::flush;
+        });
     if (!result) {
       print_error("bench", error);
       ctx.exit_code = kExitEnvironment;

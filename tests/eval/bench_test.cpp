@@ -36,10 +36,11 @@ BenchResult synthetic() {
   r.measured_bandwidth = true;
   r.positions = {0, 4096};
   r.floor_us = {800.0, 850.0};
-  r.rows = {row("floor", "floor", 0, 800.0),         row("default", "config", 0, 1000.0),
-            row("cublas", "baseline", 0, 1500.0),    row("graph-pdl", "baseline", 0, 1050.0),
-            row("floor", "floor", 4096, 850.0),      row("default", "config", 4096, 1100.0),
-            row("cublas", "baseline", 4096, 8000.0), row("graph-pdl", "baseline", 4096, std::nullopt)};
+  r.rows = {
+      row("floor", "floor", 0, 800.0),         row("default", "config", 0, 1000.0),
+      row("cublas", "baseline", 0, 1500.0),    row("graph-pdl", "baseline", 0, 1050.0),
+      row("floor", "floor", 4096, 850.0),      row("default", "config", 4096, 1100.0),
+      row("cublas", "baseline", 4096, 8000.0), row("graph-pdl", "baseline", 4096, std::nullopt)};
   return r;
 }
 
@@ -95,9 +96,14 @@ TEST(Bench, SvgHasABarPerRowScaledToTheSlowest) {
 TEST(Bench, ReadsPeerRowsAndRejectsMalformedOnes) {
   const json peers = {{"peer", "pytorch"},
                       {"rows",
-                       {{{"name", "cuda graph, eager"}, {"position", 0}, {"median_us", 2789.0},
-                         {"p10_us", 2780.0}, {"p90_us", 2800.0}},
-                        {{"name", "generate"}, {"position", 0}, {"status", "error"},
+                       {{{"name", "cuda graph, eager"},
+                         {"position", 0},
+                         {"median_us", 2789.0},
+                         {"p10_us", 2780.0},
+                         {"p90_us", 2800.0}},
+                        {{"name", "generate"},
+                         {"position", 0},
+                         {"status", "error"},
                          {"message", "no transformers"}}}}};
   std::string err;
   const auto rows = peer_rows(json::array({peers}), &err);

@@ -330,8 +330,8 @@ TEST(GraphPdlBaseline, MatchesEagerOnToyInBothDtypes) {
 
 TEST(GraphPdlBaseline, MatchesEagerOnSmall) {
   MS_REQUIRE_GPU();
-  expect_graph_pdl_matches_eager(
-      schedule::generate_weights(*schedule::find_preset("small"), 0), {0, 3, 200});
+  expect_graph_pdl_matches_eager(schedule::generate_weights(*schedule::find_preset("small"), 0),
+                                 {0, 3, 200});
 }
 
 TEST(GraphPdlBaseline, TheTrialTimesEveryBaselineKind) {

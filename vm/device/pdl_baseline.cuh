@@ -3,8 +3,8 @@
 //
 //   ms_pdl_embed         hidden = embed[token]
 //   per layer:
-//   ms_pdl_qkv_rope      RMSNorm prologue, Q/K/V GEMV, RoPE on q and k, k and v appended to the cache
-//   ms_pdl_attention     split-KV (flash-decoding) attention: one block per (KV head, key split);
+//   ms_pdl_qkv_rope      RMSNorm prologue, Q/K/V GEMV, RoPE on q and k, k and v into the cache
+//   ms_pdl_attention     split-KV (flash-decoding) attention, a block per (KV head, key split);
 //                        the last split block of a KV head to finish merges the splits' (max, sum,
 //                        output) for the head's query heads (the combine step)
 //   ms_pdl_o_residual    O projection, residual added in the epilogue
@@ -26,9 +26,9 @@
 // threadFenceReduction sample): deterministic (the partials are summed in split order) and one
 // kernel boundary fewer each per layer. The last block resets its counter for the next layer.
 //
-// GEMV: blocks of 128 threads (4 warps); a warp computes a pair of rows, each lane holding its slice
-// of both rows as 16-byte vectors in registers (kChunkVecs per row; longer rows stream further
-// chunks after the wait), fp32 accumulation against the fp32 input staged in shared memory.
+// GEMV: blocks of 128 threads (4 warps); a warp computes a pair of rows, each lane holding its
+// slice of both rows as 16-byte vectors in registers (kChunkVecs per row; longer rows stream
+// further chunks after the wait), fp32 accumulation against the fp32 input staged in shared memory.
 // Activations, the residual stream and the logits are fp32; weights and KV have the model's dtype.
 // Everything another block or kernel wrote (activations, the step cell, partials) is read at L2
 // (ld.global.cg): with programmatic launch a block may start before its predecessors end, and an
@@ -44,8 +44,11 @@ constexpr int kBlock = 128;  // threads per block of every GEMV and attention ke
 constexpr int kBlockWarps = kBlock / 32;
 static_assert(MS_THREADS == kBlock, "the graph-pdl kernels are built with MS_THREADS=128");
 constexpr int kRowElems = 16 / sizeof(WeightT);  // weight elements per 16-byte vector
-constexpr int kChunkVecs = 8;                     // vectors per lane per row held in registers
-constexpr int kMaxGroup = 8;                      // query heads per KV head the attention serves
+constexpr int kChunkVecs = 8;                    // vectors per lane per row held in registers
+constexpr int kMaxGroup = 8;                     // query heads per KV head the attention serves
+
+/// -infinity (NVRTC has no math.h INFINITY).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 /// griddepcontrol (sm_90+): on older GPUs the launches carry no programmatic attribute and plain
 /// stream order already serialises the kernels.
@@ -90,7 +93,8 @@ struct RowPair {
     for (int c = 0; c < kChunkVecs; ++c) {
       const uint32_t v = base + uint32_t(c * 32 + lane);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) w[r][c] = v < vecs ? load_stream(row[r] + v) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < 2; ++r)
+        w[r][c] = v < vecs ? load_stream(row[r] + v) : make_uint4(0, 0, 0, 0);
     }
   }
   /// acc[r] += chunk `base` of row r times x (shared memory, fp32, indexed from the slice start).
@@ -178,13 +182,14 @@ extern "C" __global__ void __launch_bounds__(128)
   ms_dev::pdl::launch_dependents();
   ms_dev::pdl::wait_predecessors();
   const uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < hidden) out[r] = ms_dev::to_f32(W[embed + uint64_t(uint32_t(__ldcg(&step->token))) * hidden + r]);
+  if (r < hidden)
+    out[r] = ms_dev::to_f32(W[embed + uint64_t(uint32_t(__ldcg(&step->token))) * hidden + r]);
 }
 
 /// RMSNorm(hidden) x [wq; wk; wv] (rows from `wqkv`), then RoPE and the KV append. Warp task t is a
-/// rotation pair: rows (h * hd + d, h * hd + d + hd/2) of "head" h of the q, k, v row blocks, so the
-/// rotation happens in the lane that holds both dot products. q goes to q_out (fp32), k and v to the
-/// cache at the step's position. Dynamic shared memory: hidden floats.
+/// rotation pair: rows (h * hd + d, h * hd + d + hd/2) of "head" h of the q, k, v row blocks, so
+/// the rotation happens in the lane that holds both dot products. q goes to q_out (fp32), k and v
+/// to the cache at the step's position. Dynamic shared memory: hidden floats.
 extern "C" __global__ void __launch_bounds__(128)
     ms_pdl_qkv_rope(const ms_dev::WeightT* W, uint64_t wqkv, uint64_t gamma, const float* hidden_in,
                     const float* inv_freq, const ms_abi::StepCell* step, ms_abi::ModelParams m,
@@ -227,10 +232,10 @@ extern "C" __global__ void __launch_bounds__(128)
   from_f32(y1, dst + d + half);
 }
 
-/// Split-KV attention, one block per (KV head g = blockIdx.y, key split s = blockIdx.x): the group's
-/// query heads against keys [s * chunk, min(n, (s + 1) * chunk)), chunk = ceil(n / splits) with
-/// n = position + 1. Writes per (query head, split) the unnormalised output and (max, sum) of the
-/// scaled scores; an empty split writes (-inf, 0) and zeros. The KV head's last block to finish
+/// Split-KV attention, one block per (KV head g = blockIdx.y, key split s = blockIdx.x): the
+/// group's query heads against keys [s * chunk, min(n, (s + 1) * chunk)), chunk = ceil(n / splits)
+/// with n = position + 1. Writes per (query head, split) the unnormalised output and (max, sum) of
+/// the scaled scores; an empty split writes (-inf, 0) and zeros. The KV head's last block to finish
 /// then writes attn[h * hd + d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s for the group's
 /// query heads (counters[g] counts the arrivals). Dynamic shared memory: group * head_dim + group *
 /// chunk_max + 128 * group * (16 / sizeof(KvT)) floats.
@@ -246,8 +251,8 @@ extern "C" __global__ void __launch_bounds__(128)
   constexpr int kKvVecs = kHd * int(sizeof(KvT)) / 16;
   static_assert(kHd * sizeof(KvT) % 16 == 0, "a key row is whole 16-byte vectors");
   const uint32_t group = m.heads / m.kv_heads, g = blockIdx.y, s = blockIdx.x, splits = gridDim.x;
-  float* q_s = smem;                      // group x hd
-  float* p_s = smem + group * kHd;        // group x chunk_max
+  float* q_s = smem;                          // group x hd
+  float* p_s = smem + group * kHd;            // group x chunk_max
   __shared__ float ml_s[2 * pdl::kMaxGroup];  // per query head of the group: max, sum
   const uint32_t n = uint32_t(__ldcg(&step->position)) + 1;
   const uint32_t chunk = (n + splits - 1) / splits;
@@ -285,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(128)
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (uint32_t j = warp; j < group; j += pdl::kBlockWarps) {
-    float mx = -INFINITY;
+    float mx = pdl::neg_inf();
     for (uint32_t i = lane; i < t1 - t0; i += 32) mx = fmaxf(mx, p_s[j * chunk_max + i]);
     mx = warp_max(mx);
     float l = 0.0f;
@@ -358,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(128)
   for (uint32_t idx = threadIdx.x; idx < group * kHd; idx += pdl::kBlock) {
     const uint32_t h = g * group + idx / kHd, d = idx % kHd;
     const float* ml = part_ml + uint64_t(h) * splits * 2;
-    float M = -INFINITY;
+    float M = pdl::neg_inf();
     for (uint32_t sp = 0; sp < splits; ++sp)
       if (__ldcg(ml + 2 * sp + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * sp));
     float o = 0.0f, L = 0.0f;
@@ -478,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(128)
   }
   pdl::wait_predecessors();
   pdl::stage_normed(hidden_in, W + gamma, hidden, eps, x_s, scratch);
-  float bv = -INFINITY;
+  float bv = pdl::neg_inf();
   int32_t bi = 0x7fffffff;
   for (uint32_t p = 0; p < pairs_per_warp; ++p) {
     const uint32_t r = first + 2 * p;
@@ -522,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(128)
   pdl::wait_predecessors();
   __shared__ float bv[pdl::kBlockWarps];
   __shared__ int32_t bi[pdl::kBlockWarps];
-  float best = -INFINITY;
+  float best = pdl::neg_inf();
   int32_t best_i = 0x7fffffff;
   for (uint32_t i = threadIdx.x; i < n; i += pdl::kBlock) {
     const float v = __ldcg(cand_v + i);
