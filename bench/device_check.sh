@@ -24,7 +24,14 @@
 #        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt;
 #        stage "scaleout" runs bench/scaleout_bench.sh (SCALEOUT_STAGES, default "cpu gpu1": CPU-path
 #        trials/min with 1 vs 8 worker ranks, and `loop --gpus all` vs one worker on one GPU) into
-#        scaleout/cpu.json, scaleout/gpu1.json
+#        scaleout/cpu.json, scaleout/gpu1.json;
+#        stage "peers" runs the PyTorch peer (bench/peers/torch_peer.py: CUDA-graph decode step,
+#        eager and torch.compile, and transformers' generate; greedy tokens compared with
+#        megasched's) into torch_peer.json when python3 can import torch and transformers (skipped
+#        with a message otherwise); PEER_SHAPE (default llama-1b);
+#        stage "compare" runs `megasched bench` for each of COMPARE (space-separated
+#        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
+#        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -32,12 +39,14 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-gpu}
-STAGES=${STAGES:-build tests doctor evaluate bench}
+STAGES=${STAGES:-build tests doctor evaluate bench peers compare}
 MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*:Bf16Precision.*}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*}
+PEER_SHAPE=${PEER_SHAPE:-llama-1b}
+COMPARE=${COMPARE:-llama-1b@0,1024,4096 small@0,1024 llama-8b@0}
 PROFILES=${PROFILES:-llama-1b@0@default}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
@@ -240,6 +249,41 @@ if has_stage scaleout; then
     log "scaleout FAILED (or below its targets): see scaleout/*.json"
     status=1
   fi
+fi
+
+if has_stage peers; then
+  if python3 -c "import torch, transformers" > /dev/null 2>&1; then
+    peer_positions=$(for spec in $COMPARE; do [ "${spec%%@*}" = "$PEER_SHAPE" ] && echo "${spec#*@}"; done)
+    log "peers: bench/peers/torch_peer.py --shape $PEER_SHAPE --positions ${peer_positions:-0}"
+    if PYTHONUNBUFFERED=1 timeout 1200 python3 "$ROOT/bench/peers/torch_peer.py" --shape "$PEER_SHAPE" \
+         --save-dir "$OUT/peer_$PEER_SHAPE" --positions "${peer_positions:-0}" --megasched "$BUILD/megasched" \
+         --out "$OUT/torch_peer.json" >> "$LOG" 2>&1; then
+      log "peers ok"
+    else
+      log "peers FAILED"
+      status=1
+    fi
+    rm -rf "$OUT/peer_$PEER_SHAPE"  # the random checkpoint (GBs); its seed and shape rebuild it
+  else
+    log "peers skipped: python3 cannot import torch and transformers"
+  fi
+fi
+
+if has_stage compare; then
+  for spec in $COMPARE; do
+    IFS=@ read -r cmodel cpositions <<< "$spec"
+    peers=()
+    [ "$cmodel" = "$PEER_SHAPE" ] && [ -f "$OUT/torch_peer.json" ] && peers=(--peers "$OUT/torch_peer.json")
+    log "compare: megasched bench --model $cmodel --positions $cpositions ${peers[*]}"
+    if timeout 1800 "$BUILD/megasched" bench --model "$cmodel" --positions "$cpositions" "${peers[@]}" \
+         --iterations "$ITERATIONS" --out "$OUT/compare_$cmodel" > "$OUT/compare_$cmodel.md" 2>> "$LOG"; then
+      log "compare $cmodel ok"
+      cat "$OUT/compare_$cmodel.md" >> "$LOG"
+    else
+      log "compare $cmodel FAILED"
+      status=1
+    fi
+  done
 fi
 
 log "device_check done (status $status)"

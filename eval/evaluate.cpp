@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "eval/baseline.h"
 #include "eval/eager.h"
 #include "eval/oracle.h"
 #include "eval/prepare.h"
@@ -381,11 +382,17 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
   v->latency_p90_us = s.p90;
   v->latency_spread_us = s.p90 - s.p10;
   v->latency_kind = "measured-gpu";
-  if (!g.baseline_samples_us.empty()) {
-    const double base = sample_stats(g.baseline_samples_us).median;
-    v->speedup_vs_baseline = base / s.median;
-    v->notes.push_back("cuBLAS CUDA-graph baseline median " + std::to_string(base) +
-                       " us (same run)");
+  std::vector<BaselineMedian> medians;
+  for (const auto& b : g.baselines) {
+    if (b.samples_us.empty()) continue;
+    medians.push_back({b.kind, sample_stats(b.samples_us).median});
+    v->notes.push_back(b.kind + " CUDA-graph baseline median " +
+                       std::to_string(medians.back().median_us) + " us (same run)");
+  }
+  if (const auto best = strongest_baseline(medians)) {
+    v->speedup_vs_baseline = best->median_us / s.median;
+    v->baseline_kind = best->kind;
+    v->baseline_us = best->median_us;
   }
   return s.median;
 }

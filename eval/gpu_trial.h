@@ -22,7 +22,7 @@ namespace megasched::eval {
 struct GpuTrialOptions {
   int warmup = 10;              // untimed iterations
   int iterations = 100;         // timed iterations (>= 100 for a reported latency)
-  bool time_baseline = true;    // also time the cuBLAS CUDA-graph baseline, interleaved
+  bool time_baseline = true;    // also time every baseline kind (eval/baseline.h), interleaved
   double hang_timeout_s = 5.0;  // device-side spin bound
   bool force_launch = false;    // test-only: launch even when not co-resident / not validated
   int timed_position = -1;      // position timed; -1: the largest checked position. Positions past
@@ -39,7 +39,13 @@ struct GpuTrialResult {
   double rel_err = 0.0;
   bool argmax_match = false;
   std::vector<double> samples_us;           // megakernel step latency samples
-  std::vector<double> baseline_samples_us;  // cuBLAS graph baseline samples (same run)
+  std::vector<double> baseline_samples_us;  // the cublas baseline's samples (same run)
+  struct BaselineSamples {
+    std::string kind;                // one of eval::baseline_kinds()
+    std::vector<double> samples_us;  // same run, interleaved with the megakernel's
+  };
+  std::vector<BaselineSamples> baselines;  // every baseline kind that built, in baseline_kinds()
+                                           // order
   int timed_position = 0;
   // Wall time in ms of each phase run: compile_and_load (GpuVm::create: NVRTC or the cubin cache,
   // weights upload), gpu_check, baseline (its build and fill), time, recheck.

@@ -1,5 +1,5 @@
 // The GPU half of a trial on CUDA (see eval/gpu_trial.h): kernel correctness at every checked
-// position, then interleaved timing of the megakernel and the cuBLAS graph baseline, then the
+// position, then interleaved timing of the megakernel and every baseline kind, then the
 // correctness re-check. Every expected failure is a status; a failed driver call is `crash`.
 #include "eval/gpu_trial.h"
 
@@ -145,29 +145,35 @@ class GpuTrial {
     return false;
   }
 
-  /// The baseline, filled to the same position; its own accuracy is reported, not gated.
+  /// Every baseline kind, filled to the same position; their own accuracy is reported, not gated.
   void start_baseline() {
     if (!options_.time_baseline) return;
-    std::string error;
-    base_ = CublasBaseline::create(weights_, &error);
-    if (!base_) {
-      r_.kernel["baseline_error"] = error;
-      return;
-    }
-    json checks = json::array();
-    for (int p = 0; p <= timed_; ++p) {
-      const std::vector<float> logits = base_->step(token_at(p), p);
-      for (size_t i = 0; i < positions_.size(); ++i) {
-        if (positions_[i] != p) continue;
-        const Comparison c = compare_logits(logits, refs_[i], weights_.shape.dtype);
-        checks.push_back({{"position", p},
-                          {"rel_err", c.rel_err},
-                          {"max_abs_err", c.max_abs_err},
-                          {"argmax_match", c.argmax_match}});
+    for (const std::string& kind : baseline_kinds()) {
+      std::string error;
+      auto base = create_baseline(kind, weights_, &error);
+      if (!base) {
+        r_.kernel["baseline_errors"][kind] = error;
+        continue;
       }
+      json checks = json::array();
+      for (int p = 0; p <= timed_; ++p) {
+        const std::vector<float> logits = base->step(token_at(p), p);
+        for (size_t i = 0; i < positions_.size(); ++i) {
+          if (positions_[i] != p) continue;
+          const Comparison c = compare_logits(logits, refs_[i], weights_.shape.dtype);
+          checks.push_back({{"position", p},
+                            {"rel_err", c.rel_err},
+                            {"max_abs_err", c.max_abs_err},
+                            {"argmax_match", c.argmax_match}});
+        }
+      }
+      json info = base->info();
+      info["checks"] = checks;
+      if (kind == "cublas") r_.kernel["baseline"] = info;
+      r_.kernel["baselines"][kind] = info;
+      r_.baselines.push_back({kind, {}});
+      bases_.push_back(std::move(base));
     }
-    r_.kernel["baseline"] = base_->info();
-    r_.kernel["baseline"]["checks"] = checks;
   }
 
   /// Warm-up, then interleaved megakernel / baseline iterations, L2 flushed between iterations
@@ -183,12 +189,15 @@ class GpuTrial {
     const int32_t tok = token_at(timed_);
     for (int i = 0; i < options_.warmup; ++i) {
       gvm_->time_step_us(tok, timed_, flush);
-      if (base_) base_->time_step_us(tok, timed_, flush);
+      for (auto& base : bases_) base->time_step_us(tok, timed_, flush);
     }
     for (int i = 0; i < options_.iterations; ++i) {
       r_.samples_us.push_back(gvm_->time_step_us(tok, timed_, flush));
-      if (base_) r_.baseline_samples_us.push_back(base_->time_step_us(tok, timed_, flush));
+      for (size_t b = 0; b < bases_.size(); ++b)
+        r_.baselines[b].samples_us.push_back(bases_[b]->time_step_us(tok, timed_, flush));
     }
+    for (const auto& b : r_.baselines)
+      if (b.kind == "cublas") r_.baseline_samples_us = b.samples_us;
     if (!gvm_->hung()) return true;
     r_.status = "hang";
     r_.message = "the megakernel hit its spin bound during timing";
@@ -240,9 +249,9 @@ class GpuTrial {
   const GpuTrialOptions& options_;
   GpuTrialResult r_;
   std::unique_ptr<vm::GpuVm> gvm_;
-  std::unique_ptr<CublasBaseline> base_;
-  int timed_ = 0;  // the position timed
-  int last_ = 0;   // the last position run before timing
+  std::vector<std::unique_ptr<Baseline>> bases_;  // in r_.baselines order
+  int timed_ = 0;                                 // the position timed
+  int last_ = 0;                                  // the last position run before timing
   std::vector<float> timed_logits_;
 };
 

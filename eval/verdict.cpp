@@ -36,6 +36,8 @@ json to_json(const Verdict& v) {
       {"pct_of_floor", optional_number(v.pct_of_floor)},
       {"pct_of_datasheet", optional_number(v.pct_of_datasheet)},
       {"speedup_vs_baseline", optional_number(v.speedup_vs_baseline)},
+      {"baseline_kind", v.baseline_kind},
+      {"baseline_us", optional_number(v.baseline_us)},
       {"schedule_id", v.schedule_id},
       {"tasks", v.tasks},
       {"weight_bytes", v.weight_bytes},
@@ -72,6 +74,8 @@ Verdict verdict_from_json(const json& j) {
   v.pct_of_floor = read_optional(j, "pct_of_floor");
   v.pct_of_datasheet = read_optional(j, "pct_of_datasheet");
   v.speedup_vs_baseline = read_optional(j, "speedup_vs_baseline");
+  v.baseline_kind = j.value("baseline_kind", "");
+  v.baseline_us = read_optional(j, "baseline_us");
   v.schedule_id = j.value("schedule_id", "");
   v.tasks = j.value("tasks", uint64_t{0});
   v.weight_bytes = j.value("weight_bytes", uint64_t{0});

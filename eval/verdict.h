@@ -30,7 +30,9 @@ struct Verdict {
   double floor_datasheet_us = 0.0;     // bytes_min / datasheet bandwidth
   std::optional<double> pct_of_floor;  // 100 * floor_us / latency_us
   std::optional<double> pct_of_datasheet;
-  std::optional<double> speedup_vs_baseline;
+  std::optional<double> speedup_vs_baseline;  // baseline_us / latency_us
+  std::string baseline_kind;                  // the strongest baseline kind timed ("" when none)
+  std::optional<double> baseline_us;          // its median in the same run
   std::string schedule_id;
   uint64_t tasks = 0;
   uint64_t weight_bytes = 0;

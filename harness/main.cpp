@@ -35,6 +35,7 @@ const CommandEntry kCommands[] = {
     {"generate", megasched::harness::add_generate_command},
     {"doctor", megasched::harness::add_doctor_command},
     {"baseline", megasched::harness::add_baseline_command},
+    {"bench", megasched::harness::add_bench_command},
     {"profile", megasched::harness::add_profile_command},
 };
 

@@ -51,6 +51,13 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape) {
   return d;
 }
 
+std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape) {
+  std::vector<std::string> d = baseline_defines(shape);
+  for (std::string& define : d)
+    if (define.rfind("MS_THREADS=", 0) == 0) define = "MS_THREADS=128";
+  return d;
+}
+
 std::string build_identity() {
   std::string sources;
   for (const EmbeddedSource& source : embedded_sources()) {

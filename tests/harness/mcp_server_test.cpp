@@ -68,7 +68,8 @@ for line in sys.stdin:
          "latency_us": 100.0 / unroll, "latency_kind": "predicted", "latency_p90_us": 0.0,
          "latency_spread_us": 0.0, "samples_us": [], "timed_position": 0, "floor_us": 1.0,
          "floor_datasheet_us": 1.0, "pct_of_floor": unroll, "pct_of_datasheet": unroll,
-         "speedup_vs_baseline": None, "schedule_id": sid(cfg), "tasks": 13, "weight_bytes": 1,
+         "speedup_vs_baseline": None, "baseline_kind": "", "baseline_us": None,
+         "schedule_id": sid(cfg), "tasks": 13, "weight_bytes": 1,
          "bytes_min": 1, "target": "h100", "model": "toy", "device": "cpu", "status": "ok",
          "notes": [], "kernel": {}}
     print(json.dumps({"verdict": v}), flush=True)

@@ -182,6 +182,33 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
   }
 }
 
+TEST(NvrtcBuild, CompilesTheGraphPdlBaselineForAmpereAndHopper) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  // The dtype and head dim of every preset (toy fp32 16; llama-1b bf16 64; small, llama-8b bf16
+  // 128), for sm_80 (no griddepcontrol) and sm_90.
+  const std::pair<bool, int> variants[] = {{false, 16}, {true, 64}, {true, 128}};  // bf16, hd
+  for (int arch : {80, 90}) {
+    for (const auto& [bf16, head_dim] : variants) {
+      schedule::ModelShape shape;
+      shape.head_dim = head_dim;
+      shape.dtype = bf16 ? schedule::DType::kBF16 : schedule::DType::kF32;
+      const std::vector<std::string> defines = pdl_baseline_defines(shape);
+      EXPECT_NE(std::find(defines.begin(), defines.end(), "MS_THREADS=128"), defines.end());
+      const BuildResult r = build_cubin({"vm/device/pdl_baseline.cuh", defines, arch, ""});
+      ASSERT_TRUE(r.ok) << "sm_" << arch << " bf16 " << bf16 << " hd " << head_dim << "\n"
+                        << r.error;
+      EXPECT_FALSE(r.cubin.empty());
+      // Eight kernels; in bf16 (the dtype the timings are about) none spills: the GEMV slices
+      // live in registers. (ptxas spills a few bytes of the fp32 down projection on sm_90.)
+      EXPECT_TRUE(r.kernels.empty() || r.kernels.size() == 8u) << r.log;
+      if (!bf16) continue;
+      for (const KernelResources& k : r.kernels)
+        EXPECT_EQ(k.spill_store_bytes, 0) << k.name << " sm_" << arch << " hd " << head_dim << "\n"
+                                          << r.log;
+    }
+  }
+}
+
 TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   struct Variant {
