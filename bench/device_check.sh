@@ -31,7 +31,9 @@
 #        with a message otherwise); PEER_SHAPE (default llama-1b);
 #        stage "compare" runs `megasched bench` for each of COMPARE (space-separated
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
-#        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md
+#        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
+#        COMPARE_CONFIGS (space-separated) adds configs to every model's run, MODEL standing for
+#        the model's name (e.g. "best:MODEL:h100")
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -274,8 +276,14 @@ if has_stage compare; then
     IFS=@ read -r cmodel cpositions <<< "$spec"
     peers=()
     [ "$cmodel" = "$PEER_SHAPE" ] && [ -f "$OUT/torch_peer.json" ] && peers=(--peers "$OUT/torch_peer.json")
-    log "compare: megasched bench --model $cmodel --positions $cpositions ${peers[*]}"
-    if timeout 1800 "$BUILD/megasched" bench --model "$cmodel" --positions "$cpositions" "${peers[@]}" \
+    configs=()
+    for c in ${COMPARE_CONFIGS:-}; do
+      c=${c//MODEL/$cmodel}
+      configs+=(--config "$c")
+    done
+    log "compare: megasched bench --model $cmodel --positions $cpositions ${configs[*]} ${peers[*]}"
+    if timeout 1800 "$BUILD/megasched" bench --model "$cmodel" --positions "$cpositions" \
+         "${configs[@]}" "${peers[@]}" \
          --iterations "$ITERATIONS" --out "$OUT/compare_$cmodel" > "$OUT/compare_$cmodel.md" 2>> "$LOG"; then
       log "compare $cmodel ok"
       cat "$OUT/compare_$cmodel.md" >> "$LOG"
