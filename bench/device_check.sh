@@ -32,8 +32,7 @@
 #        stage "compare" runs `megasched bench` for each of COMPARE (space-separated
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
 #        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
-#        COMPARE_CONFIGS (space-separated) adds configs to every model's run, MODEL standing for
-#        the model's name (e.g. "best:MODEL:h100")
+#        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names)
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -273,14 +272,11 @@ fi
 
 if has_stage compare; then
   for spec in $COMPARE; do
-    IFS=@ read -r cmodel cpositions <<< "$spec"
+    IFS=@ read -r cmodel cpositions cconfigs <<< "$spec"
     peers=()
     [ "$cmodel" = "$PEER_SHAPE" ] && [ -f "$OUT/torch_peer.json" ] && peers=(--peers "$OUT/torch_peer.json")
     configs=()
-    for c in ${COMPARE_CONFIGS:-}; do
-      c=${c//MODEL/$cmodel}
-      configs+=(--config "$c")
-    done
+    for c in ${cconfigs//,/ }; do configs+=(--config "$c"); done
     log "compare: megasched bench --model $cmodel --positions $cpositions ${configs[*]} ${peers[*]}"
     if timeout 1800 "$BUILD/megasched" bench --model "$cmodel" --positions "$cpositions" \
          "${configs[@]}" "${peers[@]}" \
