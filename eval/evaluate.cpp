@@ -194,7 +194,8 @@ bool TrialEvaluator::load_reference(std::string* error) {
       {"weights_id", weights_id},
       {"cache_dir", dir},
       {"engine_on_miss", gpu ? "gpu-eager" : "cpu-eager"},
-      {"reference_vm", weights_.layout.total_elements <= kReferenceVmWalkElements ? "walk"
+      {"reference_vm", weights_.layout.total_elements <= options_.reference_vm_walk_elements
+                            ? "walk"
                                                                                    : "sampled"},
       {"windows", listed}};
   for (const ReferenceWindow& w : windows_)

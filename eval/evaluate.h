@@ -29,6 +29,11 @@
 
 namespace megasched::eval {
 
+/// Models with at most this many weight elements get the ReferenceVm walk from position 0 over
+/// every checked window (its own KV writes at every position); larger ones get the sampled check:
+/// the timed position alone, from the reference KV cache (the verdict's reference.reference_vm).
+constexpr int64_t kReferenceVmWalkElements = int64_t{1} << 24;
+
 struct EvaluatorOptions {
   std::string model = "toy";               // preset name or checkpoint directory
   std::string gpu = "h100";                // registry target name, or "auto" (the live device)
@@ -42,12 +47,8 @@ struct EvaluatorOptions {
   std::string reference = "auto";   // engine for windows not in the cache: auto (gpu with --device
                                     // gpu, else cpu) | cpu (eval/eager.h) | gpu (gpu_reference.h)
   std::string reference_cache_dir;  // empty: default_reference_cache_dir(); "none": no disk cache
+  int64_t reference_vm_walk_elements = kReferenceVmWalkElements;  // see the constant
 };
-
-/// Models with at most this many weight elements get the ReferenceVm walk from position 0 over
-/// every checked window (its own KV writes at every position); larger ones get the sampled check:
-/// the timed position alone, from the reference KV cache (the verdict's reference.reference_vm).
-constexpr int64_t kReferenceVmWalkElements = int64_t{1} << 24;
 
 /// Resolves a model name: a preset, or a directory holding a Hugging Face checkpoint.
 std::optional<schedule::ModelShape> resolve_shape(const std::string& model, std::string* error);
