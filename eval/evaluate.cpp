@@ -198,6 +198,7 @@ bool TrialEvaluator::load_reference(std::string* error) {
                             ? "walk"
                                                                                    : "sampled"},
       {"windows", listed}};
+  if (!cross_check_gpu_window(error)) return false;
   for (const ReferenceWindow& w : windows_)
     for (size_t i = 0; i < w.logits.size(); ++i)
       // The reference itself is not finite: the model (its constants or weights) is at fault, and
@@ -211,6 +212,30 @@ bool TrialEvaluator::load_reference(std::string* error) {
         return false;
       }
   reference_info_["load_ms"] = ms_since(t0);
+  return true;
+}
+
+bool TrialEvaluator::cross_check_gpu_window(std::string* error) {
+  // The GPU engine's window at position 0, when it just computed one, against the CPU eager forward
+  // (a few CPU steps): a GPU reference that disagrees is never used.
+  const ReferenceWindow& w = windows_.front();
+  if (w.start != 0 || w.engine != "gpu-eager") return true;
+  for (const json& o : reference_info_["windows"])
+    if (o["start"] == 0 && o["lookup"] == "hit") return true;
+  CpuEagerForward cpu(weights_);
+  const ReferenceWindow c =
+      compute_windows(cpu, weights_.shape, tokens_, {0}, static_cast<int>(w.logits.size()))[0];
+  json per = json::array();
+  for (size_t i = 0; i < w.logits.size(); ++i) {
+    const Comparison cmp = compare_logits(w.logits[i], c.logits[i], weights_.shape.dtype);
+    per.push_back({{"position", i}, {"rel_err", cmp.rel_err}, {"pass", cmp.pass}});
+    if (cmp.pass) continue;
+    *error = "the GPU reference differs from the CPU eager forward at position " +
+             std::to_string(i) + " (rel_err " + schedule::fmt("%.4g", cmp.rel_err) +
+             "): the reference is not trusted; rerun with a CPU reference or report it";
+    return false;
+  }
+  reference_info_["cross_check_cpu"] = per;
   return true;
 }
 

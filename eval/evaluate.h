@@ -99,6 +99,9 @@ class TrialEvaluator : public Evaluator {
                                  const std::vector<float>& ref, Verdict* v);
   /// Loads the windows (cache or engine) and checks their logits are finite.
   bool load_reference(std::string* error);
+  /// A window 0 the GPU engine computed, against the CPU eager forward; false with *error when
+  /// they differ (the verdict's reference.cross_check_cpu otherwise).
+  bool cross_check_gpu_window(std::string* error);
   /// The window whose steps include `position` (nullptr when none).
   const ReferenceWindow* window_at(int position) const;
   /// Step 3 on a GPU: the kernel's correctness and its median latency (nullopt: a failure status).
