@@ -271,6 +271,16 @@ TEST(NvrtcBuild, CompilesTheGpuReferenceKernelsAndTheFaultSwitch) {
   }
 }
 
+// The fault switches are reachable from tests only: no knob sets them, and the option list of a
+// program (profiled or not) never carries them.
+TEST(NvrtcBuild, NoConfigReachesTheTestFaultSwitches) {
+  for (const schedule::KnobSpec& k : schedule::knob_specs())
+    EXPECT_EQ(k.define.rfind("MS_TEST_", 0), std::string::npos) << k.path;
+  for (bool profile : {false, true})
+    for (const std::string& d : kernel_defines(program_for(16, 2, 2, 0, 256, true, 64), profile))
+      EXPECT_EQ(d.rfind("MS_TEST_", 0), std::string::npos) << d;
+}
+
 TEST(NvrtcBuild, CountsCacheHitsAndCompilesForTheHitRate) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   const std::filesystem::path dir =
