@@ -32,7 +32,12 @@
 #        stage "compare" runs `megasched bench` for each of COMPARE (space-separated
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
 #        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
-#        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names)
+#        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names);
+#        stage "trials" measures issue 14's targets on TRIALS_MODEL (default llama-1b) into
+#        trials.json (bench/trials_summary.py): a checked+timed trial at position 0 and one at 4096
+#        (each cold, then warm: wall seconds of the CLI, the verdict's checks, breakdown_ms,
+#        reference and cubin_cache) and `loop --device gpu` trials per minute over TRIALS_BUDGET
+#        (default 20) trials, with fresh kernel and reference caches under OUT_DIR/trials_ws
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -45,7 +50,7 @@ MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*}
 PEER_SHAPE=${PEER_SHAPE:-llama-1b}
 COMPARE=${COMPARE:-llama-1b@0,1024,4096 small@0,1024 llama-8b@0}
 PROFILES=${PROFILES:-llama-1b@0@default}
@@ -193,6 +198,41 @@ if has_stage ncu; then
     fi
     rm -f "$OUT/ncu_run.log"
   done
+fi
+
+if has_stage trials; then
+  TRIALS_MODEL=${TRIALS_MODEL:-llama-1b}
+  TRIALS_BUDGET=${TRIALS_BUDGET:-20}
+  log "trials: $TRIALS_MODEL at 0 and 4096 (cold, warm), loop of $TRIALS_BUDGET trials"
+  TWS="$OUT/trials_ws"
+  rm -rf "$TWS" "$OUT/trials_wall.txt"
+  mkdir -p "$TWS"
+  # Fresh kernel and reference caches: the first trial of each position is cold.
+  trials_env=(MEGASCHED_WORKSPACE="$TWS" MEGASCHED_KERNEL_CACHE="$TWS/kernel_cache"
+              MEGASCHED_REFERENCE_CACHE="$TWS/reference_cache")
+  # One trial through the CLI: trials_<name>.json (its verdict) and its wall seconds.
+  timed_trial() {
+    local name=$1; shift
+    local t0 t1
+    t0=$(date +%s.%N)
+    env "${trials_env[@]}" timeout 600 "$BUILD/megasched" evaluate --model "$TRIALS_MODEL" \
+      --gpu auto --device gpu "$@" > "$OUT/trials_$name.json" 2>> "$LOG"
+    t1=$(date +%s.%N)
+    echo "$name $(python3 -c "print($t1 - $t0)")" >> "$OUT/trials_wall.txt"
+  }
+  timed_trial pos0_cold --positions 0 --timed-position 0
+  timed_trial pos0_warm --positions 0 --timed-position 0
+  timed_trial pos4096_cold --positions 0,1000,4095 --timed-position 4096
+  timed_trial pos4096_warm --positions 0,1000,4095 --timed-position 4096
+  t0=$(date +%s.%N)
+  env "${trials_env[@]}" timeout 900 "$BUILD/megasched" loop --model "$TRIALS_MODEL" --gpu auto \
+    --device gpu --budget "$TRIALS_BUDGET" --results "$TWS/results.tsv" \
+    --corpus "$TWS/corpus.jsonl" > "$OUT/trials_loop.json" 2>> "$LOG"
+  log "loop exit $?"
+  t1=$(date +%s.%N)
+  echo "loop $(python3 -c "print($t1 - $t0)")" >> "$OUT/trials_wall.txt"
+  python3 "$ROOT/bench/trials_summary.py" "$OUT" "$TRIALS_BUDGET" >> "$LOG" 2>&1 || status=1
+  log "trials done (trials.json)"
 fi
 
 if has_stage crosscheck; then

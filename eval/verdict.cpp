@@ -49,6 +49,8 @@ json to_json(const Verdict& v) {
       {"notes", v.notes},
       {"kernel", v.kernel},
       {"breakdown_ms", v.breakdown_ms},
+      {"checks", v.checks},
+      {"reference", v.reference},
   };
 }
 
@@ -87,6 +89,8 @@ Verdict verdict_from_json(const json& j) {
   v.notes = j.value("notes", std::vector<std::string>{});
   v.kernel = j.value("kernel", json::object());
   v.breakdown_ms = j.value("breakdown_ms", json::object());
+  v.checks = j.value("checks", json::array());
+  v.reference = j.value("reference", json::object());
   return v;
 }
 

@@ -46,6 +46,14 @@ struct Verdict {
   // Wall time of the trial's phases in ms (lower, validate, reference_check, then on a GPU
   // compile_and_load, gpu_check, baseline, time, recheck; on a CPU predict) and their total.
   nlohmann::json breakdown_ms = nlohmann::json::object();
+  // Every comparison made, one entry per (path, position): {"path": "reference_vm" | "gpu",
+  // "position", "window_start" (the VM ran from there; the KV cache before it was the
+  // reference's), "rel_err", "max_abs_err", "argmax_match", "pass"} (gpu: also "kernel_argmax").
+  nlohmann::json checks = nlohmann::json::array();
+  // Where the reference came from: {"steps", "weights_id", "cache_dir", "engine_on_miss",
+  // "reference_vm": "walk" | "sampled", "windows": [{"start", "lookup", "engine", "note"}],
+  // "load_ms"}; empty for a trial that ran nothing.
+  nlohmann::json reference = nlohmann::json::object();
 };
 
 nlohmann::json to_json(const Verdict& verdict);

@@ -63,6 +63,16 @@ std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape)
 /// BuildResult::error with the whole log.
 BuildResult build_cubin(const BuildRequest& request);
 
+/// The cubin lookups of this process: builds served by the on-disk cache and NVRTC compiles (the
+/// warm path's hit rate; the verdict reports it).
+struct CubinCacheStats {
+  uint64_t hits = 0;
+  uint64_t compiles = 0;
+};
+CubinCacheStats cubin_cache_stats();
+/// Counts one lookup (build_cubin calls it).
+void record_cubin_lookup(bool hit);
+
 /// The identity of every kernel this binary builds: "kernel-sources-" and a hash of the embedded
 /// device sources (vm/embedded_sources.h). A build's cache key adds its options, arch and NVRTC.
 std::string build_identity();

@@ -279,6 +279,52 @@ TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(NvrtcBuild, CompilesTheGpuReferenceKernelsAndTheFaultSwitch) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  for (int arch : {90, 80}) {
+    const BuildResult ref = build_cubin({"vm/device/reference_forward.cuh", {}, arch, ""});
+    ASSERT_TRUE(ref.ok) << ref.error;
+    EXPECT_TRUE(ref.kernels.empty() || ref.kernels.size() >= 6u) << ref.log;
+    // The test-only fault switch compiles, and changes the machine code.
+    BuildRequest req{"vm/device/megakernel.cuh",
+                     kernel_defines(program_for(16, 2, 2, 0, 256, true, 64)), arch, ""};
+    const BuildResult plain = build_cubin(req);
+    req.defines.push_back("MS_TEST_FAULT_KV_FROM=2048");
+    req.defines.push_back("MS_TEST_FAULT_KV_UNTIL=8192");
+    const BuildResult faulty = build_cubin(req);
+    ASSERT_TRUE(plain.ok && faulty.ok) << plain.error << faulty.error;
+    EXPECT_NE(plain.cubin, faulty.cubin);
+    EXPECT_NE(plain.key, faulty.key);
+  }
+}
+
+// The fault switches are reachable from tests only: no knob sets them, and the option list of a
+// program (profiled or not) never carries them.
+TEST(NvrtcBuild, NoConfigReachesTheTestFaultSwitches) {
+  for (const schedule::KnobSpec& k : schedule::knob_specs())
+    EXPECT_EQ(k.define.rfind("MS_TEST_", 0), std::string::npos) << k.path;
+  for (bool profile : {false, true})
+    for (const std::string& d : kernel_defines(program_for(16, 2, 2, 0, 256, true, 64), profile))
+      EXPECT_EQ(d.rfind("MS_TEST_", 0), std::string::npos) << d;
+}
+
+TEST(NvrtcBuild, CountsCacheHitsAndCompilesForTheHitRate) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("ms_cubin_stats_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  std::filesystem::remove_all(dir);
+  const CubinCacheStats before = cubin_cache_stats();
+  const BuildRequest req{"vm/device/reference_forward.cuh", {}, 90, dir.string()};
+  ASSERT_TRUE(build_cubin(req).ok);
+  ASSERT_TRUE(build_cubin(req).ok);
+  ASSERT_TRUE(build_cubin(req).ok);
+  const CubinCacheStats after = cubin_cache_stats();
+  EXPECT_EQ(after.compiles - before.compiles, 1u);
+  EXPECT_EQ(after.hits - before.hits, 2u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(NvrtcBuild, FailedBuildCarriesTheWholeLog) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   BuildRequest req{"vm/device/megakernel.cuh", {"MS_VECTOR_BYTES=3"}, 90, ""};
