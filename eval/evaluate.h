@@ -94,6 +94,10 @@ class TrialEvaluator : public Evaluator {
                 const std::string& schedule_id, nlohmann::json breakdown);
   /// Step 2: the ReferenceVm against the reference logits; false (with notes) when it differs.
   bool check_on_reference_vm(const schedule::Program& program, Verdict* v);
+  /// Steps 2 and 3 of judge: the ReferenceVm check, then the latency (measured or predicted);
+  /// on the GPU with a sampled check the two run at once. No latency unless both pass.
+  std::optional<double> check_and_measure(const schedule::Program& program, bool valid,
+                                          const Floor& floor, Verdict* v);
   /// One ReferenceVm step's logits against `ref`, into v->checks; false (with a note) on a miss.
   bool record_reference_vm_check(int position, int start, const vm::ReferenceVm::StepResult& step,
                                  const std::vector<float>& ref, Verdict* v);
