@@ -10,8 +10,9 @@
 #         Target: rate(SCALE_RANKS) >= 5 x rate(1). -> OUT_DIR/scaleout/cpu.json
 #   gpu1  one GPU: `loop --device gpu` (one worker) against `loop --gpus all` (the multi-worker
 #         path with one worker) on GPU1_MODEL (default llama-1b), GPU1_BUDGET (default 40) trials
-#         each, random strategy, one seed, CUDA_VISIBLE_DEVICES=${GPU1_DEVICE:-0}. Target: the
-#         pool's rate within 5% of the single worker's. -> OUT_DIR/scaleout/gpu1.json
+#         each, random strategy, one seed, CUDA_VISIBLE_DEVICES=${GPU1_DEVICE:-0}, both after an
+#         untimed run of the same seed that fills the caches. Target: the pool's rate within 5% of
+#         the single worker's (either way). -> OUT_DIR/scaleout/gpu1.json
 # Each run keeps its logs, summary and progress under OUT_DIR/scaleout/<stage>_<n>/.
 # usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1]      env: BUILD (default build-gpu)
 set -uo pipefail
@@ -89,6 +90,16 @@ fi
 
 if [[ " $STAGES " == *" gpu1 "* ]]; then
   log "gpu1: $GPU1_MODEL, $GPU1_BUDGET trials, one worker vs --gpus all, GPU $GPU1_DEVICE"
+  # Both timed runs propose the same configs (one seed): an untimed run first fills the kernel
+  # and reference caches, so neither timed run pays the NVRTC compiles and the reference forward
+  # that the first run of a fresh workspace would (an H100 run without it measured the cold single
+  # worker at 10.3 trials/min and the warm pool after it at 38.4).
+  w="$DIR/gpu1_warmup"
+  rm -rf "$w" && mkdir -p "$w"
+  CUDA_VISIBLE_DEVICES=$GPU1_DEVICE "$BIN" loop --device gpu --gpu auto --model "$GPU1_MODEL" \
+    --strategy random --seed 1 --budget "$GPU1_BUDGET" --results "$w/results.tsv" \
+    --corpus "$w/corpus.jsonl" >"$w/summary.json" 2>"$w/progress.log" ||
+    log "gpu1: the warm-up run FAILED: $(tail -2 "$w/progress.log")"
   for mode in single pool; do
     d="$DIR/gpu1_$mode"
     rm -rf "$d" && mkdir -p "$d"
@@ -102,13 +113,13 @@ if [[ " $STAGES " == *" gpu1 "* ]]; then
   rs=$(rate "$DIR/gpu1_single/summary.json")
   rp=$(rate "$DIR/gpu1_pool/summary.json")
   r=$(ratio "$rp" "$rs")
-  pass=false
-  at_least "$r" 0.95 && pass=true
+  pass=false  # within 5% either way
+  at_least "$r" 0.95 && at_least 1.05 "$r" && pass=true
   cat >"$DIR/gpu1.json" <<EOF
 {"stage": "gpu1", "model": "$GPU1_MODEL", "budget": $GPU1_BUDGET, "gpu": "$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$GPU1_DEVICE" 2>/dev/null | head -1)",
- "trials_per_min_single_worker": $rs, "trials_per_min_gpus_all": $rp, "ratio": $r, "target_ratio": 0.95, "pass": $pass}
+ "trials_per_min_single_worker": $rs, "trials_per_min_gpus_all": $rp, "ratio": $r, "target_ratio": "0.95-1.05", "pass": $pass}
 EOF
-  log "gpu1: single worker $rs trials/min, --gpus all $rp trials/min: ratio $r (target >= 0.95, pass $pass)"
+  log "gpu1: single worker $rs trials/min, --gpus all $rp trials/min: ratio $r (target 0.95-1.05, pass $pass)"
   [ "$pass" = true ] || status=1
 fi
 exit $status
