@@ -321,7 +321,11 @@ fi
 
 if has_stage peers; then
   if python3 -c "import torch, transformers" > /dev/null 2>&1; then
-    peer_positions=$(for spec in $COMPARE; do [ "${spec%%@*}" = "$PEER_SHAPE" ] && echo "${spec#*@}"; done)
+    # The positions field of PEER_SHAPE's COMPARE entry (MODEL@POSITIONS[@CONFIGS]).
+    peer_positions=$(for spec in $COMPARE; do
+                       IFS=@ read -r pm pp _ <<< "$spec"
+                       [ "$pm" = "$PEER_SHAPE" ] && echo "$pp"
+                     done)
     log "peers: bench/peers/torch_peer.py --shape $PEER_SHAPE --positions ${peer_positions:-0}"
     if PYTHONUNBUFFERED=1 timeout 1200 python3 "$ROOT/bench/peers/torch_peer.py" --shape "$PEER_SHAPE" \
          --save-dir "$OUT/peer_$PEER_SHAPE" --positions "${peer_positions:-0}" --megasched "$BUILD/megasched" \
