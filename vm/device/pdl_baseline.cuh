@@ -342,6 +342,42 @@ struct ResidualPairs {
   }
 };
 
+/// The attention combine of KV head g's query heads over `splits` key splits (gridDim.x slots per
+/// head in part_o / part_ml): warp j turns head j's (max, sum) pairs into weights e^(m_s - M) / L
+/// in w_s, then thread (j, d) sums the weighted outputs with the loads of eight splits in flight at
+/// a time into attn. The whole block.
+__device__ __forceinline__ void combine_splits(const float* part_o, const float* part_ml,
+                                               uint32_t g, uint32_t group, uint32_t splits,
+                                               float* w_s, float* attn) {
+  constexpr int kHd = kHeadDim;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (uint32_t j = warp; j < group; j += kBlockWarps) {
+    const float* ml = part_ml + uint64_t(g * group + j) * gridDim.x * 2;
+    float M = neg_inf();
+    for (uint32_t sp = lane; sp < splits; sp += 32)
+      if (__ldcg(ml + 2 * sp + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * sp));
+    M = warp_max(M);
+    float L = 0.0f;
+    for (uint32_t sp = lane; sp < splits; sp += 32) {
+      const float l = __ldcg(ml + 2 * sp + 1);
+      const float w = l > 0.0f ? __expf(__ldcg(ml + 2 * sp) - M) : 0.0f;
+      w_s[j * gridDim.x + sp] = w;
+      L += w * l;
+    }
+    L = warp_sum(L);
+    for (uint32_t sp = lane; sp < splits; sp += 32) w_s[j * gridDim.x + sp] /= L;
+  }
+  __syncthreads();
+  for (uint32_t idx = threadIdx.x; idx < group * kHd; idx += kBlock) {
+    const uint32_t j = idx / kHd, d = idx % kHd, h = g * group + j;
+    const float* po = part_o + uint64_t(h) * gridDim.x * kHd + d;
+    float o = 0.0f;
+#pragma unroll 8
+    for (uint32_t sp = 0; sp < splits; ++sp) o += w_s[j * gridDim.x + sp] * __ldcg(po + sp * kHd);
+    attn[uint64_t(h) * kHd + d] = o;
+  }
+}
+
 /// The dynamic shared memory of a GEMV kernel, 16-byte aligned.
 __device__ __forceinline__ float* gemv_smem() {
   extern __shared__ float4 smem4[];
@@ -571,33 +607,7 @@ extern "C" __global__ void __launch_bounds__(256)
     }
   }
   if (splits == 1 || !pdl::last_arrival(counters + g, splits)) return;
-  // The combine: warp j turns head j's (max, sum) pairs into weights e^(m_s - M) / L in w_s, then
-  // thread (j, d) sums the weighted outputs with the loads of eight splits in flight at a time.
-  for (uint32_t j = warp; j < group; j += pdl::kBlockWarps) {
-    const float* ml = part_ml + uint64_t(g * group + j) * gridDim.x * 2;
-    float M = pdl::neg_inf();
-    for (uint32_t sp = lane; sp < splits; sp += 32)
-      if (__ldcg(ml + 2 * sp + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * sp));
-    M = warp_max(M);
-    float L = 0.0f;
-    for (uint32_t sp = lane; sp < splits; sp += 32) {
-      const float l = __ldcg(ml + 2 * sp + 1);
-      const float w = l > 0.0f ? __expf(__ldcg(ml + 2 * sp) - M) : 0.0f;
-      w_s[j * gridDim.x + sp] = w;
-      L += w * l;
-    }
-    L = warp_sum(L);
-    for (uint32_t sp = lane; sp < splits; sp += 32) w_s[j * gridDim.x + sp] /= L;
-  }
-  __syncthreads();
-  for (uint32_t idx = threadIdx.x; idx < group * kHd; idx += pdl::kBlock) {
-    const uint32_t j = idx / kHd, d = idx % kHd, h = g * group + j;
-    const float* po = part_o + uint64_t(h) * gridDim.x * kHd + d;
-    float o = 0.0f;
-#pragma unroll 8
-    for (uint32_t sp = 0; sp < splits; ++sp) o += w_s[j * gridDim.x + sp] * __ldcg(po + sp * kHd);
-    attn[uint64_t(h) * kHd + d] = o;
-  }
+  pdl::combine_splits(part_o, part_ml, g, group, splits, w_s, attn);
 }
 
 /// hidden[r] += W[r] . attn, a pair of rows per task. Dynamic shared memory: k floats.
