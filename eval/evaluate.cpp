@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "eval/bottleneck.h"
 #include "eval/eager.h"
 #include "eval/oracle.h"
 #include "eval/prepare.h"
@@ -186,6 +187,17 @@ std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) 
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// The verdict's bottleneck class (eval/bottleneck.h); the cost model gives the program's
+// dependent stages, which only a correct trial with a latency needs.
+json bottleneck_of(const Verdict& v, const schedule::Program& program, const ModelShape& shape,
+                   const schedule::GpuTarget& target) {
+  double stages = 0.0;
+  if (v.correct && v.latency_us)
+    stages = schedule::predict(program, shape, target, v.timed_position, v.floor_us)
+                 .critical_path_stages;
+  return classify_verdict(v, stages, target.num_sms);
+}
 }  // namespace
 
 Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
@@ -208,6 +220,7 @@ Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
   }
   breakdown["validate"] = prepared.validate_ms;
   Verdict v = judge(*prepared.program, prepared.report, schedule_id(config), std::move(breakdown));
+  v.bottleneck = bottleneck_of(v, *prepared.program, weights_.shape, target_);
   v.breakdown_ms["total"] = ms_since(t0);
   return v;
 }
@@ -235,6 +248,7 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
   }
   const schedule::ValidationReport report = schedule::validate(program, target_);
   Verdict v = judge(program, report, schedule_id, {{"lower", 0.0}, {"validate", ms_since(t0)}});
+  v.bottleneck = bottleneck_of(v, program, weights_.shape, target_);
   v.breakdown_ms["total"] = ms_since(t0);
   return v;
 }

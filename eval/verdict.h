@@ -44,6 +44,9 @@ struct Verdict {
   // Wall time of the trial's phases in ms (lower, validate, reference_check, then on a GPU
   // compile_and_load, gpu_check, baseline, time, recheck; on a CPU predict) and their total.
   nlohmann::json breakdown_ms = nlohmann::json::object();
+  // The bottleneck class (eval/bottleneck.h): {"class", "source", "reason"}, null when the trial
+  // has no latency to classify.
+  nlohmann::json bottleneck = nullptr;
 };
 
 nlohmann::json to_json(const Verdict& verdict);
