@@ -79,12 +79,12 @@ std::optional<RegistryEntry> registry_entry_from_json(const json& j, std::string
     return fail("no version >= 1");
   if (!j.contains("config") || !j["config"].is_object()) return fail("no config object");
   RegistryEntry e;
-  e.id = j["id"];
-  e.model = j["model"];
-  e.gpu = j["gpu"];
-  e.dtype = j["dtype"];
-  e.config_hash8 = j["config_hash8"];
-  e.version = j["version"];
+  e.id = j["id"].get<std::string>();
+  e.model = j["model"].get<std::string>();
+  e.gpu = j["gpu"].get<std::string>();
+  e.dtype = j["dtype"].get<std::string>();
+  e.config_hash8 = j["config_hash8"].get<std::string>();
+  e.version = j["version"].get<int>();
   e.config = j["config"];
   if (config_hash8(e.config) != e.config_hash8)
     return fail("config_hash8 " + e.config_hash8 + " is not the config's hash (" +

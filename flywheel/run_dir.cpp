@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -31,7 +32,7 @@ json optional_number(const std::optional<double>& v) { return v ? json(*v) : jso
 
 // The first "... differs from eager at position P ..." note: which path failed first, where.
 json first_failure(const eval::Verdict& v) {
-  static const std::regex kAt(R"((ReferenceVm|GPU kernel|kernel argmax|program argmax)[^0-9]*position (\d+))");
+  static const std::regex kAt(R"((ReferenceVm|GPU kernel|kernel argmax|program argmax).*?position (\d+))");
   for (const std::string& note : v.notes) {
     std::smatch m;
     if (!std::regex_search(note, m, kAt)) continue;
