@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/commands.h"
+#include "harness/run_record.h"
 #include "schedule/config.h"
 
 namespace {
@@ -36,6 +37,9 @@ const CommandEntry kCommands[] = {
     {"doctor", megasched::harness::add_doctor_command},
     {"baseline", megasched::harness::add_baseline_command},
     {"profile", megasched::harness::add_profile_command},
+    {"promote", megasched::harness::add_promote_command},
+    {"registry", megasched::harness::add_registry_command},
+    {"runs", megasched::harness::add_runs_command},
 };
 
 }  // namespace
@@ -60,6 +64,7 @@ int main(int argc, char** argv) {
     return "megasched" + (command.empty() ? "" : " " + command) + ": " + what + " (see `" + help +
            "`)\n";
   });
+  megasched::harness::set_command_line(argc, argv);
   CliContext ctx;
   std::vector<std::string> names;
   for (const auto& c : kCommands) {

@@ -85,6 +85,10 @@ struct LoopCommand {
 /// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
 VerbResult run_loop_command(LoopCommand& command);
 
+/// `registry list`: every entry of the verified registry at `path` and every corrupt line (exit 1
+/// when there is one; the good entries are listed all the same). Defined in cmd_registry.cpp.
+VerbResult registry_list(const std::string& path);
+
 /// This executable's path (for the worker's command line); "megasched" when it cannot be read.
 std::string this_executable();
 

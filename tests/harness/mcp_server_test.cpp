@@ -180,7 +180,7 @@ TEST_F(McpServer, ToolsListGivesEveryToolWithItsSchemas) {
     EXPECT_FALSE(t.value("description", "").empty()) << t["name"];
   }
   EXPECT_EQ(names, (std::vector<std::string>{"propose", "evaluate", "validate", "loop", "report",
-                                             "profile"}));
+                                             "profile", "promote", "registry_list"}));
   EXPECT_EQ(tools[1]["outputSchema"]["title"], "Verdict");
   EXPECT_EQ(tools[3]["inputSchema"]["required"], json::array({"budget"}));
 }
