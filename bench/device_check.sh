@@ -17,7 +17,11 @@
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
-#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep
+#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep;
+#        stage "promote" runs `megasched promote` of PROMOTE_CONFIG for PROMOTE_MODEL on PROMOTE_GPU
+#        (verify gate at PROMOTE_POSITIONS, PROMOTE_ROUNDS interleaved rounds) into
+#        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
+#        `registry verify` of the entry it wrote
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -34,6 +38,11 @@ GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*}
 PROFILES=${PROFILES:-llama-1b@0@default}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
+PROMOTE_MODEL=${PROMOTE_MODEL:-llama-1b}
+PROMOTE_GPU=${PROMOTE_GPU:-h100}
+PROMOTE_CONFIG=${PROMOTE_CONFIG:-$ROOT/bench/configs/rows_256thr_4x16k.json}
+PROMOTE_POSITIONS=${PROMOTE_POSITIONS:-0,3,7}
+PROMOTE_ROUNDS=${PROMOTE_ROUNDS:-3}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
 LOG="$OUT/check.log"
 status=0
@@ -184,6 +193,25 @@ if has_stage profile; then
       status=1
     fi
   done
+fi
+
+if has_stage promote; then
+  log "promote --model $PROMOTE_MODEL --gpu $PROMOTE_GPU --config $PROMOTE_CONFIG" \
+    "--positions $PROMOTE_POSITIONS --rounds $PROMOTE_ROUNDS"
+  timeout 540 "$BUILD/megasched" promote --model "$PROMOTE_MODEL" --gpu "$PROMOTE_GPU" \
+    --device gpu --config "$PROMOTE_CONFIG" --positions "$PROMOTE_POSITIONS" \
+    --rounds "$PROMOTE_ROUNDS" --registry "$OUT/verified.jsonl" --runs-dir "$OUT/runs" \
+    > "$OUT/promote.json" 2>> "$LOG"
+  code=$?
+  log "promote exit $code"
+  [ $code -ne 0 ] && status=1
+  "$BUILD/megasched" registry list --registry "$OUT/verified.jsonl" >> "$LOG" 2>&1
+  id=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("entry",{}).get("id",""))' "$OUT/promote.json" 2>/dev/null)
+  if [ -n "$id" ]; then
+    timeout 300 "$BUILD/megasched" registry verify "$id" --device gpu --positions 0 \
+      --registry "$OUT/verified.jsonl" >> "$LOG" 2>&1
+    log "registry verify $id exit $?"
+  fi
 fi
 
 log "device_check done (status $status)"
