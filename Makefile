@@ -2,8 +2,10 @@
 # root; otherwise they print the apt-get line and stop), configure, build and run.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-CMAKE_FLAGS ?=
-PKGS := cmake g++ make nlohmann-json3-dev libeigen3-dev libcli11-dev libgtest-dev libbenchmark-dev
+# OpenMPI builds and tests `loop --mpi` (-DMEGASCHED_MPI=ON); a plain cmake build needs no MPI.
+CMAKE_FLAGS ?= -DMEGASCHED_MPI=ON
+PKGS := cmake g++ make nlohmann-json3-dev libeigen3-dev libcli11-dev libgtest-dev libbenchmark-dev \
+        libopenmpi-dev openmpi-bin
 
 .PHONY: all deps configure build test demo bench clean format
 
@@ -26,10 +28,11 @@ test: build
 demo: build
 	./scripts/demo.sh $(BUILD)
 
-# The Google Benchmark programs (device_bench is the GPU matrix driver with its own flags; the GPU
-# ones skip each case without a device).
+# The Google Benchmark programs (device_bench is the GPU matrix driver and precision_bench the bf16
+# accuracy table of dev/bf16_precision.md, both with their own flags; the GPU ones skip each case
+# without a device).
 bench: build
-	@for b in $(BUILD)/*_bench; do [ "$$(basename $$b)" = device_bench ] && continue; \
+	@for b in $(BUILD)/*_bench; do case "$$(basename $$b)" in device_bench|precision_bench) continue;; esac; \
 	  echo "== $$b"; $$b --benchmark_min_time=0.05 || exit 1; done
 
 format:

@@ -10,14 +10,34 @@
 #
 # usage: bench/device_check.sh OUT_DIR
 # env:   STAGES (default "build tests doctor evaluate bench"; add "crosscheck" for the transformers
-#        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS), MODELS (default toy,small,llama-1b),
+#        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS; "drift" for
+#        bench/hf_bf16_drift.py, megasched's and transformers' bf16 max abs logit error against
+#        transformers' fp32 at DRIFT_POSITIONS, default 0,300,1024,4096, for DRIFT_SHAPES, default
+#        all four, into bf16_drift.json), MODELS (default toy,small,llama-1b),
 #        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
 #        bench/configs/*.json), GPU_TESTS (gtest filter of the tests stage),
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
-#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep;
+#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep,
+#        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt;
+#        stage "scaleout" runs bench/scaleout_bench.sh (SCALEOUT_STAGES, default "cpu gpu1": CPU-path
+#        trials/min with 1 vs 8 worker ranks, and `loop --gpus all` vs one worker on one GPU) into
+#        scaleout/cpu.json, scaleout/gpu1.json;
+#        stage "peers" runs the PyTorch peer (bench/peers/torch_peer.py: CUDA-graph decode step,
+#        eager and torch.compile, and transformers' generate; greedy tokens compared with
+#        megasched's) into torch_peer.json when python3 can import torch and transformers (skipped
+#        with a message otherwise); PEER_SHAPE (default llama-1b);
+#        stage "compare" runs `megasched bench` for each of COMPARE (space-separated
+#        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
+#        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
+#        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names);
+#        stage "trials" measures issue 14's targets on TRIALS_MODEL (default llama-1b) into
+#        trials.json (bench/trials_summary.py): a checked+timed trial at position 0 and one at 4096
+#        (each cold, then warm: wall seconds of the CLI, the verdict's checks, breakdown_ms,
+#        reference and cubin_cache) and `loop --device gpu` trials per minute over TRIALS_BUDGET
+#        (default 20) trials, with fresh kernel and reference caches under OUT_DIR/trials_ws;
 #        stage "promote" runs `megasched promote` of PROMOTE_CONFIG for PROMOTE_MODEL on PROMOTE_GPU
 #        (verify gate at PROMOTE_POSITIONS, PROMOTE_ROUNDS interleaved rounds) into
 #        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
@@ -29,12 +49,14 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-gpu}
-STAGES=${STAGES:-build tests doctor evaluate bench}
+STAGES=${STAGES:-build tests doctor evaluate bench peers compare}
 MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:Doctor.*}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*}
+PEER_SHAPE=${PEER_SHAPE:-llama-1b}
+COMPARE=${COMPARE:-llama-1b@0,1024,4096 small@0,1024 llama-8b@0}
 PROFILES=${PROFILES:-llama-1b@0@default}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
@@ -162,6 +184,64 @@ if has_stage ncu; then
     fi
     rm -f "$OUT/ncu_run.log"
   done
+  # NCU_STEPS (space-separated MODEL@POSITION@CONFIG): the whole megakernel of one timed decode
+  # step of `megasched evaluate`, profiled the same way into ncu_step_N.txt (step_N.ncu-rep).
+  n=0
+  for spec in ${NCU_STEPS:-}; do
+    n=$((n + 1))
+    IFS=@ read -r smodel spos scfg <<< "$spec"
+    log "ncu step $n: evaluate --model $smodel --positions $spos --config $scfg"
+    if MEGASCHED_NVRTC_LINEINFO=1 ncu --clock-control none --kernel-name ms_megakernel \
+         --launch-skip "${NCU_STEP_SKIP:-4}" --launch-count 1 --import-source no \
+         --warp-sampling-interval 0 \
+         --section SourceCounters --section WarpStateStats --section SchedulerStats \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/step_$n" \
+         "$BUILD/megasched" evaluate --model "$smodel" --gpu auto --device gpu --positions "$spos" \
+         --timed-position "$spos" --config "$scfg" --iterations 3 --warmup 2 --no-baseline \
+         > "$OUT/ncu_run.log" 2>&1; then
+      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/step_$n.ncu-rep" 80 > "$OUT/ncu_step_$n.txt" 2>&1
+      log "ncu step $n ok"
+    else
+      log "ncu step $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
+      status=1
+    fi
+    rm -f "$OUT/ncu_run.log"
+  done
+fi
+
+if has_stage trials; then
+  TRIALS_MODEL=${TRIALS_MODEL:-llama-1b}
+  TRIALS_BUDGET=${TRIALS_BUDGET:-20}
+  log "trials: $TRIALS_MODEL at 0 and 4096 (cold, warm), loop of $TRIALS_BUDGET trials"
+  TWS="$OUT/trials_ws"
+  rm -rf "$TWS" "$OUT/trials_wall.txt"
+  mkdir -p "$TWS"
+  # Fresh kernel and reference caches: the first trial of each position is cold.
+  trials_env=(MEGASCHED_WORKSPACE="$TWS" MEGASCHED_KERNEL_CACHE="$TWS/kernel_cache"
+              MEGASCHED_REFERENCE_CACHE="$TWS/reference_cache")
+  # One trial through the CLI: trials_<name>.json (its verdict) and its wall seconds.
+  timed_trial() {
+    local name=$1; shift
+    local t0 t1
+    t0=$(date +%s.%N)
+    env "${trials_env[@]}" timeout 600 "$BUILD/megasched" evaluate --model "$TRIALS_MODEL" \
+      --gpu auto --device gpu "$@" > "$OUT/trials_$name.json" 2>> "$LOG"
+    t1=$(date +%s.%N)
+    echo "$name $(python3 -c "print($t1 - $t0)")" >> "$OUT/trials_wall.txt"
+  }
+  timed_trial pos0_cold --positions 0 --timed-position 0
+  timed_trial pos0_warm --positions 0 --timed-position 0
+  timed_trial pos4096_cold --positions 0,1000,4095 --timed-position 4096
+  timed_trial pos4096_warm --positions 0,1000,4095 --timed-position 4096
+  t0=$(date +%s.%N)
+  env "${trials_env[@]}" timeout 900 "$BUILD/megasched" loop --model "$TRIALS_MODEL" --gpu auto \
+    --device gpu --budget "$TRIALS_BUDGET" --results "$TWS/results.tsv" \
+    --corpus "$TWS/corpus.jsonl" > "$OUT/trials_loop.json" 2>> "$LOG"
+  log "loop exit $?"
+  t1=$(date +%s.%N)
+  echo "loop $(python3 -c "print($t1 - $t0)")" >> "$OUT/trials_wall.txt"
+  python3 "$ROOT/bench/trials_summary.py" "$OUT" "$TRIALS_BUDGET" >> "$LOG" 2>&1 || status=1
+  log "trials done (trials.json)"
 fi
 
 if has_stage crosscheck; then
@@ -172,6 +252,20 @@ if has_stage crosscheck; then
     log "crosscheck passed"
   else
     log "crosscheck FAILED"
+    status=1
+  fi
+fi
+
+if has_stage drift; then
+  # Issue 16's bf16 accuracy: megasched (GPU) and transformers bf16 vs transformers fp32, by position.
+  DRIFT_POSITIONS=${DRIFT_POSITIONS:-0,300,1024,4096}
+  DRIFT_SHAPES=${DRIFT_SHAPES:-hd128-gqa3-llama3,hd128-gqa3,hd64-gqa3-llama3,hd64-gqa3}
+  log "drift: bench/hf_bf16_drift.py --shapes $DRIFT_SHAPES --positions $DRIFT_POSITIONS"
+  if PYTHONUNBUFFERED=1 timeout 540 python3 "$ROOT/bench/hf_bf16_drift.py" --megasched "$BUILD/megasched" \
+       --shapes "$DRIFT_SHAPES" --positions "$DRIFT_POSITIONS" --out "$OUT/bf16_drift.json" >> "$LOG" 2>&1; then
+    log "drift passed (megasched within transformers' bf16 error at every position)"
+  else
+    log "drift FAILED"
     status=1
   fi
 fi
@@ -190,6 +284,56 @@ if has_stage profile; then
       log "profile $n ok"
     else
       log "profile $n FAILED"
+      status=1
+    fi
+  done
+fi
+
+if has_stage scaleout; then
+  # Issue 19: the loop over many workers (HARNESS.md section 13).
+  log "scaleout: bench/scaleout_bench.sh ${SCALEOUT_STAGES:-cpu gpu1}"
+  # shellcheck disable=SC2086
+  if BUILD="$BUILD" timeout 1500 "$ROOT/bench/scaleout_bench.sh" "$OUT" ${SCALEOUT_STAGES:-cpu gpu1} >> "$LOG" 2>&1; then
+    log "scaleout passed"
+  else
+    log "scaleout FAILED (or below its targets): see scaleout/*.json"
+    status=1
+  fi
+fi
+
+if has_stage peers; then
+  if python3 -c "import torch, transformers" > /dev/null 2>&1; then
+    peer_positions=$(for spec in $COMPARE; do [ "${spec%%@*}" = "$PEER_SHAPE" ] && echo "${spec#*@}"; done)
+    log "peers: bench/peers/torch_peer.py --shape $PEER_SHAPE --positions ${peer_positions:-0}"
+    if PYTHONUNBUFFERED=1 timeout 1200 python3 "$ROOT/bench/peers/torch_peer.py" --shape "$PEER_SHAPE" \
+         --save-dir "$OUT/peer_$PEER_SHAPE" --positions "${peer_positions:-0}" --megasched "$BUILD/megasched" \
+         --out "$OUT/torch_peer.json" >> "$LOG" 2>&1; then
+      log "peers ok"
+    else
+      log "peers FAILED"
+      status=1
+    fi
+    rm -rf "$OUT/peer_$PEER_SHAPE"  # the random checkpoint (GBs); its seed and shape rebuild it
+  else
+    log "peers skipped: python3 cannot import torch and transformers"
+  fi
+fi
+
+if has_stage compare; then
+  for spec in $COMPARE; do
+    IFS=@ read -r cmodel cpositions cconfigs <<< "$spec"
+    peers=()
+    [ "$cmodel" = "$PEER_SHAPE" ] && [ -f "$OUT/torch_peer.json" ] && peers=(--peers "$OUT/torch_peer.json")
+    configs=()
+    for c in ${cconfigs//,/ }; do configs+=(--config "$c"); done
+    log "compare: megasched bench --model $cmodel --positions $cpositions ${configs[*]} ${peers[*]}"
+    if timeout 1800 "$BUILD/megasched" bench --model "$cmodel" --positions "$cpositions" \
+         "${configs[@]}" "${peers[@]}" \
+         --iterations "$ITERATIONS" --out "$OUT/compare_$cmodel" > "$OUT/compare_$cmodel.md" 2>> "$LOG"; then
+      log "compare $cmodel ok"
+      cat "$OUT/compare_$cmodel.md" >> "$LOG"
+    else
+      log "compare $cmodel FAILED"
       status=1
     fi
   done

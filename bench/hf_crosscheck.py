@@ -3,7 +3,8 @@
 
 For each shape: build a randomly initialised LlamaForCausalLM in transformers, save it with
 save_pretrained (safetensors, bf16), run greedy decode in transformers (fp32 compute on the bf16
-weights, eager attention) and `megasched generate` on the saved directory (CPU ReferenceVm for the
+weights, eager attention; the rotary inv_freq kept fp32 through every cast, as from_pretrained keeps
+it) and `megasched generate` on the saved directory (CPU ReferenceVm for the
 first few steps, GPU megakernel for all of them), and compare: identical greedy tokens over
 --steps steps, and per-step logits within the bf16 tolerance. It also times transformers' own
 bf16 greedy decode on the same GPU as a peer baseline.
@@ -40,16 +41,9 @@ NEAR_TIE_LOGITS = 0.01
 KV_ROUNDING = {"on": False}  # set while transformers decodes a bf16 checkpoint with --hf-kv bf16
 
 
-def build_model(name, seed, max_pos, dtype):
-    hidden, layers, heads, kv, ffn, vocab, tied = SHAPES[name]
-    cfg = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                      num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab,
-                      max_position_embeddings=max_pos, rope_theta=500000.0, rms_norm_eps=1e-5,
-                      tie_word_embeddings=tied, attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
-    # transformers' default init (std 0.02) gives nearly flat logits and greedy near-ties; scale so
-    # activations stay O(1) and logits are well spread.
+def init_weights(model):
+    """transformers' default init (std 0.02) gives nearly flat logits and greedy near-ties; scale so
+    activations stay O(1) and logits are well spread."""
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if p.dim() == 2 and "embed" not in pname and "lm_head" not in pname:
@@ -58,7 +52,39 @@ def build_model(name, seed, max_pos, dtype):
                 p.normal_(0.0, 0.05)
             else:
                 p.fill_(1.0).add_(torch.randn_like(p) * 0.05)
-    return model.to(dtype)
+
+
+def rope_buffers(model):
+    """The rotary embeddings' inverse-frequency buffers (inv_freq, original_inv_freq), fp32 copies."""
+    return {name: b.detach().float().clone() for name, b in model.named_buffers() if name.endswith("inv_freq")}
+
+
+def cast_keeping_rope(model, rope, dtype=None, device=None):
+    """model.to(device, dtype) with the rotary inv_freq buffers put back in fp32, as from_pretrained
+    keeps them. A plain Module.to rounds floating buffers: an inv_freq rounded to bf16 rotates by a
+    slightly wrong angle, an error that grows with position (0.4-0.8 max abs logit at positions
+    300-1024, over 1 at 4096: dev/bf16_precision.md) and that a later .to(float32) cannot undo."""
+    model = model.to(device=device, dtype=dtype)
+    for name, value in rope.items():
+        owner, _, leaf = name.rpartition(".")
+        module = model.get_submodule(owner)
+        if leaf in module._buffers:
+            device_of = next((p.device for p in model.parameters()), value.device)
+            module.register_buffer(leaf, value.to(device_of), persistent=False)
+    return model
+
+
+def build_model(name, seed, max_pos, dtype):
+    hidden, layers, heads, kv, ffn, vocab, tied = SHAPES[name]
+    cfg = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab,
+                      max_position_embeddings=max_pos, rope_theta=500000.0, rms_norm_eps=1e-5,
+                      tie_word_embeddings=tied, attn_implementation="eager")
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    init_weights(model)
+    model.megasched_rope = rope_buffers(model)  # fp32, before any cast
+    return cast_keeping_rope(model, model.megasched_rope, dtype=dtype)
 
 
 def round_kv_to_bf16():
@@ -79,7 +105,7 @@ def round_kv_to_bf16():
 
 def hf_greedy(model, prompt, steps, device):
     """Greedy decode with fp32 compute on the bf16 weights; returns tokens and per-step logits."""
-    m = model.to(device=device, dtype=torch.float32).eval()
+    m = cast_keeping_rope(model, model.megasched_rope, dtype=torch.float32, device=device).eval()
     ids = torch.tensor([prompt], device=device)
     with torch.no_grad():
         out = m.generate(ids, max_new_tokens=steps, do_sample=False, output_logits=True,
@@ -90,7 +116,7 @@ def hf_greedy(model, prompt, steps, device):
 
 
 def time_hf_bf16(model, prompt, steps, device, repeats=3):
-    m = model.to(device=device, dtype=torch.bfloat16).eval()
+    m = cast_keeping_rope(model, model.megasched_rope, dtype=torch.bfloat16, device=device).eval()
     ids = torch.tensor([prompt], device=device)
     times = []
     with torch.no_grad():

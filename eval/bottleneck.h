@@ -1,5 +1,5 @@
 // The bottleneck class of one trial: what kind of limit a correct config hits, so a search (or an
-// agent) knows which knob axis to move next. Four classes (HARNESS.md section 13 writes the rule):
+// agent) knows which knob axis to move next. Four classes (HARNESS.md section 14 writes the rule):
 //   memory        the step streams near the floor's bandwidth: only fewer bytes would help
 //   latency-sync  waits and signals (dependency hops) dominate the critical path
 //   compute       consumer-bound: the ops' execution, not the bytes or the hops, sets the time
@@ -24,7 +24,7 @@ namespace megasched::eval {
 /// The four class names, in the order the report lists them.
 const std::vector<std::string>& bottleneck_classes();
 
-// The rule's thresholds (HARNESS.md section 13 quotes them).
+// The rule's thresholds (HARNESS.md section 14 quotes them).
 constexpr double kMemoryPctOfFloor = 50.0;  // at or above this % of the floor: memory-bound
 /// Cost of one dependency hop on the critical path (a counter signal crossing L2 to a spinning
 /// waiter on another SM) the verdict-only rule charges per stage. A rule constant, not a

@@ -19,6 +19,9 @@ namespace megasched::eval {
 /// False (with the reason) when there is no CUDA toolkit in this build or no device.
 bool gpu_available(std::string* why);
 
+/// GPUs this process sees (0 with the reason when none; `loop --gpus all` starts one worker each).
+int gpu_count(std::string* why);
+
 /// `--gpu auto`: the live device as a GpuTarget (cudaGetDeviceProperties), with the measured
 /// bandwidth from device.json when `doctor --measure` has stored one for this device.
 std::optional<schedule::GpuTarget> live_target(std::string* error);

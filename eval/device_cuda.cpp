@@ -24,6 +24,15 @@ bool gpu_available(std::string* why) {
   }
 }
 
+int gpu_count(std::string* why) {
+  try {
+    return vm::device_count(why);
+  } catch (const vm::GpuError& e) {
+    if (why) *why = e.what();
+    return 0;
+  }
+}
+
 std::optional<schedule::GpuTarget> live_target(std::string* error) {
   std::optional<vm::DeviceInfo> d;
   try {

@@ -13,6 +13,11 @@ bool gpu_available(std::string* why) {
   return false;
 }
 
+int gpu_count(std::string* why) {
+  if (why) *why = kNoCuda;
+  return 0;
+}
+
 std::optional<schedule::GpuTarget> live_target(std::string* error) {
   if (error) *error = std::string("--gpu auto: ") + kNoCuda;
   return std::nullopt;

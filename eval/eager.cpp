@@ -240,6 +240,23 @@ std::vector<int32_t> EagerModel::generate(const std::vector<int32_t>& prompt, in
   return out;
 }
 
+vm::KvSnapshot EagerModel::kv_snapshot(int positions) const {
+  const schedule::ModelShape& s = weights_.shape;
+  MS_EAGER_REQUIRE(positions >= 0 && positions <= s.max_seq, "kv_snapshot: positions out of range");
+  vm::KvSnapshot kv = vm::KvSnapshot::zeros(s, positions);
+  for (int l = 0; l < s.layers; ++l)
+    for (int g = 0; g < s.kv_heads; ++g) {
+      const size_t base = cache_offset(l, g);
+      for (int p = 0; p < positions; ++p)
+        for (int d = 0; d < s.head_dim; ++d) {
+          const size_t at = base + static_cast<size_t>(p) * s.head_dim + d;
+          kv.set(kv.index(l, 0, g, p, d), k_cache_[at]);
+          kv.set(kv.index(l, 1, g, p, d), v_cache_[at]);
+        }
+    }
+  return kv;
+}
+
 void EagerModel::reset() {
   std::fill(k_cache_.begin(), k_cache_.end(), 0.0f);
   std::fill(v_cache_.begin(), v_cache_.end(), 0.0f);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "schedule/model.h"
+#include "vm/kv_snapshot.h"
 
 namespace megasched::eval {
 
@@ -54,6 +55,10 @@ class EagerModel {
 
   /// Forgets the KV cache.
   void reset();
+
+  /// The KV cache of positions [0, positions) (those stepped so far), in the model dtype and the
+  /// device's order (vm/kv_snapshot.h). The cache holds dtype-rounded values, so the copy is exact.
+  vm::KvSnapshot kv_snapshot(int positions) const;
 
   /// Threads used by the large matrix-vector products (0: hardware concurrency).
   void set_threads(int threads) { threads_ = threads; }

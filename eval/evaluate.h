@@ -1,8 +1,12 @@
 // One trial, end to end (ARCHITECTURE.md, "One trial"): lower -> validate -> ReferenceVm vs
-// eager -> (GPU: kernel vs eager, timing, baseline) or (CPU: cost-model prediction) -> floor ->
-// Verdict.
-// The TrialEvaluator holds the model's weights and the eager reference logits, so a loop pays for
-// them once and each trial pays only for its own program.
+// reference -> (GPU: kernel vs reference, timing, baseline) or (CPU: cost-model prediction) ->
+// floor -> Verdict.
+// The checked positions are --positions and the timed position. For each, the reference window
+// (eval/reference_cache.h: the reference KV cache before it and the logits of check_steps
+// consecutive steps) comes from the disk cache or one pass of a reference engine
+// (eval/reference_forward.h), so a check at position 4096 costs a few steps, not 4096. The
+// TrialEvaluator holds the model's weights and the windows, so a worker pays for them once and each
+// trial pays only for its own program.
 #pragma once
 
 #include <memory>
@@ -13,6 +17,7 @@
 #include "eval/device.h"
 #include "eval/evaluator.h"
 #include "eval/gpu_trial.h"
+#include "eval/reference_cache.h"
 #include "eval/roofline.h"
 #include "eval/verdict.h"
 #include "schedule/config.h"
@@ -20,8 +25,14 @@
 #include "schedule/program.h"
 #include "schedule/target.h"
 #include "schedule/validate.h"
+#include "vm/reference_vm.h"
 
 namespace megasched::eval {
+
+/// Models with at most this many weight elements get the ReferenceVm walk from position 0 over
+/// every checked window (its own KV writes at every position); larger ones get the sampled check:
+/// the timed position alone, from the reference KV cache (the verdict's reference.reference_vm).
+constexpr int64_t kReferenceVmWalkElements = int64_t{1} << 24;
 
 struct EvaluatorOptions {
   std::string model = "toy";               // preset name or checkpoint directory
@@ -32,6 +43,11 @@ struct EvaluatorOptions {
   uint64_t seed = 0;                       // preset weight seed; also seeds the token sequence
   GpuTrialOptions gpu_options;
   bool skip_validation = false;  // test-only: run a program the validator rejected
+  int check_steps = 3;           // consecutive steps checked from each checked position (>= 1)
+  std::string reference = "auto";   // engine for windows not in the cache: auto (gpu with --device
+                                    // gpu, else cpu) | cpu (eval/eager.h) | gpu (gpu_reference.h)
+  std::string reference_cache_dir;  // empty: default_reference_cache_dir(); "none": no disk cache
+  int64_t reference_vm_walk_elements = kReferenceVmWalkElements;  // see the constant
 };
 
 /// Resolves a model name: a preset, or a directory holding a Hugging Face checkpoint.
@@ -76,8 +92,22 @@ class TrialEvaluator : public Evaluator {
   /// `breakdown` holds the phases timed before it (lower, validate); judge adds its own.
   Verdict judge(const schedule::Program& program, const schedule::ValidationReport& report,
                 const std::string& schedule_id, nlohmann::json breakdown);
-  /// Step 2: the ReferenceVm against the eager logits; false (with notes) when it differs.
+  /// Step 2: the ReferenceVm against the reference logits; false (with notes) when it differs.
   bool check_on_reference_vm(const schedule::Program& program, Verdict* v);
+  /// Steps 2 and 3 of judge: the ReferenceVm check, then the latency (measured or predicted);
+  /// on the GPU with a sampled check the two run at once. No latency unless both pass.
+  std::optional<double> check_and_measure(const schedule::Program& program, bool valid,
+                                          const Floor& floor, Verdict* v);
+  /// One ReferenceVm step's logits against `ref`, into v->checks; false (with a note) on a miss.
+  bool record_reference_vm_check(int position, int start, const vm::ReferenceVm::StepResult& step,
+                                 const std::vector<float>& ref, Verdict* v);
+  /// Loads the windows (cache or engine) and checks their logits are finite.
+  bool load_reference(std::string* error);
+  /// A window 0 the GPU engine computed, against the CPU eager forward; false with *error when
+  /// they differ (the verdict's reference.cross_check_cpu otherwise).
+  bool cross_check_gpu_window(std::string* error);
+  /// The window whose steps include `position` (nullptr when none).
+  const ReferenceWindow* window_at(int position) const;
   /// Step 3 on a GPU: the kernel's correctness and its median latency (nullopt: a failure status).
   std::optional<double> measure_on_gpu(const schedule::Program& program, Verdict* v);
   /// Step 3 without one: the cost model's latency (nullopt: its simulation did not drain).
@@ -87,9 +117,18 @@ class TrialEvaluator : public Evaluator {
   EvaluatorOptions options_;
   schedule::Weights weights_;
   schedule::GpuTarget target_;
-  std::vector<int32_t> tokens_;                // token fed at each position 0 .. max checked
-  std::vector<std::vector<float>> reference_;  // eager logits at options_.positions[i]
+  std::vector<int> checked_;              // --positions and the timed position, ascending
+  std::vector<int32_t> tokens_;           // token fed at each position 0 .. last window position
+  std::vector<ReferenceWindow> windows_;  // one per checked position, ascending
+  nlohmann::json reference_info_ = nlohmann::json::object();  // the verdict's "reference"
 };
+
+/// The schedule id TrialEvaluator::schedule_id gives `config` for this model name, weight seed,
+/// target name, device and timed position: a pure function, so a coordinator that only knows a
+/// worker's identity (harness/trial_pool.h) computes the same ids the worker would.
+std::string trial_schedule_id(const schedule::ScheduleConfig& config, const std::string& model,
+                              uint64_t seed, const std::string& target, const std::string& device,
+                              int timed_position);
 
 /// The token fed at each position 0 .. count-1 (deterministic in the seed).
 std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed);

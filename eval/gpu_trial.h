@@ -1,5 +1,8 @@
 // The GPU half of a trial: build the kernel for the program (NVRTC, cached), check co-residency,
-// run it at the checked positions and compare with the eager logits, then time it (CUDA events,
+// run it over each reference window (eval/reference_cache.h: the reference KV cache of the
+// positions before the window is loaded into the kernel's KV buffer, then a few consecutive steps
+// run, so the kernel's own KV writes are read back) and compare with the reference logits, then
+// time it (CUDA events,
 // warm-up, many iterations, L2 flushed when the model fits in L2), re-check correctness after
 // timing, and time the cuBLAS CUDA-graph baseline interleaved with it. Implemented in
 // eval/gpu_trial_cuda.cpp; without the CUDA toolkit eval/gpu_trial_nocuda.cpp reports that no GPU
@@ -13,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/reference_cache.h"
 #include "schedule/model.h"
 #include "schedule/program.h"
 #include "schedule/target.h"
@@ -22,11 +26,13 @@ namespace megasched::eval {
 struct GpuTrialOptions {
   int warmup = 10;              // untimed iterations
   int iterations = 100;         // timed iterations (>= 100 for a reported latency)
-  bool time_baseline = true;    // also time the cuBLAS CUDA-graph baseline, interleaved
+  bool time_baseline = true;    // also time every baseline kind (eval/baseline.h), interleaved
   double hang_timeout_s = 5.0;  // device-side spin bound
   bool force_launch = false;    // test-only: launch even when not co-resident / not validated
-  int timed_position = -1;      // position timed; -1: the largest checked position. Positions past
-                                // the checked ones are filled by the kernel (tokens repeat) first.
+  int timed_position = -1;      // position timed; -1: the last position of the last window. It
+                                // must lie in a window (the windows overload says so otherwise).
+  // Test-only: extra kernel defines (the MS_TEST_FAULT_* switches; vm::GpuVmOptions::test_defines).
+  std::vector<std::string> test_kernel_defines;
 };
 
 struct GpuTrialResult {
@@ -38,17 +44,36 @@ struct GpuTrialResult {
   double max_abs_err = 0.0;  // worst over checked positions (and the post-timing re-check)
   double rel_err = 0.0;
   bool argmax_match = false;
+  // One entry per position compared: {"path": "gpu", "position", "window_start" (the position the
+  // reference KV cache was loaded for), "rel_err", "max_abs_err", "argmax_match", "kernel_argmax",
+  // "pass"}.
+  nlohmann::json checks = nlohmann::json::array();
   std::vector<double> samples_us;           // megakernel step latency samples
-  std::vector<double> baseline_samples_us;  // cuBLAS graph baseline samples (same run)
+  std::vector<double> baseline_samples_us;  // the cublas baseline's samples (same run)
+  struct BaselineSamples {
+    std::string kind;                // one of eval::baseline_kinds()
+    std::vector<double> samples_us;  // same run, interleaved with the megakernel's
+  };
+  std::vector<BaselineSamples> baselines;  // every baseline kind that built, in baseline_kinds()
+                                           // order
   int timed_position = 0;
   // Wall time in ms of each phase run: compile_and_load (GpuVm::create: NVRTC or the cubin cache,
-  // weights upload), gpu_check, baseline (its build and fill), time, recheck.
+  // weights upload), kv_load (the reference KV caches uploaded), gpu_check (the steps, kv_load
+  // excluded), baseline (its build and fill), time, recheck.
   nlohmann::json phases_ms = nlohmann::json::object();
 };
 
-/// tokens[p] is the token fed at position p (p = 0 .. max(positions)); refs[i] holds the eager
-/// logits at positions[i]. The KV cache is filled by running the kernel at every position up to
-/// the largest checked one.
+/// The check from reference windows: for each window (ascending starts) its KV snapshot is loaded
+/// and the kernel steps through positions start .. start + logits.size() - 1, compared with each
+/// non-empty logits entry. tokens[p] is the token fed at position p (every window position).
+GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::Weights& weights,
+                             const std::vector<int32_t>& tokens,
+                             const std::vector<ReferenceWindow>& windows,
+                             const GpuTrialOptions& options);
+
+/// The walk from position 0 (tests and benchmarks with eager logits in hand): refs[i] holds the
+/// eager logits at positions[i]; the kernel runs every position up to the largest checked (or
+/// timed) one, filling its own KV cache. One window from 0 with an empty KV snapshot.
 GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::Weights& weights,
                              const std::vector<int32_t>& tokens,
                              const std::vector<std::vector<float>>& refs,

@@ -1,10 +1,12 @@
-// The GPU half of a trial on CUDA (see eval/gpu_trial.h): kernel correctness at every checked
-// position, then interleaved timing of the megakernel and the cuBLAS graph baseline, then the
+// The GPU half of a trial on CUDA (see eval/gpu_trial.h): kernel correctness over every reference
+// window (its KV cache loaded, then consecutive steps), then interleaved timing of the megakernel
+// and every baseline kind, then the
 // correctness re-check. Every expected failure is a status; a failed driver call is `crash`.
 #include "eval/gpu_trial.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "eval/baseline.h"
 #include "eval/eager.h"
@@ -26,23 +28,20 @@ namespace {
 class GpuTrial {
  public:
   GpuTrial(const schedule::Program& program, const schedule::Weights& weights,
-           const std::vector<int32_t>& tokens, const std::vector<std::vector<float>>& refs,
-           const std::vector<int>& positions, const GpuTrialOptions& options)
-      : program_(program),
-        weights_(weights),
-        tokens_(tokens),
-        refs_(refs),
-        positions_(positions),
-        options_(options) {}
+           const std::vector<int32_t>& tokens, const std::vector<ReferenceWindow>& windows,
+           const GpuTrialOptions& options)
+      : program_(program), weights_(weights), tokens_(tokens), windows_(windows), options_(options) {}
 
   GpuTrialResult run() {
-    if (positions_.empty() || refs_.size() != positions_.size() || tokens_.empty())
-      return fail("crash",
-                  "run_gpu_trial needs one reference per checked position and at least one token");
+    if (const std::string why = check_windows(); !why.empty()) return fail("crash", why);
     try {
-      if (!phase("compile_and_load", [&] { return create(); }) ||
-          !phase("gpu_check", [&] { return check_kernel(); }))
-        return std::move(r_);
+      if (!phase("compile_and_load", [&] { return create(); })) return std::move(r_);
+      const bool checked = phase("gpu_check", [&] { return check_kernel(); });
+      if (r_.phases_ms.contains("kv_load"))  // gpu_check is the steps alone
+        r_.phases_ms["gpu_check"] =
+            std::max(0.0, r_.phases_ms["gpu_check"].get<double>() -
+                              r_.phases_ms["kv_load"].get<double>());
+      if (!checked) return std::move(r_);
       phase("baseline", [&] {
         start_baseline();
         return true;
@@ -72,12 +71,39 @@ class GpuTrial {
     r_.message = message;
     return std::move(r_);
   }
-  int32_t token_at(int p) const { return tokens_[static_cast<size_t>(p) % tokens_.size()]; }
+  int32_t token_at(int p) const { return tokens_[static_cast<size_t>(p)]; }
+
+  /// Why the windows cannot drive a trial ("" when they can): ascending starts, tokens for every
+  /// window position, the timed position inside a window.
+  std::string check_windows() {
+    if (windows_.empty()) return "run_gpu_trial needs at least one reference window";
+    const ReferenceWindow& last = windows_.back();
+    timed_ = options_.timed_position >= 0
+                 ? options_.timed_position
+                 : last.start + static_cast<int>(last.logits.size()) - 1;
+    bool timed_in = false;
+    for (size_t i = 0; i < windows_.size(); ++i) {
+      const ReferenceWindow& w = windows_[i];
+      const int end = w.start + static_cast<int>(w.logits.size());
+      if (w.logits.empty() || (i > 0 && w.start <= windows_[i - 1].start) ||
+          end > static_cast<int>(tokens_.size()) || w.kv.positions != w.start)
+        return "run_gpu_trial: window " + std::to_string(i) + " (start " +
+               std::to_string(w.start) +
+               ") is empty, out of order, past the tokens or has a KV snapshot of another length";
+      timed_in = timed_in || (timed_ >= w.start && timed_ < end);
+    }
+    if (!timed_in)
+      return "run_gpu_trial: the timed position " + std::to_string(timed_) +
+             " lies in no reference window";
+    r_.timed_position = timed_;
+    return "";
+  }
 
   bool create() {
     vm::GpuVmOptions vo;
     vo.hang_timeout_s = options_.hang_timeout_s;
     vo.force_launch = options_.force_launch;
+    vo.test_defines = options_.test_kernel_defines;
     std::string error;
     bool rejected = false;
     gvm_ = vm::GpuVm::create(program_, weights_, vo, &error, &rejected);
@@ -87,57 +113,39 @@ class GpuTrial {
       return false;
     }
     r_.kernel = gvm_->kernel_info();
-    const int max_checked = *std::max_element(positions_.begin(), positions_.end());
-    timed_ = options_.timed_position >= 0 ? options_.timed_position : max_checked;
-    r_.timed_position = timed_;
-    last_ = std::max(max_checked, timed_);
     return true;
   }
 
-  /// Kernel correctness: every position up to the last one runs (the KV cache fills); the checked
-  /// ones are compared with the eager logits.
+  /// Kernel correctness: for each window, the reference KV cache of the positions before it is
+  /// loaded and the kernel steps through the window; every position with reference logits is
+  /// compared. Later windows' loads rewrite the earlier positions with the same reference values
+  /// (one token sequence), so the state at the timed position is the reference's when timing runs.
   bool check_kernel() {
-    const schedule::DType dtype = weights_.shape.dtype;
     r_.argmax_match = true;
     bool ok = true;
     std::vector<std::string> evidence;
-    json checks = json::array();
-    for (int p = 0; p <= last_; ++p) {
-      vm::StepOutput s = gvm_->step(token_at(p), p);
-      if (s.status != "ok") {
-        r_.status = s.status;
-        r_.message = s.message;
-        r_.hang_dump = s.hang_dump;
-        return false;
-      }
-      if (p == timed_) timed_logits_ = s.logits;
-      for (size_t i = 0; i < positions_.size(); ++i) {
-        if (positions_[i] != p) continue;
-        const Comparison c = compare_logits(s.logits, refs_[i], dtype);
-        r_.max_abs_err = std::max(r_.max_abs_err, c.max_abs_err);
-        r_.rel_err = std::max(r_.rel_err, c.rel_err);
-        r_.argmax_match = r_.argmax_match && c.argmax_match;
-        checks.push_back({{"position", p},
-                          {"rel_err", c.rel_err},
-                          {"max_abs_err", c.max_abs_err},
-                          {"argmax_match", c.argmax_match},
-                          {"kernel_argmax", s.argmax}});
-        if (!c.pass) {
-          ok = false;
-          evidence.push_back("GPU kernel differs from eager at position " + std::to_string(p) +
-                             ": rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
-                             fmt("%.4g", c.max_abs_err) + (c.finite ? "" : ", non-finite logits") +
-                             (c.argmax_match ? "" : ", argmax differs"));
+    double load_ms = 0.0;
+    for (const ReferenceWindow& w : windows_) {
+      const auto t_load = std::chrono::steady_clock::now();
+      std::string error;
+      if (!gvm_->load_kv(w.kv, &error)) return fail_bool("crash", error);
+      load_ms += ms_since(t_load);
+      for (size_t i = 0; i < w.logits.size(); ++i) {
+        const int p = w.start + static_cast<int>(i);
+        vm::StepOutput s = gvm_->step(token_at(p), p);
+        if (s.status != "ok") {
+          r_.status = s.status;
+          r_.message = s.message;
+          r_.hang_dump = s.hang_dump;
+          return false;
         }
-        if (s.argmax != argmax(s.logits)) {
-          ok = false;
-          evidence.push_back("kernel argmax task wrote " + std::to_string(s.argmax) +
-                             " at position " + std::to_string(p) + " but the logits' argmax is " +
-                             std::to_string(argmax(s.logits)));
-        }
+        if (p == timed_) timed_logits_ = s.logits;
+        if (w.logits[i].empty()) continue;
+        ok = compare(s, w.logits[i], p, w.start, &evidence) && ok;
       }
     }
-    r_.kernel["checks"] = checks;
+    r_.phases_ms["kv_load"] = load_ms;
+    r_.kernel["checks"] = r_.checks;
     if (ok) return true;
     r_.status = "incorrect";
     r_.message = evidence.front();
@@ -145,29 +153,75 @@ class GpuTrial {
     return false;
   }
 
-  /// The baseline, filled to the same position; its own accuracy is reported, not gated.
+  bool fail_bool(const std::string& status, const std::string& message) {
+    r_.status = status;
+    r_.message = message;
+    return false;
+  }
+
+  /// One position's logits and argmax against the reference; the check goes into r_.checks.
+  bool compare(const vm::StepOutput& s, const std::vector<float>& ref, int p, int start,
+               std::vector<std::string>* evidence) {
+    const Comparison c = compare_logits(s.logits, ref, weights_.shape.dtype);
+    r_.max_abs_err = std::max(r_.max_abs_err, c.max_abs_err);
+    r_.rel_err = std::max(r_.rel_err, c.rel_err);
+    r_.argmax_match = r_.argmax_match && c.argmax_match;
+    const bool argmax_task_ok = s.argmax == argmax(s.logits);
+    r_.checks.push_back({{"path", "gpu"},
+                         {"position", p},
+                         {"window_start", start},
+                         {"rel_err", std::isfinite(c.rel_err) ? c.rel_err : 1e300},
+                         {"max_abs_err", std::isfinite(c.max_abs_err) ? c.max_abs_err : 1e300},
+                         {"argmax_match", c.argmax_match},
+                         {"kernel_argmax", s.argmax},
+                         {"pass", c.pass && argmax_task_ok}});
+    if (!c.pass)
+      evidence->push_back("GPU kernel differs from the reference at position " +
+                          std::to_string(p) + ": rel_err " + fmt("%.4g", c.rel_err) +
+                          ", max_abs_err " + fmt("%.4g", c.max_abs_err) +
+                          (c.finite ? "" : ", non-finite logits") +
+                          (c.argmax_match ? "" : ", argmax differs"));
+    if (!argmax_task_ok)
+      evidence->push_back("kernel argmax task wrote " + std::to_string(s.argmax) + " at position " +
+                          std::to_string(p) + " but the logits' argmax is " +
+                          std::to_string(argmax(s.logits)));
+    return c.pass && argmax_task_ok;
+  }
+
+  /// Every baseline kind (their own accuracy is reported, not gated): each walks the first window
+  /// when that starts at 0 and is compared there; its timing at the timed position reads a KV
+  /// cache filled only that far, which changes no work (attention reads every position up to it
+  /// either way).
   void start_baseline() {
     if (!options_.time_baseline) return;
-    std::string error;
-    base_ = CublasBaseline::create(weights_, &error);
-    if (!base_) {
-      r_.kernel["baseline_error"] = error;
-      return;
-    }
-    json checks = json::array();
-    for (int p = 0; p <= timed_; ++p) {
-      const std::vector<float> logits = base_->step(token_at(p), p);
-      for (size_t i = 0; i < positions_.size(); ++i) {
-        if (positions_[i] != p) continue;
-        const Comparison c = compare_logits(logits, refs_[i], weights_.shape.dtype);
+    const ReferenceWindow& first = windows_.front();
+    const int filled = first.start == 0 ? static_cast<int>(first.logits.size()) : 0;
+    for (const std::string& kind : baseline_kinds()) {
+      std::string error;
+      auto base = create_baseline(kind, weights_, &error);
+      if (!base) {
+        r_.kernel["baseline_errors"][kind] = error;
+        continue;
+      }
+      json checks = json::array();
+      for (int p = 0; p < filled; ++p) {
+        const std::vector<float> logits = base->step(token_at(p), p);
+        const std::vector<float>& ref = first.logits[static_cast<size_t>(p)];
+        if (ref.empty()) continue;
+        const Comparison c = compare_logits(logits, ref, weights_.shape.dtype);
         checks.push_back({{"position", p},
                           {"rel_err", c.rel_err},
                           {"max_abs_err", c.max_abs_err},
                           {"argmax_match", c.argmax_match}});
       }
+      json info = base->info();
+      info["checks"] = checks;
+      info["kv_filled_to"] = filled;
+      if (kind == "cublas") r_.kernel["baseline"] = info;
+      r_.kernel["baselines"][kind] = info;
+      r_.baselines.push_back({kind, {}});
+      bases_.push_back(std::move(base));
     }
-    r_.kernel["baseline"] = base_->info();
-    r_.kernel["baseline"]["checks"] = checks;
   }
 
   /// Warm-up, then interleaved megakernel / baseline iterations, L2 flushed between iterations
@@ -183,12 +237,15 @@ class GpuTrial {
     const int32_t tok = token_at(timed_);
     for (int i = 0; i < options_.warmup; ++i) {
       gvm_->time_step_us(tok, timed_, flush);
-      if (base_) base_->time_step_us(tok, timed_, flush);
+      for (auto& base : bases_) base->time_step_us(tok, timed_, flush);
     }
     for (int i = 0; i < options_.iterations; ++i) {
       r_.samples_us.push_back(gvm_->time_step_us(tok, timed_, flush));
-      if (base_) r_.baseline_samples_us.push_back(base_->time_step_us(tok, timed_, flush));
+      for (size_t b = 0; b < bases_.size(); ++b)
+        r_.baselines[b].samples_us.push_back(bases_[b]->time_step_us(tok, timed_, flush));
     }
+    for (const auto& b : r_.baselines)
+      if (b.kind == "cublas") r_.baseline_samples_us = b.samples_us;
     if (!gvm_->hung()) return true;
     r_.status = "hang";
     r_.message = "the megakernel hit its spin bound during timing";
@@ -211,13 +268,17 @@ class GpuTrial {
     for (size_t i = 0; i < s.logits.size() && i < timed_logits_.size(); ++i)
       drift = std::max(drift, static_cast<double>(std::abs(s.logits[i] - timed_logits_[i])));
     r_.kernel["recheck_max_abs_drift"] = drift;
-    for (size_t i = 0; i < positions_.size(); ++i) {
-      if (positions_[i] != timed_) continue;
-      const Comparison c = compare_logits(s.logits, refs_[i], weights_.shape.dtype);
+    for (const ReferenceWindow& w : windows_) {
+      const int i = timed_ - w.start;
+      if (i < 0 || i >= static_cast<int>(w.logits.size()) ||
+          w.logits[static_cast<size_t>(i)].empty())
+        continue;
+      const Comparison c =
+          compare_logits(s.logits, w.logits[static_cast<size_t>(i)], weights_.shape.dtype);
       if (!c.pass) {
         r_.status = "incorrect";
-        r_.message = "GPU kernel differs from eager at position " + std::to_string(timed_) +
-                     " after timing: rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
+        r_.message = "GPU kernel differs from the reference at position " +
+                     std::to_string(timed_) + " after timing: rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
                      fmt("%.4g", c.max_abs_err);
         r_.samples_us.clear();
         return false;
@@ -235,14 +296,12 @@ class GpuTrial {
   const schedule::Program& program_;
   const schedule::Weights& weights_;
   const std::vector<int32_t>& tokens_;
-  const std::vector<std::vector<float>>& refs_;
-  const std::vector<int>& positions_;
+  const std::vector<ReferenceWindow>& windows_;
   const GpuTrialOptions& options_;
   GpuTrialResult r_;
   std::unique_ptr<vm::GpuVm> gvm_;
-  std::unique_ptr<CublasBaseline> base_;
-  int timed_ = 0;  // the position timed
-  int last_ = 0;   // the last position run before timing
+  std::vector<std::unique_ptr<Baseline>> bases_;  // in r_.baselines order
+  int timed_ = 0;                                 // the position timed
   std::vector<float> timed_logits_;
 };
 
@@ -250,9 +309,9 @@ class GpuTrial {
 
 GpuTrialResult run_gpu_trial(const schedule::Program& program, const schedule::Weights& weights,
                              const std::vector<int32_t>& tokens,
-                             const std::vector<std::vector<float>>& refs,
-                             const std::vector<int>& positions, const GpuTrialOptions& options) {
-  return GpuTrial(program, weights, tokens, refs, positions, options).run();
+                             const std::vector<ReferenceWindow>& windows,
+                             const GpuTrialOptions& options) {
+  return GpuTrial(program, weights, tokens, windows, options).run();
 }
 
 }  // namespace megasched::eval

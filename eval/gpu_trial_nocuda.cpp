@@ -8,8 +8,8 @@ constexpr const char* kNoCuda = "this megasched was built without the CUDA toolk
 }
 
 GpuTrialResult run_gpu_trial(const schedule::Program&, const schedule::Weights&,
-                             const std::vector<int32_t>&, const std::vector<std::vector<float>>&,
-                             const std::vector<int>&, const GpuTrialOptions&) {
+                             const std::vector<int32_t>&, const std::vector<ReferenceWindow>&,
+                             const GpuTrialOptions&) {
   GpuTrialResult r;
   r.status = "crash";
   r.message = kNoCuda;

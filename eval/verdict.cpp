@@ -36,6 +36,8 @@ json to_json(const Verdict& v) {
       {"pct_of_floor", optional_number(v.pct_of_floor)},
       {"pct_of_datasheet", optional_number(v.pct_of_datasheet)},
       {"speedup_vs_baseline", optional_number(v.speedup_vs_baseline)},
+      {"baseline_kind", v.baseline_kind},
+      {"baseline_us", optional_number(v.baseline_us)},
       {"schedule_id", v.schedule_id},
       {"tasks", v.tasks},
       {"weight_bytes", v.weight_bytes},
@@ -48,6 +50,8 @@ json to_json(const Verdict& v) {
       {"kernel", v.kernel},
       {"breakdown_ms", v.breakdown_ms},
       {"bottleneck", v.bottleneck},
+      {"checks", v.checks},
+      {"reference", v.reference},
   };
 }
 
@@ -73,6 +77,8 @@ Verdict verdict_from_json(const json& j) {
   v.pct_of_floor = read_optional(j, "pct_of_floor");
   v.pct_of_datasheet = read_optional(j, "pct_of_datasheet");
   v.speedup_vs_baseline = read_optional(j, "speedup_vs_baseline");
+  v.baseline_kind = j.value("baseline_kind", "");
+  v.baseline_us = read_optional(j, "baseline_us");
   v.schedule_id = j.value("schedule_id", "");
   v.tasks = j.value("tasks", uint64_t{0});
   v.weight_bytes = j.value("weight_bytes", uint64_t{0});
@@ -86,6 +92,8 @@ Verdict verdict_from_json(const json& j) {
   v.breakdown_ms = j.value("breakdown_ms", json::object());
   // Verdicts logged before the bottleneck class existed read as unclassified.
   if (j.contains("bottleneck") && j["bottleneck"].is_object()) v.bottleneck = j["bottleneck"];
+  v.checks = j.value("checks", json::array());
+  v.reference = j.value("reference", json::object());
   return v;
 }
 

@@ -30,7 +30,9 @@ struct Verdict {
   double floor_datasheet_us = 0.0;     // bytes_min / datasheet bandwidth
   std::optional<double> pct_of_floor;  // 100 * floor_us / latency_us
   std::optional<double> pct_of_datasheet;
-  std::optional<double> speedup_vs_baseline;
+  std::optional<double> speedup_vs_baseline;  // baseline_us / latency_us
+  std::string baseline_kind;                  // the strongest baseline kind timed ("" when none)
+  std::optional<double> baseline_us;          // its median in the same run
   std::string schedule_id;
   uint64_t tasks = 0;
   uint64_t weight_bytes = 0;
@@ -47,6 +49,14 @@ struct Verdict {
   // The bottleneck class (eval/bottleneck.h): {"class", "source", "reason"}, null when the trial
   // has no latency to classify.
   nlohmann::json bottleneck = nullptr;
+  // Every comparison made, one entry per (path, position): {"path": "reference_vm" | "gpu",
+  // "position", "window_start" (the VM ran from there; the KV cache before it was the
+  // reference's), "rel_err", "max_abs_err", "argmax_match", "pass"} (gpu: also "kernel_argmax").
+  nlohmann::json checks = nlohmann::json::array();
+  // Where the reference came from: {"steps", "weights_id", "cache_dir", "engine_on_miss",
+  // "reference_vm": "walk" | "sampled", "windows": [{"start", "lookup", "engine", "note"}],
+  // "load_ms"}; empty for a trial that ran nothing.
+  nlohmann::json reference = nlohmann::json::object();
 };
 
 nlohmann::json to_json(const Verdict& verdict);

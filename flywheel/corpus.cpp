@@ -30,7 +30,7 @@ const std::vector<std::string>& status_vocabulary() {
 }
 
 json to_json(const CorpusRecord& r) {
-  return json{{"record", "trial"},
+  json j{{"record", "trial"},
               {"trial", r.trial},
               {"timestamp", r.timestamp},
               {"run_id", r.run_id},
@@ -52,6 +52,8 @@ json to_json(const CorpusRecord& r) {
               {"model_shape", r.model_shape},
               {"device_fingerprint", r.device_fingerprint},
               {"versions", r.versions}};
+  if (!r.timed_on.empty()) j["timed_on"] = r.timed_on;  // multi-worker loops only
+  return j;
 }
 
 std::optional<CorpusRecord> corpus_record_from_json(const json& j, std::string* error) {
@@ -82,6 +84,7 @@ std::optional<CorpusRecord> corpus_record_from_json(const json& j, std::string* 
     r.model_shape = j.value("model_shape", json::object());
     r.device_fingerprint = j.value("device_fingerprint", json::object());
     r.versions = j.value("versions", json::object());
+    r.timed_on = j.value("timed_on", "");
     if (r.schedule_id.empty() || r.run_id.empty()) {
       if (error) *error = "record without schedule_id or run_id";
       return std::nullopt;

@@ -62,6 +62,7 @@ struct CorpusRecord {
   nlohmann::json model_shape = nlohmann::json::object();
   nlohmann::json device_fingerprint = nlohmann::json::object();
   nlohmann::json versions = nlohmann::json::object();
+  std::string timed_on;  // the worker that timed it (multi-worker loops); "" otherwise
 };
 
 nlohmann::json to_json(const CorpusRecord& record);

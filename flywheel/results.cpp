@@ -76,7 +76,7 @@ const std::vector<std::string>& results_columns() {
       "device",       "strategy",    "status",    "correct",       "latency_us",
       "latency_kind", "spread_us",   "floor_us",  "pct_of_floor",  "speedup_vs_default",
       "best_us",      "schedule_id", "parent_id", "changed_knobs", "complexity",
-      "description"};
+      "description",  "timed_on"};
   return columns;
 }
 
@@ -117,6 +117,7 @@ ResultRow row_from_record(const CorpusRecord& r) {
   }
   row.complexity = r.complexity;
   row.description = r.description;
+  row.timed_on = r.timed_on;
   return row;
 }
 
@@ -141,7 +142,8 @@ std::string format_row(const ResultRow& row) {
                                           clean(row.parent_id),
                                           clean(row.changed_knobs),
                                           std::to_string(row.complexity),
-                                          clean(row.description)};
+                                          clean(row.description),
+                                          clean(row.timed_on)};
   std::string line;
   for (size_t i = 0; i < cells.size(); ++i) {
     if (i) line += '\t';
@@ -150,8 +152,34 @@ std::string format_row(const ResultRow& row) {
   return line;
 }
 
+namespace {
+
+// The cells of `row` in the order of `header` (a file written before a column was added keeps its
+// own columns: a cell it has no column for is left out, a column this build lacks left empty).
+std::string format_row_as(const ResultRow& row, const std::vector<std::string>& header) {
+  const std::vector<std::string>& columns = results_columns();
+  const std::vector<std::string> cells = split_tabs(format_row(row));
+  std::string line;
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (i) line += '\t';
+    for (size_t c = 0; c < columns.size(); ++c)
+      if (columns[c] == header[i]) line += cells[c];
+  }
+  return line;
+}
+
+}  // namespace
+
 bool append_result(const std::string& path, const ResultRow& row, std::string* error) {
-  return append_lines_locked(path, results_header(), {format_row(row)}, error);
+  std::string line = format_row(row);
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    // An existing file keeps its header (written once, never rewritten): rows follow its columns.
+    std::string first;
+    for (int c = std::fgetc(f); c != EOF && c != '\n'; c = std::fgetc(f)) first += static_cast<char>(c);
+    std::fclose(f);
+    if (!first.empty() && first != results_header()) line = format_row_as(row, split_tabs(first));
+  }
+  return append_lines_locked(path, results_header(), {line}, error);
 }
 
 ResultsRead read_results(const std::string& path) {
@@ -212,6 +240,7 @@ ResultsRead read_results(const std::string& path) {
     row.changed_knobs = cell("changed_knobs");
     row.complexity = parse_int(cell("complexity")).value_or(0);
     row.description = cell("description");
+    row.timed_on = cell("timed_on");
     out.rows.push_back(std::move(row));
   }
   for (int number : lines.torn_line_numbers)

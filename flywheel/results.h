@@ -25,6 +25,8 @@
 //   changed_knobs       knob=value pairs that differ from the parent, comma-separated
 //   complexity          knobs away from the default (near-ties go to the simpler config)
 //   description         what was tried and why the loop kept or discarded it
+//   timed_on            the worker that timed it, with --gpus / --workers / --mpi ("gpu1@host",
+//                       "rank2:cpu@host"); empty for a loop with one in-process or worker evaluator
 #pragma once
 
 #include <optional>
@@ -57,6 +59,7 @@ struct ResultRow {
   std::string changed_knobs;
   int complexity = 0;
   std::string description;
+  std::string timed_on;
 };
 
 /// The column names, in file order.
@@ -70,7 +73,8 @@ ResultRow row_from_record(const CorpusRecord& record);
 /// One line (no newline). Tabs and newlines inside text cells become spaces.
 std::string format_row(const ResultRow& row);
 
-/// Appends one row under the file lock, writing the header first if the file is new.
+/// Appends one row under the file lock, writing the header first if the file is new. A file
+/// whose header is an older column list gets the row in its own columns.
 bool append_result(const std::string& path, const ResultRow& row, std::string* error);
 
 struct ResultsRead {

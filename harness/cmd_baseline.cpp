@@ -1,6 +1,8 @@
-// `megasched baseline --model M`: the cuBLAS op-by-op decode step of the model's weights, replayed
-// from a CUDA graph: checked against the eager reference at position 0, then timed at --position
-// (the KV cache filled by the baseline itself), with the floor of the live device beside it.
+// `megasched baseline --model M [--kind cublas|graph-pdl]`: an op-by-op decode step of the model's
+// weights (eval/baseline.h: cuBLAS GEMVs, or the fused kernels with programmatic dependent launch),
+// replayed from a CUDA graph: checked against the eager reference at position 0, then timed at
+// --position (the KV cache filled by the baseline itself), with the floor of the live device beside
+// it.
 #include "eval/baseline.h"
 #include "eval/device.h"
 #include "eval/evaluate.h"
@@ -13,6 +15,7 @@ namespace megasched::harness {
 void add_baseline_command(CLI::App& app, CliContext& ctx) {
   struct Options {
     std::string model = "toy";
+    std::string kind = "cublas";
     int position = 0;
     int warmup = 10;
     int iterations = 100;
@@ -20,8 +23,13 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
-      "baseline", "Time the cuBLAS CUDA-graph op-by-op decode step of a model (GPU)");
+      "baseline", "Time an op-by-op CUDA-graph decode step of a model: cuBLAS or graph-pdl (GPU)");
   add_model_flag(cmd, &opt->model);
+  cmd->add_option("--kind", opt->kind,
+                  "cublas: cuBLAS GEMVs + small kernels; graph-pdl: fused GEMV kernels with "
+                  "programmatic dependent launch and split-KV attention")
+      ->check(CLI::IsMember(eval::baseline_kinds()))
+      ->capture_default_str();
   cmd->add_option("--position", opt->position, "Position timed (the KV cache is filled up to it)")
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
@@ -47,8 +55,16 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = kExitUsage;
       return;
     }
+    if (opt->kind == "graph-pdl") {
+      if (const std::string why = eval::graph_pdl_misfit(*shape); !why.empty()) {
+        print_error("baseline", "the graph-pdl baseline cannot serve model " + shape->name + ": " +
+                                    why + " (hint: --kind cublas serves every shape)");
+        ctx.exit_code = kExitUsage;
+        return;
+      }
+    }
     if (!eval::gpu_available(&error)) {
-      print_error("baseline", error + "; the baseline times cuBLAS on a GPU");
+      print_error("baseline", error + "; the baseline times a CUDA graph on a GPU");
       ctx.exit_code = kExitEnvironment;
       return;
     }
@@ -65,6 +81,7 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
       return;
     }
     eval::BaselineTiming timing;
+    timing.kind = opt->kind;
     timing.position = opt->position;
     timing.warmup = opt->warmup;
     timing.iterations = opt->iterations;

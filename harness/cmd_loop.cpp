@@ -1,7 +1,8 @@
 // `megasched loop`: the keep/revert loop over a budget of trials (harness/loop.h). One progress
 // line per trial on stderr, the summary JSON on stdout (the loop itself: run_loop_command in
 // harness/verbs.h). GPU trials run in a `megasched worker` child (harness/worker_evaluator.h); CPU
-// trials run in process unless --isolate.
+// trials run in process unless --isolate. --gpus / --workers run one worker per GPU or CPU slot,
+// --mpi one per MPI rank (harness/trial_pool.h, harness/mpi_pool.h).
 // SIGINT / SIGTERM: the current trial finishes and is logged, then the summary prints; a second
 // signal ends the process at once (the logs stay whole: every line is one locked append).
 #include <signal.h>
@@ -136,6 +137,20 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       "(long context favours other attention splits than position 0)");
   cmd->add_flag("--isolate", opt->isolate,
                 "Run CPU trials in a worker process too (GPU trials always are)");
+  cmd->add_option("--gpus", opt->gpus,
+                  "One worker per GPU: all, or GPU indexes (0,1,...); trials run on all at once")
+      ->type_name("all|LIST");
+  cmd->add_option("--workers", opt->workers,
+                  "CPU trials in this many worker processes at once (--device cpu)")
+      ->check(integer_in(1, 4096));
+  cmd->add_flag("--mpi", opt->mpi,
+                "Under mpirun: rank 0 runs the loop, every other rank one GPU or CPU trial slot "
+                "(a build with -DMEGASCHED_MPI=ON)");
+  cmd->add_option("--rank-timeout", opt->rank_timeout_s,
+                  "--mpi: seconds an MPI rank may stay silent past the trial and worker start "
+                  "timeouts before it counts as lost (its trial is requeued once)")
+      ->check(finite_number_in(0.0, 7 * 24 * 3600.0, /*min_exclusive=*/true))
+      ->capture_default_str();
   cmd->add_option("--trial-timeout", opt->trial_timeout_s,
                   "Seconds a worker trial may take before it is killed (timeout)")
       ->check(finite_number_in(0.0, 7 * 24 * 3600.0, /*min_exclusive=*/true))

@@ -1,5 +1,5 @@
 // `megasched promote`: a config through the verify gate and the benchmark gate into the verified
-// registry (harness/promote.h, flywheel/registry.h; HARNESS.md section 13). A failed gate says
+// registry (harness/promote.h, flywheel/registry.h; HARNESS.md section 14). A failed gate says
 // which gate with its numbers (exit 1); nothing is written to the registry then.
 #include <cstdio>
 #include <ctime>

@@ -22,6 +22,7 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx);
 void add_generate_command(CLI::App& app, CliContext& ctx);
 void add_doctor_command(CLI::App& app, CliContext& ctx);          // harness/cmd_doctor.cpp
 void add_baseline_command(CLI::App& app, CliContext& ctx);        // harness/cmd_baseline.cpp
+void add_bench_command(CLI::App& app, CliContext& ctx);           // harness/cmd_bench.cpp
 void add_profile_command(CLI::App& app, CliContext& ctx);         // harness/cmd_profile.cpp
 void add_validate_command(CLI::App& app, CliContext& ctx);        // harness/cmd_validate.cpp
 void add_fuzz_validator_command(CLI::App& app, CliContext& ctx);  // harness/cmd_fuzz_validator.cpp

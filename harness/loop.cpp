@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <random>
 #include <set>
@@ -152,8 +153,9 @@ class LoopRun {
  public:
   LoopRun(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
           const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
-          const LoopOptions& options)
-      : evaluator_(evaluator),
+          const LoopOptions& options, TrialPool* pool = nullptr)
+      : pool_(pool),
+        evaluator_(evaluator),
         shape_(shape),
         target_(target),
         strategy_(strategy),
@@ -163,7 +165,8 @@ class LoopRun {
         identity_(evaluator.identity()),
         model_(identity_.value("model", shape.name)),
         target_name_(identity_.value("target", target.name)),
-        device_(identity_.value("device", "cpu")) {}
+        device_(identity_.value("device", "cpu")),
+        primary_type_(device_type(identity_)) {}
 
   LoopResult run() {
     if (const std::string why = check_log_paths(options_.results_path, options_.corpus_path);
@@ -199,9 +202,16 @@ class LoopRun {
         return std::move(result_);
       }
     describe_trials();
+    if (pool_) {
+      busy_.assign(pool_->size(), std::nullopt);
+      slot_trials_.assign(pool_->size(), 0);
+    }
     if (!resume()) return std::move(result_);
     if (next_trial_ == 0 && history_.empty() && !seed_trial()) return std::move(result_);
-    search();
+    if (pool_)
+      search_parallel();
+    else
+      search();
     result_.summary = summary();
     return std::move(result_);
   }
@@ -326,6 +336,7 @@ class LoopRun {
     const eval::Verdict& v = *judged;
     const double t1 = clock_.now_s();
     CorpusRecord r = make_record(0, seed_source, seed_config, seed_id, nullptr, "", v);
+    if (pool_) r.timed_on = pool_->label(last_slot_);
     std::string status = failure_status(v);
     if (status.empty())
       status = has_latency(v) ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
@@ -449,22 +460,33 @@ class LoopRun {
     state.trials_left = options_.budget - next_trial_;
     state.is_new = [this](const ScheduleConfig& c) {
       const std::string id = evaluator_.schedule_id(c);
-      return !index_.contains(id) && !this_run_ids_.count(id);
+      return !index_.contains(id) && !this_run_ids_.count(id) && !queued_ids_.count(id);
     };
     return state;
   }
 
   /// One trial of a new proposal: evaluate, decide, log. False when its record cannot be written.
   bool trial(const Proposal& proposal, const std::string& id) {
-    const ScheduleConfig parent = proposal.parent ? *proposal.parent : incumbent_.config;
-    const std::string parent_id = evaluator_.schedule_id(parent);
     const double t0 = clock_.now_s();
     const std::optional<eval::Verdict> judged = evaluate(proposal.config);
     if (abandoned(next_trial_)) return false;
     if (!judged) return false;
-    const eval::Verdict& v = *judged;
+    return conclude(proposal, id, *judged, t0, nullptr);
+  }
+
+  /// Decides and logs a judged proposal: the keep rule (the incumbent re-measured on the same
+  /// evaluator when measured), the incumbent, the record. `slot`: the pool slot that judged it.
+  bool conclude(const Proposal& proposal, const std::string& id, const eval::Verdict& v, double t0,
+                const json* slot) {
+    const ScheduleConfig parent = proposal.parent ? *proposal.parent : incumbent_.config;
+    const std::string parent_id = evaluator_.schedule_id(parent);
     CorpusRecord r =
         make_record(next_trial_, strategy_.name(), proposal.config, id, &parent, parent_id, v);
+    if (slot) {
+      r.target = (*slot)["identity"].value("target", r.target);
+      r.device = (*slot)["identity"].value("device", r.device);
+      r.timed_on = (*slot)["label"].get<std::string>();
+    }
     const std::string decision = judge(v, &r);
     if (abandoned(next_trial_)) return false;  // during the incumbent's re-measurement
     if (!result_.ok) return false;  // the incumbent's re-measurement failed on the harness side
@@ -483,6 +505,276 @@ class LoopRun {
     r.timestamp = flywheel::utc_timestamp(t1);
     r.description = proposal.description + "; " + r.status + ": " + decision;
     return log_trial(r, proposal.config, t1 - t0);
+  }
+
+  // ---- the trials, on a pool of evaluators (loop --gpus / --workers / --mpi) -------------
+  //
+  // Proposals get a ticket (their sequence number) and are dispatched to idle slots in ticket
+  // order; verdicts are decided (keep rule, log) in ticket order as they arrive, so the decisions
+  // do not depend on which worker finished first. The strategy proposes a batch (one candidate
+  // per live slot) at the start, a second one right after, and a new one each time every ticket
+  // of a batch is decided, before any later ticket is: what it sees at each call is a function of
+  // the seed and the verdicts, not of the timing, while the batch queued behind keeps every slot
+  // busy.
+
+  struct Ticket {
+    Proposal proposal;
+    std::string id;  // schedule id for the primary device type (the dedup key)
+    int slot = -1;   // the slot it runs or ran on
+    int lost = 0;    // times its slot stopped answering
+    double t0 = 0;   // dispatch time
+    std::optional<eval::Verdict> verdict;
+  };
+  static constexpr uint64_t kRemeasureTicket = ~uint64_t{0};
+
+  void search_parallel() {
+    if (stop_condition().empty()) propose_batch();
+    if (stop_condition().empty()) propose_batch();
+    while (result_.ok) {
+      if (cancelled()) {
+        stop_reason_ = "cancelled";
+        if (options_.progress && in_flight() > 0)
+          *options_.progress << in_flight() << " trials cancelled in flight: not logged\n";
+        break;
+      }
+      if (!stopping_) {
+        if (const std::string why = stop_condition(); !why.empty()) {
+          stop_reason_ = why;
+          stopping_ = true;
+          drop_pending();
+        }
+      }
+      if (!stopping_) dispatch();
+      if (in_flight() == 0) {
+        if (stopping_) break;
+        if (live_slots() == 0) {
+          fail("every worker stopped answering; " + std::to_string(tickets_.size()) +
+               " trials are left untried (run again with --resume)");
+          break;
+        }
+        if (pending_.empty() && !propose_batch()) break;
+        continue;
+      }
+      std::optional<PoolEvent> event = pool_->wait(0.5);
+      if (!event) continue;
+      on_event(std::move(*event));
+      decide_ready();
+    }
+    print_rates();
+  }
+
+  int in_flight() const {
+    int n = 0;
+    for (const auto& b : busy_) n += b.has_value();
+    return n;
+  }
+  int live_slots() const {
+    int n = 0;
+    for (int s = 0; s < pool_->size(); ++s) n += pool_->alive(s);
+    return n;
+  }
+
+  /// Queues up to one candidate per live slot (never past the budget). False when the strategy
+  /// has nothing and nothing is outstanding: the loop stops (stop_reason_ says why).
+  bool propose_batch() {
+    const int count = std::min(live_slots(), options_.budget - next_trial_ -
+                                                 static_cast<int>(tickets_.size()));
+    if (count <= 0) return true;
+    int got = 0, duplicate_rounds = 0, unusable_rounds = 0;
+    std::string why_none;
+    while (got < count && result_.ok) {
+      std::vector<Proposal> batch = strategy_.propose(search_state(), count - got);
+      const std::string problem = strategy_.last_error();
+      if (!problem.empty() && (!batch.empty() || strategy_.skipped_all()))
+        warn(strategy_.name() + ": skipped: " + problem);
+      if (batch.empty() && strategy_.skipped_all() &&
+          ++unusable_rounds < strategy_.duplicate_patience())
+        continue;
+      if (batch.empty()) {
+        why_none = problem.empty() ? "exhausted: the strategy has nothing new"
+                                   : "strategy failed: " + problem;
+        break;
+      }
+      unusable_rounds = 0;
+      for (Proposal& p : batch) {
+        const std::string id = evaluator_.schedule_id(p.config);
+        if (index_.contains(id) || this_run_ids_.count(id) || queued_ids_.count(id)) {
+          ++skipped_known_;
+          ++duplicate_rounds;
+          continue;
+        }
+        if (got == count) break;
+        duplicate_rounds = 0;
+        queued_ids_.insert(id);
+        Ticket t;
+        t.proposal = std::move(p);
+        t.id = id;
+        tickets_.emplace(next_seq_, std::move(t));
+        pending_.push_back(next_seq_++);
+        ++got;
+      }
+      if (duplicate_rounds >= strategy_.duplicate_patience()) {
+        why_none = "exhausted: " + std::to_string(strategy_.duplicate_patience()) +
+                   " proposals in a row were already evaluated";
+        break;
+      }
+    }
+    if (got > 0) batch_ends_.push_back(next_seq_);
+    if (got == 0 && tickets_.empty() && !why_none.empty()) {
+      stop_reason_ = why_none;
+      return false;
+    }
+    return true;
+  }
+
+  /// Hands queued tickets to idle live slots, lowest ticket first.
+  void dispatch() {
+    for (int s = 0; s < pool_->size() && !pending_.empty(); ++s) {
+      if (busy_[s] || !pool_->alive(s)) continue;
+      const uint64_t seq = pending_.front();
+      pending_.pop_front();
+      Ticket& t = tickets_.at(seq);
+      t.slot = s;
+      t.t0 = clock_.now_s();
+      busy_[s] = seq;
+      pool_->submit(s, seq, t.proposal.config);
+    }
+  }
+
+  /// A stop: queued tickets are dropped (never tried, so a later run may propose them again).
+  void drop_pending() {
+    for (uint64_t seq : pending_) {
+      queued_ids_.erase(tickets_.at(seq).id);
+      tickets_.erase(seq);
+    }
+    pending_.clear();
+  }
+
+  /// A verdict, or a slot that stopped answering: its trial is requeued once, then logged as a
+  /// timeout (two workers went silent on it).
+  void on_event(PoolEvent event) {
+    if (event.slot >= 0 && event.slot < pool_->size()) busy_[event.slot].reset();
+    if (event.ticket == kRemeasureTicket) {
+      remeasure_event_ = std::move(event);
+      return;
+    }
+    auto it = tickets_.find(event.ticket);
+    if (it == tickets_.end()) return;
+    Ticket& t = it->second;
+    if (event.lost) {
+      const bool requeue = ++t.lost == 1;
+      warn("worker " + pool_->label(event.slot) + " stopped answering (" + event.lost_reason +
+           ") on schedule " + t.id + ": " +
+           (requeue ? "the trial is requeued" : "a second worker lost on it, logged as a timeout"));
+      if (requeue) {
+        pending_.push_front(event.ticket);
+        return;
+      }
+      eval::Verdict v;
+      v.status = "timeout";
+      v.schedule_id = t.id;
+      v.notes.push_back("two workers stopped answering on this trial (" + event.lost_reason + ")");
+      t.verdict = v;
+      return;
+    }
+    if (!event.harness_failure.empty()) {
+      fail("the trial of schedule " + t.id + " on " + pool_->label(event.slot) +
+           " could not run, so nothing is logged for it: " + event.harness_failure);
+      return;
+    }
+    ++evaluations_;
+    ++slot_trials_[event.slot];
+    t.verdict = std::move(event.verdict);
+  }
+
+  /// Decides every ticket whose verdict is in and all of whose predecessors are decided.
+  void decide_ready() {
+    while (result_.ok && !tickets_.empty() && tickets_.begin()->second.verdict) {
+      Ticket t = std::move(tickets_.begin()->second);
+      tickets_.erase(tickets_.begin());
+      queued_ids_.erase(t.id);
+      if (!decide_ticket(t)) return;
+      ++next_trial_;
+      while (!batch_ends_.empty() &&
+             (tickets_.empty() || tickets_.begin()->first >= batch_ends_.front())) {
+        batch_ends_.pop_front();
+        print_rates();
+        if (!stopping_ && stop_condition().empty()) propose_batch();
+      }
+    }
+  }
+
+  /// The keep rule for one ticket against the incumbent of its slot's device type.
+  bool decide_ticket(const Ticket& t) {
+    const json slot = {{"identity", pool_->identity(t.slot)}, {"label", pool_->label(t.slot)}};
+    const std::string type = device_type(slot["identity"]);
+    const bool primary = type == primary_type_;
+    const std::string id = primary ? t.id : pool_->schedule_id(t.slot, t.proposal.config);
+    if (!primary) std::swap(incumbent_, other_incumbents_[type]);
+    remeasure_slot_ = t.slot;
+    const bool logged = conclude(t.proposal, id, *t.verdict, t.t0, &slot);
+    if (!primary) std::swap(incumbent_, other_incumbents_[type]);
+    return logged;
+  }
+
+  /// One evaluation on `slot` now (trial 0, an incumbent's re-measurement): waits for the slot to
+  /// be idle, keeping every other verdict that comes meanwhile for its turn.
+  eval::Verdict evaluate_on_slot(int slot, const ScheduleConfig& config, std::string* failure) {
+    if (slot < 0 || !pool_->alive(slot))
+      for (slot = 0; slot < pool_->size() && !pool_->alive(slot); ++slot) {
+      }
+    if (slot >= pool_->size()) {
+      *failure = "every worker stopped answering";
+      return {};
+    }
+    while (busy_[slot] && !cancelled())
+      if (std::optional<PoolEvent> e = pool_->wait(0.5)) on_event(std::move(*e));
+    remeasure_event_.reset();
+    last_slot_ = slot;
+    busy_[slot] = kRemeasureTicket;
+    pool_->submit(slot, kRemeasureTicket, config);
+    while (!remeasure_event_ && !cancelled())
+      if (std::optional<PoolEvent> e = pool_->wait(0.5)) on_event(std::move(*e));
+    if (!remeasure_event_) return {};  // cancelled: the caller checks the flag
+    PoolEvent e = std::move(*remeasure_event_);
+    remeasure_event_.reset();
+    if (e.lost) {
+      eval::Verdict v;
+      v.status = "timeout";
+      v.notes.push_back("worker " + pool_->label(slot) + " stopped answering: " + e.lost_reason);
+      return v;
+    }
+    *failure = e.harness_failure;
+    return e.verdict;
+  }
+
+  /// Trials done, trials/min in all and per worker, best so far (on the progress stream).
+  void print_rates() {
+    if (!options_.progress || !pool_ || trials_this_invocation_ == 0) return;
+    if (rates_printed_at_ == next_trial_) return;
+    rates_printed_at_ = next_trial_;
+    const double minutes = std::max(1e-9, (clock_.now_s() - start_s_) / 60.0);
+    std::string line = "progress: " + std::to_string(next_trial_) + "/" +
+                       std::to_string(options_.budget) + " trials, " +
+                       fmt("%.2f", trials_this_invocation_ / minutes) + " trials/min (";
+    for (int s = 0; s < pool_->size(); ++s)
+      line += (s ? ", " : "") + pool_->label(s) + " " + fmt("%.2f", slot_trials_[s] / minutes) +
+              (pool_->alive(s) ? "" : " lost");
+    line += "), best " + (incumbent_.latency() ? fmt("%.3f us", *incumbent_.latency()) : "-");
+    *options_.progress << line << "\n" << std::flush;
+  }
+
+  json workers_summary() const {
+    const double minutes = std::max(1e-9, (clock_.now_s() - start_s_) / 60.0);
+    json workers = json::array();
+    for (int s = 0; s < pool_->size(); ++s)
+      workers.push_back({{"slot", s},
+                         {"timed_on", pool_->label(s)},
+                         {"device_type", device_type(pool_->identity(s))},
+                         {"trials", slot_trials_[s]},
+                         {"trials_per_min", slot_trials_[s] / minutes},
+                         {"alive", pool_->alive(s)}});
+    return workers;
   }
 
   bool cancelled() const { return options_.cancel && options_.cancel->load(); }
@@ -554,10 +846,13 @@ class LoopRun {
   /// The evaluator's verdict on `config`; nullopt when the harness failed to judge it at all: then
   /// nothing is logged for it (it stays untried) and the loop stops with the error.
   std::optional<eval::Verdict> evaluate(const ScheduleConfig& config) {
-    eval::Verdict v = evaluator_.evaluate(config);
+    std::string why;
+    eval::Verdict v = pool_ ? evaluate_on_slot(remeasure_slot_, config, &why)
+                            : evaluator_.evaluate(config);
+    if (!pool_) why = evaluator_.harness_failure();
     ++evaluations_;
     if (cancelled()) return std::nullopt;  // a cancelled trial is abandoned, not a failure
-    if (const std::string why = evaluator_.harness_failure(); !why.empty()) {
+    if (!why.empty()) {
       fail("the trial of schedule " + evaluator_.schedule_id(config) +
            " could not run, so nothing is logged for it: " + why);
       return std::nullopt;
@@ -614,8 +909,9 @@ class LoopRun {
   std::string progress_line(const CorpusRecord& record) const {
     const int done = record.trial + 1;
     const double elapsed = clock_.now_s() - start_s_;
-    double eta =
-        (trial_time_total_ / trials_this_invocation_) * std::max(0, options_.budget - done);
+    // With a pool, trials overlap: the rate so far, not the mean trial time, says what is left.
+    double eta = (pool_ ? elapsed : trial_time_total_) / trials_this_invocation_ *
+                 std::max(0, options_.budget - done);
     if (options_.minutes > 0) eta = std::min(eta, std::max(0.0, options_.minutes * 60 - elapsed));
     std::string latency =
         record.verdict.correct && record.verdict.latency_us
@@ -629,7 +925,8 @@ class LoopRun {
     std::snprintf(head, sizeof head, "trial %3d/%d  %-9s", record.trial, options_.budget,
                   record.status.c_str());
     return std::string(head) + " " + latency + "  best " + best + "  elapsed " +
-           format_duration(elapsed) + "  eta " + format_duration(eta) + "  " + record.description;
+           format_duration(elapsed) + "  eta " + format_duration(eta) +
+           (record.timed_on.empty() ? "" : "  on " + record.timed_on) + "  " + record.description;
   }
 
   /// A problem the run goes on after: on the progress stream and in the summary's problems.
@@ -674,7 +971,7 @@ class LoopRun {
     }
     const int kept = counts_[flywheel::kStatusKept];
     const int trials = static_cast<int>(history_.size());
-    return {{"run_id", run_id_},
+    json out = {{"run_id", run_id_},
             {"model", model_},
             {"target", target_name_},
             {"device", device_},
@@ -695,9 +992,20 @@ class LoopRun {
             {"corpus", options_.corpus_path},
             {"elapsed_s", clock_.now_s() - start_s_},
             {"problems", problems_}};
+    if (pool_) {
+      out["workers"] = workers_summary();
+      json others = json::object();
+      for (const auto& [type, inc] : other_incumbents_)
+        others[type] = {{"schedule_id", inc.id},
+                        {"latency_us", inc.latency() ? json(*inc.latency()) : json(nullptr)},
+                        {"config", schedule::to_json(inc.config)}};
+      out["other_device_types"] = others;
+    }
+    return out;
   }
 
   // Inputs.
+  TrialPool* pool_;  // nullptr: one evaluator, one trial at a time
   eval::Evaluator& evaluator_;
   const schedule::ModelShape& shape_;
   const schedule::GpuTarget& target_;
@@ -707,6 +1015,7 @@ class LoopRun {
   const double start_s_;
   const json identity_;
   const std::string model_, target_name_, device_;
+  const std::string primary_type_;  // device type of the evaluator (a pool's first slot)
   // The logs, held for the run against a second loop of this workload.
   flywheel::WorkloadLock corpus_lock_, results_lock_;
   // What earlier runs left behind.
@@ -736,6 +1045,20 @@ class LoopRun {
   double trial_time_total_ = 0.0;
   std::string stop_reason_;
   LoopResult result_;
+  // A pool's trials (search_parallel).
+  std::map<uint64_t, Ticket> tickets_;  // proposed and not yet decided, by ticket
+  std::deque<uint64_t> pending_;        // not yet dispatched, in dispatch order
+  std::vector<std::optional<uint64_t>> busy_;  // slot -> its ticket
+  std::deque<uint64_t> batch_ends_;  // one past the last ticket of each outstanding batch
+  std::set<std::string> queued_ids_;  // ids of the tickets not yet decided
+  uint64_t next_seq_ = 0;
+  int remeasure_slot_ = -1;  // where evaluate() runs: the slot of the ticket being decided
+  int last_slot_ = 0;        // where evaluate() ran last
+  int rates_printed_at_ = -1;  // next_trial_ at the last progress: line
+  std::optional<PoolEvent> remeasure_event_;
+  bool stopping_ = false;
+  std::vector<int> slot_trials_;
+  std::map<std::string, Incumbent> other_incumbents_;  // device types other than the primary
 };
 
 }  // namespace
@@ -810,6 +1133,49 @@ LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shap
                     const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
                     const LoopOptions& options) {
   return LoopRun(evaluator, shape, target, strategy, clock, options).run();
+}
+
+namespace {
+
+// The loop's view of a pool as one evaluator: the first slot's identity and schedule ids (the
+// primary device type). LoopRun evaluates through evaluate_on_slot (which keeps the verdicts of
+// other slots for their turn); this evaluate() is for an idle pool: the first live slot, at once.
+class PoolFront : public eval::Evaluator {
+ public:
+  explicit PoolFront(TrialPool& pool) : pool_(pool) {}
+  eval::Verdict evaluate(const schedule::ScheduleConfig& config) override {
+    failure_.clear();
+    int slot = 0;
+    while (slot < pool_.size() && !pool_.alive(slot)) ++slot;
+    if (slot == pool_.size()) {
+      failure_ = "every worker stopped answering";
+      return {};
+    }
+    pool_.submit(slot, 0, config);
+    for (;;)
+      if (std::optional<PoolEvent> e = pool_.wait(1.0); e && e->slot == slot) {
+        failure_ = e->lost ? e->lost_reason : e->harness_failure;
+        return e->verdict;
+      }
+  }
+  json identity() const override { return pool_.identity(0); }
+  std::string schedule_id(const schedule::ScheduleConfig& config) const override {
+    return pool_.schedule_id(0, config);
+  }
+  std::string harness_failure() const override { return failure_; }
+
+ private:
+  TrialPool& pool_;
+  std::string failure_;
+};
+
+}  // namespace
+
+LoopResult run_loop_on_pool(TrialPool& pool, const schedule::ModelShape& shape,
+                            const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
+                            const LoopOptions& options) {
+  PoolFront front(pool);
+  return LoopRun(front, shape, target, strategy, clock, options, &pool).run();
 }
 
 }  // namespace megasched::harness

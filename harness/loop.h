@@ -25,6 +25,7 @@
 #include "eval/evaluator.h"
 #include "eval/verdict.h"
 #include "harness/strategy.h"
+#include "harness/trial_pool.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
 
@@ -106,6 +107,17 @@ std::string check_log_paths(const std::string& results, const std::string& corpu
 LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
                     const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
                     const LoopOptions& options);
+
+/// The same loop over a pool of evaluators (`loop --gpus`, `--workers`, `--mpi`): one trial per
+/// slot at a time, the strategy proposing a batch per live slot, verdicts decided in proposal
+/// order as they arrive (deterministic for a seed), each record naming the slot that timed it
+/// (timed_on) and judged against the incumbent of that slot's device type (device_type()), a
+/// measured winner re-measured against it on the same slot. A slot that stops answering is
+/// reported and its trial requeued once (a second loss logs it as a timeout). The summary gains
+/// "workers" (trials and trials/min per slot) and "other_device_types" (their incumbents).
+LoopResult run_loop_on_pool(TrialPool& pool, const schedule::ModelShape& shape,
+                            const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
+                            const LoopOptions& options);
 
 /// "1:05:09" / "4:07".
 std::string format_duration(double seconds);

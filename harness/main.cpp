@@ -36,6 +36,7 @@ const CommandEntry kCommands[] = {
     {"generate", megasched::harness::add_generate_command},
     {"doctor", megasched::harness::add_doctor_command},
     {"baseline", megasched::harness::add_baseline_command},
+    {"bench", megasched::harness::add_bench_command},
     {"profile", megasched::harness::add_profile_command},
     {"promote", megasched::harness::add_promote_command},
     {"registry", megasched::harness::add_registry_command},

@@ -1,5 +1,5 @@
 // Promotion (`megasched promote`, `megasched registry verify`): the two gates a config passes
-// before it enters the verified registry (flywheel/registry.h), HARNESS.md section 13.
+// before it enters the verified registry (flywheel/registry.h), HARNESS.md section 14.
 //   verify gate     valid, correct on the ReferenceVm and (device gpu) on the GPU at positions
 //                   0, 1024 and 4096 (clipped to the model's last position), and a greedy
 //                   generate with every step checked against the eager forward (64 tokens)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include "flywheel/prior.h"
@@ -29,11 +30,15 @@ std::string describe_change(const ScheduleConfig& from, const ScheduleConfig& to
   return text.empty() ? "no change" : text;
 }
 
-// Draws a random config the loop has not seen; nullopt after many tries (space exhausted).
-std::optional<ScheduleConfig> new_random(const SearchState& state, std::mt19937_64& rng) {
+// Draws a random config the loop has not seen (nor `taken`, this batch's canonical configs);
+// nullopt after many tries (space exhausted).
+std::optional<ScheduleConfig> new_random(const SearchState& state, std::mt19937_64& rng,
+                                         std::set<std::string>* taken = nullptr) {
   for (int attempt = 0; attempt < 200; ++attempt) {
     ScheduleConfig c = schedule::random_config(*state.shape, *state.target, rng);
-    if (!state.is_new || state.is_new(c)) return c;
+    if (state.is_new && !state.is_new(c)) continue;
+    if (taken && !taken->insert(schedule::canonical_string(c)).second) continue;
+    return c;
   }
   return std::nullopt;
 }
@@ -42,11 +47,16 @@ class RandomStrategy : public Strategy {
  public:
   explicit RandomStrategy(uint64_t seed) : rng_(seed) {}
   std::string name() const override { return "random"; }
-  std::vector<Proposal> propose(const SearchState& state, int) override {
-    auto c = new_random(state, rng_);
-    if (!c) return {};
-    return {{*c, "random: " + std::to_string(schedule::complexity(*c)) + " knobs off default",
-             std::nullopt}};
+  std::vector<Proposal> propose(const SearchState& state, int count) override {
+    std::vector<Proposal> out;
+    std::set<std::string> taken;
+    while (static_cast<int>(out.size()) < std::max(1, count)) {
+      auto c = new_random(state, rng_, &taken);
+      if (!c) break;
+      out.push_back({*c, "random: " + std::to_string(schedule::complexity(*c)) + " knobs off default",
+                     std::nullopt});
+    }
+    return out;
   }
   void observe(const TrialOutcome&) override {}
 
@@ -59,32 +69,45 @@ class HillclimbStrategy : public Strategy {
   HillclimbStrategy(uint64_t seed, int restart_after) : rng_(seed), restart_after_(restart_after) {}
   std::string name() const override { return "hillclimb"; }
 
-  std::vector<Proposal> propose(const SearchState& state, int) override {
+  std::vector<Proposal> propose(const SearchState& state, int count) override {
     if (!base_) {
       base_ = state.incumbent;
       base_latency_ = state.incumbent_latency_us;
     }
+    // A batch: the base's untried neighbours, one per slot; when they run out (or on a plateau)
+    // the rest of the batch are random configs, the first of them the restart point.
+    std::vector<Proposal> out;
+    std::set<std::string> taken;
+    const int want = std::max(1, count);
     if (since_improvement_ < restart_after_) {
       if (!neighbours_ready_) {
         neighbours_ = schedule::neighbours(*base_, *state.shape, *state.target);
         std::shuffle(neighbours_.begin(), neighbours_.end(), rng_);
         neighbours_ready_ = true;
       }
-      while (!neighbours_.empty()) {
+      while (!neighbours_.empty() && static_cast<int>(out.size()) < want) {
         ScheduleConfig c = neighbours_.back();
         neighbours_.pop_back();
         if (state.is_new && !state.is_new(c)) continue;
-        return {{c, "hillclimb: " + describe_change(*base_, c), *base_}};
+        if (!taken.insert(schedule::canonical_string(c)).second) continue;
+        out.push_back({c, "hillclimb: " + describe_change(*base_, c), *base_});
       }
     }
-    // Plateau or every neighbour tried: restart from a random point.
-    auto c = new_random(state, rng_);
-    if (!c) return {};
-    pending_restart_ = *c;
-    std::string why = since_improvement_ >= restart_after_
-                          ? std::to_string(since_improvement_) + " trials without improvement"
-                          : "every neighbour tried";
-    return {{*c, "hillclimb restart (" + why + "): random config", std::nullopt}};
+    const std::string why = since_improvement_ >= restart_after_
+                                ? std::to_string(since_improvement_) + " trials without improvement"
+                                : "every neighbour tried";
+    while (static_cast<int>(out.size()) < want) {
+      auto c = new_random(state, rng_, &taken);
+      if (!c) break;
+      if (!pending_restart_) {
+        pending_restart_ = *c;
+        out.push_back({*c, "hillclimb restart (" + why + "): random config", std::nullopt});
+      } else {
+        out.push_back({*c, "hillclimb: random config while the restart point is judged",
+                       std::nullopt});
+      }
+    }
+    return out;
   }
 
   void observe(const TrialOutcome& outcome) override {
@@ -131,63 +154,31 @@ class PriorStrategy : public Strategy {
         shape_json_(schedule::to_json(options.shape)) {}
   std::string name() const override { return "prior"; }
 
-  std::vector<Proposal> propose(const SearchState& state, int) override {
-    if (stale_) {
+  std::vector<Proposal> propose(const SearchState& state, int count) override {
+    if (stale_) {  // retrained on the corpus and every outcome so far
       prior_.fit(samples_, min_samples_);
       stale_ = false;
     }
+    // A batch: each slot is an exploration draw with probability `exploration`, else the next
+    // best-ranked candidate of one pool (so k slots get k distinct candidates).
+    const int want = std::max(1, count);
     std::uniform_real_distribution<double> coin(0.0, 1.0);
-    if (!prior_.trained() || coin(rng_) < exploration_) {
-      auto c = new_random(state, rng_);
-      if (!c) return {};
-      return {{*c,
-               prior_.trained() ? "prior: exploration (random)"
-                                : "prior: random until " + std::to_string(min_samples_) +
-                                      " latencies are known (" +
-                                      std::to_string(prior_.latency_samples()) + " now)",
-               std::nullopt}};
+    int explore = 0;
+    for (int i = 0; i < want; ++i) explore += !prior_.trained() || coin(rng_) < exploration_;
+    std::vector<Proposal> out;
+    std::set<std::string> taken;
+    if (explore < want) out = ranked(state, want - explore, &taken);
+    while (static_cast<int>(out.size()) < want) {
+      auto c = new_random(state, rng_, &taken);
+      if (!c) break;
+      out.push_back({*c,
+                     prior_.trained() ? "prior: exploration (random)"
+                                      : "prior: random until " + std::to_string(min_samples_) +
+                                            " latencies are known (" +
+                                            std::to_string(prior_.latency_samples()) + " now)",
+                     std::nullopt});
     }
-    const json shape = schedule::to_json(*state.shape);
-    std::vector<Proposal> pool;
-    for (ScheduleConfig& c : schedule::neighbours(state.incumbent, *state.shape, *state.target))
-      pool.push_back({std::move(c), "neighbour of the incumbent", state.incumbent});
-    // Multi-knob jumps from the incumbent let the model take several good moves at once;
-    // random configs let it jump elsewhere when it predicts that is better.
-    std::uniform_int_distribution<int> knobs(2, 4);
-    for (int i = 0; i < pool_size_ / 2; ++i) {
-      const int k = knobs(rng_);
-      pool.push_back({schedule::mutate(state.incumbent, *state.shape, *state.target, rng_, k),
-                      std::to_string(k) + "-knob mutation of the incumbent", state.incumbent});
-    }
-    for (int i = 0; i < pool_size_ - pool_size_ / 2; ++i)
-      pool.push_back({schedule::random_config(*state.shape, *state.target, rng_), "random", {}});
-    double best_score = 0.0;
-    const Proposal* best = nullptr;
-    double best_log_latency = 0.0, best_failure = 0.0;
-    for (const Proposal& p : pool) {
-      if (state.is_new && !state.is_new(p.config)) continue;
-      const json config = schedule::to_json(p.config);
-      const double log_latency = prior_.predict_log_latency(config, shape);
-      const double failure = prior_.predict_failure(config, shape);
-      // A likely failure costs a whole trial: rank it as if it were ~3x slower per unit risk.
-      const double score = log_latency + 1.1 * failure;
-      if (!best || score < best_score) {
-        best = &p;
-        best_score = score;
-        best_log_latency = log_latency;
-        best_failure = failure;
-      }
-    }
-    if (!best) {
-      auto c = new_random(state, rng_);
-      if (!c) return {};
-      return {{*c, "prior: pool exhausted, random", std::nullopt}};
-    }
-    std::ostringstream description;
-    description.precision(4);
-    description << "prior: best of " << pool.size() << " (" << best->description << "), predicted "
-                << std::exp(best_log_latency) << " us, failure risk " << best_failure;
-    return {{best->config, description.str(), best->parent}};
+    return out;
   }
 
   void observe(const TrialOutcome& outcome) override {
@@ -205,6 +196,53 @@ class PriorStrategy : public Strategy {
   }
 
  private:
+  /// The `count` best new candidates of a pool of the incumbent's neighbours, 2-4 knob mutations
+  /// of it and random configs, by predicted latency and failure risk.
+  std::vector<Proposal> ranked(const SearchState& state, int count, std::set<std::string>* taken) {
+    const json shape = schedule::to_json(*state.shape);
+    std::vector<Proposal> pool;
+    for (ScheduleConfig& c : schedule::neighbours(state.incumbent, *state.shape, *state.target))
+      pool.push_back({std::move(c), "neighbour of the incumbent", state.incumbent});
+    // Multi-knob jumps from the incumbent let the model take several good moves at once;
+    // random configs let it jump elsewhere when it predicts that is better.
+    std::uniform_int_distribution<int> knobs(2, 4);
+    for (int i = 0; i < pool_size_ / 2; ++i) {
+      const int k = knobs(rng_);
+      pool.push_back({schedule::mutate(state.incumbent, *state.shape, *state.target, rng_, k),
+                      std::to_string(k) + "-knob mutation of the incumbent", state.incumbent});
+    }
+    for (int i = 0; i < pool_size_ - pool_size_ / 2; ++i)
+      pool.push_back({schedule::random_config(*state.shape, *state.target, rng_), "random", {}});
+    struct Scored {
+      double score, log_latency, failure;
+      size_t index;
+    };
+    std::vector<Scored> scored;
+    for (size_t i = 0; i < pool.size(); ++i) {
+      if (state.is_new && !state.is_new(pool[i].config)) continue;
+      const json config = schedule::to_json(pool[i].config);
+      const double log_latency = prior_.predict_log_latency(config, shape);
+      const double failure = prior_.predict_failure(config, shape);
+      // A likely failure costs a whole trial: rank it as if it were ~3x slower per unit risk.
+      scored.push_back({log_latency + 1.1 * failure, log_latency, failure, i});
+    }
+    std::stable_sort(scored.begin(), scored.end(),
+                     [](const Scored& a, const Scored& b) { return a.score < b.score; });
+    std::vector<Proposal> out;
+    for (const Scored& s : scored) {
+      if (static_cast<int>(out.size()) == count) break;
+      const Proposal& p = pool[s.index];
+      if (!taken->insert(schedule::canonical_string(p.config)).second) continue;
+      std::ostringstream description;
+      description.precision(4);
+      description << "prior: " << (out.empty() ? "best" : "#" + std::to_string(out.size() + 1))
+                  << " of " << pool.size() << " (" << p.description << "), predicted "
+                  << std::exp(s.log_latency) << " us, failure risk " << s.failure;
+      out.push_back({p.config, description.str(), p.parent});
+    }
+    return out;
+  }
+
   std::mt19937_64 rng_;
   double exploration_;
   int pool_size_;

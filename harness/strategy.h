@@ -9,7 +9,11 @@
 //              random; retrained after each trial
 //   proposer   an external command (an agent): the search context as JSON on its stdin, candidate
 //              configs on its stdout (HARNESS.md, "The proposer seam")
-// The loop owns keep/revert and dedup; a strategy only proposes and learns from outcomes.
+// The loop owns keep/revert and dedup; a strategy only proposes and learns from outcomes. A loop
+// over many workers (run_loop_on_pool) asks for a batch, `count` > 1: random, hillclimb and prior
+// return up to `count` distinct candidates, none of which state.is_new rejects (already logged or
+// in flight); hillclimb fills a batch with the base's neighbours, then random configs; prior with
+// its best-ranked candidates (retrained before each batch on the corpus and every outcome so far).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +68,9 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
-  /// Up to `count` candidates (usually 1; a proposer may return more). Empty: nothing left to
-  /// propose (the loop stops with the message from last_error() if any).
+  /// Up to `count` distinct candidates (1 for a loop with one evaluator, a batch for a pool; a
+  /// proposer may return more). Empty: nothing left to propose (the loop stops with the message
+  /// from last_error() if any).
   virtual std::vector<Proposal> propose(const SearchState& state, int count) = 0;
   /// Called after every trial of this run (and, on --resume, for each trial already logged).
   virtual void observe(const TrialOutcome& outcome) = 0;

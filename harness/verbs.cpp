@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -17,7 +18,9 @@
 #include "flywheel/results.h"
 #include "harness/cli_util.h"
 #include "harness/trial_flags.h"
+#include "harness/mpi_pool.h"
 #include "harness/worker_evaluator.h"
+#include "harness/worker_pool.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"
@@ -211,6 +214,80 @@ std::string worker_command(const std::string& executable, const TrialFlags& flag
          flags.worker_arguments();
 }
 
+namespace {
+
+// Where a loop's trials run: one evaluator, or a pool of workers (--gpus, --workers, --mpi).
+struct LoopBackend {
+  std::unique_ptr<eval::Evaluator> evaluator;
+  std::unique_ptr<TrialPool> pool;
+  std::optional<int> served;  // an MPI rank other than 0: its exit code after serving trials
+  std::string warning;        // workers that did not come up while others did
+};
+
+// The multi-worker flags checked against each other and the device; "" when they agree.
+std::string check_worker_flags(const LoopCommand& opt) {
+  if ((!opt.gpus.empty()) + (opt.workers > 0) + opt.mpi > 1)
+    return "--gpus, --workers and --mpi each choose where the trials run; give one";
+  if (!opt.gpus.empty() && opt.device == "cpu")
+    return "--gpus runs one worker per GPU (measured trials); CPU trials in several workers: "
+           "--device cpu --workers N";
+  if (opt.workers > 0 && opt.device == "gpu")
+    return "--workers runs CPU trials; one worker per GPU: --gpus all (or --gpus 0,1)";
+  if (!(opt.rank_timeout_s > 0)) return "--rank-timeout must be more than 0 seconds";
+  return "";
+}
+
+// Starts what evaluates the trials. A VerbResult when that fails (or an MPI rank is done).
+std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& device,
+                                        LoopBackend* backend) {
+  std::string error;
+  WorkerOptions w;
+  w.command = worker_command(opt.executable, opt.trial);
+  w.trial_timeout_s = opt.trial_timeout_s;
+  w.cancel = opt.loop.cancel;  // a cancelled loop kills the trial in flight
+  if (opt.mpi) {
+    MpiLoopOptions m;
+    m.worker = w;
+    m.gpu = device == "gpu";
+    m.rank_timeout_s = opt.rank_timeout_s;
+    m.timed_position = opt.trial.ev.timed_position;
+    bool usage = false;
+    backend->pool = start_mpi_loop(m, &error, &backend->served, &usage);
+    if (backend->served) return VerbResult{*backend->served, nullptr, ""};
+    if (!backend->pool) return failed(usage ? kExitUsage : kExitEnvironment, error);
+    backend->warning = error;
+    return std::nullopt;
+  }
+  if (!opt.gpus.empty() || opt.workers > 0) {
+    WorkerPoolOptions p;
+    p.worker = w;
+    p.cpu_slots = opt.workers;
+    p.timed_position = opt.trial.ev.timed_position;
+    if (!opt.gpus.empty()) {
+      bool environment = false;
+      auto gpus = parse_gpu_list(opt.gpus, &error, &environment);
+      if (!gpus) return failed(environment ? kExitEnvironment : kExitUsage, error);
+      p.gpus = *gpus;
+    }
+    backend->pool = start_worker_pool(p, &error);
+    if (!backend->pool) return failed(kExitEnvironment, error);
+    return std::nullopt;
+  }
+  if (device == "gpu" || opt.isolate) {
+    auto worker = std::make_unique<WorkerEvaluator>(w);
+    if (!worker->start(&error)) return failed(kExitEnvironment, error);
+    backend->evaluator = std::move(worker);
+  } else {
+    bool environment = false;
+    auto trial = eval::TrialEvaluator::create(opt.trial.ev, &error, &environment);
+    if (!trial) return failed(environment ? kExitEnvironment : kExitUsage, error);
+    backend->evaluator = std::move(trial);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 VerbResult run_loop_command(LoopCommand& opt) {
   std::string error;
   if (!opt.trial.parse_positions(&error)) return failed(kExitUsage, error);
@@ -231,10 +308,14 @@ VerbResult run_loop_command(LoopCommand& opt) {
   if (opt.loop.budget < 1) return failed(kExitUsage, "--budget must be at least 1");
   if (!(opt.trial_timeout_s > 0))
     return failed(kExitUsage, "--trial-timeout must be more than 0 seconds");
+  if (const std::string why = check_worker_flags(opt); !why.empty())
+    return failed(kExitUsage, why);
   if (const std::string why = check_log_paths(opt.loop.results_path, opt.loop.corpus_path);
       !why.empty())
     return failed(kExitUsage, why);
   std::string device = opt.device;
+  if (device == "auto" && opt.workers > 0) device = "cpu";
+  if (device == "auto" && !opt.gpus.empty()) device = "gpu";
   if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
   ev.device = device;
 
@@ -243,45 +324,62 @@ VerbResult run_loop_command(LoopCommand& opt) {
   auto target = eval::resolve_target(ev.gpu, &error);
   if (!target) return failed(ev.gpu == "auto" ? kExitEnvironment : kExitUsage, error);
 
-  std::unique_ptr<eval::Evaluator> evaluator;
-  if (device == "gpu" || opt.isolate) {
-    WorkerOptions w;
-    w.command = worker_command(opt.executable, opt.trial);
-    w.trial_timeout_s = opt.trial_timeout_s;
-    w.cancel = opt.loop.cancel;  // a cancelled loop kills the trial in flight
-    auto worker = std::make_unique<WorkerEvaluator>(w);
-    if (!worker->start(&error)) return failed(kExitEnvironment, error);
-    evaluator = std::move(worker);
-  } else {
-    bool environment = false;
-    auto trial = eval::TrialEvaluator::create(ev, &error, &environment);
-    if (!trial) return failed(environment ? kExitEnvironment : kExitUsage, error);
-    evaluator = std::move(trial);
-  }
+  LoopBackend backend;
+  if (std::optional<VerbResult> done = start_backend(opt, device, &backend)) return *done;
+  const nlohmann::json identity =
+      backend.pool ? backend.pool->identity(0) : backend.evaluator->identity();
 
   opt.strategy.shape = *shape;
   if (opt.strategy.name == "prior") {
     // The prior learns from every model this workspace has tried on this target and device.
-    const std::string target_name = evaluator->identity().value("target", target->name);
+    const std::string target_name = identity.value("target", target->name);
     for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt.loop.corpus_path).records)
       if (r.target == target_name && r.device == device)
         opt.strategy.training.push_back(std::move(r));
   }
   auto strategy = make_strategy(opt.strategy, &error);
-  if (!strategy) return failed(kExitUsage, error);
+  if (!strategy) {
+    finish_mpi_loop(backend.pool.get(), kExitUsage);
+    return failed(kExitUsage, error);
+  }
 
   if (opt.on_start) opt.on_start();
   opt.loop.seed = opt.strategy.seed;
-  SystemClock clock;
-  LoopResult result = run_loop(*evaluator, *shape, *target, *strategy, clock, opt.loop);
-  if (!result.ok) {
-    VerbResult r = failed(result.bad_arguments ? kExitUsage : kExitEnvironment, result.error);
-    r.document = result.summary;
-    return r;
+  if (!backend.warning.empty() && opt.loop.progress)
+    *opt.loop.progress << "warning: " << backend.warning << "\n";
+  if (backend.pool && opt.loop.progress) {
+    *opt.loop.progress << (opt.mpi ? "mpi: rank 0 (pid " + std::to_string(::getpid()) + " on " +
+                                         host_name() + ") runs the loop; workers:"
+                                   : std::string("workers:"));
+    for (int s = 0; s < backend.pool->size(); ++s)
+      *opt.loop.progress << " " << backend.pool->label(s)
+                         << (backend.pool->alive(s) ? "" : " (not ready)");
+    *opt.loop.progress << "\n";
   }
-  // Loud failure when nothing was measured: trials ran and none had a correct latency.
-  const bool nothing = result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null();
-  return succeeded(result.summary, nothing ? kExitFailure : kExitOk);
+  SystemClock clock;
+  LoopResult result =
+      backend.pool ? run_loop_on_pool(*backend.pool, *shape, *target, *strategy, clock, opt.loop)
+                   : run_loop(*backend.evaluator, *shape, *target, *strategy, clock, opt.loop);
+  VerbResult r;
+  if (!result.ok) {
+    r = failed(result.bad_arguments ? kExitUsage : kExitEnvironment, result.error);
+    r.document = result.summary;
+  } else {
+    // Loud failure when nothing was measured: trials ran and none had a correct latency.
+    const bool nothing =
+        result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null();
+    r = succeeded(result.summary, nothing ? kExitFailure : kExitOk);
+  }
+  if (opt.mpi) {
+    // Rank 0 prints now, as finish_verb would (the MCP server has no --mpi): a lost rank ends
+    // the job with MPI_Abort.
+    if (!r.message.empty()) print_error("loop", r.message);
+    if (!r.document.is_null()) print_json(r.document);
+    std::fflush(nullptr);
+    finish_mpi_loop(backend.pool.get(), r.exit_code);
+    return VerbResult{r.exit_code, nullptr, ""};
+  }
+  return r;
 }
 
 }  // namespace megasched::harness

@@ -112,22 +112,25 @@ std::vector<float> rope_inv_freq(const ModelShape& shape) {
   if (shape.rope_scaling_factor <= 0.0f) return inv_freq;
 
   // transformers' _compute_llama3_parameters: low frequencies are divided by `factor`, high
-  // frequencies are kept, and the band between is interpolated smoothly.
-  const double factor = shape.rope_scaling_factor;
-  const double low = shape.rope_low_freq_factor;
-  const double high = shape.rope_high_freq_factor;
+  // frequencies are kept, and the band between is interpolated smoothly. Evaluated in fp32 one
+  // operation at a time in torch's order (python scalars enter fp32 tensor ops as fp32), so the
+  // table is bit-identical to transformers' inv_freq; in double, the smoothed band came out one
+  // ulp off, an angle error that grows with position.
+  const float factor = shape.rope_scaling_factor;
+  const float low = shape.rope_low_freq_factor;
+  const float high = shape.rope_high_freq_factor;
   const double old_len = shape.rope_original_max_position;
-  const double low_freq_wavelen = old_len / low;
-  const double high_freq_wavelen = old_len / high;
+  const float low_freq_wavelen = static_cast<float>(old_len / low);
+  const float high_freq_wavelen = static_cast<float>(old_len / high);
+  const float two_pi = static_cast<float>(2.0 * std::numbers::pi);
+  const float band = static_cast<float>(static_cast<double>(high) - static_cast<double>(low));
   for (float& f : inv_freq) {
-    const double wavelen = 2.0 * std::numbers::pi / f;
-    double scaled = wavelen > low_freq_wavelen ? f / factor : f;
+    const float wavelen = two_pi / f;
+    const float kept_or_divided = wavelen > low_freq_wavelen ? f / factor : f;
+    const float smooth = (static_cast<float>(old_len) / wavelen - low) / band;
+    const float smoothed = (1.0f - smooth) * kept_or_divided / factor + smooth * kept_or_divided;
     const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
-    if (medium) {
-      const double smooth = (old_len / wavelen - low) / (high - low);
-      scaled = (1.0 - smooth) * scaled / factor + smooth * scaled;
-    }
-    f = static_cast<float>(scaled);
+    f = medium ? smoothed : kept_or_divided;
   }
   return inv_freq;
 }

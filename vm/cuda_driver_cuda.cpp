@@ -44,6 +44,9 @@ MS_DRIVER_FORWARD(cuLaunchKernel,
                    CUstream stream, void** params, void** extra),
                   (f, grid_x, grid_y, grid_z, block_x, block_y, block_z, smem, stream, params,
                    extra))
+MS_DRIVER_FORWARD(cuLaunchKernelEx,
+                  (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
+                  (config, f, params, extra))
 
 extern "C" CUresult CUDAAPI cuGetErrorString(CUresult error, const char** text) {
   using Fn = CUresult(CUDAAPI*)(CUresult, const char**);

@@ -30,6 +30,10 @@ struct DeviceInfo {
   std::string pci_bus_id;
 };
 
+/// CUDA devices this process sees (cudaGetDeviceCount, so CUDA_VISIBLE_DEVICES applies); 0 with
+/// *why when there is no toolkit, no driver or no device.
+int device_count(std::string* why);
+
 /// Reads device 0 (nullopt + *why when there is no toolkit, no driver or no device).
 std::optional<DeviceInfo> device_info(std::string* why);
 

@@ -33,6 +33,18 @@ std::string fingerprint(const schedule::Weights& w) {
 
 }  // namespace
 
+int device_count(std::string* why) {
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess || count == 0) {
+    if (why)
+      *why = rc != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(rc)
+                               : "no CUDA device";
+    return 0;
+  }
+  return count;
+}
+
 std::optional<DeviceInfo> device_info(std::string* why) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);

@@ -19,6 +19,7 @@
 
 #include "schedule/model.h"
 #include "schedule/program.h"
+#include "vm/kv_snapshot.h"
 
 namespace megasched::vm {
 
@@ -27,6 +28,9 @@ struct GpuVmOptions {
   bool force_launch = false;    // test-only: launch even when the grid is not co-resident
   std::string cache_dir;        // cubin cache; empty: vm::default_cache_dir()
   bool profile = false;         // build with MS_PROFILE=1: every task stamps its times (slower)
+  // Test-only: extra "NAME=VALUE" kernel defines (the fault-injection switches MS_TEST_FAULT_* of
+  // vm/device/common.cuh). No config, flag or MCP argument reaches this field.
+  std::vector<std::string> test_defines;
 };
 
 /// What one step came to.
@@ -73,6 +77,11 @@ class GpuVm {
 
   /// One decode step, synchronously: logits and argmax, or a hang dump.
   StepOutput step(int32_t token, int32_t position);
+
+  /// Overwrites the device KV cache rows of positions [0, kv.positions) with `kv` (one strided
+  /// copy), so a step at position kv.positions runs from the reference's history without the steps
+  /// before it. False with *error when the snapshot does not fit the program's model.
+  bool load_kv(const KvSnapshot& kv, std::string* error);
 
   /// One timed step (CUDA events around the launch only; the step cell is written and, when
   /// `flush_l2`, the L2 is flushed before the start event). Microseconds. Check hung() after a

@@ -124,6 +124,7 @@ bool GpuVm::Impl::build_kernel(const GpuVmOptions& options, const DeviceInfo& de
   BuildRequest req;
   req.entry = "vm/device/megakernel.cuh";
   req.defines = kernel_defines(*program, options.profile);
+  req.defines.insert(req.defines.end(), options.test_defines.begin(), options.test_defines.end());
   profile = options.profile;
   req.sm_arch = dev.sm_arch;
   req.cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
@@ -385,6 +386,32 @@ ProfileOutput GpuVm::profile_step(int32_t token, int32_t position) {
     st.order = static_cast<int32_t>(w[4] & 0xffffffffu);
   }
   return out;
+}
+
+bool GpuVm::load_kv(const KvSnapshot& kv, std::string* error) {
+  Impl& m = *impl_;
+  const ms_abi::ModelParams& mp = m.program->model;
+  const bool bf16 = mp.kv_dtype == ms_abi::kDTypeBF16;
+  if (kv.layers != static_cast<int>(mp.layers) || kv.kv_heads != static_cast<int>(mp.kv_heads) ||
+      kv.head_dim != static_cast<int>(mp.head_dim) || kv.positions < 0 ||
+      kv.positions > static_cast<int>(mp.max_seq) ||
+      (kv.dtype == schedule::DType::kBF16) != bf16 ||
+      kv.bytes.size() != kv.elements() * static_cast<size_t>(schedule::dtype_bytes(kv.dtype))) {
+    *error = "the KV snapshot does not fit the program's model (layers, KV heads, head_dim, dtype "
+             "or positions differ)";
+    return false;
+  }
+  if (kv.positions == 0) return true;
+  // Both layouts are rows of (layer, k|v, kv head): max_seq positions apart on the device,
+  // kv.positions apart in the snapshot.
+  const size_t elem = bf16 ? 2 : 4;
+  const size_t width = static_cast<size_t>(kv.positions) * kv.head_dim * elem;
+  const size_t pitch = static_cast<size_t>(mp.max_seq) * mp.head_dim * elem;
+  MS_CHECK_CUDA(cudaMemcpy2DAsync(m.kv->ptr, pitch, kv.bytes.data(), width, width,
+                                  static_cast<size_t>(kv.layers) * 2 * kv.kv_heads,
+                                  cudaMemcpyHostToDevice, m.stream));
+  MS_CHECK_CUDA(cudaStreamSynchronize(m.stream));
+  return true;
 }
 
 double GpuVm::time_step_us(int32_t token, int32_t position, bool flush) {

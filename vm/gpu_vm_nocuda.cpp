@@ -25,6 +25,10 @@ ProfileOutput GpuVm::profile_step(int32_t token, int32_t position) {
   out.step = step(token, position);
   return out;
 }
+bool GpuVm::load_kv(const KvSnapshot&, std::string* error) {
+  *error = kNoCuda;
+  return false;
+}
 double GpuVm::time_step_us(int32_t, int32_t, bool) { return 0.0; }
 bool GpuVm::hung() { return false; }
 

@@ -3,6 +3,7 @@
 #include "vm/nvrtc_build.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -51,6 +52,13 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape) {
   return d;
 }
 
+std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape) {
+  std::vector<std::string> d = baseline_defines(shape);
+  for (std::string& define : d)
+    if (define.rfind("MS_THREADS=", 0) == 0) define = "MS_THREADS=128";
+  return d;
+}
+
 std::string build_identity() {
   std::string sources;
   for (const EmbeddedSource& source : embedded_sources()) {
@@ -60,6 +68,15 @@ std::string build_identity() {
   }
   return "kernel-sources-" + schedule::hash_hex(sources);
 }
+
+namespace {
+std::atomic<uint64_t> g_cubin_hits{0};
+std::atomic<uint64_t> g_cubin_compiles{0};
+}  // namespace
+
+CubinCacheStats cubin_cache_stats() { return {g_cubin_hits.load(), g_cubin_compiles.load()}; }
+
+void record_cubin_lookup(bool hit) { (hit ? g_cubin_hits : g_cubin_compiles).fetch_add(1); }
 
 std::string default_cache_dir() {
   if (const char* env = std::getenv("MEGASCHED_KERNEL_CACHE"); env && *env) return env;

@@ -55,9 +55,23 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
 /// The -D options of the baseline kernels for a model (dtype, head dim; 256 threads).
 std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
 
+/// The -D options of the graph-pdl baseline kernels (vm/device/pdl_baseline.cuh): the baseline's
+/// with 128 threads per block.
+std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape);
+
 /// Compiles (or loads from the cache) one cubin. Never throws for a compile error: it is in
 /// BuildResult::error with the whole log.
 BuildResult build_cubin(const BuildRequest& request);
+
+/// The cubin lookups of this process: builds served by the on-disk cache and NVRTC compiles (the
+/// warm path's hit rate; the verdict reports it).
+struct CubinCacheStats {
+  uint64_t hits = 0;
+  uint64_t compiles = 0;
+};
+CubinCacheStats cubin_cache_stats();
+/// Counts one lookup (build_cubin calls it).
+void record_cubin_lookup(bool hit);
 
 /// The identity of every kernel this binary builds: "kernel-sources-" and a hash of the embedded
 /// device sources (vm/embedded_sources.h). A build's cache key adds its options, arch and NVRTC.

@@ -112,6 +112,7 @@ BuildResult build_cubin(const BuildRequest& request) {
       result.cubin.assign(bytes.begin(), bytes.end());
       result.ok = true;
       result.cache_hit = true;
+      record_cubin_lookup(true);
       if (read_file(cubin_path.string() + ".json", &meta)) {
         const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
         if (j.is_object()) {
@@ -123,6 +124,7 @@ BuildResult build_cubin(const BuildRequest& request) {
     }
   }
 
+  record_cubin_lookup(false);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<const char*> header_names, header_texts;
   for (const EmbeddedSource& s : embedded_sources()) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -615,6 +616,33 @@ ReferenceVm::StepResult ReferenceVm::step(int32_t token, int32_t position, RunOr
   // The epoch wraps like the device's 32-bit one (counter_reached is exact across the wrap).
   if (result.completed) cell_.epoch = static_cast<int32_t>(static_cast<uint32_t>(cell_.epoch) + 1u);
   return result;
+}
+
+}  // namespace megasched::vm
+
+namespace megasched::vm {
+
+bool ReferenceVm::load_kv(const KvSnapshot& kv) {
+  const ms_abi::ModelParams& m = program_.model;
+  const bool bf16 = m.kv_dtype == ms_abi::kDTypeBF16;
+  if (kv.layers != static_cast<int>(m.layers) || kv.kv_heads != static_cast<int>(m.kv_heads) ||
+      kv.head_dim != static_cast<int>(m.head_dim) || kv.positions < 0 ||
+      kv.positions > static_cast<int>(m.max_seq) ||
+      (kv.dtype == schedule::DType::kBF16) != bf16 ||
+      kv.bytes.size() != kv.elements() * static_cast<size_t>(schedule::dtype_bytes(kv.dtype)))
+    return false;
+  const size_t row_bytes = static_cast<size_t>(kv.positions) * kv.head_dim * (bf16 ? 2 : 4);
+  for (int l = 0; l < kv.layers; ++l)
+    for (int k = 0; k < 2; ++k)
+      for (int g = 0; g < kv.kv_heads; ++g) {
+        const uint64_t dst = ms_abi::kv_offset(m, static_cast<uint32_t>(l),
+                                               static_cast<uint32_t>(k), static_cast<uint32_t>(g));
+        const uint8_t* src = kv.bytes.data() + kv.index(l, k, g, 0, 0) * (bf16 ? 2 : 4);
+        void* to = bf16 ? static_cast<void*>(kv_bf16_.data() + dst)
+                        : static_cast<void*>(kv_f32_.data() + dst);
+        std::memcpy(to, src, row_bytes);
+      }
+  return true;
 }
 
 }  // namespace megasched::vm

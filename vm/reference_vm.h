@@ -19,6 +19,7 @@
 
 #include "schedule/model.h"
 #include "schedule/program.h"
+#include "vm/kv_snapshot.h"
 
 namespace megasched::vm {
 
@@ -58,6 +59,11 @@ class ReferenceVm {
   /// Executes one task's opcode on the current state (no waits checked, no signal). For tests and
   /// the ground-truth explorer; `record`, when set, sees every element access the task makes.
   void execute(uint32_t task, const std::function<void(const ElementAccess&)>* record = nullptr);
+
+  /// Overwrites the KV cache rows of positions [0, kv.positions) with `kv` (the reference's
+  /// history), so a step at position kv.positions runs without the steps before it. False when the
+  /// snapshot does not fit the program's model (geometry, dtype, max_seq).
+  bool load_kv(const KvSnapshot& kv);
 
   /// Sets the step cell without running (for driving execute() by hand).
   void set_step(int32_t token, int32_t position);

@@ -1,4 +1,4 @@
-// The bottleneck rule (eval/bottleneck.h, HARNESS.md section 13) on synthetic verdicts and
+// The bottleneck rule (eval/bottleneck.h, HARNESS.md section 14) on synthetic verdicts and
 // profiles: each class, its precedence, and the knob axis each class points to.
 #include "eval/bottleneck.h"
 

@@ -104,6 +104,53 @@ TEST(TrialEvaluator, TimedPositionIsPartOfTheTrial) {
   EXPECT_EQ(verdict_from_json(to_json(v40)).timed_position, 40);
 }
 
+/// The checks a verdict lists on `path`, as (position, window_start) pairs.
+std::vector<std::pair<int, int>> checks_on(const Verdict& v, const std::string& path) {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& c : v.checks)
+    if (c["path"] == path) {
+      EXPECT_TRUE(c["pass"].get<bool>()) << c.dump();
+      out.emplace_back(c["position"].get<int>(), c["window_start"].get<int>());
+    }
+  return out;
+}
+
+TEST(TrialEvaluator, TimedPositionIsAlwaysCheckedWithConsecutiveSteps) {
+  EvaluatorOptions o;
+  o.positions = {0, 3};
+  o.timed_position = 20;
+  o.check_steps = 3;
+  std::string error;
+  auto ev = TrialEvaluator::create(o, &error);
+  ASSERT_TRUE(ev) << error;
+  const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+  ASSERT_TRUE(v.correct) << to_json(v).dump();
+  EXPECT_EQ(v.positions_checked, (std::vector<int>{0, 3, 20}));
+  EXPECT_EQ(v.reference["reference_vm"], "walk");
+  // Toy: the ReferenceVm walks from 0 and is compared at every window position.
+  const std::vector<std::pair<int, int>> want = {{0, 0}, {1, 0}, {2, 0}, {3, 0},  {4, 0},
+                                                 {5, 0}, {20, 0}, {21, 0}, {22, 0}};
+  EXPECT_EQ(checks_on(v, "reference_vm"), want);
+  EXPECT_TRUE(checks_on(v, "gpu").empty());
+  ASSERT_EQ(v.reference["windows"].size(), 3u);
+  EXPECT_EQ(verdict_from_json(to_json(v)).checks, v.checks);
+}
+
+TEST(TrialEvaluator, LargeModelsSampleTheReferenceVmAtTheTimedPositionFromTheReferenceKv) {
+  EvaluatorOptions o;
+  o.positions = {0, 3};
+  o.timed_position = 60;
+  o.reference_vm_walk_elements = 0;  // toy stands in for a large model
+  std::string error;
+  auto ev = TrialEvaluator::create(o, &error);
+  ASSERT_TRUE(ev) << error;
+  const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+  ASSERT_TRUE(v.correct) << to_json(v).dump();
+  EXPECT_EQ(v.reference["reference_vm"], "sampled");
+  EXPECT_EQ(checks_on(v, "reference_vm"), (std::vector<std::pair<int, int>>{{60, 60}}));
+  EXPECT_EQ(v.positions_checked, (std::vector<int>{0, 3, 60}));
+}
+
 TEST(TrialEvaluator, UnsafeProgramIsRejectedWithRuleNamesAndNoLatency) {
   auto ev = toy_evaluator();
   std::string error;
@@ -142,6 +189,17 @@ TEST(TrialEvaluator, WrongProgramIsIncorrectAndGetsNoLatency) {
   EXPECT_EQ(v.status, "incorrect");
   EXPECT_FALSE(v.latency_us.has_value());
   EXPECT_GT(v.rel_err, 1e-3);
+  // The sampled check (from the reference KV at the timed position) catches it too, and says where.
+  EvaluatorOptions o;
+  o.timed_position = 50;
+  o.reference_vm_walk_elements = 0;
+  auto sampled = TrialEvaluator::create(o, &error);
+  ASSERT_TRUE(sampled) << error;
+  const Verdict s = sampled->evaluate_program(*program, "0123456789abcdef");
+  EXPECT_EQ(s.status, "incorrect");
+  ASSERT_EQ(s.checks.size(), 1u);
+  EXPECT_EQ(s.checks[0]["position"], 50);
+  EXPECT_FALSE(s.checks[0]["pass"].get<bool>());
 }
 
 TEST(TrialEvaluator, BadInputsAreErrorsWithHints) {
@@ -222,7 +280,7 @@ TEST(TrialEvaluator, AModelWhoseOwnForwardIsNotFiniteIsRefusedNotBlamedOnSchedul
   bool environment = true;
   EXPECT_FALSE(TrialEvaluator::create(o, &error, &environment));
   EXPECT_FALSE(environment);
-  EXPECT_NE(error.find("the eager forward gives non-finite logits at position 0"),
+  EXPECT_NE(error.find("eager forward gives non-finite logits at position 0"),
             std::string::npos)
       << error;
   std::filesystem::remove_all(dir);

@@ -69,9 +69,10 @@ const cli = JSON.parse(
     input: JSON.stringify(config),
   }),
 );
-// Equal but for wall times (breakdown_ms, where the verdict has it).
-const { breakdown_ms: _a, ...mcpVerdict } = verdict;
-const { breakdown_ms: _b, ...cliVerdict } = cli;
+// Equal but for wall times (breakdown_ms, where the verdict has it) and the reference's origin
+// (reference: its load time and whether the disk cache held it differ from run to run).
+const { breakdown_ms: _a, reference: _c, ...mcpVerdict } = verdict;
+const { breakdown_ms: _b, reference: _d, ...cliVerdict } = cli;
 assert.deepEqual(mcpVerdict, cliVerdict);
 step(`evaluate: ${evaluated.content[1].text}`);
 

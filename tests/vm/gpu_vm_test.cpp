@@ -298,6 +298,57 @@ TEST(CublasBaseline, MatchesEagerWithinBf16ActivationRounding) {
   EXPECT_GT(base->time_step_us(refs.tokens[0], 0, true), 0.0);
 }
 
+/// The graph-pdl baseline against eager, filled step by step past one attention split of keys
+/// (the split-KV combine then merges several partial softmaxes).
+void expect_graph_pdl_matches_eager(const schedule::Weights& w, const std::vector<int>& positions) {
+  const Refs refs = eager_refs(w, positions);
+  std::string err;
+  auto base = eval::GraphPdlBaseline::create(w, &err);
+  ASSERT_TRUE(base) << err;
+  EXPECT_EQ(base->info().value("kernels_per_step", 0), 3 + 5 * w.shape.layers) << base->info();
+  size_t next = 0;
+  for (int p = 0; p <= positions.back(); ++p) {
+    const auto logits = base->step(refs.tokens[static_cast<size_t>(p)], p);
+    if (positions[next] != p) continue;
+    const eval::Comparison c = eval::compare_logits(logits, refs.logits[next], w.shape.dtype);
+    EXPECT_TRUE(c.pass) << w.shape.name << " position " << p << ": rel_err " << c.rel_err
+                        << ", max_abs_err " << c.max_abs_err << ", argmax " << c.argmax_match;
+    EXPECT_EQ(base->last_argmax(), eval::argmax(logits)) << "position " << p;
+    ++next;
+  }
+  EXPECT_GT(base->time_step_us(refs.tokens[0], positions.back(), true), 0.0);
+}
+
+TEST(GraphPdlBaseline, MatchesEagerOnToyInBothDtypes) {
+  MS_REQUIRE_GPU();
+  for (schedule::DType dtype : {schedule::DType::kF32, schedule::DType::kBF16}) {
+    SCOPED_TRACE(schedule::dtype_name(dtype));
+    // toy: 128 positions over 2 KV heads, so past position 1 every split holds a key or more.
+    expect_graph_pdl_matches_eager(schedule::generate_weights(toy_shape(dtype), 2), {0, 1, 5, 70});
+  }
+}
+
+TEST(GraphPdlBaseline, MatchesEagerOnSmall) {
+  MS_REQUIRE_GPU();
+  expect_graph_pdl_matches_eager(schedule::generate_weights(*schedule::find_preset("small"), 0),
+                                 {0, 3, 200});
+}
+
+TEST(GraphPdlBaseline, TheTrialTimesEveryBaselineKind) {
+  MS_REQUIRE_GPU();
+  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
+  const std::vector<int> positions = {0, 2};
+  const Refs refs = eager_refs(w, positions);
+  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+  eval::GpuTrialOptions o = quick();
+  o.time_baseline = true;
+  const GpuTrialResult r = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.baselines.size(), eval::baseline_kinds().size()) << r.kernel.dump(1);
+  for (const auto& b : r.baselines) EXPECT_EQ(b.samples_us.size(), r.samples_us.size()) << b.kind;
+  EXPECT_TRUE(r.kernel["baselines"].contains("graph-pdl"));
+}
+
 TEST(Doctor, StreamReadBandwidthIsPlausible) {
   MS_REQUIRE_GPU();
   std::vector<double> samples;

@@ -182,6 +182,33 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
   }
 }
 
+TEST(NvrtcBuild, CompilesTheGraphPdlBaselineForAmpereAndHopper) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  // The dtype and head dim of every preset (toy fp32 16; llama-1b bf16 64; small, llama-8b bf16
+  // 128), for sm_80 (no griddepcontrol) and sm_90.
+  const std::pair<bool, int> variants[] = {{false, 16}, {true, 64}, {true, 128}};  // bf16, hd
+  for (int arch : {80, 90}) {
+    for (const auto& [bf16, head_dim] : variants) {
+      schedule::ModelShape shape;
+      shape.head_dim = head_dim;
+      shape.dtype = bf16 ? schedule::DType::kBF16 : schedule::DType::kF32;
+      const std::vector<std::string> defines = pdl_baseline_defines(shape);
+      EXPECT_NE(std::find(defines.begin(), defines.end(), "MS_THREADS=128"), defines.end());
+      const BuildResult r = build_cubin({"vm/device/pdl_baseline.cuh", defines, arch, ""});
+      ASSERT_TRUE(r.ok) << "sm_" << arch << " bf16 " << bf16 << " hd " << head_dim << "\n"
+                        << r.error;
+      EXPECT_FALSE(r.cubin.empty());
+      // Eight kernels; in bf16 (the dtype the timings are about) none spills: the GEMV slices
+      // live in registers. (ptxas spills a few bytes of the fp32 down projection on sm_90.)
+      EXPECT_TRUE(r.kernels.empty() || r.kernels.size() == 8u) << r.log;
+      if (!bf16) continue;
+      for (const KernelResources& k : r.kernels)
+        EXPECT_EQ(k.spill_store_bytes, 0) << k.name << " sm_" << arch << " hd " << head_dim << "\n"
+                                          << r.log;
+    }
+  }
+}
+
 TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   struct Variant {
@@ -249,6 +276,52 @@ TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
   // A different knob is a different key.
   req.defines = kernel_defines(program_for(16, 2, 4, 0, 256, true, 64));
   EXPECT_NE(build_cubin(req).key, cold.key);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NvrtcBuild, CompilesTheGpuReferenceKernelsAndTheFaultSwitch) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  for (int arch : {90, 80}) {
+    const BuildResult ref = build_cubin({"vm/device/reference_forward.cuh", {}, arch, ""});
+    ASSERT_TRUE(ref.ok) << ref.error;
+    EXPECT_TRUE(ref.kernels.empty() || ref.kernels.size() >= 6u) << ref.log;
+    // The test-only fault switch compiles, and changes the machine code.
+    BuildRequest req{"vm/device/megakernel.cuh",
+                     kernel_defines(program_for(16, 2, 2, 0, 256, true, 64)), arch, ""};
+    const BuildResult plain = build_cubin(req);
+    req.defines.push_back("MS_TEST_FAULT_KV_FROM=2048");
+    req.defines.push_back("MS_TEST_FAULT_KV_UNTIL=8192");
+    const BuildResult faulty = build_cubin(req);
+    ASSERT_TRUE(plain.ok && faulty.ok) << plain.error << faulty.error;
+    EXPECT_NE(plain.cubin, faulty.cubin);
+    EXPECT_NE(plain.key, faulty.key);
+  }
+}
+
+// The fault switches are reachable from tests only: no knob sets them, and the option list of a
+// program (profiled or not) never carries them.
+TEST(NvrtcBuild, NoConfigReachesTheTestFaultSwitches) {
+  for (const schedule::KnobSpec& k : schedule::knob_specs())
+    EXPECT_EQ(k.define.rfind("MS_TEST_", 0), std::string::npos) << k.path;
+  for (bool profile : {false, true})
+    for (const std::string& d : kernel_defines(program_for(16, 2, 2, 0, 256, true, 64), profile))
+      EXPECT_EQ(d.rfind("MS_TEST_", 0), std::string::npos) << d;
+}
+
+TEST(NvrtcBuild, CountsCacheHitsAndCompilesForTheHitRate) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("ms_cubin_stats_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  std::filesystem::remove_all(dir);
+  const CubinCacheStats before = cubin_cache_stats();
+  const BuildRequest req{"vm/device/reference_forward.cuh", {}, 90, dir.string()};
+  ASSERT_TRUE(build_cubin(req).ok);
+  ASSERT_TRUE(build_cubin(req).ok);
+  ASSERT_TRUE(build_cubin(req).ok);
+  const CubinCacheStats after = cubin_cache_stats();
+  EXPECT_EQ(after.compiles - before.compiles, 1u);
+  EXPECT_EQ(after.hits - before.hits, 2u);
   std::filesystem::remove_all(dir);
 }
 

@@ -87,6 +87,18 @@ constexpr int kHeadDimPerLane = (MS_HEAD_DIM + 31) / 32;  // head dims a lane ow
 constexpr int kAttnHeadBatch = 8;  // query heads an attention warp carries at once
 constexpr int kRowChunk = 1024;    // GEMV rows whose results are staged for one epilogue pass
 
+// ---- TEST-ONLY fault injection (tests/eval/planted_bug_test.cpp) ----
+// MS_TEST_FAULT_KV_FROM / MS_TEST_FAULT_KV_UNTIL come only from vm::GpuVmOptions::test_defines,
+// which no config, flag or MCP argument reaches: a step at a position in [FROM, UNTIL) writes its
+// keys and values into the neighbouring slot (position ^ 1), so the check must catch it there.
+#if defined(MS_TEST_FAULT_KV_FROM) && defined(MS_TEST_FAULT_KV_UNTIL)
+__device__ __forceinline__ uint32_t kv_write_slot(uint32_t pos) {
+  return pos >= MS_TEST_FAULT_KV_FROM && pos < MS_TEST_FAULT_KV_UNTIL ? pos ^ 1u : pos;
+}
+#else
+__device__ __forceinline__ uint32_t kv_write_slot(uint32_t pos) { return pos; }
+#endif
+
 static_assert(MS_THREADS % 32 == 0 && MS_THREADS >= 32 && MS_THREADS <= 1024, "MS_THREADS");
 static_assert(MS_VECTOR_BYTES == 4 || MS_VECTOR_BYTES == 8 || MS_VECTOR_BYTES == 16,
               "MS_VECTOR_BYTES");

@@ -69,12 +69,12 @@ __device__ __forceinline__ void qkv_row(const KernelArgs& a, const Instr& in, ui
       a.act[in.out + r] = rotated;
     } else {
       const uint32_t g = local / hd;
-      from_f32(rotated, kv + kv_offset(m, in.layer, 0, g) + uint64_t(pos) * hd + d);
+      from_f32(rotated, kv + kv_offset(m, in.layer, 0, g) + uint64_t(kv_write_slot(pos)) * hd + d);
     }
   } else {
     const uint32_t local = r - q_dim - kv_dim;
     const uint32_t g = local / hd, d = local % hd;
-    from_f32(v, kv + kv_offset(m, in.layer, 1, g) + uint64_t(pos) * hd + d);
+    from_f32(v, kv + kv_offset(m, in.layer, 1, g) + uint64_t(kv_write_slot(pos)) * hd + d);
   }
 }
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Scale-out of the loop (HARNESS.md section 13), measured as trials per minute from the loop's own
+# summary (trials_this_invocation * 60 / elapsed_s: from the first trial to the summary, worker
+# start-up excluded). Stages (arguments after OUT_DIR; default: cpu):
+#   cpu   CPU-path trials of SCALE_MODEL (default small) with 1 worker rank, then SCALE_RANKS
+#         (default 8), each for SCALE_MINUTES (default 2) from fresh logs, random strategy, one
+#         seed. Under MPI (`mpirun --oversubscribe -np R+1 megasched loop --mpi --device cpu`) when
+#         mpirun is here and the build has MPI (the stage configures BUILD with -DMEGASCHED_MPI=ON
+#         when it has not), else with `loop --workers R` (the same pool code path, one host).
+#         Target: rate(SCALE_RANKS) >= 5 x rate(1). -> OUT_DIR/scaleout/cpu.json
+#   gpu1  one GPU: `loop --device gpu` (one worker) against `loop --gpus all` (the multi-worker
+#         path with one worker) on GPU1_MODEL (default llama-1b), GPU1_BUDGET (default 40) trials
+#         each, random strategy, one seed, CUDA_VISIBLE_DEVICES=${GPU1_DEVICE:-0}, both after an
+#         untimed run of the same seed that fills the caches. Target: the pool's rate within 5% of
+#         the single worker's (either way). -> OUT_DIR/scaleout/gpu1.json
+# Each run keeps its logs, summary and progress under OUT_DIR/scaleout/<stage>_<n>/.
+# usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1]      env: BUILD (default build-gpu)
+set -uo pipefail
+
+OUT=${1:?usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1]}
+shift
+STAGES=${*:-cpu}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build-gpu}
+BIN=$BUILD/megasched
+SCALE_MODEL=${SCALE_MODEL:-small}
+SCALE_RANKS=${SCALE_RANKS:-8}
+SCALE_MINUTES=${SCALE_MINUTES:-2}
+GPU1_MODEL=${GPU1_MODEL:-llama-1b}
+GPU1_BUDGET=${GPU1_BUDGET:-40}
+GPU1_DEVICE=${GPU1_DEVICE:-0}
+DIR="$OUT/scaleout"
+mkdir -p "$DIR"
+# mpirun refuses root without these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+status=0
+
+log() { echo "[$(date -u +%H:%M:%S)] scaleout: $*" | tee -a "$DIR/scaleout.log"; }
+# A number field of the summary JSON (pretty-printed: one "key": value per line).
+field() { sed -nE "s/^  \"$2\": ([0-9.eE+-]+),?$/\1/p" "$1" | head -1; }
+rate() { awk -v n="$(field "$1" trials_this_invocation)" -v s="$(field "$1" elapsed_s)" \
+  'BEGIN { if (s > 0) printf "%.4f", n * 60 / s; else print "null" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "null" }'; }
+at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "null" && a + 0 >= b + 0) }'; }
+
+# Whether the CPU stage runs under MPI: mpirun here and a build with MPI (configured if need be).
+mpi_engine() {
+  command -v mpirun >/dev/null || return 1
+  if ! grep -q '^MEGASCHED_MPI:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+    log "configuring $BUILD with -DMEGASCHED_MPI=ON"
+    cmake -S "$ROOT" -B "$BUILD" -DMEGASCHED_MPI=ON >>"$DIR/scaleout.log" 2>&1 &&
+      cmake --build "$BUILD" -j"$(nproc)" --target megasched >>"$DIR/scaleout.log" 2>&1 || return 1
+  fi
+  return 0
+}
+
+# One CPU run with n workers: its summary under $DIR/cpu_n/.
+cpu_run() {
+  local n=$1 engine=$2 d="$DIR/cpu_$1"
+  rm -rf "$d" && mkdir -p "$d"
+  local args=(loop --device cpu --model "$SCALE_MODEL" --strategy random --seed 1 --budget 1000000
+              --minutes "$SCALE_MINUTES" --results "$d/results.tsv" --corpus "$d/corpus.jsonl")
+  if [ "$engine" = mpi ]; then
+    mpirun --oversubscribe -np $((n + 1)) "$BIN" "${args[@]}" --mpi >"$d/summary.json" 2>"$d/progress.log"
+  else
+    "$BIN" "${args[@]}" --workers "$n" >"$d/summary.json" 2>"$d/progress.log"
+  fi
+}
+
+if [[ " $STAGES " == *" cpu "* ]]; then
+  engine=workers
+  mpi_engine && engine=mpi
+  log "cpu: $SCALE_MODEL, 1 vs $SCALE_RANKS worker ranks ($engine), $SCALE_MINUTES min each"
+  cpu_run 1 "$engine" || { log "cpu: the 1-worker run FAILED"; status=1; }
+  cpu_run "$SCALE_RANKS" "$engine" || { log "cpu: the $SCALE_RANKS-worker run FAILED"; status=1; }
+  r1=$(rate "$DIR/cpu_1/summary.json")
+  rn=$(rate "$DIR/cpu_$SCALE_RANKS/summary.json")
+  speedup=$(ratio "$rn" "$r1")
+  pass=false
+  at_least "$speedup" 5 && pass=true
+  cat >"$DIR/cpu.json" <<EOF
+{"stage": "cpu", "engine": "$engine", "model": "$SCALE_MODEL", "minutes": $SCALE_MINUTES, "cores": $(nproc),
+ "trials_per_min_1": $r1, "worker_ranks": $SCALE_RANKS, "trials_per_min_n": $rn,
+ "speedup": $speedup, "target_speedup": 5, "pass": $pass,
+ "command_n": "$( [ "$engine" = mpi ] && echo "mpirun --oversubscribe -np $((SCALE_RANKS + 1)) megasched loop --mpi" || echo "megasched loop --workers $SCALE_RANKS") --device cpu --model $SCALE_MODEL --strategy random --seed 1 --minutes $SCALE_MINUTES"}
+EOF
+  log "cpu: 1 worker $r1 trials/min, $SCALE_RANKS workers $rn trials/min: ${speedup}x (target 5x, pass $pass)"
+  [ "$pass" = true ] || status=1
+fi
+
+if [[ " $STAGES " == *" gpu1 "* ]]; then
+  log "gpu1: $GPU1_MODEL, $GPU1_BUDGET trials, one worker vs --gpus all, GPU $GPU1_DEVICE"
+  # Both timed runs propose the same configs (one seed): an untimed run first fills the kernel
+  # and reference caches, so neither timed run pays the NVRTC compiles and the reference forward
+  # that the first run of a fresh workspace would (an H100 run without it measured the cold single
+  # worker at 10.3 trials/min and the warm pool after it at 38.4).
+  w="$DIR/gpu1_warmup"
+  rm -rf "$w" && mkdir -p "$w"
+  CUDA_VISIBLE_DEVICES=$GPU1_DEVICE "$BIN" loop --device gpu --gpu auto --model "$GPU1_MODEL" \
+    --strategy random --seed 1 --budget "$GPU1_BUDGET" --results "$w/results.tsv" \
+    --corpus "$w/corpus.jsonl" >"$w/summary.json" 2>"$w/progress.log" ||
+    log "gpu1: the warm-up run FAILED: $(tail -2 "$w/progress.log")"
+  for mode in single pool; do
+    d="$DIR/gpu1_$mode"
+    rm -rf "$d" && mkdir -p "$d"
+    where=(--device gpu)
+    [ "$mode" = pool ] && where=(--gpus all)
+    CUDA_VISIBLE_DEVICES=$GPU1_DEVICE "$BIN" loop "${where[@]}" --gpu auto --model "$GPU1_MODEL" \
+      --strategy random --seed 1 --budget "$GPU1_BUDGET" --results "$d/results.tsv" \
+      --corpus "$d/corpus.jsonl" >"$d/summary.json" 2>"$d/progress.log" ||
+      { log "gpu1: the $mode run FAILED: $(tail -2 "$d/progress.log")"; status=1; }
+  done
+  rs=$(rate "$DIR/gpu1_single/summary.json")
+  rp=$(rate "$DIR/gpu1_pool/summary.json")
+  r=$(ratio "$rp" "$rs")
+  pass=false  # within 5% either way
+  at_least "$r" 0.95 && at_least 1.05 "$r" && pass=true
+  cat >"$DIR/gpu1.json" <<EOF
+{"stage": "gpu1", "model": "$GPU1_MODEL", "budget": $GPU1_BUDGET, "gpu": "$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$GPU1_DEVICE" 2>/dev/null | head -1)",
+ "trials_per_min_single_worker": $rs, "trials_per_min_gpus_all": $rp, "ratio": $r, "target_ratio": "0.95-1.05", "pass": $pass}
+EOF
+  log "gpu1: single worker $rs trials/min, --gpus all $rp trials/min: ratio $r (target 0.95-1.05, pass $pass)"
+  [ "$pass" = true ] || status=1
+fi
+exit $status

@@ -1,0 +1,365 @@
+// The comparison of `megasched bench` (see eval/bench.h): measuring on the GPU, then rendering.
+#include "eval/bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "eval/baseline.h"
+#include "eval/device.h"
+#include "eval/eager.h"
+#include "eval/evaluate.h"
+#include "eval/gpu_trial.h"
+#include "eval/prepare.h"
+#include "eval/roofline.h"
+#include "eval/timing.h"
+#include "schedule/format.h"
+
+namespace megasched::eval {
+
+using json = nlohmann::json;
+using schedule::fmt;
+
+namespace {
+
+std::optional<double> number_at(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+size_t position_index(const BenchResult& r, int position) {
+  const auto it = std::find(r.positions.begin(), r.positions.end(), position);
+  return static_cast<size_t>(it - r.positions.begin());
+}
+
+/// The row's share of the bandwidth: the floor over its median, in percent.
+std::optional<double> pct_of_bandwidth(const BenchResult& r, const BenchRow& row) {
+  const size_t i = position_index(r, row.position);
+  if (!row.median_us || *row.median_us <= 0 || i >= r.floor_us.size()) return std::nullopt;
+  return 100.0 * r.floor_us[i] / *row.median_us;
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> bench_baseline_names(const BenchResult& result) {
+  std::vector<std::string> names;
+  for (const BenchRow& row : result.rows)
+    if (row.kind == "baseline" && std::find(names.begin(), names.end(), row.name) == names.end())
+      names.push_back(row.name);
+  return names;
+}
+
+std::optional<double> bench_baseline_us(const BenchResult& result, const std::string& name,
+                                        int position) {
+  for (const BenchRow& row : result.rows)
+    if (row.kind == "baseline" && row.name == name && row.position == position && row.median_us)
+      return row.median_us;
+  return std::nullopt;
+}
+
+json bench_to_json(const BenchResult& r) {
+  const std::vector<std::string> baselines = bench_baseline_names(r);
+  json rows = json::array();
+  for (const BenchRow& row : r.rows) {
+    json j = {{"name", row.name},
+              {"kind", row.kind},
+              {"position", row.position},
+              {"status", row.status},
+              {"median_us", optional_json(row.median_us)},
+              {"p10_us", optional_json(row.p10_us)},
+              {"p90_us", optional_json(row.p90_us)},
+              {"pct_of_bandwidth", optional_json(pct_of_bandwidth(r, row))}};
+    if (!row.message.empty()) j["message"] = row.message;
+    for (const std::string& b : baselines) {
+      const auto base = bench_baseline_us(r, b, row.position);
+      j["x_vs_" + b] = base && row.median_us ? json(*base / *row.median_us) : json(nullptr);
+    }
+    if (!row.detail.empty()) j["detail"] = row.detail;
+    rows.push_back(j);
+  }
+  return {{"model", r.model},
+          {"device", r.device},
+          {"bandwidth_gbs", r.bandwidth_gbs},
+          {"bandwidth", r.measured_bandwidth ? "measured" : "datasheet"},
+          {"positions", r.positions},
+          {"floor_us", r.floor_us},
+          {"baselines", baselines},
+          {"rows", rows}};
+}
+
+std::string bench_table(const BenchResult& r) {
+  const std::vector<std::string> baselines = bench_baseline_names(r);
+  std::ostringstream md;
+  md << "model " << r.model << " on " << r.device << "; bandwidth " << fmt("%.0f", r.bandwidth_gbs)
+     << " GB/s (" << (r.measured_bandwidth ? "measured" : "datasheet, not measured")
+     << "); the floor row is computed, every other row measured (peers by their own scripts)\n\n";
+  md << "| position | row | kind | median us | p10 us | p90 us | % of bandwidth |";
+  for (const std::string& b : baselines) md << " x vs " << b << " |";
+  md << "\n|---|---|---|---|---|---|---|";
+  for (size_t i = 0; i < baselines.size(); ++i) md << "---|";
+  md << "\n";
+  auto num = [](const std::optional<double>& v, const char* f) {
+    return v ? fmt(f, *v) : std::string("-");
+  };
+  for (int position : r.positions) {
+    for (const BenchRow& row : r.rows) {
+      if (row.position != position) continue;
+      md << "| " << position << " | " << row.name << " | " << row.kind << " | "
+         << (row.median_us ? fmt("%.1f", *row.median_us) : row.status) << " | "
+         << num(row.p10_us, "%.1f") << " | " << num(row.p90_us, "%.1f") << " | "
+         << num(pct_of_bandwidth(r, row), "%.1f") << " |";
+      for (const std::string& b : baselines) {
+        const auto base = bench_baseline_us(r, b, position);
+        md << " " << (base && row.median_us ? fmt("%.2f", *base / *row.median_us) : "-") << " |";
+      }
+      md << "\n";
+    }
+  }
+  return md.str();
+}
+
+std::string bench_svg(const BenchResult& r) {
+  constexpr int kBar = 18, kGap = 4, kGroupGap = 24, kLabel = 260, kPlot = 520, kTop = 40;
+  double max_us = 0.0;
+  int bars = 0;
+  for (const BenchRow& row : r.rows) {
+    if (std::find(r.positions.begin(), r.positions.end(), row.position) == r.positions.end())
+      continue;
+    ++bars;
+    if (row.median_us) max_us = std::max(max_us, *row.median_us);
+  }
+  if (max_us <= 0) max_us = 1.0;
+  const int height =
+      kTop + bars * (kBar + kGap) + static_cast<int>(r.positions.size()) * kGroupGap + 20;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabel + kPlot + 120
+    << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    << "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">"
+    << "<path d=\"M0,6 L6,0\" stroke=\"#666\"/></pattern></defs>\n"
+    << "<text x=\"8\" y=\"20\" font-size=\"14\">" << xml_escape(r.model) << " decode step on "
+    << xml_escape(r.device) << ", median us (floor computed, hatched)</text>\n";
+  int y = kTop;
+  for (int position : r.positions) {
+    s << "<text x=\"8\" y=\"" << y + 12 << "\" font-weight=\"bold\">position " << position
+      << "</text>\n";
+    y += kGroupGap - 6;
+    for (const BenchRow& row : r.rows) {
+      if (row.position != position) continue;
+      const char* fill = row.kind == "floor"      ? "url(#hatch)"
+                         : row.kind == "baseline" ? "#d95f02"
+                         : row.kind == "peer"     ? "#7570b3"
+                                                  : "#1b9e77";
+      const double w = row.median_us ? kPlot * *row.median_us / max_us : 0.0;
+      s << "<text x=\"" << kLabel - 6 << "\" y=\"" << y + kBar - 5 << "\" text-anchor=\"end\">"
+        << xml_escape(row.name) << "</text>\n"
+        << "<rect x=\"" << kLabel << "\" y=\"" << y << "\" width=\"" << fmt("%.1f", w)
+        << "\" height=\"" << kBar << "\" fill=\"" << fill << "\" stroke=\"#333\"/>\n"
+        << "<text x=\"" << kLabel + static_cast<int>(w) + 6 << "\" y=\"" << y + kBar - 5 << "\">"
+        << (row.median_us ? fmt("%.1f", *row.median_us) : xml_escape(row.status)) << "</text>\n";
+      y += kBar + kGap;
+    }
+    y += 6;
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+std::optional<std::vector<BenchRow>> peer_rows(const json& peers, std::string* error) {
+  std::vector<BenchRow> out;
+  if (peers.is_array()) {
+    for (const json& doc : peers) {
+      auto rows = peer_rows(doc, error);
+      if (!rows) return std::nullopt;
+      out.insert(out.end(), rows->begin(), rows->end());
+    }
+    return out;
+  }
+  if (!peers.is_object() || !peers.contains("rows") || !peers["rows"].is_array()) {
+    *error = "a peers document is an object with a \"rows\" array (bench/peers/torch_peer.py)";
+    return std::nullopt;
+  }
+  const std::string peer = peers.value("peer", "peer");
+  for (const json& row : peers["rows"]) {
+    if (!row.is_object() || !row.contains("name") || !row["name"].is_string() ||
+        !row.contains("position") || !row["position"].is_number_integer()) {
+      *error = "each peer row needs a string \"name\" and an integer \"position\": " +
+               row.dump().substr(0, 120);
+      return std::nullopt;
+    }
+    BenchRow r;
+    r.name = peer + ": " + row["name"].get<std::string>();
+    r.kind = "peer";
+    r.position = row["position"].get<int>();
+    r.median_us = number_at(row, "median_us");
+    r.p10_us = number_at(row, "p10_us");
+    r.p90_us = number_at(row, "p90_us");
+    r.status = row.value("status", r.median_us ? "ok" : "no_latency");
+    if (row.contains("message") && row["message"].is_string()) r.message = row["message"];
+    r.detail = row;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+
+/// What every config trial of the model shares: the checked positions, their tokens and eager
+/// logits.
+struct Refs {
+  std::vector<int> checked = {0, 1, 2};
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+};
+
+BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget& target,
+                    const Refs& refs, const std::string& label,
+                    const schedule::ScheduleConfig& config, int position,
+                    const BenchOptions& options) {
+  BenchRow row;
+  row.name = label;
+  row.kind = "config";
+  row.position = position;
+  const PreparedProgram prepared = prepare_program(weights.shape, target, config);
+  if (!prepared.program || !prepared.report.ok()) {
+    row.status = prepared.program ? "rejected" : "lower_error";
+    row.message = prepared.program ? schedule::to_json(prepared.report).dump().substr(0, 300)
+                                   : prepared.error;
+    return row;
+  }
+  GpuTrialOptions o;
+  o.iterations = options.iterations;
+  o.warmup = options.warmup;
+  o.timed_position = position;
+  o.time_baseline = false;  // the baselines have rows of their own
+  const GpuTrialResult t =
+      run_gpu_trial(*prepared.program, weights, refs.tokens, refs.logits, refs.checked, o);
+  row.detail = {{"max_abs_err", t.max_abs_err}, {"rel_err", t.rel_err}, {"kernel", t.kernel}};
+  if (t.status != "ok") {
+    row.status = t.status;
+    row.message = t.message;
+    return row;
+  }
+  const SampleStats s = sample_stats(t.samples_us);
+  row.median_us = s.median;
+  row.p10_us = s.p10;
+  row.p90_us = s.p90;
+  return row;
+}
+
+BenchRow baseline_row(const schedule::Weights& weights, const schedule::GpuTarget& target,
+                      const std::string& kind, int position, const BenchOptions& options) {
+  BenchRow row;
+  row.name = kind;
+  row.kind = "baseline";
+  row.position = position;
+  BaselineTiming timing;
+  timing.kind = kind;
+  timing.position = position;
+  timing.warmup = options.warmup;
+  timing.iterations = options.iterations;
+  timing.seed = options.seed;
+  std::string error;
+  const auto out = time_baseline(weights, target, timing, &error);
+  if (!out) {
+    row.status = "error";
+    row.message = error;
+    return row;
+  }
+  row.detail = {{"check_position_0", (*out)["check_position_0"]}, {"info", (*out)["info"]}};
+  if (!(*out)["check_position_0"].value("pass", false)) {
+    row.status = "incorrect";
+    row.message = "its logits at position 0 differ from the eager reference";
+    return row;
+  }
+  row.median_us = number_at(*out, "latency_us");
+  row.p10_us = number_at(*out, "latency_p10_us");
+  row.p90_us = number_at(*out, "latency_p90_us");
+  if (!row.median_us) {
+    row.status = "below_floor";
+    row.message = out->value("note", "");
+  }
+  return row;
+}
+
+/// Floors the measured rows: a median below the floor is a timing or accounting error.
+void withhold_below_floor(BenchRow* row, double floor_us) {
+  if (!row->median_us || *row->median_us >= floor_us) return;
+  row->status = "below_floor";
+  row->message = "median " + fmt("%.1f", *row->median_us) + " us below the floor: withheld";
+  row->median_us.reset();
+}
+
+}  // namespace
+
+std::optional<BenchResult> run_bench(const schedule::Weights& weights,
+                                     const schedule::GpuTarget& target, const BenchOptions& options,
+                                     std::string* error,
+                                     const std::function<void(const std::string&)>& progress) {
+  if (!gpu_available(error)) return std::nullopt;
+  BenchResult r;
+  r.model = weights.shape.name;
+  r.device = target.name;
+  r.bandwidth_gbs = target.floor_bw_gbs();
+  r.measured_bandwidth = target.measured_bw_gbs > 0;
+  r.positions = options.positions;
+  Refs refs;
+  refs.tokens = trial_tokens(weights.shape.vocab, 3, options.seed);
+  EagerModel eager(weights);
+  for (int p = 0; p < 3; ++p)
+    refs.logits.push_back(eager.step(refs.tokens[static_cast<size_t>(p)], p));
+  const std::vector<std::string> kinds =
+      options.baselines.empty() ? baseline_kinds() : options.baselines;
+  auto report = [&](const BenchRow& row) {
+    if (progress)
+      progress("position " + std::to_string(row.position) + " " + row.name + ": " +
+               (row.median_us ? fmt("%.1f us", *row.median_us) : row.status + " " + row.message));
+  };
+  for (int position : options.positions) {
+    const Floor floor = floor_for(weights.shape, target, position);
+    r.floor_us.push_back(floor.floor_us);
+    BenchRow f;
+    f.name = "floor";
+    f.kind = "floor";
+    f.position = position;
+    f.median_us = floor.floor_us;
+    f.detail = {{"bytes_min", floor.bytes_min}, {"floor_datasheet_us", floor.floor_datasheet_us}};
+    r.rows.push_back(f);
+    for (const auto& [label, config] : options.configs) {
+      r.rows.push_back(config_row(weights, target, refs, label, config, position, options));
+      withhold_below_floor(&r.rows.back(), floor.floor_us);
+      report(r.rows.back());
+    }
+    for (const std::string& kind : kinds) {
+      r.rows.push_back(baseline_row(weights, target, kind, position, options));
+      report(r.rows.back());
+    }
+  }
+  for (const BenchRow& peer : options.peers) r.rows.push_back(peer);
+  for (int position : options.positions)
+    if (std::none_of(options.peers.begin(), options.peers.end(),
+                     [&](const BenchRow& p) { return p.position == position; }) &&
+        !options.peers.empty() && progress)
+      progress("the peers have no row at position " + std::to_string(position));
+  return r;
+}
+
+}  // namespace megasched::eval

@@ -1,0 +1,82 @@
+// The comparison behind `megasched bench`: one model on the live GPU, in one process, at several
+// positions: the floor (computed from the bytes a step must move and the measured bandwidth), the
+// default config and any given configs (each a GPU trial: kernel checked against eager at
+// positions 0, 1, 2, the KV cache filled by the kernel, timed at the position), every baseline kind
+// (eval/baseline.h, checked against eager at position 0) and, when given, the rows of peers' JSON
+// (bench/peers/: PyTorch and transformers, measured by their own scripts on the same GPU). The
+// result renders as JSON, a Markdown table (median, p10/p90, % of the measured bandwidth, ratio to
+// each baseline kind) and an SVG bar chart; the rendering is host code with no GPU.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "schedule/config.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
+
+namespace megasched::eval {
+
+/// One row of the comparison at one position.
+struct BenchRow {
+  std::string name;  // "floor", a config's label, a baseline kind, a peer's row name
+  std::string kind;  // "floor" (computed, not measured) | "config" | "baseline" | "peer"
+  int position = 0;
+  std::string status = "ok";  // "ok", or why the row has no latency (the trial's status...)
+  std::string message;        // one line when status != "ok"
+  std::optional<double> median_us, p10_us, p90_us;
+  nlohmann::json detail = nlohmann::json::object();  // errors, kernel info, the peer's fields
+};
+
+struct BenchResult {
+  std::string model;
+  std::string device;               // the live target's name
+  double bandwidth_gbs = 0.0;       // the bandwidth of the floor and of "% of bandwidth"
+  bool measured_bandwidth = false;  // from `megasched doctor --measure` (else the datasheet)
+  std::vector<int> positions;       // in the order measured
+  std::vector<double> floor_us;     // per position, over bandwidth_gbs
+  std::vector<BenchRow> rows;
+};
+
+/// The ratio columns: every baseline kind that has a row, in first-seen order.
+std::vector<std::string> bench_baseline_names(const BenchResult& result);
+/// The median of baseline `name` at `position`, when measured.
+std::optional<double> bench_baseline_us(const BenchResult& result, const std::string& name,
+                                        int position);
+
+/// The whole result, each row with "pct_of_bandwidth" and "x_vs_<baseline>" (baseline median over
+/// the row's median: above 1 means faster than that baseline) where they apply.
+nlohmann::json bench_to_json(const BenchResult& result);
+/// The Markdown table: one line per row, grouped by position.
+std::string bench_table(const BenchResult& result);
+/// An SVG bar chart of the medians: one group per position, one bar per row (the floor hatched).
+std::string bench_svg(const BenchResult& result);
+
+/// Reads peer rows from a peers JSON document: {"peer": NAME, "rows": [{"name", "position",
+/// "median_us", "p10_us", "p90_us", ...}]} (bench/peers/torch_peer.py writes it), or an array of
+/// such documents. nullopt and *error naming the first bad field.
+std::optional<std::vector<BenchRow>> peer_rows(const nlohmann::json& peers, std::string* error);
+
+struct BenchOptions {
+  std::vector<int> positions = {0, 1024, 4096};
+  std::vector<std::pair<std::string, schedule::ScheduleConfig>> configs;  // label, config
+  std::vector<std::string> baselines;  // baseline kinds to time (default: every kind)
+  int warmup = 10;
+  int iterations = 100;
+  uint64_t seed = 0;            // tokens
+  std::vector<BenchRow> peers;  // appended as given
+};
+
+/// Measures everything on the live GPU (`target` is the live device). Progress lines (one per
+/// row) go to `progress` when given. A failing config or baseline is a row with its status; only
+/// a failure before anything can run (no device) is nullopt with *error.
+std::optional<BenchResult> run_bench(const schedule::Weights& weights,
+                                     const schedule::GpuTarget& target, const BenchOptions& options,
+                                     std::string* error,
+                                     const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace megasched::eval

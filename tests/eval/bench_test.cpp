@@ -1,0 +1,153 @@
+// The comparison's rendering (eval/bench.h) on synthetic timings, peers' JSON, and the choice of
+// the strongest baseline (eval/baseline.h): host code, no GPU.
+#include "eval/bench.h"
+
+#include <gtest/gtest.h>
+
+#include "eval/baseline.h"
+
+namespace megasched::eval {
+namespace {
+
+using json = nlohmann::json;
+
+BenchRow row(const std::string& name, const std::string& kind, int position,
+             std::optional<double> median) {
+  BenchRow r;
+  r.name = name;
+  r.kind = kind;
+  r.position = position;
+  r.median_us = median;
+  if (median) {
+    r.p10_us = *median * 0.99;
+    r.p90_us = *median * 1.02;
+  } else {
+    r.status = "incorrect";
+    r.message = "logits differ";
+  }
+  return r;
+}
+
+BenchResult synthetic() {
+  BenchResult r;
+  r.model = "llama-1b";
+  r.device = "h100";
+  r.bandwidth_gbs = 3000.0;
+  r.measured_bandwidth = true;
+  r.positions = {0, 4096};
+  r.floor_us = {800.0, 850.0};
+  r.rows = {
+      row("floor", "floor", 0, 800.0),         row("default", "config", 0, 1000.0),
+      row("cublas", "baseline", 0, 1500.0),    row("graph-pdl", "baseline", 0, 1050.0),
+      row("floor", "floor", 4096, 850.0),      row("default", "config", 4096, 1100.0),
+      row("cublas", "baseline", 4096, 8000.0), row("graph-pdl", "baseline", 4096, std::nullopt)};
+  return r;
+}
+
+TEST(Bench, JsonCarriesPercentOfBandwidthAndRatiosToEachBaseline) {
+  const json j = bench_to_json(synthetic());
+  EXPECT_EQ(j["baselines"], json::array({"cublas", "graph-pdl"}));
+  EXPECT_EQ(j["bandwidth"], "measured");
+  const json& d0 = j["rows"][1];
+  EXPECT_EQ(d0["name"], "default");
+  EXPECT_DOUBLE_EQ(d0["pct_of_bandwidth"].get<double>(), 80.0);
+  EXPECT_DOUBLE_EQ(d0["x_vs_cublas"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(d0["x_vs_graph-pdl"].get<double>(), 1.05);
+  EXPECT_DOUBLE_EQ(d0["p90_us"].get<double>(), 1020.0);
+  // At 4096 the graph-pdl row failed: no ratio to it, its status and message kept.
+  const json& d4 = j["rows"][5];
+  EXPECT_DOUBLE_EQ(d4["x_vs_cublas"].get<double>(), 8000.0 / 1100.0);
+  EXPECT_TRUE(d4["x_vs_graph-pdl"].is_null());
+  EXPECT_EQ(j["rows"][7]["status"], "incorrect");
+  EXPECT_EQ(j["rows"][7]["message"], "logits differ");
+  EXPECT_TRUE(j["rows"][7]["median_us"].is_null());
+}
+
+TEST(Bench, TableHasOneLinePerRowAndSaysWhatIsComputed) {
+  const std::string t = bench_table(synthetic());
+  EXPECT_NE(t.find("| position | row | kind | median us | p10 us | p90 us | % of bandwidth | x vs "
+                   "cublas | x vs graph-pdl |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| 0 | default | config | 1000.0 | 990.0 | 1020.0 | 80.0 | 1.50 | 1.05 |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| 4096 | graph-pdl | baseline | incorrect | - | - | - | - | - |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("the floor row is computed"), std::string::npos);
+  BenchResult unmeasured = synthetic();
+  unmeasured.measured_bandwidth = false;
+  EXPECT_NE(bench_table(unmeasured).find("datasheet, not measured"), std::string::npos);
+}
+
+TEST(Bench, SvgHasABarPerRowScaledToTheSlowest) {
+  const std::string svg = bench_svg(synthetic());
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  size_t bars = 0;
+  for (size_t at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1))
+    ++bars;
+  EXPECT_EQ(bars, synthetic().rows.size());
+  EXPECT_NE(svg.find("width=\"520.0\""), std::string::npos) << "the slowest row spans the plot";
+  EXPECT_NE(svg.find("url(#hatch)"), std::string::npos) << "the computed floor is hatched";
+}
+
+TEST(Bench, ReadsPeerRowsAndRejectsMalformedOnes) {
+  const json peers = {{"peer", "pytorch"},
+                      {"rows",
+                       {{{"name", "cuda graph, eager"},
+                         {"position", 0},
+                         {"median_us", 2789.0},
+                         {"p10_us", 2780.0},
+                         {"p90_us", 2800.0}},
+                        {{"name", "generate"},
+                         {"position", 0},
+                         {"status", "error"},
+                         {"message", "no transformers"}}}}};
+  std::string err;
+  const auto rows = peer_rows(json::array({peers}), &err);
+  ASSERT_TRUE(rows) << err;
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].name, "pytorch: cuda graph, eager");
+  EXPECT_EQ((*rows)[0].kind, "peer");
+  EXPECT_DOUBLE_EQ(*(*rows)[0].median_us, 2789.0);
+  EXPECT_EQ((*rows)[1].status, "error");
+  EXPECT_FALSE((*rows)[1].median_us);
+  EXPECT_FALSE(peer_rows(json{{"rows", {{{"name", "x"}}}}}, &err));
+  EXPECT_NE(err.find("position"), std::string::npos) << err;
+  EXPECT_FALSE(peer_rows(json{{"peer", "x"}}, &err));
+  EXPECT_NE(err.find("rows"), std::string::npos) << err;
+}
+
+TEST(StrongestBaseline, IsTheFastestMeasuredKind) {
+  EXPECT_FALSE(strongest_baseline({}));
+  const auto best = strongest_baseline({{"cublas", 1500.0}, {"graph-pdl", 1050.0}});
+  ASSERT_TRUE(best);
+  EXPECT_EQ(best->kind, "graph-pdl");
+  EXPECT_DOUBLE_EQ(best->median_us, 1050.0);
+  // A kind that gave no samples (median 0) never wins; on a tie the earlier kind stays.
+  EXPECT_EQ(strongest_baseline({{"cublas", 1500.0}, {"graph-pdl", 0.0}})->kind, "cublas");
+  EXPECT_EQ(strongest_baseline({{"cublas", 900.0}, {"graph-pdl", 900.0}})->kind, "cublas");
+}
+
+TEST(GraphPdlMisfit, NamesTheDimensionTheKernelsCannotServe) {
+  for (const char* preset : {"toy", "toy-2L", "small", "llama-1b", "llama-8b"})
+    EXPECT_EQ(graph_pdl_misfit(*schedule::find_preset(preset)), "") << preset;
+  schedule::ModelShape odd = *schedule::find_preset("small");
+  odd.vocab = 32001;
+  EXPECT_NE(graph_pdl_misfit(odd).find("vocab 32001"), std::string::npos);
+  schedule::ModelShape narrow = *schedule::find_preset("small");
+  narrow.ffn = 5636;
+  EXPECT_NE(graph_pdl_misfit(narrow).find("ffn 5636"), std::string::npos);
+}
+
+TEST(BaselineKinds, UnknownKindNamesTheKnownOnes) {
+  std::string err;
+  const schedule::Weights w = schedule::generate_weights(*schedule::find_preset("toy"), 0);
+  EXPECT_FALSE(create_baseline("cudnn", w, &err));
+  EXPECT_NE(err.find("cublas, graph-pdl"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace megasched::eval
