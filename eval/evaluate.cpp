@@ -478,6 +478,7 @@ bool TrialEvaluator::record_reference_vm_check(int position, int start,
                        {"rel_err", std::isfinite(c.rel_err) ? c.rel_err : 1e300},
                        {"max_abs_err", std::isfinite(c.max_abs_err) ? c.max_abs_err : 1e300},
                        {"argmax_match", c.argmax_match},
+                       {"worst_logit", worst_logit_json(c)},
                        {"pass", c.pass && argmax_ok}});
   if (!argmax_ok)
     v->notes.push_back("program argmax task wrote " + std::to_string(step.argmax) +

@@ -30,14 +30,46 @@ bool write_file(const std::string& path, const std::string& text, std::string* e
 
 json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-// The first "... differs from eager at position P ..." note: which path failed first, where.
-json first_failure(const eval::Verdict& v) {
-  static const std::regex kAt(R"((ReferenceVm|GPU kernel|kernel argmax|program argmax).*?position (\d+))");
+// The note of the verdict that names `position` on `path` (or, without a position, the first
+// note naming a path): the errors in words, or which argmax differs.
+std::string note_on(const eval::Verdict& v, const std::string& path, const json& position) {
+  static const std::regex kAt(
+      R"((ReferenceVm|GPU kernel|kernel argmax|program argmax).*?position (\d+))");
   for (const std::string& note : v.notes) {
     std::smatch m;
     if (!std::regex_search(note, m, kAt)) continue;
-    const std::string who = m[1];
-    const bool gpu = who == "GPU kernel" || who == "kernel argmax";
+    const bool gpu = m[1] == "GPU kernel" || m[1] == "kernel argmax";
+    if ((gpu ? "gpu" : "reference_vm") != path) continue;
+    if (position.is_null() || std::stoi(m[2]) == position.get<int>()) return note;
+  }
+  return "";
+}
+
+// The first failing check (in the order checked): where, its errors, and the logit with the
+// largest error with both values. Without a failing check, the first note naming a path and
+// position (a verdict from before the checks), else the GPU's evidence, else null.
+json first_failure(const eval::Verdict& v) {
+  for (const json& c : v.checks) {
+    if (c.value("pass", true)) continue;
+    const std::string path = c.value("path", std::string("reference_vm"));
+    const json worst = c.value("worst_logit", json::object());
+    json f = {{"position", c.value("position", json())},
+              {"path", path},
+              {"rel_err", c.value("rel_err", json())},
+              {"max_abs_err", c.value("max_abs_err", json())},
+              {"argmax_match", c.value("argmax_match", json())},
+              {"logit_index", worst.value("index", json())},
+              {"value", worst.value("value", json())},
+              {"reference", worst.value("reference", json())}};
+    f["what"] = note_on(v, path, f["position"]);
+    return f;
+  }
+  static const std::regex kAt(
+      R"((ReferenceVm|GPU kernel|kernel argmax|program argmax).*?position (\d+))");
+  for (const std::string& note : v.notes) {
+    std::smatch m;
+    if (!std::regex_search(note, m, kAt)) continue;
+    const bool gpu = m[1] == "GPU kernel" || m[1] == "kernel argmax";
     return {{"position", std::stoi(m[2])}, {"path", gpu ? "gpu" : "reference_vm"}, {"what", note}};
   }
   if (v.kernel.is_object() && v.kernel.contains("evidence") && v.kernel["evidence"].is_array() &&
@@ -117,28 +149,26 @@ bool finish_run_dir(RunDir& run, int exit_code, double now_s, std::string* error
 }
 
 json correctness_report(const eval::Verdict& v) {
+  // One summary per path, in the order the paths were first checked.
   json paths = json::array();
-  // The ReferenceVm checks every position; the verdict keeps its worst errors, not each one's.
-  if (v.valid)
-    paths.push_back({{"path", "reference_vm"},
-                     {"positions", json::array()},
-                     {"max_abs_err", v.device == "gpu" ? json(nullptr) : json(v.max_abs_err)},
-                     {"rel_err", v.device == "gpu" ? json(nullptr) : json(v.rel_err)}});
-  if (v.kernel.is_object() && v.kernel.contains("checks") && v.kernel["checks"].is_array()) {
-    json positions = json::array();
-    double worst_abs = 0.0, worst_rel = 0.0;
-    for (const json& c : v.kernel["checks"]) {
-      worst_abs = std::max(worst_abs, c.value("max_abs_err", 0.0));
-      worst_rel = std::max(worst_rel, c.value("rel_err", 0.0));
-      positions.push_back({{"position", c.value("position", -1)},
-                           {"max_abs_err", c.value("max_abs_err", 0.0)},
-                           {"rel_err", c.value("rel_err", 0.0)},
-                           {"argmax_match", c.value("argmax_match", false)}});
+  for (const json& c : v.checks) {
+    const std::string path = c.value("path", std::string("reference_vm"));
+    json* summary = nullptr;
+    for (json& p : paths)
+      if (p["path"] == path) summary = &p;
+    if (summary == nullptr) {
+      paths.push_back({{"path", path},
+                       {"positions", json::array()},
+                       {"max_abs_err", 0.0},
+                       {"rel_err", 0.0},
+                       {"pass", true}});
+      summary = &paths.back();
     }
-    paths.push_back({{"path", "gpu"},
-                     {"positions", positions},
-                     {"max_abs_err", worst_abs},
-                     {"rel_err", worst_rel}});
+    (*summary)["positions"].push_back(c.value("position", 0));
+    (*summary)["max_abs_err"] =
+        std::max((*summary)["max_abs_err"].get<double>(), c.value("max_abs_err", 0.0));
+    (*summary)["rel_err"] = std::max((*summary)["rel_err"].get<double>(), c.value("rel_err", 0.0));
+    (*summary)["pass"] = (*summary)["pass"].get<bool>() && c.value("pass", false);
   }
   return {{"schedule_id", v.schedule_id},
           {"status", v.status},
@@ -149,6 +179,7 @@ json correctness_report(const eval::Verdict& v) {
           {"rel_err", v.rel_err},
           {"argmax_match", v.argmax_match},
           {"paths", paths},
+          {"checks", v.checks},
           {"first_failure", first_failure(v)}};
 }
 

@@ -61,9 +61,11 @@ bool write_trial_files(RunDir& run, const nlohmann::json& config, const nlohmann
 /// Writes run.json (the manifest) with the exit code; call it last.
 bool finish_run_dir(RunDir& run, int exit_code, double now_s, std::string* error);
 
-/// correctness.json of a verdict: {schedule_id, correct, positions_checked, paths: [{path
-/// ("reference_vm" | "gpu"), positions: [{position, max_abs_err, rel_err, argmax_match,
-/// pass}] where known, max_abs_err, rel_err}], first_failure: null | {position, path, what}}.
+/// correctness.json of a verdict: {schedule_id, status, valid, correct, positions_checked,
+/// max_abs_err, rel_err, argmax_match, paths: [{path ("reference_vm" | "gpu"), positions,
+/// max_abs_err, rel_err, pass}], checks (the verdict's, one per path and position, each with its
+/// worst_logit), first_failure: null | {position, path, rel_err, max_abs_err, argmax_match,
+/// logit_index, value, reference, what}}.
 nlohmann::json correctness_report(const eval::Verdict& verdict);
 
 /// performance.json of a verdict: {latency_kind, median_us, p90_us, spread_us, samples,

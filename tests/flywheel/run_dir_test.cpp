@@ -87,6 +87,8 @@ TEST_F(RunDirTest, EvaluateWritesEveryFileWithItsSchemaAndPrintsTheRunIdFirst) {
   EXPECT_EQ(correctness["positions_checked"], json({0, 3, 7}));
   EXPECT_TRUE(correctness["first_failure"].is_null());
   EXPECT_EQ(correctness["paths"][0]["path"], "reference_vm");
+  ASSERT_FALSE(correctness["checks"].empty());
+  EXPECT_TRUE(correctness["checks"][0]["worst_logit"].contains("index"));
   const json performance = read_json(run / "performance.json");
   expect_schema("performance.schema.json", performance);
   EXPECT_EQ(performance["latency_kind"], "predicted");
@@ -97,28 +99,47 @@ TEST_F(RunDirTest, EvaluateWritesEveryFileWithItsSchemaAndPrintsTheRunIdFirst) {
   EXPECT_EQ(read_json(run / "program.json")["tasks"].size(), verdict["tasks"].get<size_t>());
 }
 
-TEST_F(RunDirTest, CorrectnessNamesTheFirstFailingPositionAndPath) {
+TEST_F(RunDirTest, CorrectnessNamesTheFirstFailingPositionPathAndLogit) {
   eval::Verdict v;
   v.valid = true;
   v.status = "incorrect";
   v.positions_checked = {0, 3, 7};
-  v.notes = {"ReferenceVm differs from eager at position 3: rel_err 0.5, max_abs_err 2"};
-  const json c = correctness_report(v);
+  // A verdict without checks (older logs): the note names the path and position.
+  v.notes = {"ReferenceVm differs from the reference at position 3: rel_err 0.5, max_abs_err 2"};
+  json c = correctness_report(v);
   expect_schema("correctness.schema.json", c);
   EXPECT_EQ(c["first_failure"]["position"], 3);
   EXPECT_EQ(c["first_failure"]["path"], "reference_vm");
+  // With checks: the first failing one, its worst logit with both values, and per-path summaries.
   v.device = "gpu";
-  v.notes = {"GPU kernel differs from eager at position 7: rel_err 0.1"};
-  v.kernel = {{"checks", {{{"position", 0}, {"rel_err", 0.0}, {"max_abs_err", 0.0},
-                           {"argmax_match", true}},
-                          {{"position", 7}, {"rel_err", 0.1}, {"max_abs_err", 0.5},
-                           {"argmax_match", false}}}}};
-  const json g = correctness_report(v);
-  expect_schema("correctness.schema.json", g);
-  EXPECT_EQ(g["first_failure"]["position"], 7);
-  EXPECT_EQ(g["first_failure"]["path"], "gpu");
-  EXPECT_EQ(g["paths"][1]["positions"].size(), 2u);
-  EXPECT_DOUBLE_EQ(g["paths"][1]["max_abs_err"].get<double>(), 0.5);
+  v.notes = {"GPU kernel differs from the reference at position 7: rel_err 0.1"};
+  auto check = [](const char* path, int position, double abs, bool pass, int index) {
+    return json{{"path", path},
+                {"position", position},
+                {"window_start", 0},
+                {"rel_err", abs / 10},
+                {"max_abs_err", abs},
+                {"argmax_match", pass},
+                {"worst_logit", {{"index", index}, {"value", 1.0 + abs}, {"reference", 1.0}}},
+                {"pass", pass}};
+  };
+  v.checks = json::array({check("reference_vm", 0, 0.0, true, 0), check("reference_vm", 7, 0.0,
+                                                                        true, 0),
+                          check("gpu", 0, 0.0, true, 0), check("gpu", 7, 0.5, false, 42)});
+  c = correctness_report(v);
+  expect_schema("correctness.schema.json", c);
+  EXPECT_EQ(c["first_failure"]["position"], 7);
+  EXPECT_EQ(c["first_failure"]["path"], "gpu");
+  EXPECT_EQ(c["first_failure"]["logit_index"], 42);
+  EXPECT_DOUBLE_EQ(c["first_failure"]["value"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(c["first_failure"]["reference"].get<double>(), 1.0);
+  EXPECT_EQ(c["first_failure"]["what"], v.notes[0]);
+  ASSERT_EQ(c["paths"].size(), 2u);
+  EXPECT_EQ(c["paths"][1]["positions"], json({0, 7}));
+  EXPECT_DOUBLE_EQ(c["paths"][1]["max_abs_err"].get<double>(), 0.5);
+  EXPECT_TRUE(c["paths"][0]["pass"]);
+  EXPECT_FALSE(c["paths"][1]["pass"]);
+  EXPECT_EQ(c["checks"].size(), 4u);
 }
 
 TEST_F(RunDirTest, LoopWritesItsRunDirectoryBesideItsLogs) {
