@@ -138,11 +138,19 @@ std::optional<RegistryEntry> append_registry_entry(const std::string& path, Regi
   return entry;
 }
 
+bool is_measured(const RegistryEntry& entry) {
+  return entry.fields.value("latency_kind", std::string("measured-gpu")) == "measured-gpu";
+}
+
 std::optional<RegistryEntry> newest_entry(const RegistryRead& registry, const std::string& model,
-                                          const std::string& gpu) {
-  for (auto it = registry.entries.rbegin(); it != registry.entries.rend(); ++it)
-    if (it->model == model && it->gpu == gpu) return *it;
-  return std::nullopt;
+                                          const std::string& gpu, const std::string& dtype) {
+  std::optional<RegistryEntry> predicted;
+  for (auto it = registry.entries.rbegin(); it != registry.entries.rend(); ++it) {
+    if (it->model != model || it->gpu != gpu || (!dtype.empty() && it->dtype != dtype)) continue;
+    if (is_measured(*it)) return *it;
+    if (!predicted) predicted = *it;
+  }
+  return predicted;
 }
 
 std::optional<RegistryEntry> find_entry(const RegistryRead& registry, const std::string& id) {

@@ -1,7 +1,9 @@
 // The verified registry (`registry/verified.jsonl`): the configs `megasched promote` let through
 // its two gates, one JSON line each, append-only. A line is never rewritten or removed: a newer
 // entry for the same model, GPU and dtype supersedes an older one, and `best:<model>:<gpu>`
-// resolves to the newest (then to the built-in presets, schedule/named_configs.h). Appends take
+// resolves to the newest (a measured one before any predicted one: `promote --device cpu`
+// entries carry "latency_kind": "predicted"), then to the built-in presets
+// (schedule/named_configs.h). Appends take
 // the log's exclusive lock, derive the entry's version from the lines present under that lock and
 // fsync before releasing it (flywheel/locked_file.h), so two promotes at once get two versions.
 //
@@ -10,7 +12,7 @@
 //    "config_hash8", "version", "config": {canonical ScheduleConfig},
 //    "candidate_median_us", "incumbent_median_us", "incumbent": "<id>" | "default",
 //    "speedup", "rounds", "required_speedup", "positions_checked", "generate_tokens",
-//    "device_name", "driver", "commit", "build", "run_id", "timestamp"}
+//    "latency_kind", "device", "device_name", "driver", "commit", "build", "run_id", "timestamp"}
 // The id is deterministic: <model>_<gpu>_<dtype>_<config-hash8>_v<n>, where config-hash8 is the
 // first 8 hex digits of the canonical config's hash and n counts the entries of that model, GPU,
 // dtype and config (1 for the first promotion of a config, 2 when it is promoted again).
@@ -63,9 +65,13 @@ RegistryRead read_registry(const std::string& path);
 std::optional<RegistryEntry> append_registry_entry(const std::string& path, RegistryEntry entry,
                                                    std::string* error);
 
-/// The newest entry for model and gpu (any dtype), or nullopt.
+/// Whether the entry's gate compared measured GPU latencies ("latency_kind" measured-gpu, or
+/// absent) rather than the cost model's predictions (a `promote --device cpu` entry).
+bool is_measured(const RegistryEntry& entry);
+/// The newest entry for model and gpu (and dtype, when not empty), measured entries first: the
+/// newest predicted entry only when there is no measured one. nullopt when there is none.
 std::optional<RegistryEntry> newest_entry(const RegistryRead& registry, const std::string& model,
-                                          const std::string& gpu);
+                                          const std::string& gpu, const std::string& dtype = "");
 /// The entry called `id`, or nullopt.
 std::optional<RegistryEntry> find_entry(const RegistryRead& registry, const std::string& id);
 

@@ -59,11 +59,9 @@ struct Workload {
 GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candidate,
                       const Workload& probe, json* incumbent_doc) {
   const flywheel::RegistryRead registry = flywheel::read_registry(opt.registry);
-  const std::string dtype = schedule::dtype_name(probe.shape.dtype);
-  std::optional<flywheel::RegistryEntry> newest;
-  for (const auto& e : registry.entries)
-    if (e.model == probe.shape.name && e.gpu == probe.target.name && e.dtype == dtype)
-      newest = e;
+  const std::optional<flywheel::RegistryEntry> newest =
+      flywheel::newest_entry(registry, probe.shape.name, probe.target.name,
+                             schedule::dtype_name(probe.shape.dtype));
   schedule::ScheduleConfig incumbent;
   *incumbent_doc = {{"id", "default"}, {"config", schedule::to_json(incumbent)}};
   if (newest) {
@@ -79,17 +77,25 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   eval::EvaluatorOptions ev;
   ev.model = opt.model, ev.gpu = opt.gpu, ev.seed = opt.seed;
   ev.positions = {0};
-  ev.device = "gpu";
+  ev.device = opt.device;
   std::string error;
   auto timer = eval::TrialEvaluator::create(ev, &error);
   if (!timer) return {false, "benchmark gate: " + error, {}};
+  // gpu: measured latencies only; cpu: the cost model's predictions, labelled as such.
+  const std::string kind = opt.device == "gpu" ? "measured-gpu" : "predicted";
   auto measure = [&](bool is_candidate, std::string* why) -> std::optional<double> {
     const eval::Verdict v = timer->evaluate(is_candidate ? candidate : incumbent);
-    if (v.correct && v.latency_us && v.latency_kind == "measured-gpu") return v.latency_us;
-    *why = "status " + v.status + (v.notes.empty() ? "" : ": " + v.notes.back());
+    if (v.correct && v.latency_us && v.latency_kind == kind) return v.latency_us;
+    *why = "status " + v.status + ", latency_kind " + v.latency_kind +
+           (v.notes.empty() ? "" : ": " + v.notes.back());
     return std::nullopt;
   };
-  return run_benchmark_gate(opt.rounds, opt.speedup, measure);
+  GateOutcome gate = run_benchmark_gate(opt.rounds, opt.speedup, measure);
+  gate.detail["latency_kind"] = kind;
+  if (kind == "predicted")
+    gate.message += " [predicted by the cost model for " + probe.target.name +
+                    " (--device cpu), not measured]";
+  return gate;
 }
 
 /// The registry entry of a promotion that passed both gates.
@@ -103,16 +109,23 @@ flywheel::RegistryEntry make_entry(const Workload& probe,
   e.gpu = probe.target.name;
   e.dtype = schedule::dtype_name(probe.shape.dtype);
   e.config = schedule::to_json(candidate);
-  const json doctor = eval::device_report();
   e.fields = bench.detail;
   e.fields.erase("order");
   e.fields["incumbent"] = incumbent.value("id", "default");
   e.fields["rounds"] = bench.detail.value("candidate_us", json::array()).size();
   e.fields["positions_checked"] = verify.detail.value("positions", json::array());
   e.fields["generate_tokens"] = verify.detail.value("generate", json::object()).value("tokens", 0);
-  e.fields["device_name"] = verdict.kernel.value("device", doctor.value("device", json::object())
-                                                               .value("name", std::string("")));
-  e.fields["driver"] = doctor.value("driver_version", json(nullptr));
+  e.fields["latency_kind"] = bench.detail.value("latency_kind", std::string("measured-gpu"));
+  e.fields["device"] = verdict.device;
+  if (verdict.device == "gpu") {
+    const json doctor = eval::device_report();
+    e.fields["device_name"] = verdict.kernel.value(
+        "device", doctor.value("device", json::object()).value("name", std::string("")));
+    e.fields["driver"] = doctor.value("driver_version", json(nullptr));
+  } else {
+    e.fields["device_name"] = "cpu (cost model for " + probe.target.name + ")";
+    e.fields["driver"] = nullptr;
+  }
   e.fields["commit"] = working_commit();
   e.fields["build"] = vm::build_identity();
   e.fields["run_id"] = run_id;
@@ -130,10 +143,6 @@ int run_promote(const Options& opt) {
   int code = kExitUsage;
   auto config = read_config_arg(opt.config, &error, &code);
   if (!config) return fail(code, error);
-  if (opt.device == "cpu" && !opt.verify_only)
-    return fail(kExitUsage,
-                "--device cpu cannot promote: the benchmark gate needs measured GPU latencies "
-                "(run on a GPU, or add --verify-only to run the verify gate alone)");
   VerifyRequest vr{opt.model, opt.gpu, opt.device, opt.seed, {}, opt.tokens};
   if (!opt.positions.empty()) {
     auto list = parse_int_list(opt.positions);
@@ -160,7 +169,7 @@ int run_promote(const Options& opt) {
               {"promoted", false},                {"verify", verify.detail},
               {"config", schedule::to_json(*config)}};
   int exit_code = kExitOk;
-  std::string message;
+  std::string message, passed = verify.message;  // the failure, or what passed
   if (!verify.pass) {
     doc["failed_gate"] = "verify", exit_code = environment ? kExitEnvironment : kExitFailure;
     message = verify.message;
@@ -184,13 +193,13 @@ int run_promote(const Options& opt) {
         doc["promoted"] = true;
         doc["entry"] = flywheel::to_json(*entry);
         doc["registry"] = opt.registry;
-        std::fprintf(stderr, "megasched promote: %s; %s\n", bench.message.c_str(),
-                     entry->id.c_str());
+        passed = bench.message + "; promoted as " + entry->id;
+        std::fprintf(stderr, "megasched promote: %s\n", passed.c_str());
       }
     }
   }
   if (!message.empty()) print_error("promote", message);
-  doc["message"] = message.empty() ? verify.message : message;
+  doc["message"] = message.empty() ? passed : message;
   print_json(doc);
   if (run) {
     if (!flywheel::write_trial_files(*run, schedule::to_json(*config), json(), verdict, &error) ||
@@ -212,7 +221,8 @@ void add_promote_command(CLI::App& app, CliContext& ctx) {
   add_model_flag(cmd, &opt->model);
   add_gpu_flag(cmd, &opt->gpu);
   add_device_flag(cmd, &opt->device,
-                  "gpu (both gates), or cpu with --verify-only (the verify gate on the ReferenceVm)");
+                  "gpu (measured), or cpu (the ReferenceVm, and the cost model's predicted "
+                  "latencies in the benchmark gate: the entry says latency_kind predicted)");
   cmd->add_option("--config", opt->config,
                   "The candidate: ScheduleConfig JSON file, - for stdin, or a name such as "
                   "best:llama-1b:h100")
@@ -229,7 +239,7 @@ void add_promote_command(CLI::App& app, CliContext& ctx) {
       ->check(finite_number_in(0.0, 1e6, /*min_exclusive=*/true))
       ->capture_default_str();
   cmd->add_flag("--verify-only", opt->verify_only,
-                "Run the verify gate alone; promote nothing (the only mode of --device cpu)");
+                "Run the verify gate alone; promote nothing");
   add_seed_flag(cmd, &opt->seed);
   cmd->add_option("--registry", opt->registry, "The registry file ($MEGASCHED_REGISTRY)")
       ->capture_default_str();

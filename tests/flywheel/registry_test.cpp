@@ -151,6 +151,24 @@ TEST_F(Registry, BestNameResolvesTheNewestEntryThenThePreset) {
   EXPECT_EQ(resolved->source, "registry");
   EXPECT_EQ(resolved->detail, newest->id);
   EXPECT_EQ(resolved->config["kernel"]["unroll"], 8);
+  // A newer entry whose gate compared predictions (promote --device cpu) does not shadow a
+  // measured one; it is taken only where no measured entry exists.
+  auto predicted_entry = [&](const std::string& model, int unroll) {
+    RegistryEntry e = entry(model, {{"kernel", {{"unroll", unroll}}}}, 5);
+    e.fields["latency_kind"] = "predicted";
+    return e;
+  };
+  ASSERT_TRUE(append_registry_entry(path_, predicted_entry("llama-1b", 2), nullptr));
+  resolved = resolve_best_name("best:llama-1b:h100", path_, &error);
+  ASSERT_TRUE(resolved) << error;
+  EXPECT_EQ(resolved->detail, newest->id);
+  auto predicted_small = append_registry_entry(path_, predicted_entry("small", 2), nullptr);
+  ASSERT_TRUE(predicted_small);
+  resolved = resolve_best_name("best:small:h100", path_, &error);
+  ASSERT_TRUE(resolved) << error;
+  EXPECT_EQ(resolved->detail, predicted_small->id);
+  EXPECT_FALSE(is_measured(*predicted_small));
+  EXPECT_TRUE(is_measured(*newest));
   // A pair with neither: the message names both places.
   EXPECT_FALSE(resolve_best_name("best:small:a100", path_, &error));
   EXPECT_NE(error.find("no entry for small on a100"), std::string::npos) << error;

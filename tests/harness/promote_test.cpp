@@ -83,22 +83,66 @@ class PromoteCli : public ::testing::Test {
   std::string registry_;
 };
 
-TEST_F(PromoteCli, CpuCannotPromoteButRunsTheVerifyGateAlone) {
-  auto r = test::run_megasched("promote --model toy --device cpu --config default" + flags(), true);
-  EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.out.find("the benchmark gate needs measured GPU latencies"), std::string::npos);
+TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
+  // The default config against itself (no registry entry: the incumbent is the default).
+  auto r = test::run_megasched("promote --model toy --device cpu --tokens 8 --config default" +
+                                   flags(),
+                               true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("benchmark gate: the candidate is the incumbent (default)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(registry_));
+  // A config the cost model predicts well over 1.10x faster on toy: verify gate, benchmark gate,
+  // then the registry entry, its run directory and best: resolution.
+  const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
+  r = test::run_megasched("promote --model toy --device cpu --tokens 8 --rounds 2 --config " +
+                              candidate + flags(),
+                          false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  json doc = json::parse(r.out);
+  EXPECT_TRUE(doc["promoted"]);
+  EXPECT_EQ(doc["incumbent"]["id"], "default");
+  EXPECT_EQ(doc["benchmark"]["latency_kind"], "predicted");
+  EXPECT_EQ(doc["benchmark"]["order"],
+            json({"candidate", "incumbent", "incumbent", "candidate"}));
+  EXPECT_GE(doc["benchmark"]["speedup"].get<double>(), 1.10);
+  EXPECT_NE(doc["message"].get<std::string>().find("not measured"), std::string::npos);
+  const json entry = doc["entry"];
+  const std::string hash8 = entry["config_hash8"];
+  EXPECT_EQ(entry["id"], "toy_h100_f32_" + hash8 + "_v1");
+  EXPECT_EQ(entry["latency_kind"], "predicted");
+  EXPECT_EQ(entry["device"], "cpu");
+  EXPECT_EQ(entry["run_id"], doc["run_id"]);
+  EXPECT_EQ(entry["generate_tokens"], 8);
+  const flywheel::RegistryRead read = flywheel::read_registry(registry_);
+  ASSERT_EQ(read.entries.size(), 1u);
+  EXPECT_TRUE(read.problems.empty());
+  const fs::path run = dir_ / "runs" / doc["run_id"].get<std::string>();
+  for (const char* file : {"promotion.json", "verdict.json", "correctness.json",
+                           "performance.json", "config.json", "command.txt", "run.json"})
+    EXPECT_TRUE(fs::exists(run / file)) << file;
+  const auto best = test::run_shell("MEGASCHED_REGISTRY=" + registry_ + " " + MS_BINARY_PATH +
+                                    " propose --model toy --config best:toy:h100 2>&1");
+  ASSERT_EQ(best.exit_code, 0) << best.out;
+  EXPECT_EQ(json::parse(best.out)["incumbent"], entry["config"]);
+  // Promoting it again: the registry entry is now the incumbent, so the benchmark gate refuses.
+  r = test::run_megasched("promote --model toy --device cpu --tokens 8 --config " + candidate +
+                              flags(),
+                          true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("the candidate is the incumbent (" + entry["id"].get<std::string>() + ")"),
+            std::string::npos)
+      << r.out;
+  // --verify-only: the verify gate alone, nothing promoted.
   r = test::run_megasched(
       "promote --model toy --device cpu --verify-only --tokens 8 --config default" + flags(),
       false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const json doc = json::parse(r.out);
+  doc = json::parse(r.out);
   EXPECT_FALSE(doc["promoted"]);
-  EXPECT_EQ(doc["verify"]["generate"]["tokens"], 8);
   EXPECT_TRUE(doc["verify"]["generate"]["ok"]);
-  EXPECT_FALSE(fs::exists(registry_));  // nothing promoted
-  const fs::path run = dir_ / "runs" / doc["run_id"].get<std::string>();
-  EXPECT_TRUE(fs::exists(run / "promotion.json"));
-  EXPECT_TRUE(fs::exists(run / "correctness.json"));
+  EXPECT_EQ(flywheel::read_registry(registry_).entries.size(), 1u);
 }
 
 TEST_F(PromoteCli, AFailedVerifyGateSaysSo) {
