@@ -65,33 +65,33 @@ VerbResult registry_list(const std::string& path) {
   return r;
 }
 
+VerbResult registry_show(const std::string& path, const std::string& id) {
+  flywheel::RegistryRead registry = flywheel::read_registry(path);
+  if (!registry.error.empty()) return {kExitEnvironment, nullptr, registry.error};
+  auto entry = flywheel::find_entry(registry, id);
+  if (!entry) {
+    std::vector<std::string> ids;
+    for (const auto& e : registry.entries) ids.push_back(e.id);
+    const std::string near = schedule::nearest(id, ids);
+    return {kExitUsage, nullptr,
+            "no entry '" + id + "' in " + path +
+                (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+                "; `megasched registry list` lists them"};
+  }
+  return {kExitOk, flywheel::to_json(*entry), ""};
+}
+
 void add_registry_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "registry", "The verified registry of promoted configs: list, show ID, verify ID");
   cmd->require_subcommand(1);
-  cmd->add_option("--registry", opt->registry, "The registry file ($MEGASCHED_REGISTRY)")
-      ->capture_default_str();
   auto* list = cmd->add_subcommand("list", "Every entry (newest last) and every corrupt line");
   list->callback([&ctx, opt] { ctx.exit_code = finish_verb("registry", registry_list(opt->registry)); });
   auto* show = cmd->add_subcommand("show", "One entry as JSON");
   show->add_option("id", opt->id, "Entry id (`megasched registry list`)")->required();
   show->callback([&ctx, opt] {
-    int code = kExitOk;
-    auto registry = load(*opt, &code);
-    if (!registry) return void(ctx.exit_code = code);
-    auto entry = flywheel::find_entry(*registry, opt->id);
-    if (!entry) {
-      std::vector<std::string> ids;
-      for (const auto& e : registry->entries) ids.push_back(e.id);
-      const std::string near = schedule::nearest(opt->id, ids);
-      print_error("registry", "no entry '" + opt->id + "' in " + opt->registry +
-                                  (near.empty() ? "" : " (did you mean '" + near + "'?)") +
-                                  "; `megasched registry list` lists them");
-      return void(ctx.exit_code = kExitUsage);
-    }
-    print_json(flywheel::to_json(*entry));
-    ctx.exit_code = kExitOk;
+    ctx.exit_code = finish_verb("registry", registry_show(opt->registry, opt->id));
   });
   auto* verify = cmd->add_subcommand("verify", "Re-run the verify gate on one entry");
   verify->add_option("id", opt->id, "Entry id")->required();
@@ -102,6 +102,9 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
   verify->add_option("--tokens", opt->tokens, "Tokens of the generate --verify")
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
+  for (CLI::App* sub : {list, show, verify})  // after the verb: `registry list --registry F`
+    sub->add_option("--registry", opt->registry, "The registry file ($MEGASCHED_REGISTRY)")
+        ->capture_default_str();
   verify->callback([&ctx, opt] {
     int code = kExitOk;
     auto registry = load(*opt, &code);

@@ -16,7 +16,6 @@ void add_runs_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("runs", "The run directories: list, gc --keep N");
   cmd->require_subcommand(1);
-  cmd->add_option("--runs-dir", opt->runs_dir, "Folder of run directories")->capture_default_str();
   auto* list = cmd->add_subcommand("list", "Every run, oldest first");
   list->callback([&ctx, opt] {
     std::string error;
@@ -42,6 +41,9 @@ void add_runs_command(CLI::App& app, CliContext& ctx) {
   gc->add_option("--keep", opt->keep, "Run directories to keep (the newest)")
       ->required()
       ->check(integer_in(0, kMaxInt));
+  for (CLI::App* sub : {list, gc})  // after the verb: `runs gc --keep N --runs-dir D`
+    sub->add_option("--runs-dir", opt->runs_dir, "Folder of run directories")
+        ->capture_default_str();
   gc->callback([&ctx, opt] {
     std::string error;
     const auto removed = flywheel::gc_runs(opt->runs_dir, opt->keep, &error);

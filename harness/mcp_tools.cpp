@@ -674,7 +674,8 @@ const json& promote_schema() {
   static const json schema = object_schema(
       {{"model", model_property()},
        {"gpu", gpu_property("h100")},
-       {"device", enum_property("gpu (both gates) or cpu (the verify gate alone: verify_only)",
+       {"device", enum_property("gpu (measured) or cpu (the ReferenceVm; the benchmark gate on the cost "
+                                "model's predicted latencies, entries marked predicted)",
                                 {"gpu", "cpu"}, "gpu")},
        {"config", config_property("The candidate")},
        {"rounds", integer_property("Interleaved benchmark rounds", 3, 1, 1000)},
@@ -682,13 +683,28 @@ const json& promote_schema() {
                                    kVerifyTokens, 1, 1 << 20)},
        {"verify_only", boolean_property("Run the verify gate alone; promote nothing", false)},
        {"timeout", number_property("Seconds the promotion may take before it is killed", 3600, 1)}},
-      {"config"}));
+      {"config"});
   return schema;
 }
 
 const json& registry_list_schema() {
   static const json schema = object_schema(json::object());
   return schema;
+}
+
+const json& registry_show_schema() {
+  static const json schema = object_schema(
+      {{"id", {{"type", "string"},
+               {"minLength", 1},
+               {"description", "Entry id (registry_list), <model>_<gpu>_<dtype>_<hash8>_v<n>"}}}},
+      {"id"});
+  return schema;
+}
+
+ToolResult registry_show_tool(const ToolCall& call, McpContext&) {
+  const Arguments a(call.arguments, registry_show_schema());
+  return from_verb("registry show", registry_show(flywheel::default_registry_path(), a.text("id")),
+                   [](const json& doc) { return "registry entry " + doc["id"].get<std::string>(); });
 }
 
 std::string registry_summary(const json& doc) {
@@ -805,13 +821,19 @@ const std::vector<McpTool>& mcp_tools() {
        "registry's newest entry for the model, GPU and dtype, or the default config, re-measured "
        "in interleaved rounds; promoted at >= 1.10x), then an append to registry/verified.jsonl "
        "($MEGASCHED_REGISTRY). A failed gate is a result naming the gate with its numbers "
-       "(promoted false, exit code 1). Needs a GPU unless verify_only.",
+       "(promoted false, exit code 1). device cpu compares the cost model's predictions (the entry "
+       "says latency_kind predicted; best: names prefer measured entries).",
        promote_schema(), nullptr, writes(false), promote_tool},
       {"registry_list", "Registry: the verified configs",
        "Every entry of the verified registry (`megasched registry list`): id, model, GPU, dtype, "
        "median, speedup, incumbent, run id; corrupt lines are listed under problems (exit code "
        "1) and the other entries kept. `best:<model>:<gpu>` names resolve to the newest entry.",
        registry_list_schema(), nullptr, read_only(), registry_list_tool},
+      {"registry_show", "Registry: one verified entry",
+       "One entry of the verified registry by id (`megasched registry show ID`): the config, both "
+       "medians and every round, the speedup, latency_kind (measured-gpu or predicted), the device, "
+       "driver, commit and run id. An unknown id is a tool error naming the nearest one.",
+       registry_show_schema(), nullptr, read_only(), registry_show_tool},
   };
   return tools;
 }

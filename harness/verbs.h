@@ -94,6 +94,8 @@ VerbResult run_loop_command(LoopCommand& command);
 /// `registry list`: every entry of the verified registry at `path` and every corrupt line (exit 1
 /// when there is one; the good entries are listed all the same). Defined in cmd_registry.cpp.
 VerbResult registry_list(const std::string& path);
+/// `registry show ID`: the entry called `id` (exit 2 naming the nearest id when there is none).
+VerbResult registry_show(const std::string& path, const std::string& id);
 
 /// This executable's path (for the worker's command line); "megasched" when it cannot be read.
 std::string this_executable();

@@ -181,7 +181,8 @@ TEST_F(McpServer, ToolsListGivesEveryToolWithItsSchemas) {
     EXPECT_FALSE(t.value("description", "").empty()) << t["name"];
   }
   EXPECT_EQ(names, (std::vector<std::string>{"propose", "evaluate", "validate", "loop", "report",
-                                             "profile", "promote", "registry_list"}));
+                                             "profile", "promote", "registry_list",
+                                             "registry_show"}));
   EXPECT_EQ(tools[1]["outputSchema"]["title"], "Verdict");
   EXPECT_EQ(tools[3]["inputSchema"]["required"], json::array({"budget"}));
 }
