@@ -39,7 +39,8 @@
 #        reference and cubin_cache) and `loop --device gpu` trials per minute over TRIALS_BUDGET
 #        (default 20) trials, with fresh kernel and reference caches under OUT_DIR/trials_ws;
 #        stage "promote" runs `megasched promote` of PROMOTE_CONFIG for PROMOTE_MODEL on PROMOTE_GPU
-#        (verify gate at PROMOTE_POSITIONS, PROMOTE_ROUNDS interleaved rounds) into
+#        (default bench/configs/best_1b.json on llama-1b; verify gate at PROMOTE_POSITIONS,
+#        default 0,1024,4096, and generate --verify 64 tokens; PROMOTE_ROUNDS interleaved rounds) into
 #        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
 #        `registry verify` of the entry it wrote
 set -uo pipefail
@@ -62,8 +63,8 @@ CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
 PROMOTE_MODEL=${PROMOTE_MODEL:-llama-1b}
 PROMOTE_GPU=${PROMOTE_GPU:-h100}
-PROMOTE_CONFIG=${PROMOTE_CONFIG:-$ROOT/bench/configs/rows_256thr_4x16k.json}
-PROMOTE_POSITIONS=${PROMOTE_POSITIONS:-0,3,7}
+PROMOTE_CONFIG=${PROMOTE_CONFIG:-$ROOT/bench/configs/best_1b.json}
+PROMOTE_POSITIONS=${PROMOTE_POSITIONS:-0,1024,4096}
 PROMOTE_ROUNDS=${PROMOTE_ROUNDS:-3}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
 LOG="$OUT/check.log"
@@ -347,7 +348,7 @@ if has_stage promote; then
     --rounds "$PROMOTE_ROUNDS" --registry "$OUT/verified.jsonl" --runs-dir "$OUT/runs" \
     > "$OUT/promote.json" 2>> "$LOG"
   code=$?
-  log "promote exit $code"
+  log "promote exit $code: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("message",""))' "$OUT/promote.json" 2>/dev/null)"
   [ $code -ne 0 ] && status=1
   "$BUILD/megasched" registry list --registry "$OUT/verified.jsonl" >> "$LOG" 2>&1
   id=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("entry",{}).get("id",""))' "$OUT/promote.json" 2>/dev/null)
