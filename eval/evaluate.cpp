@@ -581,6 +581,10 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
   for (const auto& b : g.baselines) {
     if (b.samples_us.empty()) continue;
     medians.push_back({b.kind, sample_stats(b.samples_us).median});
+    // Each baseline's median beside its build facts (the run directory's performance.json).
+    if (v->kernel.is_object() && v->kernel.contains("baselines") &&
+        v->kernel["baselines"].contains(b.kind))
+      v->kernel["baselines"][b.kind]["median_us"] = medians.back().median_us;
     v->notes.push_back(b.kind + " CUDA-graph baseline median " +
                        std::to_string(medians.back().median_us) + " us (same run)");
   }

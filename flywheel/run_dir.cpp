@@ -192,8 +192,15 @@ json performance_report(const eval::Verdict& v) {
   json smem = nullptr;
   if (k.contains("static_smem_bytes") || k.contains("dynamic_smem_bytes"))
     smem = k.value("static_smem_bytes", int64_t{0}) + k.value("dynamic_smem_bytes", int64_t{0});
+  // Every baseline timed in the same run (kernel.baselines.<kind>.median_us), then the
+  // strongest one the verdict names.
   json speedups = json::object();
-  if (v.speedup_vs_baseline) speedups["cublas_graph"] = *v.speedup_vs_baseline;
+  if (v.latency_us && *v.latency_us > 0 && k.contains("baselines") && k["baselines"].is_object())
+    for (const auto& [kind, info] : k["baselines"].items())
+      if (info.is_object() && info.contains("median_us") && info["median_us"].is_number())
+        speedups[kind] = info["median_us"].get<double>() / *v.latency_us;
+  if (v.speedup_vs_baseline)
+    speedups[v.baseline_kind.empty() ? "baseline" : v.baseline_kind] = *v.speedup_vs_baseline;
   json achieved = nullptr;
   if (v.latency_us && *v.latency_us > 0)
     achieved = static_cast<double>(v.bytes_min) / (*v.latency_us * 1e3);  // B/us -> GB/s
