@@ -54,29 +54,27 @@ int run_evaluate(Options& opt) {
   bool environment = false;
   auto evaluator = eval::TrialEvaluator::create(ev, &error, &environment);
   if (!evaluator) return fail(environment ? kExitEnvironment : kExitUsage, error);
+  // Input checks and --save-program first: a refused input is one stderr line, no run.
+  if (program && !evaluator->check_program(*program, &error))
+    return fail(kExitUsage, "program '" + opt.program + "' does not fit model " +
+                                evaluator->shape().name + " on " + evaluator->target().name +
+                                ": " + error);
+  if (config && !opt.save_program.empty()) {
+    // A config that does not lower has no program to save; its verdict says why (rejected).
+    auto lowered = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
+    if (!lowered)
+      print_error("evaluate", "--save-program: nothing saved, the config does not lower");
+    else if (!write_text_file(opt.save_program, schedule::to_json(*lowered).dump() + "\n",
+                              &error))
+      return fail(kExitEnvironment, "--save-program: " + error);
+  }
   std::optional<flywheel::RunDir> run;
   if (!opt.no_run_dir && !(run = start_run(opt.runs_dir, "evaluate", &error)))
     return fail(kExitEnvironment, error);
-  eval::Verdict verdict;
-  if (program) {
-    if (!evaluator->check_program(*program, &error))
-      return fail(kExitUsage, "program '" + opt.program + "' does not fit model " +
-                                  evaluator->shape().name + " on " + evaluator->target().name +
-                                  ": " + error);
-    verdict = evaluator->evaluate_program(*program,
-                                          schedule::hash_hex(schedule::to_json(*program).dump()));
-  } else {
-    if (!opt.save_program.empty()) {
-      // A config that does not lower has no program to save; its verdict says why (rejected).
-      auto lowered = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
-      if (!lowered)
-        print_error("evaluate", "--save-program: nothing saved, the config does not lower");
-      else if (!write_text_file(opt.save_program, schedule::to_json(*lowered).dump() + "\n",
-                                &error))
-        return fail(kExitEnvironment, "--save-program: " + error);
-    }
-    verdict = evaluator->evaluate(*config);
-  }
+  const eval::Verdict verdict =
+      program ? evaluator->evaluate_program(*program,
+                                            schedule::hash_hex(schedule::to_json(*program).dump()))
+              : evaluator->evaluate(*config);
   print_json(eval::to_json(verdict));
   const int code_of_verdict = verdict_exit_code(verdict);
   if (run) {
