@@ -14,6 +14,7 @@
 #include "harness/promote.h"
 #include "harness/run_record.h"
 #include "harness/trial_flags.h"
+#include "schedule/lower.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::harness {
@@ -202,7 +203,11 @@ int run_promote(const Options& opt) {
   doc["message"] = message.empty() ? passed : message;
   print_json(doc);
   if (run) {
-    if (!flywheel::write_trial_files(*run, schedule::to_json(*config), json(), verdict, &error) ||
+    std::string lower_error;  // a config that does not lower has no program (the verdict says why)
+    const auto program = schedule::lower(probe.shape, probe.target, *config, &lower_error);
+    if (!flywheel::write_trial_files(*run, schedule::to_json(*config),
+                                     program ? schedule::to_json(*program) : json(), verdict,
+                                     &error) ||
         !flywheel::write_run_json(*run, "promotion.json", doc, &error))
       print_error("promote", "run directory: " + error);
     end_run(*run, exit_code);

@@ -40,6 +40,8 @@ json list_row(const flywheel::RegistryEntry& e) {
           {"model", e.model},
           {"gpu", e.gpu},
           {"dtype", e.dtype},
+          {"latency_kind", e.fields.value("latency_kind", std::string("measured-gpu"))},
+          {"device", e.fields.value("device", std::string("gpu"))},
           {"candidate_median_us", e.fields.value("candidate_median_us", json(nullptr))},
           {"speedup", e.fields.value("speedup", json(nullptr))},
           {"incumbent", e.fields.value("incumbent", json(nullptr))},

@@ -717,6 +717,12 @@ ToolResult registry_list_tool(const ToolCall&, McpContext&) {
                    registry_summary);
 }
 
+/// The run directories of the server's promotions: runs/ beside its results file.
+std::string runs_dir_beside(const std::string& results_path) {
+  const std::filesystem::path parent = std::filesystem::path(results_path).parent_path();
+  return (parent.empty() ? std::filesystem::path("runs") : parent / "runs").string();
+}
+
 /// `megasched promote` in a child process (its trials run there, never in the server): a failed
 /// gate is a result (promoted false, exit code 1), bad arguments or no GPU a tool error.
 ToolResult promote_tool(const ToolCall& call, McpContext& context) {
@@ -732,7 +738,8 @@ ToolResult promote_tool(const ToolCall& call, McpContext& context) {
       " promote --model " + shell_quote(a.text("model")) + " --gpu " + shell_quote(a.text("gpu")) +
       " --device " + shell_quote(a.text("device")) + " --config " + shell_quote(config) +
       " --rounds " + a.get("rounds").dump() + " --tokens " + a.get("tokens").dump() +
-      (a.flag("verify_only") ? " --verify-only" : "");
+      (a.flag("verify_only") ? " --verify-only" : "") + " --runs-dir " +
+      shell_quote(runs_dir_beside(options.results_path));
   auto device = context.take_device(call);
   if (!device.owns_lock()) return cancelled();
   context.end_worker();

@@ -119,7 +119,7 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   ASSERT_EQ(read.entries.size(), 1u);
   EXPECT_TRUE(read.problems.empty());
   const fs::path run = dir_ / "runs" / doc["run_id"].get<std::string>();
-  for (const char* file : {"promotion.json", "verdict.json", "correctness.json",
+  for (const char* file : {"promotion.json", "verdict.json", "correctness.json", "program.json",
                            "performance.json", "config.json", "command.txt", "run.json"})
     EXPECT_TRUE(fs::exists(run / file)) << file;
   const auto best = test::run_shell("MEGASCHED_REGISTRY=" + registry_ + " " + MS_BINARY_PATH +
