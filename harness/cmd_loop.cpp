@@ -15,12 +15,14 @@
 #include <iostream>
 #include <memory>
 
+#include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/run_record.h"
 #include "harness/strategy.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
+#include "schedule/lower.h"
 
 namespace megasched::harness {
 namespace {
@@ -47,6 +49,18 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &action, nullptr);
 }
 
+/// The best config's lowered program (null when it cannot be rebuilt here).
+nlohmann::json best_program(const LoopCommand& opt, const nlohmann::json& best) {
+  std::string error;
+  auto shape = eval::resolve_shape(opt.trial.ev.model, &error);
+  auto target = shape ? eval::resolve_target(opt.trial.ev.gpu, &error) : std::nullopt;
+  auto config = target ? schedule::parse_config(best.value("config", nlohmann::json::object()),
+                                                &error)
+                       : std::nullopt;
+  auto program = config ? schedule::lower(*shape, *target, *config, &error) : std::nullopt;
+  return program ? schedule::to_json(*program) : nlohmann::json();
+}
+
 /// The loop's run directory, named by its run id (known once the loop has run: with --resume it
 /// is the resumed run's): the command line, the summary, and the best config with its verdict.
 void write_loop_run_dir(const std::string& runs_dir, const LoopCommand& opt,
@@ -67,8 +81,8 @@ void write_loop_run_dir(const std::string& runs_dir, const LoopCommand& opt,
   const nlohmann::json best = result.document.value("best", nlohmann::json());
   if (ok && best.is_object() && best.contains("verdict"))
     ok = flywheel::write_trial_files(*run, best.value("config", nlohmann::json::object()),
-                                     nlohmann::json(),
-                                     eval::verdict_from_json(best["verdict"]), &error);
+                                     best_program(opt, best), eval::verdict_from_json(best["verdict"]),
+                                     &error);
   if (!ok) {
     print_error("loop", "run directory: " + error);
     return;

@@ -151,8 +151,8 @@ TEST_F(RunDirTest, LoopWritesItsRunDirectoryBesideItsLogs) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json summary = json::parse(r.out);
   const fs::path run = dir_ / "ws" / "runs" / summary["run_id"].get<std::string>();
-  for (const char* file : {"command.txt", "summary.json", "config.json", "verdict.json",
-                           "correctness.json", "performance.json", "run.json"})
+  for (const char* file : {"command.txt", "summary.json", "config.json", "program.json",
+                           "verdict.json", "correctness.json", "performance.json", "run.json"})
     EXPECT_TRUE(fs::exists(run / file)) << file;
   EXPECT_EQ(read_json(run / "summary.json")["run_id"], summary["run_id"]);
   EXPECT_EQ(read_json(run / "run.json")["kind"], "loop");

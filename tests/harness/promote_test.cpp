@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "flywheel/registry.h"
+#include "harness/json_schema.h"
 #include "tests/harness/run_cli.h"
 #include "schedule/config.h"
 
@@ -109,6 +110,12 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   EXPECT_GE(doc["benchmark"]["speedup"].get<double>(), 1.10);
   EXPECT_NE(doc["message"].get<std::string>().find("not measured"), std::string::npos);
   const json entry = doc["entry"];
+  {
+    std::ifstream in(std::string(MS_SOURCE_DIR) + "/schemas/registry_entry.schema.json");
+    const json schema = json::parse(in);
+    for (const auto& error : check_against_schema(schema, entry))
+      ADD_FAILURE() << "registry_entry.schema.json: " << describe(error);
+  }
   const std::string hash8 = entry["config_hash8"];
   EXPECT_EQ(entry["id"], "toy_h100_f32_" + hash8 + "_v1");
   EXPECT_EQ(entry["latency_kind"], "predicted");
