@@ -178,9 +178,11 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
     opt->on_start = install_stop_handlers;
     opt->loop.stop = &g_stop;
     opt->loop.progress = &std::cerr;
-    const VerbResult result = run_loop_command(*opt);
-    ctx.exit_code = finish_verb("loop", result);
-    if (!runs->second) write_loop_run_dir(runs->first, *opt, result);
+    if (!runs->second)
+      opt->on_end = [runs, command = opt.get()](const VerbResult& result) {
+        write_loop_run_dir(runs->first, *command, result);  // opt owns this hook: no cycle
+      };
+    ctx.exit_code = finish_verb("loop", run_loop_command(*opt));
   });
 }
 

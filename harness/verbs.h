@@ -86,6 +86,9 @@ struct LoopCommand {
   /// Called once the evaluator and the strategy are ready, right before the first trial (the
   /// CLI installs its signal handlers there).
   std::function<void()> on_start;
+  /// Called with the loop's result once it has run (rank 0 of an MPI job too, before the job
+  /// ends); the CLI writes the run directory there.
+  std::function<void(const VerbResult&)> on_end;
 };
 /// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
 /// Under --mpi, a rank other than 0 serves trials and returns a null document.
