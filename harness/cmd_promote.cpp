@@ -79,6 +79,7 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   ev.model = opt.model, ev.gpu = opt.gpu, ev.seed = opt.seed;
   ev.positions = {0};
   ev.device = opt.device;
+  ev.gpu_options.time_baseline = false;  // the gate compares the two configs, not the baselines
   std::string error;
   auto timer = eval::TrialEvaluator::create(ev, &error);
   if (!timer) return {false, "benchmark gate: " + error, {}};

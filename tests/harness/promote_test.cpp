@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "eval/device.h"
 #include "flywheel/registry.h"
 #include "harness/json_schema.h"
 #include "tests/harness/run_cli.h"
@@ -150,6 +151,35 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   EXPECT_FALSE(doc["promoted"]);
   EXPECT_TRUE(doc["verify"]["generate"]["ok"]);
   EXPECT_EQ(flywheel::read_registry(registry_).entries.size(), 1u);
+}
+
+// On a GPU (skipped without one): both gates on measured latencies. Whether toy's candidate
+// clears 1.10x is the GPU's to say; either way the gates' documents are complete and honest.
+TEST_F(PromoteCli, GpuGatesMeasureAndEitherPromoteOrNameTheGate) {
+  if (!eval::gpu_available(nullptr)) GTEST_SKIP() << "no usable CUDA device";
+  const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
+  const auto r = test::run_megasched("promote --model toy --device gpu --tokens 8 --rounds 2 "
+                                     "--config " + candidate + flags(),
+                                     false);
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.out;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["verify"]["status"], "ok") << r.out;
+  EXPECT_EQ(doc["verify"]["device"], "gpu");
+  EXPECT_TRUE(doc["verify"]["generate"]["ok"]);
+  EXPECT_EQ(doc["benchmark"]["latency_kind"], "measured-gpu");
+  EXPECT_EQ(doc["benchmark"]["candidate_us"].size(), 2u);
+  EXPECT_EQ(doc["benchmark"]["incumbent_us"].size(), 2u);
+  if (r.exit_code == 0) {
+    EXPECT_EQ(doc["entry"]["latency_kind"], "measured-gpu");
+    EXPECT_EQ(doc["entry"]["device"], "gpu");
+    EXPECT_FALSE(doc["entry"]["device_name"].get<std::string>().empty());
+  } else {
+    EXPECT_EQ(doc["failed_gate"], "benchmark");
+    EXPECT_NE(doc["message"].get<std::string>().find("benchmark gate failed: candidate"),
+              std::string::npos)
+        << doc["message"];
+    EXPECT_FALSE(fs::exists(registry_));
+  }
 }
 
 TEST_F(PromoteCli, AFailedVerifyGateSaysSo) {
