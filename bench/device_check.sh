@@ -33,6 +33,9 @@
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
 #        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
 #        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names);
+#        stage "kprof" profiles the graph-pdl baseline per kernel (its timeline in place at
+#        KPROF_POSITIONS; with KPROF_NCU=1 also ncu, each kernel alone) into kprof_timeline_POS.json,
+#        kprof_ncu.csv and a per-kernel summary in check.log;
 #        stage "trials" measures issue 14's targets on TRIALS_MODEL (default llama-1b) into
 #        trials.json (bench/trials_summary.py): a checked+timed trial at position 0 and one at 4096
 #        (each cold, then warm: wall seconds of the CLI, the verdict's checks, breakdown_ms,
@@ -208,6 +211,30 @@ if has_stage ncu; then
     fi
     rm -f "$OUT/ncu_run.log"
   done
+fi
+
+if has_stage kprof; then
+  # Per-kernel profile of the graph-pdl baseline (KPROF_MODEL, default llama-1b, at each of
+  # KPROF_POSITIONS, default "0 4096"): the timeline of one replay in place, PDL overlap included
+  # (`megasched baseline --timeline`: kprof_timeline_POS.json), and with KPROF_NCU=1 each kernel
+  # alone under ncu: duration, DRAM bytes and throughput, registers, occupancy (kprof_ncu.csv).
+  # bench/kprof_summary.py prints both per kernel into check.log.
+  KPROF_MODEL=${KPROF_MODEL:-llama-1b}
+  for kpos in ${KPROF_POSITIONS:-0 4096}; do
+    log "kprof: baseline --kind graph-pdl --model $KPROF_MODEL --position $kpos --timeline"
+    "$BUILD/megasched" baseline --kind graph-pdl --model "$KPROF_MODEL" --position "$kpos" \
+      --iterations 20 --timeline > "$OUT/kprof_timeline_$kpos.json" 2>> "$LOG" ||
+      { log "kprof timeline FAILED"; status=1; }
+  done
+  if [ "${KPROF_NCU:-0}" = 1 ]; then
+    log "kprof: ncu on baseline --kind graph-pdl --model $KPROF_MODEL"
+    ncu --clock-control none --kernel-name regex:ms_pdl --launch-count "${KPROF_LAUNCHES:-200}" --csv --print-units base \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,launch__grid_size,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,launch__waves_per_multiprocessor \
+      "$BUILD/megasched" baseline --kind graph-pdl --model "$KPROF_MODEL" --warmup 0 --iterations 1 \
+      > "$OUT/kprof_ncu.csv" 2> "$OUT/kprof_ncu.log" || log "kprof ncu FAILED (kprof_ncu.log)"
+  fi
+  python3 "$ROOT/bench/kprof_summary.py" "$OUT" >> "$LOG" 2>&1 || log "kprof summary FAILED"
+  log "kprof done"
 fi
 
 if has_stage trials; then

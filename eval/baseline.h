@@ -9,13 +9,14 @@
 // eval/baseline_nocuda.cpp reports that no GPU is available.
 //
 // "graph-pdl" (GraphPdlBaseline, eval/baseline_pdl_cuda.cpp, kernels in
-// vm/device/pdl_baseline.cuh): the pipeline done well: hand-written bf16/fp32 GEMVs streaming
-// 16-byte loads into registers with fp32 accumulation, RMSNorm fused into the next GEMV's prologue,
-// RoPE + KV append in the QKV epilogue, residual adds in epilogues, split-KV attention whose splits
-// are combined by the last split block to finish, the down projection split along K into fp32
-// partials that the last split block reduces into the residual, the argmax over the LM head's
-// blocks, and programmatic dependent launch on sm_90 (each kernel's weights load while its
-// predecessor finishes): 3 + 5 x layers kernels per step.
+// vm/device/pdl_baseline.cuh): the pipeline done well: hand-written bf16/fp32 GEMVs in one wave of
+// persistent blocks, each warp streaming its row pairs' 16-byte vectors double-buffered in
+// registers with fp32 accumulation, RMSNorm fused into the next GEMV's prologue, RoPE + KV append
+// in the QKV epilogue, residual adds in epilogues, split-KV attention whose splits are combined by
+// the last split block to finish, the argmax over the LM head's blocks, and programmatic dependent
+// launch on sm_90 (each kernel's first weights load while its predecessor finishes): 2 + 5 x
+// layers kernels per step. Each GEMV's blocks per SM (one or two) is chosen by measurement when
+// the baseline is created (info: gemv_blocks_per_sm, and gemv_tuning with every geometry tried).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,12 @@ class Baseline {
   virtual double time_step_us(int32_t token, int32_t position, bool flush_l2) = 0;
   /// Graph nodes, kernel build key and what the kind adds.
   virtual const nlohmann::json& info() const = 0;
+  /// One replay at (token, position) with each kernel's start, passage of its wait for the
+  /// predecessors and end stamped by the GPU's global timer, for the kinds whose kernels are the
+  /// project's own (nullopt otherwise). See GraphPdlBaseline::timeline.
+  virtual std::optional<nlohmann::json> timeline(int32_t /*token*/, int32_t /*position*/) {
+    return std::nullopt;
+  }
 };
 
 /// Every baseline kind, in the order they are built and timed: {"cublas", "graph-pdl"}.
@@ -97,8 +104,16 @@ class GraphPdlBaseline : public Baseline {
   std::vector<float> step(int32_t token, int32_t position) override;
   int32_t last_argmax() override;
   double time_step_us(int32_t token, int32_t position, bool flush_l2) override;
-  /// Graph nodes, kernels per step, whether PDL is on, the attention splits, the build key.
+  /// Graph nodes, kernels per step, whether PDL is on, the attention splits, the GEMV geometry
+  /// and its tuning, the build key.
   const nlohmann::json& info() const override { return info_; }
+  /// {"step_us", "kernels": [{"kernel", "start_us", "first_wait_us", "last_wait_us", "end_us"}]
+  /// (from the first kernel's start, in launch order), "by_kernel": {name: {"launches",
+  /// "critical_us" (the sum of each launch's end minus its predecessor's end: the step's time
+  /// spent on it), "released_us" (the sum of first wait passed minus predecessor's end: the
+  /// dependency hop), "after_wait_us" (the sum of end minus last wait passed)}}}. The replay runs
+  /// a second graph with the stamps on (a null test per block when off).
+  std::optional<nlohmann::json> timeline(int32_t token, int32_t position) override;
 
   struct Impl;
 
@@ -108,8 +123,8 @@ class GraphPdlBaseline : public Baseline {
   nlohmann::json info_;
 };
 
-/// Why the graph-pdl kernels cannot serve `shape` (empty when they can): every GEMV computes
-/// whole pairs of rows of whole 16-byte vectors.
+/// Why the graph-pdl kernels cannot serve `shape` (empty when they can): every GEMV row is whole
+/// 16-byte vectors and its input fits in shared memory.
 std::string graph_pdl_misfit(const schedule::ModelShape& shape);
 
 /// One baseline kind's median latency in a run.
@@ -128,6 +143,7 @@ struct BaselineTiming {
   int warmup = 10;              // untimed replays
   int iterations = 100;         // timed replays
   uint64_t seed = 0;            // the token sequence's seed (evaluate's)
+  bool timeline = false;        // add the per-kernel timeline of one replay (graph-pdl only)
 };
 
 /// `megasched baseline`: the baseline of timing.kind checked against the eager reference at
@@ -135,8 +151,9 @@ struct BaselineTiming {
 /// and held to the floor of `target` (the live device): {"model", "device", "position",
 /// "latency_us", "latency_p90_us", "latency_spread_us", "iterations", "l2_flushed", "floor_us",
 /// "floor_datasheet_us", "bytes_min", "check_position_0", "kind", "info", and "pct_of_floor" /
-/// "pct_of_datasheet", or "note" without "latency_us" when the median is below the floor}. nullopt
-/// with *error when the baseline cannot be built or a device call fails.
+/// "pct_of_datasheet", or "note" without "latency_us" when the median is below the floor, and
+/// "timeline" when asked}. nullopt with *error when the baseline cannot be built, has no timeline
+/// when one is asked for, or a device call fails.
 std::optional<nlohmann::json> time_baseline(const schedule::Weights& weights,
                                             const schedule::GpuTarget& target,
                                             const BaselineTiming& timing, std::string* error);

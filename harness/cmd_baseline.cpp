@@ -20,6 +20,7 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
     int warmup = 10;
     int iterations = 100;
     uint64_t seed = 0;
+    bool timeline = false;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -40,6 +41,10 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
+  cmd->add_flag("--timeline", opt->timeline,
+                "Add the per-kernel timeline of one more replay at --position (graph-pdl only): "
+                "each launch's start, wait for its predecessors passed and end, by the GPU's "
+                "global timer, and per kernel the step's time spent on it");
   cmd->callback([&ctx, opt] {
     std::string error;
     // The arguments first, so a bad one is reported as such on any machine.
@@ -52,6 +57,11 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
     if (opt->position >= shape->max_seq) {
       print_error("baseline", "--position must lie in [0, " + std::to_string(shape->max_seq - 1) +
                                   "] for model " + shape->name);
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    if (opt->timeline && opt->kind != "graph-pdl") {
+      print_error("baseline", "--timeline needs --kind graph-pdl (the cuBLAS kernels carry no stamps)");
       ctx.exit_code = kExitUsage;
       return;
     }
@@ -86,6 +96,7 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
     timing.warmup = opt->warmup;
     timing.iterations = opt->iterations;
     timing.seed = opt->seed;
+    timing.timeline = opt->timeline;
     const auto out = eval::time_baseline(*weights, *target, timing, &error);
     if (!out) {
       print_error("baseline", error);

@@ -53,10 +53,7 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape) {
 }
 
 std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape) {
-  std::vector<std::string> d = baseline_defines(shape);
-  for (std::string& define : d)
-    if (define.rfind("MS_THREADS=", 0) == 0) define = "MS_THREADS=128";
-  return d;
+  return baseline_defines(shape);  // the graph-pdl kernels also run 256 threads per block
 }
 
 std::string build_identity() {

@@ -56,7 +56,7 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
 std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
 
 /// The -D options of the graph-pdl baseline kernels (vm/device/pdl_baseline.cuh): the baseline's
-/// with 128 threads per block.
+/// (256 threads per block).
 std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape);
 
 /// Compiles (or loads from the cache) one cubin. Never throws for a compile error: it is in

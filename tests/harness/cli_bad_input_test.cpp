@@ -296,6 +296,7 @@ const Row kRows[] = {
     {"baseline --warmup -1", 2, "--warmup"},
     {"baseline --model tyo", 2, "did you mean 'toy'"},  // exit 3 without a GPU
     {"baseline --kind cudnn", 2, "--kind"},
+    {"baseline --timeline", 2, "--timeline needs --kind graph-pdl"},
     // bench: every argument is checked before the GPU is looked for
     {"bench --model tyo", 2, "did you mean 'toy'"},
     {"bench --model toy --positions 0,999", 2, "--positions: 999 is not in [0, 127]"},

@@ -298,14 +298,14 @@ TEST(CublasBaseline, MatchesEagerWithinBf16ActivationRounding) {
   EXPECT_GT(base->time_step_us(refs.tokens[0], 0, true), 0.0);
 }
 
-/// The graph-pdl baseline against eager, filled step by step past one attention split of keys
-/// (the split-KV combine then merges several partial softmaxes).
+/// The graph-pdl baseline against eager, filled step by step: positions under 32 keys use one
+/// attention split, later ones several (the split-KV combine then merges partial softmaxes).
 void expect_graph_pdl_matches_eager(const schedule::Weights& w, const std::vector<int>& positions) {
   const Refs refs = eager_refs(w, positions);
   std::string err;
   auto base = eval::GraphPdlBaseline::create(w, &err);
   ASSERT_TRUE(base) << err;
-  EXPECT_EQ(base->info().value("kernels_per_step", 0), 3 + 5 * w.shape.layers) << base->info();
+  EXPECT_EQ(base->info().value("kernels_per_step", 0), 2 + 5 * w.shape.layers) << base->info();
   size_t next = 0;
   for (int p = 0; p <= positions.back(); ++p) {
     const auto logits = base->step(refs.tokens[static_cast<size_t>(p)], p);
@@ -317,6 +317,20 @@ void expect_graph_pdl_matches_eager(const schedule::Weights& w, const std::vecto
     ++next;
   }
   EXPECT_GT(base->time_step_us(refs.tokens[0], positions.back(), true), 0.0);
+  // The timeline: every launch stamped in order, and the plain graph back afterwards.
+  const int last = positions.back();
+  const auto tl = base->timeline(refs.tokens[static_cast<size_t>(last)], last);
+  ASSERT_TRUE(tl);
+  ASSERT_EQ((*tl)["kernels"].size(), static_cast<size_t>(2 + 5 * w.shape.layers));
+  for (const auto& k : (*tl)["kernels"]) {
+    EXPECT_LE(k["start_us"].get<double>(), k["first_wait_us"].get<double>()) << k;
+    EXPECT_LE(k["first_wait_us"].get<double>(), k["last_wait_us"].get<double>()) << k;
+    EXPECT_LE(k["last_wait_us"].get<double>(), k["end_us"].get<double>()) << k;
+  }
+  EXPECT_EQ((*tl)["by_kernel"]["ms_pdl_lm_head"]["launches"], 1);
+  EXPECT_GT((*tl)["step_us"].get<double>(), 0.0);
+  const auto again = base->step(refs.tokens[static_cast<size_t>(last)], last);
+  EXPECT_TRUE(eval::compare_logits(again, refs.logits.back(), w.shape.dtype).pass);
 }
 
 TEST(GraphPdlBaseline, MatchesEagerOnToyInBothDtypes) {
@@ -326,6 +340,10 @@ TEST(GraphPdlBaseline, MatchesEagerOnToyInBothDtypes) {
     // toy: 128 positions over 2 KV heads, so past position 1 every split holds a key or more.
     expect_graph_pdl_matches_eager(schedule::generate_weights(toy_shape(dtype), 2), {0, 1, 5, 70});
   }
+  // An odd vocabulary: the LM head's last task holds a lone row.
+  schedule::ModelShape odd = toy_shape(schedule::DType::kBF16);
+  odd.vocab += 1;
+  expect_graph_pdl_matches_eager(schedule::generate_weights(odd, 4), {0, 40});
 }
 
 TEST(GraphPdlBaseline, MatchesEagerOnSmall) {
