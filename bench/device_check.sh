@@ -40,7 +40,12 @@
 #        trials.json (bench/trials_summary.py): a checked+timed trial at position 0 and one at 4096
 #        (each cold, then warm: wall seconds of the CLI, the verdict's checks, breakdown_ms,
 #        reference and cubin_cache) and `loop --device gpu` trials per minute over TRIALS_BUDGET
-#        (default 20) trials, with fresh kernel and reference caches under OUT_DIR/trials_ws
+#        (default 20) trials, with fresh kernel and reference caches under OUT_DIR/trials_ws;
+#        stage "promote" runs `megasched promote` of PROMOTE_CONFIG for PROMOTE_MODEL on PROMOTE_GPU
+#        (default bench/configs/best_1b.json on llama-1b; verify gate at PROMOTE_POSITIONS,
+#        default 0,1024,4096, and generate --verify 64 tokens; PROMOTE_ROUNDS interleaved rounds) into
+#        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
+#        `registry verify` of the entry it wrote
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -53,12 +58,17 @@ MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*:PromoteCli.Gpu*}
 PEER_SHAPE=${PEER_SHAPE:-llama-1b}
 COMPARE=${COMPARE:-llama-1b@0,1024,4096 small@0,1024 llama-8b@0}
 PROFILES=${PROFILES:-llama-1b@0@default}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
+PROMOTE_MODEL=${PROMOTE_MODEL:-llama-1b}
+PROMOTE_GPU=${PROMOTE_GPU:-h100}
+PROMOTE_CONFIG=${PROMOTE_CONFIG:-$ROOT/bench/configs/best_1b.json}
+PROMOTE_POSITIONS=${PROMOTE_POSITIONS:-0,1024,4096}
+PROMOTE_ROUNDS=${PROMOTE_ROUNDS:-3}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
 LOG="$OUT/check.log"
 status=0
@@ -359,6 +369,25 @@ if has_stage compare; then
       status=1
     fi
   done
+fi
+
+if has_stage promote; then
+  log "promote --model $PROMOTE_MODEL --gpu $PROMOTE_GPU --config $PROMOTE_CONFIG" \
+    "--positions $PROMOTE_POSITIONS --rounds $PROMOTE_ROUNDS"
+  timeout 540 "$BUILD/megasched" promote --model "$PROMOTE_MODEL" --gpu "$PROMOTE_GPU" \
+    --device gpu --config "$PROMOTE_CONFIG" --positions "$PROMOTE_POSITIONS" \
+    --rounds "$PROMOTE_ROUNDS" --registry "$OUT/verified.jsonl" --runs-dir "$OUT/runs" \
+    > "$OUT/promote.json" 2>> "$LOG"
+  code=$?
+  log "promote exit $code: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("message",""))' "$OUT/promote.json" 2>/dev/null)"
+  [ $code -ne 0 ] && status=1
+  "$BUILD/megasched" registry list --registry "$OUT/verified.jsonl" >> "$LOG" 2>&1
+  id=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("entry",{}).get("id",""))' "$OUT/promote.json" 2>/dev/null)
+  if [ -n "$id" ]; then
+    timeout 300 "$BUILD/megasched" registry verify "$id" --device gpu --positions 0 \
+      --registry "$OUT/verified.jsonl" >> "$LOG" 2>&1
+    log "registry verify $id exit $?"
+  fi
 fi
 
 log "device_check done (status $status)"

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "eval/bottleneck.h"
 #include "eval/baseline.h"
 #include "eval/eager.h"
 #include "eval/gpu_reference.h"
@@ -267,6 +268,20 @@ std::string trial_schedule_id(const schedule::ScheduleConfig& config, const std:
                             std::to_string(ms_abi::kAbiVersion) + "|" + device + at);
 }
 
+namespace {
+
+// The verdict's bottleneck class (eval/bottleneck.h); the cost model gives the program's
+// dependent stages, which only a correct trial with a latency needs.
+json bottleneck_of(const Verdict& v, const schedule::Program& program, const ModelShape& shape,
+                   const schedule::GpuTarget& target) {
+  double stages = 0.0;
+  if (v.correct && v.latency_us)
+    stages = schedule::predict(program, shape, target, v.timed_position, v.floor_us)
+                 .critical_path_stages;
+  return classify_verdict(v, stages, target.num_sms);
+}
+}  // namespace
+
 std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) const {
   return trial_schedule_id(config, weights_.shape.name, options_.seed, target_.name,
                            options_.device, options_.timed_position);
@@ -292,6 +307,7 @@ Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
   }
   breakdown["validate"] = prepared.validate_ms;
   Verdict v = judge(*prepared.program, prepared.report, schedule_id(config), std::move(breakdown));
+  v.bottleneck = bottleneck_of(v, *prepared.program, weights_.shape, target_);
   v.breakdown_ms["total"] = ms_since(t0);
   return v;
 }
@@ -319,6 +335,7 @@ Verdict TrialEvaluator::evaluate_program(const schedule::Program& program,
   }
   const schedule::ValidationReport report = schedule::validate(program, target_);
   Verdict v = judge(program, report, schedule_id, {{"lower", 0.0}, {"validate", ms_since(t0)}});
+  v.bottleneck = bottleneck_of(v, program, weights_.shape, target_);
   v.breakdown_ms["total"] = ms_since(t0);
   return v;
 }
@@ -461,6 +478,7 @@ bool TrialEvaluator::record_reference_vm_check(int position, int start,
                        {"rel_err", std::isfinite(c.rel_err) ? c.rel_err : 1e300},
                        {"max_abs_err", std::isfinite(c.max_abs_err) ? c.max_abs_err : 1e300},
                        {"argmax_match", c.argmax_match},
+                       {"worst_logit", worst_logit_json(c)},
                        {"pass", c.pass && argmax_ok}});
   if (!argmax_ok)
     v->notes.push_back("program argmax task wrote " + std::to_string(step.argmax) +
@@ -563,6 +581,10 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
   for (const auto& b : g.baselines) {
     if (b.samples_us.empty()) continue;
     medians.push_back({b.kind, sample_stats(b.samples_us).median});
+    // Each baseline's median beside its build facts (the run directory's performance.json).
+    if (v->kernel.is_object() && v->kernel.contains("baselines") &&
+        v->kernel["baselines"].contains(b.kind))
+      v->kernel["baselines"][b.kind]["median_us"] = medians.back().median_us;
     v->notes.push_back(b.kind + " CUDA-graph baseline median " +
                        std::to_string(medians.back().median_us) + " us (same run)");
   }

@@ -174,6 +174,7 @@ class GpuTrial {
                          {"max_abs_err", std::isfinite(c.max_abs_err) ? c.max_abs_err : 1e300},
                          {"argmax_match", c.argmax_match},
                          {"kernel_argmax", s.argmax},
+                         {"worst_logit", worst_logit_json(c)},
                          {"pass", c.pass && argmax_task_ok}});
     if (!c.pass)
       evidence->push_back("GPU kernel differs from the reference at position " +

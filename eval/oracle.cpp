@@ -24,10 +24,16 @@ Comparison compare_logits(const std::vector<float>& out, const std::vector<float
   c.finite = true;
   size_t out_arg = 0, ref_arg = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
+    const bool first_non_finite = c.finite && !std::isfinite(out[i]);
     if (!std::isfinite(out[i])) c.finite = false;
     const double d = static_cast<double>(out[i]) - ref[i];
     diff2 += d * d;
     ref2 += static_cast<double>(ref[i]) * ref[i];
+    if (first_non_finite || (c.finite && (i == 0 || std::abs(d) > c.max_abs_err))) {
+      c.worst_index = i;
+      c.worst_out = out[i];
+      c.worst_ref = ref[i];
+    }
     c.max_abs_err = std::max(c.max_abs_err, std::abs(d));
     if (out[i] > out[out_arg]) out_arg = i;
     if (ref[i] > ref[ref_arg]) ref_arg = i;
@@ -39,6 +45,13 @@ Comparison compare_logits(const std::vector<float>& out, const std::vector<float
   c.pass =
       c.finite && c.argmax_match && c.rel_err <= tol.rel_err && c.max_abs_err <= tol.max_abs_err;
   return c;
+}
+
+nlohmann::json worst_logit_json(const Comparison& c) {
+  auto finite_or_null = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); };
+  return {{"index", c.worst_index},
+          {"value", finite_or_null(c.worst_out)},
+          {"reference", finite_or_null(c.worst_ref)}};
 }
 
 }  // namespace megasched::eval

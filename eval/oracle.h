@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "schedule/model.h"
 
 namespace megasched::eval {
@@ -24,9 +26,17 @@ struct Comparison {
   bool argmax_match = false;
   bool finite = false;  // no NaN / inf in the output
   bool pass = false;    // finite && argmax_match && within tolerance
+  // The logit with the largest |out - ref| (the first non-finite one when there is one): its
+  // index and both values, for the run directory's correctness.json.
+  size_t worst_index = 0;
+  double worst_out = 0.0;
+  double worst_ref = 0.0;
 };
 
 Comparison compare_logits(const std::vector<float>& out, const std::vector<float>& ref,
                           schedule::DType dtype);
+
+/// {"index", "value", "reference"} of the comparison's worst logit (a non-finite value as null).
+nlohmann::json worst_logit_json(const Comparison& c);
 
 }  // namespace megasched::eval

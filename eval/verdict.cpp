@@ -49,6 +49,7 @@ json to_json(const Verdict& v) {
       {"notes", v.notes},
       {"kernel", v.kernel},
       {"breakdown_ms", v.breakdown_ms},
+      {"bottleneck", v.bottleneck},
       {"checks", v.checks},
       {"reference", v.reference},
   };
@@ -89,6 +90,8 @@ Verdict verdict_from_json(const json& j) {
   v.notes = j.value("notes", std::vector<std::string>{});
   v.kernel = j.value("kernel", json::object());
   v.breakdown_ms = j.value("breakdown_ms", json::object());
+  // Verdicts logged before the bottleneck class existed read as unclassified.
+  if (j.contains("bottleneck") && j["bottleneck"].is_object()) v.bottleneck = j["bottleneck"];
   v.checks = j.value("checks", json::array());
   v.reference = j.value("reference", json::object());
   return v;

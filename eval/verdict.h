@@ -46,6 +46,9 @@ struct Verdict {
   // Wall time of the trial's phases in ms (lower, validate, reference_check, then on a GPU
   // compile_and_load, gpu_check, baseline, time, recheck; on a CPU predict) and their total.
   nlohmann::json breakdown_ms = nlohmann::json::object();
+  // The bottleneck class (eval/bottleneck.h): {"class", "source", "reason"}, null when the trial
+  // has no latency to classify.
+  nlohmann::json bottleneck = nullptr;
   // Every comparison made, one entry per (path, position): {"path": "reference_vm" | "gpu",
   // "position", "window_start" (the VM ran from there; the KV cache before it was the
   // reference's), "rel_err", "max_abs_err", "argmax_match", "pass"} (gpu: also "kernel_argmax").

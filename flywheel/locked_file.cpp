@@ -223,6 +223,51 @@ bool append_lines_locked(const std::string& path, const std::string& header,
   return true;
 }
 
+bool append_lines_locked_after_read(const std::string& path, const LinesFromExisting& make_lines,
+                                    std::string* error) {
+  std::error_code ec;
+  auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (error) *error = "cannot append to " + not_a_log(path, st);
+    return false;
+  }
+  LockedFd file(path, O_RDWR | O_CREAT | O_APPEND, LOCK_EX);
+  if (file.fd() < 0 || ::fstat(file.fd(), &st) != 0) {
+    if (error) *error = "cannot open " + path + " for appending: " + std::strerror(errno);
+    return false;
+  }
+  off_t size = st.st_size;
+  char last = '\n';
+  if (size > 0 && ::pread(file.fd(), &last, 1, size - 1) == 1 && last != '\n') {
+    size = quarantine_torn_tail(file.fd(), path, size, error);
+    if (size < 0) return false;
+  }
+  std::string content(static_cast<size_t>(size), '\0');
+  if (size > 0 && ::pread(file.fd(), content.data(), content.size(), 0) != size) {
+    if (error) *error = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::vector<std::string> existing;
+  for (size_t start = 0; start < content.size();) {
+    const size_t end = content.find('\n', start);
+    existing.push_back(content.substr(start, end - start));
+    start = end + 1;
+  }
+  const std::optional<std::vector<std::string>> lines = make_lines(existing, error);
+  if (!lines) return false;
+  std::string out;
+  for (const std::string& line : *lines) out += line + "\n";
+  if (!write_all(file.fd(), out) || ::fsync(file.fd()) != 0) {
+    if (error) *error = "cannot write " + path + ": " + std::strerror(errno);
+    if (::ftruncate(file.fd(), size) != 0) { /* the next append quarantines it */
+    }
+    return false;
+  }
+  return true;
+}
+
 LinesRead read_lines_shared(const std::string& path) {
   LinesRead result;
   struct stat st {};

@@ -10,6 +10,8 @@
 // record. Only regular files are logs: a directory, a device (/dev/zero) or a pipe is refused.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,17 @@ namespace megasched::flywheel {
 /// Returns false with *error on an I/O failure or when `path` is not a regular file.
 bool append_lines_locked(const std::string& path, const std::string& header,
                          const std::vector<std::string>& lines, std::string* error);
+
+/// Makes the lines to append from the complete lines already in the file, under the append lock:
+/// nullopt (with *error) appends nothing.
+using LinesFromExisting = std::function<std::optional<std::vector<std::string>>(
+    const std::vector<std::string>& existing, std::string* error)>;
+
+/// The append of append_lines_locked (no header) whose lines are made under the same exclusive
+/// lock from what the file holds then, so a number derived from the file (the registry's next
+/// version) is never taken twice by two writers; the file is fsync'd before the lock is released.
+bool append_lines_locked_after_read(const std::string& path, const LinesFromExisting& make_lines,
+                                    std::string* error);
 
 /// The quarantine file of a log: where append_lines_locked moves its torn lines.
 std::string quarantine_path(const std::string& path);

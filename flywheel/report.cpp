@@ -140,6 +140,15 @@ json build_report(const std::vector<ResultRow>& rows, const std::vector<CorpusRe
       effects.push_back({{"knob", spec.path}, {"values", values}});
     }
     group["knob_effects"] = effects;
+    // The bottleneck class of each trial (eval/bottleneck.h); "none": no latency to classify.
+    json bottlenecks = {{"memory", 0}, {"latency-sync", 0}, {"compute", 0}, {"launch", 0},
+                        {"none", 0}};
+    for (const CorpusRecord* r : g.records) {
+      const json& b = r->verdict.bottleneck;
+      const std::string c = b.is_object() ? b.value("class", "none") : "none";
+      bottlenecks[c] = bottlenecks.value(c, 0) + 1;
+    }
+    group["bottleneck_counts"] = bottlenecks;
     out["groups"].push_back(group);
   }
   return out;

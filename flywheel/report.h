@@ -22,7 +22,8 @@ namespace megasched::flywheel {
 ///                         "speedup_vs_default", "floor_us", "config", "verdict"} | null,
 ///                "best_so_far": [{"index", "run_id", "trial", "status", "latency_us", "best_us"}],
 ///                "knob_effects": [{"knob", "values": [{"value", "count", "with_latency",
-///                                                      "median_us"}]}]}]}
+///                                                      "median_us"}]}],
+///                "bottleneck_counts": {"memory", "latency-sync", "compute", "launch", "none"}}]}
 /// Rows are grouped in order of first appearance; best_so_far follows file order.
 nlohmann::json build_report(const std::vector<ResultRow>& rows,
                             const std::vector<CorpusRecord>& records);

@@ -201,6 +201,12 @@ std::string report_text(const json& report) {
     for (const auto& [status, count] : g["status_counts"].items())
       t << " " << status << "=" << count.get<int>();
     t << "\n";
+    if (g.contains("bottleneck_counts")) {
+      t << "bottleneck:";
+      for (const auto& [name, count] : g["bottleneck_counts"].items())
+        t << " " << name << "=" << count.get<int>();
+      t << "\n";
+    }
     const json& best = g["best"];
     if (best.is_null()) {
       t << "best: none (no correct trial with a latency)\n";

@@ -12,6 +12,7 @@
 
 #include <sys/stat.h>
 
+#include "flywheel/registry.h"
 #include "harness/commands.h"
 #include "schedule/named_configs.h"
 
@@ -50,11 +51,13 @@ std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
   // "default" is the config `propose` prints for a fresh search: every knob at its default.
   if (path.empty() || path == "default") return schedule::ScheduleConfig{};
   if (schedule::is_config_name(path)) {
-    auto named = schedule::find_named_config(path, error);
+    // The newest verified registry entry first, then the built-in preset (flywheel/registry.h).
+    auto named = flywheel::resolve_best_name(path, flywheel::default_registry_path(), error);
     if (!named) return std::nullopt;
     std::string why;
     auto config = schedule::parse_config(named->config, &why);
-    if (!config && error) *error = "named config '" + path + "': " + why;
+    if (!config && error)
+      *error = "named config '" + path + "' (" + named->source + " " + named->detail + "): " + why;
     return config;
   }
   auto text = read_text(path, error);

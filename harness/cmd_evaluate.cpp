@@ -3,6 +3,7 @@
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/run_record.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
 #include "schedule/lower.h"
@@ -17,6 +18,8 @@ struct Options {
   std::string program;
   bool no_baseline = false;
   std::string save_program;
+  std::string runs_dir = "workspace/runs";
+  bool no_run_dir = false;
 };
 
 int fail(int code, const std::string& message) {
@@ -51,28 +54,41 @@ int run_evaluate(Options& opt) {
   bool environment = false;
   auto evaluator = eval::TrialEvaluator::create(ev, &error, &environment);
   if (!evaluator) return fail(environment ? kExitEnvironment : kExitUsage, error);
-  eval::Verdict verdict;
-  if (program) {
-    if (!evaluator->check_program(*program, &error))
-      return fail(kExitUsage, "program '" + opt.program + "' does not fit model " +
-                                  evaluator->shape().name + " on " + evaluator->target().name +
-                                  ": " + error);
-    verdict = evaluator->evaluate_program(*program,
-                                          schedule::hash_hex(schedule::to_json(*program).dump()));
-  } else {
-    if (!opt.save_program.empty()) {
-      // A config that does not lower has no program to save; its verdict says why (rejected).
-      auto lowered = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
-      if (!lowered)
-        print_error("evaluate", "--save-program: nothing saved, the config does not lower");
-      else if (!write_text_file(opt.save_program, schedule::to_json(*lowered).dump() + "\n",
-                                &error))
-        return fail(kExitEnvironment, "--save-program: " + error);
-    }
-    verdict = evaluator->evaluate(*config);
+  // Input checks and --save-program first: a refused input is one stderr line, no run.
+  if (program && !evaluator->check_program(*program, &error))
+    return fail(kExitUsage, "program '" + opt.program + "' does not fit model " +
+                                evaluator->shape().name + " on " + evaluator->target().name +
+                                ": " + error);
+  if (config && !opt.save_program.empty()) {
+    // A config that does not lower has no program to save; its verdict says why (rejected).
+    auto lowered = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
+    if (!lowered)
+      print_error("evaluate", "--save-program: nothing saved, the config does not lower");
+    else if (!write_text_file(opt.save_program, schedule::to_json(*lowered).dump() + "\n",
+                              &error))
+      return fail(kExitEnvironment, "--save-program: " + error);
   }
+  std::optional<flywheel::RunDir> run;
+  if (!opt.no_run_dir && !(run = start_run(opt.runs_dir, "evaluate", &error)))
+    return fail(kExitEnvironment, error);
+  const eval::Verdict verdict =
+      program ? evaluator->evaluate_program(*program,
+                                            schedule::hash_hex(schedule::to_json(*program).dump()))
+              : evaluator->evaluate(*config);
   print_json(eval::to_json(verdict));
-  return verdict_exit_code(verdict);
+  const int code_of_verdict = verdict_exit_code(verdict);
+  if (run) {
+    nlohmann::json program_json = program ? schedule::to_json(*program) : nlohmann::json();
+    if (config) {
+      auto lowered = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
+      if (lowered) program_json = schedule::to_json(*lowered);
+    }
+    const nlohmann::json config_json = config ? schedule::to_json(*config) : nlohmann::json();
+    if (!flywheel::write_trial_files(*run, config_json, program_json, verdict, &error))
+      print_error("evaluate", "run directory: " + error);
+    end_run(*run, code_of_verdict);
+  }
+  return code_of_verdict;
 }
 
 }  // namespace
@@ -103,6 +119,7 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--no-baseline", opt->no_baseline, "Skip the cuBLAS CUDA-graph baseline (GPU)");
   cmd->add_option("--save-program", opt->save_program,
                   "Write the lowered program JSON to this file");
+  add_runs_dir_flags(cmd, &opt->runs_dir, &opt->no_run_dir);
   cmd->callback([&ctx, opt] { ctx.exit_code = run_evaluate(*opt); });
 }
 

@@ -9,14 +9,20 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/run_record.h"
 #include "harness/strategy.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
+#include "schedule/lower.h"
 
 namespace megasched::harness {
 namespace {
@@ -41,6 +47,48 @@ void install_stop_handlers() {
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+}
+
+/// The best config's lowered program (null when it cannot be rebuilt here).
+nlohmann::json best_program(const LoopCommand& opt, const nlohmann::json& best) {
+  std::string error;
+  auto shape = eval::resolve_shape(opt.trial.ev.model, &error);
+  auto target = shape ? eval::resolve_target(opt.trial.ev.gpu, &error) : std::nullopt;
+  auto config = target ? schedule::parse_config(best.value("config", nlohmann::json::object()),
+                                                &error)
+                       : std::nullopt;
+  auto program = config ? schedule::lower(*shape, *target, *config, &error) : std::nullopt;
+  return program ? schedule::to_json(*program) : nlohmann::json();
+}
+
+/// The loop's run directory, named by its run id (known once the loop has run: with --resume it
+/// is the resumed run's): the command line, the summary, and the best config with its verdict.
+void write_loop_run_dir(const std::string& runs_dir, const LoopCommand& opt,
+                        const VerbResult& result) {
+  if (!result.document.is_object() || !result.document.contains("run_id")) return;
+  std::string root = runs_dir;
+  if (root.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(opt.loop.results_path).parent_path();
+    root = (parent.empty() ? std::filesystem::path("runs") : parent / "runs").string();
+  }
+  std::string error;
+  auto run = flywheel::open_run_dir(root, result.document["run_id"].get<std::string>(), "loop", command_line(),
+                                    std::chrono::duration<double>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count(),
+                                    &error);
+  bool ok = run && flywheel::write_run_json(*run, "summary.json", result.document, &error);
+  const nlohmann::json best = result.document.value("best", nlohmann::json());
+  if (ok && best.is_object() && best.contains("verdict"))
+    ok = flywheel::write_trial_files(*run, best.value("config", nlohmann::json::object()),
+                                     best_program(opt, best), eval::verdict_from_json(best["verdict"]),
+                                     &error);
+  if (!ok) {
+    print_error("loop", "run directory: " + error);
+    return;
+  }
+  std::fprintf(stderr, "megasched loop: run %s (%s)\n", run->run_id.c_str(), run->path.c_str());
+  end_run(*run, result.exit_code);
 }
 
 }  // namespace
@@ -121,10 +169,19 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "Seconds a worker trial may take before it is killed (timeout)")
       ->check(finite_number_in(0.0, 7 * 24 * 3600.0, /*min_exclusive=*/true))
       ->capture_default_str();
-  cmd->callback([&ctx, opt] {
+  auto runs = std::make_shared<std::pair<std::string, bool>>("", false);
+  cmd->add_option("--runs-dir", runs->first,
+                  "Folder of run directories (default: runs/ beside --results); the loop writes "
+                  "<runs-dir>/<run id>/ when it ends");
+  cmd->add_flag("--no-run-dir", runs->second, "Write no run directory for this run");
+  cmd->callback([&ctx, opt, runs] {
     opt->on_start = install_stop_handlers;
     opt->loop.stop = &g_stop;
     opt->loop.progress = &std::cerr;
+    if (!runs->second)
+      opt->on_end = [runs, command = opt.get()](const VerbResult& result) {
+        write_loop_run_dir(runs->first, *command, result);  // opt owns this hook: no cycle
+      };
     ctx.exit_code = finish_verb("loop", run_loop_command(*opt));
   });
 }

@@ -7,16 +7,34 @@
 #include <cstdio>
 #include <fstream>
 
+#include "eval/bottleneck.h"
 #include "eval/device.h"
 #include "eval/evaluate.h"
 #include "eval/prepare.h"
 #include "eval/profile.h"
 #include "eval/profile_run.h"
+#include "eval/roofline.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/run_record.h"
 #include "harness/trial_flags.h"
 
 namespace megasched::harness {
+namespace {
+
+/// The profile's run directory: the config, the program, the timeline (with its bottleneck).
+void write_profile_run_dir(flywheel::RunDir& run, const nlohmann::json& config,
+                           const nlohmann::json& program, const nlohmann::json& timeline,
+                           int exit_code) {
+  std::string error;
+  if (!flywheel::write_run_json(run, "config.json", config, &error) ||
+      !flywheel::write_run_json(run, "program.json", program, &error) ||
+      !flywheel::write_run_json(run, "timeline.json", timeline, &error))
+    print_error("profile", "run directory: " + error);
+  end_run(run, exit_code);
+}
+
+}  // namespace
 
 void add_profile_command(CLI::App& app, CliContext& ctx) {
   struct Options {
@@ -30,6 +48,8 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
     int top = 15;
     uint64_t seed = 0;
     bool json = false;
+    std::string runs_dir = "workspace/runs";
+    bool no_run_dir = false;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -60,6 +80,7 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print the whole analysis as JSON instead of the table");
+  add_runs_dir_flags(cmd, &opt->runs_dir, &opt->no_run_dir);
   cmd->callback([&ctx, opt] {
     std::string error;
     auto fail = [&](int code, const std::string& message) {
@@ -113,7 +134,21 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
     po.token = opt->token;
     po.warmup = opt->warmup;
     po.seed = opt->seed;
+    std::optional<flywheel::RunDir> run_dir;
+    if (!opt->no_run_dir && !(run_dir = start_run(opt->runs_dir, "profile", &error)))
+      return fail(kExitEnvironment, error);
     eval::ProfileRun run = eval::profile_on_gpu(*prepared.program, *weights, po);
+    if (run.doc.is_object() && run.doc.contains("kernel_info")) {
+      const nlohmann::json& info = run.doc["kernel_info"];
+      run.doc["bottleneck"] = eval::classify_profile(
+          run.doc, info, eval::floor_for(*shape, *target, opt->position).floor_us,
+          info.value("grid_blocks", 0), target->num_sms);
+    }
+    if (run_dir) {
+      write_profile_run_dir(*run_dir, schedule::to_json(*config),
+                            schedule::to_json(*prepared.program), run.doc,
+                            run.status == "ok" ? kExitOk : kExitFailure);
+    }
     if (run.status == "rejected" || run.status == "failed") return fail(kExitFailure, run.message);
     if (run.status == "error") return fail(kExitEnvironment, run.message);
     run.doc["gpu"] = target->name;

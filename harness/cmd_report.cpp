@@ -1,13 +1,48 @@
 // `megasched report`: the analyst report over results.tsv and corpus.jsonl (flywheel/report.h):
 // text or JSON on stdout, and a self-contained HTML page (inline SVG) written to --out.
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
+#include "flywheel/lessons.h"
 #include "flywheel/report_render.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/verbs.h"
 
 namespace megasched::harness {
+namespace {
+
+/// Writes LESSONS.md for the corpus (filtered as the report is); the lessons document, or an
+/// exit code after its message.
+std::optional<nlohmann::json> write_lessons(const ReportRequest& request, const std::string& out,
+                                            int* code) {
+  flywheel::CorpusRead corpus = flywheel::read_corpus(request.corpus_path);
+  if (!corpus.error.empty() || !corpus.exists) {
+    print_error("report", "--lessons: " + (corpus.error.empty() ? "no corpus at " +
+                                                                      request.corpus_path
+                                                                : corpus.error) +
+                              " (the lessons need each trial's config: pass --corpus PATH)");
+    *code = kExitEnvironment;
+    return std::nullopt;
+  }
+  std::vector<flywheel::CorpusRecord> records;
+  for (auto& r : corpus.records)
+    if ((request.model.empty() || r.model == request.model) &&
+        (request.target.empty() || r.target == request.target))
+      records.push_back(std::move(r));
+  nlohmann::json lessons = flywheel::build_lessons(records);
+  std::string error;
+  if (!write_text_file(out, flywheel::lessons_markdown(lessons, request.corpus_path), &error)) {
+    print_error("report", "--lessons-out: " + error);
+    *code = kExitEnvironment;
+    return std::nullopt;
+  }
+  lessons["path"] = out;
+  return lessons;
+}
+
+}  // namespace
 
 void add_report_command(CLI::App& app, CliContext& ctx) {
   struct Options {
@@ -17,6 +52,8 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
     std::string format = "text";
     std::string model;
     std::string target;
+    bool lessons = false;
+    std::string lessons_out;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -30,6 +67,11 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--model", opt->model, "Only this model");
   cmd->add_option("--target", opt->target, "Only this target");
+  cmd->add_flag("--lessons", opt->lessons,
+                "Also write LESSONS.md: knob effects with confidence intervals, failed configs "
+                "by rule or position, bottleneck classes over time");
+  cmd->add_option("--lessons-out", opt->lessons_out,
+                  "LESSONS.md path (default: LESSONS.md beside --results)");
   cmd->callback([&ctx, opt] {
     ReportRequest request;
     request.results_path = opt->results;
@@ -38,10 +80,23 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
     request.model = opt->model;
     request.target = opt->target;
     VerbResult report = build_report_document(request);
+    if (report.exit_code == kExitOk && opt->lessons) {
+      std::string out = opt->lessons_out;
+      if (out.empty()) {
+        const auto parent = std::filesystem::path(opt->results).parent_path();
+        out = (parent.empty() ? std::filesystem::path("LESSONS.md") : parent / "LESSONS.md")
+                  .string();
+      }
+      int code = kExitOk;
+      auto lessons = write_lessons(request, out, &code);
+      if (!lessons) return void(ctx.exit_code = code);
+      report.document["lessons"] = *lessons;
+    }
     if (report.exit_code != kExitOk || opt->format == "json")
       return void(ctx.exit_code = finish_verb("report", report));
     std::cout << flywheel::report_text(report.document);
     if (!opt->out.empty()) std::cout << "html: " << opt->out << "\n";
+    if (opt->lessons) std::cout << "lessons: " << report.document["lessons"]["path"].get<std::string>() << "\n";
     ctx.exit_code = kExitOk;
   });
 }

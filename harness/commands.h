@@ -33,4 +33,8 @@ void add_prior_command(CLI::App& app, CliContext& ctx);   // harness/cmd_prior.c
 void add_worker_command(CLI::App& app, CliContext& ctx);  // harness/cmd_worker.cpp
 void add_mcp_command(CLI::App& app, CliContext& ctx);     // harness/cmd_mcp.cpp
 
+void add_promote_command(CLI::App& app, CliContext& ctx);   // harness/cmd_promote.cpp
+void add_registry_command(CLI::App& app, CliContext& ctx);  // harness/cmd_registry.cpp
+void add_runs_command(CLI::App& app, CliContext& ctx);      // harness/cmd_runs.cpp
+
 }  // namespace megasched::harness

@@ -259,6 +259,10 @@ class LoopRun {
     }
     resumed_ = !run_id_.empty();
     if (!resumed_) run_id_ = make_run_id(start_s_, options_.seed);
+    // The run id first (its rows, corpus records and run directory carry it).
+    if (options_.progress)
+      *options_.progress << "megasched loop: run " << run_id_ << (resumed_ ? " (resumed)" : "")
+                         << "\n";
 
     for (const std::string& s : flywheel::status_vocabulary()) counts_[s] = 0;
     incumbent_.config = ScheduleConfig{};

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/commands.h"
+#include "harness/run_record.h"
 #include "schedule/config.h"
 
 namespace {
@@ -37,6 +38,9 @@ const CommandEntry kCommands[] = {
     {"baseline", megasched::harness::add_baseline_command},
     {"bench", megasched::harness::add_bench_command},
     {"profile", megasched::harness::add_profile_command},
+    {"promote", megasched::harness::add_promote_command},
+    {"registry", megasched::harness::add_registry_command},
+    {"runs", megasched::harness::add_runs_command},
 };
 
 }  // namespace
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
     return "megasched" + (command.empty() ? "" : " " + command) + ": " + what + " (see `" + help +
            "`)\n";
   });
+  megasched::harness::set_command_line(argc, argv);
   CliContext ctx;
   std::vector<std::string> names;
   for (const auto& c : kCommands) {

@@ -6,10 +6,12 @@
 #include "eval/evaluate.h"
 #include "eval/profile.h"
 #include "eval/profile_run.h"
+#include "flywheel/registry.h"
 #include "harness/child_process.h"
 #include "harness/cli_util.h"
 #include "harness/embedded_docs.h"
 #include "harness/json_schema.h"
+#include "harness/promote.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
 #include "schedule/format.h"
@@ -666,6 +668,107 @@ ToolResult profile_tool(const ToolCall& call, McpContext& context) {
   return r;
 }
 
+// ---- the verified registry ------------------------------------------------------------------
+
+const json& promote_schema() {
+  static const json schema = object_schema(
+      {{"model", model_property()},
+       {"gpu", gpu_property("h100")},
+       {"device", enum_property("gpu (measured) or cpu (the ReferenceVm; the benchmark gate on the cost "
+                                "model's predicted latencies, entries marked predicted)",
+                                {"gpu", "cpu"}, "gpu")},
+       {"config", config_property("The candidate")},
+       {"rounds", integer_property("Interleaved benchmark rounds", 3, 1, 1000)},
+       {"tokens", integer_property("Tokens the verify gate's generate --verify decodes",
+                                   kVerifyTokens, 1, 1 << 20)},
+       {"verify_only", boolean_property("Run the verify gate alone; promote nothing", false)},
+       {"timeout", number_property("Seconds the promotion may take before it is killed", 3600, 1)}},
+      {"config"});
+  return schema;
+}
+
+const json& registry_list_schema() {
+  static const json schema = object_schema(json::object());
+  return schema;
+}
+
+const json& registry_show_schema() {
+  static const json schema = object_schema(
+      {{"id", {{"type", "string"},
+               {"minLength", 1},
+               {"description", "Entry id (registry_list), <model>_<gpu>_<dtype>_<hash8>_v<n>"}}}},
+      {"id"});
+  return schema;
+}
+
+ToolResult registry_show_tool(const ToolCall& call, McpContext&) {
+  const Arguments a(call.arguments, registry_show_schema());
+  return from_verb("registry show", registry_show(flywheel::default_registry_path(), a.text("id")),
+                   [](const json& doc) { return "registry entry " + doc["id"].get<std::string>(); });
+}
+
+std::string registry_summary(const json& doc) {
+  return std::to_string(doc["entries"].size()) + " verified entries in " +
+         doc["registry"].get<std::string>();
+}
+
+ToolResult registry_list_tool(const ToolCall&, McpContext&) {
+  return from_verb("registry list", registry_list(flywheel::default_registry_path()),
+                   registry_summary);
+}
+
+/// The run directories of the server's promotions: runs/ beside its results file.
+std::string runs_dir_beside(const std::string& results_path) {
+  const std::filesystem::path parent = std::filesystem::path(results_path).parent_path();
+  return (parent.empty() ? std::filesystem::path("runs") : parent / "runs").string();
+}
+
+/// `megasched promote` in a child process (its trials run there, never in the server): a failed
+/// gate is a result (promoted false, exit code 1), bad arguments or no GPU a tool error.
+ToolResult promote_tool(const ToolCall& call, McpContext& context) {
+  const Arguments a(call.arguments, promote_schema());
+  const json config_arg = a.get("config");
+  const std::string config = config_arg.is_object() ? "-" : a.text("config");
+  if (config == "-" && !config_arg.is_object())
+    return tool_error(kExitUsage, "megasched promote: config: '-' would read stdin, which carries "
+                                  "the protocol here; pass the config object itself");
+  const McpOptions& options = context.options();
+  std::string command =
+      shell_quote(options.executable.empty() ? this_executable() : options.executable) +
+      " promote --model " + shell_quote(a.text("model")) + " --gpu " + shell_quote(a.text("gpu")) +
+      " --device " + shell_quote(a.text("device")) + " --config " + shell_quote(config) +
+      " --rounds " + a.get("rounds").dump() + " --tokens " + a.get("tokens").dump() +
+      (a.flag("verify_only") ? " --verify-only" : "") + " --runs-dir " +
+      shell_quote(runs_dir_beside(options.results_path));
+  auto device = context.take_device(call);
+  if (!device.owns_lock()) return cancelled();
+  context.end_worker();
+  call.progress(0, 1, "promoting: verify gate, then the benchmark gate");
+  ChildProcess child;
+  std::string error, out;
+  if (!child.start(command, &error)) return tool_error(kExitEnvironment, "megasched promote: " + error);
+  if (config_arg.is_object()) child.write_line(config_arg.dump());
+  child.close_stdin();
+  const auto status = child.read_all(a.number("timeout"), &out, call.cancel);
+  if (status == ChildProcess::ReadStatus::kCancelled) return child.kill(), cancelled();
+  if (status == ChildProcess::ReadStatus::kTimeout)
+    return child.kill(), tool_error(kExitEnvironment, "megasched promote: no result within " +
+                                                          a.get("timeout").dump() + " s; killed");
+  const std::string ended = child.finish(10.0);
+  json doc = json::parse(out, nullptr, false);
+  if (!doc.is_object()) {
+    const std::string said = first_line(child.stderr_tail());
+    return tool_error(child.exit_code() > 0 ? child.exit_code() : kExitEnvironment,
+                      said.empty() ? "megasched promote ended: " + ended : said);
+  }
+  ToolResult r;
+  r.text = doc.value("message", std::string());
+  r.structured = std::move(doc);
+  r.exit_code = child.exit_code();
+  call.progress(1, 1, "done");
+  return r;
+}
+
 json read_only() { return {{"readOnlyHint", true}, {"openWorldHint", false}}; }
 
 json writes(bool idempotent) {
@@ -719,6 +822,25 @@ const std::vector<McpTool>& mcp_tools() {
        "the server's profile path (field `timeline`). Needs a CUDA device; without one it is a "
        "tool error pointing to evaluate on the cpu device.",
        profile_schema(), nullptr, writes(true), profile_tool},
+      {"promote", "Promote: a config into the verified registry",
+       "`megasched promote`: the verify gate (valid, correct at positions 0, 1024 and 4096 and "
+       "a generate --verify of `tokens` tokens), then the benchmark gate (the candidate and the "
+       "registry's newest entry for the model, GPU and dtype, or the default config, re-measured "
+       "in interleaved rounds; promoted at >= 1.10x), then an append to registry/verified.jsonl "
+       "($MEGASCHED_REGISTRY). A failed gate is a result naming the gate with its numbers "
+       "(promoted false, exit code 1). device cpu compares the cost model's predictions (the entry "
+       "says latency_kind predicted; best: names prefer measured entries).",
+       promote_schema(), nullptr, writes(false), promote_tool},
+      {"registry_list", "Registry: the verified configs",
+       "Every entry of the verified registry (`megasched registry list`): id, model, GPU, dtype, "
+       "median, speedup, incumbent, run id; corrupt lines are listed under problems (exit code "
+       "1) and the other entries kept. `best:<model>:<gpu>` names resolve to the newest entry.",
+       registry_list_schema(), nullptr, read_only(), registry_list_tool},
+      {"registry_show", "Registry: one verified entry",
+       "One entry of the verified registry by id (`megasched registry show ID`): the config, both "
+       "medians and every round, the speedup, latency_kind (measured-gpu or predicted), the device, "
+       "driver, commit and run id. An unknown id is a tool error naming the nearest one.",
+       registry_show_schema(), nullptr, read_only(), registry_show_tool},
   };
   return tools;
 }

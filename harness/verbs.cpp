@@ -370,6 +370,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
         result.summary["trials"].get<int>() > 0 && result.summary["best"].is_null();
     r = succeeded(result.summary, nothing ? kExitFailure : kExitOk);
   }
+  if (opt.on_end) opt.on_end(r);
   if (opt.mpi) {
     // Rank 0 prints now, as finish_verb would (the MCP server has no --mpi): a lost rank ends
     // the job with MPI_Abort.

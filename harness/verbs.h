@@ -86,10 +86,19 @@ struct LoopCommand {
   /// Called once the evaluator and the strategy are ready, right before the first trial (the
   /// CLI installs its signal handlers there).
   std::function<void()> on_start;
+  /// Called with the loop's result once it has run (rank 0 of an MPI job too, before the job
+  /// ends); the CLI writes the run directory there.
+  std::function<void(const VerbResult&)> on_end;
 };
 /// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
 /// Under --mpi, a rank other than 0 serves trials and returns a null document.
 VerbResult run_loop_command(LoopCommand& command);
+
+/// `registry list`: every entry of the verified registry at `path` and every corrupt line (exit 1
+/// when there is one; the good entries are listed all the same). Defined in cmd_registry.cpp.
+VerbResult registry_list(const std::string& path);
+/// `registry show ID`: the entry called `id` (exit 2 naming the nearest id when there is none).
+VerbResult registry_show(const std::string& path, const std::string& id);
 
 /// This executable's path (for the worker's command line); "megasched" when it cannot be read.
 std::string this_executable();

@@ -251,6 +251,8 @@ TEST_F(HarnessLoop, StopsWhenMinutesRunOutAndPrintsOneProgressLinePerTrial) {
   EXPECT_EQ(r.summary["trials"], 4);
   std::istringstream lines(progress.str());
   std::string line;
+  ASSERT_TRUE(std::getline(lines, line));  // the run id first
+  EXPECT_EQ(line, "megasched loop: run " + r.summary["run_id"].get<std::string>());
   int count = 0;
   while (std::getline(lines, line)) {
     ++count;

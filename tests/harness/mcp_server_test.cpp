@@ -181,7 +181,8 @@ TEST_F(McpServer, ToolsListGivesEveryToolWithItsSchemas) {
     EXPECT_FALSE(t.value("description", "").empty()) << t["name"];
   }
   EXPECT_EQ(names, (std::vector<std::string>{"propose", "evaluate", "validate", "loop", "report",
-                                             "profile"}));
+                                             "profile", "promote", "registry_list",
+                                             "registry_show"}));
   EXPECT_EQ(tools[1]["outputSchema"]["title"], "Verdict");
   EXPECT_EQ(tools[3]["inputSchema"]["required"], json::array({"budget"}));
 }
@@ -244,6 +245,39 @@ TEST_F(McpServer, ValidateAndReportReturnTheCliDocuments) {
   const json empty = client.call("report", json::object());
   EXPECT_TRUE(empty["isError"]) << empty.dump();
   EXPECT_EQ(empty["_meta"]["dev.megasched/exit_code"], 3);
+}
+
+// promote on the CPU (a child megasched promote), then registry_list and registry_show on the
+// registry it appended to ($MEGASCHED_REGISTRY, read by the server and its child alike).
+TEST_F(McpServer, PromoteOnTheCpuThenRegistryListAndShow) {
+  const std::string registry = (dir_ / "verified.jsonl").string();
+  ::setenv("MEGASCHED_REGISTRY", registry.c_str(), 1);
+  McpPipeClient client(options_);
+  client.initialize();
+  const json promoted = client.call("promote", {{"model", "toy"},
+                                                {"device", "cpu"},
+                                                {"config", "best:llama-1b:h100"},
+                                                {"tokens", 8}});
+  const json& doc = promoted["structuredContent"];
+  EXPECT_TRUE(doc.value("promoted", false)) << promoted.dump();
+  const std::string id = doc["entry"].value("id", "");
+  EXPECT_EQ(doc["entry"]["latency_kind"], "predicted");
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "runs" / doc.value("run_id", "x") / "promotion.json"));
+  const json again = client.call("promote", {{"model", "toy"},
+                                             {"device", "cpu"},
+                                             {"config", "best:llama-1b:h100"},
+                                             {"tokens", 8}});
+  EXPECT_EQ(again["_meta"]["dev.megasched/exit_code"], 1) << again.dump();
+  EXPECT_EQ(again["structuredContent"]["failed_gate"], "benchmark");
+  const json list = client.call("registry_list", json::object());
+  ASSERT_EQ(list["structuredContent"]["entries"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["structuredContent"]["entries"][0]["id"], id);
+  const json show = client.call("registry_show", {{"id", id}});
+  EXPECT_EQ(show["structuredContent"]["config"], doc["entry"]["config"]) << show.dump();
+  const json unknown = client.call("registry_show", {{"id", id + "x"}});
+  EXPECT_TRUE(unknown["isError"]) << unknown.dump();
+  EXPECT_EQ(unknown["_meta"]["dev.megasched/exit_code"], 2);
+  ::unsetenv("MEGASCHED_REGISTRY");
 }
 
 // The validate tool checks a program against its model as `megasched validate --program` does:

@@ -34,7 +34,8 @@ step("connected to " + JSON.stringify(client.getServerVersion()));
 
 // The tools, each with an input schema (and the SDK caches evaluate's and propose's output schemas).
 const { tools } = await client.listTools();
-assert.deepEqual(tools.map((t) => t.name), ["propose", "evaluate", "validate", "loop", "report", "profile"]);
+assert.deepEqual(tools.map((t) => t.name), ["propose", "evaluate", "validate", "loop", "report", "profile",
+                                           "promote", "registry_list", "registry_show"]);
 for (const t of tools) assert.equal(t.inputSchema.type, "object", t.name);
 assert.equal(tools.find((t) => t.name === "evaluate").outputSchema.title, "Verdict");
 step("tools: " + tools.map((t) => t.name).join(", "));

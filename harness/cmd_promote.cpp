@@ -1,0 +1,256 @@
+// `megasched promote`: a config through the verify gate and the benchmark gate into the verified
+// registry (harness/promote.h, flywheel/registry.h; HARNESS.md section 14). A failed gate says
+// which gate with its numbers (exit 1); nothing is written to the registry then.
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include "eval/device.h"
+#include "eval/evaluate.h"
+#include "flywheel/corpus.h"
+#include "flywheel/registry.h"
+#include "harness/cli_util.h"
+#include "harness/commands.h"
+#include "harness/promote.h"
+#include "harness/run_record.h"
+#include "harness/trial_flags.h"
+#include "schedule/lower.h"
+#include "vm/nvrtc_build.h"
+
+namespace megasched::harness {
+namespace {
+
+using nlohmann::json;
+
+struct Options {
+  std::string model = "toy";
+  std::string gpu = "h100";
+  std::string device = "gpu";
+  std::string config;
+  std::string positions;  // "": verify_positions(max_seq)
+  int tokens = kVerifyTokens;
+  int rounds = 3;
+  double speedup = kPromoteSpeedup;
+  bool verify_only = false;
+  uint64_t seed = 0;
+  std::string registry = flywheel::default_registry_path();
+  std::string runs_dir = "workspace/runs";
+  bool no_run_dir = false;
+};
+
+/// The short commit of the working directory's git checkout, or "unknown".
+std::string working_commit() {
+  FILE* pipe = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
+  if (!pipe) return "unknown";
+  char buffer[64] = {0};
+  const bool got = std::fgets(buffer, sizeof buffer, pipe) != nullptr;
+  pclose(pipe);
+  std::string commit = got ? buffer : "";
+  while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r')) commit.pop_back();
+  return commit.empty() ? "unknown" : commit;
+}
+
+/// What is promoted for: the model's shape and the target (the registry's key).
+struct Workload {
+  schedule::ModelShape shape;
+  schedule::GpuTarget target;
+};
+
+/// The benchmark gate against the registry's newest entry for the workload (else the default).
+GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candidate,
+                      const Workload& probe, json* incumbent_doc) {
+  const flywheel::RegistryRead registry = flywheel::read_registry(opt.registry);
+  const std::optional<flywheel::RegistryEntry> newest =
+      flywheel::newest_entry(registry, probe.shape.name, probe.target.name,
+                             schedule::dtype_name(probe.shape.dtype));
+  schedule::ScheduleConfig incumbent;
+  *incumbent_doc = {{"id", "default"}, {"config", schedule::to_json(incumbent)}};
+  if (newest) {
+    std::string error;
+    auto parsed = schedule::parse_config(newest->config, &error);
+    if (!parsed) return {false, "benchmark gate: registry entry " + newest->id + ": " + error, {}};
+    incumbent = *parsed;
+    *incumbent_doc = {{"id", newest->id}, {"config", newest->config}};
+  }
+  if (schedule::to_json(incumbent) == schedule::to_json(candidate))
+    return {false, "benchmark gate: the candidate is the incumbent (" +
+                       incumbent_doc->value("id", std::string()) + ")", {}};
+  eval::EvaluatorOptions ev;
+  ev.model = opt.model, ev.gpu = opt.gpu, ev.seed = opt.seed;
+  ev.positions = {0};
+  ev.device = opt.device;
+  ev.gpu_options.time_baseline = false;  // the gate compares the two configs, not the baselines
+  std::string error;
+  auto timer = eval::TrialEvaluator::create(ev, &error);
+  if (!timer) return {false, "benchmark gate: " + error, {}};
+  // gpu: measured latencies only; cpu: the cost model's predictions, labelled as such.
+  const std::string kind = opt.device == "gpu" ? "measured-gpu" : "predicted";
+  auto measure = [&](bool is_candidate, std::string* why) -> std::optional<double> {
+    const eval::Verdict v = timer->evaluate(is_candidate ? candidate : incumbent);
+    if (v.correct && v.latency_us && v.latency_kind == kind) return v.latency_us;
+    *why = "status " + v.status + ", latency_kind " + v.latency_kind +
+           (v.notes.empty() ? "" : ": " + v.notes.back());
+    return std::nullopt;
+  };
+  GateOutcome gate = run_benchmark_gate(opt.rounds, opt.speedup, measure);
+  gate.detail["latency_kind"] = kind;
+  if (kind == "predicted")
+    gate.message += " [predicted by the cost model for " + probe.target.name +
+                    " (--device cpu), not measured]";
+  return gate;
+}
+
+/// The registry entry of a promotion that passed both gates.
+flywheel::RegistryEntry make_entry(const Workload& probe,
+                                   const schedule::ScheduleConfig& candidate,
+                                   const GateOutcome& verify, const GateOutcome& bench,
+                                   const json& incumbent, const eval::Verdict& verdict,
+                                   const std::string& run_id) {
+  flywheel::RegistryEntry e;
+  e.model = probe.shape.name;
+  e.gpu = probe.target.name;
+  e.dtype = schedule::dtype_name(probe.shape.dtype);
+  e.config = schedule::to_json(candidate);
+  e.fields = bench.detail;
+  e.fields.erase("order");
+  e.fields["incumbent"] = incumbent.value("id", "default");
+  e.fields["rounds"] = bench.detail.value("candidate_us", json::array()).size();
+  e.fields["positions_checked"] = verify.detail.value("positions", json::array());
+  e.fields["generate_tokens"] = verify.detail.value("generate", json::object()).value("tokens", 0);
+  e.fields["latency_kind"] = bench.detail.value("latency_kind", std::string("measured-gpu"));
+  e.fields["device"] = verdict.device;
+  if (verdict.device == "gpu") {
+    const json doctor = eval::device_report();
+    e.fields["device_name"] = verdict.kernel.value(
+        "device", doctor.value("device", json::object()).value("name", std::string("")));
+    e.fields["driver"] = doctor.value("driver_version", json(nullptr));
+  } else {
+    e.fields["device_name"] = "cpu (cost model for " + probe.target.name + ")";
+    e.fields["driver"] = nullptr;
+  }
+  e.fields["commit"] = working_commit();
+  e.fields["build"] = vm::build_identity();
+  e.fields["run_id"] = run_id;
+  e.fields["timestamp"] = flywheel::utc_timestamp(static_cast<double>(std::time(nullptr)));
+  return e;
+}
+
+int fail(int code, const std::string& message) {
+  print_error("promote", message);
+  return code;
+}
+
+int run_promote(const Options& opt) {
+  std::string error;
+  int code = kExitUsage;
+  auto config = read_config_arg(opt.config, &error, &code);
+  if (!config) return fail(code, error);
+  VerifyRequest vr{opt.model, opt.gpu, opt.device, opt.seed, {}, opt.tokens};
+  if (!opt.positions.empty()) {
+    auto list = parse_int_list(opt.positions);
+    if (!list || list->empty())
+      return fail(kExitUsage, "--positions '" + opt.positions + "' is not a list such as 0,1024");
+    vr.positions = *list;
+  }
+  auto shape = eval::resolve_shape(opt.model, &error);
+  if (!shape) return fail(kExitUsage, error);
+  auto target = eval::resolve_target(opt.gpu, &error);
+  if (!target) return fail(target_error_code(opt.gpu), error);
+  if (opt.device == "gpu" && !eval::gpu_available(&error))
+    return fail(kExitEnvironment, "--device gpu: " + error + " (--device cpu --verify-only runs "
+                                  "the verify gate without one)");
+  const Workload probe{*shape, *target};
+  bool environment = false;
+  std::optional<flywheel::RunDir> run;
+  if (!opt.no_run_dir && !(run = start_run(opt.runs_dir, "promote", &error)))
+    return fail(kExitEnvironment, error);
+  eval::Verdict verdict;
+  const GateOutcome verify = run_verify_gate(vr, *config, &verdict, &environment);
+  json doc = {{"run_id", run ? run->run_id : ""}, {"model", probe.shape.name},
+              {"gpu", probe.target.name},      {"device", opt.device},
+              {"promoted", false},                {"verify", verify.detail},
+              {"config", schedule::to_json(*config)}};
+  int exit_code = kExitOk;
+  std::string message, passed = verify.message;  // the failure, or what passed
+  if (!verify.pass) {
+    doc["failed_gate"] = "verify", exit_code = environment ? kExitEnvironment : kExitFailure;
+    message = verify.message;
+  } else if (!opt.verify_only) {
+    json incumbent;
+    const GateOutcome bench = benchmark(opt, *config, probe, &incumbent);
+    doc["benchmark"] = bench.detail;
+    doc["incumbent"] = incumbent;
+    if (!bench.pass) {
+      doc["failed_gate"] = "benchmark", exit_code = kExitFailure;
+      message = bench.message;
+    } else {
+      auto entry = flywheel::append_registry_entry(
+          opt.registry,
+          make_entry(probe, *config, verify, bench, incumbent, verdict, run ? run->run_id : ""),
+          &error);
+      if (!entry) {
+        exit_code = kExitEnvironment;
+        message = "registry " + opt.registry + ": " + error;
+      } else {
+        doc["promoted"] = true;
+        doc["entry"] = flywheel::to_json(*entry);
+        doc["registry"] = opt.registry;
+        passed = bench.message + "; promoted as " + entry->id;
+        std::fprintf(stderr, "megasched promote: %s\n", passed.c_str());
+      }
+    }
+  }
+  if (!message.empty()) print_error("promote", message);
+  doc["message"] = message.empty() ? passed : message;
+  print_json(doc);
+  if (run) {
+    std::string lower_error;  // a config that does not lower has no program (the verdict says why)
+    const auto program = schedule::lower(probe.shape, probe.target, *config, &lower_error);
+    if (!flywheel::write_trial_files(*run, schedule::to_json(*config),
+                                     program ? schedule::to_json(*program) : json(), verdict,
+                                     &error) ||
+        !flywheel::write_run_json(*run, "promotion.json", doc, &error))
+      print_error("promote", "run directory: " + error);
+    end_run(*run, exit_code);
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+void add_promote_command(CLI::App& app, CliContext& ctx) {
+  auto opt = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "promote",
+      "Promote a config into the verified registry: verify gate, then an interleaved benchmark "
+      "against the registry's entry (>= 1.10x), then an append to registry/verified.jsonl");
+  add_model_flag(cmd, &opt->model);
+  add_gpu_flag(cmd, &opt->gpu);
+  add_device_flag(cmd, &opt->device,
+                  "gpu (measured), or cpu (the ReferenceVm, and the cost model's predicted "
+                  "latencies in the benchmark gate: the entry says latency_kind predicted)");
+  cmd->add_option("--config", opt->config,
+                  "The candidate: ScheduleConfig JSON file, - for stdin, or a name such as "
+                  "best:llama-1b:h100")
+      ->required();
+  cmd->add_option("--positions", opt->positions,
+                  "Positions the verify gate checks (default 0,1024,4096, clipped to the model)");
+  cmd->add_option("--tokens", opt->tokens, "Tokens the verify gate's generate --verify decodes")
+      ->check(integer_in(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--rounds", opt->rounds, "Interleaved benchmark rounds (each side once a round)")
+      ->check(integer_in(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--speedup", opt->speedup, "Speedup over the incumbent the benchmark gate needs")
+      ->check(finite_number_in(0.0, 1e6, /*min_exclusive=*/true))
+      ->capture_default_str();
+  cmd->add_flag("--verify-only", opt->verify_only,
+                "Run the verify gate alone; promote nothing");
+  add_seed_flag(cmd, &opt->seed);
+  cmd->add_option("--registry", opt->registry, "The registry file ($MEGASCHED_REGISTRY)")
+      ->capture_default_str();
+  add_runs_dir_flags(cmd, &opt->runs_dir, &opt->no_run_dir);
+  cmd->callback([&ctx, opt] { ctx.exit_code = run_promote(*opt); });
+}
+
+}  // namespace megasched::harness

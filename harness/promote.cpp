@@ -1,0 +1,141 @@
+#include "harness/promote.h"
+
+#include <algorithm>
+
+#include "eval/evaluate.h"
+#include "eval/generate.h"
+#include "schedule/format.h"
+
+namespace megasched::harness {
+namespace {
+
+using nlohmann::json;
+using schedule::fmt;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+std::vector<int> verify_positions(int max_seq) {
+  std::vector<int> out;
+  for (int p : {0, 1024, 4096}) {
+    const int clipped = std::max(0, std::min(p, max_seq - 1));
+    if (std::find(out.begin(), out.end(), clipped) == out.end()) out.push_back(clipped);
+  }
+  return out;
+}
+
+GateOutcome decide_benchmark_gate(const std::vector<double>& candidate_us,
+                                  const std::vector<double>& incumbent_us, double required) {
+  GateOutcome g;
+  if (candidate_us.empty() || candidate_us.size() != incumbent_us.size()) {
+    g.message = "benchmark gate: needs one candidate and one incumbent latency per round (got " +
+                std::to_string(candidate_us.size()) + " and " +
+                std::to_string(incumbent_us.size()) + ")";
+    return g;
+  }
+  const double cand = median(candidate_us), inc = median(incumbent_us);
+  const double speedup = cand > 0 ? inc / cand : 0.0;
+  g.pass = speedup >= required;
+  g.detail = {{"candidate_median_us", cand},  {"incumbent_median_us", inc},
+              {"speedup", speedup},           {"required_speedup", required},
+              {"candidate_us", candidate_us}, {"incumbent_us", incumbent_us}};
+  g.message = std::string("benchmark gate ") + (g.pass ? "passed" : "failed") + ": candidate " +
+              fmt("%.3f", cand) + " us vs incumbent " + fmt("%.3f", inc) + " us, " +
+              fmt("%.3f", speedup) + "x " + (g.pass ? ">= " : "< ") + fmt("%.2f", required) +
+              "x (medians of " + std::to_string(candidate_us.size()) + " interleaved rounds)";
+  return g;
+}
+
+GateOutcome run_benchmark_gate(int rounds, double required, const Measure& measure) {
+  std::vector<double> cand, inc;
+  json order = json::array();
+  for (int r = 0; r < rounds; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const bool candidate = (r % 2 == 0) == (k == 0);
+      std::string error;
+      const std::optional<double> us = measure(candidate, &error);
+      if (!us) {
+        GateOutcome g;
+        g.message = std::string("benchmark gate failed: the ") +
+                    (candidate ? "candidate" : "incumbent") + " did not measure in round " +
+                    std::to_string(r) + ": " + error;
+        g.detail = {{"order", order}};
+        return g;
+      }
+      (candidate ? cand : inc).push_back(*us);
+      order.push_back(candidate ? "candidate" : "incumbent");
+    }
+  }
+  GateOutcome g = decide_benchmark_gate(cand, inc, required);
+  g.detail["order"] = order;
+  return g;
+}
+
+GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::ScheduleConfig& config,
+                            eval::Verdict* verdict, bool* environment) {
+  GateOutcome g;
+  std::string error;
+  eval::EvaluatorOptions ev;
+  ev.model = request.model;
+  ev.gpu = request.gpu;
+  ev.device = request.device;
+  ev.seed = request.seed;
+  auto shape = eval::resolve_shape(request.model, &error);
+  if (!shape) {
+    g.message = "verify gate: " + error;
+    return g;
+  }
+  ev.positions = request.positions.empty() ? verify_positions(shape->max_seq) : request.positions;
+  auto evaluator = eval::TrialEvaluator::create(ev, &error, environment);
+  if (!evaluator) {
+    g.message = "verify gate: " + error;
+    return g;
+  }
+  *verdict = evaluator->evaluate(config);
+  g.detail = {{"positions", ev.positions}, {"device", request.device},
+              {"status", verdict->status}, {"valid", verdict->valid},
+              {"correct", verdict->correct}, {"rel_err", verdict->rel_err},
+              {"max_abs_err", verdict->max_abs_err}};
+  if (!verdict->valid || !verdict->correct) {
+    g.message = "verify gate failed: " +
+                (verdict->valid ? "incorrect (status " + verdict->status + ", rel_err " +
+                                      fmt("%.3g", verdict->rel_err) + ")"
+                                : "rejected (" + verdict->rejected_reason + ")") +
+                " at positions checked " + json(ev.positions).dump() +
+                (verdict->notes.empty() ? "" : ": " + verdict->notes.back());
+    return g;
+  }
+  auto weights = eval::load_weights(request.model, request.seed, &error);
+  if (!weights) {
+    g.message = "verify gate: " + error;
+    return g;
+  }
+  eval::GenerateOptions gen;
+  gen.prompt = {1};
+  gen.max_tokens = std::max(1, std::min(request.tokens, shape->max_seq - 1));
+  gen.device = request.device;
+  gen.verify = true;
+  const eval::GenerateResult r = eval::generate(*weights, evaluator->target(), config, gen);
+  g.detail["generate"] = {{"tokens", gen.max_tokens},
+                          {"ok", r.ok},
+                          {"steps_verified", r.steps_verified},
+                          {"max_rel_err", r.max_rel_err},
+                          {"first_mismatch_step", r.first_mismatch_step}};
+  if (!r.ok) {
+    g.message = "verify gate failed: generate --verify of " + std::to_string(gen.max_tokens) +
+                " tokens: " + r.error;
+    return g;
+  }
+  g.pass = true;
+  g.message = "verify gate passed: correct at positions " + json(ev.positions).dump() + " (" +
+              request.device + "), generate --verify " + std::to_string(gen.max_tokens) +
+              " tokens, max rel_err " + fmt("%.3g", r.max_rel_err);
+  return g;
+}
+
+}  // namespace megasched::harness

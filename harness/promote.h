@@ -1,0 +1,67 @@
+// Promotion (`megasched promote`, `megasched registry verify`): the two gates a config passes
+// before it enters the verified registry (flywheel/registry.h), HARNESS.md section 14.
+//   verify gate     valid, correct on the ReferenceVm and (device gpu) on the GPU at positions
+//                   0, 1024 and 4096 (clipped to the model's last position), and a greedy
+//                   generate with every step checked against the eager forward (64 tokens)
+//   benchmark gate  the candidate and the incumbent (the registry's newest entry for the model,
+//                   GPU and dtype, else the default config) re-measured in one process, rounds
+//                   interleaved ABBA (candidate, incumbent, incumbent, candidate, ...), and
+//                   promoted only when median(incumbent) / median(candidate) >= 1.10
+// The benchmark gate needs measured latencies: with --device cpu only the verify gate runs
+// (--verify-only), and nothing is promoted.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/verdict.h"
+#include "schedule/config.h"
+
+namespace megasched::harness {
+
+constexpr double kPromoteSpeedup = 1.10;  // the benchmark gate's threshold
+constexpr int kVerifyTokens = 64;         // generate --verify tokens of the verify gate
+
+/// The verify gate's positions for a model of `max_seq` positions: 0, 1024, 4096, each clipped
+/// to max_seq - 1, without repeats.
+std::vector<int> verify_positions(int max_seq);
+
+struct GateOutcome {
+  bool pass = false;
+  std::string message;  // which gate, with its numbers
+  nlohmann::json detail = nlohmann::json::object();
+};
+
+/// The benchmark gate's decision on interleaved timings (one latency per round and side): pass
+/// when median(incumbent) / median(candidate) >= required. Empty or unequal sides fail.
+GateOutcome decide_benchmark_gate(const std::vector<double>& candidate_us,
+                                  const std::vector<double>& incumbent_us, double required);
+
+/// One measurement: the latency of the candidate (true) or the incumbent (false), or nullopt
+/// with *error when that trial failed.
+using Measure = std::function<std::optional<double>(bool candidate, std::string* error)>;
+
+/// Measures `rounds` rounds in ABBA order (round r even: candidate then incumbent; odd: incumbent
+/// then candidate), so a drift of the clock or the temperature falls on both alike. Returns the
+/// gate's outcome; detail has each side's samples and the order measured.
+GateOutcome run_benchmark_gate(int rounds, double required, const Measure& measure);
+
+/// The verify gate on `device` (cpu: the ReferenceVm only, generate on the ReferenceVm).
+struct VerifyRequest {
+  std::string model = "toy";
+  std::string gpu = "h100";
+  std::string device = "cpu";
+  uint64_t seed = 0;
+  std::vector<int> positions;  // empty: verify_positions(max_seq)
+  int tokens = kVerifyTokens;
+};
+/// *verdict gets the evaluate verdict (when the trial ran). *environment: the failure is the
+/// machine's (no GPU), not the config's.
+GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::ScheduleConfig& config,
+                            eval::Verdict* verdict, bool* environment);
+
+}  // namespace megasched::harness

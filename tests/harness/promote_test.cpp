@@ -1,0 +1,239 @@
+// Promotion (harness/promote.h, `megasched promote`, `megasched registry`): the benchmark gate's
+// decision on synthetic timings, the ABBA interleave, the verify gate's positions, and the CPU
+// paths of the commands (the GPU promotion is in bench/device_check.sh).
+#include "harness/promote.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "eval/device.h"
+#include "flywheel/registry.h"
+#include "harness/json_schema.h"
+#include "tests/harness/run_cli.h"
+#include "schedule/config.h"
+
+namespace megasched::harness {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+TEST(Promote, BenchmarkGatePassesAtTheThresholdAndSaysWhyItFails) {
+  // Incumbent median 110, candidate median 100: exactly 1.10x.
+  GateOutcome g = decide_benchmark_gate({100, 101, 99}, {110, 109, 111}, 1.10);
+  EXPECT_TRUE(g.pass) << g.message;
+  EXPECT_DOUBLE_EQ(g.detail["speedup"].get<double>(), 1.10);
+  EXPECT_DOUBLE_EQ(g.detail["candidate_median_us"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(g.detail["incumbent_median_us"].get<double>(), 110.0);
+  // 1.09x: refused, and the message names the gate and the numbers.
+  g = decide_benchmark_gate({100, 100, 100}, {109, 109, 109}, 1.10);
+  EXPECT_FALSE(g.pass);
+  EXPECT_NE(g.message.find("benchmark gate failed: candidate 100.000 us vs incumbent 109.000 us, "
+                           "1.090x < 1.10x"),
+            std::string::npos)
+      << g.message;
+  // Medians, not means: one slow outlier of the candidate does not sink it.
+  EXPECT_TRUE(decide_benchmark_gate({100, 500, 100}, {120, 120, 120}, 1.10).pass);
+  EXPECT_FALSE(decide_benchmark_gate({}, {}, 1.10).pass);
+  EXPECT_FALSE(decide_benchmark_gate({1, 2}, {3}, 1.10).pass);
+}
+
+TEST(Promote, BenchmarkRoundsAreInterleavedAbba) {
+  std::vector<bool> order;
+  const GateOutcome g = run_benchmark_gate(4, 1.10, [&](bool candidate, std::string*) {
+    order.push_back(candidate);
+    return std::optional<double>(candidate ? 80.0 : 100.0);
+  });
+  EXPECT_EQ(order, (std::vector<bool>{true, false, false, true, true, false, false, true}));
+  EXPECT_TRUE(g.pass);
+  EXPECT_DOUBLE_EQ(g.detail["speedup"].get<double>(), 1.25);
+  const GateOutcome failed = run_benchmark_gate(2, 1.10, [](bool candidate, std::string* error) {
+    if (!candidate) *error = "status crash";
+    return candidate ? std::optional<double>(1.0) : std::nullopt;
+  });
+  EXPECT_FALSE(failed.pass);
+  EXPECT_NE(failed.message.find("the incumbent did not measure in round 0: status crash"),
+            std::string::npos)
+      << failed.message;
+}
+
+TEST(Promote, VerifyPositionsClipToTheModel) {
+  EXPECT_EQ(verify_positions(8192), (std::vector<int>{0, 1024, 4096}));
+  EXPECT_EQ(verify_positions(2048), (std::vector<int>{0, 1024, 2047}));
+  EXPECT_EQ(verify_positions(16), (std::vector<int>{0, 15}));
+}
+
+class PromoteCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ms_promote_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    registry_ = (dir_ / "verified.jsonl").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string flags() const {
+    return " --registry " + registry_ + " --runs-dir " + (dir_ / "runs").string();
+  }
+  fs::path dir_;
+  std::string registry_;
+};
+
+TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
+  // The default config against itself (no registry entry: the incumbent is the default).
+  auto r = test::run_megasched("promote --model toy --device cpu --tokens 8 --config default" +
+                                   flags(),
+                               true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("benchmark gate: the candidate is the incumbent (default)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(registry_));
+  // A config the cost model predicts well over 1.10x faster on toy: verify gate, benchmark gate,
+  // then the registry entry, its run directory and best: resolution.
+  const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
+  r = test::run_megasched("promote --model toy --device cpu --tokens 8 --rounds 2 --config " +
+                              candidate + flags(),
+                          false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  json doc = json::parse(r.out);
+  EXPECT_TRUE(doc["promoted"]);
+  EXPECT_EQ(doc["incumbent"]["id"], "default");
+  EXPECT_EQ(doc["benchmark"]["latency_kind"], "predicted");
+  EXPECT_EQ(doc["benchmark"]["order"],
+            json({"candidate", "incumbent", "incumbent", "candidate"}));
+  EXPECT_GE(doc["benchmark"]["speedup"].get<double>(), 1.10);
+  EXPECT_NE(doc["message"].get<std::string>().find("not measured"), std::string::npos);
+  const json entry = doc["entry"];
+  {
+    std::ifstream in(std::string(MS_SOURCE_DIR) + "/schemas/registry_entry.schema.json");
+    const json schema = json::parse(in);
+    for (const auto& error : check_against_schema(schema, entry))
+      ADD_FAILURE() << "registry_entry.schema.json: " << describe(error);
+  }
+  const std::string hash8 = entry["config_hash8"];
+  EXPECT_EQ(entry["id"], "toy_h100_f32_" + hash8 + "_v1");
+  EXPECT_EQ(entry["latency_kind"], "predicted");
+  EXPECT_EQ(entry["device"], "cpu");
+  EXPECT_EQ(entry["run_id"], doc["run_id"]);
+  EXPECT_EQ(entry["generate_tokens"], 8);
+  const flywheel::RegistryRead read = flywheel::read_registry(registry_);
+  ASSERT_EQ(read.entries.size(), 1u);
+  EXPECT_TRUE(read.problems.empty());
+  const fs::path run = dir_ / "runs" / doc["run_id"].get<std::string>();
+  for (const char* file : {"promotion.json", "verdict.json", "correctness.json", "program.json",
+                           "performance.json", "config.json", "command.txt", "run.json"})
+    EXPECT_TRUE(fs::exists(run / file)) << file;
+  const auto best = test::run_shell("MEGASCHED_REGISTRY=" + registry_ + " " + MS_BINARY_PATH +
+                                    " propose --model toy --config best:toy:h100 2>&1");
+  ASSERT_EQ(best.exit_code, 0) << best.out;
+  EXPECT_EQ(json::parse(best.out)["incumbent"], entry["config"]);
+  // Promoting it again: the registry entry is now the incumbent, so the benchmark gate refuses.
+  r = test::run_megasched("promote --model toy --device cpu --tokens 8 --config " + candidate +
+                              flags(),
+                          true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("the candidate is the incumbent (" + entry["id"].get<std::string>() + ")"),
+            std::string::npos)
+      << r.out;
+  // --verify-only: the verify gate alone, nothing promoted.
+  r = test::run_megasched(
+      "promote --model toy --device cpu --verify-only --tokens 8 --config default" + flags(),
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  doc = json::parse(r.out);
+  EXPECT_FALSE(doc["promoted"]);
+  EXPECT_TRUE(doc["verify"]["generate"]["ok"]);
+  EXPECT_EQ(flywheel::read_registry(registry_).entries.size(), 1u);
+}
+
+// On a GPU (skipped without one): both gates on measured latencies. Whether toy's candidate
+// clears 1.10x is the GPU's to say; either way the gates' documents are complete and honest.
+TEST_F(PromoteCli, GpuGatesMeasureAndEitherPromoteOrNameTheGate) {
+  if (!eval::gpu_available(nullptr)) GTEST_SKIP() << "no usable CUDA device";
+  const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
+  const auto r = test::run_megasched("promote --model toy --device gpu --tokens 8 --rounds 2 "
+                                     "--config " + candidate + flags(),
+                                     false);
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.out;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["verify"]["status"], "ok") << r.out;
+  EXPECT_EQ(doc["verify"]["device"], "gpu");
+  EXPECT_TRUE(doc["verify"]["generate"]["ok"]);
+  EXPECT_EQ(doc["benchmark"]["latency_kind"], "measured-gpu");
+  EXPECT_EQ(doc["benchmark"]["candidate_us"].size(), 2u);
+  EXPECT_EQ(doc["benchmark"]["incumbent_us"].size(), 2u);
+  if (r.exit_code == 0) {
+    EXPECT_EQ(doc["entry"]["latency_kind"], "measured-gpu");
+    EXPECT_EQ(doc["entry"]["device"], "gpu");
+    EXPECT_FALSE(doc["entry"]["device_name"].get<std::string>().empty());
+  } else {
+    EXPECT_EQ(doc["failed_gate"], "benchmark");
+    EXPECT_NE(doc["message"].get<std::string>().find("benchmark gate failed: candidate"),
+              std::string::npos)
+        << doc["message"];
+    EXPECT_FALSE(fs::exists(registry_));
+  }
+}
+
+TEST_F(PromoteCli, AFailedVerifyGateSaysSo) {
+  std::ofstream(dir_ / "bad.json") << R"({"launch": {"threads_per_block": 1024, "blocks_per_sm": 4}})";
+  const auto r = test::run_megasched("promote --model toy --device cpu --verify-only --config " +
+                                         (dir_ / "bad.json").string() + flags(),
+                                     true);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("verify gate failed: rejected"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"failed_gate\": \"verify\""), std::string::npos) << r.out;
+}
+
+TEST_F(PromoteCli, RegistryListShowVerify) {
+  flywheel::RegistryEntry e;
+  e.model = "toy", e.gpu = "h100", e.dtype = "f32";
+  e.config = schedule::to_json(schedule::ScheduleConfig{});
+  e.fields = {{"candidate_median_us", 10.0}, {"speedup", 1.2}, {"incumbent", "default"},
+              {"run_id", "r20261123T000000Z-abcd"}, {"timestamp", "2026-11-23T00:00:00Z"}};
+  auto written = flywheel::append_registry_entry(registry_, e, nullptr);
+  ASSERT_TRUE(written);
+  auto r = test::run_megasched("registry list --registry " + registry_, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["entries"][0]["id"], written->id);
+  r = test::run_megasched("registry show " + written->id + " --registry " + registry_, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["config_hash8"], written->config_hash8);
+  r = test::run_megasched("registry show nope --registry " + registry_, true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  r = test::run_megasched("registry verify " + written->id + " --device cpu --tokens 4 --registry " +
+                              registry_,
+                          false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(json::parse(r.out)["pass"]);
+  // A corrupt line: listed as a problem (exit 1), the entry still there.
+  std::ofstream(registry_, std::ios::app) << "garbage\n";
+  r = test::run_megasched("registry list --registry " + registry_, false);
+  EXPECT_EQ(r.exit_code, 1);
+  const json listed = json::parse(r.out);
+  EXPECT_EQ(listed["entries"].size(), 1u);
+  EXPECT_EQ(listed["problems"].size(), 1u);
+}
+
+TEST_F(PromoteCli, BestNameOfTheCliTakesTheRegistryEntry) {
+  flywheel::RegistryEntry e;
+  e.model = "toy", e.gpu = "h100", e.dtype = "f32";
+  std::string error;
+  e.config = schedule::to_json(*schedule::parse_config(json{{"kernel", {{"unroll", 8}}}}, &error));
+  e.fields = {{"run_id", "r20261123T000000Z-abcd"}};
+  ASSERT_TRUE(flywheel::append_registry_entry(registry_, e, nullptr));
+  const auto r = test::run_shell("MEGASCHED_REGISTRY=" + registry_ + " " + MS_BINARY_PATH +
+                                 " propose --model toy --config best:toy:h100 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["incumbent"]["kernel"]["unroll"], 8);
+}
+
+}  // namespace
+}  // namespace megasched::harness
