@@ -78,7 +78,7 @@ TEST_F(RunDirTest, EvaluateWritesEveryFileWithItsSchemaAndPrintsTheRunIdFirst) {
   std::ifstream command(run / "command.txt");
   std::string line;
   std::getline(command, line);
-  EXPECT_EQ(line, manifest["command"]);
+  EXPECT_EQ(line, manifest["command"].get<std::string>());
   const json verdict = read_json(run / "verdict.json");
   expect_schema("verdict.schema.json", verdict);
   EXPECT_EQ(verdict["bottleneck"]["source"], "verdict");
