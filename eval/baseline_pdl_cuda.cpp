@@ -69,8 +69,8 @@ struct GraphPdlBaseline::Impl {
   unsigned sm_count = 1;
   Geometry per_sm{1, 1, 1, 1, 1};  // GEMV blocks per SM (tuned by create)
   unsigned lm_blocks = 1;
-  int kernels = 0;  // launches recorded per step
-  std::vector<Fn> slot_fn;                 // the kernel of each launch slot
+  int kernels = 0;                          // launches recorded per step
+  std::vector<Fn> slot_fn;                  // the kernel of each launch slot
   unsigned long long* trace_dev = nullptr;  // stamps while a timeline graph is captured
 
   ~Impl() {
@@ -150,13 +150,13 @@ struct GraphPdlBaseline::Impl {
            static_cast<const void*>(kv->ptr), cell, mp, l, attn_chunk_max, part_o->f(),
            part_ml->f(), static_cast<uint32_t*>(attn_counters->ptr), attn->f());
     const uint32_t q_dim = static_cast<uint32_t>(s.q_dim());
-    launch(kO, gemv_blocks((H + 1) / 2, kGemvO), 1, q_dim * 4, W, static_cast<uint64_t>(L.wo), H, q_dim,
-           static_cast<const float*>(attn->f()), hidden->f());
+    launch(kO, gemv_blocks((H + 1) / 2, kGemvO), 1, q_dim * 4, W, static_cast<uint64_t>(L.wo), H,
+           q_dim, static_cast<const float*>(attn->f()), hidden->f());
     launch(kGateUp, gemv_blocks(F, kGemvGateUp), 1, H * 8, W, static_cast<uint64_t>(L.w_gate),
            static_cast<uint64_t>(L.mlp_norm), H, F, s.rms_eps,
            static_cast<const float*>(hidden->f()), hmid->f());
-    launch(kDown, gemv_blocks((H + 1) / 2, kGemvDown), 1, F * 4, W, static_cast<uint64_t>(L.w_down), H, F,
-           static_cast<const float*>(hmid->f()), hidden->f());
+    launch(kDown, gemv_blocks((H + 1) / 2, kGemvDown), 1, F * 4, W, static_cast<uint64_t>(L.w_down),
+           H, F, static_cast<const float*>(hmid->f()), hidden->f());
   }
 
   void record_step() {
@@ -184,9 +184,9 @@ struct GraphPdlBaseline::Impl {
     sm_count = static_cast<unsigned>(std::max(sms, 1));
     // Enough (KV head, split) blocks for two per SM; the kernel uses fewer splits while the
     // position has fewer than kMinKeysPerSplit keys per split.
-    attn_splits = static_cast<unsigned>(
-        std::clamp(ceil_div(2 * static_cast<int64_t>(sm_count), s.kv_heads), 1u,
-                   ceil_div(s.max_seq, kMinKeysPerSplit)));
+    attn_splits =
+        static_cast<unsigned>(std::clamp(ceil_div(2 * static_cast<int64_t>(sm_count), s.kv_heads),
+                                         1u, ceil_div(s.max_seq, kMinKeysPerSplit)));
     attn_chunk_max = std::max(ceil_div(s.max_seq, attn_splits), kMinKeysPerSplit);
     const size_t wb = static_cast<size_t>(schedule::dtype_bytes(s.dtype));
     auto floats = [](int64_t n) { return std::make_unique<Buf>(static_cast<size_t>(n) * 4); };
@@ -293,7 +293,8 @@ struct GraphPdlBaseline::Impl {
     trace_dev = nullptr;
     std::vector<uint64_t> t(slots * 4);
     for (int replay = 0; replay < 2; ++replay) {  // the second replay is read
-      for (size_t i = 0; i < slots; ++i) t[4 * i] = t[4 * i + 1] = kNone, t[4 * i + 2] = t[4 * i + 3] = 0;
+      for (size_t i = 0; i < slots; ++i)
+        t[4 * i] = t[4 * i + 1] = kNone, t[4 * i + 2] = t[4 * i + 3] = 0;
       MS_CHECK_CUDA(cudaMemcpy(buf.ptr, t.data(), t.size() * 8, cudaMemcpyHostToDevice));
       write_cell(token, position);
       MS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
@@ -309,18 +310,23 @@ struct GraphPdlBaseline::Impl {
       const char* name = kKernelNames[slot_fn[i]];
       const double start = us(t[4 * i]), w0 = us(t[4 * i + 1]), w1 = us(t[4 * i + 2]);
       const double end = us(t[4 * i + 3]);
-      launches.push_back({{"kernel", name}, {"start_us", start}, {"first_wait_us", w0},
-                          {"last_wait_us", w1}, {"end_us", end}});
+      launches.push_back({{"kernel", name},
+                          {"start_us", start},
+                          {"first_wait_us", w0},
+                          {"last_wait_us", w1},
+                          {"end_us", end}});
       nlohmann::json& k = by[name];
-      if (k.is_null()) k = {{"launches", 0}, {"critical_us", 0.0}, {"released_us", 0.0},
-                            {"after_wait_us", 0.0}};
+      if (k.is_null())
+        k = {{"launches", 0}, {"critical_us", 0.0}, {"released_us", 0.0}, {"after_wait_us", 0.0}};
       k["launches"] = k["launches"].get<int>() + 1;
       k["critical_us"] = k["critical_us"].get<double>() + (end - prev_end);
       k["released_us"] = k["released_us"].get<double>() + (w0 - prev_end);
       k["after_wait_us"] = k["after_wait_us"].get<double>() + (end - w1);
       prev_end = end;
     }
-    return {{"step_us", prev_end}, {"kernels", launches}, {"by_kernel", by},
+    return {{"step_us", prev_end},
+            {"kernels", launches},
+            {"by_kernel", by},
             {"clock", "globaltimer (ns), from the first kernel's start"}};
   }
 

@@ -17,15 +17,15 @@ json make_class(const std::string& name, const std::string& source, const std::s
 // The launch half of the rule, shared by both sources: "" when the launch is within its limits.
 std::string launch_misfit(const json& kernel, int grid_blocks, int num_sms) {
   if (!kernel.is_object()) return "";
-  const int64_t spills = kernel.value("spill_store_bytes", int64_t{0}) +
-                         kernel.value("spill_load_bytes", int64_t{0});
+  const int64_t spills =
+      kernel.value("spill_store_bytes", int64_t{0}) + kernel.value("spill_load_bytes", int64_t{0});
   if (spills > 0) return "the kernel spills " + std::to_string(spills) + " bytes to local memory";
   if (kernel.contains("occupancy_blocks_per_sm") && grid_blocks > 0 && num_sms > 0) {
     const int per_sm = kernel.value("occupancy_blocks_per_sm", 0);
     const int asked = (grid_blocks + num_sms - 1) / num_sms;
     if (per_sm < asked)
-      return "the occupancy API allows " + std::to_string(per_sm) + " block(s) per SM, the grid asks " +
-             std::to_string(asked);
+      return "the occupancy API allows " + std::to_string(per_sm) +
+             " block(s) per SM, the grid asks " + std::to_string(asked);
   }
   return "";
 }
@@ -46,8 +46,9 @@ json classify_verdict(const Verdict& v, double stages, int num_sms) {
   const double latency = *v.latency_us;
   const double pct = 100.0 * v.floor_us / latency;
   if (pct >= kMemoryPctOfFloor)
-    return make_class("memory", "verdict",
-                      fmt("%.1f", pct) + "% of the floor >= " + fmt("%.0f", kMemoryPctOfFloor) + "%");
+    return make_class(
+        "memory", "verdict",
+        fmt("%.1f", pct) + "% of the floor >= " + fmt("%.0f", kMemoryPctOfFloor) + "%");
   const double excess = latency - v.floor_us;
   const double sync = stages * kDependencyHopUs;
   if (sync >= 0.5 * excess)
@@ -57,8 +58,8 @@ json classify_verdict(const Verdict& v, double stages, int num_sms) {
                           fmt("%.1f", excess) + " us above the floor");
   return make_class("compute", "verdict",
                     fmt("%.1f", pct) + "% of the floor, and " + fmt("%.0f", stages) +
-                        " dependent stages x " + fmt("%.1f", kDependencyHopUs) + " us = " +
-                        fmt("%.1f", sync) + " us < half of the " + fmt("%.1f", excess) +
+                        " dependent stages x " + fmt("%.1f", kDependencyHopUs) +
+                        " us = " + fmt("%.1f", sync) + " us < half of the " + fmt("%.1f", excess) +
                         " us above the floor: the ops' execution sets the time");
 }
 
@@ -87,22 +88,21 @@ json classify_profile(const json& analysis, const json& kernel_info, double floo
 
 std::optional<AxisSuggestion> suggest_axis(const std::string& c) {
   if (c == "memory")
-    return AxisSuggestion{"kernel",
-                          {"kernel.weight_stream", "kernel.vector_bytes", "kernel.unroll",
-                           "kernel.weight_load", "pipeline.prefetch_depth", "smem.pages",
-                           "smem.page_bytes"},
-                          "the step streams near the floor: only the weight stream's shape "
-                          "(ring, vector width, loads in flight) moves it closer"};
+    return AxisSuggestion{
+        "kernel",
+        {"kernel.weight_stream", "kernel.vector_bytes", "kernel.unroll", "kernel.weight_load",
+         "pipeline.prefetch_depth", "smem.pages", "smem.page_bytes"},
+        "the step streams near the floor: only the weight stream's shape "
+        "(ring, vector width, loads in flight) moves it closer"};
   if (c == "latency-sync")
-    return AxisSuggestion{"dependencies+fusion",
-                          {"dependencies.qkv_to_attention", "dependencies.attention_to_o",
-                           "dependencies.gate_up_to_down", "dependencies.residual",
-                           "fusion.qkv_single_gemv", "fusion.gate_up_single_gemv",
-                           "fusion.norm_into_gemv", "fusion.residual_into_gemv",
-                           "fusion.silu_mul_into_down", "fusion.rope_kv_into_qkv",
-                           "assignment.policy"},
-                          "waits and signals dominate: fewer or finer-grained dependency hops "
-                          "(per_slice dependencies, more fusion, another assignment)"};
+    return AxisSuggestion{
+        "dependencies+fusion",
+        {"dependencies.qkv_to_attention", "dependencies.attention_to_o",
+         "dependencies.gate_up_to_down", "dependencies.residual", "fusion.qkv_single_gemv",
+         "fusion.gate_up_single_gemv", "fusion.norm_into_gemv", "fusion.residual_into_gemv",
+         "fusion.silu_mul_into_down", "fusion.rope_kv_into_qkv", "assignment.policy"},
+        "waits and signals dominate: fewer or finer-grained dependency hops "
+        "(per_slice dependencies, more fusion, another assignment)"};
   if (c == "compute")
     return AxisSuggestion{"tiling",
                           {"tiling.gemv_rows_per_task", "tiling.gemv_k_split",
@@ -111,11 +111,11 @@ std::optional<AxisSuggestion> suggest_axis(const std::string& c) {
                           "the ops' execution sets the time: spread each op over more SMs or "
                           "warps (smaller tiles, k-split, more KV partitions)"};
   if (c == "launch")
-    return AxisSuggestion{"launch",
-                          {"launch.threads_per_block", "launch.blocks_per_sm", "smem.pages",
-                           "smem.page_bytes"},
-                          "the launch is over a limit or under-occupied: fewer threads, blocks or "
-                          "shared-memory pages per block"};
+    return AxisSuggestion{
+        "launch",
+        {"launch.threads_per_block", "launch.blocks_per_sm", "smem.pages", "smem.page_bytes"},
+        "the launch is over a limit or under-occupied: fewer threads, blocks or "
+        "shared-memory pages per block"};
   return std::nullopt;
 }
 

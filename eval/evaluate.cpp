@@ -8,8 +8,8 @@
 #include <limits>
 #include <random>
 
-#include "eval/bottleneck.h"
 #include "eval/baseline.h"
+#include "eval/bottleneck.h"
 #include "eval/eager.h"
 #include "eval/gpu_reference.h"
 #include "eval/oracle.h"
@@ -171,9 +171,9 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
 bool TrialEvaluator::load_reference(std::string* error) {
   const auto t0 = Clock::now();
   const ModelShape& shape = weights_.shape;
-  const bool gpu = options_.reference == "gpu" ||
-                   (options_.reference == "auto" && options_.device == "gpu");
-  const std::string dir = options_.reference_cache_dir.empty() ? default_reference_cache_dir()
+  const bool gpu =
+      options_.reference == "gpu" || (options_.reference == "auto" && options_.device == "gpu");
+  const std::string dir = options_.reference_cache_dir.empty()     ? default_reference_cache_dir()
                           : options_.reference_cache_dir == "none" ? ""
                                                                    : options_.reference_cache_dir;
   const std::string weights_id = weights_identity(weights_);
@@ -197,9 +197,8 @@ bool TrialEvaluator::load_reference(std::string* error) {
       {"weights_id", weights_id},
       {"cache_dir", dir},
       {"engine_on_miss", gpu ? "gpu-eager" : "cpu-eager"},
-      {"reference_vm", weights_.layout.total_elements <= options_.reference_vm_walk_elements
-                            ? "walk"
-                                                                                   : "sampled"},
+      {"reference_vm",
+       weights_.layout.total_elements <= options_.reference_vm_walk_elements ? "walk" : "sampled"},
       {"windows", listed}};
   if (!cross_check_gpu_window(error)) return false;
   for (const ReferenceWindow& w : windows_)
@@ -407,8 +406,8 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
 std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program& program,
                                                         bool valid, const Floor& floor,
                                                         Verdict* v) {
-  const bool overlap = valid && options_.device == "gpu" &&
-                       reference_info_.value("reference_vm", "") == "sampled";
+  const bool overlap =
+      valid && options_.device == "gpu" && reference_info_.value("reference_vm", "") == "sampled";
   if (!overlap) {
     const auto t_ref = Clock::now();
     const bool program_ok = !valid || check_on_reference_vm(program, v);
@@ -509,8 +508,8 @@ bool TrialEvaluator::check_on_reference_vm(const schedule::Program& program, Ver
                          step.stuck);
       return false;
     }
-    return record_reference_vm_check(p, w->start, step, w->logits[static_cast<size_t>(p - w->start)],
-                                     v);
+    return record_reference_vm_check(p, w->start, step,
+                                     w->logits[static_cast<size_t>(p - w->start)], v);
   }
   // Walk: every position from 0 to the last window position, its own KV cache throughout.
   bool ok = true;
@@ -523,8 +522,9 @@ bool TrialEvaluator::check_on_reference_vm(const schedule::Program& program, Ver
       return false;
     }
     const ReferenceWindow* w = window_at(p);
-    if (w) ok = record_reference_vm_check(p, 0, step, w->logits[static_cast<size_t>(p - w->start)],
-                                          v) && ok;
+    if (w)
+      ok = record_reference_vm_check(p, 0, step, w->logits[static_cast<size_t>(p - w->start)], v) &&
+           ok;
   }
   return ok;
 }

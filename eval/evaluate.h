@@ -42,8 +42,8 @@ struct EvaluatorOptions {
   int timed_position = 0;                  // position the latency (and the floor) refer to
   uint64_t seed = 0;                       // preset weight seed; also seeds the token sequence
   GpuTrialOptions gpu_options;
-  bool skip_validation = false;  // test-only: run a program the validator rejected
-  int check_steps = 3;           // consecutive steps checked from each checked position (>= 1)
+  bool skip_validation = false;     // test-only: run a program the validator rejected
+  int check_steps = 3;              // consecutive steps checked from each checked position (>= 1)
   std::string reference = "auto";   // engine for windows not in the cache: auto (gpu with --device
                                     // gpu, else cpu) | cpu (eval/eager.h) | gpu (gpu_reference.h)
   std::string reference_cache_dir;  // empty: default_reference_cache_dir(); "none": no disk cache

@@ -60,7 +60,9 @@ class GpuReference : public ReferenceForward {
       MS_CHECK_CUDA(
           cuFuncSetAttribute(f_attn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, attn_smem_));
     const size_t T = kChunkTokens;
-    auto floats = [](size_t n) { return std::make_unique<DeviceBuffer>(std::max<size_t>(n, 4) * 4); };
+    auto floats = [](size_t n) {
+      return std::make_unique<DeviceBuffer>(std::max<size_t>(n, 4) * 4);
+    };
     x_ = floats(T * s_.hidden);
     xn_ = floats(T * s_.hidden);
     qkv_ = floats(T * (s_.q_dim() + 2 * s_.kv_dim()));
@@ -94,8 +96,8 @@ class GpuReference : public ReferenceForward {
   std::vector<float> step(int32_t token, int position) override {
     forward(&token, position, 1, true);
     std::vector<float> out(static_cast<size_t>(s_.vocab));
-    MS_CHECK_CUDA(cudaMemcpyAsync(out.data(), logits_->ptr, out.size() * 4, cudaMemcpyDeviceToHost,
-                                  stream_));
+    MS_CHECK_CUDA(
+        cudaMemcpyAsync(out.data(), logits_->ptr, out.size() * 4, cudaMemcpyDeviceToHost, stream_));
     MS_CHECK_CUDA(cudaStreamSynchronize(stream_));
     return out;
   }
@@ -144,7 +146,8 @@ class GpuReference : public ReferenceForward {
       const int64_t n = std::min(block, rows - r0);
       const unsigned long long off = static_cast<unsigned long long>(offset + r0 * cols);
       const unsigned long long count = static_cast<unsigned long long>(n * cols);
-      launch(f_upcast_, 1024, 1, 0, weights_, bf16, off, count, static_cast<float*>(wscratch_->ptr));
+      launch(f_upcast_, 1024, 1, 0, weights_, bf16, off, count,
+             static_cast<float*>(wscratch_->ptr));
       // Column-major: W block is cols x n (ld cols), X is cols x T, Y is rows x T (ld rows).
       MS_CHECK_CUDA(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), T,
                                 static_cast<int>(cols), &alpha,
@@ -206,8 +209,8 @@ void GpuReference::forward(const int32_t* tokens, int pos0, int T, bool want_log
   if (!want_logits) return;
   // Only the last token's logits are read: the final norm and the head run on that row.
   const float* last = x + static_cast<size_t>(T - 1) * s_.hidden;
-  launch(f_norm_, 1, 1, 0, last, weights_, bf16, static_cast<unsigned long long>(layout_.final_norm),
-         s_.hidden, s_.rms_eps, xn);
+  launch(f_norm_, 1, 1, 0, last, weights_, bf16,
+         static_cast<unsigned long long>(layout_.final_norm), s_.hidden, s_.rms_eps, xn);
   gemm(layout_.lm_head, s_.vocab, s_.hidden, xn, static_cast<float*>(logits_->ptr), 1, false);
 }
 

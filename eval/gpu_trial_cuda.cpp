@@ -30,7 +30,11 @@ class GpuTrial {
   GpuTrial(const schedule::Program& program, const schedule::Weights& weights,
            const std::vector<int32_t>& tokens, const std::vector<ReferenceWindow>& windows,
            const GpuTrialOptions& options)
-      : program_(program), weights_(weights), tokens_(tokens), windows_(windows), options_(options) {}
+      : program_(program),
+        weights_(weights),
+        tokens_(tokens),
+        windows_(windows),
+        options_(options) {}
 
   GpuTrialResult run() {
     if (const std::string why = check_windows(); !why.empty()) return fail("crash", why);
@@ -38,9 +42,8 @@ class GpuTrial {
       if (!phase("compile_and_load", [&] { return create(); })) return std::move(r_);
       const bool checked = phase("gpu_check", [&] { return check_kernel(); });
       if (r_.phases_ms.contains("kv_load"))  // gpu_check is the steps alone
-        r_.phases_ms["gpu_check"] =
-            std::max(0.0, r_.phases_ms["gpu_check"].get<double>() -
-                              r_.phases_ms["kv_load"].get<double>());
+        r_.phases_ms["gpu_check"] = std::max(
+            0.0, r_.phases_ms["gpu_check"].get<double>() - r_.phases_ms["kv_load"].get<double>());
       if (!checked) return std::move(r_);
       phase("baseline", [&] {
         start_baseline();
@@ -78,17 +81,15 @@ class GpuTrial {
   std::string check_windows() {
     if (windows_.empty()) return "run_gpu_trial needs at least one reference window";
     const ReferenceWindow& last = windows_.back();
-    timed_ = options_.timed_position >= 0
-                 ? options_.timed_position
-                 : last.start + static_cast<int>(last.logits.size()) - 1;
+    timed_ = options_.timed_position >= 0 ? options_.timed_position
+                                          : last.start + static_cast<int>(last.logits.size()) - 1;
     bool timed_in = false;
     for (size_t i = 0; i < windows_.size(); ++i) {
       const ReferenceWindow& w = windows_[i];
       const int end = w.start + static_cast<int>(w.logits.size());
       if (w.logits.empty() || (i > 0 && w.start <= windows_[i - 1].start) ||
           end > static_cast<int>(tokens_.size()) || w.kv.positions != w.start)
-        return "run_gpu_trial: window " + std::to_string(i) + " (start " +
-               std::to_string(w.start) +
+        return "run_gpu_trial: window " + std::to_string(i) + " (start " + std::to_string(w.start) +
                ") is empty, out of order, past the tokens or has a KV snapshot of another length";
       timed_in = timed_in || (timed_ >= w.start && timed_ < end);
     }
@@ -177,10 +178,9 @@ class GpuTrial {
                          {"worst_logit", worst_logit_json(c)},
                          {"pass", c.pass && argmax_task_ok}});
     if (!c.pass)
-      evidence->push_back("GPU kernel differs from the reference at position " +
-                          std::to_string(p) + ": rel_err " + fmt("%.4g", c.rel_err) +
-                          ", max_abs_err " + fmt("%.4g", c.max_abs_err) +
-                          (c.finite ? "" : ", non-finite logits") +
+      evidence->push_back("GPU kernel differs from the reference at position " + std::to_string(p) +
+                          ": rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
+                          fmt("%.4g", c.max_abs_err) + (c.finite ? "" : ", non-finite logits") +
                           (c.argmax_match ? "" : ", argmax differs"));
     if (!argmax_task_ok)
       evidence->push_back("kernel argmax task wrote " + std::to_string(s.argmax) + " at position " +
@@ -278,8 +278,8 @@ class GpuTrial {
           compare_logits(s.logits, w.logits[static_cast<size_t>(i)], weights_.shape.dtype);
       if (!c.pass) {
         r_.status = "incorrect";
-        r_.message = "GPU kernel differs from the reference at position " +
-                     std::to_string(timed_) + " after timing: rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
+        r_.message = "GPU kernel differs from the reference at position " + std::to_string(timed_) +
+                     " after timing: rel_err " + fmt("%.4g", c.rel_err) + ", max_abs_err " +
                      fmt("%.4g", c.max_abs_err);
         r_.samples_us.clear();
         return false;

@@ -48,7 +48,9 @@ Comparison compare_logits(const std::vector<float>& out, const std::vector<float
 }
 
 nlohmann::json worst_logit_json(const Comparison& c) {
-  auto finite_or_null = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); };
+  auto finite_or_null = [](double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json();
+  };
   return {{"index", c.worst_index},
           {"value", finite_or_null(c.worst_out)},
           {"reference", finite_or_null(c.worst_ref)}};

@@ -211,7 +211,8 @@ CacheLookup ReferenceCache::load(const ReferenceKey& key, ReferenceWindow* out,
     std::memcpy(l.data(), p, vocab * 4);
     p += vocab * 4;
   }
-  w.kv.bytes.assign(reinterpret_cast<const uint8_t*>(p), reinterpret_cast<const uint8_t*>(p) + kv_bytes);
+  w.kv.bytes.assign(reinterpret_cast<const uint8_t*>(p),
+                    reinterpret_cast<const uint8_t*>(p) + kv_bytes);
   *out = std::move(w);
   return CacheLookup::kHit;
 }

@@ -96,9 +96,14 @@ std::map<std::tuple<std::string, std::string, std::string>, std::vector<double>>
 json effect_row(const std::string& knob, const std::string& from, const std::string& to,
                 const std::string& method, int n, double pct, double lo, double hi) {
   auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
-  return {{"knob", knob}, {"from", json::parse(from)}, {"to", json::parse(to)},
-          {"method", method}, {"n", n}, {"effect_pct", num(pct)},
-          {"ci_low_pct", num(lo)}, {"ci_high_pct", num(hi)}};
+  return {{"knob", knob},
+          {"from", json::parse(from)},
+          {"to", json::parse(to)},
+          {"method", method},
+          {"n", n},
+          {"effect_pct", num(pct)},
+          {"ci_low_pct", num(lo)},
+          {"ci_high_pct", num(hi)}};
 }
 
 // Ridge regression of log latency on one-hot knob values (off the default), over all trials;
@@ -203,8 +208,11 @@ json failures(const std::vector<const CorpusRecord*>& records) {
       examples.push_back(list[i]->schedule_id);
       knobs.push_back(list[i]->changed_knobs);
     }
-    out.push_back({{"status", key.first}, {"why", key.second}, {"count", list.size()},
-                   {"examples", examples}, {"knobs", knobs}});
+    out.push_back({{"status", key.first},
+                   {"why", key.second},
+                   {"count", list.size()},
+                   {"examples", examples},
+                   {"knobs", knobs}});
   }
   return out;
 }
@@ -282,15 +290,15 @@ std::string lessons_markdown(const json& lessons, const std::string& source) {
     for (const json& e : g["effects"])
       md << "| " << e["knob"].get<std::string>() << " | " << e["from"].dump() << " | "
          << e["to"].dump() << " | " << e["method"].get<std::string>() << " | " << e["n"] << " | "
-         << num(e["effect_pct"]) << " | " << num(e["ci_low_pct"]) << " .. "
-         << num(e["ci_high_pct"]) << " |\n";
+         << num(e["effect_pct"]) << " | " << num(e["ci_low_pct"]) << " .. " << num(e["ci_high_pct"])
+         << " |\n";
     md << "\n### Failed configs\n\n| status | why | count | examples |\n|---|---|---|---|\n";
     for (const json& f : g["failures"]) {
       std::string examples;
       for (const json& id : f["examples"])
         examples += (examples.empty() ? "" : ", ") + id.get<std::string>();
-      md << "| " << f["status"].get<std::string>() << " | " << f["why"].get<std::string>()
-         << " | " << f["count"] << " | " << examples << " |\n";
+      md << "| " << f["status"].get<std::string>() << " | " << f["why"].get<std::string>() << " | "
+         << f["count"] << " | " << examples << " |\n";
     }
     md << "\n### Bottleneck classes over time\n\n| trials |";
     for (const std::string& c : eval::bottleneck_classes()) md << " " << c << " |";

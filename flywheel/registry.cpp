@@ -74,7 +74,8 @@ std::optional<RegistryEntry> registry_entry_from_json(const json& j, std::string
   if (!j.is_object()) return fail("not a JSON object");
   if (j.value("record", "") != "verified") return fail("not a registry entry (record != verified)");
   for (const char* key : {"id", "model", "gpu", "dtype", "config_hash8"})
-    if (!j.contains(key) || !j[key].is_string()) return fail(std::string("no string '") + key + "'");
+    if (!j.contains(key) || !j[key].is_string())
+      return fail(std::string("no string '") + key + "'");
   if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] < 1)
     return fail("no version >= 1");
   if (!j.contains("config") || !j["config"].is_object()) return fail("no config object");
@@ -92,8 +93,8 @@ std::optional<RegistryEntry> registry_entry_from_json(const json& j, std::string
   if (registry_id(e.model, e.gpu, e.dtype, e.config_hash8, e.version) != e.id)
     return fail("id '" + e.id + "' does not match its fields");
   e.fields = j;
-  for (const char* key : {"record", "id", "model", "gpu", "dtype", "config_hash8", "version",
-                          "config"})
+  for (const char* key :
+       {"record", "id", "model", "gpu", "dtype", "config_hash8", "version", "config"})
     e.fields.erase(key);
   return e;
 }
@@ -178,8 +179,8 @@ std::optional<ResolvedName> resolve_best_name(const std::string& name,
   if (auto preset = schedule::find_named_config(name, &why))
     return ResolvedName{preset->config, "preset", preset->source};
   if (error)
-    *error = why + "; the registry " + registry_path + " has no entry for " + model + " on " +
-             gpu + " (`megasched registry list`; `megasched promote` adds one)";
+    *error = why + "; the registry " + registry_path + " has no entry for " + model + " on " + gpu +
+             " (`megasched registry list`; `megasched promote` adds one)";
   return std::nullopt;
 }
 

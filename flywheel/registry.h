@@ -36,7 +36,7 @@ struct RegistryEntry {
   std::string dtype;  // "f32" | "bf16"
   std::string config_hash8;
   int version = 0;
-  nlohmann::json config;  // canonical ScheduleConfig JSON
+  nlohmann::json config;                             // canonical ScheduleConfig JSON
   nlohmann::json fields = nlohmann::json::object();  // medians, gates, device, commit, run id ...
 };
 

@@ -141,8 +141,8 @@ json build_report(const std::vector<ResultRow>& rows, const std::vector<CorpusRe
     }
     group["knob_effects"] = effects;
     // The bottleneck class of each trial (eval/bottleneck.h); "none": no latency to classify.
-    json bottlenecks = {{"memory", 0}, {"latency-sync", 0}, {"compute", 0}, {"launch", 0},
-                        {"none", 0}};
+    json bottlenecks = {
+        {"memory", 0}, {"latency-sync", 0}, {"compute", 0}, {"launch", 0}, {"none", 0}};
     for (const CorpusRecord* r : g.records) {
       const json& b = r->verdict.bottleneck;
       const std::string c = b.is_object() ? b.value("class", "none") : "none";

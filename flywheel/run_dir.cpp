@@ -110,8 +110,8 @@ std::optional<RunDir> open_run_dir(const std::string& root, const std::string& r
   fs::create_directories(run.path, ec);
   if (ec || !fs::is_directory(run.path)) {
     if (error)
-      *error = "cannot create the run directory '" + run.path + "': " +
-               (ec ? ec.message() : "not a directory") + " (give another --runs-dir)";
+      *error = "cannot create the run directory '" + run.path +
+               "': " + (ec ? ec.message() : "not a directory") + " (give another --runs-dir)";
     return std::nullopt;
   }
   if (!write_file(run.path + "/command.txt", command + "\n", error)) return std::nullopt;

@@ -61,7 +61,8 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
       return;
     }
     if (opt->timeline && opt->kind != "graph-pdl") {
-      print_error("baseline", "--timeline needs --kind graph-pdl (the cuBLAS kernels carry no stamps)");
+      print_error("baseline",
+                  "--timeline needs --kind graph-pdl (the cuBLAS kernels carry no stamps)");
       ctx.exit_code = kExitUsage;
       return;
     }

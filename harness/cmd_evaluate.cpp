@@ -57,15 +57,14 @@ int run_evaluate(Options& opt) {
   // Input checks and --save-program first: a refused input is one stderr line, no run.
   if (program && !evaluator->check_program(*program, &error))
     return fail(kExitUsage, "program '" + opt.program + "' does not fit model " +
-                                evaluator->shape().name + " on " + evaluator->target().name +
-                                ": " + error);
+                                evaluator->shape().name + " on " + evaluator->target().name + ": " +
+                                error);
   if (config && !opt.save_program.empty()) {
     // A config that does not lower has no program to save; its verdict says why (rejected).
     auto lowered = schedule::lower(evaluator->shape(), evaluator->target(), *config, &error);
     if (!lowered)
       print_error("evaluate", "--save-program: nothing saved, the config does not lower");
-    else if (!write_text_file(opt.save_program, schedule::to_json(*lowered).dump() + "\n",
-                              &error))
+    else if (!write_text_file(opt.save_program, schedule::to_json(*lowered).dump() + "\n", &error))
       return fail(kExitEnvironment, "--save-program: " + error);
   }
   std::optional<flywheel::RunDir> run;

@@ -70,9 +70,8 @@ struct Workload {
 GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candidate,
                       const Workload& probe, json* incumbent_doc) {
   const flywheel::RegistryRead registry = flywheel::read_registry(opt.registry);
-  const std::optional<flywheel::RegistryEntry> newest =
-      flywheel::newest_entry(registry, probe.shape.name, probe.target.name,
-                             schedule::dtype_name(probe.shape.dtype));
+  const std::optional<flywheel::RegistryEntry> newest = flywheel::newest_entry(
+      registry, probe.shape.name, probe.target.name, schedule::dtype_name(probe.shape.dtype));
   schedule::ScheduleConfig incumbent;
   *incumbent_doc = {{"id", "default"}, {"config", schedule::to_json(incumbent)}};
   if (newest) {
@@ -83,8 +82,10 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
     *incumbent_doc = {{"id", newest->id}, {"config", newest->config}};
   }
   if (schedule::to_json(incumbent) == schedule::to_json(candidate))
-    return {false, "benchmark gate: the candidate is the incumbent (" +
-                       incumbent_doc->value("id", std::string()) + ")", {}};
+    return {false,
+            "benchmark gate: the candidate is the incumbent (" +
+                incumbent_doc->value("id", std::string()) + ")",
+            {}};
   eval::EvaluatorOptions ev;
   ev.model = opt.model, ev.gpu = opt.gpu, ev.seed = opt.seed;
   ev.positions = {0};
@@ -105,14 +106,13 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   GateOutcome gate = run_benchmark_gate(opt.rounds, opt.speedup, measure);
   gate.detail["latency_kind"] = kind;
   if (kind == "predicted")
-    gate.message += " [predicted by the cost model for " + probe.target.name +
-                    " (--device cpu), not measured]";
+    gate.message +=
+        " [predicted by the cost model for " + probe.target.name + " (--device cpu), not measured]";
   return gate;
 }
 
 /// The registry entry of a promotion that passed both gates.
-flywheel::RegistryEntry make_entry(const Workload& probe,
-                                   const schedule::ScheduleConfig& candidate,
+flywheel::RegistryEntry make_entry(const Workload& probe, const schedule::ScheduleConfig& candidate,
                                    const GateOutcome& verify, const GateOutcome& bench,
                                    const json& incumbent, const eval::Verdict& verdict,
                                    const std::string& run_id) {
@@ -167,8 +167,9 @@ int run_promote(const Options& opt) {
   auto target = eval::resolve_target(opt.gpu, &error);
   if (!target) return fail(target_error_code(opt.gpu), error);
   if (opt.device == "gpu" && !eval::gpu_available(&error))
-    return fail(kExitEnvironment, "--device gpu: " + error + " (--device cpu --verify-only runs "
-                                  "the verify gate without one)");
+    return fail(kExitEnvironment, "--device gpu: " + error +
+                                      " (--device cpu --verify-only runs "
+                                      "the verify gate without one)");
   const Workload probe{*shape, *target};
   bool environment = false;
   std::optional<flywheel::RunDir> run;
@@ -176,9 +177,12 @@ int run_promote(const Options& opt) {
     return fail(kExitEnvironment, error);
   eval::Verdict verdict;
   const GateOutcome verify = run_verify_gate(vr, *config, &verdict, &environment);
-  json doc = {{"run_id", run ? run->run_id : ""}, {"model", probe.shape.name},
-              {"gpu", probe.target.name},      {"device", opt.device},
-              {"promoted", false},                {"verify", verify.detail},
+  json doc = {{"run_id", run ? run->run_id : ""},
+              {"model", probe.shape.name},
+              {"gpu", probe.target.name},
+              {"device", opt.device},
+              {"promoted", false},
+              {"verify", verify.detail},
               {"config", schedule::to_json(*config)}};
   int exit_code = kExitOk;
   std::string message, passed = verify.message;  // the failure, or what passed
@@ -254,8 +258,7 @@ void add_promote_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--speedup", opt->speedup, "Speedup over the incumbent the benchmark gate needs")
       ->check(finite_number_in(0.0, 1e6, /*min_exclusive=*/true))
       ->capture_default_str();
-  cmd->add_flag("--verify-only", opt->verify_only,
-                "Run the verify gate alone; promote nothing");
+  cmd->add_flag("--verify-only", opt->verify_only, "Run the verify gate alone; promote nothing");
   add_seed_flag(cmd, &opt->seed);
   cmd->add_option("--registry", opt->registry, "The registry file ($MEGASCHED_REGISTRY)")
       ->capture_default_str();

@@ -25,7 +25,8 @@ std::optional<nlohmann::json> next_axis(const std::string& path, const nlohmann:
   if (!b.is_object()) return nlohmann::json(nullptr);
   auto axis = eval::suggest_axis(b.value("class", ""));
   if (!axis) {
-    *error = "--verdict '" + path + "': unknown bottleneck class " + b.value("class", "").substr(0, 40);
+    *error =
+        "--verdict '" + path + "': unknown bottleneck class " + b.value("class", "").substr(0, 40);
     return *code = kExitUsage, std::nullopt;
   }
   nlohmann::json knobs = nlohmann::json::array();
@@ -39,8 +40,8 @@ std::optional<nlohmann::json> next_axis(const std::string& path, const nlohmann:
                        {"choices", k["choices"]}});
     }
   }
-  return nlohmann::json{{"bottleneck", b}, {"axis", axis->axis}, {"why", axis->why},
-                        {"knobs", knobs}};
+  return nlohmann::json{
+      {"bottleneck", b}, {"axis", axis->axis}, {"why", axis->why}, {"knobs", knobs}};
 }
 
 }  // namespace

@@ -89,7 +89,8 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
       "registry", "The verified registry of promoted configs: list, show ID, verify ID");
   cmd->require_subcommand(1);
   auto* list = cmd->add_subcommand("list", "Every entry (newest last) and every corrupt line");
-  list->callback([&ctx, opt] { ctx.exit_code = finish_verb("registry", registry_list(opt->registry)); });
+  list->callback(
+      [&ctx, opt] { ctx.exit_code = finish_verb("registry", registry_list(opt->registry)); });
   auto* show = cmd->add_subcommand("show", "One entry as JSON");
   show->add_option("id", opt->id, "Entry id (`megasched registry list`)")->required();
   show->callback([&ctx, opt] {
@@ -127,7 +128,8 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
     if (!opt->positions.empty()) {
       auto list = parse_int_list(opt->positions);
       if (!list || list->empty()) {
-        print_error("registry", "--positions '" + opt->positions + "' is not a list such as 0,1024");
+        print_error("registry",
+                    "--positions '" + opt->positions + "' is not a list such as 0,1024");
         return void(ctx.exit_code = kExitUsage);
       }
       vr.positions = *list;
@@ -135,7 +137,9 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
     eval::Verdict verdict;
     bool environment = false;
     const GateOutcome gate = run_verify_gate(vr, *config, &verdict, &environment);
-    print_json({{"id", entry->id}, {"pass", gate.pass}, {"message", gate.message},
+    print_json({{"id", entry->id},
+                {"pass", gate.pass},
+                {"message", gate.message},
                 {"verify", gate.detail}});
     if (!gate.pass) print_error("registry", gate.message);
     ctx.exit_code = gate.pass ? kExitOk : environment ? kExitEnvironment : kExitFailure;

@@ -19,10 +19,10 @@ std::optional<nlohmann::json> write_lessons(const ReportRequest& request, const 
                                             int* code) {
   flywheel::CorpusRead corpus = flywheel::read_corpus(request.corpus_path);
   if (!corpus.error.empty() || !corpus.exists) {
-    print_error("report", "--lessons: " + (corpus.error.empty() ? "no corpus at " +
-                                                                      request.corpus_path
-                                                                : corpus.error) +
-                              " (the lessons need each trial's config: pass --corpus PATH)");
+    print_error("report",
+                "--lessons: " +
+                    (corpus.error.empty() ? "no corpus at " + request.corpus_path : corpus.error) +
+                    " (the lessons need each trial's config: pass --corpus PATH)");
     *code = kExitEnvironment;
     return std::nullopt;
   }
@@ -84,8 +84,8 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
       std::string out = opt->lessons_out;
       if (out.empty()) {
         const auto parent = std::filesystem::path(opt->results).parent_path();
-        out = (parent.empty() ? std::filesystem::path("LESSONS.md") : parent / "LESSONS.md")
-                  .string();
+        out =
+            (parent.empty() ? std::filesystem::path("LESSONS.md") : parent / "LESSONS.md").string();
       }
       int code = kExitOk;
       auto lessons = write_lessons(request, out, &code);
@@ -96,7 +96,8 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
       return void(ctx.exit_code = finish_verb("report", report));
     std::cout << flywheel::report_text(report.document);
     if (!opt->out.empty()) std::cout << "html: " << opt->out << "\n";
-    if (opt->lessons) std::cout << "lessons: " << report.document["lessons"]["path"].get<std::string>() << "\n";
+    if (opt->lessons)
+      std::cout << "lessons: " << report.document["lessons"]["path"].get<std::string>() << "\n";
     ctx.exit_code = kExitOk;
   });
 }

@@ -27,12 +27,15 @@ void add_runs_command(CLI::App& app, CliContext& ctx) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& r : runs) {
       const nlohmann::json& m = r.manifest;
-      rows.push_back({{"run_id", r.run_id},
-                      {"path", r.path},
-                      {"kind", m.is_object() ? m.value("kind", std::string()) : std::string()},
-                      {"exit_code", m.is_object() ? m.value("exit_code", nlohmann::json()) : nlohmann::json(nullptr)},
-                      {"finished", m.is_object() ? m.value("finished", nlohmann::json()) : nlohmann::json(nullptr)},
-                      {"command", m.is_object() ? m.value("command", std::string()) : std::string()}});
+      rows.push_back(
+          {{"run_id", r.run_id},
+           {"path", r.path},
+           {"kind", m.is_object() ? m.value("kind", std::string()) : std::string()},
+           {"exit_code",
+            m.is_object() ? m.value("exit_code", nlohmann::json()) : nlohmann::json(nullptr)},
+           {"finished",
+            m.is_object() ? m.value("finished", nlohmann::json()) : nlohmann::json(nullptr)},
+           {"command", m.is_object() ? m.value("command", std::string()) : std::string()}});
     }
     print_json({{"runs_dir", opt->runs_dir}, {"runs", rows}});
     ctx.exit_code = kExitOk;

@@ -581,8 +581,8 @@ class LoopRun {
   /// Queues up to one candidate per live slot (never past the budget). False when the strategy
   /// has nothing and nothing is outstanding: the loop stops (stop_reason_ says why).
   bool propose_batch() {
-    const int count = std::min(live_slots(), options_.budget - next_trial_ -
-                                                 static_cast<int>(tickets_.size()));
+    const int count =
+        std::min(live_slots(), options_.budget - next_trial_ - static_cast<int>(tickets_.size()));
     if (count <= 0) return true;
     int got = 0, duplicate_rounds = 0, unusable_rounds = 0;
     std::string why_none;
@@ -851,8 +851,8 @@ class LoopRun {
   /// nothing is logged for it (it stays untried) and the loop stops with the error.
   std::optional<eval::Verdict> evaluate(const ScheduleConfig& config) {
     std::string why;
-    eval::Verdict v = pool_ ? evaluate_on_slot(remeasure_slot_, config, &why)
-                            : evaluator_.evaluate(config);
+    eval::Verdict v =
+        pool_ ? evaluate_on_slot(remeasure_slot_, config, &why) : evaluator_.evaluate(config);
     if (!pool_) why = evaluator_.harness_failure();
     ++evaluations_;
     if (cancelled()) return std::nullopt;  // a cancelled trial is abandoned, not a failure
@@ -975,27 +975,28 @@ class LoopRun {
     }
     const int kept = counts_[flywheel::kStatusKept];
     const int trials = static_cast<int>(history_.size());
-    json out = {{"run_id", run_id_},
-            {"model", model_},
-            {"target", target_name_},
-            {"device", device_},
-            {"strategy", strategy_.name()},
-            {"resumed", resumed_},
-            {"seed", seed_},
-            {"stop_reason", result_.ok ? stop_reason_ : "error: " + result_.error},
-            {"trials", trials},
-            {"trials_this_invocation", trials_this_invocation_},
-            {"evaluations", evaluations_},
-            {"skipped_known", skipped_known_},
-            {"restored_rows", restored_rows_},
-            {"status_counts", counts_},
-            {"keep_rate", trials > 0 ? json(static_cast<double>(kept) / trials) : json(nullptr)},
-            {"default_us", default_us_ ? json(*default_us_) : json(nullptr)},
-            {"best", best},
-            {"results", options_.results_path},
-            {"corpus", options_.corpus_path},
-            {"elapsed_s", clock_.now_s() - start_s_},
-            {"problems", problems_}};
+    json out = {
+        {"run_id", run_id_},
+        {"model", model_},
+        {"target", target_name_},
+        {"device", device_},
+        {"strategy", strategy_.name()},
+        {"resumed", resumed_},
+        {"seed", seed_},
+        {"stop_reason", result_.ok ? stop_reason_ : "error: " + result_.error},
+        {"trials", trials},
+        {"trials_this_invocation", trials_this_invocation_},
+        {"evaluations", evaluations_},
+        {"skipped_known", skipped_known_},
+        {"restored_rows", restored_rows_},
+        {"status_counts", counts_},
+        {"keep_rate", trials > 0 ? json(static_cast<double>(kept) / trials) : json(nullptr)},
+        {"default_us", default_us_ ? json(*default_us_) : json(nullptr)},
+        {"best", best},
+        {"results", options_.results_path},
+        {"corpus", options_.corpus_path},
+        {"elapsed_s", clock_.now_s() - start_s_},
+        {"problems", problems_}};
     if (pool_) {
       out["workers"] = workers_summary();
       json others = json::object();
@@ -1050,14 +1051,14 @@ class LoopRun {
   std::string stop_reason_;
   LoopResult result_;
   // A pool's trials (search_parallel).
-  std::map<uint64_t, Ticket> tickets_;  // proposed and not yet decided, by ticket
-  std::deque<uint64_t> pending_;        // not yet dispatched, in dispatch order
+  std::map<uint64_t, Ticket> tickets_;         // proposed and not yet decided, by ticket
+  std::deque<uint64_t> pending_;               // not yet dispatched, in dispatch order
   std::vector<std::optional<uint64_t>> busy_;  // slot -> its ticket
-  std::deque<uint64_t> batch_ends_;  // one past the last ticket of each outstanding batch
-  std::set<std::string> queued_ids_;  // ids of the tickets not yet decided
+  std::deque<uint64_t> batch_ends_;            // one past the last ticket of each outstanding batch
+  std::set<std::string> queued_ids_;           // ids of the tickets not yet decided
   uint64_t next_seq_ = 0;
-  int remeasure_slot_ = -1;  // where evaluate() runs: the slot of the ticket being decided
-  int last_slot_ = 0;        // where evaluate() ran last
+  int remeasure_slot_ = -1;    // where evaluate() runs: the slot of the ticket being decided
+  int last_slot_ = 0;          // where evaluate() ran last
   int rates_printed_at_ = -1;  // next_trial_ at the last progress: line
   std::optional<PoolEvent> remeasure_event_;
   bool stopping_ = false;

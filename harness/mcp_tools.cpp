@@ -674,9 +674,10 @@ const json& promote_schema() {
   static const json schema = object_schema(
       {{"model", model_property()},
        {"gpu", gpu_property("h100")},
-       {"device", enum_property("gpu (measured) or cpu (the ReferenceVm; the benchmark gate on the cost "
-                                "model's predicted latencies, entries marked predicted)",
-                                {"gpu", "cpu"}, "gpu")},
+       {"device",
+        enum_property("gpu (measured) or cpu (the ReferenceVm; the benchmark gate on the cost "
+                      "model's predicted latencies, entries marked predicted)",
+                      {"gpu", "cpu"}, "gpu")},
        {"config", config_property("The candidate")},
        {"rounds", integer_property("Interleaved benchmark rounds", 3, 1, 1000)},
        {"tokens", integer_property("Tokens the verify gate's generate --verify decodes",
@@ -694,17 +695,19 @@ const json& registry_list_schema() {
 
 const json& registry_show_schema() {
   static const json schema = object_schema(
-      {{"id", {{"type", "string"},
-               {"minLength", 1},
-               {"description", "Entry id (registry_list), <model>_<gpu>_<dtype>_<hash8>_v<n>"}}}},
+      {{"id",
+        {{"type", "string"},
+         {"minLength", 1},
+         {"description", "Entry id (registry_list), <model>_<gpu>_<dtype>_<hash8>_v<n>"}}}},
       {"id"});
   return schema;
 }
 
 ToolResult registry_show_tool(const ToolCall& call, McpContext&) {
   const Arguments a(call.arguments, registry_show_schema());
-  return from_verb("registry show", registry_show(flywheel::default_registry_path(), a.text("id")),
-                   [](const json& doc) { return "registry entry " + doc["id"].get<std::string>(); });
+  return from_verb(
+      "registry show", registry_show(flywheel::default_registry_path(), a.text("id")),
+      [](const json& doc) { return "registry entry " + doc["id"].get<std::string>(); });
 }
 
 std::string registry_summary(const json& doc) {
@@ -730,8 +733,9 @@ ToolResult promote_tool(const ToolCall& call, McpContext& context) {
   const json config_arg = a.get("config");
   const std::string config = config_arg.is_object() ? "-" : a.text("config");
   if (config == "-" && !config_arg.is_object())
-    return tool_error(kExitUsage, "megasched promote: config: '-' would read stdin, which carries "
-                                  "the protocol here; pass the config object itself");
+    return tool_error(kExitUsage,
+                      "megasched promote: config: '-' would read stdin, which carries "
+                      "the protocol here; pass the config object itself");
   const McpOptions& options = context.options();
   std::string command =
       shell_quote(options.executable.empty() ? this_executable() : options.executable) +
@@ -746,7 +750,8 @@ ToolResult promote_tool(const ToolCall& call, McpContext& context) {
   call.progress(0, 1, "promoting: verify gate, then the benchmark gate");
   ChildProcess child;
   std::string error, out;
-  if (!child.start(command, &error)) return tool_error(kExitEnvironment, "megasched promote: " + error);
+  if (!child.start(command, &error))
+    return tool_error(kExitEnvironment, "megasched promote: " + error);
   if (config_arg.is_object()) child.write_line(config_arg.dump());
   child.close_stdin();
   const auto status = child.read_all(a.number("timeout"), &out, call.cancel);
@@ -838,7 +843,8 @@ const std::vector<McpTool>& mcp_tools() {
        registry_list_schema(), nullptr, read_only(), registry_list_tool},
       {"registry_show", "Registry: one verified entry",
        "One entry of the verified registry by id (`megasched registry show ID`): the config, both "
-       "medians and every round, the speedup, latency_kind (measured-gpu or predicted), the device, "
+       "medians and every round, the speedup, latency_kind (measured-gpu or predicted), the "
+       "device, "
        "driver, commit and run id. An unknown id is a tool error naming the nearest one.",
        registry_show_schema(), nullptr, read_only(), registry_show_tool},
   };

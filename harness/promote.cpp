@@ -97,9 +97,9 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
     return g;
   }
   *verdict = evaluator->evaluate(config);
-  g.detail = {{"positions", ev.positions}, {"device", request.device},
-              {"status", verdict->status}, {"valid", verdict->valid},
-              {"correct", verdict->correct}, {"rel_err", verdict->rel_err},
+  g.detail = {{"positions", ev.positions},          {"device", request.device},
+              {"status", verdict->status},          {"valid", verdict->valid},
+              {"correct", verdict->correct},        {"rel_err", verdict->rel_err},
               {"max_abs_err", verdict->max_abs_err}};
   if (!verdict->valid || !verdict->correct) {
     g.message = "verify gate failed: " +

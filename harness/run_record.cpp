@@ -14,8 +14,7 @@ std::string& stored_command_line() {
 }
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -38,8 +37,8 @@ void add_runs_dir_flags(CLI::App* cmd, std::string* runs_dir, bool* no_run_dir) 
 std::optional<flywheel::RunDir> start_run(const std::string& runs_dir, const std::string& kind,
                                           std::string* error) {
   const double now = now_s();
-  auto run = flywheel::open_run_dir(runs_dir, flywheel::new_run_id(now), kind, command_line(), now,
-                                    error);
+  auto run =
+      flywheel::open_run_dir(runs_dir, flywheel::new_run_id(now), kind, command_line(), now, error);
   if (run)
     std::fprintf(stderr, "megasched %s: run %s (%s)\n", kind.c_str(), run->run_id.c_str(),
                  run->path.c_str());

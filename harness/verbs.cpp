@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <climits>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -17,8 +17,8 @@
 #include "flywheel/report_render.h"
 #include "flywheel/results.h"
 #include "harness/cli_util.h"
-#include "harness/trial_flags.h"
 #include "harness/mpi_pool.h"
+#include "harness/trial_flags.h"
 #include "harness/worker_evaluator.h"
 #include "harness/worker_pool.h"
 #include "schedule/lower.h"
@@ -308,8 +308,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
   if (opt.loop.budget < 1) return failed(kExitUsage, "--budget must be at least 1");
   if (!(opt.trial_timeout_s > 0))
     return failed(kExitUsage, "--trial-timeout must be more than 0 seconds");
-  if (const std::string why = check_worker_flags(opt); !why.empty())
-    return failed(kExitUsage, why);
+  if (const std::string why = check_worker_flags(opt); !why.empty()) return failed(kExitUsage, why);
   if (const std::string why = check_log_paths(opt.loop.results_path, opt.loop.corpus_path);
       !why.empty())
     return failed(kExitUsage, why);

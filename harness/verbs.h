@@ -79,10 +79,10 @@ struct LoopCommand {
   std::optional<schedule::ScheduleConfig> start_config;  // or already parsed
   std::string executable;  // the megasched binary that runs `worker`; "": this one
   // Many workers at once (run_loop_on_pool): one per GPU, N CPU slots, or the ranks of an MPI job.
-  std::string gpus;             // --gpus: "all" or "0,1,..": one worker per GPU; "": none
-  int workers = 0;              // --workers N: N CPU workers (--device cpu); 0: none
-  bool mpi = false;             // --mpi: under mpirun, rank 0 runs the loop, the others trials
-  double rank_timeout_s = 60;   // --rank-timeout: an MPI rank's silence before it counts as lost
+  std::string gpus;            // --gpus: "all" or "0,1,..": one worker per GPU; "": none
+  int workers = 0;             // --workers N: N CPU workers (--device cpu); 0: none
+  bool mpi = false;            // --mpi: under mpirun, rank 0 runs the loop, the others trials
+  double rank_timeout_s = 60;  // --rank-timeout: an MPI rank's silence before it counts as lost
   /// Called once the evaluator and the strategy are ready, right before the first trial (the
   /// CLI installs its signal handlers there).
   std::function<void()> on_start;

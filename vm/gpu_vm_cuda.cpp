@@ -394,11 +394,11 @@ bool GpuVm::load_kv(const KvSnapshot& kv, std::string* error) {
   const bool bf16 = mp.kv_dtype == ms_abi::kDTypeBF16;
   if (kv.layers != static_cast<int>(mp.layers) || kv.kv_heads != static_cast<int>(mp.kv_heads) ||
       kv.head_dim != static_cast<int>(mp.head_dim) || kv.positions < 0 ||
-      kv.positions > static_cast<int>(mp.max_seq) ||
-      (kv.dtype == schedule::DType::kBF16) != bf16 ||
+      kv.positions > static_cast<int>(mp.max_seq) || (kv.dtype == schedule::DType::kBF16) != bf16 ||
       kv.bytes.size() != kv.elements() * static_cast<size_t>(schedule::dtype_bytes(kv.dtype))) {
-    *error = "the KV snapshot does not fit the program's model (layers, KV heads, head_dim, dtype "
-             "or positions differ)";
+    *error =
+        "the KV snapshot does not fit the program's model (layers, KV heads, head_dim, dtype "
+        "or positions differ)";
     return false;
   }
   if (kv.positions == 0) return true;

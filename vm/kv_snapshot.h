@@ -17,9 +17,9 @@ struct KvSnapshot {
   int layers = 0;
   int kv_heads = 0;
   int head_dim = 0;
-  int positions = 0;                            // rows per (layer, k|v, kv head)
+  int positions = 0;                              // rows per (layer, k|v, kv head)
   schedule::DType dtype = schedule::DType::kF32;  // element type of `bytes`
-  std::vector<uint8_t> bytes;                   // elements() values of dtype_bytes(dtype) bytes
+  std::vector<uint8_t> bytes;                     // elements() values of dtype_bytes(dtype) bytes
 
   /// An empty (zero-filled) snapshot of `positions` rows for `shape`.
   static KvSnapshot zeros(const schedule::ModelShape& shape, int positions) {

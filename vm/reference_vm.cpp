@@ -627,8 +627,7 @@ bool ReferenceVm::load_kv(const KvSnapshot& kv) {
   const bool bf16 = m.kv_dtype == ms_abi::kDTypeBF16;
   if (kv.layers != static_cast<int>(m.layers) || kv.kv_heads != static_cast<int>(m.kv_heads) ||
       kv.head_dim != static_cast<int>(m.head_dim) || kv.positions < 0 ||
-      kv.positions > static_cast<int>(m.max_seq) ||
-      (kv.dtype == schedule::DType::kBF16) != bf16 ||
+      kv.positions > static_cast<int>(m.max_seq) || (kv.dtype == schedule::DType::kBF16) != bf16 ||
       kv.bytes.size() != kv.elements() * static_cast<size_t>(schedule::dtype_bytes(kv.dtype)))
     return false;
   const size_t row_bytes = static_cast<size_t>(kv.positions) * kv.head_dim * (bf16 ? 2 : 4);

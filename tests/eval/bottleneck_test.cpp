@@ -59,11 +59,13 @@ TEST(Bottleneck, LaunchRejectionIsLaunchOtherFailuresHaveNoClass) {
 }
 
 TEST(Bottleneck, ProfileSplitsTheCriticalPath) {
-  nlohmann::json analysis = {
-      {"totals", {{"wall_us", 200.0}}},
-      {"critical_path",
-       {{"span_us", 180.0}, {"exec_us", 50.0}, {"wait_us", 90.0}, {"signal_us", 10.0},
-        {"gap_us", 30.0}}}};
+  nlohmann::json analysis = {{"totals", {{"wall_us", 200.0}}},
+                             {"critical_path",
+                              {{"span_us", 180.0},
+                               {"exec_us", 50.0},
+                               {"wait_us", 90.0},
+                               {"signal_us", 10.0},
+                               {"gap_us", 30.0}}}};
   auto c = classify_profile(analysis, nlohmann::json::object(), 20.0, 132, 132);
   EXPECT_EQ(c["class"], "latency-sync");
   EXPECT_EQ(c["source"], "profile");

@@ -128,7 +128,7 @@ TEST(TrialEvaluator, TimedPositionIsAlwaysCheckedWithConsecutiveSteps) {
   EXPECT_EQ(v.positions_checked, (std::vector<int>{0, 3, 20}));
   EXPECT_EQ(v.reference["reference_vm"], "walk");
   // Toy: the ReferenceVm walks from 0 and is compared at every window position.
-  const std::vector<std::pair<int, int>> want = {{0, 0}, {1, 0}, {2, 0}, {3, 0},  {4, 0},
+  const std::vector<std::pair<int, int>> want = {{0, 0}, {1, 0},  {2, 0},  {3, 0}, {4, 0},
                                                  {5, 0}, {20, 0}, {21, 0}, {22, 0}};
   EXPECT_EQ(checks_on(v, "reference_vm"), want);
   EXPECT_TRUE(checks_on(v, "gpu").empty());
@@ -280,8 +280,7 @@ TEST(TrialEvaluator, AModelWhoseOwnForwardIsNotFiniteIsRefusedNotBlamedOnSchedul
   bool environment = true;
   EXPECT_FALSE(TrialEvaluator::create(o, &error, &environment));
   EXPECT_FALSE(environment);
-  EXPECT_NE(error.find("eager forward gives non-finite logits at position 0"),
-            std::string::npos)
+  EXPECT_NE(error.find("eager forward gives non-finite logits at position 0"), std::string::npos)
       << error;
   std::filesystem::remove_all(dir);
 }

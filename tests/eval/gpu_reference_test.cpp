@@ -54,8 +54,8 @@ TEST(GpuReference, MatchesCpuEagerOnACheckpoint) {
   MS_REQUIRE_GPU();
   for (const char* fixture : {"llama3_f32_untied", "plain_bf16_tied"}) {
     std::string error;
-    const auto w = schedule::load_checkpoint(std::string(MS_SOURCE_DIR) + "/tests/data/hf/" + fixture,
-                                             &error);
+    const auto w =
+        schedule::load_checkpoint(std::string(MS_SOURCE_DIR) + "/tests/data/hf/" + fixture, &error);
     ASSERT_TRUE(w) << error;
     expect_gpu_matches_cpu(*w, {0, 3, std::min(40, w->shape.max_seq - 1)});
   }

@@ -85,7 +85,8 @@ TEST(PlantedBug, KvIndexFaultFrom2048IsCaughtAtTheTimedPosition4096) {
   EXPECT_EQ(gpu_check_at(v, 4096), std::optional<bool>(false)) << to_json(v).dump(1);
   EXPECT_EQ(gpu_check_at(v, 0), std::optional<bool>(true));  // below 2048 the kernel is right
   bool named = false;
-  for (const std::string& n : v.notes) named = named || n.find("position 4096") != std::string::npos;
+  for (const std::string& n : v.notes)
+    named = named || n.find("position 4096") != std::string::npos;
   EXPECT_TRUE(named) << to_json(v).dump(1);
 }
 

@@ -42,11 +42,9 @@ schedule::Weights toy_weights(schedule::DType dtype, uint64_t seed = 3) {
 }
 
 /// The windows of `starts` computed by the CPU eager forward and through the cache in `dir`.
-std::vector<ReferenceWindow> windows_via_cache(const schedule::Weights& w,
-                                               const std::vector<int32_t>& tokens,
-                                               const std::vector<int>& starts, const std::string& dir,
-                                               std::vector<WindowOrigin>* origins,
-                                               int* engines_made) {
+std::vector<ReferenceWindow> windows_via_cache(
+    const schedule::Weights& w, const std::vector<int32_t>& tokens, const std::vector<int>& starts,
+    const std::string& dir, std::vector<WindowOrigin>* origins, int* engines_made) {
   std::string error;
   auto make = [&](std::string*) -> std::unique_ptr<ReferenceForward> {
     ++*engines_made;

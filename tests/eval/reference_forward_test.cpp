@@ -56,7 +56,8 @@ TEST(ReferenceForward, WindowsEqualAPlainEagerWalk) {
       ASSERT_EQ(win.logits.size(), 3u);
       EXPECT_EQ(win.kv.positions, win.start);
       for (size_t i = 0; i < 3; ++i)
-        EXPECT_EQ(win.logits[i], logits[static_cast<size_t>(win.start) + i]) << win.start << "+" << i;
+        EXPECT_EQ(win.logits[i], logits[static_cast<size_t>(win.start) + i])
+            << win.start << "+" << i;
     }
     EXPECT_EQ(windows[3].kv.bytes, walk.kv_snapshot(27).bytes);
   }
@@ -68,8 +69,8 @@ TEST(ReferenceForward, VmStartedFromTheReferenceKvMatchesTheWalk) {
   CpuEagerForward cpu(w);
   const auto windows = compute_windows(cpu, w.shape, tokens, {40}, 2);
   std::string err;
-  const auto program = schedule::lower(w.shape, *schedule::find_target("h100"),
-                                       schedule::ScheduleConfig{}, &err);
+  const auto program =
+      schedule::lower(w.shape, *schedule::find_target("h100"), schedule::ScheduleConfig{}, &err);
   ASSERT_TRUE(program) << err;
   vm::ReferenceVm vm(*program, w);
   ASSERT_TRUE(vm.load_kv(windows[0].kv));

@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/harness/run_cli.h"
 #include "schedule/config.h"
+#include "tests/harness/run_cli.h"
 
 namespace megasched::flywheel {
 namespace {
@@ -37,7 +37,8 @@ CorpusRecord trial(int n, const json& patch, std::optional<double> latency_us,
   r.verdict.status = latency_us ? "ok" : status;
   if (latency_us)
     r.verdict.bottleneck = {{"class", *latency_us > 95 ? "compute" : "latency-sync"},
-                            {"source", "verdict"}, {"reason", "fixture"}};
+                            {"source", "verdict"},
+                            {"reason", "fixture"}};
   return r;
 }
 
@@ -52,8 +53,10 @@ std::vector<CorpusRecord> fixture() {
                     109.2));  // -9%
   c.push_back(trial(4, {{"smem", {{"pages", 4}}}}, 80.0));
   c.push_back(trial(5, {{"smem", {{"pages", 4}}}, {"kernel", {{"unroll", 4}}}}, 71.2));  // -11%
-  c.push_back(trial(6, {{"pipeline", {{"prefetch_depth", 4}}}, {"smem", {{"pages", 4}}},
-                        {"launch", {{"threads_per_block", 384}}}},
+  c.push_back(trial(6,
+                    {{"pipeline", {{"prefetch_depth", 4}}},
+                     {"smem", {{"pages", 4}}},
+                     {"launch", {{"threads_per_block", 384}}}},
                     60.0));
   CorpusRecord rejected = trial(7, {{"launch", {{"blocks_per_sm", 4}}}}, std::nullopt, "rejected");
   rejected.verdict.rejected_reason = "launch, race";
@@ -105,7 +108,8 @@ TEST(Lessons, FailuresAreGroupedByRuleAndFailingPosition) {
   const json lessons = build_lessons(fixture());  // g refers into it: keep it alive
   const json& g = lessons["groups"][0];
   std::map<std::string, int> why;
-  for (const json& f : g["failures"]) why[f["status"].get<std::string>() + ": " + f["why"].get<std::string>()] = f["count"];
+  for (const json& f : g["failures"])
+    why[f["status"].get<std::string>() + ": " + f["why"].get<std::string>()] = f["count"];
   EXPECT_EQ(why["rejected: rule launch"], 1);
   EXPECT_EQ(why["rejected: rule race"], 1);
   EXPECT_EQ(why["incorrect: position 3 (reference_vm)"], 1);
@@ -127,8 +131,8 @@ TEST(Lessons, BottleneckClassesAreCountedPerWindowOfTrials) {
 }
 
 TEST(Lessons, ReportWritesLessonsMd) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ms_lessons_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ms_lessons_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   {
@@ -136,10 +140,10 @@ TEST(Lessons, ReportWritesLessonsMd) {
     for (const CorpusRecord& r : fixture()) corpus << to_json(r).dump() << "\n";
   }
   std::ofstream(dir / "results.tsv") << "trial\tstatus\tschedule_id\n";
-  const auto r = test::run_megasched("report --lessons --results " + (dir / "results.tsv").string() +
-                                         " --corpus " + (dir / "corpus.jsonl").string() +
-                                         " --out ''",
-                                     true);
+  const auto r =
+      test::run_megasched("report --lessons --results " + (dir / "results.tsv").string() +
+                              " --corpus " + (dir / "corpus.jsonl").string() + " --out ''",
+                          true);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::ifstream in(dir / "LESSONS.md");
   std::stringstream md;

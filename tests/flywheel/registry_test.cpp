@@ -40,9 +40,12 @@ class Registry : public ::testing::Test {
     e.dtype = "f32";
     std::string error;
     e.config = schedule::to_json(*schedule::parse_config(config_patch, &error));
-    e.fields = {{"candidate_median_us", us}, {"incumbent_median_us", us * 1.2},
-                {"incumbent", "default"},    {"speedup", 1.2},
-                {"rounds", 3},               {"run_id", "r20261123T000000Z-abcd"},
+    e.fields = {{"candidate_median_us", us},
+                {"incumbent_median_us", us * 1.2},
+                {"incumbent", "default"},
+                {"speedup", 1.2},
+                {"rounds", 3},
+                {"run_id", "r20261123T000000Z-abcd"},
                 {"timestamp", "2026-11-23T00:00:00Z"}};
     return e;
   }
@@ -59,9 +62,12 @@ TEST_F(Registry, IdsAreDeterministicAndCountVersionsPerConfig) {
   EXPECT_EQ(registry_id("toy", "h100", "f32", hash, 1), "toy_h100_f32_" + hash + "_v1");
   EXPECT_EQ(registry_id("/data/ckpt/My Model/", "h100", "bf16", hash, 2),
             "My-Model_h100_bf16_" + hash + "_v2");
-  auto first = append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 4}}}}, 10), nullptr);
-  auto other = append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 8}}}}, 9), nullptr);
-  auto again = append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 4}}}}, 8), nullptr);
+  auto first =
+      append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 4}}}}, 10), nullptr);
+  auto other =
+      append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 8}}}}, 9), nullptr);
+  auto again =
+      append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 4}}}}, 8), nullptr);
   ASSERT_TRUE(first && other && again);
   EXPECT_EQ(first->version, 1);
   EXPECT_EQ(other->version, 1);
@@ -122,7 +128,8 @@ TEST_F(Registry, CorruptLinesAreReportedAndTheOtherEntriesKept) {
     edited["version"] = 1;
     out << edited.dump() << "\n";
   }
-  ASSERT_TRUE(append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 8}}}}, 8), nullptr));
+  ASSERT_TRUE(
+      append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 8}}}}, 8), nullptr));
   const RegistryRead read = read_registry(path_);
   ASSERT_EQ(read.entries.size(), 2u);
   ASSERT_EQ(read.problems.size(), 2u);
@@ -141,11 +148,12 @@ TEST_F(Registry, BestNameResolvesTheNewestEntryThenThePreset) {
   EXPECT_EQ(preset->source, "preset");
   EXPECT_EQ(preset->config, schedule::find_named_config("best:llama-1b:h100", nullptr)->config);
   // Two entries for llama-1b on h100: the newest (last appended) wins over the preset.
-  ASSERT_TRUE(append_registry_entry(path_, entry("llama-1b", {{"kernel", {{"unroll", 4}}}}, 10),
-                                    nullptr));
+  ASSERT_TRUE(
+      append_registry_entry(path_, entry("llama-1b", {{"kernel", {{"unroll", 4}}}}, 10), nullptr));
   auto newest =
       append_registry_entry(path_, entry("llama-1b", {{"kernel", {{"unroll", 8}}}}, 9), nullptr);
-  ASSERT_TRUE(append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 1}}}}, 9), nullptr));
+  ASSERT_TRUE(
+      append_registry_entry(path_, entry("toy", {{"kernel", {{"unroll", 1}}}}, 9), nullptr));
   auto resolved = resolve_best_name("best:llama-1b:h100", path_, &error);
   ASSERT_TRUE(resolved) << error;
   EXPECT_EQ(resolved->source, "registry");

@@ -123,9 +123,9 @@ TEST_F(RunDirTest, CorrectnessNamesTheFirstFailingPositionPathAndLogit) {
                 {"worst_logit", {{"index", index}, {"value", 1.0 + abs}, {"reference", 1.0}}},
                 {"pass", pass}};
   };
-  v.checks = json::array({check("reference_vm", 0, 0.0, true, 0), check("reference_vm", 7, 0.0,
-                                                                        true, 0),
-                          check("gpu", 0, 0.0, true, 0), check("gpu", 7, 0.5, false, 42)});
+  v.checks =
+      json::array({check("reference_vm", 0, 0.0, true, 0), check("reference_vm", 7, 0.0, true, 0),
+                   check("gpu", 0, 0.0, true, 0), check("gpu", 7, 0.5, false, 42)});
   c = correctness_report(v);
   expect_schema("correctness.schema.json", c);
   EXPECT_EQ(c["first_failure"]["position"], 7);
@@ -144,10 +144,10 @@ TEST_F(RunDirTest, CorrectnessNamesTheFirstFailingPositionPathAndLogit) {
 
 TEST_F(RunDirTest, LoopWritesItsRunDirectoryBesideItsLogs) {
   const std::string results = (dir_ / "ws" / "results.tsv").string();
-  const auto r = test::run_megasched(
-      "loop --model toy --gpu h100 --device cpu --budget 2 --results " + results + " --corpus " +
-          (dir_ / "ws" / "corpus.jsonl").string(),
-      /*merge_stderr=*/false);
+  const auto r =
+      test::run_megasched("loop --model toy --gpu h100 --device cpu --budget 2 --results " +
+                              results + " --corpus " + (dir_ / "ws" / "corpus.jsonl").string(),
+                          /*merge_stderr=*/false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json summary = json::parse(r.out);
   const fs::path run = dir_ / "ws" / "runs" / summary["run_id"].get<std::string>();

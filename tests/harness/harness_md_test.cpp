@@ -47,9 +47,10 @@ std::vector<Block> fenced_blocks(const std::string& path) {
 // Fields whose values change from run to run (or with the host's floating point): only their
 // type is compared.
 bool volatile_key(const std::string& key) {
-  // value and reference: a logit of the worst_logit of a check, host floating point like the errors.
-  static const std::set<std::string> keys = {"run_id",  "elapsed_s",   "timestamp", "host",
-                                             "max_abs_err", "rel_err", "value", "reference"};
+  // value and reference: a logit of the worst_logit of a check, host floating point like the
+  // errors.
+  static const std::set<std::string> keys = {"run_id",      "elapsed_s", "timestamp", "host",
+                                             "max_abs_err", "rel_err",   "value",     "reference"};
   return keys.count(key) != 0;
 }
 

@@ -180,9 +180,9 @@ TEST_F(McpServer, ToolsListGivesEveryToolWithItsSchemas) {
     EXPECT_EQ(t["inputSchema"]["type"], "object") << t["name"];
     EXPECT_FALSE(t.value("description", "").empty()) << t["name"];
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"propose", "evaluate", "validate", "loop", "report",
-                                             "profile", "promote", "registry_list",
-                                             "registry_show"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"propose", "evaluate", "validate", "loop", "report",
+                                      "profile", "promote", "registry_list", "registry_show"}));
   EXPECT_EQ(tools[1]["outputSchema"]["title"], "Verdict");
   EXPECT_EQ(tools[3]["inputSchema"]["required"], json::array({"budget"}));
 }
@@ -254,19 +254,17 @@ TEST_F(McpServer, PromoteOnTheCpuThenRegistryListAndShow) {
   ::setenv("MEGASCHED_REGISTRY", registry.c_str(), 1);
   McpPipeClient client(options_);
   client.initialize();
-  const json promoted = client.call("promote", {{"model", "toy"},
-                                                {"device", "cpu"},
-                                                {"config", "best:llama-1b:h100"},
-                                                {"tokens", 8}});
+  const json promoted = client.call(
+      "promote",
+      {{"model", "toy"}, {"device", "cpu"}, {"config", "best:llama-1b:h100"}, {"tokens", 8}});
   const json& doc = promoted["structuredContent"];
   EXPECT_TRUE(doc.value("promoted", false)) << promoted.dump();
   const std::string id = doc["entry"].value("id", "");
   EXPECT_EQ(doc["entry"]["latency_kind"], "predicted");
   EXPECT_TRUE(std::filesystem::exists(dir_ / "runs" / doc.value("run_id", "x") / "promotion.json"));
-  const json again = client.call("promote", {{"model", "toy"},
-                                             {"device", "cpu"},
-                                             {"config", "best:llama-1b:h100"},
-                                             {"tokens", 8}});
+  const json again = client.call(
+      "promote",
+      {{"model", "toy"}, {"device", "cpu"}, {"config", "best:llama-1b:h100"}, {"tokens", 8}});
   EXPECT_EQ(again["_meta"]["dev.megasched/exit_code"], 1) << again.dump();
   EXPECT_EQ(again["structuredContent"]["failed_gate"], "benchmark");
   const json list = client.call("registry_list", json::object());

@@ -13,8 +13,8 @@
 #include "eval/device.h"
 #include "flywheel/registry.h"
 #include "harness/json_schema.h"
-#include "tests/harness/run_cli.h"
 #include "schedule/config.h"
+#include "tests/harness/run_cli.h"
 
 namespace megasched::harness {
 namespace {
@@ -87,9 +87,8 @@ class PromoteCli : public ::testing::Test {
 
 TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   // The default config against itself (no registry entry: the incumbent is the default).
-  auto r = test::run_megasched("promote --model toy --device cpu --tokens 8 --config default" +
-                                   flags(),
-                               true);
+  auto r = test::run_megasched(
+      "promote --model toy --device cpu --tokens 8 --config default" + flags(), true);
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("benchmark gate: the candidate is the incumbent (default)"),
             std::string::npos)
@@ -98,16 +97,15 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   // A config the cost model predicts well over 1.10x faster on toy: verify gate, benchmark gate,
   // then the registry entry, its run directory and best: resolution.
   const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
-  r = test::run_megasched("promote --model toy --device cpu --tokens 8 --rounds 2 --config " +
-                              candidate + flags(),
-                          false);
+  r = test::run_megasched(
+      "promote --model toy --device cpu --tokens 8 --rounds 2 --config " + candidate + flags(),
+      false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   json doc = json::parse(r.out);
   EXPECT_TRUE(doc["promoted"]);
   EXPECT_EQ(doc["incumbent"]["id"], "default");
   EXPECT_EQ(doc["benchmark"]["latency_kind"], "predicted");
-  EXPECT_EQ(doc["benchmark"]["order"],
-            json({"candidate", "incumbent", "incumbent", "candidate"}));
+  EXPECT_EQ(doc["benchmark"]["order"], json({"candidate", "incumbent", "incumbent", "candidate"}));
   EXPECT_GE(doc["benchmark"]["speedup"].get<double>(), 1.10);
   EXPECT_NE(doc["message"].get<std::string>().find("not measured"), std::string::npos);
   const json entry = doc["entry"];
@@ -135,9 +133,8 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   ASSERT_EQ(best.exit_code, 0) << best.out;
   EXPECT_EQ(json::parse(best.out)["incumbent"], entry["config"]);
   // Promoting it again: the registry entry is now the incumbent, so the benchmark gate refuses.
-  r = test::run_megasched("promote --model toy --device cpu --tokens 8 --config " + candidate +
-                              flags(),
-                          true);
+  r = test::run_megasched(
+      "promote --model toy --device cpu --tokens 8 --config " + candidate + flags(), true);
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("the candidate is the incumbent (" + entry["id"].get<std::string>() + ")"),
             std::string::npos)
@@ -158,9 +155,11 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
 TEST_F(PromoteCli, GpuGatesMeasureAndEitherPromoteOrNameTheGate) {
   if (!eval::gpu_available(nullptr)) GTEST_SKIP() << "no usable CUDA device";
   const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
-  const auto r = test::run_megasched("promote --model toy --device gpu --tokens 8 --rounds 2 "
-                                     "--config " + candidate + flags(),
-                                     false);
+  const auto r = test::run_megasched(
+      "promote --model toy --device gpu --tokens 8 --rounds 2 "
+      "--config " +
+          candidate + flags(),
+      false);
   ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.out;
   const json doc = json::parse(r.out);
   EXPECT_EQ(doc["verify"]["status"], "ok") << r.out;
@@ -183,7 +182,8 @@ TEST_F(PromoteCli, GpuGatesMeasureAndEitherPromoteOrNameTheGate) {
 }
 
 TEST_F(PromoteCli, AFailedVerifyGateSaysSo) {
-  std::ofstream(dir_ / "bad.json") << R"({"launch": {"threads_per_block": 1024, "blocks_per_sm": 4}})";
+  std::ofstream(dir_ / "bad.json")
+      << R"({"launch": {"threads_per_block": 1024, "blocks_per_sm": 4}})";
   const auto r = test::run_megasched("promote --model toy --device cpu --verify-only --config " +
                                          (dir_ / "bad.json").string() + flags(),
                                      true);
@@ -196,8 +196,11 @@ TEST_F(PromoteCli, RegistryListShowVerify) {
   flywheel::RegistryEntry e;
   e.model = "toy", e.gpu = "h100", e.dtype = "f32";
   e.config = schedule::to_json(schedule::ScheduleConfig{});
-  e.fields = {{"candidate_median_us", 10.0}, {"speedup", 1.2}, {"incumbent", "default"},
-              {"run_id", "r20261123T000000Z-abcd"}, {"timestamp", "2026-11-23T00:00:00Z"}};
+  e.fields = {{"candidate_median_us", 10.0},
+              {"speedup", 1.2},
+              {"incumbent", "default"},
+              {"run_id", "r20261123T000000Z-abcd"},
+              {"timestamp", "2026-11-23T00:00:00Z"}};
   auto written = flywheel::append_registry_entry(registry_, e, nullptr);
   ASSERT_TRUE(written);
   auto r = test::run_megasched("registry list --registry " + registry_, false);
@@ -208,9 +211,8 @@ TEST_F(PromoteCli, RegistryListShowVerify) {
   EXPECT_EQ(json::parse(r.out)["config_hash8"], written->config_hash8);
   r = test::run_megasched("registry show nope --registry " + registry_, true);
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  r = test::run_megasched("registry verify " + written->id + " --device cpu --tokens 4 --registry " +
-                              registry_,
-                          false);
+  r = test::run_megasched(
+      "registry verify " + written->id + " --device cpu --tokens 4 --registry " + registry_, false);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_TRUE(json::parse(r.out)["pass"]);
   // A corrupt line: listed as a problem (exit 1), the entry still there.

@@ -328,7 +328,8 @@ struct ResidualPairs {
   uint32_t rows, first;
   float2 h_first;
   __device__ float2 read(uint32_t t) const {
-    return make_float2(__ldcg(hidden + 2 * t), 2 * t + 1 < rows ? __ldcg(hidden + 2 * t + 1) : 0.0f);
+    return make_float2(__ldcg(hidden + 2 * t),
+                       2 * t + 1 < rows ? __ldcg(hidden + 2 * t + 1) : 0.0f);
   }
   template <class G>
   __device__ ResidualPairs(float* hidden_, uint32_t rows_, const G& g)
@@ -390,8 +391,8 @@ __device__ __forceinline__ float* gemv_smem() {
 /// hidden[r] = embed[token][r]
 extern "C" __global__ void __launch_bounds__(256)
     ms_pdl_embed(const ms_dev::WeightT* W, uint64_t embed, uint32_t hidden,
-                 const ms_abi::StepCell* step, float* out,
-        unsigned long long* trace, uint32_t slot) {
+                 const ms_abi::StepCell* step, float* out, unsigned long long* trace,
+                 uint32_t slot) {
   ms_dev::pdl::launch_dependents();
   ms_dev::pdl::TraceScope trace_scope(trace, slot);
   ms_dev::pdl::wait_predecessors();
@@ -408,8 +409,8 @@ extern "C" __global__ void __launch_bounds__(256)
 extern "C" __global__ void __launch_bounds__(256, 2)
     ms_pdl_qkv_rope(const ms_dev::WeightT* W, uint64_t wqkv, uint64_t gamma, const float* hidden_in,
                     const float* inv_freq, const ms_abi::StepCell* step, ms_abi::ModelParams m,
-                    uint32_t layer, ms_dev::KvT* kv, float* q_out,
-        unsigned long long* trace, uint32_t slot) {
+                    uint32_t layer, ms_dev::KvT* kv, float* q_out, unsigned long long* trace,
+                    uint32_t slot) {
   using namespace ms_dev;
   pdl::launch_dependents();
   pdl::TraceScope trace_scope(trace, slot);
@@ -463,8 +464,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 extern "C" __global__ void __launch_bounds__(256)
     ms_pdl_attention(const float* q, const ms_dev::KvT* kv, const ms_abi::StepCell* step,
                      ms_abi::ModelParams m, uint32_t layer, uint32_t chunk_max, float* part_o,
-                     float* part_ml, uint32_t* counters, float* attn,
-        unsigned long long* trace, uint32_t slot) {
+                     float* part_ml, uint32_t* counters, float* attn, unsigned long long* trace,
+                     uint32_t slot) {
   using namespace ms_dev;
   pdl::launch_dependents();
   pdl::TraceScope trace_scope(trace, slot);
@@ -613,8 +614,7 @@ extern "C" __global__ void __launch_bounds__(256)
 /// hidden[r] += W[r] . attn, a pair of rows per task. Dynamic shared memory: k floats.
 extern "C" __global__ void __launch_bounds__(256, 2)
     ms_pdl_o_residual(const ms_dev::WeightT* W, uint64_t wo, uint32_t rows, uint32_t k,
-                      const float* attn, float* hidden,
-        unsigned long long* trace, uint32_t slot) {
+                      const float* attn, float* hidden, unsigned long long* trace, uint32_t slot) {
   using namespace ms_dev;
   pdl::launch_dependents();
   pdl::TraceScope trace_scope(trace, slot);
@@ -636,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 extern "C" __global__ void __launch_bounds__(256, 2)
     ms_pdl_gate_up(const ms_dev::WeightT* W, uint64_t w_gate, uint64_t gamma, uint32_t hidden,
                    uint32_t ffn, float eps, const float* hidden_in, float* out,
-        unsigned long long* trace, uint32_t slot) {
+                   unsigned long long* trace, uint32_t slot) {
   using namespace ms_dev;
   pdl::launch_dependents();
   pdl::TraceScope trace_scope(trace, slot);
@@ -658,8 +658,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 /// memory: k floats.
 extern "C" __global__ void __launch_bounds__(256, 2)
     ms_pdl_down_residual(const ms_dev::WeightT* W, uint64_t w_down, uint32_t rows, uint32_t k,
-                         const float* x, float* hidden,
-        unsigned long long* trace, uint32_t slot) {
+                         const float* x, float* hidden, unsigned long long* trace, uint32_t slot) {
   using namespace ms_dev;
   pdl::launch_dependents();
   pdl::TraceScope trace_scope(trace, slot);
@@ -684,7 +683,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     ms_pdl_lm_head(const ms_dev::WeightT* W, uint64_t lm_head, uint64_t gamma, uint32_t hidden,
                    uint32_t vocab, float eps, const float* hidden_in, float* logits, float* cand_v,
                    int32_t* cand_i, uint32_t* counter, ms_abi::StepCell* step,
-        unsigned long long* trace, uint32_t slot) {
+                   unsigned long long* trace, uint32_t slot) {
   using namespace ms_dev;
   pdl::launch_dependents();
   pdl::TraceScope trace_scope(trace, slot);

@@ -51,7 +51,8 @@ __device__ float ms_ref_block_max(float v, float* red) {
 /// dst[i] = weights[offset + i] as fp32, i < n.
 extern "C" __global__ void ms_ref_upcast(const void* w, int bf16, unsigned long long offset,
                                          unsigned long long n, float* dst) {
-  for (unsigned long long i = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  for (unsigned long long i =
+           blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
        i < n; i += static_cast<unsigned long long>(gridDim.x) * blockDim.x)
     dst[i] = ms_ref_weight(w, bf16, offset + i);
 }
@@ -105,8 +106,7 @@ extern "C" __global__ void ms_ref_rope_store(const float* qkv, const float* inv_
     const bool is_v = i >= q_dim + kv_dim;
     const int local = i - q_dim - (is_v ? kv_dim : 0);
     const int g = local / hd, d = local % hd;
-    const long long at =
-        ((static_cast<long long>(layer) * kv_heads + g) * max_seq + pos) * hd + d;
+    const long long at = ((static_cast<long long>(layer) * kv_heads + g) * max_seq + pos) * hd + d;
     (is_v ? v_cache : k_cache)[at] = round_bf16 ? ms_ref_round_bf16(v) : v;
   }
 }
@@ -139,7 +139,8 @@ extern "C" __global__ void ms_ref_attention(const float* q, const float* k_cache
   sum = ms_ref_block_sum(sum, red);  // its barriers also publish score[]
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc += score[j] * v_cache[base + static_cast<long long>(j) * hd + d];
+    for (int j = 0; j < n; ++j)
+      acc += score[j] * v_cache[base + static_cast<long long>(j) * hd + d];
     out[(static_cast<long long>(t) * heads + head) * hd + d] = acc / sum;
   }
 }
