@@ -282,41 +282,41 @@ __device__ __forceinline__ bool last_arrival(uint32_t* counter, uint32_t arrival
   return last;
 }
 
-/// The candidate with the largest value (smallest index among equals) of n (value, index) pairs
-/// (index 0x7fffffff: none), by the whole block; the result is valid in thread 0.
+/// An argmax candidate: the largest value seen, the smallest index among equals (kNone: none yet).
+struct Best {
+  static constexpr int32_t kNone = 0x7fffffff;
+  float v = -3.402823466e38f;
+  int32_t i = kNone;
+  __device__ void offer(float ov, int32_t oi) {
+    if (oi != kNone && (i == kNone || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+  }
+  /// The block's best over every thread's candidate, valid in thread 0 (the whole block; `warp_v`
+  /// and `warp_i` hold kBlockWarps entries).
+  __device__ Best block_best(float* warp_v, int32_t* warp_i) const {
+    Best b = *this;
+    for (int o = 16; o > 0; o >>= 1)
+      b.offer(__shfl_xor_sync(0xffffffffu, b.v, o), __shfl_xor_sync(0xffffffffu, b.i, o));
+    if ((threadIdx.x & 31) == 0) {
+      warp_v[threadIdx.x >> 5] = b.v;
+      warp_i[threadIdx.x >> 5] = b.i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 1; w < kBlockWarps; ++w) b.offer(warp_v[w], warp_i[w]);
+    return b;
+  }
+};
+
+/// The argmax of n (value, index) candidates (index Best::kNone: none), by the whole block; the
+/// result is valid in thread 0.
 __device__ __forceinline__ int32_t block_argmax(const float* cand_v, const int32_t* cand_i,
                                                 uint32_t n) {
-  __shared__ float bv[kBlockWarps];
-  __shared__ int32_t bi[kBlockWarps];
-  float best = neg_inf();
-  int32_t best_i = 0x7fffffff;
-  for (uint32_t i = threadIdx.x; i < n; i += kBlock) {
-    const float v = __ldcg(cand_v + i);
-    const int32_t vi = __ldcg(cand_i + i);
-    if (vi == 0x7fffffff) continue;
-    if (best_i == 0x7fffffff || v > best || (v == best && vi < best_i)) best = v, best_i = vi;
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (oi != 0x7fffffff && (best_i == 0x7fffffff || ov > best || (ov == best && oi < best_i)))
-      best = ov, best_i = oi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    bv[threadIdx.x >> 5] = best;
-    bi[threadIdx.x >> 5] = best_i;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kBlockWarps; ++w) {
-      if (bi[w] != 0x7fffffff &&
-          (bi[0] == 0x7fffffff || bv[w] > bv[0] || (bv[w] == bv[0] && bi[w] < bi[0]))) {
-        bv[0] = bv[w];
-        bi[0] = bi[w];
-      }
-    }
-  }
-  return bi[0];
+  __shared__ float warp_v[kBlockWarps];
+  __shared__ int32_t warp_i[kBlockWarps];
+  Best b;
+  for (uint32_t i = threadIdx.x; i < n; i += kBlock)
+    b.offer(__ldcg(cand_v + i), __ldcg(cand_i + i));
+  return b.block_best(warp_v, warp_i).i;
 }
 
 /// The residual add of a GEMV over PairRows: hidden[2t, 2t + 1] += (y0, y1) by lane 0 of the
@@ -689,9 +689,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
   pdl::TraceScope trace_scope(trace, slot);
   float* x_s = pdl::gemv_smem();
   __shared__ float scratch[pdl::kBlockWarps];
-  __shared__ float best_v[pdl::kBlockWarps];
-  __shared__ int32_t best_i[pdl::kBlockWarps];
-  const int warp = threadIdx.x >> 5;
+  __shared__ float warp_v[pdl::kBlockWarps];
+  __shared__ int32_t warp_i[pdl::kBlockWarps];
   const pdl::WarpGemv<pdl::PairRows> g(W + lm_head, hidden, pdl::PairRows{vocab}, (vocab + 1) / 2,
                                        hidden);
   pdl::Chunk a, b;
@@ -700,36 +699,23 @@ extern "C" __global__ void __launch_bounds__(256, 2)
   pdl::wait_predecessors();
   trace_scope.waited();
   const float inv = pdl::stage_normed(hidden_in, x_s + hidden, hidden, eps, x_s, scratch);
-  float bv = pdl::neg_inf();
-  int32_t bi = 0x7fffffff;
+  pdl::Best best;  // lane 0's rows
   g.run(a, b, x_s, [&](uint32_t t, float y0, float y1) {
     if (g.lane != 0) return;
     y0 *= inv;
     y1 *= inv;
     const uint32_t r = 2 * t;
     logits[r] = y0;
-    if (y0 > bv || bi == 0x7fffffff) bv = y0, bi = int32_t(r);
+    best.offer(y0, int32_t(r));
     if (r + 1 < vocab) {
       logits[r + 1] = y1;
-      if (y1 > bv) bv = y1, bi = int32_t(r + 1);
+      best.offer(y1, int32_t(r + 1));
     }
   });
-  if (g.lane == 0) {
-    best_v[warp] = bv;
-    best_i[warp] = bi;
-  }
-  __syncthreads();
+  const pdl::Best block = best.block_best(warp_v, warp_i);
   if (threadIdx.x == 0) {
-    for (int w = 1; w < pdl::kBlockWarps; ++w) {
-      if (best_i[w] == 0x7fffffff) continue;
-      if (best_i[0] == 0x7fffffff || best_v[w] > best_v[0] ||
-          (best_v[w] == best_v[0] && best_i[w] < best_i[0])) {
-        best_v[0] = best_v[w];
-        best_i[0] = best_i[w];
-      }
-    }
-    cand_v[blockIdx.x] = best_v[0];
-    cand_i[blockIdx.x] = best_i[0];
+    cand_v[blockIdx.x] = block.v;
+    cand_i[blockIdx.x] = block.i;
   }
   if (!pdl::last_arrival(counter, gridDim.x)) return;
   const int32_t arg = pdl::block_argmax(cand_v, cand_i, gridDim.x);
