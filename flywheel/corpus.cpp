@@ -31,27 +31,27 @@ const std::vector<std::string>& status_vocabulary() {
 
 json to_json(const CorpusRecord& r) {
   json j{{"record", "trial"},
-              {"trial", r.trial},
-              {"timestamp", r.timestamp},
-              {"run_id", r.run_id},
-              {"strategy", r.strategy},
-              {"status", r.status},
-              {"description", r.description},
-              {"schedule_id", r.schedule_id},
-              {"parent_id", r.parent_id},
-              {"config", r.config},
-              {"changed_knobs", r.changed_knobs},
-              {"complexity", r.complexity},
-              {"verdict", eval::to_json(r.verdict)},
-              {"keep", r.keep},
-              {"default_us", optional_number(r.default_us)},
-              {"best_us", optional_number(r.best_us)},
-              {"model", r.model},
-              {"target", r.target},
-              {"device", r.device},
-              {"model_shape", r.model_shape},
-              {"device_fingerprint", r.device_fingerprint},
-              {"versions", r.versions}};
+         {"trial", r.trial},
+         {"timestamp", r.timestamp},
+         {"run_id", r.run_id},
+         {"strategy", r.strategy},
+         {"status", r.status},
+         {"description", r.description},
+         {"schedule_id", r.schedule_id},
+         {"parent_id", r.parent_id},
+         {"config", r.config},
+         {"changed_knobs", r.changed_knobs},
+         {"complexity", r.complexity},
+         {"verdict", eval::to_json(r.verdict)},
+         {"keep", r.keep},
+         {"default_us", optional_number(r.default_us)},
+         {"best_us", optional_number(r.best_us)},
+         {"model", r.model},
+         {"target", r.target},
+         {"device", r.device},
+         {"model_shape", r.model_shape},
+         {"device_fingerprint", r.device_fingerprint},
+         {"versions", r.versions}};
   if (!r.timed_on.empty()) j["timed_on"] = r.timed_on;  // multi-worker loops only
   return j;
 }
@@ -105,25 +105,8 @@ CorpusRead read_corpus(const std::string& path) {
   LinesRead lines = read_lines_shared(path);
   out.exists = lines.exists;
   out.error = lines.error;
-  for (size_t i = 0; i < lines.lines.size(); ++i) {
-    const std::string where = path + ":" + std::to_string(lines.line_numbers[i]) + ": ";
-    if (lines.lines[i].empty()) continue;
-    json j = json::parse(lines.lines[i], nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      out.problems.push_back(where + "torn or malformed line (skipped)");
-      continue;
-    }
-    std::string error;
-    auto record = corpus_record_from_json(j, &error);
-    if (!record) {
-      out.problems.push_back(where + error + " (skipped)");
-      continue;
-    }
-    out.records.push_back(std::move(*record));
-  }
-  for (int number : lines.torn_line_numbers)
-    out.problems.push_back(path + ":" + std::to_string(number) +
-                           ": truncated last line, a write cut short (skipped)");
+  out.records =
+      decode_json_lines<CorpusRecord>(path, lines, corpus_record_from_json, &out.problems);
   return out;
 }
 

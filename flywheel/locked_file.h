@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace megasched::flywheel {
 
 /// Appends `lines` (each without its trailing newline) to `path` under an exclusive lock,
@@ -83,5 +85,30 @@ struct LinesRead {
 /// record parsers reject it and report its number. A path that exists but is not a regular file
 /// or cannot be read sets `error` and reads nothing.
 LinesRead read_lines_shared(const std::string& path);
+
+/// The records of a JSON-lines file read by read_lines_shared: each non-empty line parsed and
+/// decoded by `decode(json, std::string* why) -> std::optional<T>`, in file order. A line that is
+/// not JSON or does not decode, and each torn tail, becomes a problem "PATH:N: why (skipped)".
+template <class T, class Decode>
+std::vector<T> decode_json_lines(const std::string& path, const LinesRead& lines, Decode decode,
+                                 std::vector<std::string>* problems) {
+  std::vector<T> out;
+  for (size_t i = 0; i < lines.lines.size(); ++i) {
+    if (lines.lines[i].empty()) continue;
+    const std::string where = path + ":" + std::to_string(lines.line_numbers[i]) + ": ";
+    const nlohmann::json j = nlohmann::json::parse(lines.lines[i], nullptr, false);
+    std::string why = "not JSON, a torn or corrupt line";
+    std::optional<T> record;
+    if (!j.is_discarded()) record = decode(j, &why);
+    if (record)
+      out.push_back(std::move(*record));
+    else
+      problems->push_back(where + why + " (skipped)");
+  }
+  for (int number : lines.torn_line_numbers)
+    problems->push_back(path + ":" + std::to_string(number) +
+                        ": truncated last line, a write cut short (skipped)");
+  return out;
+}
 
 }  // namespace megasched::flywheel

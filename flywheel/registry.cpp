@@ -104,25 +104,8 @@ RegistryRead read_registry(const std::string& path) {
   LinesRead lines = read_lines_shared(path);
   out.exists = lines.exists;
   out.error = lines.error;
-  for (size_t i = 0; i < lines.lines.size(); ++i) {
-    const std::string where = path + ":" + std::to_string(lines.line_numbers[i]) + ": ";
-    if (lines.lines[i].empty()) continue;
-    const json j = json::parse(lines.lines[i], nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      out.problems.push_back(where + "not JSON, a corrupt line (skipped)");
-      continue;
-    }
-    std::string why;
-    auto entry = registry_entry_from_json(j, &why);
-    if (!entry) {
-      out.problems.push_back(where + why + " (skipped)");
-      continue;
-    }
-    out.entries.push_back(std::move(*entry));
-  }
-  for (int number : lines.torn_line_numbers)
-    out.problems.push_back(path + ":" + std::to_string(number) +
-                           ": truncated last line, a write cut short (skipped)");
+  out.entries =
+      decode_json_lines<RegistryEntry>(path, lines, registry_entry_from_json, &out.problems);
   return out;
 }
 
