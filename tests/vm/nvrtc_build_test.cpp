@@ -273,12 +273,34 @@ TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
   EXPECT_EQ(warm.compile_ms, 0.0);
   EXPECT_EQ(warm.cubin, cold.cubin);
   EXPECT_EQ(warm.key, cold.key);
-  ASSERT_EQ(warm.kernels.size(), 1u);
-  EXPECT_EQ(warm.kernels[0].registers, cold.kernels[0].registers);
+  // The kernel and its non-inlined device functions (a registers build: gemv_stream).
+  ASSERT_EQ(warm.kernels.size(), cold.kernels.size());
+  ASSERT_GE(warm.kernels.size(), 1u);
+  for (size_t i = 0; i < warm.kernels.size(); ++i) {
+    EXPECT_EQ(warm.kernels[i].name, cold.kernels[i].name);
+    EXPECT_EQ(warm.kernels[i].registers, cold.kernels[i].registers);
+  }
   // A different knob is a different key.
   req.defines = kernel_defines(program_for(16, 2, 4, 0, 256, true, 64));
   EXPECT_NE(build_cubin(req).key, cold.key);
   std::filesystem::remove_all(dir);
+}
+
+// A registers build runs its whole-row GEMV tasks through the streamed path of
+// vm/device/stream.cuh, which is not inlined: its ptxas line is how a build shows it has it.
+TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndItDoesNotSpill) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  for (int unroll : {2, 4}) {
+    const BuildResult r =
+        build_cubin({"vm/device/megakernel.cuh",
+                     kernel_defines(program_for(16, 2, unroll, 1, 256, true, 64)), 90, ""});
+    ASSERT_TRUE(r.ok) << r.error;
+    const auto stream = std::find_if(r.kernels.begin(), r.kernels.end(), [](const auto& k) {
+      return k.name.find("gemv_stream") != std::string::npos;
+    });
+    ASSERT_NE(stream, r.kernels.end()) << r.log;
+    EXPECT_EQ(stream->spill_store_bytes, 0) << "unroll " << unroll << "\n" << r.log;
+  }
 }
 
 TEST(NvrtcBuild, CompilesTheGpuReferenceKernelsAndTheFaultSwitch) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "vm/device/ring.cuh"
+#include "vm/device/stream.cuh"
 
 namespace ms_dev {
 
@@ -160,7 +161,11 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       }
     }
     if (!dynamic) prefetched = max(prefetched, min(qend, slot + a.prefetch_depth) - qbegin);
-    const WaitOutcome w = wait_all(a, instr, epoch, &s.wait);
+    // A streamed GEMV (registers build) issues its first weights before it waits, so it runs its
+    // own wait (vm/device/stream.cuh).
+    const bool streamed = stream_fits(a, instr);
+    const WaitOutcome w =
+        streamed ? gemv_stream(a, instr, s, epoch) : wait_all(a, instr, epoch, &s.wait);
     if (w.exit != kExitRunning) {
       rec.state = w.exit;
       rec.counter = w.counter;
@@ -170,10 +175,12 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       break;
     }
 #if MS_PROFILE
-    const uint64_t t_ready = global_ns();
+    const uint64_t t_ready = streamed ? s.ready_ns : global_ns();
 #endif
     bool ran = true;
-    if (ring && ring_streams(instr)) {
+    if (streamed) {
+      // ran inside gemv_stream
+    } else if (ring && ring_streams(instr)) {
       ran = gemv_ring_any(a, instr, s, rg, &ring_seq);
     } else if constexpr (kRing) {
       execute(a, instr, s, rg.x, kXFloats);

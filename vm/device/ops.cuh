@@ -21,6 +21,7 @@ struct Shared {
   WaitOutcome wait;          // wait_all's result
   uint32_t claim;            // dynamic queue: the ticket thread 0 claimed
   int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
+  uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh)
   union {
     float rows[kEpilogueRows];  // GEMV results of one row chunk, before the epilogue
     struct {
@@ -261,8 +262,10 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 
 /// The GEMV: rows in chunks of kEpilogueRows; the input vector staged through the page ring in
 /// chunks of its capacity (no pages: computed on the fly from global memory).
-__device__ __forceinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages,
-                                     uint32_t page_floats) {
+/// Not inlined: its double-buffered batches (kUnroll x kRowsPerWarp vectors, twice) would otherwise
+/// share the interpreter's registers and spill there.
+__device__ __noinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages,
+                                  uint32_t page_floats) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float inv = 0.0f;
   if (in.flags & kFlagNormPrologue)
@@ -380,6 +383,108 @@ __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int
   }
 }
 
+/// Merges the warps' online-softmax states of query head h (each warp's max m, sum l and output o
+/// over the lane's head dims d = lane + 32 i) in warp order, and writes the head's output (one
+/// partition) or its partition record. The whole block; ends synced.
+__device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr& in, Shared& s,
+                                                uint32_t h, float m, float l,
+                                                const float (&o)[kHeadDimPerLane]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t p = in.param1, P = in.param2;
+  const uint32_t rec_len = kHeadDim + 2;
+  float* mine = s.u.attn.rec + warp * rec_len;
+  if (lane == 0) {
+    mine[0] = m;
+    mine[1] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kHeadDimPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < kHeadDim) mine[2 + d] = o[i];
+  }
+  block_sync();
+  float M = neg_inf();
+  for (int w = 0; w < kComputeWarps; ++w) M = fmaxf(M, s.u.attn.rec[w * rec_len]);
+  for (uint32_t d = threadIdx.x; d < kHeadDim; d += kComputeThreads) {
+    float L = 0.0f, O = 0.0f;
+    for (int w = 0; w < kComputeWarps; ++w) {
+      const float* r = s.u.attn.rec + w * rec_len;
+      const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
+      L += r[1] * f;
+      O += r[2 + d] * f;
+    }
+    if (P == 1) {
+      a.act[in.out + uint64_t(h) * kHeadDim + d] = O / L;
+    } else {
+      float* rec = a.act + in.aux + (uint64_t(p) * a.model.heads + h) * rec_len;
+      if (d == 0) {
+        rec[0] = M;
+        rec[1] = L;
+      }
+      rec[2 + d] = O;
+    }
+  }
+  block_sync();
+}
+
+/// Keys of a partition at most this long take attn_short.
+constexpr uint32_t kAttnShortKeys = 4 * kComputeWarps;
+
+/// A short partition [t0, t1) (short contexts: one key at position 0): warp w takes keys
+/// t0 + w, t0 + w + kComputeWarps, ...; lane L owns head dims L + 32 i of the queries, keys and
+/// values. The queries and the first key and value rows are independent loads issued together
+/// (one L2 round trip where the key-per-lane path of attn_partial makes four dependent ones:
+/// the queries, the key row in two batches, the values).
+__device__ __forceinline__ void attn_short(const KernelArgs& a, const Instr& in, Shared& s,
+                                           const KvT* K, const KvT* V, uint32_t t0, uint32_t t1) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (uint32_t hb = in.row_begin; hb < in.row_end; hb += kAttnHeadBatch) {
+    const int nh = int(min(uint32_t(kAttnHeadBatch), in.row_end - hb));
+    float q[kAttnHeadBatch][kHeadDimPerLane], mx[kAttnHeadBatch], l[kAttnHeadBatch];
+    float o[kAttnHeadBatch][kHeadDimPerLane];
+#pragma unroll
+    for (int j = 0; j < kAttnHeadBatch; ++j) {
+      mx[j] = neg_inf();
+      l[j] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kHeadDimPerLane; ++i) {
+        const int d = lane + 32 * i;
+        o[j][i] = 0.0f;
+        q[j][i] = (j < nh && d < kHeadDim)
+                      ? act_load(a.act + in.in + uint64_t(hb + j) * kHeadDim + d)
+                      : 0.0f;
+      }
+    }
+    for (uint32_t t = t0 + warp; t < t1; t += kComputeWarps) {
+      float kx[kHeadDimPerLane], vx[kHeadDimPerLane];
+#pragma unroll
+      for (int i = 0; i < kHeadDimPerLane; ++i) {
+        const int d = lane + 32 * i;
+        kx[i] = d < kHeadDim ? kv_load(K + uint64_t(t) * kHeadDim + d) : 0.0f;
+        vx[i] = d < kHeadDim ? kv_load(V + uint64_t(t) * kHeadDim + d) : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kAttnHeadBatch; ++j) {
+        if (j >= nh) break;
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kHeadDimPerLane; ++i) part += q[j][i] * kx[i];
+        const float sc = a.model.attn_scale * warp_sum(part);
+        const float mnew = fmaxf(mx[j], sc);
+        const float corr = expf(mx[j] - mnew), pr = expf(sc - mnew);
+        l[j] = l[j] * corr + pr;
+#pragma unroll
+        for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = o[j][i] * corr + pr * vx[i];
+        mx[j] = mnew;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kAttnHeadBatch; ++j) {
+      if (j < nh) attn_merge_head(a, in, s, hb + j, mx[j], l[j], o[j]);
+    }
+  }
+}
+
 __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& in, Shared& s) {
   const ModelParams& m = a.model;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -399,6 +504,10 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
   }
   const KvT* K = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 0, g);
   const KvT* V = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 1, g);
+  if (t1 - t0 <= kAttnShortKeys) {
+    attn_short(a, in, s, K, V, t0, t1);
+    return;
+  }
   for (uint32_t hb = in.row_begin; hb < in.row_end; hb += kAttnHeadBatch) {
     const int nh = int(min(uint32_t(kAttnHeadBatch), in.row_end - hb));
     for (uint32_t i = threadIdx.x; i < uint32_t(nh) * kHeadDim; i += kComputeThreads) {
@@ -467,42 +576,7 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
     // Merge the warps' online-softmax states, head by head, in warp order.
 #pragma unroll
     for (int j = 0; j < kAttnHeadBatch; ++j) {
-      if (j < nh) {
-        float* mine = s.u.attn.rec + warp * rec_len;
-        if (lane == 0) {
-          mine[0] = mx[j];
-          mine[1] = l[j];
-        }
-#pragma unroll
-        for (int i = 0; i < kHeadDimPerLane; ++i) {
-          const int d = lane + 32 * i;
-          if (d < kHeadDim) mine[2 + d] = o[j][i];
-        }
-        block_sync();
-        float M = neg_inf();
-        for (int w = 0; w < kComputeWarps; ++w) M = fmaxf(M, s.u.attn.rec[w * rec_len]);
-        const uint32_t h = hb + j;
-        for (uint32_t d = threadIdx.x; d < kHeadDim; d += kComputeThreads) {
-          float L = 0.0f, O = 0.0f;
-          for (int w = 0; w < kComputeWarps; ++w) {
-            const float* r = s.u.attn.rec + w * rec_len;
-            const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
-            L += r[1] * f;
-            O += r[2 + d] * f;
-          }
-          if (P == 1) {
-            a.act[in.out + uint64_t(h) * kHeadDim + d] = O / L;
-          } else {
-            float* rec = a.act + in.aux + (uint64_t(p) * m.heads + h) * rec_len;
-            if (d == 0) {
-              rec[0] = M;
-              rec[1] = L;
-            }
-            rec[2 + d] = O;
-          }
-        }
-        block_sync();
-      }
+      if (j < nh) attn_merge_head(a, in, s, hb + j, mx[j], l[j], o[j]);
     }
   }
 }

@@ -1,0 +1,225 @@
+// The streamed GEMV of a registers build (kernel.weight_stream "registers"): the way of streaming
+// that the graph-pdl baseline (pdl_baseline.cuh) showed reaches the HBM floor, done inside the
+// megakernel's task loop (ARCHITECTURE.md, "Where each concept lives").
+//
+// A task's rows are cut into groups of kRowsPerWarp rows; warp w of the block owns groups
+// w, w + kComputeWarps, ... and streams each group's rows in chunks of kUnroll vectors per lane and
+// row, double-buffered in registers (while one chunk is multiplied, the next is in flight), across
+// group boundaries. Weights depend on nothing, so every warp issues its first two chunks BEFORE
+// the task's dependency wait: a block that reaches a task early streams its weights while the
+// producers finish. After the wait the input is staged once, in fp32, in
+// column order, with its prologue (RMSNorm with the scale applied to the dot products at the end,
+// or SiLU(gate) * up); the residual row a thread will add is read beside it. Each group's sums go
+// to Shared::u.rows, and the usual epilogue (residual, RoPE + KV append, plain) writes them.
+//
+// It takes GEMV tasks of whole rows (col_begin 0, col_end ld) with at most kEpilogueRows rows,
+// 16-byte aligned activations and an input that fits the dynamic shared memory; any other GEMV
+// task runs ops.cuh's gemv. Reads and writes are the same as gemv's (the validator's footprint of
+// a registers-path GEMV: input columns [0, ld), the norm over [0, ld), rows [row_begin, row_end)).
+#pragma once
+
+#include "vm/device/ops.cuh"
+
+namespace ms_dev {
+
+/// Whether GEMV task `in` takes the streamed path (a registers build only).
+__device__ __forceinline__ bool stream_fits(const KernelArgs& a, const Instr& in) {
+  if constexpr (kRing) {
+    return false;
+  } else {
+    if (in.opcode != kGemv || in.col_begin != 0 || in.col_end != in.ld) return false;
+    if (in.row_end <= in.row_begin || in.row_end - in.row_begin > uint32_t(kEpilogueRows))
+      return false;
+    if (in.ld % kVecElems != 0 || in.weight % kVecElems != 0 || in.ld % 4 != 0) return false;
+    if (in.in % 4 != 0 || ((in.flags & kFlagSiluMulPrologue) && in.in2 % 4 != 0)) return false;
+    return uint64_t(in.ld) * sizeof(float) <= uint64_t(a.smem_bytes);
+  }
+}
+
+/// One chunk of a row group in registers: kUnroll vectors per lane of each of its rows.
+struct StreamChunk {
+  WeightVec w[kUnroll][kRowsPerWarp];
+};
+
+/// One warp's share of a streamed task: item i is chunk i % chunks of the warp's group i / chunks.
+struct WarpStream {
+  const WeightT* W;  // the task's first row
+  uint32_t ld, rows, vecs, chunks, items, first;
+  int lane;
+
+  __device__ WarpStream(const KernelArgs& a, const Instr& in) {
+    W = reinterpret_cast<const WeightT*>(a.weights) + in.weight + uint64_t(in.row_begin) * in.ld;
+    ld = in.ld;
+    rows = in.row_end - in.row_begin;
+    lane = int(threadIdx.x & 31);
+    first = threadIdx.x >> 5;
+    vecs = ld / kVecElems;
+    chunks = (vecs + 32u * kUnroll - 1) / (32u * kUnroll);
+    const uint32_t groups = (rows + kRowsPerWarp - 1) / kRowsPerWarp;
+    items = first < groups ? (groups - first + kComputeWarps - 1) / kComputeWarps * chunks : 0;
+  }
+  /// The task-local first row of item i's group.
+  __device__ uint32_t group_row(uint32_t i) const {
+    return (first + i / chunks * kComputeWarps) * kRowsPerWarp;
+  }
+  __device__ void load(StreamChunk& c, uint32_t i) const {
+    const uint32_t r0 = group_row(i), base = i % chunks * 32u * kUnroll + uint32_t(lane);
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const uint32_t r = min(r0 + j, rows - 1);  // a short last group repeats its last row
+      const WeightT* row = W + uint64_t(r) * ld;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t v = base + 32u * u;
+        if (v < vecs) {
+          c.w[u][j] = load_weight_vec(row + uint64_t(v) * kVecElems);
+        } else {
+#pragma unroll
+          for (int q = 0; q < kVectorBytes / 4; ++q) c.w[u][j].w[q] = 0;
+        }
+      }
+    }
+  }
+  /// acc[j] += chunk i of row j times x (staged in column order).
+  __device__ void fma(const StreamChunk& c, uint32_t i, const float* x, float* acc) const {
+    const uint32_t base = i % chunks * 32u * kUnroll + uint32_t(lane);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t v = base + 32u * u;
+      if (v >= vecs) break;
+      const float* xv = x + uint64_t(v) * kVecElems;
+      float xs[kVecElems];
+      if constexpr (kVecElems % 4 == 0) {
+#pragma unroll
+        for (int q = 0; q < kVecElems / 4; ++q) {
+          const float4 x4 = reinterpret_cast<const float4*>(xv)[q];
+          xs[4 * q] = x4.x, xs[4 * q + 1] = x4.y, xs[4 * q + 2] = x4.z, xs[4 * q + 3] = x4.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e) xs[e] = xv[e];
+      }
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e) {
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) acc[j] += vec_elem(c.w[u][j], e) * xs[e];
+      }
+    }
+  }
+};
+
+/// Float4 groups of the input a thread stages per batch (all loads of a batch issued before any is
+/// used: one L2 round trip per batch).
+constexpr int kStreamStageBatch = 8;
+
+/// After the wait: x[i] = the input after its prologue (the norm's gamma is read in the same batch
+/// as the activations, and its rsqrt is applied to the dot products later). Returns the thread's
+/// sum of squares of act (the norm's). Does not sync. (Staging gamma before the wait cost a round
+/// trip queued behind the block's preloaded weights: ~3 us hops instead of ~2 on the H100.)
+__device__ __forceinline__ float stream_stage_input(const KernelArgs& a, const Instr& in,
+                                                    float* x) {
+  const bool norm = (in.flags & kFlagNormPrologue) != 0;
+  const bool silu_mul = (in.flags & kFlagSiluMulPrologue) != 0;
+  const float* src = a.act + in.in;
+  const float* src2 = a.act + in.in2;
+  float ss = 0.0f;
+  for (uint32_t base = 4 * threadIdx.x; base < in.ld;
+       base += 4 * kComputeThreads * kStreamStageBatch) {
+    float4 v[kStreamStageBatch], w[kStreamStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStreamStageBatch; ++u) {
+      const uint32_t i = base + 4u * kComputeThreads * u;
+      if (i < in.ld) {
+        v[u] = __ldcg(reinterpret_cast<const float4*>(src + i));
+        if (silu_mul) {
+          w[u] = __ldcg(reinterpret_cast<const float4*>(src2 + i));
+        } else if (norm) {
+          w[u] = make_float4(weight_at(a, in.weight2 + i), weight_at(a, in.weight2 + i + 1),
+                             weight_at(a, in.weight2 + i + 2), weight_at(a, in.weight2 + i + 3));
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamStageBatch; ++u) {
+      const uint32_t i = base + 4u * kComputeThreads * u;
+      if (i >= in.ld) break;
+      float4 o = v[u];
+      if (norm) {
+        const float4 g = w[u];
+        ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+        o = make_float4(v[u].x * g.x, v[u].y * g.y, v[u].z * g.z, v[u].w * g.w);
+      } else if (silu_mul) {
+        o = make_float4(silu(v[u].x) * w[u].x, silu(v[u].y) * w[u].y, silu(v[u].z) * w[u].z,
+                        silu(v[u].w) * w[u].w);
+      }
+      *reinterpret_cast<float4*>(x + i) = o;
+    }
+  }
+  return ss;
+}
+
+/// Streams every item of the warp; each group's sums, times `scale`, go to s.u.rows.
+__device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk& c0, StreamChunk& c1,
+                                           const float* x, float scale, Shared& s) {
+  float acc[kRowsPerWarp];
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) acc[j] = 0.0f;
+  auto step = [&](StreamChunk& c, uint32_t i) {
+    ws.fma(c, i, x, acc);
+    if (i + 2 < ws.items) ws.load(c, i + 2);
+    if (i % ws.chunks == ws.chunks - 1) {
+      const uint32_t r0 = ws.group_row(i);
+#pragma unroll
+      for (int j = 0; j < kRowsPerWarp; ++j) {
+        const float y = warp_sum(acc[j]);
+        if (ws.lane == 0 && r0 + j < ws.rows) s.u.rows[r0 + j] = y * scale;
+        acc[j] = 0.0f;
+      }
+    }
+  };
+  for (uint32_t i = 0; i < ws.items; i += 2) {
+    step(c0, i);
+    if (i + 1 < ws.items) step(c1, i + 1);
+  }
+}
+
+/// The streamed GEMV task, its dependency wait included (see the file comment). Returns the wait's
+/// outcome; the task ran when it is kExitRunning. Profile builds stamp the end of the wait in
+/// s.ready_ns. Ends with the epilogue's writes issued; the caller's signal() syncs.
+__device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr& in, Shared& s,
+                                                uint32_t epoch) {
+  extern __shared__ __align__(16) float stream_x[];  // the dynamic shared memory: the input
+  const WarpStream ws(a, in);
+  StreamChunk c0, c1;
+  if (ws.items > 0) ws.load(c0, 0);
+  if (ws.items > 1) ws.load(c1, 1);
+  const WaitOutcome w = wait_all(a, in, epoch, &s.wait);
+  if (w.exit != kExitRunning) return w;
+#if MS_PROFILE
+  if (threadIdx.x == 0) s.ready_ns = global_ns();
+#endif
+  const uint32_t rows = in.row_end - in.row_begin;
+  const bool residual = (in.flags & kFlagResidual) && !(in.flags & kFlagPartial);
+  float res = 0.0f;  // the residual of row row_begin + threadIdx.x, read beside the staging
+  if (residual && threadIdx.x < rows) res = act_load(a.act + in.aux + in.row_begin + threadIdx.x);
+  float ss = stream_stage_input(a, in, stream_x);
+  float scale = 1.0f;
+  if (in.flags & kFlagNormPrologue) {
+    scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends synced
+  } else {
+    block_sync();
+  }
+  stream_run(ws, c0, c1, stream_x, scale, s);
+  block_sync();
+  if (residual) {
+    for (uint32_t r = threadIdx.x; r < rows; r += kComputeThreads) {
+      const float add = r == threadIdx.x ? res : act_load(a.act + in.aux + in.row_begin + r);
+      a.act[in.out + in.row_begin + r] = s.u.rows[r] + add;
+    }
+  } else {
+    gemv_epilogue(a, in, s, in.row_begin, in.row_end);
+  }
+  return w;
+}
+
+}  // namespace ms_dev
