@@ -129,6 +129,46 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
   EXPECT_GE(ran, 3);
 }
 
+/// A toy model with a wider head (heads x head_dim = hidden): the head dims a lane owns are runs
+/// of 2 or 4 (ops.cuh attn_dim), loaded as one vector per key or value row.
+schedule::ModelShape wide_head_toy(int head_dim) {
+  schedule::ModelShape s = toy_shape(schedule::DType::kBF16);
+  s.name = "toy-hd" + std::to_string(head_dim);
+  s.head_dim = head_dim;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.hidden = 2 * head_dim;
+  s.ffn = 2 * s.hidden;
+  return s;
+}
+
+// The long-partition attention path (more keys than attn_short takes: positions 40 and 100, in
+// one partition or two, one query head per task or the whole group) matches the eager reference
+// at head dims 64 and 128, where the lanes' dims are runs loaded as vectors.
+TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
+  const std::vector<int> positions = {0, 40, 100};
+  for (int head_dim : {64, 128}) {
+    const schedule::Weights w = schedule::generate_weights(wide_head_toy(head_dim), 7);
+    for (const auto& [q_heads, partitions] : {std::pair{1, 1}, std::pair{0, 2}}) {
+      schedule::ScheduleConfig c;
+      c.tiling.attn_q_heads_per_task = q_heads;
+      c.tiling.attn_kv_partitions = partitions;
+      std::string err;
+      const auto offline = schedule::lower(w.shape, *schedule::find_target("h100"), c, &err);
+      ASSERT_TRUE(offline) << head_dim << ": " << err;  // the shape lowers, GPU or not
+      std::string why;
+      if (!eval::gpu_available(&why)) GTEST_SKIP() << why;
+      const Refs refs = eager_refs(w, positions);
+      const GpuTrialResult r = eval::run_gpu_trial(lower_or_die(w.shape, c), w, refs.tokens,
+                                                   refs.logits, positions, quick());
+      EXPECT_EQ(r.status, "ok") << w.shape.name << " q_heads " << q_heads << " partitions "
+                                << partitions << ": " << r.message << "\n"
+                                << r.kernel.dump(1);
+      EXPECT_TRUE(r.argmax_match) << w.shape.name;
+    }
+  }
+}
+
 /// Each ring config patch of `patches` lowered for `w`'s model runs on the GPU and matches the
 /// eager reference at positions 0 and 9, within the static shared-memory bound; with
 /// `whole_rows`, the model's rows are whole ring segments (abi/ring.h).
