@@ -288,7 +288,7 @@ TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
 
 // A registers build runs its whole-row GEMV tasks through the streamed path of
 // vm/device/stream.cuh, which is not inlined: its ptxas line is how a build shows it has it.
-TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndItDoesNotSpill) {
+TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndNeitherItNorTheKernelSpillsMore) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (int unroll : {2, 4}) {
     const BuildResult r =
@@ -300,6 +300,15 @@ TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndItDoesNotSpill) {
     });
     ASSERT_NE(stream, r.kernels.end()) << r.log;
     EXPECT_EQ(stream->spill_store_bytes, 0) << "unroll " << unroll << "\n" << r.log;
+    // The kernel itself sits at the 255-register cap: code added anywhere in its call graph moves
+    // spills into every path (dev/perf_log.md section 11: a change that raised them by 88 B slowed
+    // every config by 11-27% on the H100). These
+    // are the spill stores of the tree measured in BENCHMARKS.md's issue 13 session 5; a change
+    // that raises them is measured on the GPU before this bound moves.
+    const auto kernel = std::find_if(r.kernels.begin(), r.kernels.end(),
+                                     [](const auto& k) { return k.name == "ms_megakernel"; });
+    ASSERT_NE(kernel, r.kernels.end()) << r.log;
+    EXPECT_LE(kernel->spill_store_bytes, unroll == 2 ? 0 : 204) << "unroll " << unroll;
   }
 }
 
