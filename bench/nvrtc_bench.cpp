@@ -5,7 +5,7 @@
 // GPU time is spent. Configs: bench/configs/NAME.json for each NAME in MEGASCHED_NVRTC_BENCH
 // (comma-separated; default "best_1b"), lowered for llama-1b on the h100 target;
 // MEGASCHED_NVRTC_BENCH_DUMP=DIR also writes each cubin there.
-//   build/nvrtc_bench --benchmark_min_time=1x
+//   MEGASCHED_NVRTC_BENCH=stream_r2u4,best_1b build/nvrtc_bench --benchmark_min_time=0.01
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
