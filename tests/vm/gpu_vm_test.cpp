@@ -129,8 +129,8 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
   EXPECT_GE(ran, 3);
 }
 
-/// A toy model with a wider head (heads x head_dim = hidden): the head dims a lane owns are runs
-/// of 2 or 4 (ops.cuh attn_dim), loaded as one vector per key or value row.
+/// A toy model with a wider head (heads x head_dim = hidden): a lane owns 2 or 4 head dims, and a
+/// bf16 key row is 8 or 16 vector loads (2 for the toy's 16-dim head).
 schedule::ModelShape wide_head_toy(int head_dim) {
   schedule::ModelShape s = toy_shape(schedule::DType::kBF16);
   s.name = "toy-hd" + std::to_string(head_dim);
@@ -144,7 +144,7 @@ schedule::ModelShape wide_head_toy(int head_dim) {
 
 // The long-partition attention path (more keys than attn_short takes: positions 40 and 100, in
 // one partition or two, one query head per task or the whole group) matches the eager reference
-// at head dims 64 and 128, where the lanes' dims are runs loaded as vectors.
+// at head dims 64 and 128, the llama-1b and `small` head widths the toy models do not cover.
 TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
   const std::vector<int> positions = {0, 40, 100};
   for (int head_dim : {64, 128}) {

@@ -302,9 +302,9 @@ TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndNeitherItNorTheKernelSpillsM
     EXPECT_EQ(stream->spill_store_bytes, 0) << "unroll " << unroll << "\n" << r.log;
     // The kernel itself sits at the 255-register cap: code added anywhere in its call graph moves
     // spills into every path (dev/perf_log.md section 11: a change that raised them by 88 B slowed
-    // every config by 11-27% on the H100). These
-    // are the spill stores of the tree measured in BENCHMARKS.md's issue 13 session 5; a change
-    // that raises them is measured on the GPU before this bound moves.
+    // every config by 11-27% on the H100). These are the spill stores of the tree measured in
+    // BENCHMARKS.md's issue 13 session 5; a change that raises them is measured on the GPU before
+    // this bound moves.
     const auto kernel = std::find_if(r.kernels.begin(), r.kernels.end(),
                                      [](const auto& k) { return k.name == "ms_megakernel"; });
     ASSERT_NE(kernel, r.kernels.end()) << r.log;
