@@ -32,11 +32,26 @@ static_assert(sizeof(HangRecord) == 32, "HangRecord layout is shared with the ho
 /// (block << 32 | order in the block's run).
 constexpr uint32_t kStampWords = 5;
 
+/// The first kWaitHeads waits of one task, with their counters' per-step totals, in one table
+/// indexed by task (GpuVm builds it from the program's waits and counter_totals). The kernel loads
+/// a task's heads together with its instruction, one task ahead, so a wait on at most kWaitHeads
+/// counters polls at once instead of first reading the wait table and then the totals (two
+/// dependent L2 round trips on every hop of the critical path). Unused heads are zero.
+constexpr uint32_t kWaitHeads = 2;
+struct WaitHead {
+  uint32_t counter;
+  uint32_t threshold;
+  uint32_t total;  // counter_totals[counter]
+  uint32_t reserved;
+};
+static_assert(sizeof(WaitHead) == 16, "WaitHead layout is shared with the host");
+
 /// Everything the kernel reads; one build and one upload serve every step and position.
 struct KernelArgs {
   const Instr* tasks;              // [num_tasks]
   const Wait* waits;               // the program's wait table
   const uint32_t* counter_totals;  // [num_counters] increments per step (epoch scale)
+  const WaitHead* wait_heads;      // [num_tasks][kWaitHeads]: the first waits, totals included
   const uint32_t* queue_offsets;   // [num_queues + 1] into queue_tasks
   const uint32_t* queue_tasks;     // flattened queues (task ids)
   const void* weights;             // kBufWeights (dtype MS_WEIGHT_BF16 ? bf16 : fp32)

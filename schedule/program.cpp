@@ -201,6 +201,22 @@ ms_abi::ModelParams model_from(Reader& r, const nlohmann::json& j, const std::st
 
 }  // namespace
 
+std::vector<ms_abi::WaitHead> wait_heads(const Program& program) {
+  std::vector<ms_abi::WaitHead> heads(
+      std::max<size_t>(program.tasks.size(), 1) * ms_abi::kWaitHeads, ms_abi::WaitHead{});
+  for (size_t t = 0; t < program.tasks.size(); ++t) {
+    const ms_abi::Instr& in = program.tasks[t];
+    for (uint32_t j = 0; j < std::min(in.wait_count, ms_abi::kWaitHeads); ++j) {
+      if (uint64_t{in.wait_begin} + j >= program.waits.size()) break;
+      const ms_abi::Wait& w = program.waits[in.wait_begin + j];
+      if (w.counter >= program.counter_totals.size()) break;
+      heads[t * ms_abi::kWaitHeads + j] = {w.counter, w.threshold,
+                                           program.counter_totals[w.counter], 0};
+    }
+  }
+  return heads;
+}
+
 const char* opcode_name(uint16_t opcode) {
   return opcode < ms_abi::kOpcodeCount ? kOpcodeNames[opcode] : "?";
 }

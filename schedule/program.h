@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "abi/abi.h"
+#include "abi/kernel_args.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
 
@@ -107,6 +108,12 @@ struct Program {
   /// Finds a region by name.
   const Region* find_region(const std::string& name) const;
 };
+
+/// The kernel's wait-head table (abi/kernel_args.h WaitHead): for task t, entries
+/// [t * kWaitHeads, (t + 1) * kWaitHeads) are its first waits with their counters' per-step totals;
+/// unused entries (and any whose wait or counter index is out of range) are zero. At least one
+/// task's worth of entries, so an empty program still uploads a table.
+std::vector<ms_abi::WaitHead> wait_heads(const Program& program);
 
 const char* opcode_name(uint16_t opcode);  // "gemv", "attn_partial", ...; "?" if out of range
 const char* buffer_name(uint32_t buffer);  // "weights", "act", "kv", "step"

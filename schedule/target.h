@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "abi/kernel_args.h"
 #include "abi/ring.h"
 
 namespace megasched::schedule {
@@ -50,7 +51,11 @@ constexpr int kernel_static_smem_bound(int threads, int head_dim) {
   const int warps = threads / 32;
   const int rows = 1024 * 4;                                     // GEMV row results
   const int attn = (8 * head_dim + warps * (head_dim + 2)) * 4;  // query batch + warp records
-  return 2 * warps * 4 + 64 + (rows > attn ? rows : attn) + 64;
+  // The task loop's look-ahead (two Ahead buffers: an Instr and its wait heads), 16-byte aligned.
+  const int ahead = 2 * static_cast<int>(sizeof(ms_abi::Instr) +
+                                         sizeof(ms_abi::WaitHead) * ms_abi::kWaitHeads) +
+                    16;
+  return 2 * warps * 4 + 64 + ahead + (rows > attn ? rows : attn) + 64;
 }
 
 struct GpuTarget {

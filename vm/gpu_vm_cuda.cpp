@@ -25,7 +25,7 @@ struct GpuVm::Impl {
   int max_threads = 0;                // per block the loaded kernel allows
   const void* weights_ptr = nullptr;  // the process's device copy of the weights
   cudaStream_t stream = nullptr;
-  std::unique_ptr<DeviceBuffer> tasks, waits, totals, qoff, qtasks, act, kv, step, counters, ticket,
+  std::unique_ptr<DeviceBuffer> tasks, waits, totals, heads, qoff, qtasks, act, kv, step, counters, ticket,
       abort_flag, dump, stamps;
   ms_abi::KernelArgs args{};
   int grid = 0;
@@ -194,6 +194,7 @@ void GpuVm::Impl::upload_program(const schedule::Weights& weights) {
   tasks = upload(program->tasks);
   waits = upload(program->waits);
   totals = upload(program->counter_totals);
+  heads = upload(schedule::wait_heads(*program));
   qoff = upload(offsets);
   qtasks = upload(flat);
   // Buffers.
@@ -229,6 +230,7 @@ void GpuVm::Impl::fill_args(const GpuVmOptions& options) {
   a.tasks = static_cast<const ms_abi::Instr*>(tasks->ptr);
   a.waits = static_cast<const ms_abi::Wait*>(waits->ptr);
   a.counter_totals = static_cast<const uint32_t*>(totals->ptr);
+  a.wait_heads = static_cast<const ms_abi::WaitHead*>(heads->ptr);
   a.queue_offsets = static_cast<const uint32_t*>(qoff->ptr);
   a.queue_tasks = static_cast<const uint32_t*>(qtasks->ptr);
   a.weights = weights_ptr;

@@ -129,6 +129,49 @@ TEST(Program, NameTablesCoverEveryValue) {
   EXPECT_STREQ(op_kind_name(OpKind::kCount), "?");
 }
 
+TEST(Program, WaitHeadsAreEachTasksFirstWaitsWithTheirTotals) {
+  const Program p = busy_program();
+  const std::vector<ms_abi::WaitHead> heads = wait_heads(p);
+  ASSERT_EQ(heads.size(), p.tasks.size() * ms_abi::kWaitHeads);
+  size_t multi = 0;
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    const ms_abi::Instr& in = p.tasks[t];
+    multi += in.wait_count >= 2;
+    for (uint32_t j = 0; j < ms_abi::kWaitHeads; ++j) {
+      const ms_abi::WaitHead& h = heads[t * ms_abi::kWaitHeads + j];
+      if (j >= in.wait_count) {
+        EXPECT_EQ(h.counter, 0u);
+        EXPECT_EQ(h.threshold, 0u);
+        EXPECT_EQ(h.total, 0u);
+        continue;
+      }
+      const ms_abi::Wait& w = p.waits[in.wait_begin + j];
+      EXPECT_EQ(h.counter, w.counter) << p.task_label(static_cast<uint32_t>(t));
+      EXPECT_EQ(h.threshold, w.threshold);
+      EXPECT_EQ(h.total, p.counter_totals[w.counter]);
+      EXPECT_EQ(h.reserved, 0u);
+    }
+  }
+  EXPECT_GT(multi, 0u);  // the program has tasks with a second head
+
+  // A wait or counter index out of range leaves the head zero instead of reading past the tables.
+  Program bad = p;
+  for (ms_abi::Instr& in : bad.tasks) {
+    if (in.wait_count == 0) continue;
+    bad.waits[in.wait_begin].counter = bad.num_counters();
+    break;
+  }
+  const std::vector<ms_abi::WaitHead> bad_heads = wait_heads(bad);
+  bool zeroed = false;
+  for (size_t t = 0; t < bad.tasks.size() && !zeroed; ++t) {
+    if (bad.tasks[t].wait_count == 0) continue;
+    zeroed = bad_heads[t * ms_abi::kWaitHeads].total == 0 &&
+             bad_heads[t * ms_abi::kWaitHeads].counter == 0;
+  }
+  EXPECT_TRUE(zeroed);
+  EXPECT_EQ(wait_heads(Program{}).size(), ms_abi::kWaitHeads);
+}
+
 TEST(Program, LabelsNameOpsTilesAndRegions) {
   std::string error;
   const Program p = *lower(*find_preset("toy"), test_target(), ScheduleConfig{}, &error);

@@ -303,12 +303,13 @@ TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndNeitherItNorTheKernelSpillsM
     // The kernel itself sits at the 255-register cap: code added anywhere in its call graph moves
     // spills into every path (dev/perf_log.md section 11: a change that raised them by 88 B slowed
     // every config by 11-27% on the H100). These are the spill stores of the tree measured in
-    // BENCHMARKS.md's issue 13 session 5; a change that raises them is measured on the GPU before
+    // BENCHMARKS.md's issue 13 session 6 (the task loop's look-ahead in shared memory took them
+    // from 204 B to 28 B at unroll 4); a change that raises them is measured on the GPU before
     // this bound moves.
     const auto kernel = std::find_if(r.kernels.begin(), r.kernels.end(),
                                      [](const auto& k) { return k.name == "ms_megakernel"; });
     ASSERT_NE(kernel, r.kernels.end()) << r.log;
-    EXPECT_LE(kernel->spill_store_bytes, unroll == 2 ? 0 : 204) << "unroll " << unroll;
+    EXPECT_LE(kernel->spill_store_bytes, unroll == 2 ? 0 : 28) << "unroll " << unroll;
   }
 }
 

@@ -303,18 +303,25 @@ struct WaitOutcome {
 /// spin_bound_ns the block raises the abort flag; a block that sees the flag gives up. The result
 /// is shared through `shared_out` and a barrier, so every thread returns the same outcome. The
 /// caller must pass a barrier (signal() has one) before the next call.
+/// `head` is lane i's WaitHead i of the task (kernel_args.h), loaded with its instruction: a task
+/// with at most kWaitHeads waits polls its counters with no table reads first.
 __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr& instr,
-                                                uint32_t epoch, WaitOutcome* shared_out) {
+                                                uint32_t epoch, WaitOutcome* shared_out,
+                                                const WaitHead& head) {
   if (threadIdx.x < 32) {
     WaitOutcome out = {kExitRunning, 0, 0, 0, 0};
     const int lane = threadIdx.x;
     const uint64_t start = instr.wait_count > 0 ? global_ns() : 0;
+    const bool from_heads = instr.wait_count <= kWaitHeads;
     for (uint32_t base = 0; base < instr.wait_count && out.exit == kExitRunning; base += 32) {
       const uint32_t i = base + lane;
       const bool mine = i < instr.wait_count;
       Wait w = {0, 0};
       uint32_t target = 0;
-      if (mine) {
+      if (mine && from_heads) {
+        w = {head.counter, head.threshold};
+        target = wait_target(epoch, head.total, head.threshold);
+      } else if (mine) {
         w = a.waits[instr.wait_begin + i];
         target = wait_target(epoch, a.counter_totals[w.counter], w.threshold);
       }

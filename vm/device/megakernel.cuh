@@ -13,6 +13,32 @@
 
 namespace ms_dev {
 
+/// Lanes 0 .. 7 of warp 0 copy task t's instruction and wait heads into `dst` with cp.async, 16
+/// bytes each (no register waits for them); ahead_landed() and a barrier make them visible.
+__device__ __forceinline__ void fetch_ahead(const KernelArgs& a, Ahead& dst, uint32_t t) {
+  constexpr uint32_t kInstrPieces = sizeof(Instr) / 16, kPieces = sizeof(Ahead) / 16;
+  const uint32_t i = threadIdx.x;
+  if (i >= kPieces) return;
+  const char* src = i < kInstrPieces
+                        ? reinterpret_cast<const char*>(a.tasks + t) + 16 * i
+                        : reinterpret_cast<const char*>(a.wait_heads + uint64_t(t) * kWaitHeads) +
+                              16 * (i - kInstrPieces);
+  char* to = reinterpret_cast<char*>(&dst) + 16 * i;
+#if __CUDA_ARCH__ >= 800
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+
+/// The copying lanes wait for their fetch_ahead copies (a no-op once they have landed).
+__device__ __forceinline__ void ahead_landed() {
+#if __CUDA_ARCH__ >= 800
+  if (threadIdx.x < sizeof(Ahead) / 16) asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 /// L2 prefetch of what task `t` streams and no other task produces: weight tiles, the embedding
 /// row, the KV history of an attention partition.
 __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int lane,
@@ -67,6 +93,40 @@ __device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, i
   }
 }
 
+/// A static queue's look-ahead: the next task's instruction and wait heads are copied into shared
+/// memory (fetch_ahead) while the current one waits and runs, and the id of the task after it is
+/// loaded one task earlier still: no load at the top of the task loop waits for another, every hop
+/// of the critical path starts polling at once, and no registers are held across a task for them.
+struct StaticQueue {
+  uint32_t cur_id = 0;   // the task at the next position to take (its copy is in flight)
+  uint32_t next_id = 0;  // the task after it
+
+  /// Fetches the first task of [qbegin, qend) into s.ahead[0]; the caller's barrier publishes it.
+  __device__ void start(const KernelArgs& a, Shared& s, uint32_t qbegin, uint32_t qend) {
+    if (qbegin >= qend) return;
+    cur_id = a.queue_tasks[qbegin];
+    next_id = qbegin + 1 < qend ? a.queue_tasks[qbegin + 1] : 0;
+    fetch_ahead(a, s.ahead[0], cur_id);
+    ahead_landed();
+  }
+  /// The task at queue position pos (index slot), from s.ahead[pos & 1] (landed before the previous
+  /// task's signal() barrier, or start's), and the fetch of the next one into the other buffer
+  /// (last read at the top of the previous task, before its barriers).
+  __device__ uint32_t take(const KernelArgs& a, Shared& s, uint32_t pos, uint32_t slot,
+                           uint32_t qend, Instr* instr, WaitHead* head) {
+    const Ahead& ah = s.ahead[pos & 1];
+    const uint32_t task = cur_id;
+    *instr = ah.instr;
+    if (threadIdx.x < kWaitHeads) *head = ah.heads[threadIdx.x];
+    if (slot + 1 < qend) {
+      fetch_ahead(a, s.ahead[(pos + 1) & 1], next_id);
+      cur_id = next_id;
+      next_id = slot + 2 < qend ? a.queue_tasks[slot + 2] : 0;
+    }
+    return task;
+  }
+};
+
 }  // namespace ms_dev
 
 extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
@@ -110,15 +170,14 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
   const int pf_lanes = kComputeThreads > 32 ? kComputeThreads - 32 : 32;
   uint32_t prefetched =
       0;  // static queue: positions [qbegin, qbegin + prefetched) already prefetched
-  // Static queue: the next task's id and instruction are loaded while the current one waits and
-  // runs, taking two dependent L2 round trips off every hop of the critical path.
-  uint32_t next_task = (!dynamic && qbegin < qend) ? a.queue_tasks[qbegin] : 0;
-  Instr next_instr;
-  if (!dynamic && qbegin < qend) next_instr = a.tasks[next_task];
+  StaticQueue sq;  // the static queue's look-ahead
+  if (!dynamic) sq.start(a, s, qbegin, qend);
+  block_sync();
   for (uint32_t pos = 0;; ++pos) {
     uint32_t slot;  // index into queue_tasks
     uint32_t task;
     Instr instr;
+    WaitHead head = {0, 0, 0, 0};  // lane i < kWaitHeads of warp 0: the task's wait i
     if (dynamic) {
       if (threadIdx.x == 0) s.claim = atomicAdd(a.ticket, 1u) - claim_base;
       block_sync();
@@ -128,16 +187,12 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       rec.queue_pos = int32_t(slot);
       task = a.queue_tasks[slot];
       instr = a.tasks[task];
+      if (threadIdx.x < kWaitHeads) head = a.wait_heads[uint64_t(task) * kWaitHeads + threadIdx.x];
     } else {
       slot = qbegin + pos;
       if (slot >= qend) break;
       rec.queue_pos = int32_t(pos);
-      task = next_task;
-      instr = next_instr;
-      if (slot + 1 < qend) {
-        next_task = a.queue_tasks[slot + 1];
-        next_instr = a.tasks[next_task];
-      }
+      task = sq.take(a, s, pos, slot, qend, &instr, &head);
     }
     rec.task = int32_t(task);
 #if MS_PROFILE
@@ -165,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
     // own wait (vm/device/stream.cuh).
     const bool streamed = stream_fits(a, instr);
     const WaitOutcome w =
-        streamed ? gemv_stream(a, instr, s, epoch) : wait_all(a, instr, epoch, &s.wait);
+        streamed ? gemv_stream(a, instr, s, epoch, head) : wait_all(a, instr, epoch, &s.wait, head);
     if (w.exit != kExitRunning) {
       rec.state = w.exit;
       rec.counter = w.counter;
@@ -195,6 +250,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
     block_sync();
     const uint64_t t_done = global_ns();
 #endif
+    if (!dynamic) ahead_landed();  // the next task's copy, before signal()'s barrier publishes it
     signal(a, instr);
 #if MS_PROFILE
     if (threadIdx.x == 0) {

@@ -16,12 +16,22 @@ static_assert(kEpilogueRows == (kRowChunk / kHeadDim) * kHeadDim, "kRowChunk and
 
 /// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
 /// stages GEMV input vectors (and holds the weight ring of vm/device/ring.cuh).
+/// A static queue's next task, copied into shared memory one task ahead (megakernel.cuh
+/// fetch_ahead): its instruction and its wait heads, with no registers held across the current task.
+struct __align__(16) Ahead {
+  Instr instr;
+  WaitHead heads[kWaitHeads];
+};
+static_assert(sizeof(Instr) % 16 == 0 && sizeof(Ahead) == sizeof(Instr) + 16 * kWaitHeads,
+              "fetch_ahead copies Ahead in 16-byte pieces");
+
 struct Shared {
   float red[kComputeWarps];  // block reductions
   WaitOutcome wait;          // wait_all's result
   uint32_t claim;            // dynamic queue: the ticket thread 0 claimed
   int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
   uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh)
+  Ahead ahead[2];            // static queue: the next task (double-buffered by queue position)
   union {
     float rows[kEpilogueRows];  // GEMV results of one row chunk, before the epilogue
     struct {

@@ -187,13 +187,13 @@ __device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk& c0
 /// outcome; the task ran when it is kExitRunning. Profile builds stamp the end of the wait in
 /// s.ready_ns. Ends with the epilogue's writes issued; the caller's signal() syncs.
 __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr& in, Shared& s,
-                                                uint32_t epoch) {
+                                                uint32_t epoch, const WaitHead& head) {
   extern __shared__ __align__(16) float stream_x[];  // the dynamic shared memory: the input
   const WarpStream ws(a, in);
   StreamChunk c0, c1;
   if (ws.items > 0) ws.load(c0, 0);
   if (ws.items > 1) ws.load(c1, 1);
-  const WaitOutcome w = wait_all(a, in, epoch, &s.wait);
+  const WaitOutcome w = wait_all(a, in, epoch, &s.wait, head);
   if (w.exit != kExitRunning) return w;
 #if MS_PROFILE
   if (threadIdx.x == 0) s.ready_ns = global_ns();
