@@ -45,7 +45,12 @@
 #        (default bench/configs/best_1b.json on llama-1b; verify gate at PROMOTE_POSITIONS,
 #        default 0,1024,4096, and generate --verify 64 tokens; PROMOTE_ROUNDS interleaved rounds) into
 #        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
-#        `registry verify` of the entry it wrote
+#        `registry verify` of the entry it wrote;
+#        stage "ab" times a kernel change against a base tree: it builds the megasched CLI of
+#        AB_BASE (a source tree inside the checkout, e.g. `git archive REV | tar -x -C ab_base`)
+#        beside this tree's, then runs `megasched bench` of AB_CONFIG (default
+#        bench/configs/stream_r2u4.json) at AB_POSITIONS (default 0) with the graph-pdl baseline
+#        from each build in turn, AB_ROUNDS rounds (default 2), into ab_{base,tree}_N.md and ab.md
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -387,6 +392,44 @@ if has_stage promote; then
     timeout 300 "$BUILD/megasched" registry verify "$id" --device gpu --positions 0 \
       --registry "$OUT/verified.jsonl" >> "$LOG" 2>&1
     log "registry verify $id exit $?"
+  fi
+fi
+
+if has_stage ab; then
+  AB_BASE=${AB_BASE:-}
+  AB_CONFIG=${AB_CONFIG:-$ROOT/bench/configs/stream_r2u4.json}
+  AB_POSITIONS=${AB_POSITIONS:-0}
+  AB_ROUNDS=${AB_ROUNDS:-2}
+  if [ -z "$AB_BASE" ] || [ ! -f "$AB_BASE/CMakeLists.txt" ]; then
+    log "ab: AB_BASE must name a source tree with a CMakeLists.txt (got '$AB_BASE')"
+    status=1
+  else
+    log "ab: building the base tree $AB_BASE"
+    if ! { cmake -S "$AB_BASE" -B "$BUILD-ab-base" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
+             -DMEGASCHED_WERROR=OFF &&
+           cmake --build "$BUILD-ab-base" -j"$(nproc)" --target megasched; } > "$OUT/build_ab_base.log" 2>&1 ||
+       ! cmake --build "$BUILD" -j"$(nproc)" --target megasched >> "$OUT/build.log" 2>&1; then
+      log "ab: build FAILED (build_ab_base.log, build.log)"
+      status=1
+    else
+      : > "$OUT/ab.md"
+      for round in $(seq 1 "$AB_ROUNDS"); do
+        for side in base tree; do
+          bin="$BUILD/megasched"
+          [ "$side" = base ] && bin="$BUILD-ab-base/megasched"
+          log "ab: round $round, $side: megasched bench --config $AB_CONFIG --positions $AB_POSITIONS"
+          if "$bin" bench --model llama-1b --positions "$AB_POSITIONS" --config "$AB_CONFIG" \
+               --baseline graph-pdl --iterations "$ITERATIONS" --out "$OUT/ab_${side}_$round" \
+               > "$OUT/ab_${side}_$round.md" 2>> "$LOG"; then
+            grep -E '^\| [0-9]+ \| [^|]*\| (config|baseline) ' "$OUT/ab_${side}_$round.md" |
+              sed "s/^/$side round $round: /" | tee -a "$OUT/ab.md" >> "$LOG"
+          else
+            log "ab: round $round, $side FAILED"
+            status=1
+          fi
+        done
+      done
+    fi
   fi
 fi
 
