@@ -3,21 +3,11 @@
 namespace megasched::schedule {
 
 const std::vector<NamedConfig>& named_configs() {
-  // The whole-row weight ring with one tile per block per op
-  // (bench/configs/rows_256thr_4x16k.json), the fastest row of the ring-shape sweep on both GPUs;
-  // chosen by that sweep, not by a search loop.
-  static const nlohmann::json whole_row_ring = {
-      {"kernel", {{"weight_stream", "smem_ring"}}},
-      {"smem", {{"pages", 4}, {"page_bytes", 16384}}},
-      {"pipeline", {{"prefetch_depth", 0}}},
-      {"launch", {{"threads_per_block", 256}}},
-      {"tiling",
-       {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}, {"attn_q_heads_per_task", 1}}}};
   // The streamed GEMV of registers builds (vm/device/stream.cuh, bench/configs/stream_r2u4.json):
   // no ring, each warp's first weight chunks loaded before its dependency wait; the fastest row
-  // of issue 13's fifth H100 session at position 0. (At position 4096 the fastest row is the same
-  // with the whole KV group per attention task and 16 history partitions,
-  // bench/configs/stream_r2u4_g4p16.json.)
+  // at position 0 on both GPUs (issue 13, sessions 5 and 6). (At position 4096 the fastest row is
+  // the same with the whole KV group per attention task and 16 history partitions,
+  // bench/configs/stream_r2u4_g4p16.json; at 1024, 8 partitions, stream_r2u4_g4p8.json.)
   static const nlohmann::json stream = {
       {"kernel",
        {{"weight_stream", "registers"},
@@ -31,17 +21,17 @@ const std::vector<NamedConfig>& named_configs() {
        {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}, {"attn_q_heads_per_task", 1}}}};
   static const std::vector<NamedConfig> table = {
       {"best:llama-1b:h100", "llama-1b", "h100",
-       "bench/results/nvidia-h100-issue13-s5-final.json (config stream_r2u4; repeated in "
-       "bench/results/nvidia-h100-issue13-s5-repeat.json)",
-       "1194.3 us median at position 0 on an H100, where the previous best (the whole-row ring, "
-       "rows_256thr_4x16k) measured 1286.5 us in the same call (1200.4 and 1289.6 us in the "
-       "repeat)",
+       "bench/results/nvidia-h100-issue13-s6-compare.json (config stream_r2u4; the same config "
+       "on the kernel before the task loop's look-ahead in bench/results/"
+       "nvidia-h100-issue13-s5-final.json)",
+       "1165.6 us median at position 0 on an H100, where the previous best (the whole-row ring, "
+       "rows_256thr_4x16k) measured 1283.3 us in the same call",
        stream},
       {"best:llama-1b:h200", "llama-1b", "h200",
-       "bench/results/nvidia-h200-issue13-rows.json (config rows_256thr_4x16k)",
-       "1302.0 us median at position 0 on an H200 (the previous best measured 1700.3 us on the "
-       "old kernel in the same call)",
-       whole_row_ring},
+       "bench/results/nvidia-h200-issue13-s6-compare.json (config stream_r2u4)",
+       "959.4 us median at position 0 on an H200, where the previous best:llama-1b:h200 (the "
+       "whole-row ring, rows_256thr_4x16k) measured 1077.6 us in the same call",
+       stream},
   };
   return table;
 }
