@@ -47,7 +47,8 @@
 #        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
 #        `registry verify` of the entry it wrote;
 #        stage "ab" times a kernel change against a base tree: it builds the megasched CLI of
-#        AB_BASE (a source tree inside the checkout, e.g. `git archive REV | tar -x -C ab_base`)
+#        AB_BASE (an untracked source tree inside the checkout, so it travels with it to the GPU
+#        machine: `mkdir ab_base && git archive REV | tar -x -C ab_base`)
 #        beside this tree's, then runs `megasched bench` of AB_CONFIG (default
 #        bench/configs/stream_r2u4.json) at AB_POSITIONS (default 0) with the graph-pdl baseline
 #        from each build in turn, AB_ROUNDS rounds (default 2), into ab_{base,tree}_N.md and ab.md
@@ -408,6 +409,9 @@ if has_stage ab; then
     if ! { cmake -S "$AB_BASE" -B "$BUILD-ab-base" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
              -DMEGASCHED_WERROR=OFF &&
            cmake --build "$BUILD-ab-base" -j"$(nproc)" --target megasched; } > "$OUT/build_ab_base.log" 2>&1 ||
+       ! { [ -f "$BUILD/CMakeCache.txt" ] ||
+           cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
+             -DMEGASCHED_WERROR=OFF; } >> "$OUT/build.log" 2>&1 ||
        ! cmake --build "$BUILD" -j"$(nproc)" --target megasched >> "$OUT/build.log" 2>&1; then
       log "ab: build FAILED (build_ab_base.log, build.log)"
       status=1
