@@ -55,13 +55,22 @@ struct OpAcc {
   Acc wait, exec, signal;
   uint64_t first_start = UINT64_MAX;
   uint64_t last_signal = 0;
-  void add(const Phases& p) {
+  std::vector<uint64_t> lags;  // ready lags of the tasks that have one (ready_lag)
+  void add(const Phases& p, int64_t lag) {
     ++tasks;
     wait.add(p.wait());
     exec.add(p.exec());
     signal.add(p.sig());
     first_start = std::min(first_start, p.start);
     last_signal = std::max(last_signal, p.signal);
+    if (lag >= 0) lags.push_back(static_cast<uint64_t>(lag));
+  }
+  /// {tasks, median, max} of the ready lags (median: the lower middle of an even count).
+  json lag_json() const {
+    if (lags.empty()) return {{"tasks", 0}, {"median", 0.0}, {"max", 0.0}};
+    std::vector<uint64_t> v = lags;
+    std::sort(v.begin(), v.end());
+    return {{"tasks", v.size()}, {"median", us(v[(v.size() - 1) / 2])}, {"max", us(v.back())}};
   }
 };
 
@@ -106,6 +115,27 @@ class Releasers {
   };
   std::vector<std::vector<Signal>> by_counter_;
 };
+
+/// Task t's ready lag: ready - max(start, release), where release is the latest signal among the
+/// releasers of its waits (the moment the block had taken the task and every wait held); -1 when
+/// the task has no wait or one of its waits was not released by the tasks that ran.
+int64_t ready_lag(const schedule::Program& program, const Releasers& releasers,
+                  const std::vector<Phases>& ph, uint32_t t) {
+  const ms_abi::Instr& in = program.tasks[t];
+  uint64_t release = 0;
+  bool any = false;
+  for (uint32_t w = in.wait_begin; w < in.wait_begin + in.wait_count && w < program.waits.size();
+       ++w) {
+    if (program.waits[w].threshold == 0) continue;
+    const int64_t r = releasers.releaser(program.waits[w].counter, program.waits[w].threshold);
+    if (r < 0) return -1;
+    release = std::max(release, ph[r].signal);
+    any = true;
+  }
+  if (!any) return -1;
+  const uint64_t from = std::max(ph[t].start, release);
+  return ph[t].ready > from ? static_cast<int64_t>(ph[t].ready - from) : 0;
+}
 
 std::string op_name(const schedule::Program& program, uint32_t op_id) {
   return op_id < program.ops.size() ? program.ops[op_id].name : "op" + std::to_string(op_id);
@@ -274,9 +304,11 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
   // Per op (program order) and per op kind.
   std::map<uint32_t, OpAcc> per_op;
   std::map<std::string, OpAcc> per_kind;
+  const Releasers releasers(program, stamps, ph);
   for (uint32_t t : order) {
-    per_op[program.tasks[t].op_id].add(ph[t]);
-    per_kind[kind_name(program, program.tasks[t].op_id)].add(ph[t]);
+    const int64_t lag = ready_lag(program, releasers, ph, t);
+    per_op[program.tasks[t].op_id].add(ph[t], lag);
+    per_kind[kind_name(program, program.tasks[t].op_id)].add(ph[t], lag);
   }
   json ops = json::array();
   for (const auto& [op, a] : per_op) {
@@ -287,6 +319,7 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
                    {"wait_us", a.wait.to_json()},
                    {"exec_us", a.exec.to_json()},
                    {"signal_us", a.signal.to_json()},
+                   {"ready_lag_us", a.lag_json()},
                    {"first_start_us", us(a.first_start)},
                    {"last_signal_us", us(a.last_signal)},
                    {"span_us", us(a.last_signal - a.first_start)}});
@@ -301,7 +334,8 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
                           {"tasks", a.tasks},
                           {"wait_us", a.wait.to_json()},
                           {"exec_us", a.exec.to_json()},
-                          {"signal_us", a.signal.to_json()}});
+                          {"signal_us", a.signal.to_json()},
+                          {"ready_lag_us", a.lag_json()}});
 
   // Per block: the five phases of its step (they add up to the span).
   const int blocks = std::max(program.launch.grid_blocks, max_block + 1);
@@ -415,17 +449,19 @@ std::string format_profile(const json& a, int top_ops) {
   std::stable_sort(ops.begin(), ops.end(), [](const json* x, const json* y) {
     return x->at("exec_us").value("sum", 0.0) > y->at("exec_us").value("sum", 0.0);
   });
-  s += printf_string("\n%-20s %-13s %5s %11s %10s %11s %10s %10s %10s\n", "op", "kind", "tasks",
-                     "exec_sum_us", "exec_max", "wait_sum_us", "wait_max", "signal_max", "span_us");
+  s += printf_string("\n%-20s %-13s %5s %11s %10s %11s %10s %10s %10s %8s %8s\n", "op", "kind",
+                     "tasks", "exec_sum_us", "exec_max", "wait_sum_us", "wait_max", "signal_max",
+                     "span_us", "lag_med", "lag_max");
   const size_t shown = std::min(ops.size(), static_cast<size_t>(std::max(top_ops, 0)));
   for (size_t i = 0; i < shown; ++i) {
     const json& op = *ops[i];
-    s += printf_string("%-20s %-13s %5d %11.3f %10.3f %11.3f %10.3f %10.3f %10.3f\n",
+    const json lag = op.value("ready_lag_us", json::object());
+    s += printf_string("%-20s %-13s %5d %11.3f %10.3f %11.3f %10.3f %10.3f %10.3f %8.3f %8.3f\n",
                        op.value("op", "?").c_str(), op.value("kind", "?").c_str(),
                        op.value("tasks", 0), op.at("exec_us").value("sum", 0.0),
                        op.at("exec_us").value("max", 0.0), op.at("wait_us").value("sum", 0.0),
                        op.at("wait_us").value("max", 0.0), op.at("signal_us").value("max", 0.0),
-                       op.value("span_us", 0.0));
+                       op.value("span_us", 0.0), lag.value("median", 0.0), lag.value("max", 0.0));
   }
   if (shown < ops.size()) s += printf_string("(%zu more ops)\n", ops.size() - shown);
 

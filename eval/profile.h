@@ -21,6 +21,12 @@
 // A signal is stamped just after its atomic add, so a consumer can see the counter a few ns before
 // its releaser's stamp; phases are clamped at zero rather than going negative.
 //
+// A task's ready lag is ready - max(start, release), release being the latest releaser signal of
+// its waits: how long after it could have gone on (taken, and every wait held) it was ready. A
+// block that takes its task early polls and is ready ~one L2 round trip after the release; a block
+// that arrives late (often the last producer itself) shows what else stands between its start
+// and its first useful poll. Tasks without waits (or with a wait no task released) have none.
+//
 // Pure host code: no CUDA. Stamps carry globaltimer ns; the analysis reports microseconds.
 #pragma once
 
@@ -38,9 +44,11 @@ namespace megasched::eval {
 ///   tasks          the timeline, one entry per task that ran, by start time: {task, op, opcode,
 ///                  layer, block, order, start_us, ready_us, done_us, signal_us}
 ///   per_op         per logical op, in program order: {op, kind, layer, tasks, wait_us, exec_us,
-///                  signal_us (each {sum, max} over its tasks), first_start_us, last_signal_us,
-///                  span_us (first start to last signal)}
-///   per_kind       the same sums per op kind ("qkv", "attention", ...), by exec time
+///                  signal_us (each {sum, max} over its tasks), ready_lag_us ({tasks, median, max}
+///                  of the ready lags, below), first_start_us, last_signal_us, span_us (first start
+///                  to last signal)}
+///   per_kind       the same sums and ready lags per op kind ("qkv", "attention", ...), by exec
+///                  time
 ///   per_block      per block of the grid: {block, tasks, wait_us, exec_us, signal_us, gap_us,
 ///                  idle_us (after its last signal), and each as a fraction of the span}
 ///   totals         {span_us, wall_us, blocks, tasks_run, tasks_not_run, and the sums over

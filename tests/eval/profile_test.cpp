@@ -111,6 +111,43 @@ TEST(Profile, ReleaserIsTheSignalThatReachedTheThresholdNotTheLatest) {
   EXPECT_EQ(path_ops(c), (std::vector<std::string>{"A:start", "C:dependency"}));
 }
 
+TEST(Profile, ReadyLagIsFromWhenTheTaskCouldGoOnToWhenItWasReady) {
+  // C (threshold 2) is released by B's signal at 310 after starting at 120: ready at 320, lag 10.
+  // D (threshold 1) is released by A at 110 but starts at 330: ready at 390, lag 60 from its start.
+  std::vector<vm::TaskStamp> s = b_late_stamps(410, 500);
+  s[3] = stamp(3, 1, 1, 330, 390, 490, 500);
+  const json a = analyze_profile(four_task_program(2, 1), s, 1.0);
+  auto op = [&](const std::string& name) {
+    for (const json& o : a["per_op"])
+      if (o["op"] == name) return o["ready_lag_us"];
+    return json();
+  };
+  EXPECT_EQ(op("A")["tasks"], 0);  // no waits: no lag
+  EXPECT_DOUBLE_EQ(op("A")["max"].get<double>(), 0.0);
+  EXPECT_EQ(op("C")["tasks"], 1);
+  EXPECT_DOUBLE_EQ(op("C")["median"].get<double>(), 0.010);
+  EXPECT_DOUBLE_EQ(op("D")["max"].get<double>(), 0.060);
+  // Per kind: C and D are both O tasks; the median of an even count is the lower middle.
+  bool found = false;
+  for (const json& k : a["per_kind"]) {
+    if (k["kind"] != schedule::op_kind_name(schedule::OpKind::kO)) continue;
+    found = true;
+    EXPECT_EQ(k["ready_lag_us"]["tasks"], 2);
+    EXPECT_DOUBLE_EQ(k["ready_lag_us"]["median"].get<double>(), 0.010);
+    EXPECT_DOUBLE_EQ(k["ready_lag_us"]["max"].get<double>(), 0.060);
+  }
+  EXPECT_TRUE(found);
+  // A wait nobody released (threshold 3 of a counter that reaches 2) gives no lag.
+  const json u = analyze_profile(four_task_program(3, 1), s, 1.0);
+  for (const json& o : u["per_op"]) {
+    if (o["op"] == "C") {
+      EXPECT_EQ(o["ready_lag_us"]["tasks"], 0);
+    }
+  }
+  // The text report carries the lag columns.
+  EXPECT_NE(format_profile(a, 4).find("lag_max"), std::string::npos);
+}
+
 TEST(Profile, BlockAndTotalPhasesAddUpToTheSpan) {
   const json a = analyze_profile(four_task_program(2, 1), b_late_stamps(410, 500), 2.5);
   const json& t = a["totals"];
