@@ -52,6 +52,7 @@
 #        beside this tree's, then runs `megasched bench` of AB_CONFIG (default
 #        bench/configs/stream_r2u4.json) at AB_POSITIONS (default 0) with the graph-pdl baseline
 #        from each build in turn, AB_ROUNDS rounds (default 2), into ab_{base,tree}_N.md and ab.md
+#        (the rows of every round, then per position the mean of each side and the difference)
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -433,6 +434,18 @@ if has_stage ab; then
           fi
         done
       done
+      # The summary: per position, each side's mean over the rounds of the config row, and the
+      # tree against the base.
+      awk -F'|' '$4 ~ /config/ && $3 !~ / default / {
+          split($1, w, " "); side = w[1]; pos = $2 + 0; sum[side, pos] += $5; n[side, pos]++
+          positions[pos] = 1
+        }
+        END {
+          for (p in positions) if (n["base", p] && n["tree", p]) {
+            b = sum["base", p] / n["base", p]; t = sum["tree", p] / n["tree", p]
+            printf "summary: position %d: base %.1f us, tree %.1f us (mean of %d / %d rounds): %+.1f us, %+.2f%%\n", p, b, t, n["base", p], n["tree", p], t - b, 100 * (t - b) / b
+          }
+        }' "$OUT/ab.md" | tee -a "$OUT/ab.md" >> "$LOG"
     fi
   fi
 fi
