@@ -42,7 +42,7 @@ struct WaitHead {
   uint32_t counter;
   uint32_t threshold;
   uint32_t total;  // counter_totals[counter]
-  uint32_t reserved;
+  uint32_t pad;    // zero: a head is one 16-byte piece of fetch_ahead's copies
 };
 static_assert(sizeof(WaitHead) == 16, "WaitHead layout is shared with the host");
 

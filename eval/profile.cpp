@@ -116,24 +116,40 @@ class Releasers {
   std::vector<std::vector<Signal>> by_counter_;
 };
 
-/// Task t's ready lag: ready - max(start, release), where release is the latest signal among the
-/// releasers of its waits (the moment the block had taken the task and every wait held); -1 when
-/// the task has no wait or one of its waits was not released by the tasks that ran.
-int64_t ready_lag(const schedule::Program& program, const Releasers& releasers,
-                  const std::vector<Phases>& ph, uint32_t t) {
+/// Of task t's waits, the releaser that signalled last (-1 when none was released; ties keep the
+/// first wait's) and its counter, and whether every wait with a threshold was released.
+struct Release {
+  int64_t task = -1;
+  int64_t counter = -1;
+  bool complete = true;
+};
+
+Release latest_release(const schedule::Program& program, const Releasers& releasers,
+                       const std::vector<Phases>& ph, uint32_t t) {
   const ms_abi::Instr& in = program.tasks[t];
-  uint64_t release = 0;
-  bool any = false;
+  Release out;
   for (uint32_t w = in.wait_begin; w < in.wait_begin + in.wait_count && w < program.waits.size();
        ++w) {
-    if (program.waits[w].threshold == 0) continue;
+    if (program.waits[w].threshold == 0) continue;  // needs no producer
     const int64_t r = releasers.releaser(program.waits[w].counter, program.waits[w].threshold);
-    if (r < 0) return -1;
-    release = std::max(release, ph[r].signal);
-    any = true;
+    if (r < 0) {
+      out.complete = false;
+    } else if (out.task < 0 || ph[r].signal > ph[out.task].signal) {
+      out.task = r;
+      out.counter = program.waits[w].counter;
+    }
   }
-  if (!any) return -1;
-  const uint64_t from = std::max(ph[t].start, release);
+  return out;
+}
+
+/// Task t's ready lag: ready - max(start, release), release being the latest releaser signal of
+/// its waits (the moment the block had taken the task and every wait held); -1 when the task has
+/// no wait with a producer or one of its waits was not released by the tasks that ran.
+int64_t ready_lag(const schedule::Program& program, const Releasers& releasers,
+                  const std::vector<Phases>& ph, uint32_t t) {
+  const Release r = latest_release(program, releasers, ph, t);
+  if (r.task < 0 || !r.complete) return -1;
+  const uint64_t from = std::max(ph[t].start, ph[r.task].signal);
   return ph[t].ready > from ? static_cast<int64_t>(ph[t].ready - from) : 0;
 }
 
@@ -151,7 +167,7 @@ std::string counter_name(const schedule::Program& program, uint32_t counter) {
 }
 
 json critical_path(const schedule::Program& program, const std::vector<vm::TaskStamp>& stamps,
-                   const std::vector<Phases>& ph) {
+                   const std::vector<Phases>& ph, const Releasers& releasers) {
   const uint32_t n = static_cast<uint32_t>(program.tasks.size());
   int64_t last = -1;
   for (uint32_t t = 0; t < n; ++t)
@@ -163,7 +179,6 @@ json critical_path(const schedule::Program& program, const std::vector<vm::TaskS
   std::map<std::pair<int32_t, int32_t>, uint32_t> at;  // (block, order) -> task
   for (uint32_t t = 0; t < n; ++t)
     if (stamps[t].block >= 0) at[{stamps[t].block, stamps[t].order}] = t;
-  const Releasers releasers(program, stamps, ph);
 
   struct Hop {
     uint32_t task;
@@ -175,19 +190,11 @@ json critical_path(const schedule::Program& program, const std::vector<vm::TaskS
   Hop cur{static_cast<uint32_t>(last), "start"};
   while (true) {
     seen[cur.task] = true;
-    const ms_abi::Instr& in = program.tasks[cur.task];
     int64_t queue_pred = -1;
     if (auto it = at.find({stamps[cur.task].block, stamps[cur.task].order - 1}); it != at.end())
       queue_pred = it->second;
-    int64_t dep_pred = -1, dep_counter = -1;
-    for (uint32_t w = in.wait_begin; w < in.wait_begin + in.wait_count && w < program.waits.size();
-         ++w) {
-      const int64_t r = releasers.releaser(program.waits[w].counter, program.waits[w].threshold);
-      if (r >= 0 && (dep_pred < 0 || ph[r].signal > ph[dep_pred].signal)) {
-        dep_pred = r;
-        dep_counter = program.waits[w].counter;
-      }
-    }
+    const Release dep = latest_release(program, releasers, ph, cur.task);
+    const int64_t dep_pred = dep.task, dep_counter = dep.counter;
     // On a tie the dependency wins: the task could not have run earlier either way, and the
     // dependency is the edge a schedule change can move.
     Hop next{0, ""};
@@ -277,6 +284,8 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
     ++run;
   }
 
+  const Releasers releasers(program, stamps, ph);
+
   // The timeline, by start time.
   std::vector<uint32_t> order;
   for (uint32_t t = 0; t < n; ++t)
@@ -304,7 +313,6 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
   // Per op (program order) and per op kind.
   std::map<uint32_t, OpAcc> per_op;
   std::map<std::string, OpAcc> per_kind;
-  const Releasers releasers(program, stamps, ph);
   for (uint32_t t : order) {
     const int64_t lag = ready_lag(program, releasers, ph, t);
     per_op[program.tasks[t].op_id].add(ph[t], lag);
@@ -391,10 +399,12 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
                  {"gap_fraction", fraction(tot_gap, area)},
                  {"idle_fraction", fraction(tot_idle, area)}};
 
-  return {
-      {"tasks", std::move(timeline)},      {"per_op", std::move(ops)},
-      {"per_kind", std::move(kinds_json)}, {"per_block", std::move(per_block)},
-      {"totals", std::move(totals)},       {"critical_path", critical_path(program, stamps, ph)}};
+  return {{"tasks", std::move(timeline)},
+          {"per_op", std::move(ops)},
+          {"per_kind", std::move(kinds_json)},
+          {"per_block", std::move(per_block)},
+          {"totals", std::move(totals)},
+          {"critical_path", critical_path(program, stamps, ph, releasers)}};
 }
 
 namespace {

@@ -52,9 +52,9 @@ constexpr int kernel_static_smem_bound(int threads, int head_dim) {
   const int rows = 1024 * 4;                                     // GEMV row results
   const int attn = (8 * head_dim + warps * (head_dim + 2)) * 4;  // query batch + warp records
   // The task loop's look-ahead (two Ahead buffers: an Instr and its wait heads), 16-byte aligned.
-  const int ahead = 2 * static_cast<int>(sizeof(ms_abi::Instr) +
-                                         sizeof(ms_abi::WaitHead) * ms_abi::kWaitHeads) +
-                    16;
+  const int ahead =
+      2 * static_cast<int>(sizeof(ms_abi::Instr) + sizeof(ms_abi::WaitHead) * ms_abi::kWaitHeads) +
+      16;
   return 2 * warps * 4 + 64 + ahead + (rows > attn ? rows : attn) + 64;
 }
 

@@ -25,8 +25,8 @@ struct GpuVm::Impl {
   int max_threads = 0;                // per block the loaded kernel allows
   const void* weights_ptr = nullptr;  // the process's device copy of the weights
   cudaStream_t stream = nullptr;
-  std::unique_ptr<DeviceBuffer> tasks, waits, totals, heads, qoff, qtasks, act, kv, step, counters, ticket,
-      abort_flag, dump, stamps;
+  std::unique_ptr<DeviceBuffer> tasks, waits, totals, heads, qoff, qtasks, act, kv, step, counters,
+      ticket, abort_flag, dump, stamps;
   ms_abi::KernelArgs args{};
   int grid = 0;
   int threads = 0;

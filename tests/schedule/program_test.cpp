@@ -149,7 +149,7 @@ TEST(Program, WaitHeadsAreEachTasksFirstWaitsWithTheirTotals) {
       EXPECT_EQ(h.counter, w.counter) << p.task_label(static_cast<uint32_t>(t));
       EXPECT_EQ(h.threshold, w.threshold);
       EXPECT_EQ(h.total, p.counter_totals[w.counter]);
-      EXPECT_EQ(h.reserved, 0u);
+      EXPECT_EQ(h.pad, 0u);
     }
   }
   EXPECT_GT(multi, 0u);  // the program has tasks with a second head

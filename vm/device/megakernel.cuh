@@ -168,8 +168,8 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
   // Threads of warps 1.. issue prefetches while warp 0 polls the counters.
   const int pf_lane = int(threadIdx.x) - 32;
   const int pf_lanes = kComputeThreads > 32 ? kComputeThreads - 32 : 32;
-  uint32_t prefetched =
-      0;  // static queue: positions [qbegin, qbegin + prefetched) already prefetched
+  // Static queue: positions [qbegin, qbegin + prefetched) already prefetched.
+  uint32_t prefetched = 0;
   StaticQueue sq;  // the static queue's look-ahead
   if (!dynamic) sq.start(a, s, qbegin, qend);
   block_sync();

@@ -14,10 +14,9 @@ namespace ms_dev {
 constexpr int kEpilogueRows = int(ring_epilogue_rows(kHeadDim));
 static_assert(kEpilogueRows == (kRowChunk / kHeadDim) * kHeadDim, "kRowChunk and abi/ring.h agree");
 
-/// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
-/// stages GEMV input vectors (and holds the weight ring of vm/device/ring.cuh).
 /// A static queue's next task, copied into shared memory one task ahead (megakernel.cuh
-/// fetch_ahead): its instruction and its wait heads, with no registers held across the current task.
+/// fetch_ahead): its instruction and its wait heads, with no registers held across the current
+/// task.
 struct __align__(16) Ahead {
   Instr instr;
   WaitHead heads[kWaitHeads];
@@ -25,6 +24,8 @@ struct __align__(16) Ahead {
 static_assert(sizeof(Instr) % 16 == 0 && sizeof(Ahead) == sizeof(Instr) + 16 * kWaitHeads,
               "fetch_ahead copies Ahead in 16-byte pieces");
 
+/// Static shared memory of one block. The dynamic part (the page ring, KernelArgs::smem_bytes)
+/// stages GEMV input vectors (and holds the weight ring of vm/device/ring.cuh).
 struct Shared {
   float red[kComputeWarps];  // block reductions
   WaitOutcome wait;          // wait_all's result
