@@ -36,6 +36,12 @@
 //                                          split's slice of the partial buffer; see kGemvReduce)
 //                   kFlagResidual:         act[out + r] = acc_r + act[aux + r]
 //                   kFlagRopeKv:           rows are QKV rows (see "QKV rows" below)
+//                 With kFlagRopePairs (kGemv with kFlagRopeKv, the whole reduction range only)
+//                 [row_begin, row_end) are RoPE *pairs*, not rows: pair p is the QKV rows
+//                 pair_row(p, 0) and pair_row(p, 1) = pair_row(p, 0) + hd/2 (dims d and d + hd/2
+//                 of head p / (hd/2), d = p mod (hd/2)); the task's local row j is
+//                 task_row(instr, j, hd) (pairs interleaved), so a task of any pair range holds
+//                 both rows of every rotation it applies.
 //                   otherwise:             act[out + r] = acc_r
 //   kGemvReduce   acc_r = sum_{s = 0 .. n_split - 1} act[in + s * stride + r]   (s in increasing
 //                 order: deterministic), n_split = param0, stride = param1; then the same
@@ -65,7 +71,8 @@
 // written to act[out + r]. A row in [q_dim, q_dim + kv_dim) is a key row: rotated the same way and
 // stored in K[layer][kv head][position][d] (cast to the KV dtype). A row in [q_dim + kv_dim, q_dim
 // + 2 kv_dim) is a value row: stored in V[layer][kv head][position][d]. Because of the rotate-half
-// pairing a task that applies RoPE covers whole heads (its row range is aligned to head_dim).
+// pairing a task that applies RoPE covers whole heads (its row range is aligned to head_dim), or
+// with kFlagRopePairs any range of pairs (both rows of each pair).
 #pragma once
 
 #ifdef __CUDACC_RTC__
@@ -112,6 +119,7 @@ enum InstrFlag : uint16_t {
   kFlagPartial = 1u << 2,          // kGemv: split-K partial, reduced by a kGemvReduce task
   kFlagResidual = 1u << 3,         // kGemv / kGemvReduce: add act[aux + r]
   kFlagRopeKv = 1u << 4,           // kGemv / kGemvReduce: QKV epilogue (RoPE, KV append)
+  kFlagRopePairs = 1u << 5,        // kGemv with kFlagRopeKv: rows are RoPE pairs (see above)
 };
 
 /// The buffers every operand offset points into.
@@ -220,6 +228,26 @@ MS_ABI_FN bool counter_reached(uint32_t value, uint32_t target) {
 MS_ABI_FN uint64_t kv_offset(const ModelParams& m, uint32_t layer, uint32_t kv, uint32_t kv_head) {
   return ((static_cast<uint64_t>(layer) * 2 + kv) * m.kv_heads + kv_head) *
          static_cast<uint64_t>(m.max_seq) * m.head_dim;
+}
+
+/// kFlagRopePairs: QKV row `second` (0 or 1) of RoPE pair `pair` (head pair / (hd/2), dim
+/// pair mod (hd/2), plus hd/2 for the second row).
+MS_ABI_FN uint32_t pair_row(uint32_t pair, uint32_t second, uint32_t head_dim) {
+  const uint32_t half = head_dim / 2;
+  return pair / half * head_dim + pair % half + (second != 0 ? half : 0);
+}
+
+/// Output rows a kGemv task produces: row_end - row_begin, twice that with kFlagRopePairs.
+MS_ABI_FN uint32_t task_rows(const Instr& in) {
+  const uint32_t n = in.row_end - in.row_begin;
+  return (in.flags & kFlagRopePairs) != 0 ? 2 * n : n;
+}
+
+/// The output row of a kGemv task's local row j (0 <= j < task_rows): row_begin + j, or with
+/// kFlagRopePairs the rows of pair row_begin + j / 2 in turn (the partner of local j is j ^ 1).
+MS_ABI_FN uint32_t task_row(const Instr& in, uint32_t j, uint32_t head_dim) {
+  if ((in.flags & kFlagRopePairs) == 0) return in.row_begin + j;
+  return pair_row(in.row_begin + j / 2, j & 1u, head_dim);
 }
 
 }  // namespace ms_abi

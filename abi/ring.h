@@ -73,9 +73,10 @@ MS_ABI_FN constexpr uint32_t ring_epilogue_rows(uint32_t head_dim) {
 
 /// Whether a kGemv task of a ring build (static queues) streams its weights through the ring
 /// (vm/device/ring.cuh ring_streams): its columns fit the x_floats staging floats and its row
-/// pieces are 16-byte aligned runs of whole 16-byte units. Any other GEMV loads into registers.
+/// pieces are 16-byte aligned runs of whole 16-byte units, and its rows are one run (not RoPE
+/// pairs, kFlagRopePairs). Any other GEMV loads into registers.
 MS_ABI_FN constexpr bool ring_streams(const Instr& in, uint32_t x_floats, uint32_t weight_bytes) {
-  if (in.opcode != kGemv) return false;
+  if (in.opcode != kGemv || (in.flags & kFlagRopePairs) != 0) return false;
   const uint64_t cols = in.col_end - in.col_begin;
   return cols > 0 && cols <= x_floats && ((in.weight + in.col_begin) * weight_bytes) % 16 == 0 &&
          (uint64_t(in.ld) * weight_bytes) % 16 == 0 && (cols * weight_bytes) % 16 == 0;

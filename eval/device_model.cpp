@@ -129,7 +129,8 @@ RingTaskModel ring_task_model(const DeviceBuild& b, const Program& p, const ms_a
   if (!b.weight_ring || p.launch.dynamic_queue || in.opcode != ms_abi::kGemv) return m;
   const uint64_t wb = b.weight_bf16 ? 2 : 4;
   const uint64_t cols = static_cast<uint32_t>(in.col_end - in.col_begin);
-  const bool streams = cols > 0 && cols <= static_cast<uint64_t>(std::max(b.x_floats, 0)) &&
+  const bool streams = (in.flags & ms_abi::kFlagRopePairs) == 0 && cols > 0 &&
+                       cols <= static_cast<uint64_t>(std::max(b.x_floats, 0)) &&
                        ((in.weight + in.col_begin) * wb) % 16 == 0 &&
                        (uint64_t{in.ld} * wb) % 16 == 0 && (cols * wb) % 16 == 0;
   if (!streams) return m;

@@ -152,7 +152,7 @@ std::optional<Program> mutate_kv_never_appended(Program p, std::mt19937_64& rng)
     const ms_abi::Instr& in = p.tasks[t];
     const bool appends = in.opcode == ms_abi::kRopeKv ||
                          ((in.opcode == ms_abi::kGemv || in.opcode == ms_abi::kGemvReduce) &&
-                          (in.flags & ms_abi::kFlagRopeKv));
+                          (in.flags & ms_abi::kFlagRopeKv) && !(in.flags & ms_abi::kFlagRopePairs));
     if (appends && in.row_end >= in.row_begin + 2 * hd && in.row_end > k_lo) cands.push_back(t);
   }
   if (cands.empty()) return std::nullopt;

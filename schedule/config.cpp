@@ -82,6 +82,11 @@ const std::vector<KnobEntry>& knob_table() {
     add("tiling.attn_kv_partitions", ints({1, 2, 4, 8, 16}), 1,
         "flash-decoding partitions of the KV history per head group (>1 adds combine tasks)",
         field_access(&ScheduleConfig::tiling, &TilingConfig::attn_kv_partitions));
+    add("tiling.qkv_rope_pairs", bools, false,
+        "fused QKV tiles of RoPE pairs (dims d and d + head_dim/2 of a head) instead of whole "
+        "heads, so QKV spreads over every block; needs fusion.rope_kv_into_qkv, "
+        "tiling.gemv_k_split 1, kernel.weight_stream registers and 4 x hidden bytes of smem pages",
+        field_access(&ScheduleConfig::tiling, &TilingConfig::qkv_rope_pairs));
     add("fusion.norm_into_gemv", bools, true,
         "RMSNorm in the next GEMV's input load (no norm task)",
         field_access(&ScheduleConfig::fusion, &FusionConfig::norm_into_gemv));
@@ -509,6 +514,19 @@ bool knob_value_fits(const std::string& path, const json& value, const ModelShap
     return true;
   }
   return true;
+}
+
+std::string knob_conflict(const ScheduleConfig& config) {
+  if (config.tiling.qkv_rope_pairs && !config.fusion.rope_kv_into_qkv)
+    return "tiling.qkv_rope_pairs = true needs fusion.rope_kv_into_qkv = true (the pairs are "
+           "RoPE's; unfused, the QKV rows have no pairing); hint: set one of them back";
+  if (config.tiling.qkv_rope_pairs && config.kernel.weight_stream != WeightStream::kRegisters)
+    return "tiling.qkv_rope_pairs = true needs kernel.weight_stream = registers (only its streamed "
+           "GEMV maps the rows of RoPE pairs); hint: set one of them back";
+  if (config.tiling.qkv_rope_pairs && config.tiling.gemv_k_split != 1)
+    return "tiling.qkv_rope_pairs = true needs tiling.gemv_k_split = 1 (a split-K reduce applies "
+           "RoPE to whole heads); hint: set one of them back";
+  return "";
 }
 
 json search_space_json(const ModelShape& shape) {

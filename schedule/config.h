@@ -62,6 +62,7 @@ struct TilingConfig {
   int lm_head_rows_per_task;
   int attn_q_heads_per_task;
   int attn_kv_partitions;
+  bool qkv_rope_pairs;
 
   bool operator==(const TilingConfig&) const = default;
 };
@@ -200,6 +201,12 @@ nlohmann::json search_space_json(const ModelShape& shape);
 /// Whether a knob value can be lowered for this shape (e.g. attn_q_heads_per_task must divide the
 /// KV group; gemv_k_split must keep every GEMV's column chunks multiples of 8 elements).
 bool knob_value_fits(const std::string& path, const nlohmann::json& value, const ModelShape& shape);
+
+/// Knob values that cannot be lowered together, whatever the shape: the first such pair as a
+/// message with a hint (tiling.qkv_rope_pairs needs fusion.rope_kv_into_qkv, gemv_k_split 1 and
+/// the registers build),
+/// or empty. config_fits and lower() both apply it.
+std::string knob_conflict(const ScheduleConfig& config);
 
 /// 64-bit FNV-1a of a string, hex-formatted (16 digits). Used for schedule ids and cache keys.
 std::string hash_hex(const std::string& bytes);

@@ -52,8 +52,10 @@ double task_bytes(const Program& program, uint32_t task, int position) {
       return rows * wb + rows * 4;
     case ms_abi::kRmsNorm:
       return t.col_end * 4.0 + rows * (wb + 4);
-    case ms_abi::kGemv:
-      return rows * cols * wb + cols * 4 + rows * 4;
+    case ms_abi::kGemv: {
+      const double out_rows = ms_abi::task_rows(t);  // RoPE pairs: two rows each
+      return out_rows * cols * wb + cols * 4 + out_rows * 4;
+    }
     case ms_abi::kGemvReduce:
       return rows * t.param0 * 4.0 + rows * 4;
     case ms_abi::kRopeKv:

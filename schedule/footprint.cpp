@@ -80,17 +80,60 @@ void qkv_rows(const Program& p, const ms_abi::Instr& in, Builder* b) {
   }
 }
 
+// kFlagRopePairs: the QKV epilogue of pairs [row_begin, row_end), head by head: a query head's
+// dims [d0, d1) and [d0 + hd/2, d1 + hd/2) of act[out + head rows], a key or value head's same dims
+// of its cache (in the dimension-major coordinates of the file comment in footprint.h).
+void qkv_pairs(const Program& p, const ms_abi::Instr& in, Builder* b) {
+  const ms_abi::ModelParams& m = p.model;
+  if (!b->require(m.head_dim > 0 && m.head_dim % 2 == 0, "RoPE needs an even, nonzero head_dim"))
+    return;
+  if (!b->require(m.heads > 0 && m.kv_heads > 0 && m.max_seq > 0,
+                  "RoPE / KV append needs heads, kv_heads and max_seq > 0"))
+    return;
+  if (!b->require(in.layer < m.layers, "a KV append in a layer beyond the model")) return;
+  const u128 hd = m.head_dim, half = hd / 2;
+  const u128 q_heads = m.heads, kv_heads = m.kv_heads;
+  const u128 rb = in.row_begin, re = in.row_end;
+  if (!b->require(re <= (q_heads + 2 * kv_heads) * half, "RoPE pairs beyond the QKV rows")) return;
+  if (rb < (q_heads + kv_heads) * half)
+    b->read(ms_abi::kBufActivations, m.rope_table, static_cast<u128>(m.rope_table) + half);
+  b->read(ms_abi::kBufStep, 1, 2);  // position
+  const u128 row_len = static_cast<u128>(m.max_seq) * hd;
+  for (u128 head = rb / half; head * half < re; ++head) {
+    const u128 d0 = std::max(rb, head * half) - head * half;
+    const u128 d1 = std::min(re, (head + 1) * half) - head * half;
+    for (u128 second = 0; second < 2; ++second) {
+      const u128 lo = d0 + second * half, hi = d1 + second * half;
+      if (head < q_heads) {
+        b->write(ms_abi::kBufActivations, in.out + head * hd + lo, in.out + head * hd + hi);
+      } else {
+        const u128 kv = head < q_heads + kv_heads ? 0 : 1;
+        const u128 g = head - q_heads - kv * kv_heads;
+        const u128 base = ((static_cast<u128>(in.layer) * 2 + kv) * kv_heads + g) * row_len;
+        b->write(ms_abi::kBufKv, base + lo * m.max_seq, base + hi * m.max_seq);
+      }
+    }
+  }
+}
+
 // The epilogue shared by kGemv and kGemvReduce (the partial case is kGemv only).
 void epilogue(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const u128 rb = in.row_begin, re = in.row_end;
+  if (in.flags & ms_abi::kFlagRopePairs) return qkv_pairs(p, in, b);
   if (in.flags & ms_abi::kFlagRopeKv) return qkv_rows(p, in, b);
   if (in.flags & ms_abi::kFlagResidual) b->read(ms_abi::kBufActivations, in.aux + rb, in.aux + re);
   b->write(ms_abi::kBufActivations, in.out + rb, in.out + re);
 }
 
 void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
-  const uint16_t known = kPrologueFlags | kEpilogueFlags;
+  const uint16_t known = kPrologueFlags | kEpilogueFlags | ms_abi::kFlagRopePairs;
   if (!b->require((in.flags & ~known) == 0, "gemv with unknown flag bits")) return;
+  const bool pairs = (in.flags & ms_abi::kFlagRopePairs) != 0;
+  if (pairs) {
+    if (!b->require((in.flags & kEpilogueFlags) == ms_abi::kFlagRopeKv,
+                    "gemv with RoPE pairs but without the QKV epilogue alone"))
+      return;
+  }
   if (!b->require(popcount16(in.flags & kPrologueFlags) <= 1, "gemv with both prologue flags"))
     return;
   if (!b->require(popcount16(in.flags & kEpilogueFlags) <= 1,
@@ -100,8 +143,16 @@ void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
   if (!b->require(in.col_begin < in.col_end && in.col_end <= in.ld,
                   "gemv reduction range not inside [0, ld)"))
     return;
-  const u128 rb = in.row_begin, re = in.row_end, cb = in.col_begin, ce = in.col_end, ld = in.ld;
-  b->read(ms_abi::kBufWeights, in.weight + rb * ld + cb, in.weight + (re - 1) * ld + ce);
+  const u128 cb = in.col_begin, ce = in.col_end, ld = in.ld;
+  // Weight rows: the task's first to last row (pairs: its first pair's first row to its last
+  // pair's second row, which with the rows between over-approximates the two halves).
+  if (pairs && !b->require(p.model.head_dim > 0 && p.model.head_dim % 2 == 0,
+                           "RoPE needs an even, nonzero head_dim"))
+    return;
+  const u128 first_row = pairs ? ms_abi::pair_row(in.row_begin, 0, p.model.head_dim) : in.row_begin;
+  const u128 last_row =
+      pairs ? ms_abi::pair_row(in.row_end - 1, 1, p.model.head_dim) : in.row_end - 1;
+  b->read(ms_abi::kBufWeights, in.weight + first_row * ld + cb, in.weight + last_row * ld + ce);
   if (in.flags & ms_abi::kFlagNormPrologue) {
     // Every path reads the whole input row for the RMS statistic; the ring paths also stage
     // act * gamma over the whole row in the same pass (vm/device/ring.cuh gemv_ring), so their
@@ -197,6 +248,13 @@ void attn_combine(const Program& p, const ms_abi::Instr& in, Builder* b) {
 }
 
 }  // namespace
+
+uint64_t kv_footprint_index(const ms_abi::ModelParams& m, uint64_t memory_index) {
+  const uint64_t hd = m.head_dim, row_len = static_cast<uint64_t>(m.max_seq) * hd;
+  if (hd == 0 || row_len == 0) return memory_index;
+  const uint64_t head = memory_index / row_len, within = memory_index % row_len;
+  return head * row_len + (within % hd) * m.max_seq + within / hd;
+}
 
 bool task_footprint(const Program& program, uint32_t task, std::vector<Access>* out,
                     std::string* error) {

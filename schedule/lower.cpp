@@ -60,6 +60,7 @@ struct OpCounters {
   uint32_t op_counter = 0;    // per_op: the one counter
   uint32_t tasks = 0;         // per_op: its threshold
   bool signals = true;        // false only for the argmax, which nothing waits on
+  uint32_t pair_half = 0;     // > 0: slices are RoPE pairs of heads of 2 * pair_half rows
 };
 
 /// The producer ops that together cover one logical row space.
@@ -100,6 +101,7 @@ struct GemvSpec {
   uint32_t in2_rows = 0;  // kSiluMul: logical row of up's column 0 in the input source
   Source in_src;
   uint16_t epilogue = 0;  // 0, kFlagResidual or kFlagRopeKv
+  bool pairs = false;     // kFlagRopeKv in tiles of RoPE pairs (tiling.qkv_rope_pairs)
   uint32_t out = 0;       // act offset of logical row 0
   uint32_t aux = 0;       // kFlagResidual: act offset of logical row 0 of the residual
   Source aux_src;
@@ -125,6 +127,8 @@ class Lowerer {
   void emit(Instr instr, double cost);
 
   uint32_t emit_gemv(const GemvSpec& spec);
+  /// The fused QKV GEMV in tiles of RoPE pairs (kFlagRopePairs); the op's slices are pair ranges.
+  uint32_t emit_gemv_pairs(const GemvSpec& spec);
   /// Rows per tile: `configured`, or with 0 (per block) the fewest rows, a multiple of `align`,
   /// that cut `rows` into at most one tile per block of the grid.
   uint32_t tile_rows(uint32_t configured, uint32_t rows, uint32_t align) const;
@@ -208,6 +212,7 @@ bool Lowerer::check(std::string* error) const {
                 " does not divide the " + std::to_string(group) + " query heads per KV head of " +
                 shape_.name + "; allowed: 0 (whole group) or a divisor of " +
                 std::to_string(group));
+  if (std::string conflict = knob_conflict(config_); !conflict.empty()) return fail(conflict);
   if (t.attn_kv_partitions < 1)
     return fail("tiling.attn_kv_partitions must be at least 1 (got " +
                 std::to_string(t.attn_kv_partitions) + ")");
@@ -274,9 +279,15 @@ void Lowerer::begin_slice(uint32_t row_begin, uint32_t row_end) {
 void Lowerer::read(const Source& source, uint32_t row_begin, uint32_t row_end) {
   for (uint32_t op : source) {
     const OpCounters& c = counters_[op];
-    auto it = std::upper_bound(c.slices.begin(), c.slices.end(), row_begin,
+    uint32_t lo = row_begin, hi = row_end;
+    if (c.pair_half > 0) {  // rows -> the pairs of every head they touch (exact for whole heads)
+      const uint32_t hd = 2 * c.pair_half;
+      lo = row_begin / hd * c.pair_half;
+      hi = (row_end + hd - 1) / hd * c.pair_half;
+    }
+    auto it = std::upper_bound(c.slices.begin(), c.slices.end(), lo,
                                [](uint32_t row, const Slice& s) { return row < s.row_end; });
-    for (; it != c.slices.end() && it->row_begin < row_end; ++it) {
+    for (; it != c.slices.end() && it->row_begin < hi; ++it) {
       if (c.granularity == Granularity::kPerOp) {
         pending_.push_back({c.op_counter, c.tasks});
         break;
@@ -331,6 +342,7 @@ uint32_t Lowerer::tile_rows(uint32_t configured, uint32_t rows, uint32_t align) 
 }
 
 uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
+  if (spec.pairs) return emit_gemv_pairs(spec);
   // RoPE pairs rows within a head, so a tile with the QKV epilogue holds whole heads.
   const uint32_t tile =
       tile_rows(spec.tile_rows, spec.row_end - spec.row_begin,
@@ -417,6 +429,40 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
     emit(t, (r1 - r0) * 4.0 * (splits + 2));
   }
   return reduce_op;
+}
+
+uint32_t Lowerer::emit_gemv_pairs(const GemvSpec& spec) {
+  const uint32_t hd = d_.hd, half = hd / 2;
+  // The op's rows are whole heads; pair p of them is QKV rows pair_row(p, 0 / 1) (abi/abi.h).
+  const uint32_t p_begin = spec.row_begin / hd * half, p_end = spec.row_end / hd * half;
+  const uint32_t tile =
+      spec.tile_rows > 0 ? std::max(1u, spec.tile_rows / 2) : tile_rows(0, p_end - p_begin, 1);
+  Instr base{};
+  base.opcode = ms_abi::kGemv;
+  base.flags =
+      static_cast<uint16_t>(ms_abi::kFlagRopeKv | ms_abi::kFlagRopePairs |
+                            (spec.load == InputLoad::kNorm ? ms_abi::kFlagNormPrologue : 0));
+  base.layer = static_cast<uint32_t>(spec.layer);
+  base.ld = spec.cols;
+  base.col_begin = 0;
+  base.col_end = spec.cols;
+  base.weight = spec.weight;
+  base.weight2 = spec.load == InputLoad::kNorm ? spec.gamma : 0;
+  base.in = spec.in;
+  base.out = spec.out;
+  const double input_bytes = spec.cols * 4.0;
+  const uint32_t op = begin_op(spec.name, spec.kind, spec.layer, spec.granularity);
+  counters_[op].pair_half = half;
+  for (uint32_t p0 = p_begin; p0 < p_end; p0 += tile) {
+    const uint32_t p1 = std::min(p_end, p0 + tile);
+    begin_slice(p0, p1);
+    Instr t = base;
+    t.row_begin = p0;
+    t.row_end = p1;
+    emit_input_waits(spec, 0, spec.cols);
+    emit(t, 2.0 * (p1 - p0) * (spec.cols * wbytes_ + 4.0) + input_bytes);
+  }
+  return op;
 }
 
 uint32_t Lowerer::emit_norm(const std::string& name, int layer, uint32_t in, const Source& src,
@@ -657,7 +703,8 @@ Source Lowerer::emit_qkv(int layer, const Stream& x, uint32_t* q, uint32_t* qkv_
   if (config_.fusion.rope_kv_into_qkv) {
     qkv.epilogue = ms_abi::kFlagRopeKv;
     qkv.out = *q;
-    qkv.tile_rows = round_up(d_.rows_per_task, d_.hd);
+    qkv.pairs = config_.tiling.qkv_rope_pairs;
+    qkv.tile_rows = qkv.pairs ? d_.rows_per_task : round_up(d_.rows_per_task, d_.hd);
   } else {
     *qkv_raw = alloc(L + "qkv_raw", d_.qkv_rows);
     qkv.out = *qkv_raw;

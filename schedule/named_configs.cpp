@@ -3,34 +3,35 @@
 namespace megasched::schedule {
 
 const std::vector<NamedConfig>& named_configs() {
-  // The streamed GEMV of registers builds (vm/device/stream.cuh, bench/configs/stream_r2u4.json):
-  // no ring, each warp's first weight chunks loaded before its dependency wait; the fastest row
-  // at position 0 on both GPUs (issue 13, sessions 5 and 6). (At position 4096 the fastest row is
-  // the same with the whole KV group per attention task and 16 history partitions,
-  // bench/configs/stream_r2u4_g4p16.json; at 1024, 8 partitions, stream_r2u4_g4p8.json.)
-  static const nlohmann::json stream = {
-      {"kernel",
-       {{"weight_stream", "registers"},
-        {"vector_bytes", 16},
-        {"rows_per_warp", 2},
-        {"unroll", 4},
-        {"weight_load", "ldg_stream"}}},
-      {"pipeline", {{"prefetch_depth", 0}}},
-      {"launch", {{"threads_per_block", 256}}},
-      {"tiling",
-       {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}, {"attn_q_heads_per_task", 1}}}};
+  // The streamed GEMV of registers builds (vm/device/stream.cuh) with QKV in tiles of RoPE pairs
+  // over every block (bench/configs/stream_r2u4_pairs.json): no ring, each warp's first weight
+  // chunks loaded before its dependency wait; the fastest row at position 0 on both GPUs (issue
+  // 13, session 7). (At position 4096 the fastest row is the same with the whole KV group per
+  // attention task and 16 history partitions, bench/configs/stream_r2u4_g4p16_pairs.json; at 1024,
+  // 8 partitions, stream_r2u4_g4p8_pairs.json.)
+  static const nlohmann::json stream = {{"kernel",
+                                         {{"weight_stream", "registers"},
+                                          {"vector_bytes", 16},
+                                          {"rows_per_warp", 2},
+                                          {"unroll", 4},
+                                          {"weight_load", "ldg_stream"}}},
+                                        {"pipeline", {{"prefetch_depth", 0}}},
+                                        {"launch", {{"threads_per_block", 256}}},
+                                        {"tiling",
+                                         {{"gemv_rows_per_task", 0},
+                                          {"lm_head_rows_per_task", 0},
+                                          {"attn_q_heads_per_task", 1},
+                                          {"qkv_rope_pairs", true}}}};
   static const std::vector<NamedConfig> table = {
       {"best:llama-1b:h100", "llama-1b", "h100",
-       "bench/results/nvidia-h100-issue13-s6-compare.json (config stream_r2u4; the same config "
-       "on the kernel before the task loop's look-ahead in bench/results/"
-       "nvidia-h100-issue13-s5-final.json)",
-       "1165.6 us median at position 0 on an H100, where the previous best (the whole-row ring, "
-       "rows_256thr_4x16k) measured 1283.3 us in the same call",
+       "bench/results/nvidia-h100-issue13-s7-pairs-llama-1b.json (config stream_r2u4_pairs)",
+       "1130.1 us median at position 0 on an H100, where the previous best (stream_r2u4, the "
+       "same with whole-head QKV tiles) measured 1161.0 us in the same call",
        stream},
       {"best:llama-1b:h200", "llama-1b", "h200",
-       "bench/results/nvidia-h200-issue13-s6-compare.json (config stream_r2u4)",
-       "959.4 us median at position 0 on an H200, where the previous best:llama-1b:h200 (the "
-       "whole-row ring, rows_256thr_4x16k) measured 1077.6 us in the same call",
+       "bench/results/nvidia-h200-issue13-s7-pairs-llama-1b.json (config stream_r2u4_pairs)",
+       "942.9 us median at position 0 on an H200, where the previous best (stream_r2u4, the same "
+       "with whole-head QKV tiles) measured 979.3 us in the same call",
        stream},
   };
   return table;

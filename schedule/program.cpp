@@ -624,7 +624,7 @@ ProgramStats stats(const Program& program) {
         elements = rows;  // gamma
         break;
       case ms_abi::kGemv:
-        elements = rows * (t.col_end - t.col_begin);
+        elements = uint64_t{ms_abi::task_rows(t)} * (t.col_end - t.col_begin);
         if (t.flags & ms_abi::kFlagNormPrologue) elements += t.col_end - t.col_begin;
         break;
       case ms_abi::kGemvReduce:

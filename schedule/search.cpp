@@ -31,6 +31,13 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
     if (!knob_value_fits(spec.path, v, shape))
       return fail(spec.path + "=" + v.dump() + " does not fit model " + shape.name);
   }
+  if (std::string conflict = knob_conflict(config); !conflict.empty()) return fail(conflict);
+  if (config.tiling.qkv_rope_pairs &&
+      dynamic_smem_bytes(config, shape) < 4 * static_cast<int64_t>(shape.hidden))
+    return fail(
+        "tiling.qkv_rope_pairs = true needs smem.pages x smem.page_bytes >= 4 x hidden = " +
+        std::to_string(4 * static_cast<int64_t>(shape.hidden)) +
+        " bytes (the streamed GEMV stages the QKV input there); hint: more or larger pages");
   const LaunchRequest launch{config.launch.threads_per_block,
                              config.launch.blocks_per_sm,
                              dynamic_smem_bytes(config, shape),

@@ -144,9 +144,62 @@ struct Machine {
     }
   }
 
-  // The GEMV / reduce epilogue over rows [r0, r1), vals[r - r0].
+  // kFlagRopePairs: the QKV epilogue of pairs [row_begin, row_end), vals[2 i] and vals[2 i + 1]
+  // the two rows of pair row_begin + i (the same arithmetic as qkv_rows, one pair at a time).
+  template <typename Rec>
+  void qkv_pairs(const Instr& t, const float* vals, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint32_t half = hd / 2;
+    const uint32_t q_dim = m.heads * hd;
+    const uint32_t kv_dim = m.kv_heads * hd;
+    const int32_t pos = cell.position;
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
+    const float* inv_freq = act + m.rope_table;
+    for (uint32_t p = t.row_begin; p < t.row_end; ++p) {
+      const uint32_t r = ms_abi::pair_row(p, 0, hd);
+      const uint32_t h = r - r % hd, d = r % hd;
+      MS_VM_ASSERT(h + hd <= q_dim + 2 * kv_dim, "a RoPE pair beyond the QKV rows");
+      const float x1 = vals[2 * (p - t.row_begin)];
+      const float x2 = vals[2 * (p - t.row_begin) + 1];
+      const bool is_v = h >= q_dim + kv_dim;
+      float y1 = x1, y2 = x2;
+      if (!is_v) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, m.rope_table + d, false);
+        const float angle = static_cast<float>(pos) * inv_freq[d];
+        const float c = std::cos(angle);
+        const float s = std::sin(angle);
+        y1 = x1 * c - x2 * s;
+        y2 = x2 * c + x1 * s;
+      }
+      if (h < q_dim) {
+        if constexpr (Rec::kOn) {
+          rec(ms_abi::kBufActivations, t.out + r, true);
+          rec(ms_abi::kBufActivations, t.out + r + half, true);
+        }
+        act[t.out + r] = y1;
+        act[t.out + r + half] = y2;
+      } else {
+        const uint32_t kv = is_v ? 1 : 0;
+        const uint32_t g = (h - q_dim - kv * kv_dim) / hd;
+        const uint64_t base =
+            ms_abi::kv_offset(m, t.layer, kv, g) + static_cast<uint64_t>(pos) * hd;
+        if constexpr (Rec::kOn) {
+          rec(ms_abi::kBufKv, base + d, true);
+          rec(ms_abi::kBufKv, base + d + half, true);
+        }
+        store_kv(base + d, y1);
+        store_kv(base + d + half, y2);
+      }
+    }
+  }
+
+  // The GEMV / reduce epilogue over the task's rows, vals[j] for local row j.
   template <typename Rec>
   void epilogue(const Instr& t, const float* vals, const Rec& rec) {
+    if (t.flags & ms_abi::kFlagRopePairs) {
+      qkv_pairs(t, vals, rec);
+      return;
+    }
     if (t.flags & ms_abi::kFlagRopeKv) {
       qkv_rows(t, vals, t.row_begin, t.row_end, rec);
       return;
@@ -194,7 +247,7 @@ struct Machine {
   void gemv(const Instr& t, const Rec& rec) {
     const uint32_t cb = t.col_begin;
     const uint32_t n = t.col_end - t.col_begin;
-    const uint32_t rows = t.row_end - t.row_begin;
+    const uint32_t rows = ms_abi::task_rows(t);
     scratch.resize(static_cast<size_t>(n) + rows);
     float* x = scratch.data();
     float* vals = scratch.data() + n;
@@ -223,11 +276,12 @@ struct Machine {
         for (uint32_t c = 0; c < n; ++c) rec(ms_abi::kBufActivations, t.in + cb + c, false);
       xin = act + t.in + cb;
     }
-    for (uint32_t r = t.row_begin; r < t.row_end; ++r) {
-      const uint64_t row = t.weight + static_cast<uint64_t>(r) * t.ld + cb;
+    for (uint32_t j = 0; j < rows; ++j) {
+      const uint64_t row =
+          t.weight + static_cast<uint64_t>(ms_abi::task_row(t, j, m.head_dim)) * t.ld + cb;
       if constexpr (Rec::kOn)
         for (uint32_t c = 0; c < n; ++c) rec(ms_abi::kBufWeights, row + c, false);
-      vals[r - t.row_begin] = dot(weights + row, xin, n);
+      vals[j] = dot(weights + row, xin, n);
     }
     if (t.flags & ms_abi::kFlagPartial) {
       for (uint32_t r = t.row_begin; r < t.row_end; ++r) {

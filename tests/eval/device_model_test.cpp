@@ -143,11 +143,13 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
   const Weights weights = generate_weights(shape, 1, 1);
   const GpuTarget target = fuzz_target(4);
   std::mt19937_64 rng(12);
-  int ring_programs = 0, wide_gamma = 0;  // ring tasks reading the gamma beyond their columns
+  int ring_programs = 0, pair_programs = 0;
+  int wide_gamma = 0;  // ring tasks reading the gamma beyond their columns
   for (int i = 0; i < 40; ++i) {
     ScheduleConfig cfg = random_config(shape, target, rng);
     if (i % 2 == 0) {
       cfg.kernel.weight_stream = WeightStream::kSmemRing;
+      cfg.tiling.qkv_rope_pairs = false;  // only the registers build runs tiles of RoPE pairs
       cfg.assignment.policy = AssignPolicy::kRoundRobin;
       cfg.launch.threads_per_block = std::max(cfg.launch.threads_per_block, 128);
       cfg.launch.blocks_per_sm = 1;
@@ -156,6 +158,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
     const std::optional<Program> p = lower(shape, target, cfg, &error);
     ASSERT_TRUE(p) << error;
     ring_programs += p->build.weight_ring();
+    pair_programs += cfg.tiling.qkv_rope_pairs;
     const DeviceBuild build = device_build(*p);
     for (int32_t position : ground_truth_positions(*p)) {
       TaskAccesses acc;
@@ -169,10 +172,15 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
               return true;
           return false;
         };
+        // KV elements in the footprints' dimension-major coordinates (schedule/footprint.h).
+        auto index_of = [&](uint64_t key) {
+          const uint64_t index = key & ((uint64_t{1} << 56) - 1);
+          return (key >> 56) == ms_abi::kBufKv ? kv_footprint_index(p->model, index) : index;
+        };
         for (const auto* set : {&acc.reads[t], &acc.writes[t]})
           for (uint64_t key : *set)
-            ASSERT_TRUE(covered(static_cast<uint32_t>(key >> 56), key & ((uint64_t{1} << 56) - 1),
-                                set == &acc.writes[t]))
+            ASSERT_TRUE(
+                covered(static_cast<uint32_t>(key >> 56), index_of(key), set == &acc.writes[t]))
                 << p->task_label(t) << " key " << key << "\n"
                 << canonical_string(cfg);
         for (const DeviceRange& r : ring_task_model(build, *p, p->tasks[t]).reads) {
@@ -188,6 +196,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
     }
   }
   EXPECT_GE(ring_programs, 15);
+  EXPECT_GT(pair_programs, 0) << "no registers build with tiles of RoPE pairs was drawn";
   EXPECT_GT(wide_gamma, 0) << "no split ring GEMV with the norm prologue was drawn";
 }
 

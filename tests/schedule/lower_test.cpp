@@ -240,6 +240,94 @@ TEST(Lowering, FusedRopeRoundsQkvTilesToWholeHeads) {
   EXPECT_EQ(rope, 8);  // 4 query heads, 2 key heads, 2 value heads
 }
 
+// tiling.qkv_rope_pairs: the fused QKV op in tiles of RoPE pairs, one per block at 0 rows per
+// task (llama-1b: 48 heads of 32 pairs, 12 pairs a tile, 128 tiles where whole heads give 48),
+// every QKV row produced exactly once, by the task that also produces its rotation partner.
+TEST(Lowering, QkvRopePairTilesProduceEveryQkvRowOnceOverTheGrid) {
+  const ModelShape shape = *find_preset("llama-1b");
+  ScheduleConfig config;
+  config.tiling.gemv_rows_per_task = 0;
+  config.tiling.qkv_rope_pairs = true;
+  const Program p = lower_ok(shape, config);
+  const uint32_t hd = static_cast<uint32_t>(shape.head_dim);
+  const uint32_t qkv_rows = static_cast<uint32_t>(shape.q_dim() + 2 * shape.kv_dim());
+  std::vector<int> produced(qkv_rows, 0);
+  int tasks = 0;
+  for (const ms_abi::Instr& t : p.tasks) {
+    if (p.ops[t.op_id].name != "L0.qkv") continue;
+    ++tasks;
+    EXPECT_EQ(t.flags & (ms_abi::kFlagRopeKv | ms_abi::kFlagRopePairs),
+              ms_abi::kFlagRopeKv | ms_abi::kFlagRopePairs);
+    EXPECT_LE(t.row_end - t.row_begin, 12u);
+    ASSERT_EQ(ms_abi::task_rows(t), 2 * (t.row_end - t.row_begin));
+    for (uint32_t j = 0; j < ms_abi::task_rows(t); ++j) {
+      const uint32_t r = ms_abi::task_row(t, j, hd);
+      ASSERT_LT(r, qkv_rows);
+      ++produced[r];
+      EXPECT_EQ(ms_abi::task_row(t, j ^ 1u, hd), r % hd < hd / 2 ? r + hd / 2 : r - hd / 2);
+    }
+  }
+  EXPECT_EQ(tasks, 128);
+  EXPECT_EQ(std::count(produced.begin(), produced.end(), 1), static_cast<long>(qkv_rows));
+  config.tiling.qkv_rope_pairs = false;
+  const Program heads = lower_ok(shape, config);
+  int whole_heads = 0;
+  for (const ms_abi::Instr& t : heads.tasks) whole_heads += heads.ops[t.op_id].name == "L0.qkv";
+  EXPECT_EQ(whole_heads, 48);
+}
+
+// Per-slice QKV -> attention with tiles of pairs: attention waits for exactly the tiles that hold
+// pairs of its query heads and of its KV head (toy: 8 pairs a head, 4 a tile).
+TEST(Lowering, PerSliceAttentionWaitsForThePairTilesOfItsHeads) {
+  ScheduleConfig config;
+  config.tiling.gemv_rows_per_task = 8;
+  config.tiling.qkv_rope_pairs = true;
+  config.dependencies.qkv_to_attention = Granularity::kPerSlice;
+  const Program p = lower_ok(*find_preset("toy"), config);
+  int attention = 0;
+  for (const ms_abi::Instr& t : p.tasks) {
+    if (t.opcode != ms_abi::kAttnPartial) continue;
+    ++attention;
+    std::set<std::string> names;
+    for (uint32_t w = 0; w < t.wait_count; ++w)
+      names.insert(p.counter_names[p.waits[t.wait_begin + w].counter]);
+    // Tiles: q heads 0-3 -> 0-7, k heads 4-5 -> 8-11, v heads 6-7 -> 12-15.
+    const uint32_t g = t.param0;
+    std::set<std::string> want;
+    for (uint32_t tile :
+         {4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3, 8 + 2 * g, 9 + 2 * g, 12 + 2 * g, 13 + 2 * g})
+      want.insert("L0.qkv[" + std::to_string(tile) + "]");
+    EXPECT_EQ(names, want);
+  }
+  EXPECT_EQ(attention, 2);
+}
+
+TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {
+  const ModelShape shape = *find_preset("toy");
+  auto error_of = [&](void (*edit)(ScheduleConfig*)) {
+    ScheduleConfig config;
+    config.tiling.qkv_rope_pairs = true;
+    edit(&config);
+    std::string error, why;
+    EXPECT_FALSE(lower(shape, test_target(), config, &error).has_value());
+    EXPECT_FALSE(config_fits(config, shape, test_target(), &why));
+    EXPECT_EQ(error, why);
+    return error;
+  };
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->fusion.rope_kv_into_qkv = false;
+            }).find("needs fusion.rope_kv_into_qkv = true"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.gemv_k_split = 2;
+            }).find("needs tiling.gemv_k_split = 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->kernel.weight_stream = WeightStream::kSmemRing;
+            }).find("needs kernel.weight_stream = registers"),
+            std::string::npos);
+}
+
 TEST(Lowering, AssignmentPoliciesFollowTheirRules) {
   const ModelShape shape = *find_preset("toy-2L");
   const GpuTarget target = test_target(4);

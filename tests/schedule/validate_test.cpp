@@ -604,6 +604,79 @@ TEST(ScheduleFootprint, WidensKvAccessesToWholeHeads) {
   EXPECT_TRUE(saw_attention);
 }
 
+// Tiles of RoPE pairs split a head between tasks: each appends some dims of the head's K or V row,
+// so the footprint names those dims (dimension-major, widened over positions) and two tiles of one
+// head are disjoint, while a tile that also takes its neighbour's first pair races with it, and
+// attention still needs every tile of its heads.
+TEST(ScheduleFootprint, RopePairTilesAppendDisjointDimsOfOneHead) {
+  const ModelShape shape = *find_preset("toy");  // head_dim 16: 8 pairs per head
+  ScheduleConfig cfg;
+  cfg.tiling.qkv_rope_pairs = true;
+  cfg.tiling.gemv_rows_per_task = 8;  // 4 pairs per tile: two tiles per head
+  std::string error;
+  std::optional<Program> p = lower(shape, fuzz_target(4), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  const ValidationReport ok = validate(*p, fuzz_target(4));
+  EXPECT_TRUE(ok.ok()) << to_json(ok).dump(1);
+  EXPECT_TRUE(truth_kinds(*p).empty());
+  const uint64_t max_seq = static_cast<uint64_t>(shape.max_seq);
+  int k_tiles = 0;
+  uint32_t first_pair_tile = UINT32_MAX;
+  for (uint32_t t = 0; t < p->tasks.size(); ++t) {
+    const ms_abi::Instr& in = p->tasks[t];
+    if (!(in.flags & ms_abi::kFlagRopePairs)) continue;
+    if (first_pair_tile == UINT32_MAX) first_pair_tile = t;
+    ASSERT_EQ(in.row_end - in.row_begin, 4u);
+    if (in.row_begin < 4 * 8 || in.row_begin >= 6 * 8) continue;  // K heads: pairs [32, 48)
+    ++k_tiles;
+    std::vector<Access> fp;
+    ASSERT_TRUE(task_footprint(*p, t, &fp, &error)) << error;
+    std::vector<Access> kv;
+    for (const Access& a : fp)
+      if (a.buffer == ms_abi::kBufKv) kv.push_back(a);
+    // Dims [d0, d0 + 4) and [d0 + 8, d0 + 12) of K head g, every position.
+    const uint64_t g = (in.row_begin - 32) / 8, d0 = in.row_begin % 8;
+    const uint64_t head = g * max_seq * 16;
+    ASSERT_EQ(kv.size(), 2u);
+    EXPECT_EQ(kv[0].begin, head + d0 * max_seq);
+    EXPECT_EQ(kv[0].end, head + (d0 + 4) * max_seq);
+    EXPECT_EQ(kv[1].begin, head + (d0 + 8) * max_seq);
+    EXPECT_EQ(kv[1].end, head + (d0 + 12) * max_seq);
+  }
+  EXPECT_EQ(k_tiles, 4);  // 2 K heads x 2 tiles
+  Program overlap = *p;
+  overlap.tasks[first_pair_tile].row_end += 1;  // also pair 4, which the next tile produces
+  EXPECT_TRUE(has_rule(validate(overlap, fuzz_target(4)), "race"));
+  EXPECT_TRUE(truth_kinds(overlap).count("double_write"));
+}
+
+// A task of RoPE pairs runs only on the registers build's streamed GEMV: the rule "launch" names
+// one whose input does not fit the dynamic shared memory (the device would run it on a path that
+// reads contiguous rows).
+TEST(ScheduleValidator, RejectsRopePairTasksTheStreamedGemvCannotRun) {
+  ScheduleConfig cfg;
+  cfg.tiling.qkv_rope_pairs = true;
+  cfg.smem.pages = 1;
+  cfg.smem.page_bytes = 4096;
+  std::string error;
+  const ModelShape shape = *find_preset("small");
+  std::optional<Program> p = lower(shape, *find_target("h100"), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  const ValidationReport r = validate(*p, *find_target("h100"));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("is a task of RoPE pairs whose " + std::to_string(shape.hidden) +
+                   " input floats do not fit the 4096 bytes"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: smem.pages x smem.page_bytes >= " + std::to_string(4 * shape.hidden)),
+            std::string::npos)
+      << m;
+  std::string why;
+  EXPECT_FALSE(config_fits(cfg, shape, *find_target("h100"), &why));
+  EXPECT_NE(why.find("tiling.qkv_rope_pairs"), std::string::npos) << why;
+}
+
 // Every config of a random search over the real search space lowers to a program the validator
 // accepts. 500 configs on toy here; small and llama-1b lower slowly, so the unit test samples fewer
 // and `megasched validate --model M --random-configs 500` runs the full 500

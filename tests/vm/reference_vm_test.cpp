@@ -165,6 +165,35 @@ TEST(ReferenceVm, RandomValidOrdersAreBitIdentical) {
   }
 }
 
+// QKV tiles of RoPE pairs (one tile per block, or 4 pairs a tile with per-slice waits, in random
+// orders) compute the same dot products and rotations as whole-head tiles: the logits of eight
+// steps, which read the K and V rows every earlier step appended, are bit-identical.
+TEST(ReferenceVm, RopePairTilesGiveTheLogitsOfWholeHeadTiles) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  const Weights& weights = reference(shape).weights;
+  const auto heads =
+      run_steps(lower_ok(shape, ScheduleConfig{}, 2), weights, RunOrder::kQueueOrder, 0);
+  std::vector<ScheduleConfig> configs(2);
+  configs[0].tiling.qkv_rope_pairs = true;
+  configs[0].tiling.gemv_rows_per_task = 0;
+  configs[1].tiling.qkv_rope_pairs = true;
+  configs[1].tiling.gemv_rows_per_task = 8;
+  configs[1].dependencies.qkv_to_attention = Granularity::kPerSlice;
+  for (const ScheduleConfig& config : configs) {
+    const Program program = lower_ok(shape, config, 2);
+    for (uint64_t seed = 0; seed <= 2; ++seed) {
+      const auto pairs =
+          run_steps(program, weights, seed == 0 ? RunOrder::kQueueOrder : RunOrder::kRandomOrder,
+                    seed * 1000);
+      for (size_t s = 0; s < heads.size(); ++s) {
+        ASSERT_EQ(pairs[s].size(), heads[s].size());
+        EXPECT_EQ(std::memcmp(pairs[s].data(), heads[s].data(), heads[s].size() * sizeof(float)), 0)
+            << schedule::canonical_string(config) << " seed " << seed << " step " << s;
+      }
+    }
+  }
+}
+
 // A program whose two tasks wait on each other's counters.
 TEST(ReferenceVm, DetectsDeadlockAndNamesTheStuckTasks) {
   const ModelShape shape = *schedule::find_preset("toy");

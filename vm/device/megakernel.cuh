@@ -40,22 +40,22 @@ __device__ __forceinline__ void ahead_landed() {
 }
 
 /// L2 prefetch of what task `t` streams and no other task produces: weight tiles, the embedding
-/// row, the KV history of an attention partition.
-__device__ __forceinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int lane,
-                                              int lanes) {
+/// row, the KV history of an attention partition. Not inlined: inlined, its row-by-row loop for
+/// tasks of RoPE pairs raised the kernel's spill stores (nvrtc_bench stream_r2u4: 28 -> 48 B).
+__device__ __noinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int lane, int lanes) {
   const Instr in = a.tasks[t];
   const WeightT* W = reinterpret_cast<const WeightT*>(a.weights);
   switch (static_cast<Opcode>(in.opcode)) {
     case kGemv: {
       // A ring task too: the L2 prefetch runs ahead of the ring (pipeline.prefetch_depth decides).
       const uint64_t cols = in.col_end - in.col_begin;
-      if (cols == in.ld) {
+      if (cols == in.ld && (in.flags & kFlagRopePairs) == 0) {
         prefetch_l2(W + in.weight + uint64_t(in.row_begin) * in.ld,
                     uint64_t(in.row_end - in.row_begin) * in.ld * kWeightBytes, lane, lanes);
-      } else {
-        for (uint32_t r = in.row_begin + lane; r < in.row_end; r += lanes) {
-          prefetch_l2(W + in.weight + uint64_t(r) * in.ld + in.col_begin, cols * kWeightBytes, 0,
-                      1);
+      } else {  // row by row (a task of RoPE pairs: its rows as task_row maps them)
+        for (uint32_t j = lane; j < task_rows(in); j += lanes) {
+          prefetch_l2(W + in.weight + uint64_t(task_row(in, j, kHeadDim)) * in.ld + in.col_begin,
+                      cols * kWeightBytes, 0, 1);
         }
       }
       break;

@@ -114,6 +114,15 @@ __device__ __forceinline__ void gemv_epilogue(const KernelArgs& a, const Instr& 
   }
 }
 
+/// kFlagRopePairs: the QKV epilogue of the task's local rows [j0, j1) (j0 even), whose values are
+/// in s.u.rows[j - j0]; local row j is QKV row task_row(in, j) and its rotation partner is j ^ 1.
+/// (Only the streamed GEMV, stream.cuh, runs tasks of RoPE pairs.)
+__device__ __forceinline__ void gemv_pair_epilogue(const KernelArgs& a, const Instr& in, Shared& s,
+                                                   uint32_t j0, uint32_t j1) {
+  for (uint32_t j = j0 + threadIdx.x; j < j1; j += kComputeThreads)
+    qkv_row(a, in, task_row(in, j, kHeadDim), s.u.rows[j - j0], s.u.rows[(j ^ 1u) - j0]);
+}
+
 // ---- kGemv ----
 
 /// x(c): the GEMV input after its prologue.
@@ -272,7 +281,9 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
 }
 
 /// The GEMV: rows in chunks of kEpilogueRows; the input vector staged through the page ring in
-/// chunks of its capacity (no pages: computed on the fly from global memory).
+/// chunks of its capacity (no pages: computed on the fly from global memory). Never a task of RoPE
+/// pairs: those take the streamed path (stream.cuh), which the validator's rule "launch" checks
+/// (schedule/build_fit.h); supporting them here cost the kernel 32 B more spill stores.
 /// Not inlined: its double-buffered batches (kUnroll x kRowsPerWarp vectors, twice) would otherwise
 /// share the interpreter's registers and spill there.
 __device__ __noinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& s, float* pages,

@@ -12,7 +12,8 @@
 // or SiLU(gate) * up); the residual row a thread will add is read beside it. Each group's sums go
 // to Shared::u.rows, and the usual epilogue (residual, RoPE + KV append, plain) writes them.
 //
-// It takes GEMV tasks of whole rows (col_begin 0, col_end ld) with at most kEpilogueRows rows,
+// It takes GEMV tasks of whole rows (col_begin 0, col_end ld) with at most kEpilogueRows rows
+// (task_rows: a task of RoPE pairs has two rows per pair, mapped by task_row),
 // 16-byte aligned activations and an input that fits the dynamic shared memory; any other GEMV
 // task runs ops.cuh's gemv. Reads and writes are the same as gemv's (the validator's footprint of
 // a registers-path GEMV: input columns [0, ld), the norm over [0, ld), rows [row_begin, row_end)).
@@ -28,8 +29,7 @@ __device__ __forceinline__ bool stream_fits(const KernelArgs& a, const Instr& in
     return false;
   } else {
     if (in.opcode != kGemv || in.col_begin != 0 || in.col_end != in.ld) return false;
-    if (in.row_end <= in.row_begin || in.row_end - in.row_begin > uint32_t(kEpilogueRows))
-      return false;
+    if (in.row_end <= in.row_begin || task_rows(in) > uint32_t(kEpilogueRows)) return false;
     if (in.ld % kVecElems != 0 || in.weight % kVecElems != 0 || in.ld % 4 != 0) return false;
     if (in.in % 4 != 0 || ((in.flags & kFlagSiluMulPrologue) && in.in2 % 4 != 0)) return false;
     return uint64_t(in.ld) * sizeof(float) <= uint64_t(a.smem_bytes);
@@ -45,18 +45,26 @@ struct StreamChunk {
 struct WarpStream {
   const WeightT* W;  // the task's first row
   uint32_t ld, rows, vecs, chunks, items, first;
+  uint32_t pair0;  // kFlagRopePairs: the first pair (local row j is task_row of it); else ~0u
   int lane;
 
   __device__ WarpStream(const KernelArgs& a, const Instr& in) {
-    W = reinterpret_cast<const WeightT*>(a.weights) + in.weight + uint64_t(in.row_begin) * in.ld;
+    const bool pairs = (in.flags & kFlagRopePairs) != 0;
+    pair0 = pairs ? in.row_begin : ~0u;
+    W = reinterpret_cast<const WeightT*>(a.weights) + in.weight +
+        (pairs ? 0 : uint64_t(in.row_begin) * in.ld);
     ld = in.ld;
-    rows = in.row_end - in.row_begin;
+    rows = task_rows(in);
     lane = int(threadIdx.x & 31);
     first = threadIdx.x >> 5;
     vecs = ld / kVecElems;
     chunks = (vecs + 32u * kUnroll - 1) / (32u * kUnroll);
     const uint32_t groups = (rows + kRowsPerWarp - 1) / kRowsPerWarp;
     items = first < groups ? (groups - first + kComputeWarps - 1) / kComputeWarps * chunks : 0;
+  }
+  /// Local row j's offset in rows from W.
+  __device__ uint32_t row_at(uint32_t j) const {
+    return pair0 == ~0u ? j : pair_row(pair0 + j / 2, j & 1u, kHeadDim);
   }
   /// The task-local first row of item i's group.
   __device__ uint32_t group_row(uint32_t i) const {
@@ -67,7 +75,7 @@ struct WarpStream {
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
       const uint32_t r = min(r0 + j, rows - 1);  // a short last group repeats its last row
-      const WeightT* row = W + uint64_t(r) * ld;
+      const WeightT* row = W + uint64_t(row_at(r)) * ld;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const uint32_t v = base + 32u * u;
@@ -216,6 +224,8 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
       const float add = r == threadIdx.x ? res : act_load(a.act + in.aux + in.row_begin + r);
       a.act[in.out + in.row_begin + r] = s.u.rows[r] + add;
     }
+  } else if (in.flags & kFlagRopePairs) {
+    gemv_pair_epilogue(a, in, s, 0, ws.rows);  // task_rows: two per pair
   } else {
     gemv_epilogue(a, in, s, in.row_begin, in.row_end);
   }
