@@ -45,18 +45,23 @@ constexpr uint16_t kPrologueFlags = ms_abi::kFlagNormPrologue | ms_abi::kFlagSil
 
 int popcount16(uint16_t v) { return __builtin_popcount(v); }
 
+// The model constants and the layer a RoPE + KV-append task needs (both QKV epilogue forms).
+bool qkv_model_ok(const Program& p, const ms_abi::Instr& in, Builder* b) {
+  const ms_abi::ModelParams& m = p.model;
+  return b->require(m.head_dim > 0 && m.head_dim % 2 == 0,
+                    "RoPE needs an even, nonzero head_dim") &&
+         b->require(m.heads > 0 && m.kv_heads > 0 && m.max_seq > 0,
+                    "RoPE / KV append needs heads, kv_heads and max_seq > 0") &&
+         b->require(in.layer < m.layers, "a KV append in a layer beyond the model");
+}
+
 // Rows of the concatenated [Wq; Wk; Wv] matrix, as the kFlagRopeKv epilogue and kRopeKv treat them.
 void qkv_rows(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const ms_abi::ModelParams& m = p.model;
   const u128 hd = m.head_dim;
   const u128 q_dim = static_cast<u128>(m.heads) * hd;
   const u128 kv_dim = static_cast<u128>(m.kv_heads) * hd;
-  if (!b->require(m.head_dim > 0 && m.head_dim % 2 == 0, "RoPE needs an even, nonzero head_dim"))
-    return;
-  if (!b->require(m.heads > 0 && m.kv_heads > 0 && m.max_seq > 0,
-                  "RoPE / KV append needs heads, kv_heads and max_seq > 0"))
-    return;
-  if (!b->require(in.layer < m.layers, "a KV append in a layer beyond the model")) return;
+  if (!qkv_model_ok(p, in, b)) return;
   if (!b->require(in.row_begin % m.head_dim == 0 && in.row_end % m.head_dim == 0,
                   "a RoPE row range not aligned to head_dim"))
     return;
@@ -85,12 +90,7 @@ void qkv_rows(const Program& p, const ms_abi::Instr& in, Builder* b) {
 // of its cache (in the dimension-major coordinates of the file comment in footprint.h).
 void qkv_pairs(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const ms_abi::ModelParams& m = p.model;
-  if (!b->require(m.head_dim > 0 && m.head_dim % 2 == 0, "RoPE needs an even, nonzero head_dim"))
-    return;
-  if (!b->require(m.heads > 0 && m.kv_heads > 0 && m.max_seq > 0,
-                  "RoPE / KV append needs heads, kv_heads and max_seq > 0"))
-    return;
-  if (!b->require(in.layer < m.layers, "a KV append in a layer beyond the model")) return;
+  if (!qkv_model_ok(p, in, b)) return;
   const u128 hd = m.head_dim, half = hd / 2;
   const u128 q_heads = m.heads, kv_heads = m.kv_heads;
   const u128 rb = in.row_begin, re = in.row_end;
