@@ -28,6 +28,10 @@
 // QKV) that cut it into at most one tile per block of the grid. gemv_k_split applies to every
 // GEMV including the LM head. Elementwise ops (residual adds, SiLU * up) use gemv_rows_per_task
 // rows (per block likewise); an unfused RMSNorm is one task; unfused RoPE is one task per head.
+// With tiling.qkv_rope_pairs the fused QKV op is cut into ranges of RoPE pairs instead
+// (kFlagRopePairs: gemv_rows_per_task / 2 pairs a tile, or per block the fewest pairs that give at
+// most one tile per block), and its slices are pair ranges: a read of whole heads of it waits for
+// the tiles holding those heads' pairs.
 // Attention is one task per (KV group, chunk of attn_q_heads_per_task query heads, partition).
 //
 // Counters: an op's granularity follows the edge it feeds: QKV and RoPE -> qkv_to_attention,
