@@ -94,6 +94,29 @@ MS_ABI_FN constexpr bool ring_seg_streams(const Instr& in, uint32_t seg_vecs, ui
   return (in.flags & kFlagRopeKv) == 0 || rows / blocks >= head_dim;
 }
 
+/// Why the streamed GEMV of a registers build (vm/device/stream.cuh stream_fits) would not take a
+/// task; kStreamFits when it takes it. The validator's rule "launch" names the reason for a task of
+/// RoPE pairs, which no other path runs (schedule/build_fit.cpp).
+enum StreamMisfit : uint32_t {
+  kStreamFits = 0,
+  kStreamNotWholeRows,  // not a kGemv over columns [0, ld)
+  kStreamRows,          // no rows, or more than the epilogue rows (task_rows)
+  kStreamAlignment,     // weights not in whole vec_elems vectors, or an input not in float4s
+  kStreamSmem,          // the ld input floats do not fit the dynamic shared memory
+};
+
+/// The streamed GEMV's rule for task `in`, with the build's elements per weight vector, rows per
+/// epilogue pass (ring_epilogue_rows) and dynamic shared memory bytes.
+MS_ABI_FN uint32_t stream_misfit(const Instr& in, uint32_t vec_elems, uint32_t epilogue_rows,
+                                 uint64_t smem_bytes) {
+  if (in.opcode != kGemv || in.col_begin != 0 || in.col_end != in.ld) return kStreamNotWholeRows;
+  if (in.row_end <= in.row_begin || task_rows(in) > epilogue_rows) return kStreamRows;
+  if (vec_elems == 0 || in.ld % vec_elems != 0 || in.weight % vec_elems != 0 || in.ld % 4 != 0 ||
+      in.in % 4 != 0 || ((in.flags & kFlagSiluMulPrologue) != 0 && in.in2 % 4 != 0))
+    return kStreamAlignment;
+  return uint64_t(in.ld) * 4 <= smem_bytes ? uint32_t(kStreamFits) : uint32_t(kStreamSmem);
+}
+
 /// Floats of one input staging block of the row-piece path (vm/device/ops.cuh kXBlock): one
 /// warp-wide vector step, 32 lanes x vector_bytes / weight_bytes.
 MS_ABI_FN constexpr uint32_t ring_x_block(uint32_t vector_bytes, uint32_t weight_bytes) {

@@ -93,46 +93,54 @@ void ring_task_misfits(const Program& p, size_t max_task_misfits, size_t* more,
 }
 
 // Per task of RoPE pairs (kFlagRopePairs): only the registers build's streamed GEMV runs them
-// (vm/device/stream.cuh stream_fits; ops.cuh's gemv and the ring paths take contiguous rows), so
-// each must pass stream_fits exactly as the device evaluates it.
+// (ops.cuh's gemv and the ring paths take contiguous rows), so each must pass its rule,
+// abi/ring.h stream_misfit, with the build's constants as vm::kernel_defines passes them.
 void pair_task_misfits(const Program& p, size_t max_task_misfits, size_t* more,
                        std::vector<BuildMisfit>* out) {
   const uint32_t wb = weight_bytes(p);
   const int vector_bytes = p.build.knob("MS_VECTOR_BYTES");
   const uint32_t vec = vector_bytes > 0 ? static_cast<uint32_t>(vector_bytes) / wb : 0;
-  const uint64_t hd = p.model.head_dim;
-  const uint64_t epilogue_rows =
-      hd > 0 && hd <= 1024 ? ms_abi::ring_epilogue_rows(p.model.head_dim) : 0;
+  const uint32_t hd = p.model.head_dim;
+  const uint32_t epilogue_rows = hd > 0 && hd <= 1024 ? ms_abi::ring_epilogue_rows(hd) : 0;
   const uint64_t smem = static_cast<uint64_t>(std::max(p.launch.smem_bytes, 0));
   size_t listed = 0;
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
     const ms_abi::Instr& in = p.tasks[t];
     if (in.opcode != ms_abi::kGemv || (in.flags & ms_abi::kFlagRopePairs) == 0) continue;
     std::string why;
-    if (p.build.weight_ring())
+    if (p.build.weight_ring()) {
       why =
           "is a task of RoPE pairs in a weight-ring build, where no GEMV path maps its rows; "
           "hint: kernel.weight_stream registers, or tiling.qkv_rope_pairs false";
-    else if (in.col_begin != 0 || in.col_end != in.ld)
-      why = "is a task of RoPE pairs over columns [" + std::to_string(in.col_begin) + ", " +
-            std::to_string(in.col_end) + ") of " + std::to_string(in.ld) +
-            ": the streamed GEMV that runs them takes whole rows; hint: tiling.gemv_k_split 1";
-    else if (in.row_end <= in.row_begin || 2ull * (in.row_end - in.row_begin) > epilogue_rows)
-      why = "is a task of " + std::to_string(2ull * (in.row_end - in.row_begin)) +
-            " rows of RoPE pairs: the streamed GEMV takes 1 to " + std::to_string(epilogue_rows) +
-            "; hint: a smaller tiling.gemv_rows_per_task";
-    else if (vec == 0 || in.ld % vec != 0 || in.weight % vec != 0 || in.ld % 4 != 0 ||
-             in.in % 4 != 0)
-      why =
-          "is a task of RoPE pairs whose weights or input are not aligned to the streamed "
-          "GEMV's " +
-          std::to_string(vector_bytes) + "-byte weight vectors and float4 input";
-    else if (uint64_t{in.ld} * 4 > smem)
-      why = "is a task of RoPE pairs whose " + std::to_string(in.ld) +
-            " input floats do not fit the " + std::to_string(smem) +
-            " bytes of dynamic shared memory the streamed GEMV stages them in; hint: smem.pages x "
-            "smem.page_bytes >= " +
-            std::to_string(uint64_t{in.ld} * 4);
+    } else {
+      switch (ms_abi::stream_misfit(in, vec, epilogue_rows, smem)) {
+        case ms_abi::kStreamFits:
+          break;
+        case ms_abi::kStreamNotWholeRows:
+          why = "is a task of RoPE pairs over columns [" + std::to_string(in.col_begin) + ", " +
+                std::to_string(in.col_end) + ") of " + std::to_string(in.ld) +
+                ": the streamed GEMV that runs them takes whole rows; hint: tiling.gemv_k_split 1";
+          break;
+        case ms_abi::kStreamRows:
+          why = "is a task of " + std::to_string(ms_abi::task_rows(in)) +
+                " rows of RoPE pairs: the streamed GEMV takes 1 to " +
+                std::to_string(epilogue_rows) + "; hint: a smaller tiling.gemv_rows_per_task";
+          break;
+        case ms_abi::kStreamAlignment:
+          why =
+              "is a task of RoPE pairs whose weights or input are not aligned to the streamed "
+              "GEMV's " +
+              std::to_string(vector_bytes) + "-byte weight vectors and float4 input";
+          break;
+        default:  // kStreamSmem
+          why = "is a task of RoPE pairs whose " + std::to_string(in.ld) +
+                " input floats do not fit the " + std::to_string(smem) +
+                " bytes of dynamic shared memory the streamed GEMV stages them in; hint: "
+                "smem.pages x smem.page_bytes >= " +
+                std::to_string(uint64_t{in.ld} * 4);
+          break;
+      }
+    }
     if (why.empty()) continue;
     if (listed++ < max_task_misfits)
       out->push_back({std::move(why), t});

@@ -17,9 +17,9 @@
 //     ring_pieces row pieces (a page must hold one piece, or the loader's row step is zero and the
 //     kernel never ends); a segment-path task needs a page of whole segments.
 //   - a task of RoPE pairs (kFlagRopePairs): only the registers build's streamed GEMV maps its
-//     rows (vm/device/stream.cuh stream_fits: whole rows, at most the epilogue rows, aligned
-//     weights and input, the input within the dynamic shared memory); anywhere else the device
-//     would read the wrong rows.
+//     rows (abi/ring.h stream_misfit, which vm/device/stream.cuh stream_fits evaluates: whole
+//     rows, at most the epilogue rows, aligned weights and input, the input within the dynamic
+//     shared memory); anywhere else the device would read the wrong rows.
 // The other launch fields the device loops on are checked by the launch rule
 // (schedule/validate.h): threads_per_block and blocks_per_sm (MS_THREADS, MS_MIN_BLOCKS), the
 // grid (one HangRecord and one queue slot per block), and prefetch_depth (>= 0; the prefetch

@@ -127,8 +127,6 @@ class Lowerer {
   void emit(Instr instr, double cost);
 
   uint32_t emit_gemv(const GemvSpec& spec);
-  /// The fused QKV GEMV in tiles of RoPE pairs (kFlagRopePairs); the op's slices are pair ranges.
-  uint32_t emit_gemv_pairs(const GemvSpec& spec);
   /// Rows per tile: `configured`, or with 0 (per block) the fewest rows, a multiple of `align`,
   /// that cut `rows` into at most one tile per block of the grid.
   uint32_t tile_rows(uint32_t configured, uint32_t rows, uint32_t align) const;
@@ -342,11 +340,18 @@ uint32_t Lowerer::tile_rows(uint32_t configured, uint32_t rows, uint32_t align) 
 }
 
 uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
-  if (spec.pairs) return emit_gemv_pairs(spec);
-  // RoPE pairs rows within a head, so a tile with the QKV epilogue holds whole heads.
-  const uint32_t tile =
-      tile_rows(spec.tile_rows, spec.row_end - spec.row_begin,
-                spec.epilogue == ms_abi::kFlagRopeKv ? static_cast<uint32_t>(shape_.head_dim) : 8u);
+  // RoPE pairs rows within a head, so a tile with the QKV epilogue holds whole heads, or with
+  // spec.pairs a range of RoPE pairs (kFlagRopePairs): then the op's units, tiles and slices are
+  // pairs, pair p being QKV rows pair_row(p, 0 / 1) (abi/abi.h) of the op's whole heads.
+  const uint32_t half = d_.hd / 2;
+  const uint32_t unit_begin = spec.pairs ? spec.row_begin / d_.hd * half : spec.row_begin;
+  const uint32_t unit_end = spec.pairs ? spec.row_end / d_.hd * half : spec.row_end;
+  const uint32_t tile = spec.pairs ? (spec.tile_rows > 0 ? std::max(1u, spec.tile_rows / 2)
+                                                         : tile_rows(0, unit_end - unit_begin, 1))
+                                   : tile_rows(spec.tile_rows, spec.row_end - spec.row_begin,
+                                               spec.epilogue == ms_abi::kFlagRopeKv
+                                                   ? static_cast<uint32_t>(shape_.head_dim)
+                                                   : 8u);
   const uint32_t splits = static_cast<uint32_t>(config_.tiling.gemv_k_split);
   const uint32_t split_cols = spec.cols / splits;
   const uint32_t rows = spec.row_end - spec.row_begin;
@@ -369,11 +374,12 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
 
   if (splits == 1) {
     const uint32_t op = begin_op(spec.name, spec.kind, spec.layer, spec.granularity);
-    for (uint32_t r0 = spec.row_begin; r0 < spec.row_end; r0 += tile) {
-      const uint32_t r1 = std::min(spec.row_end, r0 + tile);
+    if (spec.pairs) counters_[op].pair_half = half;
+    for (uint32_t r0 = unit_begin; r0 < unit_end; r0 += tile) {
+      const uint32_t r1 = std::min(unit_end, r0 + tile);
       begin_slice(r0, r1);
       Instr t = base;
-      t.flags = prologue | spec.epilogue;
+      t.flags = prologue | spec.epilogue | (spec.pairs ? ms_abi::kFlagRopePairs : 0);
       t.row_begin = r0;
       t.row_end = r1;
       t.col_begin = 0;
@@ -382,10 +388,12 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
       t.aux = spec.epilogue == ms_abi::kFlagResidual ? spec.aux : 0;
       emit_input_waits(spec, 0, spec.cols);
       if (spec.epilogue == ms_abi::kFlagResidual) read(spec.aux_src, r0, r1);
-      emit(t, (r1 - r0) * weight_bytes_per_row + input_bytes + (r1 - r0) * 4.0);
+      const uint32_t out_rows = ms_abi::task_rows(t);
+      emit(t, out_rows * weight_bytes_per_row + input_bytes + out_rows * 4.0);
     }
     return op;
   }
+  // (tiling.qkv_rope_pairs needs gemv_k_split 1: knob_conflict.)
 
   // Split-K: partial tasks into a [splits][rows] buffer, then one reduce per tile. The partial
   // buffer's effective base makes logical row r of split s land at base + s * rows + r.
@@ -429,40 +437,6 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
     emit(t, (r1 - r0) * 4.0 * (splits + 2));
   }
   return reduce_op;
-}
-
-uint32_t Lowerer::emit_gemv_pairs(const GemvSpec& spec) {
-  const uint32_t hd = d_.hd, half = hd / 2;
-  // The op's rows are whole heads; pair p of them is QKV rows pair_row(p, 0 / 1) (abi/abi.h).
-  const uint32_t p_begin = spec.row_begin / hd * half, p_end = spec.row_end / hd * half;
-  const uint32_t tile =
-      spec.tile_rows > 0 ? std::max(1u, spec.tile_rows / 2) : tile_rows(0, p_end - p_begin, 1);
-  Instr base{};
-  base.opcode = ms_abi::kGemv;
-  base.flags =
-      static_cast<uint16_t>(ms_abi::kFlagRopeKv | ms_abi::kFlagRopePairs |
-                            (spec.load == InputLoad::kNorm ? ms_abi::kFlagNormPrologue : 0));
-  base.layer = static_cast<uint32_t>(spec.layer);
-  base.ld = spec.cols;
-  base.col_begin = 0;
-  base.col_end = spec.cols;
-  base.weight = spec.weight;
-  base.weight2 = spec.load == InputLoad::kNorm ? spec.gamma : 0;
-  base.in = spec.in;
-  base.out = spec.out;
-  const double input_bytes = spec.cols * 4.0;
-  const uint32_t op = begin_op(spec.name, spec.kind, spec.layer, spec.granularity);
-  counters_[op].pair_half = half;
-  for (uint32_t p0 = p_begin; p0 < p_end; p0 += tile) {
-    const uint32_t p1 = std::min(p_end, p0 + tile);
-    begin_slice(p0, p1);
-    Instr t = base;
-    t.row_begin = p0;
-    t.row_end = p1;
-    emit_input_waits(spec, 0, spec.cols);
-    emit(t, 2.0 * (p1 - p0) * (spec.cols * wbytes_ + 4.0) + input_bytes);
-  }
-  return op;
 }
 
 uint32_t Lowerer::emit_norm(const std::string& name, int layer, uint32_t in, const Source& src,

@@ -95,101 +95,69 @@ struct Machine {
     return kv_f32 != nullptr ? kv_f32[index] : upcast(kv_bf16[index]);
   }
 
-  // QKV rows [r0, r1) with values vals[r - r0]: RoPE on query and key heads, query rows to
-  // act[out + r], key / value rows into the KV cache at the step's position.
+  // The QKV rows h + d and h + d + hd/2 (h a head's first row, d < hd/2) with values x1 and x2:
+  // rotated unless a value head, then query rows to act[out + row], key / value rows into the KV
+  // cache at the step's position. Both QKV epilogue forms below write every row through it.
+  template <typename Rec>
+  void rope_pair(const Instr& t, uint32_t h, uint32_t d, float x1, float x2, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint32_t half = hd / 2;
+    const uint32_t q_dim = m.heads * hd;
+    const uint32_t kv_dim = m.kv_heads * hd;
+    MS_VM_ASSERT(h + hd <= q_dim + 2 * kv_dim, "RoPE rows beyond the QKV rows");
+    const bool is_v = h >= q_dim + kv_dim;
+    float y1 = x1, y2 = x2;
+    if (!is_v) {
+      if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, m.rope_table + d, false);
+      const float angle = static_cast<float>(cell.position) * act[m.rope_table + d];
+      const float c = std::cos(angle);
+      const float s = std::sin(angle);
+      y1 = x1 * c - x2 * s;
+      y2 = x2 * c + x1 * s;
+    }
+    if (h < q_dim) {
+      if constexpr (Rec::kOn) {
+        rec(ms_abi::kBufActivations, t.out + h + d, true);
+        rec(ms_abi::kBufActivations, t.out + h + d + half, true);
+      }
+      act[t.out + h + d] = y1;
+      act[t.out + h + d + half] = y2;
+    } else {
+      const uint32_t kv = is_v ? 1 : 0;
+      const uint32_t g = (h - q_dim - kv * kv_dim) / hd;
+      const uint64_t base =
+          ms_abi::kv_offset(m, t.layer, kv, g) + static_cast<uint64_t>(cell.position) * hd;
+      if constexpr (Rec::kOn) {
+        rec(ms_abi::kBufKv, base + d, true);
+        rec(ms_abi::kBufKv, base + d + half, true);
+      }
+      store_kv(base + d, y1);
+      store_kv(base + d + half, y2);
+    }
+  }
+
+  // QKV rows [r0, r1) of whole heads with values vals[r - r0].
   template <typename Rec>
   void qkv_rows(const Instr& t, const float* vals, uint32_t r0, uint32_t r1, const Rec& rec) {
     const uint32_t hd = m.head_dim;
     const uint32_t half = hd / 2;
-    const uint32_t q_dim = m.heads * hd;
-    const uint32_t kv_dim = m.kv_heads * hd;
     MS_VM_ASSERT(r0 % hd == 0 && r1 % hd == 0, "a RoPE task must cover whole heads");
-    const int32_t pos = cell.position;
     if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
-    const float* inv_freq = act + m.rope_table;
-    float rotated[1024];
-    MS_VM_ASSERT(hd <= 1024, "head_dim above 1024");
-    for (uint32_t h = r0; h < r1; h += hd) {
-      const float* v = vals + (h - r0);
-      const bool is_v = h >= q_dim + kv_dim;
-      if (is_v) {
-        std::copy(v, v + hd, rotated);
-      } else {
-        for (uint32_t d = 0; d < half; ++d) {
-          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, m.rope_table + d, false);
-          const float angle = static_cast<float>(pos) * inv_freq[d];
-          const float c = std::cos(angle);
-          const float s = std::sin(angle);
-          const float x1 = v[d];
-          const float x2 = v[d + half];
-          rotated[d] = x1 * c - x2 * s;
-          rotated[d + half] = x2 * c + x1 * s;
-        }
-      }
-      if (h < q_dim) {
-        for (uint32_t d = 0; d < hd; ++d) {
-          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h + d, true);
-          act[t.out + h + d] = rotated[d];
-        }
-      } else {
-        const uint32_t kv = is_v ? 1 : 0;
-        const uint32_t g = (h - q_dim - kv * kv_dim) / hd;
-        const uint64_t base =
-            ms_abi::kv_offset(m, t.layer, kv, g) + static_cast<uint64_t>(pos) * hd;
-        for (uint32_t d = 0; d < hd; ++d) {
-          if constexpr (Rec::kOn) rec(ms_abi::kBufKv, base + d, true);
-          store_kv(base + d, rotated[d]);
-        }
-      }
-    }
+    for (uint32_t h = r0; h < r1; h += hd)
+      for (uint32_t d = 0; d < half; ++d)
+        rope_pair(t, h, d, vals[h - r0 + d], vals[h - r0 + d + half], rec);
   }
 
-  // kFlagRopePairs: the QKV epilogue of pairs [row_begin, row_end), vals[2 i] and vals[2 i + 1]
-  // the two rows of pair row_begin + i (the same arithmetic as qkv_rows, one pair at a time).
+  // kFlagRopePairs: pairs [row_begin, row_end), vals[2 i] and vals[2 i + 1] the two rows of pair
+  // row_begin + i.
   template <typename Rec>
   void qkv_pairs(const Instr& t, const float* vals, const Rec& rec) {
     const uint32_t hd = m.head_dim;
-    const uint32_t half = hd / 2;
-    const uint32_t q_dim = m.heads * hd;
-    const uint32_t kv_dim = m.kv_heads * hd;
-    const int32_t pos = cell.position;
     if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
-    const float* inv_freq = act + m.rope_table;
     for (uint32_t p = t.row_begin; p < t.row_end; ++p) {
       const uint32_t r = ms_abi::pair_row(p, 0, hd);
-      const uint32_t h = r - r % hd, d = r % hd;
-      MS_VM_ASSERT(h + hd <= q_dim + 2 * kv_dim, "a RoPE pair beyond the QKV rows");
-      const float x1 = vals[2 * (p - t.row_begin)];
-      const float x2 = vals[2 * (p - t.row_begin) + 1];
-      const bool is_v = h >= q_dim + kv_dim;
-      float y1 = x1, y2 = x2;
-      if (!is_v) {
-        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, m.rope_table + d, false);
-        const float angle = static_cast<float>(pos) * inv_freq[d];
-        const float c = std::cos(angle);
-        const float s = std::sin(angle);
-        y1 = x1 * c - x2 * s;
-        y2 = x2 * c + x1 * s;
-      }
-      if (h < q_dim) {
-        if constexpr (Rec::kOn) {
-          rec(ms_abi::kBufActivations, t.out + r, true);
-          rec(ms_abi::kBufActivations, t.out + r + half, true);
-        }
-        act[t.out + r] = y1;
-        act[t.out + r + half] = y2;
-      } else {
-        const uint32_t kv = is_v ? 1 : 0;
-        const uint32_t g = (h - q_dim - kv * kv_dim) / hd;
-        const uint64_t base =
-            ms_abi::kv_offset(m, t.layer, kv, g) + static_cast<uint64_t>(pos) * hd;
-        if constexpr (Rec::kOn) {
-          rec(ms_abi::kBufKv, base + d, true);
-          rec(ms_abi::kBufKv, base + d + half, true);
-        }
-        store_kv(base + d, y1);
-        store_kv(base + d + half, y2);
-      }
+      const uint32_t i = p - t.row_begin;
+      rope_pair(t, r - r % hd, r % hd, vals[2 * i], vals[2 * i + 1], rec);
     }
   }
 

@@ -158,29 +158,43 @@ TEST(Lowering, RandomConfigsPassTheValidator) {
   }
 }
 
+// Per attention task: its KV group, how many waits it has and the names of the counters they name,
+// each wait for one task (a per-slice QKV tile).
+struct AttentionWaits {
+  uint32_t group;
+  uint32_t waits;
+  std::set<std::string> names;
+};
+std::vector<AttentionWaits> attention_waits(const Program& p) {
+  std::vector<AttentionWaits> out;
+  for (const ms_abi::Instr& t : p.tasks) {
+    if (t.opcode != ms_abi::kAttnPartial) continue;
+    AttentionWaits a{t.param0, t.wait_count, {}};
+    for (uint32_t w = 0; w < t.wait_count; ++w) {
+      EXPECT_EQ(p.waits[t.wait_begin + w].threshold, 1u);
+      a.names.insert(p.counter_names[p.waits[t.wait_begin + w].counter]);
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 TEST(Lowering, PerSliceAttentionWaitsOnlyForTheHeadsItReads) {
   ScheduleConfig config;
   config.tiling.gemv_rows_per_task = 16;  // toy head_dim 16: one QKV tile per head
   config.dependencies.qkv_to_attention = Granularity::kPerSlice;
-  const Program p = lower_ok(*find_preset("toy"), config);
-  int attention = 0;
-  for (const ms_abi::Instr& t : p.tasks) {
-    if (t.opcode != ms_abi::kAttnPartial) continue;
-    ++attention;
+  const std::vector<AttentionWaits> attention =
+      attention_waits(lower_ok(*find_preset("toy"), config));
+  ASSERT_EQ(attention.size(), 2u);
+  for (const AttentionWaits& a : attention) {
     // Two query heads, the group's K head and its V head: four one-task slices.
-    ASSERT_EQ(t.wait_count, 4u);
-    std::set<std::string> names;
-    for (uint32_t w = 0; w < t.wait_count; ++w) {
-      EXPECT_EQ(p.waits[t.wait_begin + w].threshold, 1u);
-      names.insert(p.counter_names[p.waits[t.wait_begin + w].counter]);
-    }
-    const uint32_t g = t.param0;  // QKV tiles: q heads 0-3, k heads 4-5, v heads 6-7
-    EXPECT_EQ(names, (std::set<std::string>{"L0.qkv[" + std::to_string(2 * g) + "]",
-                                            "L0.qkv[" + std::to_string(2 * g + 1) + "]",
-                                            "L0.qkv[" + std::to_string(4 + g) + "]",
-                                            "L0.qkv[" + std::to_string(6 + g) + "]"}));
+    ASSERT_EQ(a.waits, 4u);
+    const uint32_t g = a.group;  // QKV tiles: q heads 0-3, k heads 4-5, v heads 6-7
+    EXPECT_EQ(a.names, (std::set<std::string>{"L0.qkv[" + std::to_string(2 * g) + "]",
+                                              "L0.qkv[" + std::to_string(2 * g + 1) + "]",
+                                              "L0.qkv[" + std::to_string(4 + g) + "]",
+                                              "L0.qkv[" + std::to_string(6 + g) + "]"}));
   }
-  EXPECT_EQ(attention, 2);
 }
 
 TEST(Lowering, PerOpWaitIsOneAllJoin) {
@@ -283,23 +297,19 @@ TEST(Lowering, PerSliceAttentionWaitsForThePairTilesOfItsHeads) {
   config.tiling.gemv_rows_per_task = 8;
   config.tiling.qkv_rope_pairs = true;
   config.dependencies.qkv_to_attention = Granularity::kPerSlice;
-  const Program p = lower_ok(*find_preset("toy"), config);
-  int attention = 0;
-  for (const ms_abi::Instr& t : p.tasks) {
-    if (t.opcode != ms_abi::kAttnPartial) continue;
-    ++attention;
-    std::set<std::string> names;
-    for (uint32_t w = 0; w < t.wait_count; ++w)
-      names.insert(p.counter_names[p.waits[t.wait_begin + w].counter]);
+  const std::vector<AttentionWaits> attention =
+      attention_waits(lower_ok(*find_preset("toy"), config));
+  ASSERT_EQ(attention.size(), 2u);
+  for (const AttentionWaits& a : attention) {
     // Tiles: q heads 0-3 -> 0-7, k heads 4-5 -> 8-11, v heads 6-7 -> 12-15.
-    const uint32_t g = t.param0;
+    const uint32_t g = a.group;
     std::set<std::string> want;
     for (uint32_t tile :
          {4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3, 8 + 2 * g, 9 + 2 * g, 12 + 2 * g, 13 + 2 * g})
       want.insert("L0.qkv[" + std::to_string(tile) + "]");
-    EXPECT_EQ(names, want);
+    EXPECT_EQ(a.waits, 8u);
+    EXPECT_EQ(a.names, want);
   }
-  EXPECT_EQ(attention, 2);
 }
 
 TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {

@@ -28,11 +28,7 @@ __device__ __forceinline__ bool stream_fits(const KernelArgs& a, const Instr& in
   if constexpr (kRing) {
     return false;
   } else {
-    if (in.opcode != kGemv || in.col_begin != 0 || in.col_end != in.ld) return false;
-    if (in.row_end <= in.row_begin || task_rows(in) > uint32_t(kEpilogueRows)) return false;
-    if (in.ld % kVecElems != 0 || in.weight % kVecElems != 0 || in.ld % 4 != 0) return false;
-    if (in.in % 4 != 0 || ((in.flags & kFlagSiluMulPrologue) && in.in2 % 4 != 0)) return false;
-    return uint64_t(in.ld) * sizeof(float) <= uint64_t(a.smem_bytes);
+    return stream_misfit(in, kVecElems, kEpilogueRows, a.smem_bytes) == kStreamFits;
   }
 }
 
