@@ -43,6 +43,10 @@
 //                 task_row(instr, j, hd) (pairs interleaved), so a task of any pair range holds
 //                 both rows of every rotation it applies.
 //                   otherwise:             act[out + r] = acc_r
+//                 kFlagArgmaxPartial (kGemv / kGemvReduce with the plain epilogue, no k-split
+//                 partial): once the rows are written, the task's argmax record: act[aux] = the
+//                 largest act[out + r] of its rows, act[aux + 1] = float(the smallest such r)
+//                 (the rows index the vocabulary: exact below 2^24); kArgmax reduces the records.
 //   kGemvReduce   acc_r = sum_{s = 0 .. n_split - 1} act[in + s * stride + r]   (s in increasing
 //                 order: deterministic), n_split = param0, stride = param1; then the same
 //                 epilogue as kGemv (kFlagResidual, kFlagRopeKv, or plain) with the same operands.
@@ -61,7 +65,10 @@
 //                 act[out + h * hd + d] = sum_p o_p,d * exp(m_p - M) / L   (p in increasing order)
 //   kSiluMul      act[out + r] = silu(act[in + r]) * act[in2 + r]
 //   kAdd          act[out + r] = act[in + r] + act[in2 + r]
-//   kArgmax       step.argmax = the smallest index of the maximum of act[in + 0 .. in + col_end)
+//   kArgmax       step.argmax = the smallest index of the maximum of act[in + 0 .. in + col_end);
+//                 with kFlagArgmaxPartial the input is col_end argmax records {value, float(index)}
+//                 at act[in + 2k]: step.argmax = the index of the largest value, the smallest index
+//                 among equal values (so for a vector without NaN both forms agree).
 // clang-format on
 //
 // QKV rows: the rows of the concatenated [Wq; Wk; Wv] matrix of layer `layer`, q_dim = heads * hd,
@@ -120,6 +127,8 @@ enum InstrFlag : uint16_t {
   kFlagResidual = 1u << 3,         // kGemv / kGemvReduce: add act[aux + r]
   kFlagRopeKv = 1u << 4,           // kGemv / kGemvReduce: QKV epilogue (RoPE, KV append)
   kFlagRopePairs = 1u << 5,        // kGemv with kFlagRopeKv: rows are RoPE pairs (see above)
+  kFlagArgmaxPartial = 1u << 6,    // kGemv / kGemvReduce: also its argmax record; kArgmax: of
+                                   // records (see above)
 };
 
 /// The buffers every operand offset points into.

@@ -101,6 +101,10 @@ const std::vector<KnobEntry>& knob_table() {
         field_access(&ScheduleConfig::fusion, &FusionConfig::qkv_single_gemv));
     add("fusion.gate_up_single_gemv", bools, true, "gate and up projections as one GEMV",
         field_access(&ScheduleConfig::fusion, &FusionConfig::gate_up_single_gemv));
+    add("fusion.argmax_into_lm_head", bools, false,
+        "each LM-head tile also writes the argmax of its logits, so the argmax task reduces one "
+        "record per tile instead of scanning the vocabulary",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::argmax_into_lm_head));
     add("dependencies.qkv_to_attention", gran_choices, "per_op",
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));
@@ -512,6 +516,10 @@ bool knob_value_fits(const std::string& path, const json& value, const ModelShap
     for (int cols : {shape.hidden, shape.q_dim(), shape.ffn})
       if (cols % (8 * v) != 0) return false;
     return true;
+  }
+  if (path == "fusion.argmax_into_lm_head") {
+    // A record holds its index as a float: exact below 2^24.
+    return !value.get<bool>() || shape.vocab <= (int64_t{1} << 24);
   }
   return true;
 }

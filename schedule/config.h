@@ -74,6 +74,7 @@ struct FusionConfig {
   bool rope_kv_into_qkv;
   bool qkv_single_gemv;
   bool gate_up_single_gemv;
+  bool argmax_into_lm_head;
 
   bool operator==(const FusionConfig&) const = default;
 };

@@ -119,14 +119,28 @@ void qkv_pairs(const Program& p, const ms_abi::Instr& in, Builder* b) {
 // The epilogue shared by kGemv and kGemvReduce (the partial case is kGemv only).
 void epilogue(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const u128 rb = in.row_begin, re = in.row_end;
+  if (in.flags & ms_abi::kFlagArgmaxPartial) {
+    if (!b->require((in.flags & kEpilogueFlags) == 0,
+                    "an argmax record after an epilogue other than the plain one"))
+      return;
+    if (!b->require(re <= (u128{1} << 24), "an argmax record of rows beyond 2^24 (float index)"))
+      return;
+  }
   if (in.flags & ms_abi::kFlagRopePairs) return qkv_pairs(p, in, b);
   if (in.flags & ms_abi::kFlagRopeKv) return qkv_rows(p, in, b);
   if (in.flags & ms_abi::kFlagResidual) b->read(ms_abi::kBufActivations, in.aux + rb, in.aux + re);
   b->write(ms_abi::kBufActivations, in.out + rb, in.out + re);
+  if (in.flags & ms_abi::kFlagArgmaxPartial) {
+    // The record of the rows just written, beside them. (Off the streamed path the GPU reads the
+    // rows back after a block barrier: the task's own values, which no other task writes, so not
+    // an access of the footprint; the ReferenceVm takes them from the values it wrote.)
+    b->write(ms_abi::kBufActivations, in.aux, static_cast<u128>(in.aux) + 2);
+  }
 }
 
 void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
-  const uint16_t known = kPrologueFlags | kEpilogueFlags | ms_abi::kFlagRopePairs;
+  const uint16_t known =
+      kPrologueFlags | kEpilogueFlags | ms_abi::kFlagRopePairs | ms_abi::kFlagArgmaxPartial;
   if (!b->require((in.flags & ~known) == 0, "gemv with unknown flag bits")) return;
   const bool pairs = (in.flags & ms_abi::kFlagRopePairs) != 0;
   if (pairs) {
@@ -172,11 +186,12 @@ void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
 }
 
 void gemv_reduce(const Program& p, const ms_abi::Instr& in, Builder* b) {
-  const uint16_t known = ms_abi::kFlagResidual | ms_abi::kFlagRopeKv;
+  const uint16_t known = ms_abi::kFlagResidual | ms_abi::kFlagRopeKv | ms_abi::kFlagArgmaxPartial;
   if (!b->require((in.flags & ~known) == 0,
-                  "gemv_reduce with a flag other than residual / rope_kv"))
+                  "gemv_reduce with a flag other than residual / rope_kv / argmax_partial"))
     return;
-  if (!b->require(popcount16(in.flags) <= 1, "gemv_reduce with more than one epilogue flag"))
+  if (!b->require(popcount16(in.flags & (ms_abi::kFlagResidual | ms_abi::kFlagRopeKv)) <= 1,
+                  "gemv_reduce with more than one epilogue flag"))
     return;
   if (!b->require(in.row_begin < in.row_end, "gemv_reduce with an empty row range")) return;
   const uint32_t n_split = in.param0;
@@ -317,9 +332,11 @@ bool task_footprint(const Program& program, uint32_t task, std::vector<Access>* 
       break;
     }
     case ms_abi::kArgmax: {
-      if (!b.require(in.flags == 0, "argmax with flags")) break;
+      if (!b.require((in.flags & ~ms_abi::kFlagArgmaxPartial) == 0, "argmax with unknown flags"))
+        break;
       if (!b.require(in.col_end >= 1, "argmax over an empty vector (col_end 0)")) break;
-      b.read(ms_abi::kBufActivations, in.in, static_cast<u128>(in.in) + in.col_end);
+      const u128 per = (in.flags & ms_abi::kFlagArgmaxPartial) ? 2 : 1;  // records: {value, index}
+      b.read(ms_abi::kBufActivations, in.in, static_cast<u128>(in.in) + per * in.col_end);
       b.write(ms_abi::kBufStep, 3, 4);  // StepCell::argmax
       break;
     }

@@ -106,6 +106,8 @@ struct GemvSpec {
   uint32_t aux = 0;       // kFlagResidual: act offset of logical row 0 of the residual
   Source aux_src;
   Granularity granularity = Granularity::kPerOp;
+  bool argmax_records = false;  // fusion.argmax_into_lm_head: each tile writes its argmax record
+  uint32_t records = 0;         // ... {value, index} at act[records + 2 * tile]
 };
 
 class Lowerer {
@@ -130,6 +132,8 @@ class Lowerer {
   /// Rows per tile: `configured`, or with 0 (per block) the fewest rows, a multiple of `align`,
   /// that cut `rows` into at most one tile per block of the grid.
   uint32_t tile_rows(uint32_t configured, uint32_t rows, uint32_t align) const;
+  /// The tile of a GEMV op, in its units (rows, or RoPE pairs with spec.pairs).
+  uint32_t gemv_tile(const GemvSpec& spec) const;
   void emit_input_waits(const GemvSpec& spec, uint32_t col_begin, uint32_t col_end);
   uint32_t emit_norm(const std::string& name, int layer, uint32_t in, const Source& src,
                      uint64_t gamma, uint32_t out);
@@ -211,6 +215,11 @@ bool Lowerer::check(std::string* error) const {
                 shape_.name + "; allowed: 0 (whole group) or a divisor of " +
                 std::to_string(group));
   if (std::string conflict = knob_conflict(config_); !conflict.empty()) return fail(conflict);
+  if (config_.fusion.argmax_into_lm_head && shape_.vocab > (int64_t{1} << 24))
+    return fail(
+        "fusion.argmax_into_lm_head needs a vocabulary of at most 2^24 rows (its records "
+        "hold the index as a float), not " +
+        std::to_string(shape_.vocab) + "; hint: set it to false");
   if (t.attn_kv_partitions < 1)
     return fail("tiling.attn_kv_partitions must be at least 1 (got " +
                 std::to_string(t.attn_kv_partitions) + ")");
@@ -339,19 +348,24 @@ uint32_t Lowerer::tile_rows(uint32_t configured, uint32_t rows, uint32_t align) 
   return std::max(align, round_up((rows + grid - 1) / grid, align));
 }
 
-uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
+uint32_t Lowerer::gemv_tile(const GemvSpec& spec) const {
   // RoPE pairs rows within a head, so a tile with the QKV epilogue holds whole heads, or with
   // spec.pairs a range of RoPE pairs (kFlagRopePairs): then the op's units, tiles and slices are
   // pairs, pair p being QKV rows pair_row(p, 0 / 1) (abi/abi.h) of the op's whole heads.
+  if (spec.pairs) {
+    const uint32_t pairs = (spec.row_end - spec.row_begin) / d_.hd * (d_.hd / 2);
+    return spec.tile_rows > 0 ? std::max(1u, spec.tile_rows / 2) : tile_rows(0, pairs, 1);
+  }
+  return tile_rows(
+      spec.tile_rows, spec.row_end - spec.row_begin,
+      spec.epilogue == ms_abi::kFlagRopeKv ? static_cast<uint32_t>(shape_.head_dim) : 8u);
+}
+
+uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
   const uint32_t half = d_.hd / 2;
   const uint32_t unit_begin = spec.pairs ? spec.row_begin / d_.hd * half : spec.row_begin;
   const uint32_t unit_end = spec.pairs ? spec.row_end / d_.hd * half : spec.row_end;
-  const uint32_t tile = spec.pairs ? (spec.tile_rows > 0 ? std::max(1u, spec.tile_rows / 2)
-                                                         : tile_rows(0, unit_end - unit_begin, 1))
-                                   : tile_rows(spec.tile_rows, spec.row_end - spec.row_begin,
-                                               spec.epilogue == ms_abi::kFlagRopeKv
-                                                   ? static_cast<uint32_t>(shape_.head_dim)
-                                                   : 8u);
+  const uint32_t tile = gemv_tile(spec);
   const uint32_t splits = static_cast<uint32_t>(config_.tiling.gemv_k_split);
   const uint32_t split_cols = spec.cols / splits;
   const uint32_t rows = spec.row_end - spec.row_begin;
@@ -386,6 +400,10 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
       t.col_end = spec.cols;
       t.out = spec.out;
       t.aux = spec.epilogue == ms_abi::kFlagResidual ? spec.aux : 0;
+      if (spec.argmax_records) {
+        t.flags |= ms_abi::kFlagArgmaxPartial;
+        t.aux = spec.records + 2 * ((r0 - unit_begin) / tile);
+      }
       emit_input_waits(spec, 0, spec.cols);
       if (spec.epilogue == ms_abi::kFlagResidual) read(spec.aux_src, r0, r1);
       const uint32_t out_rows = ms_abi::task_rows(t);
@@ -432,6 +450,10 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
     t.in = part_base;
     t.out = spec.out;
     t.aux = spec.epilogue == ms_abi::kFlagResidual ? spec.aux : 0;
+    if (spec.argmax_records) {
+      t.flags |= ms_abi::kFlagArgmaxPartial;
+      t.aux = spec.records + 2 * ((r0 - spec.row_begin) / tile);
+    }
     read({partial_op}, r0, r1);
     if (spec.epilogue == ms_abi::kFlagResidual) read(spec.aux_src, r0, r1);
     emit(t, (r1 - r0) * 4.0 * (splits + 2));
@@ -859,7 +881,8 @@ Stream Lowerer::emit_mlp_block(int layer, const Stream& x) {
   return residual_output(down, x, x_out, L + "down_out", L + "mlp_add");
 }
 
-/// The final norm, the LM head and the argmax.
+/// The final norm, the LM head and the argmax: of the logits, or with fusion.argmax_into_lm_head of
+/// the argmax records the LM-head tiles write beside their logits (one per tile).
 void Lowerer::emit_head(const Stream& x) {
   GemvSpec head;
   head.name = "lm_head";
@@ -874,6 +897,11 @@ void Lowerer::emit_head(const Stream& x) {
   norm_input(head, x, static_cast<uint64_t>(layout_.final_norm), "final.xn", "final_norm");
   const uint32_t logits = alloc("logits", d_.vocab);
   head.out = logits;
+  const uint32_t tiles = (d_.vocab + gemv_tile(head) - 1) / gemv_tile(head);
+  if (config_.fusion.argmax_into_lm_head) {
+    head.argmax_records = true;
+    head.records = alloc("lm_head.argmax", 2ull * tiles);
+  }
   const Source head_src = {emit_gemv(head)};
   begin_op("argmax", OpKind::kArgmax, -1, Granularity::kPerOp, /*signals=*/false);
   begin_slice(0, 1);
@@ -883,10 +911,11 @@ void Lowerer::emit_head(const Stream& x) {
   t.row_begin = 0;
   t.row_end = 1;
   t.col_begin = 0;
-  t.col_end = d_.vocab;
-  t.in = logits;
+  t.col_end = head.argmax_records ? tiles : d_.vocab;
+  t.in = head.argmax_records ? head.records : logits;
+  if (head.argmax_records) t.flags = ms_abi::kFlagArgmaxPartial;
   read(head_src, 0, d_.vocab);
-  emit(t, d_.vocab * 4.0);
+  emit(t, (head.argmax_records ? 2.0 * tiles : d_.vocab) * 4.0);
 }
 
 /// The buffer extents, the launch shape and the kernel build. False when the activations need

@@ -573,7 +573,7 @@ bool check_derived_launch(const Program& p, const ScheduleConfig& config, const 
 
 uint64_t max_activation_elements(const ModelShape& shape) {
   ScheduleConfig widest;
-  widest.fusion = {false, false, false, false, false, false};
+  widest.fusion = {false, false, false, false, false, false, false};
   for (const KnobSpec& spec : knob_specs()) {
     if (spec.path != "tiling.gemv_k_split" && spec.path != "tiling.attn_kv_partitions") continue;
     for (const nlohmann::json& choice : spec.choices)
@@ -583,8 +583,12 @@ uint64_t max_activation_elements(const ModelShape& shape) {
   }
   // Any registry target: the arena does not depend on it.
   const std::optional<Program> p = lower(shape, target_registry().front(), widest, nullptr);
-  // Alignment padding of a differently fused lowering: at most one alignment block per region.
-  return p ? p->buffer_elements[ms_abi::kBufActivations] + 16 * (p->regions.size() + 1) : 0;
+  // Alignment padding of a differently fused lowering: at most one alignment block per region;
+  // fusion.argmax_into_lm_head adds one region of two elements per LM-head tile (tiles of at
+  // least 8 rows, whatever the target's grid).
+  const uint64_t records = 2 * ((static_cast<uint64_t>(shape.vocab) + 7) / 8) + 16;
+  return p ? p->buffer_elements[ms_abi::kBufActivations] + 16 * (p->regions.size() + 2) + records
+           : 0;
 }
 
 bool check_program_fits_model(const Program& program, const ModelShape& shape,

@@ -140,7 +140,8 @@ bool check_program_fits_model(const Program& program, const ModelShape& shape,
                               const GpuTarget& target, std::string* error);
 
 /// The most activation elements any lowering of `shape` allocates (every fusion off, the largest
-/// split-K and KV partition counts of the knob table, alignment padding included).
+/// split-K and KV partition counts of the knob table, alignment padding included, and room for
+/// the LM head's argmax records).
 uint64_t max_activation_elements(const ModelShape& shape);
 
 /// Size figures of a program; weight_bytes feeds the cost model.

@@ -182,6 +182,23 @@ struct Machine {
       if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + r, true);
       act[t.out + r] = v;
     }
+    if (t.flags & ms_abi::kFlagArgmaxPartial) argmax_record(t, rec);
+  }
+
+  // kFlagArgmaxPartial: the record of the rows just written, {largest value, float(its smallest
+  // row)} at act[aux], act[aux + 1]. (The values are the task's own: read back here, they are not
+  // recorded as an access, as the footprint does not list them; schedule/footprint.cpp.)
+  template <typename Rec>
+  void argmax_record(const Instr& t, const Rec& rec) {
+    uint32_t best = t.row_begin;
+    for (uint32_t r = t.row_begin; r < t.row_end; ++r)
+      if (act[t.out + r] > act[t.out + best]) best = r;
+    if constexpr (Rec::kOn) {
+      rec(ms_abi::kBufActivations, t.aux, true);
+      rec(ms_abi::kBufActivations, uint64_t{t.aux} + 1, true);
+    }
+    act[t.aux] = act[t.out + best];
+    act[uint64_t{t.aux} + 1] = static_cast<float>(best);
   }
 
   template <typename Rec>
@@ -402,6 +419,26 @@ struct Machine {
 
   template <typename Rec>
   void argmax(const Instr& t, const Rec& rec) {
+    if (t.flags & ms_abi::kFlagArgmaxPartial) {  // records {value, float(index)}
+      float value = 0.0f;
+      int32_t index = 0;
+      for (uint32_t k = 0; k < t.col_end; ++k) {
+        const uint64_t at = t.in + 2ull * k;
+        if constexpr (Rec::kOn) {
+          rec(ms_abi::kBufActivations, at, false);
+          rec(ms_abi::kBufActivations, at + 1, false);
+        }
+        const float v = act[at];
+        const auto i = static_cast<int32_t>(act[at + 1]);
+        if (k == 0 || v > value || (v == value && i < index)) {
+          value = v;
+          index = i;
+        }
+      }
+      if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 3, true);
+      cell.argmax = index;
+      return;
+    }
     int32_t best = 0;
     for (uint32_t c = 0; c < t.col_end; ++c) {
       if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.in + c, false);

@@ -237,6 +237,69 @@ TEST(Lowering, SplitKAddsPartialsAndOneReducePerTile) {
   EXPECT_EQ(reduce_down, 1);
 }
 
+// fusion.argmax_into_lm_head: every LM-head tile (or, with a k-split, every reduce tile) writes its
+// own two-element record after the logits of its rows, and the argmax reads the records, one per
+// tile, after the whole LM head.
+TEST(Lowering, ArgmaxIntoLmHeadGivesOneRecordPerTile) {
+  const ModelShape shape = *find_preset("small");
+  for (const int split : {1, 2}) {
+    ScheduleConfig config;
+    config.fusion.argmax_into_lm_head = true;
+    config.tiling.gemv_k_split = split;
+    config.tiling.lm_head_rows_per_task = 3000;  // small's 32000 rows: a short last tile
+    const Program p = lower_ok(shape, config);
+    const uint32_t tiles = ceil_div(static_cast<uint32_t>(shape.vocab), 3000);
+    std::set<uint32_t> records;
+    uint32_t first = UINT32_MAX, logits = UINT32_MAX;
+    for (const ms_abi::Instr& t : p.tasks) {
+      const std::string& op = p.ops[t.op_id].name;
+      const bool last = split == 1 ? op == "lm_head" : op == "lm_head.reduce";
+      if (op.rfind("lm_head", 0) == 0 && !last) {  // the k-split partials carry no record
+        EXPECT_FALSE(t.flags & ms_abi::kFlagArgmaxPartial) << op;
+        continue;
+      }
+      if (last) {
+        ASSERT_TRUE(t.flags & ms_abi::kFlagArgmaxPartial) << op;
+        EXPECT_EQ(t.row_end - t.row_begin,
+                  std::min(3000u, static_cast<uint32_t>(shape.vocab) - t.row_begin));
+        first = std::min(first, t.aux - 2 * (t.row_begin / 3000));
+        EXPECT_TRUE(records.insert(t.aux).second) << "two tiles share a record";
+        logits = t.out;
+      }
+      if (t.opcode == ms_abi::kArgmax) {
+        EXPECT_EQ(t.flags, ms_abi::kFlagArgmaxPartial);
+        EXPECT_EQ(t.col_end, tiles);
+        EXPECT_EQ(t.in, first);
+        ASSERT_EQ(t.wait_count, 1u);  // the whole LM head (one per-op counter)
+      }
+    }
+    EXPECT_EQ(records.size(), tiles) << "split " << split;
+    EXPECT_EQ(*records.begin(), first);
+    EXPECT_EQ(*records.rbegin(), first + 2 * (tiles - 1));
+    EXPECT_GE(first, logits + static_cast<uint32_t>(shape.vocab));  // beside the logits
+    const ValidationReport report = validate(p, test_target());
+    EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.diagnostics[0].message);
+  }
+  // Without it the argmax scans the logits.
+  const Program plain = lower_ok(shape, ScheduleConfig{});
+  EXPECT_EQ(plain.tasks.back().opcode, ms_abi::kArgmax);
+  EXPECT_EQ(plain.tasks.back().flags, 0);
+  EXPECT_EQ(plain.tasks.back().col_end, static_cast<uint32_t>(shape.vocab));
+}
+
+TEST(Lowering, ArgmaxIntoLmHeadNeedsAVocabularyItsFloatIndexHolds) {
+  ModelShape shape = every_knob_shape();
+  shape.vocab = (1 << 24) + 8;
+  EXPECT_FALSE(knob_value_fits("fusion.argmax_into_lm_head", true, shape));
+  EXPECT_TRUE(knob_value_fits("fusion.argmax_into_lm_head", false, shape));
+  ScheduleConfig config;
+  config.fusion.argmax_into_lm_head = true;
+  std::string error;
+  EXPECT_FALSE(lower(shape, test_target(), config, &error).has_value());
+  EXPECT_NE(error.find("2^24"), std::string::npos) << error;
+  EXPECT_NE(error.find("hint"), std::string::npos) << error;
+}
+
 TEST(Lowering, FusedRopeRoundsQkvTilesToWholeHeads) {
   ScheduleConfig config;
   config.tiling.gemv_rows_per_task = 8;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -648,6 +649,55 @@ TEST(ScheduleFootprint, RopePairTilesAppendDisjointDimsOfOneHead) {
   overlap.tasks[first_pair_tile].row_end += 1;  // also pair 4, which the next tile produces
   EXPECT_TRUE(has_rule(validate(overlap, fuzz_target(4)), "race"));
   EXPECT_TRUE(truth_kinds(overlap).count("double_write"));
+}
+
+// fusion.argmax_into_lm_head: each LM-head tile writes its own record beside the logits and the
+// argmax reads them all after the LM head's all-join. Two tiles writing one record race (the
+// ground truth sees a double write); an argmax that no longer waits for the LM head reads records
+// before they are written; a record after a residual epilogue is a malformed task.
+TEST(ScheduleValidator, ArgmaxRecordsAreProvedLikeAnyOtherTileOutput) {
+  const ModelShape shape = *find_preset("toy");
+  ScheduleConfig cfg;
+  cfg.fusion.argmax_into_lm_head = true;
+  cfg.tiling.lm_head_rows_per_task = 64;  // toy's 256 rows: 4 tiles
+  std::string error;
+  std::optional<Program> p = lower(shape, fuzz_target(4), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  const ValidationReport ok = validate(*p, fuzz_target(4));
+  EXPECT_TRUE(ok.ok()) << to_json(ok).dump(1);
+  EXPECT_TRUE(truth_kinds(*p).empty());
+  std::vector<uint32_t> tiles;
+  uint32_t argmax = UINT32_MAX;
+  for (uint32_t t = 0; t < p->tasks.size(); ++t) {
+    const ms_abi::Instr& in = p->tasks[t];
+    if (in.opcode == ms_abi::kArgmax) argmax = t;
+    if (in.opcode == ms_abi::kGemv && (in.flags & ms_abi::kFlagArgmaxPartial)) tiles.push_back(t);
+  }
+  ASSERT_EQ(tiles.size(), 4u);
+  ASSERT_NE(argmax, UINT32_MAX);
+  std::vector<Access> fp;
+  ASSERT_TRUE(task_footprint(*p, tiles[1], &fp, &error)) << error;
+  const ms_abi::Instr& second = p->tasks[tiles[1]];
+  EXPECT_TRUE(std::any_of(fp.begin(), fp.end(), [&](const Access& a) {
+    return a.write && a.buffer == ms_abi::kBufActivations && a.begin == second.aux &&
+           a.end == second.aux + 2;
+  }));
+
+  Program shared = *p;
+  shared.tasks[tiles[1]].aux = shared.tasks[tiles[0]].aux;  // two tiles, one record
+  EXPECT_TRUE(has_rule(validate(shared, fuzz_target(4)), "race"));
+  EXPECT_TRUE(truth_kinds(shared).count("double_write"));
+
+  Program early = *p;
+  early.tasks[argmax].wait_count = 0;  // reads the records whenever it runs
+  EXPECT_FALSE(validate(early, fuzz_target(4)).ok());
+  EXPECT_FALSE(truth_kinds(early).empty());
+
+  Program residual = *p;
+  residual.tasks[tiles[0]].flags |= ms_abi::kFlagResidual;
+  const ValidationReport bad = validate(residual, fuzz_target(4));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(to_json(bad).dump().find("argmax record"), std::string::npos) << to_json(bad).dump();
 }
 
 // A task of RoPE pairs runs only on the registers build's streamed GEMV: the rule "launch" names

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -189,6 +190,65 @@ TEST(ReferenceVm, RopePairTilesGiveTheLogitsOfWholeHeadTiles) {
         ASSERT_EQ(pairs[s].size(), heads[s].size());
         EXPECT_EQ(std::memcmp(pairs[s].data(), heads[s].data(), heads[s].size() * sizeof(float)), 0)
             << schedule::canonical_string(config) << " seed " << seed << " step " << s;
+      }
+    }
+  }
+}
+
+// fusion.argmax_into_lm_head: the argmax of the per-tile records is the argmax of the logits, with
+// a tie across two tiles going to the smaller index as in the one-pass scan. The tie is made by
+// copying the LM-head row of step 0's argmax onto a smaller row of another tile.
+TEST(ReferenceVm, ArgmaxRecordsGiveTheArgmaxOfTheLogits) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  Weights weights = reference(shape).weights;
+  const Program plain = lower_ok(shape, ScheduleConfig{}, 2);
+  ReferenceVm probe(plain, weights);
+  const int32_t top = probe.step(token_at(0, shape), 0).argmax;
+  // A smaller row eight rows (one 8-row tile) or more away, else the largest row after it.
+  const int32_t twin = top >= 8 ? top - 8 : shape.vocab - 1;
+  const int64_t hidden = shape.hidden, from = weights.layout.lm_head + top * hidden,
+                to = weights.layout.lm_head + twin * hidden;
+  if (shape.dtype == schedule::DType::kF32) {
+    std::copy_n(weights.f32.begin() + from, hidden, weights.f32.begin() + to);
+  } else {
+    std::copy_n(weights.bf16.begin() + from, hidden, weights.bf16.begin() + to);
+  }
+  // The smallest index of the largest logit: what kArgmax computes in one pass.
+  auto first_max = [](const std::vector<float>& v) {
+    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  };
+  std::vector<ScheduleConfig> configs(3);
+  for (ScheduleConfig& c : configs) c.fusion.argmax_into_lm_head = true;
+  configs[1].tiling.lm_head_rows_per_task = 8;
+  configs[2].tiling.lm_head_rows_per_task = 8;
+  configs[2].tiling.gemv_k_split = 2;
+  configs[2].assignment.policy = AssignPolicy::kDynamic;
+  for (int pos = 0; pos < 4; ++pos) {
+    ReferenceVm base(plain, weights);
+    for (int p = 0; p < pos; ++p) base.step(token_at(p, shape), p);
+    const ReferenceVm::StepResult want = base.step(token_at(pos, shape), pos);
+    ASSERT_EQ(want.argmax, first_max(want.logits));
+    if (pos == 0) {
+      ASSERT_EQ(want.logits[top], want.logits[twin]);
+      ASSERT_EQ(want.argmax, std::min(top, twin)) << "the tie is at step 0";
+    }
+    for (const ScheduleConfig& config : configs) {
+      const Program program = lower_ok(shape, config, 2);
+      for (uint64_t seed = 0; seed <= 2; ++seed) {
+        ReferenceVm vm(program, weights);
+        const RunOrder order = seed == 0 ? RunOrder::kQueueOrder : RunOrder::kRandomOrder;
+        for (int p = 0; p < pos; ++p) vm.step(token_at(p, shape), p, order, seed * 100 + p);
+        const ReferenceVm::StepResult got = vm.step(token_at(pos, shape), pos, order, seed);
+        ASSERT_TRUE(got.completed) << got.stuck;
+        const std::string what = schedule::canonical_string(config) + " " + std::to_string(pos);
+        EXPECT_EQ(got.argmax, first_max(got.logits)) << what;
+        if (pos == 0) {
+          EXPECT_EQ(got.logits[top], got.logits[twin]) << what;
+        }
+        if (config.tiling.gemv_k_split == 1) {  // the same sums: the same logits and argmax
+          EXPECT_EQ(got.logits, want.logits) << what;
+          EXPECT_EQ(got.argmax, want.argmax) << what;
+        }
       }
     }
   }

@@ -123,6 +123,77 @@ __device__ __forceinline__ void gemv_pair_epilogue(const KernelArgs& a, const In
     qkv_row(a, in, task_row(in, j, kHeadDim), s.u.rows[j - j0], s.u.rows[(j ^ 1u) - j0]);
 }
 
+// ---- argmax records (kFlagArgmaxPartial) and the block's argmax ----
+
+/// Whether candidate (v, i) beats (best, best_i): a larger value, or an equal one at a smaller
+/// index.
+__device__ __forceinline__ bool argmax_beats(float v, int32_t i, float best, int32_t best_i) {
+  return v > best || (v == best && i < best_i);
+}
+
+/// The block's argmax of every thread's candidate (best, best_i): thread 0 returns it (the others
+/// return their own). Ends synced.
+__device__ __forceinline__ void block_argmax(float* best, int32_t* best_i, Shared& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, *best, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, *best_i, o);
+    if (argmax_beats(ov, oi, *best, *best_i)) {
+      *best = ov;
+      *best_i = oi;
+    }
+  }
+  __shared__ int32_t idx[kComputeWarps];
+  if (lane == 0) {
+    s.red[warp] = *best;
+    idx[warp] = *best_i;
+  }
+  block_sync();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kComputeWarps; ++w) {
+      if (argmax_beats(s.red[w], idx[w], *best, *best_i)) {
+        *best = s.red[w];
+        *best_i = idx[w];
+      }
+    }
+  }
+  block_sync();
+}
+
+/// kFlagArgmaxPartial on a GEMV task: once its rows are written (and a barrier passed), its argmax
+/// record {largest value, float(its smallest row)} at act[aux]. The rows are read from `rows`
+/// (the streamed GEMV's s.u.rows, local row j at j) or, when null, back from act[out + r]. Every
+/// GEMV path runs it at its end: ops.cuh's gemv inlines it (a call from there, or from the task
+/// loop, raised the kernel's spill stores 28 -> 44 B in nvrtc_bench), the others call
+/// argmax_record.
+__device__ __forceinline__ void argmax_record_inline(const KernelArgs& a, const Instr& in,
+                                                     Shared& s, const float* rows) {
+  float best = neg_inf();
+  int32_t best_i = 0x7fffffff;
+  const uint32_t n = in.row_end - in.row_begin;
+  const float* x = a.act + in.out + in.row_begin;
+#pragma unroll 4
+  for (uint32_t j = threadIdx.x; j < n; j += kComputeThreads) {
+    const float v = rows != nullptr ? rows[j] : __ldcg(x + j);
+    if (v > best || best_i == 0x7fffffff) {  // rows grow within a thread: > keeps the first
+      best = v;
+      best_i = int32_t(in.row_begin + j);
+    }
+  }
+  block_argmax(&best, &best_i, s);
+  if (threadIdx.x == 0) {
+    a.act[in.aux] = best;
+    a.act[in.aux + 1] = float(best_i);
+  }
+}
+
+/// argmax_record_inline, not inlined: off the streamed GEMV's and the ring paths' registers.
+__device__ __noinline__ void argmax_record(const KernelArgs& a, const Instr& in, Shared& s,
+                                           const float* rows) {
+  argmax_record_inline(a, in, s, rows);
+}
+
 // ---- kGemv ----
 
 /// x(c): the GEMV input after its prologue.
@@ -325,6 +396,7 @@ __device__ __noinline__ void gemv(const KernelArgs& a, const Instr& in, Shared& 
     gemv_epilogue(a, in, s, row0, row1);
     block_sync();
   }
+  if (in.flags & kFlagArgmaxPartial) argmax_record_inline(a, in, s, nullptr);
 }
 
 // ---- kGemvReduce ----
@@ -341,6 +413,7 @@ __device__ __forceinline__ void gemv_reduce(const KernelArgs& a, const Instr& in
     gemv_epilogue(a, in, s, row0, row1);
     block_sync();
   }
+  if (in.flags & kFlagArgmaxPartial) argmax_record(a, in, s, nullptr);
 }
 
 // ---- kRopeKv ----
@@ -639,10 +712,22 @@ __device__ __forceinline__ void add(const KernelArgs& a, const Instr& in) {
 }
 
 // ---- kArgmax ----
+
 __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Shared& s) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float best = neg_inf();
   int32_t best_i = 0x7fffffff;
+  if (in.flags & kFlagArgmaxPartial) {  // col_end records {value, float(index)}
+    for (uint32_t k = threadIdx.x; k < in.col_end; k += kComputeThreads) {
+      const float2 r = __ldcg(reinterpret_cast<const float2*>(a.act + in.in) + k);
+      if (argmax_beats(r.x, int32_t(r.y), best, best_i) || best_i == 0x7fffffff) {
+        best = r.x;
+        best_i = int32_t(r.y);
+      }
+    }
+    block_argmax(&best, &best_i, s);
+    if (threadIdx.x == 0) a.step->argmax = best_i;
+    return;
+  }
   // Loads in flight: kStageBatch float4 per thread when the vector is 16-byte aligned (a 128K
   // vocabulary is ~6 round trips for one block), else kStageBatch scalars. Within a thread the
   // indices grow, so a strict > keeps the smallest index of a tie.
@@ -694,33 +779,8 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
       }
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (ov > best || (ov == best && oi < best_i)) {
-      best = ov;
-      best_i = oi;
-    }
-  }
-  __shared__ int32_t idx[kComputeWarps];
-  if (lane == 0) {
-    s.red[warp] = best;
-    idx[warp] = best_i;
-  }
-  block_sync();
-  if (threadIdx.x == 0) {
-    float b = s.red[0];
-    int32_t bi = idx[0];
-    for (int w = 1; w < kComputeWarps; ++w) {
-      if (s.red[w] > b || (s.red[w] == b && idx[w] < bi)) {
-        b = s.red[w];
-        bi = idx[w];
-      }
-    }
-    a.step->argmax = bi;
-  }
-  block_sync();
+  block_argmax(&best, &best_i, s);
+  if (threadIdx.x == 0) a.step->argmax = best_i;
 }
 
 /// The dispatch switch: one case per opcode, no default (kOpcodeCount breaks it when an opcode is

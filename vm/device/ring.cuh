@@ -470,6 +470,7 @@ __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in,
     }
   }
   *seq = k;
+  if (in.flags & kFlagArgmaxPartial) argmax_record(a, in, s, nullptr);
   return s.ring_failed == 0;
 }
 
@@ -658,6 +659,7 @@ __device__ __forceinline__ bool gemv_ring(const KernelArgs& a, const Instr& in, 
     block_sync();
   }
   *seq = k;
+  if (in.flags & kFlagArgmaxPartial) argmax_record(a, in, s, nullptr);
   return s.ring_failed == 0;
 }
 

@@ -224,6 +224,10 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
     gemv_pair_epilogue(a, in, s, 0, ws.rows);  // task_rows: two per pair
   } else {
     gemv_epilogue(a, in, s, in.row_begin, in.row_end);
+    if (in.flags & kFlagArgmaxPartial) {  // from the rows still in shared memory
+      block_sync();
+      argmax_record(a, in, s, s.u.rows);
+    }
   }
   return w;
 }
