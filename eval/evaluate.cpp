@@ -133,11 +133,18 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
                 "'; use cpu (predicted latency) or gpu (measured)");
   if (options.positions.empty()) return fail("no positions to check; pass e.g. --positions 0,3,7");
   if (options.timed_position < 0) return fail("--timed-position must be >= 0");
+  if (!options.objective.empty() && options.timed_position != 0)
+    return fail(
+        "--objective and --timed-position both say where trials are timed; use one or the other "
+        "(an objective of one position, e.g. --objective 1024, times at 1024 alone)");
+  if (const std::string why = objective_error(options.objective); !why.empty()) return fail(why);
   if (options.check_steps < 1) return fail("check_steps must be >= 1");
   if (options.reference != "auto" && options.reference != "cpu" && options.reference != "gpu")
     return fail("unknown reference engine '" + options.reference + "'; use auto, cpu or gpu");
   std::unique_ptr<TrialEvaluator> ev(new TrialEvaluator());
   ev->options_ = options;
+  std::sort(ev->options_.objective.begin(), ev->options_.objective.end(),
+            [](const ObjectiveTerm& a, const ObjectiveTerm& b) { return a.position < b.position; });
   std::sort(ev->options_.positions.begin(), ev->options_.positions.end());
   ev->options_.positions.erase(
       std::unique(ev->options_.positions.begin(), ev->options_.positions.end()),
@@ -147,7 +154,12 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
     return fail("--device gpu: " + why + "; use --device cpu for a predicted latency", true);
   auto shape = resolve_shape(options.model, &why);
   if (!shape) return fail(why);
-  const int last = std::max(ev->options_.positions.back(), options.timed_position);
+  if (const std::string range =
+          objective_range_error(options.objective, shape->name, shape->max_seq);
+      !range.empty())
+    return fail(range);
+  const std::vector<int> timed = ev->timed_positions();
+  const int last = std::max(ev->options_.positions.back(), timed.back());
   if (ev->options_.positions.front() < 0 || last >= shape->max_seq)
     return fail("positions must lie in [0, " + std::to_string(shape->max_seq - 1) + "] for model " +
                 shape->name);
@@ -157,9 +169,9 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
   auto weights = load_weights(options.model, options.seed, &why);
   if (!weights) return fail(why);
   ev->weights_ = std::move(*weights);
-  // The timed position is always checked.
+  // The timed position (every objective position) is always checked.
   ev->checked_ = ev->options_.positions;
-  ev->checked_.push_back(options.timed_position);
+  ev->checked_.insert(ev->checked_.end(), timed.begin(), timed.end());
   std::sort(ev->checked_.begin(), ev->checked_.end());
   ev->checked_.erase(std::unique(ev->checked_.begin(), ev->checked_.end()), ev->checked_.end());
   const int end = std::min(ev->checked_.back() + options.check_steps, ev->weights_.shape.max_seq);
@@ -241,6 +253,11 @@ bool TrialEvaluator::cross_check_gpu_window(std::string* error) {
   return true;
 }
 
+std::vector<int> TrialEvaluator::timed_positions() const {
+  if (options_.objective.empty()) return {options_.timed_position};
+  return objective_positions(options_.objective);
+}
+
 const ReferenceWindow* TrialEvaluator::window_at(int position) const {
   for (const ReferenceWindow& w : windows_)
     if (position >= w.start && position < w.start + static_cast<int>(w.logits.size())) return &w;
@@ -257,17 +274,67 @@ json TrialEvaluator::identity() const {
 
 std::string trial_schedule_id(const schedule::ScheduleConfig& config, const std::string& model,
                               uint64_t seed, const std::string& target, const std::string& device,
-                              int timed_position) {
+                              int timed_position, const Objective& objective) {
   // The build identity (ABI version + kernel -D options) is a function of the config, so the
   // canonical config, the model (and its weight seed) and the target identify the trial.
-  // A trial timed at another position than 0 is another trial (ids at position 0 are unchanged).
+  // A trial timed at another position than 0, or over an objective, is another trial (ids at
+  // position 0 without one are unchanged).
   const std::string at = timed_position != 0 ? "|pos" + std::to_string(timed_position) : "";
+  const std::string over = objective.empty() ? "" : "|obj" + objective_text(objective);
   return schedule::hash_hex(schedule::canonical_string(config) + "|" + model + "#" +
                             std::to_string(seed) + "|" + target + "|abi" +
-                            std::to_string(ms_abi::kAbiVersion) + "|" + device + at);
+                            std::to_string(ms_abi::kAbiVersion) + "|" + device + at + over);
 }
 
 namespace {
+
+// The floor of an objective: the weighted means of the per-position floor_us,
+// floor_datasheet_us and bytes_min (floor_us is bytes_min over one bandwidth, so the mean floor
+// is the mean bytes over it). *entries gets one verdict "objective" entry per position, with no
+// latency yet.
+Floor objective_floor(const Objective& objective, const ModelShape& shape,
+                      const schedule::GpuTarget& target, json* entries) {
+  std::vector<double> floor_us, datasheet_us, bytes;
+  Floor mean;
+  *entries = json::array();
+  for (const ObjectiveTerm& t : objective) {
+    const Floor f = floor_for(shape, target, t.position);
+    floor_us.push_back(f.floor_us);
+    datasheet_us.push_back(f.floor_datasheet_us);
+    bytes.push_back(static_cast<double>(f.bytes_min));
+    mean.measured_bandwidth = f.measured_bandwidth;
+    entries->push_back({{"position", t.position},
+                        {"weight", t.weight},
+                        {"latency_us", nullptr},
+                        {"latency_p90_us", 0.0},
+                        {"latency_spread_us", 0.0},
+                        {"floor_us", f.floor_us},
+                        {"floor_datasheet_us", f.floor_datasheet_us},
+                        {"bytes_min", f.bytes_min}});
+  }
+  mean.floor_us = weighted_mean(objective, floor_us);
+  mean.floor_datasheet_us = weighted_mean(objective, datasheet_us);
+  mean.bytes_min = static_cast<uint64_t>(std::llround(weighted_mean(objective, bytes)));
+  return mean;
+}
+
+// The floor guard at each objective position: a latency below its position's floor is withheld
+// there (null, with a note). False when one was, so the verdict gets no latency either.
+bool withhold_below_floor(Verdict* v) {
+  if (!v->objective.is_array()) return true;
+  bool ok = true;
+  for (json& e : v->objective) {
+    if (!e["latency_us"].is_number()) continue;
+    const double latency = e["latency_us"].get<double>(), floor = e["floor_us"].get<double>();
+    if (latency >= floor) continue;
+    v->notes.push_back("latency " + std::to_string(latency) + " us at position " +
+                       std::to_string(e["position"].get<int>()) + " is below its floor " +
+                       std::to_string(floor) + " us: withheld (a timing or accounting error)");
+    e["latency_us"] = nullptr;
+    ok = false;
+  }
+  return ok;
+}
 
 // The verdict's bottleneck class (eval/bottleneck.h); the cost model gives the program's
 // dependent stages, which only a correct trial with a latency needs.
@@ -283,7 +350,7 @@ json bottleneck_of(const Verdict& v, const schedule::Program& program, const Mod
 
 std::string TrialEvaluator::schedule_id(const schedule::ScheduleConfig& config) const {
   return trial_schedule_id(config, weights_.shape.name, options_.seed, target_.name,
-                           options_.device, options_.timed_position);
+                           options_.device, options_.timed_position, options_.objective);
 }
 
 Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
@@ -296,6 +363,10 @@ Verdict TrialEvaluator::evaluate(const schedule::ScheduleConfig& config) {
     v.target = target_.name;
     v.device = options_.device;
     v.schedule_id = schedule_id(config);
+    if (!options_.objective.empty()) {
+      v.timed_position = timed_positions().front();
+      objective_floor(options_.objective, weights_.shape, target_, &v.objective);
+    }
     v.status = "rejected";
     v.rejected_reason = "lowering";
     v.diagnostics = json::array({{{"rule", "lowering"}, {"message", prepared.error}}});
@@ -351,10 +422,12 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
   v.schedule_id = schedule_id;
   v.tasks = program.tasks.size();
   v.reference = reference_info_;
-  const Floor floor = floor_for(shape, target_, options_.timed_position);
+  const Floor floor = options_.objective.empty()
+                          ? floor_for(shape, target_, options_.timed_position)
+                          : objective_floor(options_.objective, shape, target_, &v.objective);
   v.weight_bytes = static_cast<uint64_t>(shape.weight_bytes());
   v.bytes_min = floor.bytes_min;
-  v.timed_position = options_.timed_position;
+  v.timed_position = timed_positions().front();
   v.floor_us = floor.floor_us;
   v.floor_datasheet_us = floor.floor_datasheet_us;
   if (!floor.measured_bandwidth)
@@ -388,11 +461,14 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
   v.correct = true;
   v.status = "ok";
 
-  // 4. The floor guard: a latency below the floor is physically impossible and is withheld.
-  if (*latency < floor.floor_us) {
-    v.notes.push_back("latency " + std::to_string(*latency) + " us is below the floor " +
-                      std::to_string(floor.floor_us) +
-                      " us: withheld (a timing or accounting error)");
+  // 4. The floor guard: a latency below the floor is physically impossible and is withheld, at
+  // each objective position and for their mean.
+  const bool positions_above_floor = withhold_below_floor(&v);
+  if (!positions_above_floor || *latency < floor.floor_us) {
+    if (*latency < floor.floor_us)
+      v.notes.push_back("latency " + std::to_string(*latency) + " us is below the floor " +
+                        std::to_string(floor.floor_us) +
+                        " us: withheld (a timing or accounting error)");
     v.latency_kind.clear();
     return v;
   }
@@ -416,8 +492,7 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
       v->status = "incorrect";
       return std::nullopt;
     }
-    return options_.device == "gpu" ? measure_on_gpu(program, v)
-                                    : predict_latency(program, floor, v);
+    return time_trial(program, floor, v);
   }
   // The sampled check is one ReferenceVm step of a large model on one CPU core (most of a
   // second); the GPU phases do not depend on it, so the two run at once. The verdict is the one
@@ -431,7 +506,7 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
     return std::make_pair(ok, ms_since(t_ref));
   });
   Verdict out = *v;
-  const std::optional<double> latency = measure_on_gpu(program, &out);
+  const std::optional<double> latency = time_trial(program, floor, &out);
   const auto [program_ok, ref_ms] = ref.get();
   json checks = v->checks;
   for (const json& c : ref_v.checks) checks.push_back(c);
@@ -456,6 +531,8 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
     out.speedup_vs_baseline.reset();
     out.baseline_kind.clear();
     out.baseline_us.reset();
+    if (out.objective.is_array())
+      for (json& e : out.objective) e["latency_us"] = nullptr;
   }
   *v = std::move(out);
   return program_ok ? latency : std::nullopt;
@@ -493,23 +570,28 @@ bool TrialEvaluator::record_reference_vm_check(int position, int start,
 
 bool TrialEvaluator::check_on_reference_vm(const schedule::Program& program, Verdict* v) {
   vm::ReferenceVm ref(program, weights_);
-  // Sampled: the timed position alone, from the reference KV cache (a large model's ReferenceVm
-  // step takes most of a second).
+  // Sampled: the timed position alone (each objective position), from the reference KV cache
+  // (a large model's ReferenceVm step takes most of a second). Loading a later position's KV
+  // overwrites every row the earlier step read or wrote.
   if (reference_info_.value("reference_vm", "") == "sampled") {
-    const ReferenceWindow* w = window_at(options_.timed_position);
-    if (!ref.load_kv(w->kv)) {
-      v->notes.push_back("the reference KV cache does not fit the program's model");
-      return false;
+    bool ok = true;
+    for (const int p : timed_positions()) {
+      const ReferenceWindow* w = window_at(p);
+      if (!ref.load_kv(w->kv)) {
+        v->notes.push_back("the reference KV cache does not fit the program's model");
+        return false;
+      }
+      const auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
+      if (!step.completed) {
+        v->notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
+                           step.stuck);
+        return false;
+      }
+      ok = record_reference_vm_check(p, w->start, step,
+                                     w->logits[static_cast<size_t>(p - w->start)], v) &&
+           ok;
     }
-    const int p = options_.timed_position;
-    const auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
-    if (!step.completed) {
-      v->notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
-                         step.stuck);
-      return false;
-    }
-    return record_reference_vm_check(p, w->start, step,
-                                     w->logits[static_cast<size_t>(p - w->start)], v);
+    return ok;
   }
   // Walk: every position from 0 to the last window position, its own KV cache throughout.
   bool ok = true;
@@ -529,9 +611,134 @@ bool TrialEvaluator::check_on_reference_vm(const schedule::Program& program, Ver
   return ok;
 }
 
-std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& program, Verdict* v) {
+std::optional<double> TrialEvaluator::time_trial(const schedule::Program& program,
+                                                 const Floor& floor, Verdict* v) {
+  if (!options_.objective.empty()) return time_objective(program, v);
+  return options_.device == "gpu" ? measure_on_gpu(program, options_.timed_position, v)
+                                  : predict_latency(program, options_.timed_position, floor, v);
+}
+
+namespace {
+
+// One objective position's trial (in `at`, which started as a copy of *v with no checks, notes
+// or phases) folded into *v: its checks and notes after v's, its phases added to v's, the rest
+// (errors, status, kernel, timing fields) as the position left them.
+void fold_position(Verdict at, Verdict* v) {
+  json checks = std::move(v->checks);
+  for (json& c : at.checks) checks.push_back(std::move(c));
+  std::vector<std::string> notes = std::move(v->notes);
+  for (std::string& n : at.notes) notes.push_back(std::move(n));
+  json phases = std::move(v->breakdown_ms);
+  for (const auto& [phase, ms] : at.breakdown_ms.items())
+    phases[phase] = phases.value(phase, 0.0) + ms.get<double>();
+  *v = std::move(at);
+  v->checks = std::move(checks);
+  v->notes = std::move(notes);
+  v->breakdown_ms = std::move(phases);
+}
+
+// The i-th sample of the objective: the weighted mean of each position's i-th sample (empty when
+// the positions took different numbers of samples).
+std::vector<double> weighted_samples(const Objective& objective,
+                                     const std::vector<std::vector<double>>& samples) {
+  for (const auto& s : samples)
+    if (s.size() != samples.front().size()) return {};
+  std::vector<double> mean(samples.empty() ? 0 : samples.front().size());
+  for (size_t i = 0; i < mean.size(); ++i) {
+    std::vector<double> at;
+    for (const auto& s : samples) at.push_back(s[i]);
+    mean[i] = weighted_mean(objective, at);
+  }
+  return mean;
+}
+
+}  // namespace
+
+std::optional<double> TrialEvaluator::time_objective(const schedule::Program& program, Verdict* v) {
+  const Objective& objective = options_.objective;
+  const bool gpu = options_.device == "gpu";
+  const vm::CubinCacheStats before = vm::cubin_cache_stats();
+  std::vector<double> latencies, p90s, spreads;
+  std::vector<std::vector<double>> samples;
+  std::vector<std::vector<BaselineMedian>> baselines;  // per position
+  for (size_t i = 0; i < objective.size(); ++i) {
+    const int p = objective[i].position;
+    Verdict at = *v;
+    at.checks = json::array();
+    at.notes.clear();
+    at.breakdown_ms = json::object();
+    std::vector<BaselineMedian> medians;
+    const std::optional<double> latency =
+        gpu ? measure_on_gpu(program, p, &at, &medians)
+            : predict_latency(program, p, floor_for(weights_.shape, target_, p), &at);
+    json& entry = at.objective[i];
+    if (latency) {
+      entry["latency_us"] = *latency;
+      entry["latency_p90_us"] = at.latency_p90_us;
+      entry["latency_spread_us"] = at.latency_spread_us;
+      if (gpu) {
+        entry["baselines_us"] = json::object();
+        for (const BaselineMedian& b : medians) entry["baselines_us"][b.kind] = b.median_us;
+      }
+      latencies.push_back(*latency);
+      p90s.push_back(at.latency_p90_us);
+      spreads.push_back(at.latency_spread_us);
+      samples.push_back(at.samples_us);
+      baselines.push_back(std::move(medians));
+    }
+    fold_position(std::move(at), v);
+    // A latency only when every position has one: the first failure is the verdict's.
+    if (!latency) return std::nullopt;
+  }
+  const double latency = weighted_mean(objective, latencies);
+  v->latency_p90_us = weighted_mean(objective, p90s);
+  v->latency_spread_us = weighted_mean(objective, spreads);
+  v->samples_us = weighted_samples(objective, samples);
+  if (gpu) {
+    const vm::CubinCacheStats after = vm::cubin_cache_stats();
+    if (v->kernel.is_object() && v->kernel.contains("cubin_cache")) {
+      v->kernel["cubin_cache"]["trial_hits"] = after.hits - before.hits;
+      v->kernel["cubin_cache"]["trial_compiles"] = after.compiles - before.compiles;
+    }
+    // The strongest baseline over the objective: each kind timed at every position, weighted
+    // like the latency; the lowest weighted mean.
+    std::vector<BaselineMedian> means;
+    for (const BaselineMedian& b : baselines.front()) {
+      std::vector<double> at;
+      for (const auto& per_position : baselines)
+        for (const BaselineMedian& m : per_position)
+          if (m.kind == b.kind) at.push_back(m.median_us);
+      if (at.size() == baselines.size()) means.push_back({b.kind, weighted_mean(objective, at)});
+    }
+    v->speedup_vs_baseline.reset();
+    v->baseline_kind.clear();
+    v->baseline_us.reset();
+    for (const BaselineMedian& m : means)
+      if (v->kernel.is_object() && v->kernel.contains("baselines") &&
+          v->kernel["baselines"].contains(m.kind))
+        v->kernel["baselines"][m.kind]["median_us"] = m.median_us;
+    if (const auto best = strongest_baseline(means)) {
+      v->speedup_vs_baseline = best->median_us / latency;
+      v->baseline_kind = best->kind;
+      v->baseline_us = best->median_us;
+      v->notes.push_back("speedup_vs_baseline: the weighted mean of " + best->kind +
+                         "'s medians over the objective's positions (" +
+                         schedule::fmt("%.3f us", best->median_us) +
+                         ") over the weighted mean latency");
+    }
+  }
+  v->notes.push_back("latency_us is the objective " + objective_text(objective) +
+                     (gpu ? ": the weighted mean of the medians at its positions; samples_us "
+                            "holds the weighted mean of each position's i-th sample"
+                          : ": the weighted mean of the predicted latencies at its positions"));
+  return latency;
+}
+
+std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& program, int position,
+                                                     Verdict* v,
+                                                     std::vector<BaselineMedian>* medians_out) {
   GpuTrialOptions gpu_options = options_.gpu_options;
-  gpu_options.timed_position = options_.timed_position;  // the floor refers to this position
+  gpu_options.timed_position = position;  // the floor refers to this position
   const vm::CubinCacheStats before = vm::cubin_cache_stats();
   const GpuTrialResult g = run_gpu_trial(program, weights_, tokens_, windows_, gpu_options);
   for (const auto& [phase, ms] : g.phases_ms.items()) v->breakdown_ms[phase] = ms;
@@ -585,9 +792,12 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
     if (v->kernel.is_object() && v->kernel.contains("baselines") &&
         v->kernel["baselines"].contains(b.kind))
       v->kernel["baselines"][b.kind]["median_us"] = medians.back().median_us;
-    v->notes.push_back(b.kind + " CUDA-graph baseline median " +
-                       std::to_string(medians.back().median_us) + " us (same run)");
+    v->notes.push_back(
+        b.kind + " CUDA-graph baseline median " + std::to_string(medians.back().median_us) + " us" +
+        (options_.objective.empty() ? "" : " at position " + std::to_string(position)) +
+        " (same run)");
   }
+  if (medians_out) *medians_out = medians;
   if (const auto best = strongest_baseline(medians)) {
     v->speedup_vs_baseline = best->median_us / s.median;
     v->baseline_kind = best->kind;
@@ -597,10 +807,10 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
 }
 
 std::optional<double> TrialEvaluator::predict_latency(const schedule::Program& program,
-                                                      const Floor& floor, Verdict* v) {
+                                                      int position, const Floor& floor,
+                                                      Verdict* v) {
   const auto t0 = Clock::now();
-  const auto est =
-      schedule::predict(program, weights_.shape, target_, options_.timed_position, floor.floor_us);
+  const auto est = schedule::predict(program, weights_.shape, target_, position, floor.floor_us);
   v->breakdown_ms["predict"] = ms_since(t0);
   if (!est.completed) {
     v->status = "incorrect";
@@ -609,7 +819,7 @@ std::optional<double> TrialEvaluator::predict_latency(const schedule::Program& p
   }
   v->latency_kind = "predicted";
   v->notes.push_back("latency predicted by the cost model for " + target_.name + " at position " +
-                     std::to_string(options_.timed_position) + " (no GPU run): " +
+                     std::to_string(position) + " (no GPU run): " +
                      std::to_string(static_cast<int>(est.critical_path_stages)) +
                      " dependent stages");
   return est.latency_us;

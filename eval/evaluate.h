@@ -1,12 +1,17 @@
 // One trial, end to end (ARCHITECTURE.md, "One trial"): lower -> validate -> ReferenceVm vs
 // reference -> (GPU: kernel vs reference, timing, baseline) or (CPU: cost-model prediction) ->
 // floor -> Verdict.
-// The checked positions are --positions and the timed position. For each, the reference window
+// The checked positions are --positions and the timed position (with an objective,
+// eval/objective.h: every objective position). For each, the reference window
 // (eval/reference_cache.h: the reference KV cache before it and the logits of check_steps
 // consecutive steps) comes from the disk cache or one pass of a reference engine
 // (eval/reference_forward.h), so a check at position 4096 costs a few steps, not 4096. The
 // TrialEvaluator holds the model's weights and the windows, so a worker pays for them once and each
 // trial pays only for its own program.
+// With an objective the trial is timed (or predicted) at each of its positions in turn; the
+// verdict's latency_us, floor_us and floor_datasheet_us are the weighted means, its "objective"
+// field holds the per-position figures, and it gets a latency only when every position has one
+// (none below its floor).
 #pragma once
 
 #include <memory>
@@ -14,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "eval/baseline.h"
 #include "eval/device.h"
 #include "eval/evaluator.h"
 #include "eval/gpu_trial.h"
+#include "eval/objective.h"
 #include "eval/reference_cache.h"
 #include "eval/roofline.h"
 #include "eval/verdict.h"
@@ -31,7 +38,8 @@ namespace megasched::eval {
 
 /// Models with at most this many weight elements get the ReferenceVm walk from position 0 over
 /// every checked window (its own KV writes at every position); larger ones get the sampled check:
-/// the timed position alone, from the reference KV cache (the verdict's reference.reference_vm).
+/// the timed position alone (with an objective, each of its positions), from the reference KV
+/// cache (the verdict's reference.reference_vm).
 constexpr int64_t kReferenceVmWalkElements = int64_t{1} << 24;
 
 struct EvaluatorOptions {
@@ -40,7 +48,9 @@ struct EvaluatorOptions {
   std::string device = "cpu";              // "cpu" (predicted latency) | "gpu" (measured)
   std::vector<int> positions = {0, 3, 7};  // positions whose logits are checked
   int timed_position = 0;                  // position the latency (and the floor) refer to
-  uint64_t seed = 0;                       // preset weight seed; also seeds the token sequence
+  Objective objective;  // positions timed and their weights (eval/objective.h); empty: the
+                        // timed position alone. With one, timed_position must stay 0.
+  uint64_t seed = 0;    // preset weight seed; also seeds the token sequence
   GpuTrialOptions gpu_options;
   bool skip_validation = false;     // test-only: run a program the validator rejected
   int check_steps = 3;              // consecutive steps checked from each checked position (>= 1)
@@ -108,27 +118,40 @@ class TrialEvaluator : public Evaluator {
   bool cross_check_gpu_window(std::string* error);
   /// The window whose steps include `position` (nullptr when none).
   const ReferenceWindow* window_at(int position) const;
-  /// Step 3 on a GPU: the kernel's correctness and its median latency (nullopt: a failure status).
-  std::optional<double> measure_on_gpu(const schedule::Program& program, Verdict* v);
-  /// Step 3 without one: the cost model's latency (nullopt: its simulation did not drain).
-  std::optional<double> predict_latency(const schedule::Program& program, const Floor& floor,
-                                        Verdict* v);
+  /// The positions the trial is timed at, ascending: the objective's, else the timed position.
+  std::vector<int> timed_positions() const;
+  /// Step 3: the latency, measured or predicted, at the timed position or over the objective.
+  std::optional<double> time_trial(const schedule::Program& program, const Floor& floor,
+                                   Verdict* v);
+  /// Step 3 over an objective: each position timed in turn, its figures into v->objective; the
+  /// weighted mean latency (nullopt as soon as a position has none).
+  std::optional<double> time_objective(const schedule::Program& program, Verdict* v);
+  /// Step 3 on a GPU at `position`: the kernel's correctness and its median latency (nullopt: a
+  /// failure status). *medians (when given) gets each baseline kind's median.
+  std::optional<double> measure_on_gpu(const schedule::Program& program, int position, Verdict* v,
+                                       std::vector<BaselineMedian>* medians = nullptr);
+  /// Step 3 without one: the cost model's latency at `position` (nullopt: its simulation did not
+  /// drain).
+  std::optional<double> predict_latency(const schedule::Program& program, int position,
+                                        const Floor& floor, Verdict* v);
 
   EvaluatorOptions options_;
   schedule::Weights weights_;
   schedule::GpuTarget target_;
-  std::vector<int> checked_;              // --positions and the timed position, ascending
+  std::vector<int> checked_;              // --positions and the timed position(s), ascending
   std::vector<int32_t> tokens_;           // token fed at each position 0 .. last window position
   std::vector<ReferenceWindow> windows_;  // one per checked position, ascending
   nlohmann::json reference_info_ = nlohmann::json::object();  // the verdict's "reference"
 };
 
 /// The schedule id TrialEvaluator::schedule_id gives `config` for this model name, weight seed,
-/// target name, device and timed position: a pure function, so a coordinator that only knows a
-/// worker's identity (harness/trial_pool.h) computes the same ids the worker would.
+/// target name, device, timed position and objective: a pure function, so a coordinator that only
+/// knows a worker's identity (harness/trial_pool.h) computes the same ids the worker would. A
+/// timed position other than 0 appends "|posP", an objective "|obj" + objective_text (its
+/// canonical form); ids of position 0 without an objective are those of old.
 std::string trial_schedule_id(const schedule::ScheduleConfig& config, const std::string& model,
                               uint64_t seed, const std::string& target, const std::string& device,
-                              int timed_position);
+                              int timed_position, const Objective& objective = {});
 
 /// The token fed at each position 0 .. count-1 (deterministic in the seed).
 std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed);

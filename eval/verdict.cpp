@@ -16,7 +16,7 @@ std::optional<double> read_optional(const json& j, const char* key) {
 }  // namespace
 
 json to_json(const Verdict& v) {
-  return {
+  json j = {
       {"valid", v.valid},
       {"rejected_reason", v.rejected_reason},
       {"diagnostics", v.diagnostics},
@@ -53,6 +53,8 @@ json to_json(const Verdict& v) {
       {"checks", v.checks},
       {"reference", v.reference},
   };
+  if (!v.objective.is_null()) j["objective"] = v.objective;
+  return j;
 }
 
 Verdict verdict_from_json(const json& j) {
@@ -94,6 +96,7 @@ Verdict verdict_from_json(const json& j) {
   if (j.contains("bottleneck") && j["bottleneck"].is_object()) v.bottleneck = j["bottleneck"];
   v.checks = j.value("checks", json::array());
   v.reference = j.value("reference", json::object());
+  if (j.contains("objective") && j["objective"].is_array()) v.objective = j["objective"];
   return v;
 }
 

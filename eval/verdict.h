@@ -25,7 +25,8 @@ struct Verdict {
   double latency_p90_us = 0.0;         // measured only
   double latency_spread_us = 0.0;      // measured: (p90 - p10); predicted: 0
   std::vector<double> samples_us;      // measured timing samples
-  int timed_position = 0;              // the position latency_us and floor_us refer to
+  int timed_position = 0;              // the position latency_us and floor_us refer to (with an
+                                       // objective: its first position)
   double floor_us = 0.0;               // bytes_min / floor bandwidth (measured if known)
   double floor_datasheet_us = 0.0;     // bytes_min / datasheet bandwidth
   std::optional<double> pct_of_floor;  // 100 * floor_us / latency_us
@@ -57,6 +58,13 @@ struct Verdict {
   // "reference_vm": "walk" | "sampled", "windows": [{"start", "lookup", "engine", "note"}],
   // "load_ms"}; empty for a trial that ran nothing.
   nlohmann::json reference = nlohmann::json::object();
+  // With an objective (eval/objective.h): one entry per position, ascending: {"position",
+  // "weight", "latency_us" (null until measured, or when below its floor), "latency_p90_us",
+  // "latency_spread_us", "floor_us", "floor_datasheet_us", "bytes_min"} (GPU: also
+  // "baselines_us", each baseline kind's median there). latency_us, floor_us and
+  // floor_datasheet_us above are the weighted means of these. Null without an objective, and
+  // then absent from the JSON (verdicts of one timed position are unchanged).
+  nlohmann::json objective = nullptr;
 };
 
 nlohmann::json to_json(const Verdict& verdict);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "eval/bottleneck.h"
+#include "eval/objective.h"
 #include "flywheel/run_dir.h"
 #include "schedule/config.h"
 #include "schedule/format.h"
@@ -60,6 +61,7 @@ struct Trial {
 struct Group {
   std::string model, target, device, latency_kind;
   int timed_position = 0;
+  std::string objective;                     // canonical text; "" for one timed position
   std::vector<const CorpusRecord*> records;  // every trial, file order
   std::vector<Trial> correct;                // one per schedule id
 };
@@ -239,12 +241,15 @@ json bottleneck_windows(const std::vector<const CorpusRecord*>& records, int win
 json build_lessons(const std::vector<CorpusRecord>& records, const LessonsOptions& options) {
   std::vector<Group> groups;
   for (const CorpusRecord& r : records) {
+    const std::string objective =
+        eval::objective_text(eval::objective_of_entries(r.verdict.objective));
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
       return g.model == r.model && g.target == r.target && g.device == r.device &&
-             g.timed_position == r.verdict.timed_position;
+             g.timed_position == r.verdict.timed_position && g.objective == objective;
     });
     if (it == groups.end()) {
-      groups.push_back({r.model, r.target, r.device, "", r.verdict.timed_position, {}, {}});
+      groups.push_back(
+          {r.model, r.target, r.device, "", r.verdict.timed_position, objective, {}, {}});
       it = groups.end() - 1;
     }
     it->records.push_back(&r);
@@ -268,6 +273,7 @@ json build_lessons(const std::vector<CorpusRecord>& records, const LessonsOption
                              {"effects", knob_effects(g.correct, options)},
                              {"failures", failures(g.records)},
                              {"bottlenecks", bottleneck_windows(g.records, options.window)}});
+    if (!g.objective.empty()) out["groups"].back()["objective"] = g.objective;
   }
   return out;
 }
@@ -283,7 +289,9 @@ std::string lessons_markdown(const json& lessons, const std::string& source) {
   for (const json& g : lessons["groups"]) {
     md << "\n## " << g["model"].get<std::string>() << " on " << g["target"].get<std::string>()
        << " (" << g["device"].get<std::string>() << ", " << g["latency_kind"].get<std::string>()
-       << ", position " << g["timed_position"] << ")\n\n"
+       << (g.contains("objective") ? ", objective " + g["objective"].get<std::string>()
+                                   : ", position " + g["timed_position"].dump())
+       << ")\n\n"
        << g["trials"] << " trials, " << g["correct"] << " correct with a latency.\n\n"
        << "### Knob effects\n\n| knob | from | to | method | n | effect % | 95% CI % |\n"
        << "|---|---|---|---|---|---|---|\n";

@@ -27,6 +27,9 @@ struct LessonsOptions {
   int window = 10;    // trials per window of the bottleneck table
 };
 
+/// One group per model, target, device, timed position and objective (eval/objective.h: trials
+/// judged over several positions are never mixed with trials timed at one; "objective", its
+/// canonical text, is present only for such a group).
 /// {"groups": [{"model", "target", "device", "latency_kind", "timed_position", "trials",
 ///   "correct", "effects": [{"knob", "from", "to", "method", "n", "effect_pct", "ci_low_pct",
 ///   "ci_high_pct"}], "failures": [{"status", "why", "count", "examples": [schedule ids],

@@ -31,6 +31,7 @@ int fail(int code, const std::string& message) {
 int run_evaluate(Options& opt) {
   std::string error;
   if (!opt.trial.parse_positions(&error)) return fail(kExitUsage, error + " (e.g. 0,3,7)");
+  if (!opt.trial.parse_objective(&error)) return fail(kExitUsage, error);
   eval::EvaluatorOptions& ev = opt.trial.ev;
   ev.gpu_options.time_baseline = !opt.no_baseline;
   if (!opt.program.empty() && (!opt.config.empty() || !opt.save_program.empty()))
@@ -108,6 +109,7 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
                   "Evaluate a program JSON file instead of lowering a config");
   add_positions_flag(cmd, &opt->trial.positions);
   add_timed_position_flag(cmd, &ev.timed_position);
+  add_objective_flag(cmd, &opt->trial.objective);
   add_seed_flag(cmd, &ev.seed);
   cmd->add_option("--iterations", ev.gpu_options.iterations, "Timed GPU iterations")
       ->check(integer_in(1, kMaxInt))

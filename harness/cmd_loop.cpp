@@ -147,7 +147,14 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
   add_timed_position_flag(
       cmd, &opt->trial.ev.timed_position,
       "Position the trials are timed (and the floor taken) at; a search is judged at one position "
-      "(long context favours other attention splits than position 0)");
+      "(long context favours other attention splits than position 0), or with --objective over "
+      "several");
+  add_objective_flag(
+      cmd, &opt->trial.objective,
+      "Judge every trial by its weighted mean latency over several positions: "
+      "POS:WEIGHT,POS:WEIGHT,... (e.g. 0:1,1024:1,4096:2; a bare POS weighs 1), each timed (or "
+      "predicted) in turn; the keep rule compares these means, and --warm-start adopts only "
+      "records of the same objective. Instead of --timed-position");
   cmd->add_flag("--isolate", opt->isolate,
                 "Run CPU trials in a worker process too (GPU trials always are)");
   cmd->add_option("--gpus", opt->gpus,

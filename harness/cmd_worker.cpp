@@ -22,11 +22,13 @@ void add_worker_command(CLI::App& app, CliContext& ctx) {
   add_positions_flag(cmd, &opt->positions);
   add_seed_flag(cmd, &opt->ev.seed, "--weight-seed");
   add_timed_position_flag(cmd, &opt->ev.timed_position);
+  add_objective_flag(cmd, &opt->objective);
   cmd->callback([&ctx, opt] {
     std::string why;
-    if (!opt->parse_positions(&why)) {
+    const bool positions_ok = opt->parse_positions(&why);
+    if (!positions_ok || !opt->parse_objective(&why)) {
       std::cout << nlohmann::json{{"ready", false}, {"error", why}}.dump() << std::endl;
-      print_error("worker", why + " (e.g. 0,3,7)");
+      print_error("worker", positions_ok ? why : why + " (e.g. 0,3,7)");
       ctx.exit_code = kExitUsage;
       return;
     }

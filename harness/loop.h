@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/evaluator.h"
+#include "eval/objective.h"
 #include "eval/verdict.h"
 #include "harness/strategy.h"
 #include "harness/trial_pool.h"
@@ -51,7 +52,8 @@ struct LoopOptions {
   bool resume = false;      // continue the last run of this model / target / device
   bool warm_start = false;  // trial 0: the best known config instead of the default
   std::optional<schedule::ScheduleConfig> start;  // trial 0: this config (excludes warm_start)
-  int timed_position = 0;  // the evaluator's timed position: warm-start adopts only such records
+  int timed_position = 0;     // the evaluator's timed position: warm-start adopts only such records
+  eval::Objective objective;  // the evaluator's objective: warm-start adopts only its records
   std::string results_path = "workspace/results.tsv";
   std::string corpus_path = "workspace/corpus.jsonl";
   double min_gain = 0.01;                   // keep rule: relative gain floor (1%)

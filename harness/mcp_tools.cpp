@@ -158,6 +158,16 @@ json timed_position_property() {
       0, 0, 1 << 20);
 }
 
+json objective_property() {
+  return {{"type", "string"},
+          {"default", ""},
+          {"description",
+           "Positions timed and their weights, as the CLI's --objective takes them: "
+           "\"POS:WEIGHT,POS:WEIGHT,...\" (e.g. \"0:1,1024:1,4096:2\"; a bare POS weighs 1). "
+           "latency_us is then the weighted mean over them (the verdict's objective lists each); "
+           "instead of timed_position. Empty: the timed position alone"}};
+}
+
 const json& propose_schema() {
   static const json schema = object_schema({{"model", model_property()},
                                             {"gpu", gpu_property("h100")},
@@ -175,6 +185,7 @@ const json& evaluate_schema() {
        {"config", config_property("The config to evaluate", /*described=*/true)},
        {"positions", positions_property()},
        {"timed_position", timed_position_property()},
+       {"objective", objective_property()},
        {"seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
        {"trial_timeout", number_property("Seconds the trial may take before its worker is killed "
                                          "(status timeout)",
@@ -232,6 +243,7 @@ const json& loop_schema() {
        {"start", config_property("Trial 0 instead of the default config")},
        {"positions", positions_property()},
        {"timed_position", timed_position_property()},
+       {"objective", objective_property()},
        {"weight_seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
        {"trial_timeout", number_property("Seconds a trial may take before its worker is killed "
                                          "(status timeout)",
@@ -514,10 +526,16 @@ ToolResult evaluate_tool(const ToolCall& call, McpContext& context) {
   flags.ev.seed = a.seed("seed");
   flags.ev.timed_position = a.integer("timed_position");
   flags.positions = a.int_list("positions");
-  if (!flags.parse_positions(&error)) return tool_error(kExitUsage, "megasched evaluate: " + error);
-  // The model and the target here, for the CLI's messages; the worker loads them.
-  if (!eval::resolve_shape(flags.ev.model, &error))
+  flags.objective = a.text("objective");
+  if (!flags.parse_positions(&error) || !flags.parse_objective(&error, "objective"))
     return tool_error(kExitUsage, "megasched evaluate: " + error);
+  // The model and the target here, for the CLI's messages; the worker loads them.
+  const auto shape = eval::resolve_shape(flags.ev.model, &error);
+  if (!shape) return tool_error(kExitUsage, "megasched evaluate: " + error);
+  if (const std::string why =
+          eval::objective_range_error(flags.ev.objective, shape->name, shape->max_seq, "objective");
+      !why.empty())
+    return tool_error(kExitUsage, "megasched evaluate: " + why);
   if (!eval::resolve_target(flags.ev.gpu, &error))
     return tool_error(flags.ev.gpu == "auto" ? kExitEnvironment : kExitUsage,
                       "megasched evaluate: " + error);
@@ -555,6 +573,8 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.trial.ev.seed = a.seed("weight_seed");
   command.trial.ev.timed_position = a.integer("timed_position");
   command.trial.positions = a.int_list("positions");
+  command.trial.objective = a.text("objective");
+  command.objective_flag = "objective";
   command.device = a.text("device");
   command.strategy.name = a.text("strategy");
   command.strategy.seed = a.seed("seed");

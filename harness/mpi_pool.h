@@ -31,6 +31,7 @@ struct MpiLoopOptions {
   bool gpu = false;             // one GPU per worker rank; false: one CPU trial slot
   double rank_timeout_s = 60;   // silence past the trial and start timeouts before a rank is lost
   int timed_position = 0;       // of the schedule ids rank 0 computes
+  eval::Objective objective;    // of the schedule ids rank 0 computes
 };
 
 /// True when this megasched was built with MPI.

@@ -188,7 +188,8 @@ class MpiPool : public TrialPool {
   }
   std::string label(int slot) const override { return slots_[slot].label; }
   std::string schedule_id(int slot, const schedule::ScheduleConfig& config) const override {
-    return schedule_id_for_identity(config, identity(slot), options_.timed_position);
+    return schedule_id_for_identity(config, identity(slot), options_.timed_position,
+                                    options_.objective);
   }
   bool alive(int slot) const override { return slots_[slot].usable && !slots_[slot].silent; }
 

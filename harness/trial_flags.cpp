@@ -32,6 +32,10 @@ CLI::Option* add_timed_position_flag(CLI::App* cmd, int* timed_position, const s
       ->capture_default_str();
 }
 
+CLI::Option* add_objective_flag(CLI::App* cmd, std::string* objective, const std::string& help) {
+  return cmd->add_option("--objective", *objective, help)->type_name("POS:WEIGHT,...");
+}
+
 CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name,
                            const std::string& help) {
   return cmd->add_option(name, *seed, help)->check(unsigned_integer())->capture_default_str();
@@ -51,10 +55,31 @@ bool TrialFlags::parse_positions(std::string* error) {
   return true;
 }
 
+bool TrialFlags::parse_objective(std::string* error, const std::string& flag) {
+  if (objective.empty()) return true;
+  auto parsed = eval::parse_objective(objective, error, flag);
+  if (!parsed) return false;
+  if (ev.timed_position != 0) {
+    const bool cli = flag.rfind("--", 0) == 0;
+    const std::string at = std::to_string(ev.timed_position);
+    if (error)
+      *error = flag + " and " + (cli ? "--timed-position" : "timed_position") +
+               " both say where trials are timed; use one or the other (an objective of one "
+               "position, e.g. " +
+               flag + (cli ? " " + at : " \"" + at + "\"") + ", times at " + at + " alone)";
+    return false;
+  }
+  ev.objective = *parsed;
+  return true;
+}
+
 std::string TrialFlags::worker_arguments() const {
+  // The objective in its canonical form (no spaces, nothing to quote), so the worker's schedule
+  // ids are the ones the loop computes.
   return "--model " + shell_quote(ev.model) + " --gpu " + shell_quote(ev.gpu) + " --device " +
          ev.device + " --positions " + positions + " --weight-seed " + std::to_string(ev.seed) +
-         " --timed-position " + std::to_string(ev.timed_position);
+         " --timed-position " + std::to_string(ev.timed_position) +
+         (ev.objective.empty() ? "" : " --objective " + eval::objective_text(ev.objective));
 }
 
 }  // namespace megasched::harness

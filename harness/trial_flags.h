@@ -5,6 +5,8 @@
 //   --device          cpu (predicted latency) or gpu (measured)
 //   --positions       positions whose logits are checked
 //   --timed-position  position the latency and the floor refer to
+//   --objective       positions timed and their weights (eval/objective.h): the latency is the
+//                     weighted mean over them; instead of --timed-position
 //   --seed / --weight-seed   weight and token seed for presets (`loop` and `worker` say
 //                     --weight-seed: their --seed is the strategy's)
 // A subcommand passes its own help only where its flag means something narrower (generate's
@@ -42,6 +44,12 @@ CLI::Option* add_timed_position_flag(CLI::App* cmd, int* timed_position,
                                      const std::string& help =
                                          "Position the latency and the "
                                          "floor refer to");
+CLI::Option* add_objective_flag(
+    CLI::App* cmd, std::string* objective,
+    const std::string& help =
+        "Time each trial at several positions and judge it by the weighted mean latency: "
+        "POS:WEIGHT,POS:WEIGHT,... (e.g. 0:1,1024:1,4096:2; a bare POS weighs 1); the floor is "
+        "the same weighted mean. Instead of --timed-position");
 CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name = "--seed",
                            const std::string& help = "Weight and token seed for presets");
 
@@ -51,11 +59,16 @@ int target_error_code(const std::string& gpu);
 
 /// The evaluator's trial flags with --positions still as text.
 struct TrialFlags {
-  eval::EvaluatorOptions ev;        // model, gpu, device, seed, timed_position
+  eval::EvaluatorOptions ev;        // model, gpu, device, seed, timed_position, objective
   std::string positions = "0,3,7";  // --positions as given
+  std::string objective;            // --objective as given; "": none
 
   /// Parses --positions into ev.positions; false with *error naming the flag and its value.
   bool parse_positions(std::string* error);
+  /// Parses --objective into ev.objective (an empty text leaves it as it is); false with *error
+  /// naming the flag, the fault and the syntax, or when a non-zero --timed-position is given too.
+  /// `flag` names the option in messages ("objective" for the MCP tools).
+  bool parse_objective(std::string* error, const std::string& flag = "--objective");
   /// The flags for `megasched worker`, which builds the same evaluator in its own process.
   std::string worker_arguments() const;
 };

@@ -12,11 +12,12 @@ std::string device_type(const nlohmann::json& identity) {
 }
 
 std::string schedule_id_for_identity(const schedule::ScheduleConfig& config,
-                                     const nlohmann::json& identity, int timed_position) {
-  return eval::trial_schedule_id(config, identity.value("model", std::string()),
-                                 identity.value("seed", uint64_t{0}),
-                                 identity.value("target", std::string()),
-                                 identity.value("device", std::string()), timed_position);
+                                     const nlohmann::json& identity, int timed_position,
+                                     const eval::Objective& objective) {
+  return eval::trial_schedule_id(
+      config, identity.value("model", std::string()), identity.value("seed", uint64_t{0}),
+      identity.value("target", std::string()), identity.value("device", std::string()),
+      timed_position, objective);
 }
 
 ThreadedPool::ThreadedPool(std::vector<std::unique_ptr<eval::Evaluator>> evaluators,

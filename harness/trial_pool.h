@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/evaluator.h"
+#include "eval/objective.h"
 #include "schedule/config.h"
 
 namespace megasched::harness {
@@ -60,9 +61,10 @@ class TrialPool {
 std::string device_type(const nlohmann::json& identity);
 
 /// The schedule id of `config` for an evaluator identity (eval::trial_schedule_id over its model,
-/// seed, target and device) at a timed position.
+/// seed, target and device) at a timed position, or over an objective.
 std::string schedule_id_for_identity(const schedule::ScheduleConfig& config,
-                                     const nlohmann::json& identity, int timed_position);
+                                     const nlohmann::json& identity, int timed_position,
+                                     const eval::Objective& objective = {});
 
 class ThreadedPool : public TrialPool {
  public:

@@ -251,6 +251,7 @@ std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& dev
     m.gpu = device == "gpu";
     m.rank_timeout_s = opt.rank_timeout_s;
     m.timed_position = opt.trial.ev.timed_position;
+    m.objective = opt.trial.ev.objective;
     bool usage = false;
     backend->pool = start_mpi_loop(m, &error, &backend->served, &usage);
     if (backend->served) return VerbResult{*backend->served, nullptr, ""};
@@ -263,6 +264,7 @@ std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& dev
     p.worker = w;
     p.cpu_slots = opt.workers;
     p.timed_position = opt.trial.ev.timed_position;
+    p.objective = opt.trial.ev.objective;
     if (!opt.gpus.empty()) {
       bool environment = false;
       auto gpus = parse_gpu_list(opt.gpus, &error, &environment);
@@ -291,8 +293,10 @@ std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& dev
 VerbResult run_loop_command(LoopCommand& opt) {
   std::string error;
   if (!opt.trial.parse_positions(&error)) return failed(kExitUsage, error);
+  if (!opt.trial.parse_objective(&error, opt.objective_flag)) return failed(kExitUsage, error);
   eval::EvaluatorOptions& ev = opt.trial.ev;
   opt.loop.timed_position = ev.timed_position;
+  opt.loop.objective = ev.objective;
   if (ev.timed_position < 0) return failed(kExitUsage, "--timed-position must be >= 0");
   if (!opt.start.empty() || opt.start_config) {
     if (opt.loop.warm_start)
@@ -320,6 +324,11 @@ VerbResult run_loop_command(LoopCommand& opt) {
 
   auto shape = eval::resolve_shape(ev.model, &error);
   if (!shape) return failed(kExitUsage, error);
+  // Before any worker starts: a position the model cannot reach is the arguments' fault.
+  if (const std::string why = eval::objective_range_error(ev.objective, shape->name, shape->max_seq,
+                                                          opt.objective_flag);
+      !why.empty())
+    return failed(kExitUsage, why);
   auto target = eval::resolve_target(ev.gpu, &error);
   if (!target) return failed(ev.gpu == "auto" ? kExitEnvironment : kExitUsage, error);
 

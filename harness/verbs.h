@@ -83,6 +83,8 @@ struct LoopCommand {
   int workers = 0;             // --workers N: N CPU workers (--device cpu); 0: none
   bool mpi = false;            // --mpi: under mpirun, rank 0 runs the loop, the others trials
   double rank_timeout_s = 60;  // --rank-timeout: an MPI rank's silence before it counts as lost
+  std::string objective_flag = "--objective";  // how messages name trial.objective ("objective"
+                                               // for the MCP tool)
   /// Called once the evaluator and the strategy are ready, right before the first trial (the
   /// CLI installs its signal handlers there).
   std::function<void()> on_start;

@@ -97,10 +97,12 @@ std::unique_ptr<ThreadedPool> start_worker_pool(const WorkerPoolOptions& options
   for (auto& w : workers) evaluators.push_back(std::move(w));
   auto pool = std::make_unique<ThreadedPool>(std::move(evaluators), labels, nullptr);
   const int position = options.timed_position;
+  const eval::Objective objective = options.objective;
   ThreadedPool* raw = pool.get();
-  pool->set_id_function([raw, position](int slot, const schedule::ScheduleConfig& config) {
-    return schedule_id_for_identity(config, raw->identity(slot), position);
-  });
+  pool->set_id_function(
+      [raw, position, objective](int slot, const schedule::ScheduleConfig& config) {
+        return schedule_id_for_identity(config, raw->identity(slot), position, objective);
+      });
   return pool;
 }
 

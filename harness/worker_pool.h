@@ -30,6 +30,7 @@ struct WorkerPoolOptions {
   std::vector<std::string> gpus;     // one slot per GPU id; empty: cpu_slots CPU slots
   int cpu_slots = 0;
   int timed_position = 0;            // of the schedule ids
+  eval::Objective objective;         // of the schedule ids
 };
 
 /// Starts one worker per slot (all at once) and waits for their ready lines. nullptr with *error

@@ -285,5 +285,156 @@ TEST(TrialEvaluator, AModelWhoseOwnForwardIsNotFiniteIsRefusedNotBlamedOnSchedul
   std::filesystem::remove_all(dir);
 }
 
+// ---- a weighted objective over positions (eval/objective.h) -------------------------------
+
+/// A toy CPU evaluator timed at `timed_position`, or over `objective` when it is not empty.
+std::unique_ptr<TrialEvaluator> toy_at(int timed_position, const Objective& objective = {},
+                                       int64_t walk_elements = kReferenceVmWalkElements) {
+  EvaluatorOptions o;
+  o.positions = {0, 3, 7};
+  o.timed_position = timed_position;
+  o.objective = objective;
+  o.reference_vm_walk_elements = walk_elements;
+  std::string error;
+  auto ev = TrialEvaluator::create(o, &error);
+  EXPECT_TRUE(ev) << error;
+  return ev;
+}
+
+TEST(TrialEvaluator, ObjectiveLatencyIsTheWeightedMeanOfItsPositionsLatencies) {
+  const Objective objective = {{60, 2.0}, {0, 1.0}, {20, 0.5}};  // any order
+  auto over = toy_at(0, objective);
+  ASSERT_TRUE(over);
+  schedule::ScheduleConfig narrow;
+  narrow.tiling.gemv_rows_per_task = 16;
+  for (const schedule::ScheduleConfig& c : {schedule::ScheduleConfig{}, narrow}) {
+    const Verdict v = over->evaluate(c);
+    ASSERT_EQ(v.status, "ok") << to_json(v).dump();
+    ASSERT_TRUE(v.latency_us.has_value());
+    EXPECT_EQ(v.latency_kind, "predicted");
+    EXPECT_EQ(v.timed_position, 0) << "the first objective position";
+    EXPECT_EQ(v.positions_checked, (std::vector<int>{0, 3, 7, 20, 60}));
+    // Each position alone, as --timed-position P evaluates it.
+    double latency = 0, floor = 0, datasheet = 0, weights = 0;
+    ASSERT_TRUE(v.objective.is_array());
+    ASSERT_EQ(v.objective.size(), 3u);
+    const std::vector<std::pair<int, double>> terms = {{0, 1.0}, {20, 0.5}, {60, 2.0}};
+    for (size_t i = 0; i < terms.size(); ++i) {
+      const auto [p, w] = terms[i];
+      const Verdict alone = toy_at(p)->evaluate(c);
+      ASSERT_TRUE(alone.latency_us.has_value()) << p;
+      const nlohmann::json& e = v.objective[i];
+      EXPECT_EQ(e["position"], p);
+      EXPECT_EQ(e["weight"].get<double>(), w);
+      EXPECT_DOUBLE_EQ(e["latency_us"].get<double>(), *alone.latency_us) << p;
+      EXPECT_DOUBLE_EQ(e["floor_us"].get<double>(), alone.floor_us) << p;
+      EXPECT_EQ(e["bytes_min"].get<uint64_t>(), alone.bytes_min) << p;
+      latency += w * *alone.latency_us;
+      floor += w * alone.floor_us;
+      datasheet += w * alone.floor_datasheet_us;
+      weights += w;
+    }
+    EXPECT_NEAR(*v.latency_us, latency / weights, 1e-9 * latency / weights);
+    EXPECT_NEAR(v.floor_us, floor / weights, 1e-9 * floor / weights);
+    EXPECT_NEAR(v.floor_datasheet_us, datasheet / weights, 1e-9 * datasheet / weights);
+    EXPECT_NEAR(*v.pct_of_floor, 100.0 * v.floor_us / *v.latency_us, 1e-9);
+    // The positions differ, so the mean is none of them.
+    EXPECT_GT(v.objective[2]["floor_us"].get<double>(), v.objective[0]["floor_us"].get<double>());
+    const Verdict back = verdict_from_json(to_json(v));
+    EXPECT_EQ(back.objective, v.objective);
+  }
+}
+
+TEST(TrialEvaluator, ObjectiveIsAnotherTrialWithAStableId) {
+  const schedule::ScheduleConfig c;
+  auto at0 = toy_at(0);
+  const Objective objective = {{0, 1.0}, {20, 1.0}, {60, 2.0}};
+  auto over = toy_at(0, objective);
+  auto again = toy_at(0, {{60, 2.0}, {20, 1.0}, {0, 1.0}});
+  auto heavier = toy_at(0, {{0, 1.0}, {20, 1.0}, {60, 3.0}});
+  ASSERT_TRUE(at0 && over && again && heavier);
+  const std::string id = over->schedule_id(c);
+  EXPECT_NE(id, at0->schedule_id(c)) << "a trial over an objective is not the one at 0";
+  EXPECT_EQ(id, again->schedule_id(c)) << "one objective, two spellings";
+  EXPECT_NE(id, heavier->schedule_id(c)) << "the weights are part of the trial";
+  EXPECT_EQ(id, trial_schedule_id(c, "toy", 0, "h100", "cpu", 0, objective));
+  EXPECT_EQ(over->evaluate(c).schedule_id, id);
+  // Without an objective the id is the one of old.
+  EXPECT_EQ(at0->schedule_id(c), trial_schedule_id(c, "toy", 0, "h100", "cpu", 0));
+  EXPECT_EQ(at0->schedule_id(c), trial_schedule_id(c, "toy", 0, "h100", "cpu", 0, {}));
+  // A verdict of one timed position has no objective field at all.
+  const Verdict single = at0->evaluate(c);
+  EXPECT_TRUE(single.objective.is_null());
+  EXPECT_FALSE(to_json(single).contains("objective"));
+  EXPECT_TRUE(to_json(over->evaluate(c)).contains("objective"));
+}
+
+TEST(TrialEvaluator, AnObjectiveOfOnePositionTimesLikeTheTimedPosition) {
+  const schedule::ScheduleConfig c;
+  auto timed = toy_at(40);
+  auto over = toy_at(0, {{40, 1.0}});
+  ASSERT_TRUE(timed && over);
+  const Verdict a = timed->evaluate(c), b = over->evaluate(c);
+  ASSERT_TRUE(a.latency_us && b.latency_us) << to_json(b).dump();
+  EXPECT_DOUBLE_EQ(*b.latency_us, *a.latency_us);
+  EXPECT_DOUBLE_EQ(b.floor_us, a.floor_us);
+  EXPECT_EQ(b.bytes_min, a.bytes_min);
+  EXPECT_EQ(b.timed_position, 40);
+  EXPECT_EQ(b.positions_checked, a.positions_checked);
+  EXPECT_NE(b.schedule_id, a.schedule_id);
+}
+
+TEST(TrialEvaluator, LargeModelsSampleTheReferenceVmAtEveryObjectivePosition) {
+  auto ev = toy_at(0, {{20, 1.0}, {60, 1.0}}, /*walk_elements=*/0);
+  ASSERT_TRUE(ev);
+  const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+  ASSERT_TRUE(v.correct) << to_json(v).dump();
+  EXPECT_EQ(v.reference["reference_vm"], "sampled");
+  EXPECT_EQ(checks_on(v, "reference_vm"), (std::vector<std::pair<int, int>>{{20, 20}, {60, 60}}));
+}
+
+TEST(TrialEvaluator, AnIncorrectProgramGetsNoObjectiveLatency) {
+  auto ev = toy_at(0, {{0, 1.0}, {60, 1.0}});
+  ASSERT_TRUE(ev);
+  std::string error;
+  auto program = schedule::lower(ev->shape(), ev->target(), schedule::ScheduleConfig{}, &error);
+  ASSERT_TRUE(program) << error;
+  const auto layout = schedule::layout_for(ev->shape());
+  for (auto& t : program->tasks)
+    if (t.opcode == ms_abi::kGemv && program->ops[t.op_id].kind == schedule::OpKind::kLmHead)
+      t.weight =
+          t.weight - static_cast<uint64_t>(layout.lm_head) + static_cast<uint64_t>(layout.embed);
+  const Verdict v = ev->evaluate_program(*program, "0123456789abcdef");
+  EXPECT_EQ(v.status, "incorrect");
+  EXPECT_FALSE(v.latency_us.has_value());
+  ASSERT_EQ(v.objective.size(), 2u);
+  for (const auto& e : v.objective) EXPECT_TRUE(e["latency_us"].is_null()) << e.dump();
+}
+
+TEST(TrialEvaluator, BadObjectivesAreErrorsWithHints) {
+  EvaluatorOptions o;
+  std::string error;
+  o.objective = {{0, 1.0}, {40, 1.0}};
+  o.timed_position = 40;
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("use one or the other"), std::string::npos) << error;
+  o.timed_position = 0;
+  o.objective = {{0, 1.0}, {0, 2.0}};
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("position 0 is given twice"), std::string::npos) << error;
+  o.objective = {{0, 0.0}};
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("a weight is a finite number above 0"), std::string::npos) << error;
+  o.objective = {{-1, 1.0}};
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("is negative"), std::string::npos) << error;
+  o.objective = {{0, 1.0}, {128, 1.0}};
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("position 128 is beyond model toy's max_seq 128"), std::string::npos)
+      << error;
+  o.objective = {{0, 1.0}, {127, 1.0}};
+  EXPECT_TRUE(TrialEvaluator::create(o, &error)) << error;
+}
+
 }  // namespace
 }  // namespace megasched::eval

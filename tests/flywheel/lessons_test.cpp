@@ -92,6 +92,22 @@ TEST(Lessons, PairsGiveTheKnobEffectWithAnInterval) {
   EXPECT_NEAR((*unroll)["ci_high_pct"].get<double>(), -10.0 + 4.303 / std::sqrt(3.0), 1e-6);
 }
 
+TEST(Lessons, TrialsOverAnObjectiveAreAGroupOfTheirOwn) {
+  std::vector<CorpusRecord> c = fixture();
+  CorpusRecord over = trial(11, {{"kernel", {{"unroll", 4}}}}, 50.0);
+  over.verdict.objective = json::array({{{"position", 0}, {"weight", 1}, {"latency_us", 40.0}},
+                                        {{"position", 60}, {"weight", 1}, {"latency_us", 60.0}}});
+  c.push_back(over);
+  const json lessons = build_lessons(c);
+  ASSERT_EQ(lessons["groups"].size(), 2u) << "timed_position is 0 in both, the objective is not";
+  EXPECT_EQ(lessons["groups"][0]["trials"], 11);
+  EXPECT_FALSE(lessons["groups"][0].contains("objective"));
+  EXPECT_EQ(lessons["groups"][1]["trials"], 1);
+  EXPECT_EQ(lessons["groups"][1]["objective"], "0:1,60:1");
+  EXPECT_NE(lessons_markdown(lessons, "corpus.jsonl").find("(cpu, predicted, objective 0:1,60:1)"),
+            std::string::npos);
+}
+
 TEST(Lessons, AKnobWithoutPairsGetsTheRegression) {
   const json lessons = build_lessons(fixture());  // g refers into it: keep it alive
   const json& g = lessons["groups"][0];

@@ -2,7 +2,12 @@
 // with hints on stderr, and exit codes.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -131,6 +136,100 @@ TEST(Cli, ConfigDefaultIsTheDefaultConfig) {
             nlohmann::json::parse(plain.out)["incumbent"]);
   auto r = run("evaluate --model toy --gpu h100 --device cpu --config default");
   EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
+// ---- --objective: a weighted mean over positions -------------------------------------------
+
+double latency_of(const std::string& args) {
+  auto r = run("evaluate --model toy --gpu h100 --device cpu --no-run-dir " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << ": " << r.out;
+  auto v = nlohmann::json::parse(r.out);
+  return v["latency_us"].get<double>();
+}
+
+TEST(Cli, EvaluateObjectiveIsTheWeightedMeanOfTheTimedPositions) {
+  auto r = run("evaluate --model toy --gpu h100 --device cpu --no-run-dir --objective 60:2,0:1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto v = nlohmann::json::parse(r.out);
+  const double at0 = latency_of("--timed-position 0"), at60 = latency_of("--timed-position 60");
+  const double want = (1 * at0 + 2 * at60) / 3;
+  EXPECT_NEAR(v["latency_us"].get<double>(), want, 1e-9 * want);
+  EXPECT_EQ(v["timed_position"], 0);
+  ASSERT_EQ(v["objective"].size(), 2u);
+  EXPECT_EQ(v["objective"][1]["position"], 60);
+  EXPECT_EQ(v["objective"][1]["weight"], 2.0);
+  EXPECT_DOUBLE_EQ(v["objective"][1]["latency_us"].get<double>(), at60);
+  EXPECT_EQ(v["positions_checked"], nlohmann::json({0, 3, 7, 60}));
+  // One position with weight 1 times like --timed-position, under an id of its own.
+  EXPECT_DOUBLE_EQ(latency_of("--objective 60"), at60);
+  auto one = nlohmann::json::parse(run("evaluate --model toy --device cpu --no-run-dir "
+                                       "--objective 60:1")
+                                       .out);
+  auto timed = nlohmann::json::parse(run("evaluate --model toy --device cpu --no-run-dir "
+                                         "--timed-position 60")
+                                         .out);
+  EXPECT_NE(one["schedule_id"], timed["schedule_id"]);
+  EXPECT_EQ(one["schedule_id"],
+            nlohmann::json::parse(run("evaluate --model toy --device cpu --no-run-dir "
+                                      "--objective 60")
+                                      .out)["schedule_id"]);
+  // Without --objective the verdict has no objective field (verdicts of old are unchanged).
+  EXPECT_FALSE(timed.contains("objective"));
+}
+
+TEST(Cli, HelpOfEvaluateLoopAndWorkerDescribesObjective) {
+  for (const char* verb : {"evaluate", "loop", "worker"}) {
+    auto r = run(std::string(verb) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << verb;
+    EXPECT_NE(r.out.find("--objective"), std::string::npos) << verb << r.out;
+    EXPECT_NE(r.out.find("POS:WEIGHT"), std::string::npos) << verb << r.out;
+    EXPECT_NE(r.out.find("weighted mean"), std::string::npos) << verb << r.out;
+  }
+}
+
+/// A loop of `args` over fresh logs in `dir`: its summary and its corpus records.
+std::pair<nlohmann::json, std::vector<nlohmann::json>> loop_in(const std::string& dir,
+                                                               const std::string& args) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto r = run("loop --model toy --gpu h100 --device cpu --no-run-dir --results " + dir +
+               "/results.tsv --corpus " + dir + "/corpus.jsonl " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << ": " << r.out;
+  std::vector<nlohmann::json> records;
+  std::ifstream in(dir + "/corpus.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  nlohmann::json summary = r.out.empty() ? nlohmann::json() : nlohmann::json::parse(r.out);
+  std::filesystem::remove_all(dir);
+  return {summary, records};
+}
+
+TEST(Cli, LoopOverAnObjectiveLogsItsMeanWithTheIdsEvaluateGives) {
+  const std::string dir = testing::TempDir() + "ms_cli_objective_" + std::to_string(::getpid());
+  const std::string id = nlohmann::json::parse(run("evaluate --model toy --device cpu --no-run-dir "
+                                                   "--objective 0:1,60:2")
+                                                   .out)["schedule_id"];
+  // In process, in an isolated worker and in a pool of workers: one id for the default config.
+  for (const char* where : {"", "--isolate", "--workers 2"}) {
+    SCOPED_TRACE(where);
+    const auto [summary, records] =
+        loop_in(dir, std::string("--strategy hillclimb --budget 3 --objective 60:2,0 ") + where);
+    EXPECT_EQ(summary["seed"]["schedule_id"], id);
+    ASSERT_EQ(records.size(), 3u);
+    ASSERT_TRUE(records[0]["verdict"]["latency_us"].is_number()) << records[0].dump();
+    for (const auto& rec : records) {
+      const auto& v = rec["verdict"];
+      ASSERT_EQ(v["objective"].size(), 2u) << v.dump();
+      if (v["status"] != "ok") continue;  // a rejected config has no latency to average
+      const double want = (v["objective"][0]["latency_us"].get<double>() +
+                           2 * v["objective"][1]["latency_us"].get<double>()) /
+                          3;
+      EXPECT_NEAR(v["latency_us"].get<double>(), want, 1e-9 * want);
+    }
+  }
+  // A loop without the objective runs other trials.
+  const auto [summary, records] = loop_in(dir, "--strategy hillclimb --budget 1");
+  EXPECT_NE(summary["seed"]["schedule_id"], id);
 }
 
 }  // namespace

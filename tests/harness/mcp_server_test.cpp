@@ -469,6 +469,48 @@ TEST_F(McpServer, LoopSendsOneProgressNotificationPerTrialAndLogsEveryTrial) {
   EXPECT_EQ(html["result"]["contents"][0]["mimeType"], "text/html");
 }
 
+TEST_F(McpServer, EvaluateAndLoopTakeAnObjectiveInTheCliSyntax) {
+  McpPipeClient client(options_);
+  client.initialize();
+  const json evaluated = client.call("evaluate", {{"model", "toy"}, {"objective", "60:2,0"}});
+  ASSERT_FALSE(evaluated.value("isError", true)) << evaluated.dump();
+  json verdict = evaluated["structuredContent"];
+  const auto cli = test::run_megasched(
+      "evaluate --model toy --gpu h100 --device cpu --no-run-dir --objective 0:1,60:2", false);
+  ASSERT_EQ(cli.exit_code, 0) << cli.out;
+  json cli_verdict = json::parse(cli.out);
+  for (json* v : {&cli_verdict, &verdict}) {
+    v->erase("breakdown_ms");
+    v->erase("reference");
+  }
+  EXPECT_EQ(verdict, cli_verdict);
+  ASSERT_EQ(verdict["objective"].size(), 2u);
+  // Bad objectives are tool errors (exit 2) naming the argument.
+  for (const auto& [arguments, says] : std::vector<std::pair<json, std::string>>{
+           {{{"objective", "0:0"}}, "objective: the weight of position 0 is 0"},
+           {{{"objective", "0,x"}}, "position 'x' is not an integer"},
+           {{{"objective", "0,4096"}}, "position 4096 is beyond model toy's max_seq 128"},
+           {{{"objective", "0,60"}, {"timed_position", 60}}, "use one or the other"}}) {
+    const json r = client.call("evaluate", arguments);
+    EXPECT_TRUE(r.value("isError", false)) << r.dump();
+    EXPECT_EQ(r["_meta"]["dev.megasched/exit_code"], 2) << r.dump();
+    EXPECT_NE(r["content"][0]["text"].get<std::string>().find(says), std::string::npos) << r.dump();
+  }
+  const json looped = client.call(
+      "loop", {{"model", "toy"}, {"device", "cpu"}, {"budget", 2}, {"objective", "0:1,60:2"}});
+  ASSERT_FALSE(looped.value("isError", true)) << looped.dump();
+  const auto records = flywheel::read_corpus(options_.corpus_path).records;
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].schedule_id, cli_verdict["schedule_id"].get<std::string>());
+  EXPECT_EQ(records[0].verdict.objective.size(), 2u);
+  const json bad_loop = client.call(
+      "loop", {{"model", "toy"}, {"device", "cpu"}, {"budget", 2}, {"objective", "0:1,0:2"}});
+  EXPECT_TRUE(bad_loop.value("isError", false)) << bad_loop.dump();
+  EXPECT_NE(bad_loop["content"][0]["text"].get<std::string>().find("position 0 is given twice"),
+            std::string::npos)
+      << bad_loop.dump();
+}
+
 TEST_F(McpServer, CancelStopsTheLoopsTrialInFlightAndTheLogsStayWhole) {
   use_fake_worker(/*hang_after_first=*/true);
   McpPipeClient client(options_);

@@ -109,5 +109,39 @@ TEST(McpTools, TheOutputSchemasAdmitWhatTheVerbsGive) {
   }
 }
 
+TEST(McpTools, EvaluateAndLoopTakeAnObjectiveStringAndTheVerdictSchemaAdmitsItsVerdicts) {
+  for (const char* name : {"evaluate", "loop"}) {
+    const json& schema = tool(name).input_schema;
+    ASSERT_TRUE(schema["properties"].contains("objective")) << name;
+    EXPECT_EQ(schema["properties"]["objective"]["type"], "string") << name;
+    EXPECT_EQ(schema["properties"]["objective"]["default"], "") << name;
+    json arguments = {{"objective", "0:1,1024:1,4096:2"}};
+    if (std::string(name) == "loop") arguments["budget"] = 1;
+    EXPECT_TRUE(check_against_schema(schema, arguments).empty()) << name;
+    arguments["objective"] = json::array({{{"position", 0}, {"weight", 1}}});
+    EXPECT_FALSE(check_against_schema(schema, arguments).empty()) << name;
+  }
+  eval::EvaluatorOptions o;
+  o.objective = {{0, 1.0}, {60, 2.0}};
+  std::string error;
+  auto evaluator = eval::TrialEvaluator::create(o, &error);
+  ASSERT_TRUE(evaluator) << error;
+  schedule::ScheduleConfig rejected, unlowered;
+  rejected.launch.threads_per_block = 1024;
+  rejected.launch.blocks_per_sm = 4;
+  unlowered.tiling.gemv_k_split = 0;
+  for (const schedule::ScheduleConfig& c : {schedule::ScheduleConfig{}, rejected, unlowered}) {
+    const json verdict = eval::to_json(evaluator->evaluate(c));
+    ASSERT_TRUE(verdict.contains("objective")) << verdict.dump();
+    ASSERT_EQ(verdict["objective"].size(), 2u) << verdict.dump();
+    const auto errors = check_against_schema(tool("evaluate").output_schema, verdict);
+    EXPECT_TRUE(errors.empty()) << (errors.empty() ? "" : describe(errors[0])) << verdict.dump();
+  }
+  // An entry the schema does not describe is caught: the check can fail.
+  json verdict = eval::to_json(evaluator->evaluate(schedule::ScheduleConfig{}));
+  verdict["objective"][0]["latency_median"] = 1.0;
+  EXPECT_FALSE(check_against_schema(tool("evaluate").output_schema, verdict).empty());
+}
+
 }  // namespace
 }  // namespace megasched::harness
