@@ -21,7 +21,9 @@
 #        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
 #        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep,
-#        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt;
+#        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
+#        (with the step's dram__bytes_read.sum / dram__bytes_write.sum: any read beyond the weights
+#        and the KV history is re-reading);
 #        stage "scaleout" runs bench/scaleout_bench.sh (SCALEOUT_STAGES, default "cpu gpu1": CPU-path
 #        trials/min with 1 vs 8 worker ranks, and `loop --gpus all` vs one worker on one GPU) into
 #        scaleout/cpu.json, scaleout/gpu1.json;
@@ -206,7 +208,8 @@ if has_stage ncu; then
          --launch-skip "${NCU_STEP_SKIP:-4}" --launch-count 1 --import-source no \
          --warp-sampling-interval 0 \
          --section SourceCounters --section WarpStateStats --section SchedulerStats \
-         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/step_$n" \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis \
+         --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum -f -o "$OUT/step_$n" \
          "$BUILD/megasched" evaluate --model "$smodel" --gpu auto --device gpu --positions "$spos" \
          --timed-position "$spos" --config "$scfg" --iterations 3 --warmup 2 --no-baseline \
          > "$OUT/ncu_run.log" 2>&1; then

@@ -31,6 +31,19 @@ def main():
                 return float(v.replace(",", ""))
             except ValueError:
                 return 0.0
+        # DRAM traffic, when the run collected it (device_check's NCU_STEPS pass
+        # --metrics dram__bytes_read.sum,dram__bytes_write.sum): bytes actually read from HBM,
+        # against the weights (and KV) the step must read once.
+        wanted = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+        if any(h in wanted for h in head):
+            # In base units (bytes, ns): the page's own units round to a few digits.
+            base = list(csv.reader(io.StringIO(
+                ncu("-i", rep, "--page", "raw", "--csv", "--print-units", "base"))))
+            if len(base) >= 3:
+                print("== DRAM traffic (base units: bytes, ns)")
+                for h, u, v in zip(base[0], base[1], base[2]):
+                    if h in wanted:
+                        print(f"{num(v):20.0f}  {h} ({u})")
         print("== stall reasons (warp cycles per issued instruction)")
         for h, v in sorted(stalls, key=lambda hv: -num(hv[1]))[:16]:
             print(f"{num(v):9.3f}  {h}")
