@@ -4,11 +4,12 @@ namespace megasched::schedule {
 
 const std::vector<NamedConfig>& named_configs() {
   // The streamed GEMV of registers builds (vm/device/stream.cuh) with QKV in tiles of RoPE pairs
-  // over every block (bench/configs/stream_r2u4_pairs.json): no ring, each warp's first weight
-  // chunks loaded before its dependency wait; the fastest row at position 0 on both GPUs (issue
-  // 13, session 7). (At position 4096 the fastest row is the same with the whole KV group per
-  // attention task and 16 history partitions, bench/configs/stream_r2u4_g4p16_pairs.json; at 1024,
-  // 8 partitions, stream_r2u4_g4p8_pairs.json.)
+  // over every block and the argmax folded into the LM-head tiles
+  // (bench/configs/stream_r2u4_pairs_am.json): no ring, each warp's first weight chunks loaded
+  // before its dependency wait; the fastest row at position 0 on both GPUs (issue 13, session 8).
+  // (At position 4096 the fastest row is the same with the whole KV group per attention task and
+  // 16 history partitions, bench/configs/stream_r2u4_g4p16_pairs_am.json; at 1024, 8 partitions,
+  // stream_r2u4_g4p8_pairs_am.json.)
   static const nlohmann::json stream = {{"kernel",
                                          {{"weight_stream", "registers"},
                                           {"vector_bytes", 16},
@@ -21,17 +22,18 @@ const std::vector<NamedConfig>& named_configs() {
                                          {{"gemv_rows_per_task", 0},
                                           {"lm_head_rows_per_task", 0},
                                           {"attn_q_heads_per_task", 1},
-                                          {"qkv_rope_pairs", true}}}};
+                                          {"qkv_rope_pairs", true}}},
+                                        {"fusion", {{"argmax_into_lm_head", true}}}};
   static const std::vector<NamedConfig> table = {
       {"best:llama-1b:h100", "llama-1b", "h100",
-       "bench/results/nvidia-h100-issue13-s7-pairs-llama-1b.json (config stream_r2u4_pairs)",
-       "1130.1 us median at position 0 on an H100, where the previous best (stream_r2u4, the "
-       "same with whole-head QKV tiles) measured 1161.0 us in the same call",
+       "bench/results/nvidia-h100-issue13-s8-llama-1b.json (config stream_r2u4_pairs_am)",
+       "1113.9 us median at position 0 on an H100, where the previous best (stream_r2u4_pairs, "
+       "the same with the argmax in its own task) measured 1123.8 us in the same call",
        stream},
       {"best:llama-1b:h200", "llama-1b", "h200",
-       "bench/results/nvidia-h200-issue13-s7-pairs-llama-1b.json (config stream_r2u4_pairs)",
-       "942.9 us median at position 0 on an H200, where the previous best (stream_r2u4, the same "
-       "with whole-head QKV tiles) measured 979.3 us in the same call",
+       "bench/results/nvidia-h200-issue13-s8-table.json (config stream_r2u4_pairs_am)",
+       "925.8 us median at position 0 on an H200, where the previous best (stream_r2u4_pairs, the "
+       "same with the argmax in its own task) measured 936.1 us in the same call",
        stream},
   };
   return table;
