@@ -47,6 +47,19 @@ Program toy_program(bool ring) {
   return *p;
 }
 
+// The toy lowering of `cfg` on the 4-SM fuzz target, which the validator and the ground truth must
+// both accept (nullopt when it does not lower).
+std::optional<Program> proved_toy_program(const ScheduleConfig& cfg) {
+  std::string error;
+  std::optional<Program> p = lower(*find_preset("toy"), fuzz_target(4), cfg, &error);
+  EXPECT_TRUE(p) << error;
+  if (!p) return std::nullopt;
+  const ValidationReport ok = validate(*p, fuzz_target(4));
+  EXPECT_TRUE(ok.ok()) << to_json(ok).dump(1);
+  EXPECT_TRUE(truth_kinds(*p).empty());
+  return p;
+}
+
 // Hand-built programs: every task is act[out + r] = act[in + r] + act[in2 + r]; act[0:128) is
 // input (the rope table).
 constexpr uint32_t kIn = 0;   // an input slice
@@ -614,12 +627,9 @@ TEST(ScheduleFootprint, RopePairTilesAppendDisjointDimsOfOneHead) {
   ScheduleConfig cfg;
   cfg.tiling.qkv_rope_pairs = true;
   cfg.tiling.gemv_rows_per_task = 8;  // 4 pairs per tile: two tiles per head
+  const std::optional<Program> p = proved_toy_program(cfg);
+  ASSERT_TRUE(p);
   std::string error;
-  std::optional<Program> p = lower(shape, fuzz_target(4), cfg, &error);
-  ASSERT_TRUE(p) << error;
-  const ValidationReport ok = validate(*p, fuzz_target(4));
-  EXPECT_TRUE(ok.ok()) << to_json(ok).dump(1);
-  EXPECT_TRUE(truth_kinds(*p).empty());
   const uint64_t max_seq = static_cast<uint64_t>(shape.max_seq);
   int k_tiles = 0;
   uint32_t first_pair_tile = UINT32_MAX;
@@ -656,16 +666,12 @@ TEST(ScheduleFootprint, RopePairTilesAppendDisjointDimsOfOneHead) {
 // ground truth sees a double write); an argmax that no longer waits for the LM head reads records
 // before they are written; a record after a residual epilogue is a malformed task.
 TEST(ScheduleValidator, ArgmaxRecordsAreProvedLikeAnyOtherTileOutput) {
-  const ModelShape shape = *find_preset("toy");
   ScheduleConfig cfg;
   cfg.fusion.argmax_into_lm_head = true;
   cfg.tiling.lm_head_rows_per_task = 64;  // toy's 256 rows: 4 tiles
+  const std::optional<Program> p = proved_toy_program(cfg);
+  ASSERT_TRUE(p);
   std::string error;
-  std::optional<Program> p = lower(shape, fuzz_target(4), cfg, &error);
-  ASSERT_TRUE(p) << error;
-  const ValidationReport ok = validate(*p, fuzz_target(4));
-  EXPECT_TRUE(ok.ok()) << to_json(ok).dump(1);
-  EXPECT_TRUE(truth_kinds(*p).empty());
   std::vector<uint32_t> tiles;
   uint32_t argmax = UINT32_MAX;
   for (uint32_t t = 0; t < p->tasks.size(); ++t) {
