@@ -9,9 +9,9 @@
 // Messages (JSON text, MPI_CHAR, MPI_COMM_WORLD): a worker rank sends rank 0 one hello
 // {"ready", "identity", "timed_on", "error"}, then answers each trial {"ticket", "config"} with
 // {"ticket", "verdict", "harness_failure"} until rank 0 sends stop. A rank that sends no answer
-// within the trial timeout + the worker's start timeout + --rank-timeout is reported lost (its trial
-// requeued once by the loop) and gets no more trials; as MPI_Finalize would wait for it forever,
-// rank 0 then ends the job with MPI_Abort after the summary (exit code 4 from mpirun).
+// within the trial timeout + the worker's start timeout + --rank-timeout is reported lost (its
+// trial requeued once by the loop) and gets no more trials; as MPI_Finalize would wait for it
+// forever, rank 0 then ends the job with MPI_Abort after the summary (exit code 4 from mpirun).
 //
 // Built only with -DMEGASCHED_MPI=ON (harness/mpi_pool_mpi.cpp, CMake's FindMPI); otherwise
 // harness/mpi_pool_nompi.cpp says how to get it.
@@ -27,11 +27,11 @@
 namespace megasched::harness {
 
 struct MpiLoopOptions {
-  WorkerOptions worker;         // the worker command (not yet pinned to a GPU) and its timeouts
-  bool gpu = false;             // one GPU per worker rank; false: one CPU trial slot
-  double rank_timeout_s = 60;   // silence past the trial and start timeouts before a rank is lost
-  int timed_position = 0;       // of the schedule ids rank 0 computes
-  eval::Objective objective;    // of the schedule ids rank 0 computes
+  WorkerOptions worker;        // the worker command (not yet pinned to a GPU) and its timeouts
+  bool gpu = false;            // one GPU per worker rank; false: one CPU trial slot
+  double rank_timeout_s = 60;  // silence past the trial and start timeouts before a rank is lost
+  int timed_position = 0;      // of the schedule ids rank 0 computes
+  eval::Objective objective;   // of the schedule ids rank 0 computes
 };
 
 /// True when this megasched was built with MPI.

@@ -103,8 +103,7 @@ int serve_rank(const MpiLoopOptions& options, int rank, int index) {
   ::signal(SIGTERM, SIG_IGN);
   const pid_t parent = ::getppid();
   std::string label, error;
-  std::unique_ptr<WorkerEvaluator> worker =
-      start_rank_worker(options, rank, index, &label, &error);
+  std::unique_ptr<WorkerEvaluator> worker = start_rank_worker(options, rank, index, &label, &error);
   send_json({{"ready", worker != nullptr},
              {"identity", worker ? worker->identity() : json::object()},
              {"timed_on", label},
@@ -206,7 +205,8 @@ class MpiPool : public TrialPool {
     const double until = monotonic_seconds() + timeout_s;
     for (;;) {
       int from = 0;
-      if (std::optional<std::string> text = try_receive(MPI_ANY_SOURCE, kTagVerdict, &from, nullptr)) {
+      if (std::optional<std::string> text =
+              try_receive(MPI_ANY_SOURCE, kTagVerdict, &from, nullptr)) {
         Slot& s = slots_[from - 1];
         if (s.silent || !s.busy) continue;  // a late answer from a rank given up on
         s.busy = false;
@@ -286,8 +286,9 @@ std::unique_ptr<TrialPool> start_mpi_loop(const MpiLoopOptions& options, std::st
   if (ranks < 2) {
     MPI_Finalize();
     *usage = true;
-    *error = "--mpi needs at least 2 ranks (rank 0 runs the loop, the others the trials): "
-             "mpirun -np 3 megasched loop --mpi ...";
+    *error =
+        "--mpi needs at least 2 ranks (rank 0 runs the loop, the others the trials): "
+        "mpirun -np 3 megasched loop --mpi ...";
     return nullptr;
   }
   if (rank != 0) {

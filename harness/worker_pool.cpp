@@ -42,8 +42,9 @@ std::optional<std::vector<std::string>> parse_gpu_list(const std::string& text, 
   std::set<int> seen;
   for (int i : *indexes) {
     if (i < 0 || i >= count) {
-      *error = "--gpus " + text + ": GPU " + std::to_string(i) + " does not exist (this process sees " +
-               std::to_string(count) + ": 0.." + std::to_string(count - 1) + ")";
+      *error = "--gpus " + text + ": GPU " + std::to_string(i) +
+               " does not exist (this process sees " + std::to_string(count) + ": 0.." +
+               std::to_string(count - 1) + ")";
       return std::nullopt;
     }
     if (!seen.insert(i).second) {

@@ -26,11 +26,11 @@ std::string pinned_command(const std::string& command, const std::string& device
 std::string host_name();
 
 struct WorkerPoolOptions {
-  WorkerOptions worker;              // command (unpinned), timeouts, cancel
-  std::vector<std::string> gpus;     // one slot per GPU id; empty: cpu_slots CPU slots
+  WorkerOptions worker;           // command (unpinned), timeouts, cancel
+  std::vector<std::string> gpus;  // one slot per GPU id; empty: cpu_slots CPU slots
   int cpu_slots = 0;
-  int timed_position = 0;            // of the schedule ids
-  eval::Objective objective;         // of the schedule ids
+  int timed_position = 0;     // of the schedule ids
+  eval::Objective objective;  // of the schedule ids
 };
 
 /// Starts one worker per slot (all at once) and waits for their ready lines. nullptr with *error
