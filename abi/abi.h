@@ -131,6 +131,9 @@ enum InstrFlag : uint16_t {
                                    // records (see above)
 };
 
+/// The most rows an argmax record indexes: its index is a float, exact up to 2^24.
+constexpr uint32_t kArgmaxRecordRows = 1u << 24;
+
 /// The buffers every operand offset points into.
 enum BufferId : uint32_t {
   kBufWeights = 0,

@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "abi/abi.h"
+
 namespace megasched::schedule {
 namespace {
 
@@ -518,8 +520,7 @@ bool knob_value_fits(const std::string& path, const json& value, const ModelShap
     return true;
   }
   if (path == "fusion.argmax_into_lm_head") {
-    // A record holds its index as a float: exact below 2^24.
-    return !value.get<bool>() || shape.vocab <= (int64_t{1} << 24);
+    return !value.get<bool>() || shape.vocab <= int64_t{ms_abi::kArgmaxRecordRows};
   }
   return true;
 }

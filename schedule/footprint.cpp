@@ -123,7 +123,8 @@ void epilogue(const Program& p, const ms_abi::Instr& in, Builder* b) {
     if (!b->require((in.flags & kEpilogueFlags) == 0,
                     "an argmax record after an epilogue other than the plain one"))
       return;
-    if (!b->require(re <= (u128{1} << 24), "an argmax record of rows beyond 2^24 (float index)"))
+    if (!b->require(re <= ms_abi::kArgmaxRecordRows,
+                    "an argmax record of rows beyond 2^24 (float index)"))
       return;
   }
   if (in.flags & ms_abi::kFlagRopePairs) return qkv_pairs(p, in, b);

@@ -215,7 +215,7 @@ bool Lowerer::check(std::string* error) const {
                 shape_.name + "; allowed: 0 (whole group) or a divisor of " +
                 std::to_string(group));
   if (std::string conflict = knob_conflict(config_); !conflict.empty()) return fail(conflict);
-  if (config_.fusion.argmax_into_lm_head && shape_.vocab > (int64_t{1} << 24))
+  if (!knob_value_fits("fusion.argmax_into_lm_head", config_.fusion.argmax_into_lm_head, shape_))
     return fail(
         "fusion.argmax_into_lm_head needs a vocabulary of at most 2^24 rows (its records "
         "hold the index as a float), not " +
