@@ -9,6 +9,13 @@
 // publishes after its writes. Each block of the persistent kernel runs its own ordered queue of
 // tasks.
 //
+// Last arrivers: a task may name a *chained* task (Instr::chain = its id + 1). The chained task is
+// in no queue. Its one wait (c, t) is on the counter its chainers signal; the chainer whose signal
+// takes counter c from below the wait's target to it (an atomic add that returns the old value:
+// exactly one task per step) runs the chained task on its own block right after that signal, then
+// signals the chained task's counter. Every producer of c names the same chained task, so whichever
+// arrives last runs it. Chained tasks are kAttnCombine or kArgmax (chainable()) and chain nothing.
+//
 // Buffers (element offsets, never byte offsets):
 //   kBufWeights      model dtype (fp32 or bf16), read-only: the weight arena (see schedule/model.h)
 //   kBufActivations  fp32: every activation of one decode step, in static single assignment form
@@ -101,7 +108,7 @@ typedef unsigned long long uint64_t;
 namespace ms_abi {
 
 /// Bumped whenever a struct below changes layout or an opcode changes meaning.
-constexpr uint32_t kAbiVersion = 1;
+constexpr uint32_t kAbiVersion = 2;
 
 /// The instruction set. Both VMs switch over it with no `default:`; kOpcodeCount breaks the build
 /// of any name table that is out of date (see kOpcodeNames in schedule/program.cpp).
@@ -130,6 +137,11 @@ enum InstrFlag : uint16_t {
   kFlagArgmaxPartial = 1u << 6,    // kGemv / kGemvReduce: also its argmax record; kArgmax: of
                                    // records (see above)
 };
+
+/// Whether the kernel runs `opcode` as a chained (last-arriver) task: opcodes that read no weights
+/// (a weight-ring or streamed GEMV needs its block's loader, which walks the queue) and need no
+/// staging area.
+MS_ABI_FN bool chainable(uint32_t opcode) { return opcode == kAttnCombine || opcode == kArgmax; }
 
 /// The most rows an argmax record indexes: its index is a float, exact up to 2^24.
 constexpr uint32_t kArgmaxRecordRows = 1u << 24;
@@ -189,8 +201,9 @@ struct Instr {
   uint32_t in2;
   uint32_t out;
   uint32_t aux;
-  uint32_t op_id;     // index of the logical op (for names in diagnostics and profiles)
-  uint32_t reserved;  // zero; keeps the size a multiple of 16
+  uint32_t op_id;  // index of the logical op (for names in diagnostics and profiles)
+  uint32_t chain;  // 0, or the id + 1 of the chained task this one runs when its signal is the
+                   // last its wait needs (see "Last arrivers" above)
 };
 static_assert(sizeof(Instr) == 96, "Instr layout is part of the ABI");
 

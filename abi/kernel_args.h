@@ -59,7 +59,7 @@ struct KernelArgs {
   void* kv;                        // kBufKv (dtype MS_KV_BF16 ? bf16 : fp32)
   StepCell* step;                  // kBufStep
   uint32_t* counters;              // [num_counters], only grow
-  uint32_t* ticket;        // dynamic queue: claims so far (grows by num_tasks + grid per step)
+  uint32_t* ticket;        // dynamic queue: claims so far (grows by its length + grid per step)
   int32_t* abort_flag;     // 0 = running; 1 = some block timed out
   HangRecord* dump;        // [gridDim.x]
   uint64_t spin_bound_ns;  // a wait longer than this aborts the launch

@@ -129,12 +129,24 @@ class Explorer {
         }
         ++times[t];
       }
-    for (size_t t = 0; t < n_; ++t)
-      if (times[t] != 1) {
-        find("malformed",
-             "task " + std::to_string(t) + " is queued " + std::to_string(times[t]) + " times");
+    // Chained tasks (abi/abi.h, Last arrivers) run on their last arriver's block, in no queue.
+    chained_.assign(n_, 0);
+    for (size_t t = 0; t < n_; ++t) {
+      const uint32_t chain = p_.tasks[t].chain;
+      if (chain == 0) continue;
+      if (chain > n_) {
+        find("malformed", "task " + std::to_string(t) + " chains a task that does not exist");
         return false;
       }
+      chained_[chain - 1] = 1;
+    }
+    for (size_t t = 0; t < n_; ++t)
+      if (times[t] != (chained_[t] ? 0 : 1)) {
+        find("malformed", "task " + std::to_string(t) + (chained_[t] ? " (chained)" : "") +
+                              " is queued " + std::to_string(times[t]) + " times");
+        return false;
+      }
+    if (!chains_run_once()) return false;
     if (p_.launch.dynamic_queue && p_.queues.size() != 1) {
       find("malformed", "a dynamic queue program without exactly one queue");
       return false;
@@ -150,6 +162,48 @@ class Explorer {
             return false;
           }
         }
+    return true;
+  }
+
+  // What the kernel does with a chained task k (megakernel.cuh): a chainer t adds its increment
+  // to its counter with an atomic that returns the old value and runs k when that add takes the
+  // counter from below k's first wait target to it; k then signals. So k runs exactly once per
+  // step after its wait holds iff k has one wait, on the counter every one of its chainers signals,
+  // with a threshold of at least 1, and every producer of that counter chains k (otherwise the
+  // crossing add may be one that does not run it); the kernel runs k only if it is an attn_combine
+  // or argmax and does not follow k's own chain. Anything else: k may never run (a deadlock of
+  // whatever waits for it) or run as the wrong opcode.
+  bool chains_run_once() {
+    for (size_t k = 0; k < n_; ++k) {
+      if (!chained_[k]) continue;
+      const ms_abi::Instr& in = p_.tasks[k];
+      const std::string name = "chained task " + std::to_string(k);
+      if (in.opcode != ms_abi::kAttnCombine && in.opcode != ms_abi::kArgmax) {
+        find("malformed", name + " has an opcode the kernel does not run chained");
+        return false;
+      }
+      if (in.chain != 0) {
+        find("malformed", name + " chains a task itself; the kernel runs one level");
+        return false;
+      }
+      if (in.wait_count != 1 || p_.waits[in.wait_begin].threshold == 0) {
+        find("deadlock", name + " does not wait once for a counter value above 0, so no arrival "
+                                "crosses its target");
+        return false;
+      }
+      const uint32_t c = p_.waits[in.wait_begin].counter;
+      for (size_t t = 0; t < n_; ++t) {
+        const ms_abi::Instr& x = p_.tasks[t];
+        const bool signals_c = x.signal_increment > 0 && x.signal_counter == c;
+        if (signals_c != (x.chain == k + 1)) {
+          find("deadlock", "task " + std::to_string(t) +
+                               (signals_c ? " signals the counter " + name +
+                                                " waits on without chaining it"
+                                          : " chains " + name + " without signalling its counter"));
+          return false;
+        }
+      }
+    }
     return true;
   }
 
@@ -348,6 +402,10 @@ class Explorer {
           }
         }
       }
+      // A chained task runs once its wait holds, on the block that arrived last: it needs no
+      // free worker or queue head (chains_run_once proved the arrival that runs it happens).
+      for (uint32_t t = 0; t < n_; ++t)
+        if (chained_[t] && !done(s, t) && can_start(t)) enabled.push_back(t);
       for (uint32_t x : enabled) {
         const uint64_t* c = &conflict_[x * words_];
         for (size_t i = 0; i < words_; ++i) {
@@ -393,6 +451,7 @@ class Explorer {
   const size_t words_;
   const DeviceBuild build_;
   std::vector<uint64_t> conflict_;  // n rows of `words_`: bit w of row x = w writes what x touches
+  std::vector<char> chained_;       // tasks some task chains (well_formed)
   GroundTruth out_;
 };
 

@@ -107,6 +107,11 @@ const std::vector<KnobEntry>& knob_table() {
         "each LM-head tile also writes the argmax of its logits, so the argmax task reduces one "
         "record per tile instead of scanning the vocabulary",
         field_access(&ScheduleConfig::fusion, &FusionConfig::argmax_into_lm_head));
+    add("fusion.reduce_by_last_arriver", bools, false,
+        "the step's final reductions run on the block whose input arrives last, not as queued "
+        "tasks that poll for all of them: the argmax after the LM head's tiles, and with "
+        "tiling.attn_kv_partitions > 1 the flash-decoding combine of each head chunk",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::reduce_by_last_arriver));
     add("dependencies.qkv_to_attention", gran_choices, "per_op",
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));

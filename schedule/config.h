@@ -75,6 +75,7 @@ struct FusionConfig {
   bool qkv_single_gemv;
   bool gate_up_single_gemv;
   bool argmax_into_lm_head;
+  bool reduce_by_last_arriver;
 
   bool operator==(const FusionConfig&) const = default;
 };

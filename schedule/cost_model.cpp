@@ -147,30 +147,44 @@ CostEstimate predict(const Program& program, const ModelShape& shape, const GpuT
       if (dynamic) break;
     }
     if (best_q == SIZE_MAX) return est;  // nothing can run: the program deadlocks
-    const uint32_t task = program.queues[best_q][head[best_q]++];
+    uint32_t task = program.queues[best_q][head[best_q]++];
     head_ready[best_q] = -1.0;
-    const ms_abi::Instr& t = program.tasks[task];
-    const double bytes = task_bytes(program, task, position);
-    est.streamed_bytes += bytes;
-    const double end = best_start + kTaskOverheadUs + bytes / per_block_bw;
-    block_free[best_block] = end;
-    makespan = std::max(makespan, end);
-    double d = 0.0;
-    for (uint32_t w = 0; w < t.wait_count; ++w) {
-      const uint32_t c = program.waits[t.wait_begin + w].counter;
-      if (c < last_producer.size() && last_producer[c] != UINT32_MAX)
-        d = std::max(d, depth[last_producer[c]]);
-    }
-    depth[task] = d + 1.0;
-    est.critical_path_stages = std::max(est.critical_path_stages, depth[task]);
-    if (t.signal_increment > 0 && t.signal_counter < counter_value.size()) {
+    double start = best_start;
+    // The task, then the chained task its arrival completes (abi/abi.h, Last arrivers): on the
+    // same block, at once; one level, as the kernel runs it.
+    for (bool chained = false;; chained = true) {
+      const ms_abi::Instr& t = program.tasks[task];
+      const double bytes = task_bytes(program, task, position);
+      est.streamed_bytes += bytes;
+      const double end = start + kTaskOverheadUs + bytes / per_block_bw;
+      block_free[best_block] = end;
+      makespan = std::max(makespan, end);
+      double d = 0.0;
+      for (uint32_t w = 0; w < t.wait_count; ++w) {
+        const uint32_t c = program.waits[t.wait_begin + w].counter;
+        if (c < last_producer.size() && last_producer[c] != UINT32_MAX)
+          d = std::max(d, depth[last_producer[c]]);
+      }
+      depth[task] = d + 1.0;
+      est.critical_path_stages = std::max(est.critical_path_stages, depth[task]);
+      ++done;
+      if (t.signal_increment == 0 || t.signal_counter >= counter_value.size()) break;
+      const uint64_t before = counter_value[t.signal_counter];
       counter_value[t.signal_counter] += t.signal_increment;
       auto& list = incs[t.signal_counter];
       const std::pair<double, uint32_t> entry{end, t.signal_increment};
       list.insert(std::upper_bound(list.begin(), list.end(), entry), entry);
       last_producer[t.signal_counter] = task;
+      if (chained || t.chain == 0 || t.chain > n) break;
+      const ms_abi::Instr& k = program.tasks[t.chain - 1];
+      if (k.wait_count != 1 || k.wait_begin >= program.waits.size()) break;
+      const ms_abi::Wait& w = program.waits[k.wait_begin];
+      if (w.counter != t.signal_counter || before >= w.threshold ||
+          counter_value[w.counter] < w.threshold)
+        break;
+      task = t.chain - 1;
+      start = end;
     }
-    ++done;
   }
   est.completed = true;
   est.makespan_us = makespan;

@@ -507,12 +507,19 @@ uint32_t Lowerer::emit_add(const std::string& name, int layer, uint32_t in, cons
 
 void Lowerer::assign_queues() {
   const uint32_t grid = static_cast<uint32_t>(program_.launch.grid_blocks);
-  const uint32_t n = static_cast<uint32_t>(program_.tasks.size());
+  // Chained tasks run on their last arriver's block, in no queue: the others, in task order.
+  std::vector<bool> chained(program_.tasks.size(), false);
+  for (const Instr& t : program_.tasks)
+    if (t.chain != 0) chained[t.chain - 1] = true;
+  std::vector<uint32_t> queued;
+  for (uint32_t i = 0; i < program_.tasks.size(); ++i)
+    if (!chained[i]) queued.push_back(i);
+  const uint32_t n = static_cast<uint32_t>(queued.size());
   program_.queues.clear();
   switch (config_.assignment.policy) {
     case AssignPolicy::kRoundRobin:
       program_.queues.assign(grid, {});
-      for (uint32_t i = 0; i < n; ++i) program_.queues[i % grid].push_back(i);
+      for (uint32_t k = 0; k < n; ++k) program_.queues[k % grid].push_back(queued[k]);
       break;
     case AssignPolicy::kLoadBalance: {
       program_.queues.assign(grid, {});
@@ -520,7 +527,7 @@ void Lowerer::assign_queues() {
       using Entry = std::pair<double, uint32_t>;
       std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
       for (uint32_t b = 0; b < grid; ++b) heap.push({0.0, b});
-      for (uint32_t i = 0; i < n; ++i) {
+      for (uint32_t i : queued) {
         auto [work, block] = heap.top();
         heap.pop();
         program_.queues[block].push_back(i);
@@ -530,12 +537,10 @@ void Lowerer::assign_queues() {
     }
     case AssignPolicy::kLayerAffine:
       program_.queues.assign(grid, {});
-      for (uint32_t i = 0; i < n; ++i) program_.queues[tile_[i] % grid].push_back(i);
+      for (uint32_t i : queued) program_.queues[tile_[i] % grid].push_back(i);
       break;
     case AssignPolicy::kDynamic:
-      program_.queues.assign(1, {});
-      program_.queues[0].resize(n);
-      std::iota(program_.queues[0].begin(), program_.queues[0].end(), 0u);
+      program_.queues.assign(1, queued);
       break;
   }
 }
@@ -757,6 +762,8 @@ Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uin
   const uint32_t attn_op =
       begin_op(L + "attn", OpKind::kAttention, layer,
                partitions > 1 ? Granularity::kPerSlice : config_.dependencies.attention_to_o);
+  // The partition tasks of each head chunk, in slice order (fusion.reduce_by_last_arriver).
+  std::vector<uint32_t> chainers;
   // KV bytes an attention task streams at a mid-cache position (for load balancing only).
   const double kv_task_bytes = 2.0 * hd * wbytes_ * std::max(1, shape_.max_seq / 2) / partitions;
   for (uint32_t g = 0; g < d_.kv_heads; ++g) {
@@ -764,6 +771,7 @@ Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uin
       const uint32_t h1 = h0 + d_.q_chunk;
       begin_slice(h0 * hd, h1 * hd);
       for (uint32_t part = 0; part < partitions; ++part) {
+        chainers.push_back(static_cast<uint32_t>(program_.tasks.size()));
         Instr t{};
         t.opcode = ms_abi::kAttnPartial;
         t.layer = lu;
@@ -799,7 +807,15 @@ Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uin
       t.out = attn_out;
       t.aux = records;
       read({attn_op}, h0 * hd, h1 * hd);
+      const uint32_t id = static_cast<uint32_t>(program_.tasks.size());
       emit(t, (h1 - h0) * (partitions * (hd + 2) + hd) * 4.0);
+      // Last arriver: the chunk's partitions (the producers of its one slice counter, never merged
+      // by coarsen_slice_counters) chain this task, and it leaves the queues (assign_queues).
+      if (config_.fusion.reduce_by_last_arriver) {
+        const size_t chunk = (h0 / d_.q_chunk) * partitions;
+        for (uint32_t part = 0; part < partitions; ++part)
+          program_.tasks[chainers[chunk + part]].chain = id + 1;
+      }
     }
   }
   return {op};
@@ -915,7 +931,14 @@ void Lowerer::emit_head(const Stream& x) {
   t.in = head.argmax_records ? head.records : logits;
   if (head.argmax_records) t.flags = ms_abi::kFlagArgmaxPartial;
   read(head_src, 0, d_.vocab);
+  const uint32_t id = static_cast<uint32_t>(program_.tasks.size());
   emit(t, (head.argmax_records ? 2.0 * tiles : d_.vocab) * 4.0);
+  // Last arriver: every task the argmax waits for (its one all-join) chains it.
+  if (config_.fusion.reduce_by_last_arriver) {
+    const uint32_t c = program_.waits[program_.tasks[id].wait_begin].counter;
+    for (Instr& p : program_.tasks)
+      if (p.signal_increment > 0 && p.signal_counter == c) p.chain = id + 1;
+  }
 }
 
 /// The buffer extents, the launch shape and the kernel build. False when the activations need
@@ -963,6 +986,10 @@ void coarsen_slice_counters(Program& p) {
   const uint32_t n = p.num_counters();
   std::vector<std::vector<uint32_t>> op_counters(p.ops.size());
   std::vector<bool> seen(n, false);
+  // A chained task's wait must stay on its chainers' own counter (abi.h, Last arrivers): the ops
+  // that chain keep their slice counters.
+  for (const Instr& t : p.tasks)
+    if (t.chain != 0 && t.signal_increment > 0) seen[t.signal_counter] = true;
   for (const Instr& t : p.tasks) {
     if (t.signal_increment == 0 || seen[t.signal_counter]) continue;
     seen[t.signal_counter] = true;

@@ -10,7 +10,8 @@
 //   3. give each producer op its counters (one per op, or one per tile when an edge out of it is
 //      per_slice) and each task the waits for exactly the producer tiles whose output it reads;
 //   4. assign tasks to block queues by the assignment policy (every queue a subsequence of one
-//      topological order, so a co-resident grid cannot deadlock);
+//      topological order, so a co-resident grid cannot deadlock); chained tasks (abi/abi.h, Last
+//      arrivers: fusion.reduce_by_last_arriver) go in no queue;
 //   5. fill the launch shape and kernel build from the launch, smem, pipeline and kernel knobs.
 //
 // The activation arena (fp32, regions named for diagnostics): "rope_table" (input), "embed.x",

@@ -120,28 +120,30 @@ class Reader {
 };
 
 nlohmann::json instr_json(const ms_abi::Instr& t) {
-  return {{"opcode", t.opcode},
-          {"flags", t.flags},
-          {"layer", t.layer},
-          {"wait_begin", t.wait_begin},
-          {"wait_count", t.wait_count},
-          {"signal_counter", t.signal_counter},
-          {"signal_increment", t.signal_increment},
-          {"row_begin", t.row_begin},
-          {"row_end", t.row_end},
-          {"col_begin", t.col_begin},
-          {"col_end", t.col_end},
-          {"ld", t.ld},
-          {"param0", t.param0},
-          {"param1", t.param1},
-          {"param2", t.param2},
-          {"weight", t.weight},
-          {"weight2", t.weight2},
-          {"in", t.in},
-          {"in2", t.in2},
-          {"out", t.out},
-          {"aux", t.aux},
-          {"op_id", t.op_id}};
+  nlohmann::json j = {{"opcode", t.opcode},
+                      {"flags", t.flags},
+                      {"layer", t.layer},
+                      {"wait_begin", t.wait_begin},
+                      {"wait_count", t.wait_count},
+                      {"signal_counter", t.signal_counter},
+                      {"signal_increment", t.signal_increment},
+                      {"row_begin", t.row_begin},
+                      {"row_end", t.row_end},
+                      {"col_begin", t.col_begin},
+                      {"col_end", t.col_end},
+                      {"ld", t.ld},
+                      {"param0", t.param0},
+                      {"param1", t.param1},
+                      {"param2", t.param2},
+                      {"weight", t.weight},
+                      {"weight2", t.weight2},
+                      {"in", t.in},
+                      {"in2", t.in2},
+                      {"out", t.out},
+                      {"aux", t.aux},
+                      {"op_id", t.op_id}};
+  if (t.chain != 0) j["chain"] = t.chain;  // absent: 0 (no chained task)
+  return j;
 }
 
 ms_abi::Instr instr_from(Reader& r, const nlohmann::json& j, const std::string& p) {
@@ -168,6 +170,7 @@ ms_abi::Instr instr_from(Reader& r, const nlohmann::json& j, const std::string& 
   t.out = r.get<uint32_t>(j, "out", p);
   t.aux = r.get<uint32_t>(j, "aux", p);
   t.op_id = r.get<uint32_t>(j, "op_id", p);
+  if (j.is_object() && j.contains("chain")) t.chain = r.get<uint32_t>(j, "chain", p);
   return t;
 }
 
@@ -573,7 +576,7 @@ bool check_derived_launch(const Program& p, const ScheduleConfig& config, const 
 
 uint64_t max_activation_elements(const ModelShape& shape) {
   ScheduleConfig widest;
-  widest.fusion = {false, false, false, false, false, false, false};
+  widest.fusion = {false, false, false, false, false, false, false, false};
   for (const KnobSpec& spec : knob_specs()) {
     if (spec.path != "tiling.gemv_k_split" && spec.path != "tiling.attn_kv_partitions") continue;
     for (const nlohmann::json& choice : spec.choices)

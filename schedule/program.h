@@ -118,8 +118,8 @@ std::vector<ms_abi::WaitHead> wait_heads(const Program& program);
 const char* opcode_name(uint16_t opcode);  // "gemv", "attn_partial", ...; "?" if out of range
 const char* buffer_name(uint32_t buffer);  // "weights", "act", "kv", "step"
 
-/// Exact round trip (every field of every struct; Instr's reserved words are zero by the ABI and
-/// are not written).
+/// Exact round trip (every field of every struct; an Instr's `chain` is written only when it is
+/// not 0, and read as 0 when absent).
 nlohmann::json to_json(const Program& program);
 /// Strict: a missing field or wrong type is an error in *error, never an exception.
 std::optional<Program> program_from_json(const nlohmann::json& j, std::string* error);

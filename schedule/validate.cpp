@@ -92,6 +92,7 @@ class Checker {
     check_launch();
     check_structure();
     collect_producers();
+    check_chains();
     check_reachability();
     check_deadlock();
     build_happens_before();
@@ -304,8 +305,83 @@ class Checker {
         }
       }
     }
-    for (uint32_t t = 0; t < n_; ++t)
-      if (seen[t] == 0) add("structure", label_.task(t) + " is in no queue, so it never runs", {t});
+    chained_.assign(n_, 0);
+    for (uint32_t t = 0; t < n_; ++t) {
+      const uint32_t chain = p_.tasks[t].chain;
+      if (chain == 0) continue;
+      if (chain > n_)
+        add("structure",
+            label_.task(t) + " chains task " + std::to_string(chain - 1) +
+                ", but the program has " + std::to_string(n_) + " tasks",
+            {t});
+      else
+        chained_[chain - 1] = 1;
+    }
+    for (uint32_t t = 0; t < n_; ++t) {
+      if (chained_[t] && seen[t] > 0)
+        add("structure",
+            label_.task(t) +
+                " is chained (its last arriver runs it) and also queued, so it runs twice",
+            {t});
+      if (!chained_[t] && seen[t] == 0)
+        add("structure", label_.task(t) + " is in no queue, so it never runs", {t});
+    }
+  }
+
+  // Last arrivers (abi/abi.h): the chainer whose signal takes counter c to the chained task's one
+  // wait (c, t) runs it. That is exactly one task per step, and always one, when: the chained task
+  // waits once, on c, for t >= 1 (a target met before any signal is crossed by no one); every
+  // producer of c chains it (whichever arrives last knows it); it chains nothing (the kernel runs
+  // one level) and its opcode is chainable (it needs no weight stream or staging area).
+  void check_chains() {
+    for (uint32_t k = 0; k < n_; ++k) {
+      if (!chained_[k]) continue;
+      const ms_abi::Instr& in = p_.tasks[k];
+      std::string why;
+      if (!ms_abi::chainable(in.opcode))
+        why = std::string("its opcode ") + opcode_name(in.opcode) +
+              " is not one the kernel runs chained (attn_combine, argmax)";
+      else if (in.chain != 0)
+        why = "it chains a task itself, and the kernel runs one level of chaining";
+      else if (!waits_ok(in) || in.wait_count != 1)
+        why = "it has " + std::to_string(in.wait_count) +
+              " waits, and a chained task waits exactly once, on its chainers' counter";
+      if (!why.empty()) {
+        add("structure", label_.task(k) + " cannot be a chained task: " + why, {k});
+        continue;
+      }
+      const ms_abi::Wait& w = p_.waits[in.wait_begin];
+      if (!counter_ok(w.counter)) continue;  // a structure error already
+      if (w.threshold == 0) {
+        add("structure",
+            label_.task(k) + " is chained on " + label_.counter(w.counter) +
+                " >= 0: a wait that holds before any signal is crossed by no arriver, so the "
+                "task never runs",
+            {k}, {w.counter});
+        continue;
+      }
+      for (uint32_t prod : producers_[w.counter]) {
+        if (p_.tasks[prod].chain == k + 1) continue;
+        add("structure",
+            label_.task(prod) + " signals " + label_.counter(w.counter) + ", which chained " +
+                label_.task(k) + " waits on, but does not chain it: when it arrives last no "
+                "block runs the chained task",
+            {prod, k}, {w.counter});
+      }
+    }
+    for (uint32_t t = 0; t < n_; ++t) {
+      const ms_abi::Instr& in = p_.tasks[t];
+      if (in.chain == 0 || in.chain > n_ || !chained_[in.chain - 1]) continue;
+      const ms_abi::Instr& k = p_.tasks[in.chain - 1];
+      const bool waits_on_mine = in.signal_increment > 0 && waits_ok(k) && k.wait_count == 1 &&
+                                 p_.waits[k.wait_begin].counter == in.signal_counter;
+      if (!waits_on_mine)
+        add("structure",
+            label_.task(t) + " chains " + label_.task(in.chain - 1) +
+                ", which does not wait on the counter this task signals: the arrival it counts "
+                "says nothing about the chained task's wait",
+            {t, in.chain - 1});
+    }
   }
 
   // ---- counters ---------------------------------------------------------------------------
@@ -430,15 +506,26 @@ class Checker {
           break;
         }
         ran_[t] = 1;
-        const ms_abi::Instr& in = p_.tasks[t];
         refill(s);
-        if (in.signal_increment > 0 && counter_ok(in.signal_counter)) {
-          const uint32_t c = in.signal_counter;
-          value[c] += in.signal_increment;
-          while (!blocked[c].empty() && blocked[c].top().first <= value[c]) {
-            work.push_back(blocked[c].top().second);
-            blocked[c].pop();
+        // The task's signal, and a chained task its arrival completes (it runs on this block
+        // at once, waits for nothing more, and signals in turn).
+        for (uint32_t r = t; r != UINT32_MAX;) {
+          const ms_abi::Instr& in = p_.tasks[r];
+          uint32_t next = UINT32_MAX;
+          if (in.signal_increment > 0 && counter_ok(in.signal_counter)) {
+            const uint32_t c = in.signal_counter;
+            value[c] += in.signal_increment;
+            while (!blocked[c].empty() && blocked[c].top().first <= value[c]) {
+              work.push_back(blocked[c].top().second);
+              blocked[c].pop();
+            }
+            if (in.chain != 0 && in.chain <= n_ && chained_[in.chain - 1] &&
+                !ran_[in.chain - 1] && first_unsatisfied(in.chain - 1, value) == -1) {
+              next = in.chain - 1;
+              ran_[next] = 1;
+            }
           }
+          r = next;
         }
       }
     }
@@ -934,6 +1021,7 @@ class Checker {
   std::vector<std::vector<uint32_t>> producers_;
   std::vector<uint64_t> actual_total_;
   std::vector<char> ran_;             // tasks the deadlock simulation ran
+  std::vector<char> chained_;         // tasks some task chains (run by a last arriver, unqueued)
   std::vector<int32_t> queue_of_;     // static queues: task -> queue (-1 none)
   std::vector<uint32_t> pos_;         // task -> position in its queue
   std::vector<uint32_t> queue_pred_;  // task -> the task before it in its queue, or UINT32_MAX

@@ -544,10 +544,26 @@ void ReferenceVm::resume_at_epoch(uint32_t epoch) {
     counters_[c] = ms_abi::wait_target(epoch, program_.counter_totals[c], 0);
 }
 
-void ReferenceVm::run_task(uint32_t task) {
+uint32_t ReferenceVm::run_task(uint32_t task) {
   execute(task);
   const Instr& t = program_.tasks[task];
-  if (t.signal_increment != 0) counters_[t.signal_counter] += t.signal_increment;
+  if (t.signal_increment == 0) return 1;
+  const uint32_t before = counters_[t.signal_counter];
+  counters_[t.signal_counter] += t.signal_increment;
+  // A last arriver (abi/abi.h): the signal that takes the counter to the chained task's wait
+  // target runs that task here, as the kernel runs it on the arriving block; one level only.
+  if (t.chain == 0 || t.chain > program_.tasks.size()) return 1;
+  const Instr& k = program_.tasks[t.chain - 1];
+  if (k.wait_count != 1 || k.wait_begin >= program_.waits.size()) return 1;
+  const ms_abi::Wait& w = program_.waits[k.wait_begin];
+  if (w.counter != t.signal_counter) return 1;
+  const uint32_t target = wait_target(w);
+  if (ms_abi::counter_reached(before, target) ||
+      !ms_abi::counter_reached(counters_[w.counter], target))
+    return 1;
+  execute(t.chain - 1);
+  if (k.signal_increment != 0) counters_[k.signal_counter] += k.signal_increment;
+  return 2;
 }
 
 std::string ReferenceVm::describe_wait(uint32_t task) const {
@@ -593,8 +609,7 @@ bool ReferenceVm::run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run,
       progress = false;
       for (size_t b = 0; b < queues.size(); ++b) {
         while (head[b] < queues[b].size() && ready(queues[b][head[b]])) {
-          run_task(queues[b][head[b]++]);
-          ++*tasks_run;
+          *tasks_run += run_task(queues[b][head[b]++]);
           progress = true;
         }
       }
@@ -609,8 +624,7 @@ bool ReferenceVm::run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run,
       if (candidates.empty()) break;
       const size_t b =
           candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
-      run_task(queues[b][head[b]++]);
-      ++*tasks_run;
+      *tasks_run += run_task(queues[b][head[b]++]);
     }
   }
   std::vector<std::string> blocked;
@@ -644,8 +658,7 @@ bool ReferenceVm::run_dynamic(RunOrder order, uint64_t seed, uint64_t* tasks_run
         order == RunOrder::kQueueOrder
             ? candidates[0]
             : candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
-    run_task(queue[claimed[pick]]);
-    ++*tasks_run;
+    *tasks_run += run_task(queue[claimed[pick]]);
     claimed.erase(claimed.begin() + static_cast<std::ptrdiff_t>(pick));
   }
   std::vector<std::string> blocked;
@@ -669,6 +682,12 @@ ReferenceVm::StepResult ReferenceVm::step(int32_t token, int32_t position, RunOr
   result.completed = program_.launch.dynamic_queue
                          ? run_dynamic(order, seed, &result.tasks_run, &result.stuck)
                          : run_static(order, seed, &result.tasks_run, &result.stuck);
+  if (result.completed && result.tasks_run < program_.tasks.size()) {
+    // The queues drained but a chained task never ran: no chainer's signal crossed its wait.
+    result.completed = false;
+    result.stuck = std::to_string(program_.tasks.size() - result.tasks_run) +
+                   " chained tasks never ran (no chainer's signal reached their wait)";
+  }
   result.logits.assign(act_.begin() + static_cast<std::ptrdiff_t>(logits_begin_),
                        act_.begin() + static_cast<std::ptrdiff_t>(logits_end_));
   result.argmax = cell_.argmax;

@@ -82,7 +82,9 @@ class ReferenceVm {
   /// The value wait `w`'s counter must reach at this step (ms_abi::wait_target, 32-bit).
   uint32_t wait_target(const ms_abi::Wait& w) const;
   bool ready(uint32_t task) const;
-  void run_task(uint32_t task);
+  /// Runs a task and signals; when its signal is the last arrival a chained task waits for, runs
+  /// and signals that one too (abi/abi.h, Last arrivers). Returns the tasks run (1 or 2).
+  uint32_t run_task(uint32_t task);
   std::string describe_wait(uint32_t task) const;
   bool run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run, std::string* stuck);
   bool run_dynamic(RunOrder order, uint64_t seed, uint64_t* tasks_run, std::string* stuck);

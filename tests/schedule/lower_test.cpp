@@ -119,6 +119,10 @@ TEST(Lowering, RandomConfigsGiveWellFormedPrograms) {
         EXPECT_TRUE(std::is_sorted(q.begin(), q.end()));
         for (uint32_t t : q) ++seen[t];
       }
+      std::set<uint32_t> chained;  // a chained task runs on its last arriver's block, unqueued
+      for (const ms_abi::Instr& t : p.tasks)
+        if (t.chain != 0) chained.insert(t.chain - 1);
+      for (uint32_t k : chained) ++seen[k];
       EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
       std::vector<uint32_t> increments(p.num_counters(), 0);
       std::vector<uint32_t> first_signal(p.num_counters(), UINT32_MAX);
@@ -285,6 +289,50 @@ TEST(Lowering, ArgmaxIntoLmHeadGivesOneRecordPerTile) {
   EXPECT_EQ(plain.tasks.back().opcode, ms_abi::kArgmax);
   EXPECT_EQ(plain.tasks.back().flags, 0);
   EXPECT_EQ(plain.tasks.back().col_end, static_cast<uint32_t>(shape.vocab));
+}
+
+// fusion.reduce_by_last_arriver: every KV partition of a head chunk chains the chunk's combine,
+// every LM-head tile chains the argmax; the chained tasks wait once, for all of their chainers, and
+// are in no queue. The attention's slice counters are not merged even past 16 chunks (a merged
+// counter would let one chunk's last arriver miss another chunk's combine).
+TEST(Lowering, LastArriverChainsTheCombinesAndTheArgmax) {
+  const ModelShape shape = *find_preset("llama-1b");  // 32 heads: 32 chunks of one head
+  for (const int partitions : {1, 4}) {
+    ScheduleConfig config;
+    config.tiling.attn_kv_partitions = partitions;
+    config.tiling.attn_q_heads_per_task = 1;
+    config.fusion.reduce_by_last_arriver = true;
+    const Program p = lower_ok(shape, config);
+    std::vector<uint32_t> chained_by(p.tasks.size(), 0);
+    for (const ms_abi::Instr& t : p.tasks)
+      if (t.chain != 0) ++chained_by[t.chain - 1];
+    std::vector<bool> queued(p.tasks.size(), false);
+    for (const auto& q : p.queues)
+      for (uint32_t t : q) queued[t] = true;
+    size_t combines = 0, argmax = 0;
+    for (uint32_t k = 0; k < p.tasks.size(); ++k) {
+      const ms_abi::Instr& in = p.tasks[k];
+      const bool chained = in.opcode == ms_abi::kAttnCombine || in.opcode == ms_abi::kArgmax;
+      EXPECT_EQ(queued[k], !chained) << p.task_label(k);
+      if (!chained) {
+        EXPECT_EQ(chained_by[k], 0u);
+        continue;
+      }
+      combines += in.opcode == ms_abi::kAttnCombine;
+      argmax += in.opcode == ms_abi::kArgmax;
+      ASSERT_EQ(in.wait_count, 1u);
+      const ms_abi::Wait w = p.waits[in.wait_begin];
+      EXPECT_EQ(w.threshold, p.counter_totals[w.counter]);  // all of them
+      EXPECT_EQ(chained_by[k], w.threshold) << p.task_label(k);
+      if (in.opcode == ms_abi::kAttnCombine) {
+        EXPECT_EQ(w.threshold, 4u);
+      }
+    }
+    EXPECT_EQ(combines, partitions > 1 ? 32u * static_cast<size_t>(shape.layers) : 0u);
+    EXPECT_EQ(argmax, 1u);
+    const ValidationReport report = validate(p, test_target());
+    EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.diagnostics[0].message);
+  }
 }
 
 TEST(Lowering, ArgmaxIntoLmHeadNeedsAVocabularyItsFloatIndexHolds) {

@@ -706,6 +706,66 @@ TEST(ScheduleValidator, ArgmaxRecordsAreProvedLikeAnyOtherTileOutput) {
   EXPECT_NE(to_json(bad).dump().find("argmax record"), std::string::npos) << to_json(bad).dump();
 }
 
+// fusion.reduce_by_last_arriver: the combine of each head chunk is chained by the chunk's KV
+// partitions, the argmax by the LM-head tiles (abi/abi.h, Last arrivers); neither sits in a queue.
+// Proved safe as lowered; each way of breaking a chain is refused by the validator and found unsafe
+// by the ground truth.
+TEST(ScheduleValidator, LastArriverChainsAreProvedAndEveryBrokenChainRefused) {
+  ScheduleConfig cfg;
+  cfg.fusion.reduce_by_last_arriver = true;
+  cfg.tiling.attn_kv_partitions = 2;
+  cfg.tiling.attn_q_heads_per_task = 1;  // toy: 4 heads, 2 KV groups -> 4 chunks x 2 partitions
+  const std::optional<Program> p = proved_toy_program(cfg);
+  ASSERT_TRUE(p);
+  std::vector<uint32_t> combines, chainers;
+  for (uint32_t t = 0; t < p->tasks.size(); ++t) {
+    if (p->tasks[t].opcode == ms_abi::kAttnCombine) combines.push_back(t);
+    if (p->tasks[t].chain != 0 && p->tasks[t].opcode == ms_abi::kAttnPartial) chainers.push_back(t);
+  }
+  ASSERT_EQ(combines.size(), 4u);
+  ASSERT_EQ(chainers.size(), 8u);
+  const uint32_t k = combines[1];
+  std::vector<uint32_t> mine;
+  for (uint32_t t : chainers)
+    if (p->tasks[t].chain == k + 1) mine.push_back(t);
+  ASSERT_EQ(mine.size(), 2u);
+  auto refused = [&](const Program& bad, const std::string& words) {
+    const ValidationReport r = validate(bad, fuzz_target(4));
+    EXPECT_FALSE(r.ok());
+    EXPECT_NE(to_json(r).dump().find(words), std::string::npos) << to_json(r).dump(1);
+    EXPECT_FALSE(truth_kinds(bad).empty()) << words;
+  };
+
+  Program queued = *p;  // chained and queued: it would run twice
+  queued.queues[0].push_back(k);
+  refused(queued, "runs twice");
+
+  Program unchained = *p;  // one partition forgets the chain: if it arrives last, no one combines
+  unchained.tasks[mine[1]].chain = 0;
+  refused(unchained, "does not chain it");
+
+  Program zero = *p;  // a target met before any signal: no arrival crosses it
+  zero.waits[zero.tasks[k].wait_begin].threshold = 0;
+  refused(zero, "crossed by no arriver");
+
+  Program elsewhere = *p;  // the partitions chain a combine that waits on another chunk's counter
+  elsewhere.tasks[mine[0]].chain = combines[2] + 1;
+  elsewhere.tasks[mine[1]].chain = combines[2] + 1;
+  refused(elsewhere, "does not wait on the counter this task signals");
+
+  Program nested = *p;  // a chained task that chains again: the kernel runs one level
+  nested.tasks[k].chain = combines[0] + 1;
+  refused(nested, "one level");
+
+  Program gemv = *p;  // an opcode the kernel does not run chained
+  gemv.tasks[k].opcode = ms_abi::kAdd;
+  refused(gemv, "not one the kernel runs chained");
+
+  Program out_of_range = *p;
+  out_of_range.tasks[mine[0]].chain = static_cast<uint32_t>(p->tasks.size()) + 5;
+  EXPECT_FALSE(validate(out_of_range, fuzz_target(4)).ok());
+}
+
 // A task of RoPE pairs runs only on the registers build's streamed GEMV: the rule "launch" names
 // one whose input does not fit the dynamic shared memory (the device would run it on a path that
 // reads contiguous rows).

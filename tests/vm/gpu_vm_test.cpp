@@ -169,6 +169,37 @@ TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
   }
 }
 
+// fusion.reduce_by_last_arriver on the device: the attention combines and the argmax run on the
+// block whose signal completes their wait (signal_arrive, run_chained), in static and dynamic
+// queues and in a weight-ring build, at positions where every partition holds keys and where some
+// are empty; logits match the eager reference and the argmax is the eager one.
+TEST(GpuVm, LastArriverReductionsMatchEager) {
+  MS_REQUIRE_GPU();
+  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 11);
+  const std::vector<int> positions = {0, 2, 9, 60};
+  const Refs refs = eager_refs(w, positions);
+  for (const char* patch : {R"({"tiling": {"attn_kv_partitions": 4, "attn_q_heads_per_task": 1}})",
+                            R"({"tiling": {"attn_kv_partitions": 2},
+                                "fusion": {"argmax_into_lm_head": true},
+                                "assignment": {"policy": "dynamic"}})",
+                            R"({"tiling": {"attn_kv_partitions": 4},
+                                "kernel": {"weight_stream": "smem_ring"}})"}) {
+    nlohmann::json j = nlohmann::json::parse(patch);
+    j["fusion"]["reduce_by_last_arriver"] = true;
+    std::string err;
+    const auto c = schedule::parse_config(j, &err);
+    ASSERT_TRUE(c) << err;
+    const schedule::Program p = lower_or_die(w.shape, *c);
+    size_t queued = 0;
+    for (const auto& q : p.queues) queued += q.size();
+    ASSERT_LT(queued, p.tasks.size()) << j.dump();  // some tasks are chained
+    const GpuTrialResult r =
+        eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+    EXPECT_EQ(r.status, "ok") << j.dump() << ": " << r.message << "\n" << r.kernel.dump(1);
+    EXPECT_TRUE(r.argmax_match) << j.dump();
+  }
+}
+
 /// Each ring config patch of `patches` lowered for `w`'s model runs on the GPU and matches the
 /// eager reference at positions 0 and 9, within the static shared-memory bound; with
 /// `whole_rows`, the model's rows are whole ring segments (abi/ring.h).

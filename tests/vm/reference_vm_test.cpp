@@ -254,6 +254,61 @@ TEST(ReferenceVm, ArgmaxRecordsGiveTheArgmaxOfTheLogits) {
   }
 }
 
+// fusion.reduce_by_last_arriver: the combines and the argmax run on the block that arrives last
+// (ReferenceVm::run_task, as the kernel does). The same sums in the same order: bit-identical
+// logits and argmax to the queued combine and argmax, in queue order and random orders, static and
+// dynamic queues, with every task run once per step.
+TEST(ReferenceVm, LastArriverReductionsGiveTheLogitsOfQueuedOnes) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  const Weights& weights = reference(shape).weights;
+  for (const AssignPolicy policy : {AssignPolicy::kLoadBalance, AssignPolicy::kDynamic}) {
+    for (const bool records : {false, true}) {
+      ScheduleConfig queued;
+      queued.tiling.attn_kv_partitions = 4;
+      queued.tiling.attn_q_heads_per_task = 1;
+      queued.tiling.lm_head_rows_per_task = 64;
+      queued.fusion.argmax_into_lm_head = records;
+      queued.assignment.policy = policy;
+      ScheduleConfig chained = queued;
+      chained.fusion.reduce_by_last_arriver = true;
+      const Program want_p = lower_ok(shape, queued, 2);
+      const Program got_p = lower_ok(shape, chained, 2);
+      ASSERT_EQ(got_p.tasks.size(), want_p.tasks.size());
+      size_t queued_tasks = 0;
+      for (const auto& q : got_p.queues) queued_tasks += q.size();
+      EXPECT_LT(queued_tasks, got_p.tasks.size());  // the chained tasks are in no queue
+      for (uint64_t seed = 0; seed <= 3; ++seed) {
+        const RunOrder order = seed == 0 ? RunOrder::kQueueOrder : RunOrder::kRandomOrder;
+        ReferenceVm want(want_p, weights), got(got_p, weights);
+        for (int pos = 0; pos < 6; ++pos) {
+          const ReferenceVm::StepResult w = want.step(token_at(pos, shape), pos);
+          const ReferenceVm::StepResult g = got.step(token_at(pos, shape), pos, order, seed + pos);
+          ASSERT_TRUE(g.completed) << g.stuck;
+          EXPECT_EQ(g.tasks_run, got_p.tasks.size());
+          EXPECT_EQ(g.logits, w.logits) << "position " << pos << " seed " << seed;
+          EXPECT_EQ(g.argmax, w.argmax) << "position " << pos << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
+// A chained task no arrival can reach (the argmax's wait raised beyond what the LM head adds)
+// never runs: every queue drains, yet the step does not complete, and it says why.
+TEST(ReferenceVm, ReportsAChainedTaskThatNeverRuns) {
+  const ModelShape shape = *schedule::find_preset("toy");
+  ScheduleConfig config;
+  config.fusion.reduce_by_last_arriver = true;
+  Program p = lower_ok(shape, config, 2);
+  ASSERT_EQ(p.tasks.back().opcode, ms_abi::kArgmax);
+  p.waits[p.tasks.back().wait_begin].threshold += 1;
+  ReferenceVm vm(p, reference(shape).weights);
+  const ReferenceVm::StepResult r = vm.step(token_at(0, shape), 0);
+  EXPECT_FALSE(r.completed);
+  EXPECT_EQ(r.tasks_run, p.tasks.size() - 1);
+  EXPECT_NE(r.stuck.find("chained"), std::string::npos) << r.stuck;
+}
+
 // A program whose two tasks wait on each other's counters.
 TEST(ReferenceVm, DetectsDeadlockAndNamesTheStuckTasks) {
   const ModelShape shape = *schedule::find_preset("toy");

@@ -1,8 +1,10 @@
 // The persistent megakernel: one launch runs one decode step. Block b walks queue b (or, with a
-// dynamic queue, claims tasks from one global queue with an atomic ticket): for each task it
-// prefetches into L2 the weights of the `prefetch_depth` tasks starting at this one (weights depend
-// on nothing, so this overlaps the dependency wait with HBM traffic), waits on the task's counters
-// (acquire loads, bounded), runs the opcode with the whole block and signals (release). Counters
+// dynamic queue, claims tasks from one global queue with an atomic ticket), and runs a chained
+// task when its own signal is the last that task waits for (abi/abi.h, Last arrivers): for each
+// task it prefetches into L2 the weights of the `prefetch_depth` tasks starting at this one
+// (weights depend on nothing, so this overlaps the dependency wait with HBM traffic), waits on the
+// task's counters (acquire loads, bounded), runs the opcode with the whole block and signals
+// (release). Counters
 // only grow: thresholds are scaled by the step epoch, so no reset launch is needed between steps.
 // Every wait is bounded; a timeout raises the abort flag, every block leaves, and each leaves a
 // HangRecord for the host.
@@ -93,6 +95,19 @@ __device__ __noinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int 
   }
 }
 
+/// Profile builds: thread 0 writes task `task`'s stamps (start, ready, done, signalled, and the
+/// block with the task's place in its run order).
+__device__ __forceinline__ void stamp_task(const KernelArgs& a, uint32_t task, uint64_t start,
+                                           uint64_t ready, uint64_t done, uint32_t order) {
+  if (threadIdx.x != 0) return;
+  uint64_t* st = a.stamps + uint64_t(task) * kStampWords;
+  st[0] = start;
+  st[1] = ready;
+  st[2] = done;
+  st[3] = global_ns();
+  st[4] = (uint64_t(blockIdx.x) << 32) | order;
+}
+
 /// A static queue's look-ahead: the next task's instruction and wait heads are copied into shared
 /// memory (fetch_ahead) while the current one waits and runs, and the id of the task after it is
 /// loaded one task earlier still: no load at the top of the task loop waits for another, every hop
@@ -137,11 +152,12 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
   const uint32_t epoch = uint32_t(a.step->epoch);
   HangRecord rec = {kExitDrained, 0, -1, 0, 0, 0, 0, 0};
   const bool dynamic = a.dynamic_queue != 0;
-  const uint32_t qbegin =
-      dynamic ? 0 : (blockIdx.x < a.num_queues ? a.queue_offsets[blockIdx.x] : 0);
-  const uint32_t qend =
-      dynamic ? a.num_tasks : (blockIdx.x < a.num_queues ? a.queue_offsets[blockIdx.x + 1] : 0);
-  const uint32_t claim_base = epoch * (a.num_tasks + gridDim.x);
+  // Block b runs queue b; the dynamic queue is queue 0, claimed by every block. A queue holds
+  // every task but the chained ones (abi/abi.h, Last arrivers).
+  const uint32_t queue = dynamic ? 0 : blockIdx.x;
+  const uint32_t qbegin = queue < a.num_queues ? a.queue_offsets[queue] : 0;
+  const uint32_t qend = queue < a.num_queues ? a.queue_offsets[queue + 1] : 0;
+  const uint32_t claim_base = epoch * (qend + gridDim.x);
   // The weight ring (static queues only; the validator refuses a ring build with a dynamic queue,
   // and should one run anyway no GEMV takes the ring path). The loader warp leaves the interpreter
   // here: it streams weights for the whole queue and never runs an opcode.
@@ -183,7 +199,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       block_sync();
       slot = s.claim;
       block_sync();
-      if (slot >= a.num_tasks) break;
+      if (slot >= qend) break;
       rec.queue_pos = int32_t(slot);
       task = a.queue_tasks[slot];
       instr = a.tasks[task];
@@ -205,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       const int lane = kComputeThreads == 32 ? int(threadIdx.x) : pf_lane;
       if (dynamic) {
         if (slot + 1 < a.prefetch_depth) prefetch_task(a, task, lane, pf_lanes);
-        if (slot + a.prefetch_depth - 1 < a.num_tasks) {
+        if (slot + a.prefetch_depth - 1 < qend) {
           prefetch_task(a, a.queue_tasks[slot + a.prefetch_depth - 1], lane, pf_lanes);
         }
       } else {
@@ -251,18 +267,23 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
     const uint64_t t_done = global_ns();
 #endif
     if (!dynamic) ahead_landed();  // the next task's copy, before signal()'s barrier publishes it
-    signal(a, instr);
+    // A chainer whose signal is the last its chained task waits for runs that task here.
+    const bool run_chain = instr.chain != 0 && signal_arrive(a, instr, epoch, &s.last_arrival);
+    if (instr.chain == 0) signal(a, instr);
 #if MS_PROFILE
-    if (threadIdx.x == 0) {
-      uint64_t* st = a.stamps + uint64_t(task) * kStampWords;
-      st[0] = t_start;
-      st[1] = t_ready;
-      st[2] = t_done;
-      st[3] = global_ns();
-      st[4] = (uint64_t(blockIdx.x) << 32) | rec.tasks_run;
-    }
+    stamp_task(a, task, t_start, t_ready, t_done, rec.tasks_run);
 #endif
     ++rec.tasks_run;
+    if (run_chain) {
+#if MS_PROFILE
+      const uint64_t c_start = global_ns();  // no wait; run_chained signals as it ends
+#endif
+      run_chained(a, instr.chain - 1, s);
+#if MS_PROFILE
+      stamp_task(a, instr.chain - 1, c_start, c_start, global_ns(), rec.tasks_run);
+#endif
+      ++rec.tasks_run;
+    }
   }
   if (rec.state == kExitDrained) {
     rec.task = -1;

@@ -30,6 +30,7 @@ struct Shared {
   float red[kComputeWarps];  // block reductions
   WaitOutcome wait;          // wait_all's result
   uint32_t claim;            // dynamic queue: the ticket thread 0 claimed
+  uint32_t last_arrival;     // signal_arrive: 1 when this block runs the chained task
   int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
   uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh)
   Ahead ahead[2];            // static queue: the next task (double-buffered by queue position)
@@ -821,6 +822,19 @@ __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Sh
     case kOpcodeCount:
       break;
   }
+}
+
+/// Runs chained task `task` (abi/abi.h, Last arrivers) on the block whose signal completed its
+/// wait, then signals it. Only chainable opcodes (the validator refuses others as chained tasks).
+/// Not inlined: the task loop keeps its registers (a second inline copy of execute() would not).
+__device__ __noinline__ void run_chained(const KernelArgs& a, uint32_t task, Shared& s) {
+  const Instr in = a.tasks[task];
+  if (in.opcode == kAttnCombine) {
+    attn_combine(a, in);
+  } else if (in.opcode == kArgmax) {
+    argmax(a, in, s);
+  }
+  signal(a, in);
 }
 
 }  // namespace ms_dev
