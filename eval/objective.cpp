@@ -161,4 +161,11 @@ Objective objective_of_entries(const nlohmann::json& entries) {
   return objective;
 }
 
+bool judged_alike(int verdict_position, const nlohmann::json& verdict_objective, int timed_position,
+                  const Objective& objective) {
+  if (objective_text(objective_of_entries(verdict_objective)) != objective_text(objective))
+    return false;  // another objective, or one on one side only
+  return !objective.empty() || verdict_position == timed_position;
+}
+
 }  // namespace megasched::eval

@@ -55,4 +55,11 @@ double weighted_mean(const Objective& objective, const std::vector<double>& valu
 /// for null, an absent field or anything that is not such a list.
 Objective objective_of_entries(const nlohmann::json& entries);
 
+/// Whether a trial whose verdict has `verdict_position` (timed_position) and `verdict_objective`
+/// (its "objective" entries) was judged as a loop of `timed_position` and `objective` judges: the
+/// same objective (positions and weights), or with none on either side the same timed position.
+/// What warm start adopts and what the prior strategy trains on.
+bool judged_alike(int verdict_position, const nlohmann::json& verdict_objective, int timed_position,
+                  const Objective& objective);
+
 }  // namespace megasched::eval

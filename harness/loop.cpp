@@ -378,11 +378,9 @@ class LoopRun {
       for (const CorpusRecord& r : corpus_.records) {
         if (r.model != model_ || r.target != target_name_ || r.device != device_) continue;
         if (!has_latency(r.verdict)) continue;
-        if (options_.objective.empty() && r.verdict.timed_position != options_.timed_position)
-          continue;  // another position
-        if (eval::objective_text(eval::objective_of_entries(r.verdict.objective)) !=
-            eval::objective_text(options_.objective))
-          continue;  // another objective, or one where this loop has none (or the reverse)
+        if (!eval::judged_alike(r.verdict.timed_position, r.verdict.objective,
+                                options_.timed_position, options_.objective))
+          continue;  // another position or objective
         if (!best || *r.verdict.latency_us < *best->verdict.latency_us) best = &r;
       }
       if (best) {

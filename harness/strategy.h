@@ -91,7 +91,8 @@ struct StrategyOptions {
   double exploration = 0.1;   // prior: share of random trials
   int pool_size = 256;        // prior: candidates ranked per trial
   int min_prior_samples = 8;  // prior: random trials until it has this many latencies
-  std::vector<flywheel::CorpusRecord> training;  // prior: corpus records (same target and device)
+  std::vector<flywheel::CorpusRecord> training;  // prior: corpus records (same target and device,
+                                                 // judged alike: eval::judged_alike)
   schedule::ModelShape shape;       // prior: the shape of this run's model (features of outcomes)
   std::string proposer_command;     // proposer: run with /bin/sh -c
   double proposer_timeout_s = 120;  // proposer: per call

@@ -12,6 +12,7 @@
 
 #include "eval/device.h"
 #include "eval/evaluate.h"
+#include "eval/objective.h"
 #include "flywheel/corpus.h"
 #include "flywheel/report.h"
 #include "flywheel/report_render.h"
@@ -339,10 +340,14 @@ VerbResult run_loop_command(LoopCommand& opt) {
 
   opt.strategy.shape = *shape;
   if (opt.strategy.name == "prior") {
-    // The prior learns from every model this workspace has tried on this target and device.
+    // The prior learns from every model this workspace has tried on this target and device,
+    // judged as this loop judges (the same objective, or the same timed position): a latency at
+    // position 4096 or a weighted mean is no sample of a position-0 loop's target.
     const std::string target_name = identity.value("target", target->name);
     for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt.loop.corpus_path).records)
-      if (r.target == target_name && r.device == device)
+      if (r.target == target_name && r.device == device &&
+          eval::judged_alike(r.verdict.timed_position, r.verdict.objective, ev.timed_position,
+                             ev.objective))
         opt.strategy.training.push_back(std::move(r));
   }
   auto strategy = make_strategy(opt.strategy, &error);

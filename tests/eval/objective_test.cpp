@@ -86,5 +86,21 @@ TEST(Objective, ReadsBackFromVerdictEntries) {
   EXPECT_TRUE(objective_of_entries(nlohmann::json::array({{{"position", "x"}}})).empty());
 }
 
+// What warm start adopts and the prior trains on: a verdict judged as the loop judges.
+TEST(Objective, JudgedAlikeIsTheSameObjectiveOrWithoutOneTheSamePosition) {
+  const nlohmann::json entries = {{{"position", 0}, {"weight", 1}, {"latency_us", 3.0}},
+                                  {{"position", 4096}, {"weight", 1}, {"latency_us", 5.0}}};
+  std::string error;
+  const Objective both = *parse_objective("0:1,4096:1", &error);
+  const Objective heavier = *parse_objective("0:1,4096:2", &error);
+  EXPECT_TRUE(judged_alike(0, nullptr, 0, {}));
+  EXPECT_FALSE(judged_alike(4096, nullptr, 0, {}));  // another timed position
+  EXPECT_FALSE(judged_alike(0, entries, 0, {}));     // a weighted mean, not a position-0 latency
+  EXPECT_FALSE(judged_alike(0, nullptr, 0, both));   // a single position, not the mean
+  EXPECT_TRUE(judged_alike(0, entries, 0, both));
+  EXPECT_TRUE(judged_alike(0, entries, 1024, both));   // the objective decides, not the position
+  EXPECT_FALSE(judged_alike(0, entries, 0, heavier));  // other weights
+}
+
 }  // namespace
 }  // namespace megasched::eval
