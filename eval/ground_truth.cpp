@@ -187,8 +187,9 @@ class Explorer {
         return false;
       }
       if (in.wait_count != 1 || p_.waits[in.wait_begin].threshold == 0) {
-        find("deadlock", name + " does not wait once for a counter value above 0, so no arrival "
-                                "crosses its target");
+        find("deadlock", name +
+                             " does not wait once for a counter value above 0, so no arrival "
+                             "crosses its target");
         return false;
       }
       const uint32_t c = p_.waits[in.wait_begin].counter;
@@ -196,10 +197,10 @@ class Explorer {
         const ms_abi::Instr& x = p_.tasks[t];
         const bool signals_c = x.signal_increment > 0 && x.signal_counter == c;
         if (signals_c != (x.chain == k + 1)) {
-          find("deadlock", "task " + std::to_string(t) +
-                               (signals_c ? " signals the counter " + name +
-                                                " waits on without chaining it"
-                                          : " chains " + name + " without signalling its counter"));
+          find("deadlock",
+               "task " + std::to_string(t) +
+                   (signals_c ? " signals the counter " + name + " waits on without chaining it"
+                              : " chains " + name + " without signalling its counter"));
           return false;
         }
       }

@@ -364,7 +364,8 @@ class Checker {
         if (p_.tasks[prod].chain == k + 1) continue;
         add("structure",
             label_.task(prod) + " signals " + label_.counter(w.counter) + ", which chained " +
-                label_.task(k) + " waits on, but does not chain it: when it arrives last no "
+                label_.task(k) +
+                " waits on, but does not chain it: when it arrives last no "
                 "block runs the chained task",
             {prod, k}, {w.counter});
       }
@@ -519,8 +520,8 @@ class Checker {
               work.push_back(blocked[c].top().second);
               blocked[c].pop();
             }
-            if (in.chain != 0 && in.chain <= n_ && chained_[in.chain - 1] &&
-                !ran_[in.chain - 1] && first_unsatisfied(in.chain - 1, value) == -1) {
+            if (in.chain != 0 && in.chain <= n_ && chained_[in.chain - 1] && !ran_[in.chain - 1] &&
+                first_unsatisfied(in.chain - 1, value) == -1) {
               next = in.chain - 1;
               ran_[next] = 1;
             }
