@@ -249,6 +249,12 @@ MS_ABI_FN bool counter_reached(uint32_t value, uint32_t target) {
   return static_cast<int32_t>(value - target) >= 0;
 }
 
+/// Whether adding `increment` to a counter that held `old` takes it to `target` (Last arrivers:
+/// the one add per step that runs the chained task), wrap-safe like counter_reached.
+MS_ABI_FN bool arrival_completes(uint32_t old, uint32_t increment, uint32_t target) {
+  return !counter_reached(old, target) && counter_reached(old + increment, target);
+}
+
 /// Element offset of K (kv = 0) or V (kv = 1) of (layer, kv head, position 0) in kBufKv.
 MS_ABI_FN uint64_t kv_offset(const ModelParams& m, uint32_t layer, uint32_t kv, uint32_t kv_head) {
   return ((static_cast<uint64_t>(layer) * 2 + kv) * m.kv_heads + kv_head) *

@@ -558,9 +558,7 @@ uint32_t ReferenceVm::run_task(uint32_t task) {
   const ms_abi::Wait& w = program_.waits[k.wait_begin];
   if (w.counter != t.signal_counter) return 1;
   const uint32_t target = wait_target(w);
-  if (ms_abi::counter_reached(before, target) ||
-      !ms_abi::counter_reached(counters_[w.counter], target))
-    return 1;
+  if (!ms_abi::arrival_completes(before, t.signal_increment, target)) return 1;
   execute(t.chain - 1);
   if (k.signal_increment != 0) counters_[k.signal_counter] += k.signal_increment;
   return 2;

@@ -293,6 +293,21 @@ TEST(ReferenceVm, LastArriverReductionsGiveTheLogitsOfQueuedOnes) {
   }
 }
 
+// ms_abi::arrival_completes, which both VMs use for a last arriver: of a step's adds exactly the
+// one that reaches the chained task's target completes it, at every epoch, across the wrap.
+TEST(ReferenceVm, ExactlyOneArrivalCompletesAWaitEvenAcrossTheWrap) {
+  constexpr uint32_t kTotal = 4;
+  for (const uint32_t epoch : {0u, 1u, 0x3fffffffu, 0x40000000u, 0xffffffffu}) {
+    for (uint32_t threshold = 1; threshold <= kTotal; ++threshold) {
+      const uint32_t target = ms_abi::wait_target(epoch, kTotal, threshold);
+      uint32_t counter = ms_abi::wait_target(epoch, kTotal, 0), completing = 0;
+      for (uint32_t add = 1; add <= kTotal; ++add, ++counter)
+        if (ms_abi::arrival_completes(counter, 1, target)) completing = add;
+      EXPECT_EQ(completing, threshold) << "epoch " << epoch << " threshold " << threshold;
+    }
+  }
+}
+
 // A chained task no arrival can reach (the argmax's wait raised beyond what the LM head adds)
 // never runs: every queue drains, yet the step does not complete, and it says why.
 TEST(ReferenceVm, ReportsAChainedTaskThatNeverRuns) {

@@ -401,8 +401,7 @@ __device__ __forceinline__ bool signal_arrive(const KernelArgs& a, const Instr& 
                  : "l"(a.counters + instr.signal_counter), "r"(instr.signal_increment)
                  : "memory");
     const uint32_t target = wait_target(epoch, h.total, h.threshold);
-    const bool last =
-        !counter_reached(old, target) && counter_reached(old + instr.signal_increment, target);
+    const bool last = arrival_completes(old, instr.signal_increment, target);
     *shared_flag = last ? 1u : 0u;
   }
   block_sync();
