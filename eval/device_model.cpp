@@ -46,6 +46,7 @@ DeviceBuild device_build(const Program& program) {
   take("MS_HEAD_DIM", &b.head_dim);
   take("MS_WEIGHT_BF16", &wbf16);
   take("MS_KV_BF16", &kvbf16);
+  take("MS_ATTN_STAGED", &b.attn_staged);
   b.weight_ring = ring != 0;
   b.weight_bf16 = wbf16 != 0;
   b.kv_bf16 = kvbf16 != 0;
@@ -67,6 +68,7 @@ std::vector<std::string> device_build_errors(const DeviceBuild& b) {
   check(b.seg_vecs == 0 || b.seg_vecs == 1 || b.seg_vecs == 2 || b.seg_vecs == 4 || b.seg_vecs == 8,
         "MS_SEG_VECS");
   check(b.head_dim >= 2 && b.head_dim <= 256 && b.head_dim % 2 == 0, "MS_HEAD_DIM");
+  check(b.attn_staged == 0 || b.attn_staged == 1, "MS_ATTN_STAGED");
   return out;
 }
 
@@ -79,16 +81,18 @@ int64_t device_static_smem_bytes(const DeviceBuild& b) {
   const int64_t red = 4 * warps;
   const int64_t wait_outcome = 5 * 4;
   const int64_t claim_last_arrival_ring_failed = 3 * 4;
-  const int64_t ready_ns = 8;  // a uint64_t: 8-byte aligned
+  const int64_t ready_ns = 8;          // a uint64_t: 8-byte aligned
+  const int64_t kv_bar_phase = 8 + 4;  // staged attention's mbarrier (uint64_t) and its parity
   // Ahead ahead[2]: 16-byte aligned (and so is the struct's size), an Instr and kWaitHeads heads.
   const int64_t ahead = 2 * (static_cast<int64_t>(sizeof(ms_abi::Instr)) +
                              static_cast<int64_t>(sizeof(ms_abi::WaitHead)) * ms_abi::kWaitHeads);
   const int64_t attn = 4 * (8 * hd + warps * (hd + 2));
   const int64_t u = std::max<int64_t>(4 * epilogue_rows, attn);
   auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
-  const int64_t shared =
-      up(up(up(red + wait_outcome + claim_last_arrival_ring_failed, 8) + ready_ns, 16) + ahead + u,
-         16);
+  const int64_t shared = up(
+      up(up(red + wait_outcome + claim_last_arrival_ring_failed, 8) + ready_ns + kv_bar_phase, 16) +
+          ahead + u,
+      16);
   // ptxas reports the static area rounded up to 16 bytes, where the 16-byte aligned dynamic area
   // (`extern __shared__ __align__(16) float pages[]`) begins.
   return up(shared + 4 * warps, 16);

@@ -37,6 +37,7 @@ struct DeviceBuild {
   int head_dim = 64;                       // MS_HEAD_DIM
   bool weight_bf16 = true;                 // MS_WEIGHT_BF16
   bool kv_bf16 = true;                     // MS_KV_BF16
+  int attn_staged = 0;                     // MS_ATTN_STAGED
   std::vector<std::string> option_errors;  // a macro given twice with different values, or not a
                                            // number
 };

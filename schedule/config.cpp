@@ -137,7 +137,8 @@ const std::vector<KnobEntry>& knob_table() {
         "upcoming tasks whose weights a block prefetches into L2 while it waits",
         field_access(&ScheduleConfig::pipeline, &PipelineConfig::prefetch_depth));
     add("smem.pages", ints({1, 2, 4, 5, 6, 8}), 2,
-        "shared-memory pages per block: the GEMV input staging, or the weight ring",
+        "shared-memory pages per block: the GEMV input staging and staged attention's KV rows, "
+        "or the weight ring",
         field_access(&ScheduleConfig::smem, &SmemConfig::pages));
     add("smem.page_bytes", ints({4096, 8192, 16384, 32768, 65536}), 16384,
         "bytes per shared-memory page",
@@ -169,6 +170,16 @@ const std::vector<KnobEntry>& knob_table() {
             std::vector<std::pair<WeightStream, std::string>>{
                 {WeightStream::kRegisters, "registers"}, {WeightStream::kSmemRing, "smem_ring"}}),
         "MS_WEIGHT_RING");
+    add("kernel.attention", {"registers", "staged"}, "registers",
+        "long attention partitions: key and value rows loaded into registers in dependent "
+        "batches, or staged into shared memory by bulk copies (a round holds (smem.pages x "
+        "smem.page_bytes - 1 KiB per compute warp) / (4 x head_dim) bf16 keys; registers weight "
+        "stream only)",
+        enum_access(
+            &ScheduleConfig::kernel, &KernelConfig::attention,
+            std::vector<std::pair<AttentionPath, std::string>>{
+                {AttentionPath::kRegisters, "registers"}, {AttentionPath::kStaged, "staged"}}),
+        "MS_ATTN_STAGED");
     return t;
   }();
   return table;
@@ -537,6 +548,10 @@ std::string knob_conflict(const ScheduleConfig& config) {
   if (config.tiling.qkv_rope_pairs && config.kernel.weight_stream != WeightStream::kRegisters)
     return "tiling.qkv_rope_pairs = true needs kernel.weight_stream = registers (only its streamed "
            "GEMV maps the rows of RoPE pairs); hint: set one of them back";
+  if (config.kernel.attention == AttentionPath::kStaged &&
+      config.kernel.weight_stream != WeightStream::kRegisters)
+    return "kernel.attention = staged needs kernel.weight_stream = registers (the weight ring "
+           "owns the shared memory the KV rows would be staged in); hint: set one of them back";
   if (config.tiling.qkv_rope_pairs && config.tiling.gemv_k_split != 1)
     return "tiling.qkv_rope_pairs = true needs tiling.gemv_k_split = 1 (a split-K reduce applies "
            "RoPE to whole heads); hint: set one of them back";

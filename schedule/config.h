@@ -48,6 +48,13 @@ enum class WeightStream : uint8_t {
                // dependencies); the other warps compute from the ring (static queues only)
 };
 
+/// How a long attention partition reads its KV history (vm/device/attention.cuh).
+enum class AttentionPath : uint8_t {
+  kRegisters,  // each warp loads its keys' rows into registers, in dependent batches
+  kStaged,     // bulk copies of whole K and V row ranges into shared memory, then computed there
+               // (registers weight stream only: the ring owns the shared memory)
+};
+
 /// How the GEMV kernel loads weights (a kernel build knob).
 enum class WeightLoad : uint8_t {
   kLdg,        // plain global loads (ld.global)
@@ -121,6 +128,7 @@ struct KernelConfig {
   int unroll;
   WeightLoad weight_load;
   WeightStream weight_stream;
+  AttentionPath attention;
 
   bool operator==(const KernelConfig&) const = default;
 };

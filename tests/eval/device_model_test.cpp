@@ -153,10 +153,12 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.fusion.rope_kv_into_qkv = true;
       cfg.tiling.gemv_k_split = 1;
       cfg.kernel.weight_stream = WeightStream::kRegisters;
+      cfg.kernel.attention = AttentionPath::kStaged;  // the same KV rows, staged
     }
     if (i % 3 == 0) cfg.fusion.argmax_into_lm_head = true;
     if (i % 2 == 0) {
       cfg.kernel.weight_stream = WeightStream::kSmemRing;
+      cfg.kernel.attention = AttentionPath::kRegisters;  // the ring owns the shared memory
       cfg.tiling.qkv_rope_pairs = false;  // only the registers build runs tiles of RoPE pairs
       cfg.assignment.policy = AssignPolicy::kRoundRobin;
       cfg.launch.threads_per_block = std::max(cfg.launch.threads_per_block, 128);

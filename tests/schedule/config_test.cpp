@@ -83,7 +83,7 @@ TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths
     EXPECT_GE(k.choices.size(), 2u) << k.path << " has a single choice: a knob that does nothing";
     EXPECT_FALSE(k.description.empty()) << k.path;
   }
-  EXPECT_EQ(paths.size(), 29u);
+  EXPECT_EQ(paths.size(), 30u);
 }
 
 TEST(ScheduleConfigKnobs, DefaultConstructionTakesEveryDefaultOfTheTable) {
@@ -93,7 +93,8 @@ TEST(ScheduleConfigKnobs, DefaultConstructionTakesEveryDefaultOfTheTable) {
 
 TEST(ScheduleConfigKnobs, KernelKnobsBecomeTheirMacrosWithNamedChoicesAsEnumValues) {
   ScheduleConfig c;
-  EXPECT_EQ(kernel_knob_defines(c), (std::map<std::string, int>{{"MS_ROWS_PER_WARP", 2},
+  EXPECT_EQ(kernel_knob_defines(c), (std::map<std::string, int>{{"MS_ATTN_STAGED", 0},
+                                                                {"MS_ROWS_PER_WARP", 2},
                                                                 {"MS_UNROLL", 2},
                                                                 {"MS_VECTOR_BYTES", 16},
                                                                 {"MS_WEIGHT_LOAD", 0},

@@ -496,7 +496,8 @@ TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
   EXPECT_EQ(p.launch.threads_per_block, 512);
   EXPECT_EQ(p.launch.smem_bytes, 32768);
   EXPECT_EQ(p.launch.prefetch_depth, 3);
-  EXPECT_EQ(p.build.knobs, (std::map<std::string, int>{{"MS_ROWS_PER_WARP", 2},
+  EXPECT_EQ(p.build.knobs, (std::map<std::string, int>{{"MS_ATTN_STAGED", 0},
+                                                       {"MS_ROWS_PER_WARP", 2},
                                                        {"MS_UNROLL", 2},
                                                        {"MS_VECTOR_BYTES", 8},
                                                        {"MS_WEIGHT_LOAD", 1},

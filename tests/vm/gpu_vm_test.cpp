@@ -142,17 +142,34 @@ schedule::ModelShape wide_head_toy(int head_dim) {
   return s;
 }
 
-// The long-partition attention path (more keys than attn_short takes: positions 40 and 100, in
-// one partition or two, one query head per task or the whole group) matches the eager reference
-// at head dims 64 and 128, the llama-1b and `small` head widths the toy models do not cover.
+// The long-partition attention paths (more keys than attn_short takes: positions 40 and 100, in
+// one partition or two, one query head per task or the whole group; kernel.attention registers
+// and staged) match the eager reference at head dims 64 and 128, the llama-1b and `small` head
+// widths the toy models do not cover. Staged with the default 2 x 16 KiB of pages, a round holds
+// 96 keys at head dim 64 and 48 at 128: position 100 in one partition takes two and three rounds,
+// the last one holding the step's own key (read after the wait, not copied); one page (16 KiB)
+// holds 32 keys at head dim 64 and too few at 128, where attn_short takes the partition.
 TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
   const std::vector<int> positions = {0, 40, 100};
+  struct Case {
+    int q_heads, partitions;
+    schedule::AttentionPath path;
+    int pages;
+  };
+  const Case cases[] = {{1, 1, schedule::AttentionPath::kRegisters, 2},
+                        {0, 2, schedule::AttentionPath::kRegisters, 2},
+                        {1, 1, schedule::AttentionPath::kStaged, 2},
+                        {0, 2, schedule::AttentionPath::kStaged, 2},
+                        {0, 1, schedule::AttentionPath::kStaged, 1}};
   for (int head_dim : {64, 128}) {
     const schedule::Weights w = schedule::generate_weights(wide_head_toy(head_dim), 7);
-    for (const auto& [q_heads, partitions] : {std::pair{1, 1}, std::pair{0, 2}}) {
+    for (const Case& k : cases) {
+      const int q_heads = k.q_heads, partitions = k.partitions;
       schedule::ScheduleConfig c;
       c.tiling.attn_q_heads_per_task = q_heads;
       c.tiling.attn_kv_partitions = partitions;
+      c.kernel.attention = k.path;
+      c.smem.pages = k.pages;
       std::string err;
       const auto offline = schedule::lower(w.shape, *schedule::find_target("h100"), c, &err);
       ASSERT_TRUE(offline) << head_dim << ": " << err;  // the shape lowers, GPU or not
@@ -162,7 +179,9 @@ TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
       const GpuTrialResult r = eval::run_gpu_trial(lower_or_die(w.shape, c), w, refs.tokens,
                                                    refs.logits, positions, quick());
       EXPECT_EQ(r.status, "ok") << w.shape.name << " q_heads " << q_heads << " partitions "
-                                << partitions << ": " << r.message << "\n"
+                                << partitions << " staged "
+                                << (k.path == schedule::AttentionPath::kStaged) << " pages "
+                                << k.pages << ": " << r.message << "\n"
                                 << r.kernel.dump(1);
       EXPECT_TRUE(r.argmax_match) << w.shape.name;
     }

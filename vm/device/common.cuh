@@ -31,6 +31,9 @@
 #ifndef MS_KV_BF16
 #define MS_KV_BF16 1  // KV cache dtype: 1 bf16, 0 fp32
 #endif
+#ifndef MS_ATTN_STAGED
+#define MS_ATTN_STAGED 0  // long attention partitions staged in shared memory (attention.cuh)
+#endif
 #ifndef MS_WEIGHT_RING
 #define MS_WEIGHT_RING 0  // 1: a loader warp streams GEMV weight tiles into a shared-memory ring
 #endif
@@ -111,6 +114,7 @@ static_assert(MS_SEG_VECS == 0 || MS_SEG_VECS == 1 || MS_SEG_VECS == 2 || MS_SEG
                   MS_SEG_VECS == 8,
               "MS_SEG_VECS");
 static_assert(MS_HEAD_DIM >= 2 && MS_HEAD_DIM <= 256 && MS_HEAD_DIM % 2 == 0, "MS_HEAD_DIM");
+static_assert(MS_ATTN_STAGED == 0 || MS_ATTN_STAGED == 1, "MS_ATTN_STAGED");
 
 #if MS_WEIGHT_BF16
 typedef uint16_t WeightT;

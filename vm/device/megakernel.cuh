@@ -10,6 +10,7 @@
 // HangRecord for the host.
 #pragma once
 
+#include "vm/device/attention.cuh"
 #include "vm/device/ring.cuh"
 #include "vm/device/stream.cuh"
 
@@ -180,6 +181,8 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
       if (ring) ring_load(a, rg, qbegin, qend);
       return;
     }
+  } else if (kAttnStagedBuild) {
+    attn_stage_init(s);
   }
   // Threads of warps 1.. issue prefetches while warp 0 polls the counters.
   const int pf_lane = int(threadIdx.x) - 32;

@@ -33,6 +33,8 @@ struct Shared {
   uint32_t last_arrival;     // signal_arrive: 1 when this block runs the chained task
   int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
   uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh)
+  uint64_t kv_bar;           // staged attention: the mbarrier its KV copies complete on
+  uint32_t kv_phase;         // staged attention: the parity kv_bar's next phase completes with
   Ahead ahead[2];            // static queue: the next task (double-buffered by queue position)
   union {
     float rows[kEpilogueRows];  // GEMV results of one row chunk, before the epilogue
@@ -44,6 +46,59 @@ struct Shared {
 };
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// ---- Attention partitions staged in shared memory (vm/device/attention.cuh) ----
+
+/// Bytes of one staged key or value row, and its 16-byte chunks.
+constexpr uint32_t kKvRowBytes = kHeadDim * sizeof(KvT);
+constexpr int kKvChunks = int(kKvRowBytes / 16);
+constexpr int kKvPerChunk = 16 / int(sizeof(KvT));  // elements of a 16-byte chunk
+/// Head dims a lane owns in the value phase: kVd consecutive dims from lane * kVd.
+constexpr int kVd = kHeadDim >= 32 ? kHeadDim / 32 : 1;
+/// The rows' layout allows staging: whole 16-byte chunks, and head dims split evenly over lanes.
+constexpr bool kAttnStageable = kKvRowBytes % 16 == 0 && kHeadDim % 32 == 0 &&
+                                (kVd * sizeof(KvT)) % 4 == 0 && kKvPerChunk % 4 == 0;
+/// Builds whose long attention partitions run vm/device/attention.cuh's attn_staged_partition
+/// (kernel.attention = staged: MS_ATTN_STAGED registers builds on sm_90 with a head width that
+/// stages; attn_partial hands them over).
+#if __CUDA_ARCH__ >= 900
+constexpr bool kAttnStagedBuild = MS_ATTN_STAGED && !kRing && kAttnStageable;
+#else
+constexpr bool kAttnStagedBuild = false;
+#endif
+/// Query heads a staged task computes, always all of them (heads past the task's own are zero
+/// queries whose results are dropped): no branch on the head count in the inner loops, so the
+/// heads' loads, FMAs and shuffles interleave. A GQA group of llama models is 4 heads; a task of
+/// more takes attn_short.
+constexpr int kStageHeads = 4;
+/// Floats of the per-warp probability scratch: 32 keys x kStageHeads heads per warp.
+constexpr uint32_t kProbFloats = uint32_t(kComputeWarps) * 32u * uint32_t(kStageHeads);
+/// Fewer keys per round than this take attn_short instead.
+constexpr uint32_t kStageMinKeys = 32;
+static_assert(kStageHeads == 4, "the probability scratch holds one float4 of heads per key");
+static_assert(kStageHeads <= kAttnHeadBatch, "staged queries fit s.u.attn.q");
+
+/// The keys of an attention partition at this step.
+struct AttnKeys {
+  uint32_t t0, t1;  // keys [t0, t1)
+  uint32_t pos;     // the step's position: key `pos` is written by this step's QKV
+};
+
+__device__ __forceinline__ AttnKeys attn_keys(const KernelArgs& a, const Instr& in) {
+  const uint32_t pos = uint32_t(a.step->position), n = pos + 1, P = in.param2;
+  const uint32_t chunk = (n + P - 1) / P;
+  const uint32_t t0 = in.param1 * chunk;
+  return {t0, min(n, t0 + chunk), pos};
+}
+
+/// Keys one round holds in `smem_bytes` of dynamic shared memory (K rows, V rows, then the
+/// probability scratch).
+__device__ __forceinline__ uint32_t attn_round_keys(uint32_t smem_bytes) {
+  const uint32_t prob = kProbFloats * 4u;
+  return smem_bytes > prob ? (smem_bytes - prob) / (2u * kKvRowBytes) : 0u;
+}
+__device__ __forceinline__ void attn_staged_partition(const KernelArgs& a, const Instr& in,
+                                                      Shared& s);
 
 // ---- kEmbed ----
 __device__ __forceinline__ void embed(const KernelArgs& a, const Instr& in) {
@@ -480,11 +535,12 @@ __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int
 }
 
 /// Merges the warps' online-softmax states of query head h (each warp's max m, sum l and output o
-/// over the lane's head dims d = lane + 32 i) in warp order, and writes the head's output (one
-/// partition) or its partition record. The whole block; ends synced.
+/// over the lane's head dims: d = lane + 32 i, or with kContiguous d = lane * N + i) in warp
+/// order, and writes the head's output (one partition) or its partition record. The whole block;
+/// ends synced.
+template <bool kContiguous = false, int N = kHeadDimPerLane>
 __device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr& in, Shared& s,
-                                                uint32_t h, float m, float l,
-                                                const float (&o)[kHeadDimPerLane]) {
+                                                uint32_t h, float m, float l, const float (&o)[N]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t p = in.param1, P = in.param2;
   const uint32_t rec_len = kHeadDim + 2;
@@ -494,8 +550,8 @@ __device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr
     mine[1] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kHeadDimPerLane; ++i) {
-    const int d = lane + 32 * i;
+  for (int i = 0; i < N; ++i) {
+    const int d = kContiguous ? lane * N + i : lane + 32 * i;
     if (d < kHeadDim) mine[2 + d] = o[i];
   }
   block_sync();
@@ -600,8 +656,16 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
   }
   const KvT* K = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 0, g);
   const KvT* V = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 1, g);
-  if (t1 - t0 <= kAttnShortKeys) {
+  // Staged builds take a long partition of at most one batch of query heads staged through
+  // shared memory (vm/device/attention.cuh) when a round holds kStageMinKeys keys, else attn_short.
+  const bool staged = kAttnStagedBuild && in.row_end - in.row_begin <= uint32_t(kStageHeads) &&
+                      attn_round_keys(a.smem_bytes) >= kStageMinKeys;
+  if (t1 - t0 <= kAttnShortKeys || (kAttnStagedBuild && !staged)) {
     attn_short(a, in, s, K, V, t0, t1);
+    return;
+  }
+  if constexpr (kAttnStagedBuild) {
+    attn_staged_partition(a, in, s);
     return;
   }
   for (uint32_t hb = in.row_begin; hb < in.row_end; hb += kAttnHeadBatch) {
