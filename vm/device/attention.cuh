@@ -203,6 +203,51 @@ __device__ __forceinline__ void attn_pass(const char* krows, const char* vrows, 
   __syncwarp();  // the scratch is read before the next pass writes it
 }
 
+/// Merges the warps' online-softmax states of all the task's query heads at once (in warp order,
+/// as attn_merge_head does one head at a time): every warp writes its {m, l, o[hd]} of each head
+/// into `area` (the staged rows' space, free by then), one barrier, then thread i < nh x hd takes
+/// head i / hd, dim i % hd, and writes the head's output (one partition) or its record.
+__device__ __forceinline__ void attn_merge_heads(const KernelArgs& a, const Instr& in, float* area,
+                                                 int nh, const AttnState& st) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t p = in.param1, P = in.param2;
+  constexpr uint32_t kRec = kHeadDim + 2;
+#pragma unroll
+  for (int j = 0; j < kStageHeads; ++j) {
+    float* mine = area + (j * kComputeWarps + warp) * kRec;
+    if (lane == 0) {
+      mine[0] = st.m[j];
+      mine[1] = st.l[j];
+    }
+#pragma unroll
+    for (int i = 0; i < kVd; ++i) mine[2 + lane * kVd + i] = st.o[j][i];
+  }
+  block_sync();
+  for (uint32_t i = threadIdx.x; i < uint32_t(nh) * kHeadDim; i += kComputeThreads) {
+    const uint32_t j = i / kHeadDim, d = i % kHeadDim, h = in.row_begin + j;
+    const float* recs = area + j * kComputeWarps * kRec;
+    float M = neg_inf();
+    for (int w = 0; w < kComputeWarps; ++w) M = fmaxf(M, recs[w * kRec]);
+    float L = 0.0f, O = 0.0f;
+    for (int w = 0; w < kComputeWarps; ++w) {
+      const float* r = recs + w * kRec;
+      const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
+      L += r[1] * f;
+      O += r[2 + d] * f;
+    }
+    if (P == 1) {
+      a.act[in.out + uint64_t(h) * kHeadDim + d] = O / L;
+    } else {
+      float* rec = a.act + in.aux + (uint64_t(p) * a.model.heads + h) * kRec;
+      if (d == 0) {
+        rec[0] = M;
+        rec[1] = L;
+      }
+      rec[2 + d] = O;
+    }
+  }
+}
+
 /// Runs staged partition task `in` after its wait (attn_staged_partition issued its first round).
 /// Rounds of R keys: history rows by bulk copy, the current token's row (written by this step's
 /// QKV, now visible) by the threads; within a round warp w takes the 32-key passes w, w +
@@ -248,8 +293,9 @@ __device__ __forceinline__ void attn_staged(const KernelArgs& a, const Instr& in
             __ldcg(src);
       }
     }
-    if (copied) {
-      if (!mbar_wait(a, &s.kv_bar, phase, true)) return;  // the launch is aborting
+    if (copied) {  // copies from global memory always complete: every thread waits them out
+      while (!mbar_try_wait(&s.kv_bar, phase)) {
+      }
       phase ^= 1u;
     }
     block_sync();  // the current row and the queries are in place
@@ -259,11 +305,9 @@ __device__ __forceinline__ void attn_staged(const KernelArgs& a, const Instr& in
                 min(32u, keys - k0), a.model.attn_scale, st);
     }
   }
-#pragma unroll
-  for (int j = 0; j < kStageHeads; ++j) {
-    if (j < nh) attn_merge_head<true>(a, in, s, in.row_begin + j, st.m[j], st.l[j], st.o[j]);
-  }
-  if (threadIdx.x == 0) s.kv_phase = phase;  // merged: every thread has read s.kv_phase
+  block_sync();  // every warp is done with the rows: the merge reuses the area
+  attn_merge_heads(a, in, reinterpret_cast<float*>(pages), nh, st);
+  if (threadIdx.x == 0) s.kv_phase = phase;  // every thread read s.kv_phase before the barriers
 }
 
 /// A staged partition (ops.cuh's attn_partial hands over the long ones): issues the first round's

@@ -97,6 +97,12 @@ __device__ __forceinline__ uint32_t attn_round_keys(uint32_t smem_bytes) {
   const uint32_t prob = kProbFloats * 4u;
   return smem_bytes > prob ? (smem_bytes - prob) / (2u * kKvRowBytes) : 0u;
 }
+/// Whether `smem_bytes` of dynamic shared memory can stage a partition: a round of at least
+/// kStageMinKeys keys, and room for every warp's softmax state of every head at the merge.
+__device__ __forceinline__ bool attn_stage_fits(uint32_t smem_bytes) {
+  constexpr uint32_t kMergeBytes = 4u * kStageHeads * kComputeWarps * (kHeadDim + 2);
+  return attn_round_keys(smem_bytes) >= kStageMinKeys && smem_bytes >= kMergeBytes;
+}
 __device__ __forceinline__ void attn_staged_partition(const KernelArgs& a, const Instr& in,
                                                       Shared& s);
 
@@ -535,12 +541,11 @@ __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int
 }
 
 /// Merges the warps' online-softmax states of query head h (each warp's max m, sum l and output o
-/// over the lane's head dims: d = lane + 32 i, or with kContiguous d = lane * N + i) in warp
-/// order, and writes the head's output (one partition) or its partition record. The whole block;
-/// ends synced.
-template <bool kContiguous = false, int N = kHeadDimPerLane>
+/// over the lane's head dims d = lane + 32 i) in warp order, and writes the head's output (one
+/// partition) or its partition record. The whole block; ends synced.
 __device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr& in, Shared& s,
-                                                uint32_t h, float m, float l, const float (&o)[N]) {
+                                                uint32_t h, float m, float l,
+                                                const float (&o)[kHeadDimPerLane]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t p = in.param1, P = in.param2;
   const uint32_t rec_len = kHeadDim + 2;
@@ -550,8 +555,8 @@ __device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr
     mine[1] = l;
   }
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int d = kContiguous ? lane * N + i : lane + 32 * i;
+  for (int i = 0; i < kHeadDimPerLane; ++i) {
+    const int d = lane + 32 * i;
     if (d < kHeadDim) mine[2 + d] = o[i];
   }
   block_sync();
@@ -656,10 +661,10 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
   }
   const KvT* K = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 0, g);
   const KvT* V = reinterpret_cast<const KvT*>(a.kv) + kv_offset(m, in.layer, 1, g);
-  // Staged builds take a long partition of at most one batch of query heads staged through
-  // shared memory (vm/device/attention.cuh) when a round holds kStageMinKeys keys, else attn_short.
+  // Staged builds take a long partition of at most kStageHeads query heads staged through shared
+  // memory (vm/device/attention.cuh) when the dynamic shared memory fits it, else attn_short.
   const bool staged = kAttnStagedBuild && in.row_end - in.row_begin <= uint32_t(kStageHeads) &&
-                      attn_round_keys(a.smem_bytes) >= kStageMinKeys;
+                      attn_stage_fits(a.smem_bytes);
   if (t1 - t0 <= kAttnShortKeys || (kAttnStagedBuild && !staged)) {
     attn_short(a, in, s, K, V, t0, t1);
     return;
