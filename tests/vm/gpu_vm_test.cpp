@@ -152,19 +152,22 @@ schedule::ModelShape wide_head_toy(int head_dim) {
 // widths the toy models do not cover. Staged with the default 2 x 16 KiB of pages, a round holds
 // 96 keys at head dim 64 and 48 at 128: position 100 in one partition takes two and three rounds,
 // the last one holding the step's own key (read after the wait, not copied); one page (16 KiB)
-// holds 32 keys at head dim 64 and too few at 128, where attn_short takes the partition.
+// holds 32 keys at head dim 64 and too few at 128, where attn_short takes the partition. The last
+// case runs staged partitions from the dynamic queue.
 TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
   const std::vector<int> positions = {0, 40, 100};
   struct Case {
     int q_heads, partitions;
     schedule::AttentionPath path;
     int pages;
+    bool dynamic;
   };
-  const Case cases[] = {{1, 1, schedule::AttentionPath::kRegisters, 2},
-                        {0, 2, schedule::AttentionPath::kRegisters, 2},
-                        {1, 1, schedule::AttentionPath::kStaged, 2},
-                        {0, 2, schedule::AttentionPath::kStaged, 2},
-                        {0, 1, schedule::AttentionPath::kStaged, 1}};
+  const Case cases[] = {{1, 1, schedule::AttentionPath::kRegisters, 2, false},
+                        {0, 2, schedule::AttentionPath::kRegisters, 2, false},
+                        {1, 1, schedule::AttentionPath::kStaged, 2, false},
+                        {0, 2, schedule::AttentionPath::kStaged, 2, false},
+                        {0, 1, schedule::AttentionPath::kStaged, 1, false},
+                        {0, 2, schedule::AttentionPath::kStaged, 2, true}};
   for (int head_dim : {64, 128}) {
     const schedule::Weights w = schedule::generate_weights(wide_head_toy(head_dim), 7);
     for (const Case& k : cases) {
@@ -174,6 +177,7 @@ TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
       c.tiling.attn_kv_partitions = partitions;
       c.kernel.attention = k.path;
       c.smem.pages = k.pages;
+      if (k.dynamic) c.assignment.policy = schedule::AssignPolicy::kDynamic;
       std::string err;
       const auto offline = schedule::lower(w.shape, *schedule::find_target("h100"), c, &err);
       ASSERT_TRUE(offline) << head_dim << ": " << err;  // the shape lowers, GPU or not
@@ -185,7 +189,7 @@ TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
       EXPECT_EQ(r.status, "ok") << w.shape.name << " q_heads " << q_heads << " partitions "
                                 << partitions << " staged "
                                 << (k.path == schedule::AttentionPath::kStaged) << " pages "
-                                << k.pages << ": " << r.message << "\n"
+                                << k.pages << " dynamic " << k.dynamic << ": " << r.message << "\n"
                                 << r.kernel.dump(1);
       EXPECT_TRUE(r.argmax_match) << w.shape.name;
     }
