@@ -7,9 +7,10 @@ const std::vector<NamedConfig>& named_configs() {
   // over every block and the argmax folded into the LM-head tiles
   // (bench/configs/stream_r2u4_pairs_am.json): no ring, each warp's first weight chunks loaded
   // before its dependency wait; the fastest row at position 0 on both GPUs (issue 13, session 8).
-  // (At positions 1024 and 4096 the fastest row is the same with the whole KV group per attention
-  // task, 16 history partitions, the KV history staged in 5 x 16 KiB of shared memory:
-  // bench/configs/stream_r2u4_g4p16_pairs_am_st.json, issue 13, session 10.)
+  // (At position 4096 the fastest row is the same with the whole KV group per attention task, 16
+  // history partitions, the KV history staged in 5 x 16 KiB of shared memory:
+  // bench/configs/stream_r2u4_g4p16_pairs_am_st.json; at 1024 the same with 8 partitions,
+  // stream_r2u4_g4p8_pairs_am_st.json; issue 13, session 10, H100.)
   static const nlohmann::json stream = {{"kernel",
                                          {{"weight_stream", "registers"},
                                           {"vector_bytes", 16},
