@@ -286,30 +286,39 @@ TEST(NvrtcBuild, CacheReturnsTheSameCubinWithoutCompiling) {
   std::filesystem::remove_all(dir);
 }
 
+/// Spill stores (ptxas) of a registers build's kernel and of its gemv_stream (-1: not found).
+struct BuildSpills {
+  int kernel = -1, stream = -1;
+  std::string log;
+};
+
+BuildSpills registers_build_spills(const schedule::Program& p) {
+  const BuildResult r = build_cubin({"vm/device/megakernel.cuh", kernel_defines(p), 90, ""});
+  EXPECT_TRUE(r.ok) << r.error;
+  BuildSpills out;
+  out.log = r.log;
+  for (const auto& k : r.kernels) {
+    if (k.name == "ms_megakernel") out.kernel = k.spill_store_bytes;
+    if (k.name.find("gemv_stream") != std::string::npos) out.stream = k.spill_store_bytes;
+  }
+  return out;
+}
+
 // A registers build runs its whole-row GEMV tasks through the streamed path of
 // vm/device/stream.cuh, which is not inlined: its ptxas line is how a build shows it has it.
 TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndNeitherItNorTheKernelSpillsMore) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (int unroll : {2, 4}) {
-    const BuildResult r =
-        build_cubin({"vm/device/megakernel.cuh",
-                     kernel_defines(program_for(16, 2, unroll, 1, 256, true, 64)), 90, ""});
-    ASSERT_TRUE(r.ok) << r.error;
-    const auto stream = std::find_if(r.kernels.begin(), r.kernels.end(), [](const auto& k) {
-      return k.name.find("gemv_stream") != std::string::npos;
-    });
-    ASSERT_NE(stream, r.kernels.end()) << r.log;
-    EXPECT_EQ(stream->spill_store_bytes, 0) << "unroll " << unroll << "\n" << r.log;
+    const BuildSpills b = registers_build_spills(program_for(16, 2, unroll, 1, 256, true, 64));
+    EXPECT_EQ(b.stream, 0) << "unroll " << unroll << "\n" << b.log;
     // The kernel itself sits at the 255-register cap: code added anywhere in its call graph moves
     // spills into every path (dev/perf_log.md section 11: a change that raised them by 88 B slowed
     // every config by 11-27% on the H100). These are the spill stores of the tree measured in
     // BENCHMARKS.md's issue 13 session 6 (the task loop's look-ahead in shared memory took them
     // from 204 B to 28 B at unroll 4); a change that raises them is measured on the GPU before
     // this bound moves.
-    const auto kernel = std::find_if(r.kernels.begin(), r.kernels.end(),
-                                     [](const auto& k) { return k.name == "ms_megakernel"; });
-    ASSERT_NE(kernel, r.kernels.end()) << r.log;
-    EXPECT_LE(kernel->spill_store_bytes, unroll == 2 ? 0 : 28) << "unroll " << unroll;
+    EXPECT_GE(b.kernel, 0) << b.log;
+    EXPECT_LE(b.kernel, unroll == 2 ? 0 : 28) << "unroll " << unroll;
   }
 }
 
@@ -321,17 +330,10 @@ TEST(NvrtcBuild, StagedAttentionBuildSpillsNoMoreThanMeasured) {
   for (int unroll : {2, 4}) {
     schedule::Program p = program_for(16, 2, unroll, 1, 256, true, 64);
     p.build.knobs["MS_ATTN_STAGED"] = 1;
-    const BuildResult r = build_cubin({"vm/device/megakernel.cuh", kernel_defines(p), 90, ""});
-    ASSERT_TRUE(r.ok) << r.error;
-    const auto stream = std::find_if(r.kernels.begin(), r.kernels.end(), [](const auto& k) {
-      return k.name.find("gemv_stream") != std::string::npos;
-    });
-    ASSERT_NE(stream, r.kernels.end()) << r.log;
-    EXPECT_EQ(stream->spill_store_bytes, 0) << "unroll " << unroll << "\n" << r.log;
-    const auto kernel = std::find_if(r.kernels.begin(), r.kernels.end(),
-                                     [](const auto& k) { return k.name == "ms_megakernel"; });
-    ASSERT_NE(kernel, r.kernels.end()) << r.log;
-    EXPECT_LE(kernel->spill_store_bytes, unroll == 2 ? 0 : 36) << "unroll " << unroll;
+    const BuildSpills b = registers_build_spills(p);
+    EXPECT_EQ(b.stream, 0) << "unroll " << unroll << "\n" << b.log;
+    EXPECT_GE(b.kernel, 0) << b.log;
+    EXPECT_LE(b.kernel, unroll == 2 ? 0 : 36) << "unroll " << unroll;
   }
 }
 

@@ -210,7 +210,6 @@ __device__ __forceinline__ void attn_pass(const char* krows, const char* vrows, 
 __device__ __forceinline__ void attn_merge_heads(const KernelArgs& a, const Instr& in, float* area,
                                                  int nh, const AttnState& st) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t p = in.param1, P = in.param2;
   constexpr uint32_t kRec = kHeadDim + 2;
 #pragma unroll
   for (int j = 0; j < kStageHeads; ++j) {
@@ -228,23 +227,7 @@ __device__ __forceinline__ void attn_merge_heads(const KernelArgs& a, const Inst
     const float* recs = area + j * kComputeWarps * kRec;
     float M = neg_inf();
     for (int w = 0; w < kComputeWarps; ++w) M = fmaxf(M, recs[w * kRec]);
-    float L = 0.0f, O = 0.0f;
-    for (int w = 0; w < kComputeWarps; ++w) {
-      const float* r = recs + w * kRec;
-      const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
-      L += r[1] * f;
-      O += r[2 + d] * f;
-    }
-    if (P == 1) {
-      a.act[in.out + uint64_t(h) * kHeadDim + d] = O / L;
-    } else {
-      float* rec = a.act + in.aux + (uint64_t(p) * a.model.heads + h) * kRec;
-      if (d == 0) {
-        rec[0] = M;
-        rec[1] = L;
-      }
-      rec[2 + d] = O;
-    }
+    attn_merge_dim(a, in, recs, h, d, M);
   }
 }
 

@@ -540,6 +540,31 @@ __device__ __forceinline__ void attn_scores(const KvT* krow, const float* q, int
   }
 }
 
+/// Head h's dim d from the warps' records {m, l, o[hd]} at `recs` (kHeadDim + 2 floats apart, M
+/// their largest m), in warp order: the head's output (one partition) or its partition record.
+__device__ __forceinline__ void attn_merge_dim(const KernelArgs& a, const Instr& in,
+                                               const float* recs, uint32_t h, uint32_t d, float M) {
+  constexpr uint32_t kRec = kHeadDim + 2;
+  const uint32_t p = in.param1, P = in.param2;
+  float L = 0.0f, O = 0.0f;
+  for (int w = 0; w < kComputeWarps; ++w) {
+    const float* r = recs + w * kRec;
+    const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
+    L += r[1] * f;
+    O += r[2 + d] * f;
+  }
+  if (P == 1) {
+    a.act[in.out + uint64_t(h) * kHeadDim + d] = O / L;
+  } else {
+    float* rec = a.act + in.aux + (uint64_t(p) * a.model.heads + h) * kRec;
+    if (d == 0) {
+      rec[0] = M;
+      rec[1] = L;
+    }
+    rec[2 + d] = O;
+  }
+}
+
 /// Merges the warps' online-softmax states of query head h (each warp's max m, sum l and output o
 /// over the lane's head dims d = lane + 32 i) in warp order, and writes the head's output (one
 /// partition) or its partition record. The whole block; ends synced.
@@ -547,7 +572,6 @@ __device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr
                                                 uint32_t h, float m, float l,
                                                 const float (&o)[kHeadDimPerLane]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t p = in.param1, P = in.param2;
   const uint32_t rec_len = kHeadDim + 2;
   float* mine = s.u.attn.rec + warp * rec_len;
   if (lane == 0) {
@@ -562,25 +586,8 @@ __device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr
   block_sync();
   float M = neg_inf();
   for (int w = 0; w < kComputeWarps; ++w) M = fmaxf(M, s.u.attn.rec[w * rec_len]);
-  for (uint32_t d = threadIdx.x; d < kHeadDim; d += kComputeThreads) {
-    float L = 0.0f, O = 0.0f;
-    for (int w = 0; w < kComputeWarps; ++w) {
-      const float* r = s.u.attn.rec + w * rec_len;
-      const float f = r[1] > 0.0f ? expf(r[0] - M) : 0.0f;  // warps with no keys add nothing
-      L += r[1] * f;
-      O += r[2 + d] * f;
-    }
-    if (P == 1) {
-      a.act[in.out + uint64_t(h) * kHeadDim + d] = O / L;
-    } else {
-      float* rec = a.act + in.aux + (uint64_t(p) * a.model.heads + h) * rec_len;
-      if (d == 0) {
-        rec[0] = M;
-        rec[1] = L;
-      }
-      rec[2 + d] = O;
-    }
-  }
+  for (uint32_t d = threadIdx.x; d < kHeadDim; d += kComputeThreads)
+    attn_merge_dim(a, in, s.u.attn.rec, h, d, M);
   block_sync();
 }
 
