@@ -71,9 +71,8 @@ __device__ __noinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int 
     }
     case kAttnPartial: {
       const ModelParams& m = a.model;
-      const uint32_t n = uint32_t(a.step->position) + 1, P = in.param2;
-      const uint32_t chunk = (n + P - 1) / P, t0 = in.param1 * chunk;
-      const uint32_t t1 = min(n, t0 + chunk);
+      const AttnKeys k = attn_keys(a, in);
+      const uint32_t t0 = k.t0, t1 = k.t1;
       if (t0 < t1) {
         const KvT* kv = reinterpret_cast<const KvT*>(a.kv);
         const uint64_t bytes = uint64_t(t1 - t0) * m.head_dim * sizeof(KvT);

@@ -652,11 +652,9 @@ __device__ __forceinline__ void attn_short(const KernelArgs& a, const Instr& in,
 __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& in, Shared& s) {
   const ModelParams& m = a.model;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t g = in.param0, p = in.param1, P = in.param2;
-  const uint32_t n = uint32_t(a.step->position) + 1;
-  const uint32_t chunk = (n + P - 1) / P;
-  const uint32_t t0 = p * chunk;
-  const uint32_t t1 = min(n, t0 + chunk);
+  const uint32_t g = in.param0, p = in.param1;
+  const AttnKeys keys = attn_keys(a, in);
+  const uint32_t t0 = keys.t0, t1 = keys.t1;
   const uint32_t rec_len = kHeadDim + 2;
   if (t0 >= t1) {  // empty partition (only when P > 1)
     for (uint32_t h = in.row_begin; h < in.row_end; ++h) {
