@@ -38,6 +38,11 @@
 //                   default:               act[in + c]
 //                   kFlagNormPrologue:     act[in + c] * inv_rms(act[in .. in + ld)) * W[weight2+c]
 //                   kFlagSiluMulPrologue:  silu(act[in + c]) * act[in2 + c]
+//                   kFlagCombinePrologue:  the flash-decoding combine (kAttnCombine's formula,
+//                                          p in increasing order) of dim c mod hd of head
+//                                          h = c / hd over P = param2 partial records at
+//                                          act[in + (p * heads + h) * (hd + 2)], p < P
+//                                          (hd = head_dim, heads = the model's query heads)
 //                 then the epilogue (exactly one applies):
 //                   kFlagPartial:          act[out + r] = acc_r   (out already points at this
 //                                          split's slice of the partial buffer; see kGemvReduce)
@@ -136,6 +141,7 @@ enum InstrFlag : uint16_t {
   kFlagRopePairs = 1u << 5,        // kGemv with kFlagRopeKv: rows are RoPE pairs (see above)
   kFlagArgmaxPartial = 1u << 6,    // kGemv / kGemvReduce: also its argmax record; kArgmax: of
                                    // records (see above)
+  kFlagCombinePrologue = 1u << 7,  // kGemv: input is the combine of attention partial records
 };
 
 /// Whether the kernel runs `opcode` as a chained (last-arriver) task: opcodes that read no weights

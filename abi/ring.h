@@ -96,24 +96,61 @@ MS_ABI_FN constexpr bool ring_seg_streams(const Instr& in, uint32_t seg_vecs, ui
 
 /// Why the streamed GEMV of a registers build (vm/device/stream.cuh stream_fits) would not take a
 /// task; kStreamFits when it takes it. The validator's rule "launch" names the reason for a task of
-/// RoPE pairs, which no other path runs (schedule/build_fit.cpp).
+/// RoPE pairs or with the combine prologue, which no other path runs (schedule/build_fit.cpp).
 enum StreamMisfit : uint32_t {
   kStreamFits = 0,
   kStreamNotWholeRows,  // not a kGemv over columns [0, ld)
   kStreamRows,          // no rows, or more than the epilogue rows (task_rows)
-  kStreamAlignment,     // weights not in whole vec_elems vectors, or an input not in float4s
-  kStreamSmem,          // the ld input floats do not fit the dynamic shared memory
+  kStreamAlignment,     // weights not in whole vec_elems vectors, an input not in float4s, or
+                        // (combine prologue) partition blocks not in whole 16-byte pieces
+  kStreamSmem,          // the staged input does not fit the dynamic shared memory (combine
+                        // prologue: with its weights and one partition's records)
+  kStreamCombine,       // combine prologue: ld not heads x head_dim (an odd or zero head_dim),
+                        // or a partition count (param2) outside [1, kStreamCombineParts]
 };
 
+/// The most attention partitions the streamed GEMV's combine prologue merges: one lane of a warp
+/// per partition (vm/device/stream.cuh stream_stage_combine).
+constexpr uint32_t kStreamCombineParts = 32;
+
+/// The combine prologue's layout of the dynamic shared memory, in floats: the ld input floats,
+/// then per head its P weights exp(m_p - M) and their sum L, then (from the returned offset, a
+/// whole number of 16-byte pieces) the rounds of copied partition records.
+MS_ABI_FN uint64_t stream_combine_stage(uint32_t ld, uint32_t heads, uint32_t parts) {
+  return (uint64_t(ld) + uint64_t(heads) * (uint64_t(parts) + 1) + 3) / 4 * 4;
+}
+
+/// Whole partitions (heads x (head_dim + 2) floats each: their records of every head) one round
+/// of the combine prologue copies into the shared memory after stream_combine_stage; 0 when not
+/// even one fits.
+MS_ABI_FN uint32_t stream_combine_round(uint32_t ld, uint32_t heads, uint32_t head_dim,
+                                        uint32_t parts, uint64_t smem_bytes) {
+  const uint64_t stage = stream_combine_stage(ld, heads, parts) * 4;
+  const uint64_t part_bytes = uint64_t(heads) * (head_dim + 2) * 4;
+  if (part_bytes == 0 || smem_bytes <= stage) return 0;
+  const uint64_t n = (smem_bytes - stage) / part_bytes;
+  return n < parts ? uint32_t(n) : parts;
+}
+
 /// The streamed GEMV's rule for task `in`, with the build's elements per weight vector, rows per
-/// epilogue pass (ring_epilogue_rows) and dynamic shared memory bytes.
+/// epilogue pass (ring_epilogue_rows), dynamic shared memory bytes, and the model's head_dim and
+/// query heads (the combine prologue's record layout).
 MS_ABI_FN uint32_t stream_misfit(const Instr& in, uint32_t vec_elems, uint32_t epilogue_rows,
-                                 uint64_t smem_bytes) {
+                                 uint64_t smem_bytes, uint32_t head_dim, uint32_t heads) {
   if (in.opcode != kGemv || in.col_begin != 0 || in.col_end != in.ld) return kStreamNotWholeRows;
   if (in.row_end <= in.row_begin || task_rows(in) > epilogue_rows) return kStreamRows;
+  const bool combine = (in.flags & kFlagCombinePrologue) != 0;
+  if (combine && (head_dim == 0 || head_dim % 2 != 0 || uint64_t(heads) * head_dim != in.ld ||
+                  in.param2 == 0 || in.param2 > kStreamCombineParts))
+    return kStreamCombine;
   if (vec_elems == 0 || in.ld % vec_elems != 0 || in.weight % vec_elems != 0 || in.ld % 4 != 0 ||
-      in.in % 4 != 0 || ((in.flags & kFlagSiluMulPrologue) != 0 && in.in2 % 4 != 0))
+      in.in % 4 != 0 || ((in.flags & kFlagSiluMulPrologue) != 0 && in.in2 % 4 != 0) ||
+      (combine && uint64_t(heads) * (head_dim + 2) % 4 != 0))
     return kStreamAlignment;
+  if (combine)
+    return stream_combine_round(in.ld, heads, head_dim, in.param2, smem_bytes) > 0
+               ? uint32_t(kStreamFits)
+               : uint32_t(kStreamSmem);
   return uint64_t(in.ld) * 4 <= smem_bytes ? uint32_t(kStreamFits) : uint32_t(kStreamSmem);
 }
 

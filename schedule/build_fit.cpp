@@ -92,55 +92,78 @@ void ring_task_misfits(const Program& p, size_t max_task_misfits, size_t* more,
   }
 }
 
-// Per task of RoPE pairs (kFlagRopePairs): only the registers build's streamed GEMV runs them
-// (ops.cuh's gemv and the ring paths take contiguous rows), so each must pass its rule,
-// abi/ring.h stream_misfit, with the build's constants as vm::kernel_defines passes them.
-void pair_task_misfits(const Program& p, size_t max_task_misfits, size_t* more,
-                       std::vector<BuildMisfit>* out) {
+// Why the streamed GEMV would not take stream-only task `in` (abi/ring.h stream_misfit), as the
+// sentence after its name; empty when it takes it. `what` names the task's kind ("a task of RoPE
+// pairs"), `knob` the knob that made it.
+std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const std::string& what,
+                               const std::string& knob) {
   const uint32_t wb = weight_bytes(p);
   const int vector_bytes = p.build.knob("MS_VECTOR_BYTES");
   const uint32_t vec = vector_bytes > 0 ? static_cast<uint32_t>(vector_bytes) / wb : 0;
-  const uint32_t hd = p.model.head_dim;
+  const uint32_t hd = p.model.head_dim, heads = p.model.heads;
   const uint32_t epilogue_rows = hd > 0 && hd <= 1024 ? ms_abi::ring_epilogue_rows(hd) : 0;
   const uint64_t smem = static_cast<uint64_t>(std::max(p.launch.smem_bytes, 0));
+  if (p.build.weight_ring())
+    return "is " + what +
+           " in a weight-ring build, where only the registers build's streamed GEMV runs it; "
+           "hint: kernel.weight_stream registers, or " +
+           knob + " false";
+  switch (ms_abi::stream_misfit(in, vec, epilogue_rows, smem, hd, heads)) {
+    case ms_abi::kStreamFits:
+      return "";
+    case ms_abi::kStreamNotWholeRows:
+      return "is " + what + " over columns [" + std::to_string(in.col_begin) + ", " +
+             std::to_string(in.col_end) + ") of " + std::to_string(in.ld) +
+             ": the streamed GEMV that runs it takes whole rows; hint: tiling.gemv_k_split 1";
+    case ms_abi::kStreamRows:
+      return "is " + what + " of " + std::to_string(ms_abi::task_rows(in)) +
+             " rows: the streamed GEMV takes 1 to " + std::to_string(epilogue_rows) +
+             "; hint: a smaller tiling.gemv_rows_per_task";
+    case ms_abi::kStreamCombine:
+      return "is " + what + " over " + std::to_string(in.ld) + " columns and " +
+             std::to_string(in.param2) + " partitions: the streamed GEMV combines all " +
+             std::to_string(heads) + " heads of " + std::to_string(hd) + " dims (an even head_dim) of 1 to " +
+             std::to_string(ms_abi::kStreamCombineParts) +
+             " partitions; hint: tiling.attn_kv_partitions <= " +
+             std::to_string(ms_abi::kStreamCombineParts);
+    case ms_abi::kStreamAlignment:
+      return "is " + what +
+             " whose weights or input are not aligned to the streamed GEMV's " +
+             std::to_string(vector_bytes) +
+             "-byte weight vectors and float4 input (or, combined, 16-byte partition blocks)";
+    default: {  // kStreamSmem
+      const bool combine = (in.flags & ms_abi::kFlagCombinePrologue) != 0;
+      const uint64_t need =
+          combine ? (ms_abi::stream_combine_stage(in.ld, heads, in.param2) +
+                     uint64_t{heads} * (hd + 2)) * 4
+                  : uint64_t{in.ld} * 4;
+      return "is " + what + " whose " +
+             (combine ? "input, partition weights and one partition's records of every head"
+                      : std::to_string(in.ld) + " input floats") +
+             " do not fit the " + std::to_string(smem) +
+             " bytes of dynamic shared memory the streamed GEMV stages them in; hint: "
+             "smem.pages x smem.page_bytes >= " +
+             std::to_string(need);
+    }
+  }
+}
+
+// Per task of RoPE pairs (kFlagRopePairs) or with the combine prologue (kFlagCombinePrologue):
+// only the registers build's streamed GEMV runs them (ops.cuh's gemv and the ring paths take
+// contiguous rows and a plain input), so each must pass its rule, abi/ring.h stream_misfit, with
+// the build's constants as vm::kernel_defines passes them.
+void stream_task_misfits(const Program& p, size_t max_task_misfits, size_t* more,
+                         std::vector<BuildMisfit>* out) {
   size_t listed = 0;
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
     const ms_abi::Instr& in = p.tasks[t];
-    if (in.opcode != ms_abi::kGemv || (in.flags & ms_abi::kFlagRopePairs) == 0) continue;
+    if (in.opcode != ms_abi::kGemv) continue;
     std::string why;
-    if (p.build.weight_ring()) {
-      why =
-          "is a task of RoPE pairs in a weight-ring build, where no GEMV path maps its rows; "
-          "hint: kernel.weight_stream registers, or tiling.qkv_rope_pairs false";
-    } else {
-      switch (ms_abi::stream_misfit(in, vec, epilogue_rows, smem)) {
-        case ms_abi::kStreamFits:
-          break;
-        case ms_abi::kStreamNotWholeRows:
-          why = "is a task of RoPE pairs over columns [" + std::to_string(in.col_begin) + ", " +
-                std::to_string(in.col_end) + ") of " + std::to_string(in.ld) +
-                ": the streamed GEMV that runs them takes whole rows; hint: tiling.gemv_k_split 1";
-          break;
-        case ms_abi::kStreamRows:
-          why = "is a task of " + std::to_string(ms_abi::task_rows(in)) +
-                " rows of RoPE pairs: the streamed GEMV takes 1 to " +
-                std::to_string(epilogue_rows) + "; hint: a smaller tiling.gemv_rows_per_task";
-          break;
-        case ms_abi::kStreamAlignment:
-          why =
-              "is a task of RoPE pairs whose weights or input are not aligned to the streamed "
-              "GEMV's " +
-              std::to_string(vector_bytes) + "-byte weight vectors and float4 input";
-          break;
-        default:  // kStreamSmem
-          why = "is a task of RoPE pairs whose " + std::to_string(in.ld) +
-                " input floats do not fit the " + std::to_string(smem) +
-                " bytes of dynamic shared memory the streamed GEMV stages them in; hint: "
-                "smem.pages x smem.page_bytes >= " +
-                std::to_string(uint64_t{in.ld} * 4);
-          break;
-      }
-    }
+    if (in.flags & ms_abi::kFlagRopePairs)
+      why = stream_misfit_text(p, in, "a task of RoPE pairs", "tiling.qkv_rope_pairs");
+    else if (in.flags & ms_abi::kFlagCombinePrologue)
+      why = stream_misfit_text(p, in, "a GEMV with the attention combine in its input load",
+                               "fusion.combine_into_o");
     if (why.empty()) continue;
     if (listed++ < max_task_misfits)
       out->push_back({std::move(why), t});
@@ -174,7 +197,7 @@ std::vector<BuildMisfit> build_misfits(const Program& p, size_t max_task_misfits
     out.push_back({"model head_dim " + std::to_string(hd) +
                    " is not an even number in [2, 256]: the kernel (MS_HEAD_DIM) sizes the "
                    "attention's shared arrays and its epilogue chunks by it and builds no other"});
-  pair_task_misfits(p, max_task_misfits, more_tasks, &out);
+  stream_task_misfits(p, max_task_misfits, more_tasks, &out);
   if (!p.build.weight_ring()) return out;
   const LaunchShape& l = p.launch;
   bool geometry_ok = true;

@@ -82,7 +82,8 @@ const std::vector<KnobEntry>& knob_table() {
         "query heads per attention task (0: the whole KV group); must divide heads/kv_heads",
         field_access(&ScheduleConfig::tiling, &TilingConfig::attn_q_heads_per_task));
     add("tiling.attn_kv_partitions", ints({1, 2, 4, 8, 16}), 1,
-        "flash-decoding partitions of the KV history per head group (>1 adds combine tasks)",
+        "flash-decoding partitions of the KV history per head group (>1 adds combine tasks, or "
+        "with fusion.combine_into_o a combine in the O projection's input load)",
         field_access(&ScheduleConfig::tiling, &TilingConfig::attn_kv_partitions));
     add("tiling.qkv_rope_pairs", bools, false,
         "fused QKV tiles of RoPE pairs (dims d and d + head_dim/2 of a head) instead of whole "
@@ -110,8 +111,15 @@ const std::vector<KnobEntry>& knob_table() {
     add("fusion.reduce_by_last_arriver", bools, false,
         "the step's final reductions run on the block whose input arrives last, not as queued "
         "tasks that poll for all of them: the argmax after the LM head's tiles, and with "
-        "tiling.attn_kv_partitions > 1 the flash-decoding combine of each head chunk",
+        "tiling.attn_kv_partitions > 1 the flash-decoding combine of each head chunk (unless "
+        "fusion.combine_into_o folds it into the O projection)",
         field_access(&ScheduleConfig::fusion, &FusionConfig::reduce_by_last_arriver));
+    add("fusion.combine_into_o", bools, false,
+        "with tiling.attn_kv_partitions > 1, the O projection's input load merges the attention "
+        "partitions' records itself (each O tile combines every head): no combine tasks and no "
+        "combine hop; needs kernel.weight_stream registers, tiling.gemv_k_split 1 and shared "
+        "memory for the input, the weights and one partition's records of every head",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::combine_into_o));
     add("dependencies.qkv_to_attention", gran_choices, "per_op",
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));
@@ -535,6 +543,12 @@ bool knob_value_fits(const std::string& path, const json& value, const ModelShap
       if (cols % (8 * v) != 0) return false;
     return true;
   }
+  if (path == "fusion.combine_into_o") {
+    // The streamed GEMV copies whole partitions of records (heads x (head_dim + 2) floats) in
+    // 16-byte pieces (abi/ring.h stream_misfit).
+    const int64_t span = int64_t{shape.heads} * (shape.head_dim + 2);
+    return !value.get<bool>() || (shape.head_dim % 2 == 0 && span % 4 == 0);
+  }
   if (path == "fusion.argmax_into_lm_head") {
     return !value.get<bool>() || shape.vocab <= int64_t{ms_abi::kArgmaxRecordRows};
   }
@@ -552,6 +566,12 @@ std::string knob_conflict(const ScheduleConfig& config) {
       config.kernel.weight_stream != WeightStream::kRegisters)
     return "kernel.attention = staged needs kernel.weight_stream = registers (the weight ring "
            "owns the shared memory the KV rows would be staged in); hint: set one of them back";
+  if (config.fusion.combine_into_o && config.kernel.weight_stream != WeightStream::kRegisters)
+    return "fusion.combine_into_o = true needs kernel.weight_stream = registers (only its streamed "
+           "GEMV combines the partitions in its input load); hint: set one of them back";
+  if (config.fusion.combine_into_o && config.tiling.gemv_k_split != 1)
+    return "fusion.combine_into_o = true needs tiling.gemv_k_split = 1 (the streamed GEMV that "
+           "combines the partitions takes whole rows); hint: set one of them back";
   if (config.tiling.qkv_rope_pairs && config.tiling.gemv_k_split != 1)
     return "tiling.qkv_rope_pairs = true needs tiling.gemv_k_split = 1 (a split-K reduce applies "
            "RoPE to whole heads); hint: set one of them back";

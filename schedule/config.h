@@ -83,6 +83,7 @@ struct FusionConfig {
   bool gate_up_single_gemv;
   bool argmax_into_lm_head;
   bool reduce_by_last_arriver;
+  bool combine_into_o;
 
   bool operator==(const FusionConfig&) const = default;
 };

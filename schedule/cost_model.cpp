@@ -54,7 +54,11 @@ double task_bytes(const Program& program, uint32_t task, int position) {
       return t.col_end * 4.0 + rows * (wb + 4);
     case ms_abi::kGemv: {
       const double out_rows = ms_abi::task_rows(t);  // RoPE pairs: two rows each
-      return out_rows * cols * wb + cols * 4 + out_rows * 4;
+      // The combine prologue reads P records {m, l, o[hd]} per head of its columns.
+      const double input = (t.flags & ms_abi::kFlagCombinePrologue) && m.head_dim > 0
+                               ? cols / m.head_dim * t.param2 * (m.head_dim + 2) * 4.0
+                               : cols * 4;
+      return out_rows * cols * wb + input + out_rows * 4;
     }
     case ms_abi::kGemvReduce:
       return rows * t.param0 * 4.0 + rows * 4;

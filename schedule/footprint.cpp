@@ -41,7 +41,8 @@ class Builder {
 
 constexpr uint16_t kEpilogueFlags =
     ms_abi::kFlagPartial | ms_abi::kFlagResidual | ms_abi::kFlagRopeKv;
-constexpr uint16_t kPrologueFlags = ms_abi::kFlagNormPrologue | ms_abi::kFlagSiluMulPrologue;
+constexpr uint16_t kPrologueFlags =
+    ms_abi::kFlagNormPrologue | ms_abi::kFlagSiluMulPrologue | ms_abi::kFlagCombinePrologue;
 
 int popcount16(uint16_t v) { return __builtin_popcount(v); }
 
@@ -139,6 +140,24 @@ void epilogue(const Program& p, const ms_abi::Instr& in, Builder* b) {
   }
 }
 
+// kFlagCombinePrologue: the partial records {m, l, o[hd]} of the heads of columns [col_begin,
+// col_end) in each of the param2 partitions. (The streamed GEMV, the only path that runs it,
+// copies every head's records of each partition: whole rows, so the same heads.)
+void combine_records(const Program& p, const ms_abi::Instr& in, Builder* b) {
+  const ms_abi::ModelParams& m = p.model;
+  if (!b->require(m.heads > 0 && m.head_dim > 0, "a combine prologue needs heads and head_dim"))
+    return;
+  if (!b->require(in.param2 >= 1 && in.param2 <= kMaxFootprintSplits,
+                  "combine prologue partition count (param2) not in [1, 4096]"))
+    return;
+  const u128 hd = m.head_dim, rec = hd + 2;
+  const u128 h0 = in.col_begin / hd, h1 = (static_cast<u128>(in.col_end) + hd - 1) / hd;
+  if (!b->require(h1 <= m.heads, "combine prologue columns beyond heads x head_dim")) return;
+  for (u128 part = 0; part < in.param2; ++part)
+    b->read(ms_abi::kBufActivations, in.in + (part * m.heads + h0) * rec,
+            in.in + (part * m.heads + h1) * rec);
+}
+
 void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const uint16_t known =
       kPrologueFlags | kEpilogueFlags | ms_abi::kFlagRopePairs | ms_abi::kFlagArgmaxPartial;
@@ -149,7 +168,8 @@ void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
                     "gemv with RoPE pairs but without the QKV epilogue alone"))
       return;
   }
-  if (!b->require(popcount16(in.flags & kPrologueFlags) <= 1, "gemv with both prologue flags"))
+  if (!b->require(popcount16(in.flags & kPrologueFlags) <= 1,
+                  "gemv with more than one prologue flag"))
     return;
   if (!b->require(popcount16(in.flags & kEpilogueFlags) <= 1,
                   "gemv with more than one epilogue flag"))
@@ -180,6 +200,8 @@ void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
   } else if (in.flags & ms_abi::kFlagSiluMulPrologue) {
     b->read(ms_abi::kBufActivations, in.in + cb, in.in + ce);
     b->read(ms_abi::kBufActivations, in.in2 + cb, in.in2 + ce);
+  } else if (in.flags & ms_abi::kFlagCombinePrologue) {
+    combine_records(p, in, b);
   } else {
     b->read(ms_abi::kBufActivations, in.in + cb, in.in + ce);
   }

@@ -71,6 +71,7 @@ enum class InputLoad : uint8_t {
   kPlain,    // columns [col_begin, col_end) of the input
   kNorm,     // the whole input (RMSNorm statistic), gamma at weight2
   kSiluMul,  // columns of gate and of up (up rows start at `in2_rows`)
+  kCombine,  // the flash-decoding combine of `combine_parts` partial records per head at `in`
 };
 
 /// The residual stream as a reader sees it: where it lives and which ops produced it.
@@ -99,6 +100,7 @@ struct GemvSpec {
   uint32_t in = 0;
   uint32_t in2 = 0;
   uint32_t in2_rows = 0;  // kSiluMul: logical row of up's column 0 in the input source
+  uint32_t combine_parts = 0;  // kCombine: the attention's KV partitions (param2)
   Source in_src;
   uint16_t epilogue = 0;  // 0, kFlagResidual or kFlagRopeKv
   bool pairs = false;     // kFlagRopeKv in tiles of RoPE pairs (tiling.qkv_rope_pairs)
@@ -154,7 +156,8 @@ class Lowerer {
   Stream emit_attention_block(int layer, const Stream& x);
   Source emit_qkv(int layer, const Stream& x, uint32_t* q, uint32_t* qkv_raw);
   Source emit_rope(int layer, const Source& qkv_src, uint32_t qkv_raw, uint32_t q);
-  Source emit_attention(int layer, const Source& qkv_src, uint32_t q, uint32_t attn_out);
+  Source emit_attention(int layer, const Source& qkv_src, uint32_t q, uint32_t attn_out,
+                        uint32_t* records);
   Stream emit_mlp_block(int layer, const Stream& x);
   void emit_head(const Stream& x);
   bool finish(std::string* error);
@@ -333,6 +336,7 @@ void Lowerer::emit_input_waits(const GemvSpec& spec, uint32_t col_begin, uint32_
       read(spec.in_src, col_begin, col_end);
       break;
     case InputLoad::kNorm:
+    case InputLoad::kCombine:  // every head's records (the attention's slices are head ranges)
       read(spec.in_src, 0, spec.cols);
       break;
     case InputLoad::kSiluMul:
@@ -372,6 +376,7 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
   uint16_t prologue = 0;
   if (spec.load == InputLoad::kNorm) prologue = ms_abi::kFlagNormPrologue;
   if (spec.load == InputLoad::kSiluMul) prologue = ms_abi::kFlagSiluMulPrologue;
+  if (spec.load == InputLoad::kCombine) prologue = ms_abi::kFlagCombinePrologue;
 
   Instr base{};
   base.opcode = ms_abi::kGemv;
@@ -381,10 +386,14 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
   base.weight2 = spec.load == InputLoad::kNorm ? spec.gamma : 0;
   base.in = spec.in;
   base.in2 = spec.load == InputLoad::kSiluMul ? spec.in2 : 0;
+  base.param2 = spec.load == InputLoad::kCombine ? spec.combine_parts : 0;
 
   const double weight_bytes_per_row = static_cast<double>(split_cols) * wbytes_;
-  const double input_bytes = (spec.load == InputLoad::kNorm ? spec.cols : split_cols) * 4.0 *
-                             (spec.load == InputLoad::kSiluMul ? 2 : 1);
+  const double input_bytes =
+      spec.load == InputLoad::kCombine
+          ? static_cast<double>(spec.combine_parts) * d_.heads * (d_.hd + 2) * 4.0
+          : (spec.load == InputLoad::kNorm ? spec.cols : split_cols) * 4.0 *
+                (spec.load == InputLoad::kSiluMul ? 2 : 1);
 
   if (splits == 1) {
     const uint32_t op = begin_op(spec.name, spec.kind, spec.layer, spec.granularity);
@@ -669,8 +678,11 @@ Stream Lowerer::emit_attention_block(int layer, const Stream& x) {
   uint32_t q = 0, qkv_raw = 0;
   Source qkv_src = emit_qkv(layer, x, &q, &qkv_raw);
   if (!config_.fusion.rope_kv_into_qkv) qkv_src = emit_rope(layer, qkv_src, qkv_raw, q);
-  const uint32_t attn_out = alloc(L + "attn_out", d_.q_dim);
-  const Source attn_src = emit_attention(layer, qkv_src, q, attn_out);
+  // fusion.combine_into_o: the O projection's input load combines the partitions' records.
+  const bool fold = config_.fusion.combine_into_o && d_.partitions > 1;
+  const uint32_t attn_out = fold ? 0 : alloc(L + "attn_out", d_.q_dim);
+  uint32_t records = 0;
+  const Source attn_src = emit_attention(layer, qkv_src, q, attn_out, &records);
 
   GemvSpec o;
   o.name = L + "o";
@@ -681,8 +693,12 @@ Stream Lowerer::emit_attention_block(int layer, const Stream& x) {
   o.tile_rows = d_.rows_per_task;
   o.cols = d_.q_dim;
   o.weight = static_cast<uint64_t>(layout_.layer[static_cast<size_t>(layer)].wo);
-  o.in = attn_out;
+  o.in = fold ? records : attn_out;
   o.in_src = attn_src;
+  if (fold) {
+    o.load = InputLoad::kCombine;
+    o.combine_parts = d_.partitions;
+  }
   o.granularity = config_.dependencies.residual;
   const uint32_t x_mid = alloc(L + "x_mid", d_.hidden);
   return residual_output(o, x, x_mid, L + "o_out", L + "attn_add");
@@ -750,8 +766,10 @@ Source Lowerer::emit_rope(int layer, const Source& qkv_src, uint32_t qkv_raw, ui
 }
 
 /// Attention per (KV group, chunk of query heads, KV partition), then with partitions the
-/// flash-decoding combine. Returns the producers of attn_out.
-Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uint32_t attn_out) {
+/// flash-decoding combine, unless fusion.combine_into_o leaves it to the O projection. Returns the
+/// producers of attn_out (folded: of the partial records, whose offset goes to *records).
+Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uint32_t attn_out,
+                               uint32_t* records_out) {
   const std::string L = "L" + std::to_string(layer) + ".";
   const uint32_t lu = static_cast<uint32_t>(layer);
   const uint32_t hd = d_.hd, partitions = d_.partitions;
@@ -759,9 +777,11 @@ Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uin
       partitions > 1
           ? alloc(L + "attn_partial", static_cast<uint64_t>(partitions) * d_.heads * (hd + 2))
           : 0;
-  const uint32_t attn_op =
-      begin_op(L + "attn", OpKind::kAttention, layer,
-               partitions > 1 ? Granularity::kPerSlice : config_.dependencies.attention_to_o);
+  const bool fold = config_.fusion.combine_into_o && partitions > 1;
+  *records_out = records;
+  const uint32_t attn_op = begin_op(L + "attn", OpKind::kAttention, layer,
+                                    partitions > 1 && !fold ? Granularity::kPerSlice
+                                                            : config_.dependencies.attention_to_o);
   // The partition tasks of each head chunk, in slice order (fusion.reduce_by_last_arriver).
   std::vector<uint32_t> chainers;
   // KV bytes an attention task streams at a mid-cache position (for load balancing only).
@@ -790,7 +810,7 @@ Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uin
       }
     }
   }
-  if (partitions == 1) return {attn_op};
+  if (partitions == 1 || fold) return {attn_op};
   const uint32_t op = begin_op(L + "attn_combine", OpKind::kAttnCombine, layer,
                                config_.dependencies.attention_to_o);
   for (uint32_t g = 0; g < d_.kv_heads; ++g) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "abi/ring.h"
 #include "schedule/launch_fit.h"
 
 namespace megasched::schedule {
@@ -38,6 +39,17 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
         "tiling.qkv_rope_pairs = true needs smem.pages x smem.page_bytes >= 4 x hidden = " +
         std::to_string(4 * static_cast<int64_t>(shape.hidden)) +
         " bytes (the streamed GEMV stages the QKV input there); hint: more or larger pages");
+  if (config.fusion.combine_into_o && config.tiling.attn_kv_partitions > 1) {
+    const auto heads = static_cast<uint32_t>(shape.heads), hd = static_cast<uint32_t>(shape.head_dim);
+    const auto parts = static_cast<uint32_t>(config.tiling.attn_kv_partitions);
+    const uint64_t need =
+        (ms_abi::stream_combine_stage(heads * hd, heads, parts) + uint64_t{heads} * (hd + 2)) * 4;
+    if (static_cast<uint64_t>(dynamic_smem_bytes(config, shape)) < need)
+      return fail("fusion.combine_into_o = true with " + std::to_string(parts) +
+                  " KV partitions needs smem.pages x smem.page_bytes >= " + std::to_string(need) +
+                  " bytes (the O projection's input, the partition weights and one partition's "
+                  "records of every head); hint: more or larger pages");
+  }
   const LaunchRequest launch{config.launch.threads_per_block,
                              config.launch.blocks_per_sm,
                              dynamic_smem_bytes(config, shape),

@@ -228,6 +228,42 @@ struct Machine {
     }
   }
 
+  /// kFlagCombinePrologue: x[c - col_begin] = kAttnCombine's value of column c over the param2
+  /// partial records at act[in] (abi/abi.h), head by head.
+  template <typename Rec>
+  void combine_input(const Instr& t, float* x, const Rec& rec) {
+    const uint32_t hd = m.head_dim, parts = t.param2;
+    std::vector<float> weight(parts);
+    for (uint32_t c0 = t.col_begin; c0 < t.col_end;) {
+      const uint32_t h = c0 / hd, c1 = std::min(t.col_end, (h + 1) * hd);
+      const auto record = [&](uint32_t p) {
+        return t.in + (static_cast<uint64_t>(p) * m.heads + h) * (hd + 2);
+      };
+      float mx = -std::numeric_limits<float>::infinity();
+      for (uint32_t p = 0; p < parts; ++p) {
+        if constexpr (Rec::kOn) {
+          rec(ms_abi::kBufActivations, record(p), false);
+          rec(ms_abi::kBufActivations, record(p) + 1, false);
+        }
+        mx = std::max(mx, act[record(p)]);
+      }
+      float l = 0.0f;
+      for (uint32_t p = 0; p < parts; ++p) {
+        weight[p] = std::exp(act[record(p)] - mx);
+        l += act[record(p) + 1] * weight[p];
+      }
+      for (uint32_t c = c0; c < c1; ++c) {
+        float o = 0.0f;
+        for (uint32_t p = 0; p < parts; ++p) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, record(p) + 2 + c % hd, false);
+          o += act[record(p) + 2 + c % hd] * weight[p];
+        }
+        x[c - t.col_begin] = o / l;
+      }
+      c0 = c1;
+    }
+  }
+
   template <typename Rec>
   void gemv(const Instr& t, const Rec& rec) {
     const uint32_t cb = t.col_begin;
@@ -256,6 +292,8 @@ struct Machine {
         }
         x[c] = silu(act[t.in + cb + c]) * act[t.in2 + cb + c];
       }
+    } else if (t.flags & ms_abi::kFlagCombinePrologue) {
+      combine_input(t, x, rec);
     } else {
       if constexpr (Rec::kOn)
         for (uint32_t c = 0; c < n; ++c) rec(ms_abi::kBufActivations, t.in + cb + c, false);

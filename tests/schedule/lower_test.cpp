@@ -74,11 +74,18 @@ TEST(Lowering, EveryKnobChangesProgramOrBuild) {
     for (const nlohmann::json& choice : spec.choices) {
       if (choice == spec.default_value || !knob_value_fits(spec.path, choice, shape)) continue;
       ScheduleConfig config;
+      // fusion.combine_into_o acts on the combine of KV partitions: compare with partitions on.
+      const bool partitioned = spec.path == "fusion.combine_into_o";
+      if (partitioned) config.tiling.attn_kv_partitions = 2;
       std::string error;
       ASSERT_TRUE(set_knob(&config, spec.path, choice, &error)) << error;
       std::optional<Program> p = lower(shape, target, config, &error);
       ASSERT_TRUE(p.has_value()) << spec.path << "=" << choice.dump() << ": " << error;
-      const bool differs = to_json(*p).dump() != base_json;
+      ScheduleConfig reference;
+      if (partitioned) reference.tiling.attn_kv_partitions = 2;
+      const bool differs =
+          to_json(*p).dump() !=
+          (partitioned ? to_json(lower_ok(shape, reference, target)).dump() : base_json);
       EXPECT_TRUE(differs) << spec.path << "=" << choice.dump() << " lowers like the default";
       ++checked;
     }
@@ -399,6 +406,52 @@ TEST(Lowering, QkvRopePairTilesProduceEveryQkvRowOnceOverTheGrid) {
   int whole_heads = 0;
   for (const ms_abi::Instr& t : heads.tasks) whole_heads += heads.ops[t.op_id].name == "L0.qkv";
   EXPECT_EQ(whole_heads, 48);
+}
+
+// fusion.combine_into_o (toy: 4 query heads of 16 dims, 4 partitions): no combine op and no
+// attn_out region; every O tile reads the partial records (kFlagCombinePrologue, param2 = the
+// partition count) and waits for the attention op's one counter (attention_to_o per_op), which
+// every partition task signals, besides the residual's. Without partitions the knob changes nothing.
+TEST(Lowering, CombineIntoOFeedsTheRecordsToEveryOTile) {
+  const ModelShape shape = *find_preset("toy");
+  ScheduleConfig config;
+  config.tiling.attn_kv_partitions = 4;
+  config.fusion.combine_into_o = true;
+  const Program p = lower_ok(shape, config);
+  EXPECT_EQ(p.find_region("L0.attn_out"), nullptr);
+  const Region* records = p.find_region("L0.attn_partial");
+  ASSERT_NE(records, nullptr);
+  int o_tiles = 0, partitions = 0;
+  std::set<uint32_t> attention_counters;
+  for (const ms_abi::Instr& t : p.tasks) {
+    const std::string& op = p.ops[t.op_id].name;
+    EXPECT_NE(t.opcode, ms_abi::kAttnCombine) << op;
+    if (op == "L0.attn") {
+      ++partitions;
+      attention_counters.insert(t.signal_counter);
+    }
+    if (op != "L0.o") continue;
+    ++o_tiles;
+    EXPECT_EQ(t.flags & ms_abi::kFlagCombinePrologue, ms_abi::kFlagCombinePrologue);
+    EXPECT_EQ(t.param2, 4u);
+    EXPECT_EQ(t.in, records->begin);
+    EXPECT_EQ(t.col_end, static_cast<uint32_t>(shape.q_dim()));
+    int on_attention = 0;  // the other wait is the residual's
+    for (uint32_t w = 0; w < t.wait_count; ++w) {
+      const ms_abi::Wait& wait = p.waits[t.wait_begin + w];
+      if (attention_counters.count(wait.counter) == 0) continue;
+      ++on_attention;
+      EXPECT_EQ(wait.threshold, static_cast<uint32_t>(partitions));
+    }
+    EXPECT_EQ(on_attention, 1);
+  }
+  EXPECT_GT(o_tiles, 0);
+  EXPECT_EQ(partitions, 4 * shape.kv_heads);  // whole groups per task (attn_q_heads_per_task 0)
+  EXPECT_EQ(attention_counters.size(), 1u);
+  ScheduleConfig unpartitioned;
+  unpartitioned.fusion.combine_into_o = true;
+  EXPECT_EQ(to_json(lower_ok(shape, unpartitioned)).dump(),
+            to_json(lower_ok(shape, ScheduleConfig{})).dump());
 }
 
 // Per-slice QKV -> attention with tiles of pairs: attention waits for exactly the tiles that hold

@@ -793,6 +793,39 @@ TEST(ScheduleValidator, RejectsRopePairTasksTheStreamedGemvCannotRun) {
   EXPECT_NE(why.find("tiling.qkv_rope_pairs"), std::string::npos) << why;
 }
 
+// fusion.combine_into_o: an O tile that combines the partitions runs only on the streamed GEMV,
+// which stages its input, the partition weights and one partition's records of every head in the
+// dynamic shared memory (small, 16 partitions: (2048 + 16 x 17 + 16 x 130) floats = 17600 bytes);
+// with one 16 KiB page the rule "launch" names every such tile, and the search never proposes it.
+TEST(ScheduleValidator, RejectsCombineTilesTheStreamedGemvCannotStage) {
+  ScheduleConfig cfg;
+  cfg.tiling.attn_kv_partitions = 16;
+  cfg.fusion.combine_into_o = true;
+  cfg.smem.pages = 1;
+  cfg.smem.page_bytes = 16384;
+  std::string error;
+  const ModelShape shape = *find_preset("small");
+  std::optional<Program> p = lower(shape, *find_target("h100"), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  const ValidationReport r = validate(*p, *find_target("h100"));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("with the attention combine in its input load whose input, partition weights "
+                   "and one partition's records of every head do not fit the 16384 bytes"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: smem.pages x smem.page_bytes >= 17600"), std::string::npos) << m;
+  std::string why;
+  EXPECT_FALSE(config_fits(cfg, shape, *find_target("h100"), &why));
+  EXPECT_NE(why.find("fusion.combine_into_o"), std::string::npos) << why;
+  EXPECT_NE(why.find(">= 17600"), std::string::npos) << why;
+  cfg.smem.pages = 2;
+  EXPECT_TRUE(config_fits(cfg, shape, *find_target("h100"), &why)) << why;
+  p = lower(shape, *find_target("h100"), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  EXPECT_TRUE(validate(*p, *find_target("h100")).ok());
+}
+
 // Every config of a random search over the real search space lowers to a program the validator
 // accepts. 500 configs on toy here; small and llama-1b lower slowly, so the unit test samples fewer
 // and `megasched validate --model M --random-configs 500` runs the full 500

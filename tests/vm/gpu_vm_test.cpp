@@ -114,10 +114,12 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
         std::string e;
         schedule::set_knob(&c, k.path, v, &e);
       }
-      // Staged attention needs the registers weight stream (schedule::knob_conflict): a ring
-      // variant keeps the register path, so the ring variants still run.
-      if (c.kernel.weight_stream == schedule::WeightStream::kSmemRing)
+      // Staged attention and the combine in O need the registers weight stream
+      // (schedule::knob_conflict): a ring variant keeps the register path, so it still runs.
+      if (c.kernel.weight_stream == schedule::WeightStream::kSmemRing) {
         c.kernel.attention = schedule::AttentionPath::kRegisters;
+        c.fusion.combine_into_o = false;  // likewise
+      }
       auto p = schedule::lower(w.shape, target, c, &err);
       if (!p) continue;
       if (!schedule::validate(*p, target).ok()) continue;
@@ -193,6 +195,51 @@ TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
                                 << r.kernel.dump(1);
       EXPECT_TRUE(r.argmax_match) << w.shape.name;
     }
+  }
+}
+
+// fusion.combine_into_o on the device: the streamed O GEMV merges the partitions' records in its
+// input load (stream_stage_combine), at positions where every partition holds keys and where some
+// are empty, at head dims 16, 64 and 128, in static and dynamic queues, beside both attention
+// paths. With one 4 KiB page the records come in rounds (head dim 128, 4 partitions: two a
+// round; head dim 64, 8 partitions: six, then a short round of two); otherwise all in one.
+TEST(GpuVm, CombineInOMatchesEager) {
+  MS_REQUIRE_GPU();
+  const std::vector<int> positions = {0, 2, 9, 100};
+  struct Case {
+    int head_dim, partitions, pages, page_bytes;
+    schedule::AttentionPath path;
+    bool dynamic;
+  };
+  const Case cases[] = {{16, 4, 2, 16384, schedule::AttentionPath::kRegisters, false},
+                        {16, 2, 2, 16384, schedule::AttentionPath::kRegisters, true},
+                        {64, 4, 2, 16384, schedule::AttentionPath::kStaged, false},
+                        {64, 8, 1, 4096, schedule::AttentionPath::kRegisters, false},
+                        {128, 4, 1, 4096, schedule::AttentionPath::kRegisters, true},
+                        {128, 2, 2, 16384, schedule::AttentionPath::kStaged, true}};
+  for (const Case& k : cases) {
+    const schedule::Weights w = schedule::generate_weights(
+        k.head_dim == 16 ? toy_shape(schedule::DType::kBF16) : wide_head_toy(k.head_dim), 13);
+    const Refs refs = eager_refs(w, positions);
+    schedule::ScheduleConfig c;
+    c.tiling.attn_kv_partitions = k.partitions;
+    c.fusion.combine_into_o = true;
+    c.kernel.attention = k.path;
+    c.smem.pages = k.pages;
+    c.smem.page_bytes = k.page_bytes;
+    if (k.dynamic) c.assignment.policy = schedule::AssignPolicy::kDynamic;
+    const schedule::Program p = lower_or_die(w.shape, c);
+    const std::string name = w.shape.name + " partitions " + std::to_string(k.partitions) +
+                             " smem " + std::to_string(k.pages * k.page_bytes) + " staged " +
+                             std::to_string(k.path == schedule::AttentionPath::kStaged) +
+                             " dynamic " + std::to_string(k.dynamic);
+    int combining = 0;
+    for (const auto& t : p.tasks) combining += (t.flags & ms_abi::kFlagCombinePrologue) != 0;
+    ASSERT_GT(combining, 0) << name;
+    const GpuTrialResult r =
+        eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+    EXPECT_EQ(r.status, "ok") << name << ": " << r.message << "\n" << r.kernel.dump(1);
+    EXPECT_TRUE(r.argmax_match) << name;
   }
 }
 

@@ -293,6 +293,48 @@ TEST(ReferenceVm, LastArriverReductionsGiveTheLogitsOfQueuedOnes) {
   }
 }
 
+// fusion.combine_into_o: the O projection's input load combines the KV partitions' records
+// (kFlagCombinePrologue) instead of a combine task writing attn_out. The same sums in the same
+// order: bit-identical logits and argmax, in queue order and random orders, static and dynamic
+// queues, with and without the last arriver (which then chains only the argmax).
+TEST(ReferenceVm, CombineInOGivesTheLogitsOfCombineTasks) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  const Weights& weights = reference(shape).weights;
+  for (const AssignPolicy policy : {AssignPolicy::kLoadBalance, AssignPolicy::kDynamic}) {
+    for (const bool last_arriver : {false, true}) {
+      ScheduleConfig tasks;
+      tasks.tiling.attn_kv_partitions = 4;
+      tasks.tiling.attn_q_heads_per_task = 1;
+      tasks.fusion.reduce_by_last_arriver = last_arriver;
+      tasks.assignment.policy = policy;
+      ScheduleConfig folded = tasks;
+      folded.fusion.combine_into_o = true;
+      const Program want_p = lower_ok(shape, tasks, 2);
+      const Program got_p = lower_ok(shape, folded, 2);
+      size_t combines = 0, combining = 0;
+      for (const auto& t : got_p.tasks) {
+        combines += t.opcode == ms_abi::kAttnCombine;
+        combining += (t.flags & ms_abi::kFlagCombinePrologue) != 0;
+      }
+      EXPECT_EQ(combines, 0u);
+      EXPECT_GT(combining, 0u);
+      EXPECT_LT(got_p.tasks.size(), want_p.tasks.size());
+      for (uint64_t seed = 0; seed <= 3; ++seed) {
+        const RunOrder order = seed == 0 ? RunOrder::kQueueOrder : RunOrder::kRandomOrder;
+        ReferenceVm want(want_p, weights), got(got_p, weights);
+        for (int pos = 0; pos < 6; ++pos) {
+          const ReferenceVm::StepResult w = want.step(token_at(pos, shape), pos);
+          const ReferenceVm::StepResult g = got.step(token_at(pos, shape), pos, order, seed + pos);
+          ASSERT_TRUE(g.completed) << g.stuck;
+          EXPECT_EQ(g.tasks_run, got_p.tasks.size());
+          EXPECT_EQ(g.logits, w.logits) << "position " << pos << " seed " << seed;
+          EXPECT_EQ(g.argmax, w.argmax) << "position " << pos << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
 // ms_abi::arrival_completes, which both VMs use for a last arriver: of a step's adds exactly the
 // one that reaches the chained task's target completes it, at every epoch, across the wrap.
 TEST(ReferenceVm, ExactlyOneArrivalCompletesAWaitEvenAcrossTheWrap) {

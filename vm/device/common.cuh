@@ -206,6 +206,24 @@ __device__ __forceinline__ float vec_elem(const WeightVec& v, int e) {
 #endif
 }
 
+/// Copies 16 bytes from global memory (at L2: written by other blocks, never from L1) into shared
+/// memory without a register (cp.async.cg); copies_landed() waits for the thread's copies.
+__device__ __forceinline__ void copy16_async(void* to, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+  *reinterpret_cast<uint4*>(to) = __ldcg(reinterpret_cast<const uint4*>(src));
+#endif
+}
+
+/// Waits for the calling thread's copy16_async copies (a barrier then makes them block-visible).
+__device__ __forceinline__ void copies_landed() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 /// Brings [p, p + bytes) into L2 without waiting; weights never depend on other tasks.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes, int lane, int lanes) {
   const char* base = reinterpret_cast<const char*>(p);

@@ -26,20 +26,12 @@ __device__ __forceinline__ void fetch_ahead(const KernelArgs& a, Ahead& dst, uin
                         ? reinterpret_cast<const char*>(a.tasks + t) + 16 * i
                         : reinterpret_cast<const char*>(a.wait_heads + uint64_t(t) * kWaitHeads) +
                               16 * (i - kInstrPieces);
-  char* to = reinterpret_cast<char*>(&dst) + 16 * i;
-#if __CUDA_ARCH__ >= 800
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(to));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#else
-  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(src);
-#endif
+  copy16_async(reinterpret_cast<char*>(&dst) + 16 * i, src);
 }
 
 /// The copying lanes wait for their fetch_ahead copies (a no-op once they have landed).
 __device__ __forceinline__ void ahead_landed() {
-#if __CUDA_ARCH__ >= 800
-  if (threadIdx.x < sizeof(Ahead) / 16) asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
+  if (threadIdx.x < sizeof(Ahead) / 16) copies_landed();
 }
 
 /// L2 prefetch of what task `t` streams and no other task produces: weight tiles, the embedding

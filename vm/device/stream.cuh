@@ -28,7 +28,8 @@ __device__ __forceinline__ bool stream_fits(const KernelArgs& a, const Instr& in
   if constexpr (kRing) {
     return false;
   } else {
-    return stream_misfit(in, kVecElems, kEpilogueRows, a.smem_bytes) == kStreamFits;
+    return stream_misfit(in, kVecElems, kEpilogueRows, a.smem_bytes, kHeadDim, a.model.heads) ==
+           kStreamFits;
   }
 }
 
@@ -162,6 +163,80 @@ __device__ __forceinline__ float stream_stage_input(const KernelArgs& a, const I
   return ss;
 }
 
+/// Heads whose partition weights a warp computes at once in stream_stage_combine (their loads
+/// issued together).
+constexpr uint32_t kCombineHeadsPerWarp = 4;
+
+/// Copies floats [0, n) of src into dst (both 16-byte aligned, n a multiple of 4) by 16-byte
+/// cp.async pieces spread over the compute threads.
+__device__ __forceinline__ void combine_copy(float* dst, const float* src, uint32_t n) {
+  for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * kComputeThreads) copy16_async(dst + i, src + i);
+}
+
+/// After the wait, with kFlagCombinePrologue (abi/abi.h): x[c] = the flash-decoding combine of
+/// dim c mod hd of head c / hd over the task's P = param2 partial records. The records of every
+/// head are copied into the shared memory in rounds of whole partitions (abi/ring.h
+/// stream_combine_round; cp.async, so no register holds them), the first round issued before the
+/// weights are computed: each warp takes heads, a lane per partition, and writes the head's
+/// exp(m_p - M) and their sum L (p in increasing order) beside x. Each thread then accumulates its
+/// column pairs in x, partition by partition in increasing order, and divides by L after the last.
+/// Ends synced.
+__device__ __forceinline__ void stream_stage_combine(const KernelArgs& a, const Instr& in,
+                                                     float* x) {
+  const uint32_t P = in.param2, heads = a.model.heads, rec = kHeadDim + 2, span = heads * rec;
+  const uint32_t per_round = stream_combine_round(in.ld, heads, kHeadDim, P, a.smem_bytes);
+  const float* recs = a.act + in.in;
+  float* fl = x + in.ld;
+  float* staged = x + stream_combine_stage(in.ld, heads, P);
+  combine_copy(staged, recs, (per_round < P ? per_round : P) * span);
+  const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  for (uint32_t h0 = warp; h0 < heads; h0 += kCombineHeadsPerWarp * kComputeWarps) {
+    float2 ml[kCombineHeadsPerWarp];
+#pragma unroll
+    for (uint32_t u = 0; u < kCombineHeadsPerWarp; ++u) {
+      const uint32_t h = h0 + u * kComputeWarps;
+      ml[u] = make_float2(neg_inf(), 0.0f);
+      if (h < heads && lane < P)
+        ml[u] = __ldcg(reinterpret_cast<const float2*>(recs + (lane * heads + h) * rec));
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < kCombineHeadsPerWarp; ++u) {
+      const uint32_t h = h0 + u * kComputeWarps;
+      if (h >= heads) break;
+      const float M = warp_max(ml[u].x);
+      const float f = lane < P ? expf(ml[u].x - M) : 0.0f;
+      const float lf = ml[u].y * f;
+      float L = 0.0f;
+      for (uint32_t p = 0; p < P; ++p) L += __shfl_sync(0xffffffffu, lf, int(p));
+      if (lane < P) fl[h * (P + 1) + lane] = f;
+      if (lane == 0) fl[h * (P + 1) + P] = L;
+    }
+  }
+  for (uint32_t p0 = 0; p0 < P; p0 += per_round) {
+    const uint32_t p1 = p0 + per_round < P ? p0 + per_round : P;
+    if (p0 > 0) {
+      block_sync();  // every thread is done with the previous round
+      combine_copy(staged, recs + uint64_t(p0) * span, (p1 - p0) * span);
+    }
+    copies_landed();
+    block_sync();
+    for (uint32_t c = 2 * threadIdx.x; c < in.ld; c += 2 * kComputeThreads) {
+      const uint32_t h = c / kHeadDim;
+      const float* f = fl + h * (P + 1);
+      const float* o = staged + h * rec + 2 + c % kHeadDim;
+      float2 acc = p0 == 0 ? make_float2(0.0f, 0.0f) : *reinterpret_cast<const float2*>(x + c);
+      for (uint32_t p = p0; p < p1; ++p) {
+        const float2 v = *reinterpret_cast<const float2*>(o + (p - p0) * span);
+        acc.x += v.x * f[p];
+        acc.y += v.y * f[p];
+      }
+      if (p1 == P) acc = make_float2(acc.x / f[P], acc.y / f[P]);
+      *reinterpret_cast<float2*>(x + c) = acc;
+    }
+  }
+  block_sync();
+}
+
 /// Streams every item of the warp; each group's sums, times `scale`, go to s.u.rows.
 __device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk& c0, StreamChunk& c1,
                                            const float* x, float scale, Shared& s) {
@@ -206,12 +281,16 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   const bool residual = (in.flags & kFlagResidual) && !(in.flags & kFlagPartial);
   float res = 0.0f;  // the residual of row row_begin + threadIdx.x, read beside the staging
   if (residual && threadIdx.x < rows) res = act_load(a.act + in.aux + in.row_begin + threadIdx.x);
-  float ss = stream_stage_input(a, in, stream_x);
   float scale = 1.0f;
-  if (in.flags & kFlagNormPrologue) {
-    scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends synced
+  if (in.flags & kFlagCombinePrologue) {
+    stream_stage_combine(a, in, stream_x);  // ends synced
   } else {
-    block_sync();
+    const float ss = stream_stage_input(a, in, stream_x);
+    if (in.flags & kFlagNormPrologue) {
+      scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends synced
+    } else {
+      block_sync();
+    }
   }
   stream_run(ws, c0, c1, stream_x, scale, s);
   block_sync();
