@@ -752,23 +752,53 @@ __device__ __forceinline__ void attn_partial(const KernelArgs& a, const Instr& i
 }
 
 // ---- kAttnCombine ----
-__device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& in) {
+/// Whether the chunk's records (P partitions x nh heads x (hd + 2) floats) can be copied into
+/// `page_floats` floats of shared memory in 16-byte pieces: each partition's run of the chunk's
+/// records starts on a 16-byte boundary and is a whole number of pieces.
+__device__ __forceinline__ bool combine_stages(const KernelArgs& a, const Instr& in,
+                                               uint32_t page_floats) {
+  const uint32_t rec_len = a.model.head_dim + 2, nh = in.row_end - in.row_begin;
+  const uint32_t span = nh * rec_len;
+  return span % 4 == 0 && (a.model.heads * rec_len) % 4 == 0 &&
+         (in.aux + in.row_begin * rec_len) % 4 == 0 && uint64_t(in.param2) * span <= page_floats;
+}
+
+/// The combine with `pages` (page_floats floats of shared memory, nullptr for none): when the
+/// chunk's records fit, every partition's records are copied in by cp.async at once (one round
+/// trip, no register holds them) and combined from there; otherwise read from L2 partition by
+/// partition. The same arithmetic in the same order either way (abi/abi.h kAttnCombine).
+__device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& in, float* pages,
+                                             uint32_t page_floats) {
   const uint32_t hd = a.model.head_dim, heads = a.model.heads, P = in.param2;
   const uint32_t rec_len = hd + 2;
   const uint32_t nh = in.row_end - in.row_begin;
+  const bool staged = pages != nullptr && combine_stages(a, in, page_floats);
+  const uint32_t span = staged ? nh * rec_len : heads * rec_len;  // floats from p to p + 1
+  const float* recs = a.act + in.aux + uint64_t(in.row_begin) * rec_len;
+  if (staged) {
+    for (uint32_t j = 4 * threadIdx.x; j < P * span; j += 4 * kComputeThreads) {
+      const uint32_t p = j / span, i = j % span;
+      copy16_async(pages + j, recs + uint64_t(p) * heads * rec_len + i);
+    }
+    copies_landed();
+    block_sync();
+    recs = pages;
+  }
   for (uint32_t i = threadIdx.x; i < nh * hd; i += kComputeThreads) {
-    const uint32_t h = in.row_begin + i / hd, d = i % hd;
+    const uint32_t hl = i / hd, d = i % hd;
     float M = neg_inf();
-    for (uint32_t p = 0; p < P; ++p)
-      M = fmaxf(M, act_load(a.act + in.aux + (uint64_t(p) * heads + h) * rec_len));
+    for (uint32_t p = 0; p < P; ++p) {
+      const float* rec = recs + uint64_t(p) * span + hl * rec_len;
+      M = fmaxf(M, staged ? rec[0] : act_load(rec));
+    }
     float L = 0.0f, O = 0.0f;
     for (uint32_t p = 0; p < P; ++p) {
-      const float* rec = a.act + in.aux + (uint64_t(p) * heads + h) * rec_len;
-      const float f = expf(act_load(rec) - M);
-      L += act_load(rec + 1) * f;
-      O += act_load(rec + 2 + d) * f;
+      const float* rec = recs + uint64_t(p) * span + hl * rec_len;
+      const float f = expf((staged ? rec[0] : act_load(rec)) - M);
+      L += (staged ? rec[1] : act_load(rec + 1)) * f;
+      O += (staged ? rec[2 + d] : act_load(rec + 2 + d)) * f;
     }
-    a.act[in.out + uint64_t(h) * hd + d] = O / L;
+    a.act[in.out + uint64_t(in.row_begin + hl) * hd + d] = O / L;
   }
 }
 
@@ -882,7 +912,7 @@ __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Sh
       attn_partial(a, in, s);
       break;
     case kAttnCombine:
-      attn_combine(a, in);
+      attn_combine(a, in, pages, page_floats);
       break;
     case kSiluMul:
       silu_mul(a, in);
@@ -904,7 +934,7 @@ __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Sh
 __device__ __noinline__ void run_chained(const KernelArgs& a, uint32_t task, Shared& s) {
   const Instr in = a.tasks[task];
   if (in.opcode == kAttnCombine) {
-    attn_combine(a, in);
+    attn_combine(a, in, nullptr, 0);
   } else if (in.opcode == kArgmax) {
     argmax(a, in, s);
   }
