@@ -50,7 +50,8 @@
 #        `registry verify` of the entry it wrote;
 #        stage "ab" times a kernel change against a base tree: it builds the megasched CLI of
 #        AB_BASE (an untracked source tree inside the checkout, so it travels with it to the GPU
-#        machine: `mkdir ab_base && git archive REV | tar -x -C ab_base`)
+#        machine: `mkdir ab_base && git archive REV -- . ':(exclude)bench/results' | tar -x -C
+#        ab_base`; the stored results left out, as the tree that travels is limited to 64 MiB)
 #        beside this tree's, then runs `megasched bench` of AB_CONFIG (default
 #        bench/configs/stream_r2u4.json) at AB_POSITIONS (default 0) with the graph-pdl baseline
 #        from each build in turn, AB_ROUNDS rounds (default 2), into ab_{base,tree}_N.md and ab.md
