@@ -15,11 +15,12 @@
 
 namespace ms_dev {
 
-/// Thread 0 sets up the barrier the staged rounds' copies complete on (the caller's barrier
-/// publishes it before the first task).
+/// Thread 0 sets up the barriers the staged rounds' K and V copies complete on (the caller's
+/// barrier publishes them before the first task).
 __device__ __forceinline__ void attn_stage_init(Shared& s) {
   if (threadIdx.x != 0) return;
   mbar_init(&s.kv_bar, 1);
+  mbar_init(&s.kv_bar_v, 1);
   s.kv_phase = 0;
 #if __CUDA_ARCH__ >= 900
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -27,7 +28,8 @@ __device__ __forceinline__ void attn_stage_init(Shared& s) {
 }
 
 /// Thread 0 issues the copies of the history keys [rb, min(re, pos)) of one round into the K and V
-/// areas (one bulk copy each), counted on s.kv_bar. Returns whether it issued any (every thread
+/// areas (one bulk copy each), counted on s.kv_bar (K) and s.kv_bar_v (V), so the scores can start
+/// while the values still land. Returns whether it issued any (every thread
 /// computes the same answer). The caller's barrier orders the area's earlier generic accesses
 /// before these async writes; the proxy fence makes that order hold for the async proxy.
 __device__ __forceinline__ bool attn_issue_round(const KernelArgs& a, const Instr& in, Shared& s,
@@ -43,12 +45,13 @@ __device__ __forceinline__ bool attn_issue_round(const KernelArgs& a, const Inst
 #if __CUDA_ARCH__ >= 900
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
-    mbar_expect_tx(&s.kv_bar, 2u * bytes);
+    mbar_expect_tx(&s.kv_bar, bytes);
     bulk_copy(area, kv + kv_offset(m, in.layer, 0, in.param0) + uint64_t(rb) * kHeadDim, bytes,
               &s.kv_bar);
+    mbar_expect_tx(&s.kv_bar_v, bytes);
     bulk_copy(area + R * kKvRowBytes,
               kv + kv_offset(m, in.layer, 1, in.param0) + uint64_t(rb) * kHeadDim, bytes,
-              &s.kv_bar);
+              &s.kv_bar_v);
   }
   return true;
 }
@@ -120,7 +123,7 @@ struct AttnState {
 /// over its own dims.
 __device__ __forceinline__ void attn_pass(const char* krows, const char* vrows, float4* prob,
                                           const float4* q, uint32_t k0, uint32_t keys, float scale,
-                                          AttnState& st) {
+                                          uint64_t* vbar, uint32_t vphase, AttnState& st) {
   constexpr int kParts = kKvPerChunk / 4;
   const int lane = threadIdx.x & 31;
   const bool valid = uint32_t(lane) < keys;
@@ -173,6 +176,10 @@ __device__ __forceinline__ void attn_pass(const char* krows, const char* vrows, 
 #pragma unroll
   for (int j = 0; j < kStageHeads; ++j) st.l[j] += sum[j];
   prob[lane] = make_float4(pr[0], pr[1], pr[2], pr[3]);
+  if (vbar != nullptr) {  // the round's value rows (a no-op once they have landed)
+    while (!mbar_try_wait(vbar, vphase)) {
+    }
+  }
   __syncwarp();
   // 32-bit words of the lane's dims in a row (kAttnStageable builds: kVd elements exactly).
   constexpr int kWords = (kVd * int(sizeof(KvT)) + 3) / 4;
@@ -279,14 +286,15 @@ __device__ __forceinline__ void attn_staged(const KernelArgs& a, const Instr& in
     if (copied) {  // copies from global memory always complete: every thread waits them out
       while (!mbar_try_wait(&s.kv_bar, phase)) {
       }
-      phase ^= 1u;
     }
-    block_sync();  // the current row and the queries are in place
+    block_sync();  // the key rows, the current row and the queries are in place
     const uint32_t keys = re - rb;
     for (uint32_t k0 = uint32_t(warp) * 32; k0 < keys; k0 += kComputeWarps * 32) {
       attn_pass(krows, vrows, prob, reinterpret_cast<const float4*>(s.u.attn.q), k0,
-                min(32u, keys - k0), a.model.attn_scale, st);
+                min(32u, keys - k0), a.model.attn_scale, copied ? &s.kv_bar_v : nullptr, phase,
+                st);
     }
+    if (copied) phase ^= 1u;
   }
   block_sync();  // every warp is done with the rows: the merge reuses the area
   attn_merge_heads(a, in, reinterpret_cast<float*>(pages), nh, st);

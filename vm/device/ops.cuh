@@ -33,8 +33,9 @@ struct Shared {
   uint32_t last_arrival;     // signal_arrive: 1 when this block runs the chained task
   int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
   uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh)
-  uint64_t kv_bar;           // staged attention: the mbarrier its KV copies complete on
-  uint32_t kv_phase;         // staged attention: the parity kv_bar's next phase completes with
+  uint64_t kv_bar;           // staged attention: the mbarrier its K copies complete on
+  uint64_t kv_bar_v;         // staged attention: the mbarrier its V copies complete on
+  uint32_t kv_phase;         // staged attention: the parity both bars' next phase completes with
   Ahead ahead[2];            // static queue: the next task (double-buffered by queue position)
   union {
     float rows[kEpilogueRows];  // GEMV results of one row chunk, before the epilogue
