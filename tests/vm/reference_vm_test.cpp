@@ -254,6 +254,25 @@ TEST(ReferenceVm, ArgmaxRecordsGiveTheArgmaxOfTheLogits) {
   }
 }
 
+/// `got` (run in queue order, then in three random orders) gives bit for bit the logits and argmax
+/// of `want` (queue order) at positions 0 to 5, running every task once per step.
+void expect_bit_identical_steps(const Program& want_p, const Program& got_p,
+                                const Weights& weights) {
+  const ModelShape& shape = weights.shape;
+  for (uint64_t seed = 0; seed <= 3; ++seed) {
+    const RunOrder order = seed == 0 ? RunOrder::kQueueOrder : RunOrder::kRandomOrder;
+    ReferenceVm want(want_p, weights), got(got_p, weights);
+    for (int pos = 0; pos < 6; ++pos) {
+      const ReferenceVm::StepResult w = want.step(token_at(pos, shape), pos);
+      const ReferenceVm::StepResult g = got.step(token_at(pos, shape), pos, order, seed + pos);
+      ASSERT_TRUE(g.completed) << g.stuck;
+      EXPECT_EQ(g.tasks_run, got_p.tasks.size());
+      EXPECT_EQ(g.logits, w.logits) << "position " << pos << " seed " << seed;
+      EXPECT_EQ(g.argmax, w.argmax) << "position " << pos << " seed " << seed;
+    }
+  }
+}
+
 // fusion.reduce_by_last_arriver: the combines and the argmax run on the block that arrives last
 // (ReferenceVm::run_task, as the kernel does). The same sums in the same order: bit-identical
 // logits and argmax to the queued combine and argmax, in queue order and random orders, static and
@@ -277,18 +296,7 @@ TEST(ReferenceVm, LastArriverReductionsGiveTheLogitsOfQueuedOnes) {
       size_t queued_tasks = 0;
       for (const auto& q : got_p.queues) queued_tasks += q.size();
       EXPECT_LT(queued_tasks, got_p.tasks.size());  // the chained tasks are in no queue
-      for (uint64_t seed = 0; seed <= 3; ++seed) {
-        const RunOrder order = seed == 0 ? RunOrder::kQueueOrder : RunOrder::kRandomOrder;
-        ReferenceVm want(want_p, weights), got(got_p, weights);
-        for (int pos = 0; pos < 6; ++pos) {
-          const ReferenceVm::StepResult w = want.step(token_at(pos, shape), pos);
-          const ReferenceVm::StepResult g = got.step(token_at(pos, shape), pos, order, seed + pos);
-          ASSERT_TRUE(g.completed) << g.stuck;
-          EXPECT_EQ(g.tasks_run, got_p.tasks.size());
-          EXPECT_EQ(g.logits, w.logits) << "position " << pos << " seed " << seed;
-          EXPECT_EQ(g.argmax, w.argmax) << "position " << pos << " seed " << seed;
-        }
-      }
+      expect_bit_identical_steps(want_p, got_p, weights);
     }
   }
 }
@@ -319,18 +327,7 @@ TEST(ReferenceVm, CombineInOGivesTheLogitsOfCombineTasks) {
       EXPECT_EQ(combines, 0u);
       EXPECT_GT(combining, 0u);
       EXPECT_LT(got_p.tasks.size(), want_p.tasks.size());
-      for (uint64_t seed = 0; seed <= 3; ++seed) {
-        const RunOrder order = seed == 0 ? RunOrder::kQueueOrder : RunOrder::kRandomOrder;
-        ReferenceVm want(want_p, weights), got(got_p, weights);
-        for (int pos = 0; pos < 6; ++pos) {
-          const ReferenceVm::StepResult w = want.step(token_at(pos, shape), pos);
-          const ReferenceVm::StepResult g = got.step(token_at(pos, shape), pos, order, seed + pos);
-          ASSERT_TRUE(g.completed) << g.stuck;
-          EXPECT_EQ(g.tasks_run, got_p.tasks.size());
-          EXPECT_EQ(g.logits, w.logits) << "position " << pos << " seed " << seed;
-          EXPECT_EQ(g.argmax, w.argmax) << "position " << pos << " seed " << seed;
-        }
-      }
+      expect_bit_identical_steps(want_p, got_p, weights);
     }
   }
 }
