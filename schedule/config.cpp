@@ -115,10 +115,10 @@ const std::vector<KnobEntry>& knob_table() {
         "fusion.combine_into_o folds it into the O projection)",
         field_access(&ScheduleConfig::fusion, &FusionConfig::reduce_by_last_arriver));
     add("fusion.combine_into_o", bools, false,
-        "with tiling.attn_kv_partitions > 1, the O projection's input load merges the attention "
-        "partitions' records itself (each O tile combines every head): no combine tasks and no "
-        "combine hop; needs kernel.weight_stream registers, tiling.gemv_k_split 1 and shared "
-        "memory for the input, the weights and one partition's records of every head",
+        "the O projection's input load merges the attention partitions' records itself (each O "
+        "tile combines every head): no combine tasks and no combine hop; needs "
+        "tiling.attn_kv_partitions > 1, kernel.weight_stream registers, tiling.gemv_k_split 1 and "
+        "shared memory for the input, the weights and one partition's records of every head",
         field_access(&ScheduleConfig::fusion, &FusionConfig::combine_into_o));
     add("dependencies.qkv_to_attention", gran_choices, "per_op",
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
@@ -566,6 +566,9 @@ std::string knob_conflict(const ScheduleConfig& config) {
       config.kernel.weight_stream != WeightStream::kRegisters)
     return "kernel.attention = staged needs kernel.weight_stream = registers (the weight ring "
            "owns the shared memory the KV rows would be staged in); hint: set one of them back";
+  if (config.fusion.combine_into_o && config.tiling.attn_kv_partitions <= 1)
+    return "fusion.combine_into_o = true needs tiling.attn_kv_partitions > 1 (with one partition "
+           "there is no combine to fold, so it would change nothing); hint: set one of them back";
   if (config.fusion.combine_into_o && config.kernel.weight_stream != WeightStream::kRegisters)
     return "fusion.combine_into_o = true needs kernel.weight_stream = registers (only its streamed "
            "GEMV combines the partitions in its input load); hint: set one of them back";

@@ -411,7 +411,8 @@ TEST(Lowering, QkvRopePairTilesProduceEveryQkvRowOnceOverTheGrid) {
 // fusion.combine_into_o (toy: 4 query heads of 16 dims, 4 partitions): no combine op and no
 // attn_out region; every O tile reads the partial records (kFlagCombinePrologue, param2 = the
 // partition count) and waits for the attention op's one counter (attention_to_o per_op), which
-// every partition task signals, besides the residual's. Without partitions the knob changes nothing.
+// every partition task signals, besides the residual's. Without partitions there is nothing to
+// fold: lowering refuses the knob (knob_conflict) rather than ignore it.
 TEST(Lowering, CombineIntoOFeedsTheRecordsToEveryOTile) {
   const ModelShape shape = *find_preset("toy");
   ScheduleConfig config;
@@ -450,8 +451,10 @@ TEST(Lowering, CombineIntoOFeedsTheRecordsToEveryOTile) {
   EXPECT_EQ(attention_counters.size(), 1u);
   ScheduleConfig unpartitioned;
   unpartitioned.fusion.combine_into_o = true;
-  EXPECT_EQ(to_json(lower_ok(shape, unpartitioned)).dump(),
-            to_json(lower_ok(shape, ScheduleConfig{})).dump());
+  std::string error;
+  EXPECT_FALSE(lower(shape, test_target(), unpartitioned, &error).has_value());
+  EXPECT_NE(error.find("needs tiling.attn_kv_partitions > 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("hint:"), std::string::npos) << error;
 }
 
 // Per-slice QKV -> attention with tiles of pairs: attention waits for exactly the tiles that hold
