@@ -411,8 +411,7 @@ TEST(Lowering, QkvRopePairTilesProduceEveryQkvRowOnceOverTheGrid) {
 // fusion.combine_into_o (toy: 4 query heads of 16 dims, 4 partitions): no combine op and no
 // attn_out region; every O tile reads the partial records (kFlagCombinePrologue, param2 = the
 // partition count) and waits for the attention op's one counter (attention_to_o per_op), which
-// every partition task signals, besides the residual's. Without partitions there is nothing to
-// fold: lowering refuses the knob (knob_conflict) rather than ignore it.
+// every partition task signals, besides the residual's.
 TEST(Lowering, CombineIntoOFeedsTheRecordsToEveryOTile) {
   const ModelShape shape = *find_preset("toy");
   ScheduleConfig config;
@@ -449,12 +448,6 @@ TEST(Lowering, CombineIntoOFeedsTheRecordsToEveryOTile) {
   EXPECT_GT(o_tiles, 0);
   EXPECT_EQ(partitions, 4 * shape.kv_heads);  // whole groups per task (attn_q_heads_per_task 0)
   EXPECT_EQ(attention_counters.size(), 1u);
-  ScheduleConfig unpartitioned;
-  unpartitioned.fusion.combine_into_o = true;
-  std::string error;
-  EXPECT_FALSE(lower(shape, test_target(), unpartitioned, &error).has_value());
-  EXPECT_NE(error.find("needs tiling.attn_kv_partitions > 1"), std::string::npos) << error;
-  EXPECT_NE(error.find("hint:"), std::string::npos) << error;
 }
 
 // Per-slice QKV -> attention with tiles of pairs: attention waits for exactly the tiles that hold
@@ -494,6 +487,36 @@ TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {
   EXPECT_NE(error_of([](ScheduleConfig* c) {
               c->fusion.rope_kv_into_qkv = false;
             }).find("needs fusion.rope_kv_into_qkv = true"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.gemv_k_split = 2;
+            }).find("needs tiling.gemv_k_split = 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->kernel.weight_stream = WeightStream::kSmemRing;
+            }).find("needs kernel.weight_stream = registers"),
+            std::string::npos);
+}
+
+// fusion.combine_into_o: lowering and the search's config_fits refuse it, with the same sentence
+// and a hint, without KV partitions, with the weight ring, or with a k-split.
+TEST(Lowering, CombineIntoONeedsPartitionsOneSplitAndTheRegistersBuild) {
+  const ModelShape shape = *find_preset("toy");
+  auto error_of = [&](void (*edit)(ScheduleConfig*)) {
+    ScheduleConfig config;
+    config.fusion.combine_into_o = true;
+    config.tiling.attn_kv_partitions = 4;
+    edit(&config);
+    std::string error, why;
+    EXPECT_FALSE(lower(shape, test_target(), config, &error).has_value());
+    EXPECT_FALSE(config_fits(config, shape, test_target(), &why));
+    EXPECT_EQ(error, why);
+    EXPECT_NE(error.find("hint:"), std::string::npos) << error;
+    return error;
+  };
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.attn_kv_partitions = 1;
+            }).find("needs tiling.attn_kv_partitions > 1"),
             std::string::npos);
   EXPECT_NE(error_of([](ScheduleConfig* c) {
               c->tiling.gemv_k_split = 2;
