@@ -132,6 +132,13 @@ MS_ABI_FN uint32_t stream_combine_round(uint32_t ld, uint32_t heads, uint32_t he
   return n < parts ? uint32_t(n) : parts;
 }
 
+/// The least dynamic shared memory the combine prologue runs in (stream_combine_round >= 1): the
+/// staging of stream_combine_stage and one partition's records.
+MS_ABI_FN uint64_t stream_combine_min_bytes(uint32_t ld, uint32_t heads, uint32_t head_dim,
+                                            uint32_t parts) {
+  return (stream_combine_stage(ld, heads, parts) + uint64_t(heads) * (head_dim + 2)) * 4;
+}
+
 /// The streamed GEMV's rule for task `in`, with the build's elements per weight vector, rows per
 /// epilogue pass (ring_epilogue_rows), dynamic shared memory bytes, and the model's head_dim and
 /// query heads (the combine prologue's record layout).

@@ -122,21 +122,18 @@ std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const 
     case ms_abi::kStreamCombine:
       return "is " + what + " over " + std::to_string(in.ld) + " columns and " +
              std::to_string(in.param2) + " partitions: the streamed GEMV combines all " +
-             std::to_string(heads) + " heads of " + std::to_string(hd) + " dims (an even head_dim) of 1 to " +
-             std::to_string(ms_abi::kStreamCombineParts) +
+             std::to_string(heads) + " heads of " + std::to_string(hd) +
+             " dims (an even head_dim) of 1 to " + std::to_string(ms_abi::kStreamCombineParts) +
              " partitions; hint: tiling.attn_kv_partitions <= " +
              std::to_string(ms_abi::kStreamCombineParts);
     case ms_abi::kStreamAlignment:
-      return "is " + what +
-             " whose weights or input are not aligned to the streamed GEMV's " +
+      return "is " + what + " whose weights or input are not aligned to the streamed GEMV's " +
              std::to_string(vector_bytes) +
              "-byte weight vectors and float4 input (or, combined, 16-byte partition blocks)";
     default: {  // kStreamSmem
       const bool combine = (in.flags & ms_abi::kFlagCombinePrologue) != 0;
-      const uint64_t need =
-          combine ? (ms_abi::stream_combine_stage(in.ld, heads, in.param2) +
-                     uint64_t{heads} * (hd + 2)) * 4
-                  : uint64_t{in.ld} * 4;
+      const uint64_t need = combine ? ms_abi::stream_combine_min_bytes(in.ld, heads, hd, in.param2)
+                                    : uint64_t{in.ld} * 4;
       return "is " + what + " whose " +
              (combine ? "input, partition weights and one partition's records of every head"
                       : std::to_string(in.ld) + " input floats") +

@@ -99,7 +99,7 @@ struct GemvSpec {
   InputLoad load = InputLoad::kPlain;
   uint32_t in = 0;
   uint32_t in2 = 0;
-  uint32_t in2_rows = 0;  // kSiluMul: logical row of up's column 0 in the input source
+  uint32_t in2_rows = 0;       // kSiluMul: logical row of up's column 0 in the input source
   uint32_t combine_parts = 0;  // kCombine: the attention's KV partitions (param2)
   Source in_src;
   uint16_t epilogue = 0;  // 0, kFlagResidual or kFlagRopeKv
@@ -158,6 +158,9 @@ class Lowerer {
   Source emit_rope(int layer, const Source& qkv_src, uint32_t qkv_raw, uint32_t q);
   Source emit_attention(int layer, const Source& qkv_src, uint32_t q, uint32_t attn_out,
                         uint32_t* records);
+  /// fusion.combine_into_o with KV partitions: no combine op; the O projection's input load
+  /// combines the partitions' records.
+  bool combine_folded() const { return config_.fusion.combine_into_o && d_.partitions > 1; }
   Stream emit_mlp_block(int layer, const Stream& x);
   void emit_head(const Stream& x);
   bool finish(std::string* error);
@@ -678,8 +681,7 @@ Stream Lowerer::emit_attention_block(int layer, const Stream& x) {
   uint32_t q = 0, qkv_raw = 0;
   Source qkv_src = emit_qkv(layer, x, &q, &qkv_raw);
   if (!config_.fusion.rope_kv_into_qkv) qkv_src = emit_rope(layer, qkv_src, qkv_raw, q);
-  // fusion.combine_into_o: the O projection's input load combines the partitions' records.
-  const bool fold = config_.fusion.combine_into_o && d_.partitions > 1;
+  const bool fold = combine_folded();
   const uint32_t attn_out = fold ? 0 : alloc(L + "attn_out", d_.q_dim);
   uint32_t records = 0;
   const Source attn_src = emit_attention(layer, qkv_src, q, attn_out, &records);
@@ -777,11 +779,11 @@ Source Lowerer::emit_attention(int layer, const Source& qkv_src, uint32_t q, uin
       partitions > 1
           ? alloc(L + "attn_partial", static_cast<uint64_t>(partitions) * d_.heads * (hd + 2))
           : 0;
-  const bool fold = config_.fusion.combine_into_o && partitions > 1;
+  const bool fold = combine_folded();
   *records_out = records;
-  const uint32_t attn_op = begin_op(L + "attn", OpKind::kAttention, layer,
-                                    partitions > 1 && !fold ? Granularity::kPerSlice
-                                                            : config_.dependencies.attention_to_o);
+  const uint32_t attn_op = begin_op(
+      L + "attn", OpKind::kAttention, layer,
+      partitions > 1 && !fold ? Granularity::kPerSlice : config_.dependencies.attention_to_o);
   // The partition tasks of each head chunk, in slice order (fusion.reduce_by_last_arriver).
   std::vector<uint32_t> chainers;
   // KV bytes an attention task streams at a mid-cache position (for load balancing only).

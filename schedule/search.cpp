@@ -40,10 +40,11 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
         std::to_string(4 * static_cast<int64_t>(shape.hidden)) +
         " bytes (the streamed GEMV stages the QKV input there); hint: more or larger pages");
   if (config.fusion.combine_into_o && config.tiling.attn_kv_partitions > 1) {
-    const auto heads = static_cast<uint32_t>(shape.heads), hd = static_cast<uint32_t>(shape.head_dim);
+    const auto heads = static_cast<uint32_t>(shape.heads);
     const auto parts = static_cast<uint32_t>(config.tiling.attn_kv_partitions);
     const uint64_t need =
-        (ms_abi::stream_combine_stage(heads * hd, heads, parts) + uint64_t{heads} * (hd + 2)) * 4;
+        ms_abi::stream_combine_min_bytes(heads * static_cast<uint32_t>(shape.head_dim), heads,
+                                         static_cast<uint32_t>(shape.head_dim), parts);
     if (static_cast<uint64_t>(dynamic_smem_bytes(config, shape)) < need)
       return fail("fusion.combine_into_o = true with " + std::to_string(parts) +
                   " KV partitions needs smem.pages x smem.page_bytes >= " + std::to_string(need) +

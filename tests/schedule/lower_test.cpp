@@ -472,17 +472,24 @@ TEST(Lowering, PerSliceAttentionWaitsForThePairTilesOfItsHeads) {
   }
 }
 
-TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {
+/// The sentence with which lowering and the search's config_fits both refuse `config` on toy (the
+/// same sentence, with a hint).
+std::string refusal(const ScheduleConfig& config) {
   const ModelShape shape = *find_preset("toy");
-  auto error_of = [&](void (*edit)(ScheduleConfig*)) {
+  std::string error, why;
+  EXPECT_FALSE(lower(shape, test_target(), config, &error).has_value());
+  EXPECT_FALSE(config_fits(config, shape, test_target(), &why));
+  EXPECT_EQ(error, why);
+  EXPECT_NE(error.find("hint:"), std::string::npos) << error;
+  return error;
+}
+
+TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {
+  auto error_of = [](void (*edit)(ScheduleConfig*)) {
     ScheduleConfig config;
     config.tiling.qkv_rope_pairs = true;
     edit(&config);
-    std::string error, why;
-    EXPECT_FALSE(lower(shape, test_target(), config, &error).has_value());
-    EXPECT_FALSE(config_fits(config, shape, test_target(), &why));
-    EXPECT_EQ(error, why);
-    return error;
+    return refusal(config);
   };
   EXPECT_NE(error_of([](ScheduleConfig* c) {
               c->fusion.rope_kv_into_qkv = false;
@@ -501,18 +508,12 @@ TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {
 // fusion.combine_into_o: lowering and the search's config_fits refuse it, with the same sentence
 // and a hint, without KV partitions, with the weight ring, or with a k-split.
 TEST(Lowering, CombineIntoONeedsPartitionsOneSplitAndTheRegistersBuild) {
-  const ModelShape shape = *find_preset("toy");
-  auto error_of = [&](void (*edit)(ScheduleConfig*)) {
+  auto error_of = [](void (*edit)(ScheduleConfig*)) {
     ScheduleConfig config;
     config.fusion.combine_into_o = true;
     config.tiling.attn_kv_partitions = 4;
     edit(&config);
-    std::string error, why;
-    EXPECT_FALSE(lower(shape, test_target(), config, &error).has_value());
-    EXPECT_FALSE(config_fits(config, shape, test_target(), &why));
-    EXPECT_EQ(error, why);
-    EXPECT_NE(error.find("hint:"), std::string::npos) << error;
-    return error;
+    return refusal(config);
   };
   EXPECT_NE(error_of([](ScheduleConfig* c) {
               c->tiling.attn_kv_partitions = 1;

@@ -291,8 +291,7 @@ __device__ __forceinline__ void attn_staged(const KernelArgs& a, const Instr& in
     const uint32_t keys = re - rb;
     for (uint32_t k0 = uint32_t(warp) * 32; k0 < keys; k0 += kComputeWarps * 32) {
       attn_pass(krows, vrows, prob, reinterpret_cast<const float4*>(s.u.attn.q), k0,
-                min(32u, keys - k0), a.model.attn_scale, copied ? &s.kv_bar_v : nullptr, phase,
-                st);
+                min(32u, keys - k0), a.model.attn_scale, copied ? &s.kv_bar_v : nullptr, phase, st);
     }
     if (copied) phase ^= 1u;
   }

@@ -170,7 +170,8 @@ constexpr uint32_t kCombineHeadsPerWarp = 4;
 /// Copies floats [0, n) of src into dst (both 16-byte aligned, n a multiple of 4) by 16-byte
 /// cp.async pieces spread over the compute threads.
 __device__ __forceinline__ void combine_copy(float* dst, const float* src, uint32_t n) {
-  for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * kComputeThreads) copy16_async(dst + i, src + i);
+  for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * kComputeThreads)
+    copy16_async(dst + i, src + i);
 }
 
 /// After the wait, with kFlagCombinePrologue (abi/abi.h): x[c] = the flash-decoding combine of
