@@ -49,13 +49,16 @@
 #        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
 #        `registry verify` of the entry it wrote;
 #        stage "ab" times a kernel change against a base tree: it builds the megasched CLI of
-#        AB_BASE (an untracked source tree inside the checkout, so it travels with it to the GPU
+#        AB_BASE (one or several space-separated untracked source trees inside the checkout, built
+#        in parallel, each timed as its own side; so they travel with it to the GPU
 #        machine: `mkdir ab_base && git archive REV -- . ':(exclude)bench/results' | tar -x -C
 #        ab_base`; the stored results left out, as the tree that travels is limited to 64 MiB)
 #        beside this tree's, then runs `megasched bench` of AB_CONFIG (default
-#        bench/configs/stream_r2u4.json) at AB_POSITIONS (default 0) with the graph-pdl baseline
-#        from each build in turn, AB_ROUNDS rounds (default 2), into ab_{base,tree}_N.md and ab.md
-#        (the rows of every round, then per position the mean of each side and the difference)
+#        bench/configs/stream_r2u4.json; several space-separated configs are all benched) at
+#        AB_POSITIONS (default 0) with the graph-pdl baseline from each build in turn, AB_ROUNDS
+#        rounds (default 2), into ab_{SIDE}_N.md and ab.md (the rows of every round, then per
+#        position and config row, the default's included, each side's mean and the tree's
+#        difference to it); SIDE is base and tree with one base, else each base's directory name
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -402,32 +405,59 @@ if has_stage promote; then
 fi
 
 if has_stage ab; then
+  # AB_BASE may name several base trees (space-separated); each is built (in parallel, beside this
+  # tree's CLI) and timed in every round as its own side, named after its directory.
   AB_BASE=${AB_BASE:-}
   AB_CONFIG=${AB_CONFIG:-$ROOT/bench/configs/stream_r2u4.json}
   AB_POSITIONS=${AB_POSITIONS:-0}
   AB_ROUNDS=${AB_ROUNDS:-2}
-  if [ -z "$AB_BASE" ] || [ ! -f "$AB_BASE/CMakeLists.txt" ]; then
-    log "ab: AB_BASE must name a source tree with a CMakeLists.txt (got '$AB_BASE')"
+  read -r -a ab_bases <<< "$AB_BASE"
+  ab_ok=1
+  [ "${#ab_bases[@]}" -gt 0 ] || ab_ok=0
+  for b in "${ab_bases[@]}"; do [ -f "$b/CMakeLists.txt" ] || ab_ok=0; done
+  if [ "$ab_ok" != 1 ]; then
+    log "ab: AB_BASE must name source trees with a CMakeLists.txt (got '$AB_BASE')"
     status=1
   else
-    log "ab: building the base tree $AB_BASE"
-    if ! { cmake -S "$AB_BASE" -B "$BUILD-ab-base" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
-             -DMEGASCHED_WERROR=OFF &&
-           cmake --build "$BUILD-ab-base" -j"$(nproc)" --target megasched; } > "$OUT/build_ab_base.log" 2>&1 ||
-       ! { [ -f "$BUILD/CMakeCache.txt" ] ||
-           cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
-             -DMEGASCHED_WERROR=OFF; } >> "$OUT/build.log" 2>&1 ||
-       ! cmake --build "$BUILD" -j"$(nproc)" --target megasched >> "$OUT/build.log" 2>&1; then
-      log "ab: build FAILED (build_ab_base.log, build.log)"
+    ab_jobs=$(( $(nproc) / (${#ab_bases[@]} + 1) ))
+    [ "$ab_jobs" -ge 1 ] || ab_jobs=1
+    ab_pids=()
+    for b in "${ab_bases[@]}"; do
+      name=$(basename "$b")
+      # One base keeps the historical build directory and log names.
+      dir="$BUILD-ab-base" && blog="$OUT/build_ab_base.log"
+      [ "${#ab_bases[@]}" -gt 1 ] && dir="$BUILD-ab-$name" && blog="$OUT/build_ab_$name.log"
+      log "ab: building the base tree $b into $dir (-j$ab_jobs)"
+      { cmake -S "$b" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
+          -DMEGASCHED_WERROR=OFF && cmake --build "$dir" -j"$ab_jobs" --target megasched; } \
+        > "$blog" 2>&1 &
+      ab_pids+=($!)
+    done
+    { { [ -f "$BUILD/CMakeCache.txt" ] ||
+        cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
+          -DMEGASCHED_WERROR=OFF; } && cmake --build "$BUILD" -j"$ab_jobs" --target megasched; } \
+      >> "$OUT/build.log" 2>&1
+    ab_built=$?
+    for pid in "${ab_pids[@]}"; do wait "$pid" || ab_built=1; done
+    if [ "$ab_built" != 0 ]; then
+      log "ab: build FAILED (build_ab_*.log, build.log)"
       status=1
     else
       : > "$OUT/ab.md"
+      ab_sides=()
+      for b in "${ab_bases[@]}"; do
+        if [ "${#ab_bases[@]}" -gt 1 ]; then ab_sides+=("$(basename "$b")"); else ab_sides+=(base); fi
+      done
+      ab_sides+=(tree)
+      ab_args=()
+      for c in $AB_CONFIG; do ab_args+=(--config "$c"); done
       for round in $(seq 1 "$AB_ROUNDS"); do
-        for side in base tree; do
+        for side in "${ab_sides[@]}"; do
           bin="$BUILD/megasched"
           [ "$side" = base ] && bin="$BUILD-ab-base/megasched"
-          log "ab: round $round, $side: megasched bench --config $AB_CONFIG --positions $AB_POSITIONS"
-          if "$bin" bench --model llama-1b --positions "$AB_POSITIONS" --config "$AB_CONFIG" \
+          [ "$side" != base ] && [ "$side" != tree ] && bin="$BUILD-ab-$side/megasched"
+          log "ab: round $round, $side: megasched bench ${ab_args[*]} --positions $AB_POSITIONS"
+          if "$bin" bench --model llama-1b --positions "$AB_POSITIONS" "${ab_args[@]}" \
                --baseline graph-pdl --iterations "$ITERATIONS" --out "$OUT/ab_${side}_$round" \
                > "$OUT/ab_${side}_$round.md" 2>> "$LOG"; then
             grep -E '^\| [0-9]+ \| [^|]*\| (config|baseline) ' "$OUT/ab_${side}_$round.md" |
@@ -438,18 +468,23 @@ if has_stage ab; then
           fi
         done
       done
-      # The summary: per position, each side's mean over the rounds of the config row, and the
-      # tree against the base.
-      awk -F'|' '$4 ~ /config/ && $3 !~ / default / {
-          split($1, w, " "); side = w[1]; pos = $2 + 0; sum[side, pos] += $5; n[side, pos]++
-          positions[pos] = 1
+      # The summary: per position and config row (the default's too), each side's mean over the
+      # rounds, and the tree against every other side.
+      awk -F'|' '$4 ~ /config/ {
+          split($1, w, " "); side = w[1]; pos = $2 + 0; row = $3; gsub(/ /, "", row)
+          sum[side, pos, row] += $5; n[side, pos, row]++; keys[pos, row] = 1; sides[side] = 1
         }
         END {
-          for (p in positions) if (n["base", p] && n["tree", p]) {
-            b = sum["base", p] / n["base", p]; t = sum["tree", p] / n["tree", p]
-            printf "summary: position %d: base %.1f us, tree %.1f us (mean of %d / %d rounds): %+.1f us, %+.2f%%\n", p, b, t, n["base", p], n["tree", p], t - b, 100 * (t - b) / b
+          for (k in keys) {
+            split(k, pr, SUBSEP); p = pr[1]; r = pr[2]
+            if (!n["tree", p, r]) continue
+            t = sum["tree", p, r] / n["tree", p, r]
+            for (s in sides) if (s != "tree" && n[s, p, r]) {
+              b = sum[s, p, r] / n[s, p, r]
+              printf "summary: position %d, %s: %s %.1f us, tree %.1f us (mean of %d / %d rounds): %+.1f us, %+.2f%%\n", p, r, s, b, t, n[s, p, r], n["tree", p, r], t - b, 100 * (t - b) / b
+            }
           }
-        }' "$OUT/ab.md" | tee -a "$OUT/ab.md" >> "$LOG"
+        }' "$OUT/ab.md" | sort | tee -a "$OUT/ab.md" >> "$LOG"
     fi
   fi
 fi
