@@ -43,6 +43,11 @@
 //                                          h = c / hd over P = param2 partial records at
 //                                          act[in + (p * heads + h) * (hd + 2)], p < P
 //                                          (hd = head_dim, heads = the model's query heads)
+//                   kFlagAttentionPrologue: kAttnPartial's output with P = 1 (keys [0, position])
+//                                          of dim c mod hd of query head h = c / hd, its query
+//                                          at act[in + h * hd ..], its kv head h / (heads /
+//                                          kv_heads), this instr's layer; the online softmax
+//                                          over the keys in increasing order
 //                 then the epilogue (exactly one applies):
 //                   kFlagPartial:          act[out + r] = acc_r   (out already points at this
 //                                          split's slice of the partial buffer; see kGemvReduce)
@@ -133,15 +138,16 @@ enum Opcode : uint16_t {
 
 /// Instr::flags bits.
 enum InstrFlag : uint16_t {
-  kFlagNormPrologue = 1u << 0,     // kGemv: RMSNorm the input on load (gamma at weight2)
-  kFlagSiluMulPrologue = 1u << 1,  // kGemv: input is silu(act[in]) * act[in2]
-  kFlagPartial = 1u << 2,          // kGemv: split-K partial, reduced by a kGemvReduce task
-  kFlagResidual = 1u << 3,         // kGemv / kGemvReduce: add act[aux + r]
-  kFlagRopeKv = 1u << 4,           // kGemv / kGemvReduce: QKV epilogue (RoPE, KV append)
-  kFlagRopePairs = 1u << 5,        // kGemv with kFlagRopeKv: rows are RoPE pairs (see above)
-  kFlagArgmaxPartial = 1u << 6,    // kGemv / kGemvReduce: also its argmax record; kArgmax: of
-                                   // records (see above)
-  kFlagCombinePrologue = 1u << 7,  // kGemv: input is the combine of attention partial records
+  kFlagNormPrologue = 1u << 0,       // kGemv: RMSNorm the input on load (gamma at weight2)
+  kFlagSiluMulPrologue = 1u << 1,    // kGemv: input is silu(act[in]) * act[in2]
+  kFlagPartial = 1u << 2,            // kGemv: split-K partial, reduced by a kGemvReduce task
+  kFlagResidual = 1u << 3,           // kGemv / kGemvReduce: add act[aux + r]
+  kFlagRopeKv = 1u << 4,             // kGemv / kGemvReduce: QKV epilogue (RoPE, KV append)
+  kFlagRopePairs = 1u << 5,          // kGemv with kFlagRopeKv: rows are RoPE pairs (see above)
+  kFlagArgmaxPartial = 1u << 6,      // kGemv / kGemvReduce: also its argmax record; kArgmax: of
+                                     // records (see above)
+  kFlagCombinePrologue = 1u << 7,    // kGemv: input is the combine of attention partial records
+  kFlagAttentionPrologue = 1u << 8,  // kGemv: input is the attention over every head (P = 1)
 };
 
 /// Whether the kernel runs `opcode` as a chained (last-arriver) task: opcodes that read no weights

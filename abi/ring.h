@@ -96,7 +96,8 @@ MS_ABI_FN constexpr bool ring_seg_streams(const Instr& in, uint32_t seg_vecs, ui
 
 /// Why the streamed GEMV of a registers build (vm/device/stream.cuh stream_fits) would not take a
 /// task; kStreamFits when it takes it. The validator's rule "launch" names the reason for a task of
-/// RoPE pairs or with the combine prologue, which no other path runs (schedule/build_fit.cpp).
+/// RoPE pairs or with the combine or attention prologue, which no other path runs
+/// (schedule/build_fit.cpp).
 enum StreamMisfit : uint32_t {
   kStreamFits = 0,
   kStreamNotWholeRows,  // not a kGemv over columns [0, ld)
@@ -107,6 +108,7 @@ enum StreamMisfit : uint32_t {
                         // prologue: with its weights and one partition's records)
   kStreamCombine,       // combine prologue: ld not heads x head_dim (an odd or zero head_dim),
                         // or a partition count (param2) outside [1, kStreamCombineParts]
+  kStreamAttention,     // attention prologue: ld not heads x head_dim (a zero head_dim)
 };
 
 /// The most attention partitions the streamed GEMV's combine prologue merges: one lane of a warp
@@ -150,6 +152,9 @@ MS_ABI_FN uint32_t stream_misfit(const Instr& in, uint32_t vec_elems, uint32_t e
   if (combine && (head_dim == 0 || head_dim % 2 != 0 || uint64_t(heads) * head_dim != in.ld ||
                   in.param2 == 0 || in.param2 > kStreamCombineParts))
     return kStreamCombine;
+  if ((in.flags & kFlagAttentionPrologue) != 0 &&
+      (head_dim == 0 || uint64_t(heads) * head_dim != in.ld))
+    return kStreamAttention;
   if (vec_elems == 0 || in.ld % vec_elems != 0 || in.weight % vec_elems != 0 || in.ld % 4 != 0 ||
       in.in % 4 != 0 || ((in.flags & kFlagSiluMulPrologue) != 0 && in.in2 % 4 != 0) ||
       (combine && uint64_t(heads) * (head_dim + 2) % 4 != 0))

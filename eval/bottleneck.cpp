@@ -101,7 +101,8 @@ std::optional<AxisSuggestion> suggest_axis(const std::string& c) {
          "dependencies.gate_up_to_down", "dependencies.residual", "fusion.qkv_single_gemv",
          "fusion.gate_up_single_gemv", "fusion.norm_into_gemv", "fusion.residual_into_gemv",
          "fusion.silu_mul_into_down", "fusion.rope_kv_into_qkv", "fusion.argmax_into_lm_head",
-         "fusion.reduce_by_last_arriver", "fusion.combine_into_o", "assignment.policy"},
+         "fusion.reduce_by_last_arriver", "fusion.combine_into_o", "fusion.attention_into_o",
+         "assignment.policy"},
         "waits and signals dominate: fewer or finer-grained dependency hops "
         "(per_slice dependencies, more fusion, another assignment)"};
   if (c == "compute")

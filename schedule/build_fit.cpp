@@ -126,6 +126,11 @@ std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const 
              " dims (an even head_dim) of 1 to " + std::to_string(ms_abi::kStreamCombineParts) +
              " partitions; hint: tiling.attn_kv_partitions <= " +
              std::to_string(ms_abi::kStreamCombineParts);
+    case ms_abi::kStreamAttention:
+      return "is " + what + " over " + std::to_string(in.ld) +
+             " columns: the streamed GEMV computes the attention of all " + std::to_string(heads) +
+             " heads of " + std::to_string(hd) + " dims, " + std::to_string(uint64_t{heads} * hd) +
+             " columns; hint: fusion.attention_into_o false";
     case ms_abi::kStreamAlignment:
       return "is " + what + " whose weights or input are not aligned to the streamed GEMV's " +
              std::to_string(vector_bytes) +
@@ -145,7 +150,8 @@ std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const 
   }
 }
 
-// Per task of RoPE pairs (kFlagRopePairs) or with the combine prologue (kFlagCombinePrologue):
+// Per task of RoPE pairs (kFlagRopePairs) or with the combine or attention prologue
+// (kFlagCombinePrologue, kFlagAttentionPrologue):
 // only the registers build's streamed GEMV runs them (ops.cuh's gemv and the ring paths take
 // contiguous rows and a plain input), so each must pass its rule, abi/ring.h stream_misfit, with
 // the build's constants as vm::kernel_defines passes them.
@@ -161,6 +167,9 @@ void stream_task_misfits(const Program& p, size_t max_task_misfits, size_t* more
     else if (in.flags & ms_abi::kFlagCombinePrologue)
       why = stream_misfit_text(p, in, "a GEMV with the attention combine in its input load",
                                "fusion.combine_into_o");
+    else if (in.flags & ms_abi::kFlagAttentionPrologue)
+      why = stream_misfit_text(p, in, "a GEMV with the attention in its input load",
+                               "fusion.attention_into_o");
     if (why.empty()) continue;
     if (listed++ < max_task_misfits)
       out->push_back({std::move(why), t});

@@ -120,6 +120,14 @@ const std::vector<KnobEntry>& knob_table() {
         "tiling.attn_kv_partitions > 1, kernel.weight_stream registers, tiling.gemv_k_split 1 and "
         "shared memory for the input, the weights and one partition's records of every head",
         field_access(&ScheduleConfig::fusion, &FusionConfig::combine_into_o));
+    add("fusion.attention_into_o", bools, false,
+        "no attention tasks: the O projection's input load computes the attention of every head "
+        "itself (each O tile reads every query and the whole KV history, so it pays at short "
+        "contexts only); no attention hop; needs kernel.weight_stream registers, "
+        "tiling.gemv_k_split 1 and 4 x q_dim bytes of smem pages, and the attention tasks' knobs "
+        "at their defaults (tiling.attn_kv_partitions 1, tiling.attn_q_heads_per_task 0, "
+        "kernel.attention registers, dependencies.attention_to_o per_op)",
+        field_access(&ScheduleConfig::fusion, &FusionConfig::attention_into_o));
     add("dependencies.qkv_to_attention", gran_choices, "per_op",
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));
@@ -578,6 +586,32 @@ std::string knob_conflict(const ScheduleConfig& config) {
   if (config.tiling.qkv_rope_pairs && config.tiling.gemv_k_split != 1)
     return "tiling.qkv_rope_pairs = true needs tiling.gemv_k_split = 1 (a split-K reduce applies "
            "RoPE to whole heads); hint: set one of them back";
+  if (config.fusion.attention_into_o) {
+    if (config.kernel.weight_stream != WeightStream::kRegisters)
+      return "fusion.attention_into_o = true needs kernel.weight_stream = registers (only its "
+             "streamed GEMV computes the attention in its input load); hint: set one of them back";
+    if (config.tiling.gemv_k_split != 1)
+      return "fusion.attention_into_o = true needs tiling.gemv_k_split = 1 (the streamed GEMV "
+             "that computes the attention takes whole rows); hint: set one of them back";
+    // Knobs of the attention tasks, which the fusion removes: they would change nothing.
+    if (config.tiling.attn_kv_partitions != 1)
+      return "fusion.attention_into_o = true leaves no attention tasks to partition, so "
+             "tiling.attn_kv_partitions > 1 would change nothing; hint: set one of them back";
+    if (config.fusion.combine_into_o)
+      return "fusion.attention_into_o = true leaves no attention partitions to combine, so "
+             "fusion.combine_into_o would change nothing; hint: set one of them back";
+    if (config.kernel.attention == AttentionPath::kStaged)
+      return "fusion.attention_into_o = true leaves no attention tasks to stage, so "
+             "kernel.attention = staged would change nothing; hint: set one of them back";
+    if (config.tiling.attn_q_heads_per_task != 0)
+      return "fusion.attention_into_o = true leaves no attention tasks to cut by query heads, so "
+             "tiling.attn_q_heads_per_task would change nothing; hint: set it to 0 or the fusion "
+             "back";
+    if (config.dependencies.attention_to_o != Granularity::kPerOp)
+      return "fusion.attention_into_o = true leaves no attention -> O edge, so "
+             "dependencies.attention_to_o = per_slice would change nothing; hint: set it to per_op "
+             "or the fusion back";
+  }
   return "";
 }
 

@@ -84,6 +84,7 @@ struct FusionConfig {
   bool argmax_into_lm_head;
   bool reduce_by_last_arriver;
   bool combine_into_o;
+  bool attention_into_o;
 
   bool operator==(const FusionConfig&) const = default;
 };

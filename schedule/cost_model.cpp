@@ -54,10 +54,13 @@ double task_bytes(const Program& program, uint32_t task, int position) {
       return t.col_end * 4.0 + rows * (wb + 4);
     case ms_abi::kGemv: {
       const double out_rows = ms_abi::task_rows(t);  // RoPE pairs: two rows each
-      // The combine prologue reads P records {m, l, o[hd]} per head of its columns.
-      const double input = (t.flags & ms_abi::kFlagCombinePrologue) && m.head_dim > 0
-                               ? cols / m.head_dim * t.param2 * (m.head_dim + 2) * 4.0
-                               : cols * 4;
+      // The combine prologue reads P records {m, l, o[hd]} per head of its columns; the
+      // attention prologue every query and the keys and values [0, position] of every KV head.
+      double input = cols * 4;
+      if ((t.flags & ms_abi::kFlagCombinePrologue) && m.head_dim > 0)
+        input = cols / m.head_dim * t.param2 * (m.head_dim + 2) * 4.0;
+      if (t.flags & ms_abi::kFlagAttentionPrologue)
+        input = cols * 4 + (position + 1.0) * m.kv_heads * m.head_dim * 2 * kvb;
       return out_rows * cols * wb + input + out_rows * 4;
     }
     case ms_abi::kGemvReduce:

@@ -41,8 +41,8 @@ class Builder {
 
 constexpr uint16_t kEpilogueFlags =
     ms_abi::kFlagPartial | ms_abi::kFlagResidual | ms_abi::kFlagRopeKv;
-constexpr uint16_t kPrologueFlags =
-    ms_abi::kFlagNormPrologue | ms_abi::kFlagSiluMulPrologue | ms_abi::kFlagCombinePrologue;
+constexpr uint16_t kPrologueFlags = ms_abi::kFlagNormPrologue | ms_abi::kFlagSiluMulPrologue |
+                                    ms_abi::kFlagCombinePrologue | ms_abi::kFlagAttentionPrologue;
 
 int popcount16(uint16_t v) { return __builtin_popcount(v); }
 
@@ -158,6 +158,31 @@ void combine_records(const Program& p, const ms_abi::Instr& in, Builder* b) {
             in.in + (part * m.heads + h1) * rec);
 }
 
+// kFlagAttentionPrologue: the queries of the heads of columns [col_begin, col_end), the step's
+// position, and the whole K and V cache of every KV head of the instr's layer (keys [0, position]
+// of each, over-approximated by the whole cache rows, as kAttnPartial's footprint is).
+void attention_input(const Program& p, const ms_abi::Instr& in, Builder* b) {
+  const ms_abi::ModelParams& m = p.model;
+  if (!b->require(m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0 && m.max_seq > 0 &&
+                      m.heads % m.kv_heads == 0,
+                  "an attention prologue needs heads, kv_heads, head_dim, max_seq > 0 and "
+                  "heads % kv_heads == 0"))
+    return;
+  if (!b->require(in.layer < m.layers, "an attention prologue in a layer beyond the model")) return;
+  const u128 hd = m.head_dim;
+  if (!b->require(in.col_end <= static_cast<u128>(m.heads) * hd,
+                  "attention prologue columns beyond heads x head_dim"))
+    return;
+  const u128 h0 = in.col_begin / hd, h1 = (static_cast<u128>(in.col_end) + hd - 1) / hd;
+  b->read(ms_abi::kBufActivations, in.in + h0 * hd, in.in + h1 * hd);
+  const u128 row_len = static_cast<u128>(m.max_seq) * hd;
+  for (uint32_t kv = 0; kv < 2; ++kv) {
+    const u128 base = (static_cast<u128>(in.layer) * 2 + kv) * m.kv_heads * row_len;
+    b->read(ms_abi::kBufKv, base, base + m.kv_heads * row_len);
+  }
+  b->read(ms_abi::kBufStep, 1, 2);  // position
+}
+
 void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
   const uint16_t known =
       kPrologueFlags | kEpilogueFlags | ms_abi::kFlagRopePairs | ms_abi::kFlagArgmaxPartial;
@@ -202,6 +227,8 @@ void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
     b->read(ms_abi::kBufActivations, in.in2 + cb, in.in2 + ce);
   } else if (in.flags & ms_abi::kFlagCombinePrologue) {
     combine_records(p, in, b);
+  } else if (in.flags & ms_abi::kFlagAttentionPrologue) {
+    attention_input(p, in, b);
   } else {
     b->read(ms_abi::kBufActivations, in.in + cb, in.in + ce);
   }

@@ -68,10 +68,11 @@ using Source = std::vector<uint32_t>;
 
 /// How a GEMV loads its input vector (which rows of the input producer a task reads).
 enum class InputLoad : uint8_t {
-  kPlain,    // columns [col_begin, col_end) of the input
-  kNorm,     // the whole input (RMSNorm statistic), gamma at weight2
-  kSiluMul,  // columns of gate and of up (up rows start at `in2_rows`)
-  kCombine,  // the flash-decoding combine of `combine_parts` partial records per head at `in`
+  kPlain,      // columns [col_begin, col_end) of the input
+  kNorm,       // the whole input (RMSNorm statistic), gamma at weight2
+  kSiluMul,    // columns of gate and of up (up rows start at `in2_rows`)
+  kCombine,    // the flash-decoding combine of `combine_parts` partial records per head at `in`
+  kAttention,  // the attention of every head: queries at `in`, the layer's whole KV cache
 };
 
 /// The residual stream as a reader sees it: where it lives and which ops produced it.
@@ -346,6 +347,9 @@ void Lowerer::emit_input_waits(const GemvSpec& spec, uint32_t col_begin, uint32_
       read(spec.in_src, col_begin, col_end);
       read(spec.in_src, spec.in2_rows + col_begin, spec.in2_rows + col_end);
       break;
+    case InputLoad::kAttention:  // every query row and every KV head's appended key and value
+      read(spec.in_src, 0, d_.qkv_rows);
+      break;
   }
 }
 
@@ -380,6 +384,7 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
   if (spec.load == InputLoad::kNorm) prologue = ms_abi::kFlagNormPrologue;
   if (spec.load == InputLoad::kSiluMul) prologue = ms_abi::kFlagSiluMulPrologue;
   if (spec.load == InputLoad::kCombine) prologue = ms_abi::kFlagCombinePrologue;
+  if (spec.load == InputLoad::kAttention) prologue = ms_abi::kFlagAttentionPrologue;
 
   Instr base{};
   base.opcode = ms_abi::kGemv;
@@ -392,9 +397,13 @@ uint32_t Lowerer::emit_gemv(const GemvSpec& spec) {
   base.param2 = spec.load == InputLoad::kCombine ? spec.combine_parts : 0;
 
   const double weight_bytes_per_row = static_cast<double>(split_cols) * wbytes_;
+  // The attention prologue reads every query and, at a mid-cache position, half of every KV
+  // head's history (for load balancing only).
   const double input_bytes =
       spec.load == InputLoad::kCombine
           ? static_cast<double>(spec.combine_parts) * d_.heads * (d_.hd + 2) * 4.0
+      : spec.load == InputLoad::kAttention
+          ? spec.cols * 4.0 + 2.0 * d_.kv_dim * wbytes_ * std::max(1, shape_.max_seq / 2)
           : (spec.load == InputLoad::kNorm ? spec.cols : split_cols) * 4.0 *
                 (spec.load == InputLoad::kSiluMul ? 2 : 1);
 
@@ -681,10 +690,12 @@ Stream Lowerer::emit_attention_block(int layer, const Stream& x) {
   uint32_t q = 0, qkv_raw = 0;
   Source qkv_src = emit_qkv(layer, x, &q, &qkv_raw);
   if (!config_.fusion.rope_kv_into_qkv) qkv_src = emit_rope(layer, qkv_src, qkv_raw, q);
+  // fusion.attention_into_o: no attention tasks; the O projection's input load attends itself.
+  const bool attend = config_.fusion.attention_into_o;
   const bool fold = combine_folded();
-  const uint32_t attn_out = fold ? 0 : alloc(L + "attn_out", d_.q_dim);
+  const uint32_t attn_out = fold || attend ? 0 : alloc(L + "attn_out", d_.q_dim);
   uint32_t records = 0;
-  const Source attn_src = emit_attention(layer, qkv_src, q, attn_out, &records);
+  const Source attn_src = attend ? qkv_src : emit_attention(layer, qkv_src, q, attn_out, &records);
 
   GemvSpec o;
   o.name = L + "o";
@@ -695,12 +706,13 @@ Stream Lowerer::emit_attention_block(int layer, const Stream& x) {
   o.tile_rows = d_.rows_per_task;
   o.cols = d_.q_dim;
   o.weight = static_cast<uint64_t>(layout_.layer[static_cast<size_t>(layer)].wo);
-  o.in = fold ? records : attn_out;
+  o.in = attend ? q : fold ? records : attn_out;
   o.in_src = attn_src;
   if (fold) {
     o.load = InputLoad::kCombine;
     o.combine_parts = d_.partitions;
   }
+  if (attend) o.load = InputLoad::kAttention;
   o.granularity = config_.dependencies.residual;
   const uint32_t x_mid = alloc(L + "x_mid", d_.hidden);
   return residual_output(o, x, x_mid, L + "o_out", L + "attn_add");

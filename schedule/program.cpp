@@ -576,7 +576,7 @@ bool check_derived_launch(const Program& p, const ScheduleConfig& config, const 
 
 uint64_t max_activation_elements(const ModelShape& shape) {
   ScheduleConfig widest;
-  widest.fusion = {false, false, false, false, false, false, false, false, false};
+  widest.fusion = {false, false, false, false, false, false, false, false, false, false};
   for (const KnobSpec& spec : knob_specs()) {
     if (spec.path != "tiling.gemv_k_split" && spec.path != "tiling.attn_kv_partitions") continue;
     for (const nlohmann::json& choice : spec.choices)

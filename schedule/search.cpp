@@ -51,6 +51,13 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
                   " bytes (the O projection's input, the partition weights and one partition's "
                   "records of every head); hint: more or larger pages");
   }
+  if (config.fusion.attention_into_o &&
+      dynamic_smem_bytes(config, shape) < 4 * static_cast<int64_t>(shape.q_dim()))
+    return fail(
+        "fusion.attention_into_o = true needs smem.pages x smem.page_bytes >= 4 x q_dim = " +
+        std::to_string(4 * static_cast<int64_t>(shape.q_dim())) +
+        " bytes (the streamed GEMV stages the attention's output there); hint: more or "
+        "larger pages");
   const LaunchRequest launch{config.launch.threads_per_block,
                              config.launch.blocks_per_sm,
                              dynamic_smem_bytes(config, shape),

@@ -264,6 +264,23 @@ struct Machine {
     }
   }
 
+  /// kFlagAttentionPrologue: x[c - col_begin] = kAttnPartial's output (P = 1, keys [0, position])
+  /// of column c's query head, head by head (abi/abi.h).
+  template <typename Rec>
+  void attention_input(const Instr& t, float* x, const Rec& rec) {
+    const uint32_t hd = m.head_dim, group = m.heads / m.kv_heads;
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
+    const uint32_t n = static_cast<uint32_t>(cell.position) + 1;
+    std::vector<float> head(hd);
+    for (uint32_t c0 = t.col_begin; c0 < t.col_end;) {
+      const uint32_t h = c0 / hd, c1 = std::min(t.col_end, (h + 1) * hd);
+      float mx = 0.0f, l = 0.0f;
+      attend(t.layer, h / group, t.in, h, 0, n, head.data(), &mx, &l, rec);
+      for (uint32_t c = c0; c < c1; ++c) x[c - t.col_begin] = head[c % hd] / l;
+      c0 = c1;
+    }
+  }
+
   template <typename Rec>
   void gemv(const Instr& t, const Rec& rec) {
     const uint32_t cb = t.col_begin;
@@ -294,6 +311,8 @@ struct Machine {
       }
     } else if (t.flags & ms_abi::kFlagCombinePrologue) {
       combine_input(t, x, rec);
+    } else if (t.flags & ms_abi::kFlagAttentionPrologue) {
+      attention_input(t, x, rec);
     } else {
       if constexpr (Rec::kOn)
         for (uint32_t c = 0; c < n; ++c) rec(ms_abi::kBufActivations, t.in + cb + c, false);
@@ -341,10 +360,48 @@ struct Machine {
     qkv_rows(t, act + t.in + t.row_begin, t.row_begin, t.row_end, rec);
   }
 
+  /// Query head h (its query at act[q + h * hd]) of kv head g in `layer` over keys [t0, t1): the
+  /// largest score *mx, the sum of exp(s - mx) *l and the unnormalized output o[hd].
+  template <typename Rec>
+  void attend(uint32_t layer, uint32_t g, uint32_t q_at, uint32_t h, uint32_t t0, uint32_t t1,
+              float* o, float* mx_out, float* l_out, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint64_t k_base = ms_abi::kv_offset(m, layer, 0, g);
+    const uint64_t v_base = ms_abi::kv_offset(m, layer, 1, g);
+    // Its own buffer: a GEMV's attention prologue writes its input in `scratch` meanwhile.
+    std::vector<float> work(static_cast<size_t>(t1 - t0) + hd);
+    float* scores = work.data();
+    float* kv_row = work.data() + (t1 - t0);
+    const float* q = act + q_at + static_cast<uint64_t>(h) * hd;
+    if constexpr (Rec::kOn)
+      for (uint32_t d = 0; d < hd; ++d) rec(ms_abi::kBufActivations, q_at + h * hd + d, false);
+    float mx = -std::numeric_limits<float>::infinity();
+    for (uint32_t k = t0; k < t1; ++k) {
+      for (uint32_t d = 0; d < hd; ++d) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufKv, k_base + k * hd + d, false);
+        kv_row[d] = load_kv(k_base + static_cast<uint64_t>(k) * hd + d);
+      }
+      const float s = m.attn_scale * dot(kv_row, q, hd);
+      scores[k - t0] = s;
+      mx = std::max(mx, s);
+    }
+    float l = 0.0f;
+    std::fill(o, o + hd, 0.0f);
+    for (uint32_t k = t0; k < t1; ++k) {
+      const float p = std::exp(scores[k - t0] - mx);
+      l += p;
+      for (uint32_t d = 0; d < hd; ++d) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufKv, v_base + k * hd + d, false);
+        o[d] += p * load_kv(v_base + static_cast<uint64_t>(k) * hd + d);
+      }
+    }
+    *mx_out = mx;
+    *l_out = l;
+  }
+
   template <typename Rec>
   void attn_partial(const Instr& t, const Rec& rec) {
     const uint32_t hd = m.head_dim;
-    const uint32_t g = t.param0;
     const uint32_t part = t.param1;
     const uint32_t parts = t.param2;
     if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
@@ -352,36 +409,11 @@ struct Machine {
     const uint32_t chunk = (n + parts - 1) / parts;
     const uint32_t t0 = std::min(n, part * chunk);
     const uint32_t t1 = std::min(n, (part + 1) * chunk);
-    const uint64_t k_base = ms_abi::kv_offset(m, t.layer, 0, g);
-    const uint64_t v_base = ms_abi::kv_offset(m, t.layer, 1, g);
-    scratch.resize(static_cast<size_t>(t1 - t0) + 3 * hd);
-    float* scores = scratch.data();
-    float* kv_row = scratch.data() + (t1 - t0);
-    float* o = kv_row + hd;
+    scratch.resize(hd);
+    float* o = scratch.data();
     for (uint32_t h = t.row_begin; h < t.row_end; ++h) {
-      const float* q = act + t.in + static_cast<uint64_t>(h) * hd;
-      if constexpr (Rec::kOn)
-        for (uint32_t d = 0; d < hd; ++d) rec(ms_abi::kBufActivations, t.in + h * hd + d, false);
-      float mx = -std::numeric_limits<float>::infinity();
-      for (uint32_t k = t0; k < t1; ++k) {
-        for (uint32_t d = 0; d < hd; ++d) {
-          if constexpr (Rec::kOn) rec(ms_abi::kBufKv, k_base + k * hd + d, false);
-          kv_row[d] = load_kv(k_base + static_cast<uint64_t>(k) * hd + d);
-        }
-        const float s = m.attn_scale * dot(kv_row, q, hd);
-        scores[k - t0] = s;
-        mx = std::max(mx, s);
-      }
-      float l = 0.0f;
-      std::fill(o, o + hd, 0.0f);
-      for (uint32_t k = t0; k < t1; ++k) {
-        const float p = std::exp(scores[k - t0] - mx);
-        l += p;
-        for (uint32_t d = 0; d < hd; ++d) {
-          if constexpr (Rec::kOn) rec(ms_abi::kBufKv, v_base + k * hd + d, false);
-          o[d] += p * load_kv(v_base + static_cast<uint64_t>(k) * hd + d);
-        }
-      }
+      float mx = 0.0f, l = 0.0f;
+      attend(t.layer, t.param0, t.in, h, t0, t1, o, &mx, &l, rec);
       if (parts == 1) {
         for (uint32_t d = 0; d < hd; ++d) {
           if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h * hd + d, true);

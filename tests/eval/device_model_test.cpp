@@ -138,14 +138,15 @@ TEST(DeviceModel, RingFormulasAgreeWithTheDeviceTranscription) {
 // Every task's footprint holds everything the device reads and writes: the ReferenceVm's accesses
 // at each position that matters, plus the weight ring's staging reads (the norm gamma over the
 // whole row), over random toy configs with and without the ring (every fourth registers build with
-// tiles of RoPE pairs, every eighth with the combine in O, every third draw with the LM head's
-// argmax records).
+// tiles of RoPE pairs, every eighth with the combine in O, every eighth another with the attention
+// in O, every third draw with the LM head's argmax records).
 TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
   const ModelShape shape = *find_preset("toy-2L");
   const Weights weights = generate_weights(shape, 1, 1);
   const GpuTarget target = fuzz_target(4);
   std::mt19937_64 rng(12);
   int ring_programs = 0, pair_programs = 0, record_programs = 0, combine_programs = 0;
+  int attend_programs = 0;
   int wide_gamma = 0;  // ring tasks reading the gamma beyond their columns
   for (int i = 0; i < 40; ++i) {
     ScheduleConfig cfg = random_config(shape, target, rng);
@@ -155,17 +156,29 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.tiling.gemv_k_split = 1;
       cfg.kernel.weight_stream = WeightStream::kRegisters;
       cfg.kernel.attention = AttentionPath::kStaged;  // the same KV rows, staged
+      cfg.fusion.attention_into_o = false;            // staged attention tasks
       if (i % 8 == 1) {  // and the combine in the O projection's input load
         cfg.fusion.combine_into_o = true;
         cfg.tiling.attn_kv_partitions = std::max(cfg.tiling.attn_kv_partitions, 2);
       }
     }
+    if (i % 8 == 3) {  // the attention in the O projection's input load: no attention tasks
+      cfg.fusion.attention_into_o = true;
+      cfg.kernel.weight_stream = WeightStream::kRegisters;
+      cfg.kernel.attention = AttentionPath::kRegisters;
+      cfg.tiling.gemv_k_split = 1;
+      cfg.tiling.attn_kv_partitions = 1;
+      cfg.tiling.attn_q_heads_per_task = 0;
+      cfg.fusion.combine_into_o = false;
+      cfg.dependencies.attention_to_o = Granularity::kPerOp;
+    }
     if (i % 3 == 0) cfg.fusion.argmax_into_lm_head = true;
     if (i % 2 == 0) {
       cfg.kernel.weight_stream = WeightStream::kSmemRing;
       cfg.kernel.attention = AttentionPath::kRegisters;  // the ring owns the shared memory
-      cfg.tiling.qkv_rope_pairs = false;  // only the registers build runs tiles of RoPE pairs
-      cfg.fusion.combine_into_o = false;  // and the combine in O
+      cfg.tiling.qkv_rope_pairs = false;    // only the registers build runs tiles of RoPE pairs
+      cfg.fusion.combine_into_o = false;    // and the combine in O
+      cfg.fusion.attention_into_o = false;  // and the attention in O
       cfg.assignment.policy = AssignPolicy::kRoundRobin;
       cfg.launch.threads_per_block = std::max(cfg.launch.threads_per_block, 128);
       cfg.launch.blocks_per_sm = 1;
@@ -177,6 +190,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
     pair_programs += cfg.tiling.qkv_rope_pairs;
     record_programs += cfg.fusion.argmax_into_lm_head;
     combine_programs += cfg.fusion.combine_into_o && cfg.tiling.attn_kv_partitions > 1;
+    attend_programs += cfg.fusion.attention_into_o;
     const DeviceBuild build = device_build(*p);
     for (int32_t position : ground_truth_positions(*p)) {
       TaskAccesses acc;
@@ -217,6 +231,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
   EXPECT_GT(pair_programs, 0) << "no registers build with tiles of RoPE pairs was drawn";
   EXPECT_GT(record_programs, 0) << "no program with argmax records was drawn";
   EXPECT_GT(combine_programs, 0) << "no program with the combine in O was drawn";
+  EXPECT_GT(attend_programs, 0) << "no program with the attention in O was drawn";
   EXPECT_GT(wide_gamma, 0) << "no split ring GEMV with the norm prologue was drawn";
 }
 

@@ -529,6 +529,89 @@ TEST(Lowering, CombineIntoONeedsPartitionsOneSplitAndTheRegistersBuild) {
             std::string::npos);
 }
 
+// fusion.attention_into_o (toy: 4 query heads, 2 KV heads of 16 dims): no attention op and no
+// attn_out region; every O tile attends itself (kFlagAttentionPrologue) from the roped queries and
+// waits for the QKV op's one counter (every QKV tile: the queries and every KV head's append).
+TEST(Lowering, AttentionIntoOLeavesNoAttentionTasks) {
+  const ModelShape shape = *find_preset("toy");
+  ScheduleConfig config;
+  config.fusion.attention_into_o = true;
+  const Program p = lower_ok(shape, config);
+  EXPECT_EQ(p.find_region("L0.attn_out"), nullptr);
+  const Region* q = p.find_region("L0.q");
+  ASSERT_NE(q, nullptr);
+  int o_tiles = 0, qkv_tiles = 0;
+  std::set<uint32_t> qkv_counters;
+  for (const ms_abi::Instr& t : p.tasks) {
+    EXPECT_NE(t.opcode, ms_abi::kAttnPartial);
+    EXPECT_NE(t.opcode, ms_abi::kAttnCombine);
+    if (p.ops[t.op_id].name == "L0.qkv") {
+      ++qkv_tiles;
+      qkv_counters.insert(t.signal_counter);
+    }
+  }
+  ASSERT_EQ(qkv_counters.size(), 1u);
+  for (const ms_abi::Instr& t : p.tasks) {
+    if (p.ops[t.op_id].name != "L0.o") continue;
+    ++o_tiles;
+    EXPECT_EQ(t.flags & ms_abi::kFlagAttentionPrologue, ms_abi::kFlagAttentionPrologue);
+    EXPECT_EQ(t.in, q->begin);
+    EXPECT_EQ(t.layer, 0u);
+    EXPECT_EQ(t.col_end, static_cast<uint32_t>(shape.q_dim()));
+    int on_qkv = 0;  // the other wait is the residual's
+    for (uint32_t w = 0; w < t.wait_count; ++w) {
+      const ms_abi::Wait& wait = p.waits[t.wait_begin + w];
+      if (qkv_counters.count(wait.counter) == 0) continue;
+      ++on_qkv;
+      EXPECT_EQ(wait.threshold, static_cast<uint32_t>(qkv_tiles));
+    }
+    EXPECT_EQ(on_qkv, 1);
+  }
+  EXPECT_GT(o_tiles, 0);
+  const ValidationReport report = validate(p, test_target());
+  EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.diagnostics[0].message);
+}
+
+// fusion.attention_into_o: refused with a hint, the same sentence from lowering and config_fits,
+// with the weight ring, a k-split, or any knob of the attention tasks it removes set.
+TEST(Lowering, AttentionIntoONeedsTheRegistersBuildAndNoAttentionKnobs) {
+  auto error_of = [](void (*edit)(ScheduleConfig*)) {
+    ScheduleConfig config;
+    config.fusion.attention_into_o = true;
+    edit(&config);
+    return refusal(config);
+  };
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->kernel.weight_stream = WeightStream::kSmemRing;
+            }).find("needs kernel.weight_stream = registers"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.gemv_k_split = 2;
+            }).find("needs tiling.gemv_k_split = 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.attn_kv_partitions = 2;
+            }).find("tiling.attn_kv_partitions > 1 would change nothing"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.attn_kv_partitions = 2;
+              c->fusion.combine_into_o = true;
+            }).find("tiling.attn_kv_partitions > 1 would change nothing"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->kernel.attention = AttentionPath::kStaged;
+            }).find("kernel.attention = staged would change nothing"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.attn_q_heads_per_task = 1;
+            }).find("tiling.attn_q_heads_per_task would change nothing"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->dependencies.attention_to_o = Granularity::kPerSlice;
+            }).find("dependencies.attention_to_o = per_slice would change nothing"),
+            std::string::npos);
+}
+
 TEST(Lowering, AssignmentPoliciesFollowTheirRules) {
   const ModelShape shape = *find_preset("toy-2L");
   const GpuTarget target = test_target(4);

@@ -826,6 +826,38 @@ TEST(ScheduleValidator, RejectsCombineTilesTheStreamedGemvCannotStage) {
   EXPECT_TRUE(validate(*p, *find_target("h100")).ok());
 }
 
+// fusion.attention_into_o: an O tile that attends every head runs only on the streamed GEMV, which
+// stages the attention's output (small: 16 heads x 128 dims = 8192 bytes) in the dynamic shared
+// memory; with one 4 KiB page the rule "launch" names every such tile, and the search never
+// proposes it.
+TEST(ScheduleValidator, RejectsAttentionTilesTheStreamedGemvCannotStage) {
+  ScheduleConfig cfg;
+  cfg.fusion.attention_into_o = true;
+  cfg.smem.pages = 1;
+  cfg.smem.page_bytes = 4096;
+  std::string error;
+  const ModelShape shape = *find_preset("small");
+  std::optional<Program> p = lower(shape, *find_target("h100"), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  const ValidationReport r = validate(*p, *find_target("h100"));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("with the attention in its input load whose 2048 input floats do not fit the "
+                   "4096 bytes"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: smem.pages x smem.page_bytes >= 8192"), std::string::npos) << m;
+  std::string why;
+  EXPECT_FALSE(config_fits(cfg, shape, *find_target("h100"), &why));
+  EXPECT_NE(why.find("fusion.attention_into_o"), std::string::npos) << why;
+  EXPECT_NE(why.find(">= 4 x q_dim = 8192"), std::string::npos) << why;
+  cfg.smem.pages = 2;
+  EXPECT_TRUE(config_fits(cfg, shape, *find_target("h100"), &why)) << why;
+  p = lower(shape, *find_target("h100"), cfg, &error);
+  ASSERT_TRUE(p) << error;
+  EXPECT_TRUE(validate(*p, *find_target("h100")).ok());
+}
+
 // Every config of a random search over the real search space lowers to a program the validator
 // accepts. 500 configs on toy here; small and llama-1b lower slowly, so the unit test samples fewer
 // and `megasched validate --model M --random-configs 500` runs the full 500

@@ -118,8 +118,29 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
       // (schedule::knob_conflict): a ring variant keeps the register path, so it still runs.
       if (c.kernel.weight_stream == schedule::WeightStream::kSmemRing) {
         c.kernel.attention = schedule::AttentionPath::kRegisters;
-        c.fusion.combine_into_o = false;  // likewise
+        c.fusion.combine_into_o = false;    // likewise
+        c.fusion.attention_into_o = false;  // likewise
       }
+      // The attention in O removes the attention tasks, so their knobs must be at their defaults
+      // (schedule::knob_conflict): the second pass sets them so, the first turns the fusion off.
+      if (c.fusion.attention_into_o && shift == 0) c.fusion.attention_into_o = false;
+      if (c.fusion.attention_into_o) {
+        c.tiling.attn_kv_partitions = 1;
+        c.tiling.attn_q_heads_per_task = 0;
+        c.tiling.gemv_k_split = 1;
+        c.kernel.attention = schedule::AttentionPath::kRegisters;
+        c.fusion.combine_into_o = false;
+        c.dependencies.attention_to_o = schedule::Granularity::kPerOp;
+      }
+      // Pairings the rotation makes impossible (schedule::knob_conflict) drop the dependent knob,
+      // so that most variants lower.
+      if (c.fusion.combine_into_o &&
+          (c.tiling.attn_kv_partitions <= 1 || c.tiling.gemv_k_split != 1 ||
+           c.kernel.weight_stream != schedule::WeightStream::kRegisters))
+        c.fusion.combine_into_o = false;
+      if (c.tiling.qkv_rope_pairs && (c.tiling.gemv_k_split != 1 || !c.fusion.rope_kv_into_qkv ||
+                                      c.kernel.weight_stream != schedule::WeightStream::kRegisters))
+        c.tiling.qkv_rope_pairs = false;
       auto p = schedule::lower(w.shape, target, c, &err);
       if (!p) continue;
       if (!schedule::validate(*p, target).ok()) continue;
@@ -240,6 +261,33 @@ TEST(GpuVm, CombineInOMatchesEager) {
         eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
     EXPECT_EQ(r.status, "ok") << name << ": " << r.message << "\n" << r.kernel.dump(1);
     EXPECT_TRUE(r.argmax_match) << name;
+  }
+}
+
+// fusion.attention_into_o on the device: every streamed O GEMV attends all heads in its input
+// load (stream_stage_attention) at positions with one key, a short history and one past a key
+// batch, at head dims 16, 64 and 128 (one and two dims per lane), in static and dynamic queues.
+TEST(GpuVm, AttentionInOMatchesEager) {
+  MS_REQUIRE_GPU();
+  const std::vector<int> positions = {0, 1, 2, 9, 100};
+  for (const int head_dim : {16, 64, 128}) {
+    for (const bool dynamic : {false, true}) {
+      const schedule::Weights w = schedule::generate_weights(
+          head_dim == 16 ? toy_shape(schedule::DType::kBF16) : wide_head_toy(head_dim), 17);
+      const Refs refs = eager_refs(w, positions);
+      schedule::ScheduleConfig c;
+      c.fusion.attention_into_o = true;
+      if (dynamic) c.assignment.policy = schedule::AssignPolicy::kDynamic;
+      const schedule::Program p = lower_or_die(w.shape, c);
+      const std::string name = w.shape.name + " dynamic " + std::to_string(dynamic);
+      int attending = 0;
+      for (const auto& t : p.tasks) attending += (t.flags & ms_abi::kFlagAttentionPrologue) != 0;
+      ASSERT_GT(attending, 0) << name;
+      const GpuTrialResult r =
+          eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+      EXPECT_EQ(r.status, "ok") << name << ": " << r.message << "\n" << r.kernel.dump(1);
+      EXPECT_TRUE(r.argmax_match) << name;
+    }
   }
 }
 

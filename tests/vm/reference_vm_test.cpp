@@ -332,6 +332,32 @@ TEST(ReferenceVm, CombineInOGivesTheLogitsOfCombineTasks) {
   }
 }
 
+// fusion.attention_into_o: the O projection's input load attends every head itself
+// (kFlagAttentionPrologue) instead of attention tasks writing attn_out. The ReferenceVm computes
+// both with one function, so the logits and argmax are bit-identical at positions 0-5, in queue
+// order and random orders, static and dynamic queues.
+TEST(ReferenceVm, AttentionInOGivesTheLogitsOfAttentionTasks) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  const Weights& weights = reference(shape).weights;
+  for (const AssignPolicy policy : {AssignPolicy::kLoadBalance, AssignPolicy::kDynamic}) {
+    ScheduleConfig tasks;
+    tasks.assignment.policy = policy;
+    ScheduleConfig fused = tasks;
+    fused.fusion.attention_into_o = true;
+    const Program want_p = lower_ok(shape, tasks, 2);
+    const Program got_p = lower_ok(shape, fused, 2);
+    size_t attention = 0, attending = 0;
+    for (const auto& t : got_p.tasks) {
+      attention += t.opcode == ms_abi::kAttnPartial;
+      attending += (t.flags & ms_abi::kFlagAttentionPrologue) != 0;
+    }
+    EXPECT_EQ(attention, 0u);
+    EXPECT_GT(attending, 0u);
+    EXPECT_LT(got_p.tasks.size(), want_p.tasks.size());
+    expect_bit_identical_steps(want_p, got_p, weights);
+  }
+}
+
 // ms_abi::arrival_completes, which both VMs use for a last arriver: of a step's adds exactly the
 // one that reaches the chained task's target completes it, at every epoch, across the wrap.
 TEST(ReferenceVm, ExactlyOneArrivalCompletesAWaitEvenAcrossTheWrap) {

@@ -238,6 +238,87 @@ __device__ __forceinline__ void stream_stage_combine(const KernelArgs& a, const 
   block_sync();
 }
 
+/// Query heads of one KV head whose online-softmax states a warp of stream_stage_attention carries
+/// at once, and keys whose key and value loads it issues together.
+constexpr int kPrologueHeads = 4;
+constexpr uint32_t kPrologueKeys = 2;
+
+/// After the wait, with kFlagAttentionPrologue (abi/abi.h): x[h * hd + d] = the attention output
+/// of query head h (queries at act[in]) over keys [0, position] of its KV head in the task's
+/// layer, for every head. Warp w takes KV heads w, w + kComputeWarps, ... and their query heads
+/// kPrologueHeads at a time (no merge between warps); lane L owns dims L + 32 i, as in
+/// attn_short. The queries and the first keys' K and V loads are independent, so at position 0
+/// the whole prologue is one L2 round trip. Does not sync.
+__device__ __forceinline__ void stream_stage_attention(const KernelArgs& a, const Instr& in,
+                                                       float* x) {
+  const ModelParams& m = a.model;
+  const uint32_t n = uint32_t(a.step->position) + 1, group = m.heads / m.kv_heads;
+  const int lane = int(threadIdx.x & 31);
+  const KvT* kv = reinterpret_cast<const KvT*>(a.kv);
+  for (uint32_t g = threadIdx.x >> 5; g < m.kv_heads; g += kComputeWarps) {
+    const KvT* K = kv + kv_offset(m, in.layer, 0, g);
+    const KvT* V = kv + kv_offset(m, in.layer, 1, g);
+    for (uint32_t hb = g * group; hb < (g + 1) * group; hb += kPrologueHeads) {
+      const int nh = int(min(uint32_t(kPrologueHeads), (g + 1) * group - hb));
+      float q[kPrologueHeads][kHeadDimPerLane], o[kPrologueHeads][kHeadDimPerLane];
+      float mx[kPrologueHeads], l[kPrologueHeads];
+#pragma unroll
+      for (int j = 0; j < kPrologueHeads; ++j) {
+        mx[j] = neg_inf();
+        l[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kHeadDimPerLane; ++i) {
+          const int d = lane + 32 * i;
+          o[j][i] = 0.0f;
+          q[j][i] = (j < nh && d < kHeadDim)
+                        ? act_load(a.act + in.in + uint64_t(hb + j) * kHeadDim + d)
+                        : 0.0f;
+        }
+      }
+      for (uint32_t t0 = 0; t0 < n; t0 += kPrologueKeys) {
+        float kx[kPrologueKeys][kHeadDimPerLane], vx[kPrologueKeys][kHeadDimPerLane];
+#pragma unroll
+        for (uint32_t b = 0; b < kPrologueKeys; ++b) {
+          const uint64_t t = min(t0 + b, n - 1);  // past the last key: a repeat, not used
+#pragma unroll
+          for (int i = 0; i < kHeadDimPerLane; ++i) {
+            const int d = lane + 32 * i;
+            kx[b][i] = d < kHeadDim ? kv_load(K + t * kHeadDim + d) : 0.0f;
+            vx[b][i] = d < kHeadDim ? kv_load(V + t * kHeadDim + d) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (uint32_t b = 0; b < kPrologueKeys; ++b) {
+          if (t0 + b >= n) break;
+#pragma unroll
+          for (int j = 0; j < kPrologueHeads; ++j) {
+            if (j >= nh) break;
+            float part = 0.0f;
+#pragma unroll
+            for (int i = 0; i < kHeadDimPerLane; ++i) part += q[j][i] * kx[b][i];
+            const float sc = m.attn_scale * warp_sum(part);
+            const float mnew = fmaxf(mx[j], sc);
+            const float corr = expf(mx[j] - mnew), pr = expf(sc - mnew);
+            l[j] = l[j] * corr + pr;
+#pragma unroll
+            for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = o[j][i] * corr + pr * vx[b][i];
+            mx[j] = mnew;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPrologueHeads; ++j) {
+        if (j >= nh) break;
+#pragma unroll
+        for (int i = 0; i < kHeadDimPerLane; ++i) {
+          const int d = lane + 32 * i;
+          if (d < kHeadDim) x[(hb + j) * kHeadDim + d] = o[j][i] / l[j];
+        }
+      }
+    }
+  }
+}
+
 /// Streams every item of the warp; each group's sums, times `scale`, go to s.u.rows.
 __device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk& c0, StreamChunk& c1,
                                            const float* x, float scale, Shared& s) {
@@ -285,6 +366,9 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   float scale = 1.0f;
   if (in.flags & kFlagCombinePrologue) {
     stream_stage_combine(a, in, stream_x);  // ends synced
+  } else if (in.flags & kFlagAttentionPrologue) {
+    stream_stage_attention(a, in, stream_x);
+    block_sync();
   } else {
     const float ss = stream_stage_input(a, in, stream_x);
     if (in.flags & kFlagNormPrologue) {
