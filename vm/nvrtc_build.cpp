@@ -39,6 +39,19 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
   define("MS_KV_BF16", program.model.kv_dtype == ms_abi::kDTypeBF16 ? 1 : 0);
   define("MS_WEIGHT_BF16", program.model.weight_dtype == ms_abi::kDTypeBF16 ? 1 : 0);
   if (profile) define("MS_PROFILE", 1);
+  // Task kinds only some programs have are compiled only into their builds: code a build never
+  // runs still costs every other task (measured: the attention prologue's code in the streamed
+  // GEMV cost a program without it 12 us a step on an H100; ARCHITECTURE.md, "Build defines derived
+  // from the program's tasks").
+  bool combine_in_o = false, attention_in_o = false, combine_tasks = false;
+  for (const ms_abi::Instr& t : program.tasks) {
+    combine_in_o |= t.opcode == ms_abi::kGemv && (t.flags & ms_abi::kFlagCombinePrologue) != 0;
+    attention_in_o |= t.opcode == ms_abi::kGemv && (t.flags & ms_abi::kFlagAttentionPrologue) != 0;
+    combine_tasks |= t.opcode == ms_abi::kAttnCombine;
+  }
+  if (combine_in_o) define("MS_COMBINE_IN_O", 1);
+  if (attention_in_o) define("MS_ATTENTION_IN_O", 1);
+  if (combine_tasks) define("MS_COMBINE_TASKS", 1);
   std::sort(d.begin(), d.end());
   return d;
 }

@@ -105,6 +105,34 @@ TEST(NvrtcBuild, KernelDefinesExtendTheProgramsBuildKnobs) {
   EXPECT_TRUE(std::is_sorted(d.begin(), d.end()));
 }
 
+// Task kinds only some programs have are compiled only into the builds of those programs
+// (vm/nvrtc_build.cpp): without such a task no define, so the build is that of a tree without the
+// code (on the H100 the prologues' code cost a program without them 12-18 us a step, the staged
+// combine's the default config 13%: BENCHMARKS.md, issue 13 session 12).
+TEST(NvrtcBuild, KernelDefinesCompileInOnlyTheTaskKindsTheProgramHas) {
+  auto defines_with = [](uint16_t opcode, uint16_t flags) {
+    schedule::Program p = program_for(16, 2, 4, 1, 256, true, 64);
+    ms_abi::Instr t{};
+    t.opcode = opcode;
+    t.flags = flags;
+    p.tasks.push_back(t);
+    const std::vector<std::string> d = kernel_defines(p);
+    std::set<std::string> gated;
+    for (const std::string& x : d)
+      if (x.rfind("MS_COMBINE_IN_O", 0) == 0 || x.rfind("MS_ATTENTION_IN_O", 0) == 0 ||
+          x.rfind("MS_COMBINE_TASKS", 0) == 0)
+        gated.insert(x);
+    return gated;
+  };
+  EXPECT_EQ(defines_with(ms_abi::kGemv, ms_abi::kFlagNormPrologue), std::set<std::string>{});
+  EXPECT_EQ(defines_with(ms_abi::kAttnPartial, 0), std::set<std::string>{});
+  EXPECT_EQ(defines_with(ms_abi::kGemv, ms_abi::kFlagCombinePrologue),
+            std::set<std::string>{"MS_COMBINE_IN_O=1"});
+  EXPECT_EQ(defines_with(ms_abi::kGemv, ms_abi::kFlagAttentionPrologue),
+            std::set<std::string>{"MS_ATTENTION_IN_O=1"});
+  EXPECT_EQ(defines_with(ms_abi::kAttnCombine, 0), std::set<std::string>{"MS_COMBINE_TASKS=1"});
+}
+
 /// The -D values of every choice of a kernel build knob (the integer, or a named choice's index).
 std::vector<int> define_values(const schedule::KnobSpec& k) {
   std::vector<int> out;
@@ -319,6 +347,20 @@ TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndNeitherItNorTheKernelSpillsM
     // this bound moves.
     EXPECT_GE(b.kernel, 0) << b.log;
     EXPECT_LE(b.kernel, unroll == 2 ? 0 : 28) << "unroll " << unroll;
+  }
+  // The builds with the combine or the attention prologue compiled in (kernel_defines): the same
+  // bounds at unroll 4 (measured 20 B and 0 B; a four-key attention batch raised them to 108 / 4).
+  for (const uint16_t flag :
+       {uint16_t{ms_abi::kFlagCombinePrologue}, uint16_t{ms_abi::kFlagAttentionPrologue}}) {
+    schedule::Program p = program_for(16, 2, 4, 1, 256, true, 64);
+    ms_abi::Instr t{};
+    t.opcode = ms_abi::kGemv;
+    t.flags = flag;
+    p.tasks.push_back(t);
+    const BuildSpills b = registers_build_spills(p);
+    EXPECT_EQ(b.stream, 0) << "flag " << flag << "\n" << b.log;
+    EXPECT_GE(b.kernel, 0) << b.log;
+    EXPECT_LE(b.kernel, 28) << "flag " << flag;
   }
 }
 

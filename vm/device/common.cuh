@@ -31,6 +31,18 @@
 #ifndef MS_KV_BF16
 #define MS_KV_BF16 1  // KV cache dtype: 1 bf16, 0 fp32
 #endif
+// Task kinds the host compiles in only for programs that have them (vm/nvrtc_build.cpp
+// kernel_defines): the combine prologue (kFlagCombinePrologue), the attention prologue
+// (kFlagAttentionPrologue), kAttnCombine tasks (their staged copy into shared memory).
+#ifndef MS_COMBINE_IN_O
+#define MS_COMBINE_IN_O 0
+#endif
+#ifndef MS_ATTENTION_IN_O
+#define MS_ATTENTION_IN_O 0
+#endif
+#ifndef MS_COMBINE_TASKS
+#define MS_COMBINE_TASKS 0
+#endif
 #ifndef MS_ATTN_STAGED
 #define MS_ATTN_STAGED 0  // long attention partitions staged in shared memory (attention.cuh)
 #endif

@@ -773,7 +773,7 @@ __device__ __forceinline__ void attn_combine(const KernelArgs& a, const Instr& i
   const uint32_t hd = a.model.head_dim, heads = a.model.heads, P = in.param2;
   const uint32_t rec_len = hd + 2;
   const uint32_t nh = in.row_end - in.row_begin;
-  const bool staged = pages != nullptr && combine_stages(a, in, page_floats);
+  const bool staged = MS_COMBINE_TASKS && pages != nullptr && combine_stages(a, in, page_floats);
   const uint32_t span = staged ? nh * rec_len : heads * rec_len;  // floats from p to p + 1
   const float* recs = a.act + in.aux + uint64_t(in.row_begin) * rec_len;
   if (staged) {

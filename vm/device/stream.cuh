@@ -28,6 +28,11 @@ __device__ __forceinline__ bool stream_fits(const KernelArgs& a, const Instr& in
   if constexpr (kRing) {
     return false;
   } else {
+    // A prologue this build was compiled without takes no path (unreachable: kernel_defines
+    // compiles it into every build whose program has such a task).
+    if ((!MS_COMBINE_IN_O && (in.flags & kFlagCombinePrologue)) ||
+        (!MS_ATTENTION_IN_O && (in.flags & kFlagAttentionPrologue)))
+      return false;
     return stream_misfit(in, kVecElems, kEpilogueRows, a.smem_bytes, kHeadDim, a.model.heads) ==
            kStreamFits;
   }
@@ -364,9 +369,9 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   float res = 0.0f;  // the residual of row row_begin + threadIdx.x, read beside the staging
   if (residual && threadIdx.x < rows) res = act_load(a.act + in.aux + in.row_begin + threadIdx.x);
   float scale = 1.0f;
-  if (in.flags & kFlagCombinePrologue) {
+  if (MS_COMBINE_IN_O && (in.flags & kFlagCombinePrologue)) {
     stream_stage_combine(a, in, stream_x);  // ends synced
-  } else if (in.flags & kFlagAttentionPrologue) {
+  } else if (MS_ATTENTION_IN_O && (in.flags & kFlagAttentionPrologue)) {
     stream_stage_attention(a, in, stream_x);
     block_sync();
   } else {
