@@ -92,14 +92,23 @@ void ring_task_misfits(const Program& p, size_t max_task_misfits, size_t* more,
   }
 }
 
+// The streamed GEMV's rule for `in` with the build's constants as vm::kernel_defines passes them.
+uint32_t stream_rule(const Program& p, const ms_abi::Instr& in) {
+  const uint32_t wb = weight_bytes(p);
+  const int vector_bytes = p.build.knob("MS_VECTOR_BYTES");
+  const uint32_t vec = vector_bytes > 0 ? static_cast<uint32_t>(vector_bytes) / wb : 0;
+  const uint32_t hd = p.model.head_dim;
+  const uint32_t epilogue_rows = hd > 0 && hd <= 1024 ? ms_abi::ring_epilogue_rows(hd) : 0;
+  const uint64_t smem = static_cast<uint64_t>(std::max(p.launch.smem_bytes, 0));
+  return ms_abi::stream_misfit(in, vec, epilogue_rows, smem, hd, p.model.heads);
+}
+
 // Why the streamed GEMV would not take stream-only task `in` (abi/ring.h stream_misfit), as the
 // sentence after its name; empty when it takes it. `what` names the task's kind ("a task of RoPE
 // pairs"), `knob` the knob that made it.
 std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const std::string& what,
                                const std::string& knob) {
-  const uint32_t wb = weight_bytes(p);
   const int vector_bytes = p.build.knob("MS_VECTOR_BYTES");
-  const uint32_t vec = vector_bytes > 0 ? static_cast<uint32_t>(vector_bytes) / wb : 0;
   const uint32_t hd = p.model.head_dim, heads = p.model.heads;
   const uint32_t epilogue_rows = hd > 0 && hd <= 1024 ? ms_abi::ring_epilogue_rows(hd) : 0;
   const uint64_t smem = static_cast<uint64_t>(std::max(p.launch.smem_bytes, 0));
@@ -108,7 +117,7 @@ std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const 
            " in a weight-ring build, where only the registers build's streamed GEMV runs it; "
            "hint: kernel.weight_stream registers, or " +
            knob + " false";
-  switch (ms_abi::stream_misfit(in, vec, epilogue_rows, smem, hd, heads)) {
+  switch (stream_rule(p, in)) {
     case ms_abi::kStreamFits:
       return "";
     case ms_abi::kStreamNotWholeRows:
@@ -179,6 +188,10 @@ void stream_task_misfits(const Program& p, size_t max_task_misfits, size_t* more
 }
 
 }  // namespace
+
+bool stream_takes(const Program& p, const ms_abi::Instr& in) {
+  return !p.build.weight_ring() && stream_rule(p, in) == ms_abi::kStreamFits;
+}
 
 GemvPath ring_path(const Program& p, const ms_abi::Instr& in) {
   if (!p.build.weight_ring() || p.launch.dynamic_queue || in.opcode != ms_abi::kGemv ||

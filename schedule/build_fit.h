@@ -50,6 +50,11 @@ enum class GemvPath : uint8_t {
 /// program's build, launch and model, as vm::kernel_defines passes them).
 GemvPath ring_path(const Program& program, const ms_abi::Instr& in);
 
+/// Whether the registers build's streamed GEMV (vm/device/stream.cuh stream_fits) takes GEMV task
+/// `in` with the program's build, launch and model (abi/ring.h stream_misfit); false in a
+/// weight-ring build, where it never runs.
+bool stream_takes(const Program& program, const ms_abi::Instr& in);
+
 /// One way the build breaks the device code's assumptions.
 struct BuildMisfit {
   std::string message;         // one sentence with its hint; for a task, the sentence after the

@@ -11,7 +11,11 @@
 #include <map>
 #include <set>
 
+#include "schedule/build_fit.h"
 #include "schedule/config.h"
+#include "schedule/lower.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
 
 namespace megasched::vm {
 namespace {
@@ -131,6 +135,88 @@ TEST(NvrtcBuild, KernelDefinesCompileInOnlyTheTaskKindsTheProgramHas) {
   EXPECT_EQ(defines_with(ms_abi::kGemv, ms_abi::kFlagAttentionPrologue),
             std::set<std::string>{"MS_ATTENTION_IN_O=1"});
   EXPECT_EQ(defines_with(ms_abi::kAttnCombine, 0), std::set<std::string>{"MS_COMBINE_TASKS=1"});
+}
+
+/// The value of define `name` in `d` (-1: absent).
+int64_t define_value(const std::vector<std::string>& d, const std::string& name) {
+  for (const std::string& x : d)
+    if (x.rfind(name + "=", 0) == 0) return std::stoll(x.substr(name.size() + 1));
+  return -1;
+}
+
+/// llama-1b lowered with the named position-0 config's knobs (bench/configs/stream_r2u4_pairs_am).
+schedule::Program pairs_am_program() {
+  schedule::ScheduleConfig c;
+  c.kernel.unroll = 4;
+  c.kernel.weight_load = schedule::WeightLoad::kLdgStream;
+  c.pipeline.prefetch_depth = 0;
+  c.tiling.gemv_rows_per_task = 0;
+  c.tiling.lm_head_rows_per_task = 0;
+  c.tiling.attn_q_heads_per_task = 1;
+  c.tiling.qkv_rope_pairs = true;
+  c.fusion.argmax_into_lm_head = true;
+  std::string error;
+  const auto p = schedule::lower(*schedule::find_preset("llama-1b"), *schedule::find_target("h100"),
+                                 c, &error);
+  EXPECT_TRUE(p.has_value()) << error;
+  return p ? *p : schedule::Program{};
+}
+
+// A program's build compiles only its opcodes, the fallback GEMV only when a GEMV task needs it,
+// the last arrivers' path only with chains, the L2 prefetch only with a depth; a build without
+// tasks (the tests' bare builds) compiles everything (no define).
+TEST(NvrtcBuild, KernelDefinesCompileOnlyTheProgramsOpcodesAndPaths) {
+  EXPECT_EQ(define_value(kernel_defines(program_for(16, 2, 4, 1, 256, true, 64)), "MS_OPCODES"),
+            -1);
+  const schedule::Program p = pairs_am_program();
+  ASSERT_FALSE(p.tasks.empty());
+  uint32_t mask = 0;
+  bool fallback = false;
+  for (const auto& t : p.tasks) {
+    mask |= 1u << t.opcode;
+    fallback |= t.opcode == ms_abi::kGemv && !schedule::stream_takes(p, t);
+  }
+  const std::vector<std::string> d = kernel_defines(p);
+  EXPECT_EQ(define_value(d, "MS_OPCODES"), mask);
+  EXPECT_EQ(mask, (1u << ms_abi::kEmbed) | (1u << ms_abi::kGemv) | (1u << ms_abi::kAttnPartial) |
+                      (1u << ms_abi::kArgmax));
+  EXPECT_FALSE(fallback);  // every GEMV tile of this config is streamed, the LM head's too
+  EXPECT_EQ(define_value(d, "MS_GEMV_FALLBACK"), 0);
+  EXPECT_EQ(define_value(d, "MS_CHAINS"), 0);
+  EXPECT_EQ(define_value(d, "MS_PREFETCH"), 0);
+  // The weight ring runs ops.cuh's gemv for the GEMV tasks its ring paths do not take.
+  schedule::ScheduleConfig ring;
+  ring.kernel.weight_stream = schedule::WeightStream::kSmemRing;
+  ring.fusion.reduce_by_last_arriver = true;
+  ring.tiling.attn_kv_partitions = 2;
+  ring.pipeline.prefetch_depth = 2;
+  std::string error;
+  const auto r =
+      schedule::lower(*schedule::find_preset("toy"), *schedule::find_target("h100"), ring, &error);
+  ASSERT_TRUE(r.has_value()) << error;
+  const std::vector<std::string> rd = kernel_defines(*r);
+  EXPECT_EQ(define_value(rd, "MS_GEMV_FALLBACK"), 1);
+  EXPECT_EQ(define_value(rd, "MS_CHAINS"), 1);
+  EXPECT_EQ(define_value(rd, "MS_PREFETCH"), 1);
+  EXPECT_NE(define_value(rd, "MS_OPCODES") & (1 << ms_abi::kAttnCombine), 0);
+}
+
+// The named position-0 config's own build: with only its opcodes and paths compiled in, neither
+// the kernel nor the streamed GEMV spills (the bare build, everything compiled, spills 20 B at
+// unroll 4; the gated one measured 1.6% faster on the H100: BENCHMARKS.md, issue 13 session 12).
+TEST(NvrtcBuild, ThePairsAmBuildDoesNotSpill) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const schedule::Program p = pairs_am_program();
+  ASSERT_FALSE(p.tasks.empty());
+  const BuildResult r = build_cubin({"vm/device/megakernel.cuh", kernel_defines(p), 90, ""});
+  ASSERT_TRUE(r.ok) << r.error;
+  int checked = 0;
+  for (const auto& k : r.kernels) {
+    if (k.name != "ms_megakernel" && k.name.find("gemv_stream") == std::string::npos) continue;
+    EXPECT_EQ(k.spill_store_bytes, 0) << k.name << "\n" << r.log;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2) << r.log;
 }
 
 /// The -D values of every choice of a kernel build knob (the integer, or a named choice's index).

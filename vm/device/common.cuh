@@ -43,6 +43,21 @@
 #ifndef MS_COMBINE_TASKS
 #define MS_COMBINE_TASKS 0
 #endif
+// What a program with tasks compiles in (kernel_defines; everything when undefined): the opcodes
+// of MS_OPCODES (bit i: opcode i), ops.cuh's gemv for GEMV tasks the streamed GEMV does not take,
+// the last arrivers' path, the L2 prefetch of upcoming tasks.
+#ifndef MS_OPCODES
+#define MS_OPCODES 0xffffffffu
+#endif
+#ifndef MS_GEMV_FALLBACK
+#define MS_GEMV_FALLBACK 1
+#endif
+#ifndef MS_CHAINS
+#define MS_CHAINS 1
+#endif
+#ifndef MS_PREFETCH
+#define MS_PREFETCH 1
+#endif
 #ifndef MS_ATTN_STAGED
 #define MS_ATTN_STAGED 0  // long attention partitions staged in shared memory (attention.cuh)
 #endif

@@ -211,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
     // Prefetch window: the prefetch_depth tasks starting at this one (0: no prefetch). Each task
     // is prefetched once: a static queue tracks how far it got; in the dynamic queue the claimer
     // of ticket t prefetches ticket t + depth - 1 (and the first tickets prefetch themselves).
-    if (a.prefetch_depth > 0 && (kComputeThreads == 32 || pf_lane >= 0)) {
+    if (MS_PREFETCH && a.prefetch_depth > 0 && (kComputeThreads == 32 || pf_lane >= 0)) {
       const int lane = kComputeThreads == 32 ? int(threadIdx.x) : pf_lane;
       if (dynamic) {
         if (slot + 1 < a.prefetch_depth) prefetch_task(a, task, lane, pf_lanes);
@@ -262,13 +262,14 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
 #endif
     if (!dynamic) ahead_landed();  // the next task's copy, before signal()'s barrier publishes it
     // A chainer whose signal is the last its chained task waits for runs that task here.
-    const bool run_chain = instr.chain != 0 && signal_arrive(a, instr, epoch, &s.last_arrival);
-    if (instr.chain == 0) signal(a, instr);
+    const bool run_chain =
+        MS_CHAINS && instr.chain != 0 && signal_arrive(a, instr, epoch, &s.last_arrival);
+    if (!MS_CHAINS || instr.chain == 0) signal(a, instr);
 #if MS_PROFILE
     stamp_task(a, task, t_start, t_ready, t_done, rec.tasks_run);
 #endif
     ++rec.tasks_run;
-    if (run_chain) {
+    if (MS_CHAINS && run_chain) {
 #if MS_PROFILE
       const uint64_t c_start = global_ns();  // no wait; run_chained signals as it ends
 #endif

@@ -889,40 +889,77 @@ __device__ __forceinline__ void argmax(const KernelArgs& a, const Instr& in, Sha
   if (threadIdx.x == 0) a.step->argmax = best_i;
 }
 
+/// Whether this build compiles opcode `op` in (MS_OPCODES, vm/device/common.cuh): a program's
+/// build has only its own opcodes (a task of any other traps: never, as kernel_defines derives the
+/// mask from the program's tasks).
+__device__ constexpr bool has_opcode(uint32_t op) {
+  return ((uint32_t(MS_OPCODES) >> op) & 1u) != 0;
+}
+
 /// The dispatch switch: one case per opcode, no default (kOpcodeCount breaks it when an opcode is
 /// added without a device function).
 __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s,
                                         float* pages, uint32_t page_floats) {
   switch (static_cast<Opcode>(in.opcode)) {
     case kEmbed:
-      embed(a, in);
+      if constexpr (has_opcode(kEmbed))
+        embed(a, in);
+      else
+        __trap();
       break;
     case kRmsNorm:
-      rms_norm(a, in, s);
+      if constexpr (has_opcode(kRmsNorm))
+        rms_norm(a, in, s);
+      else
+        __trap();
       break;
     case kGemv:
-      gemv(a, in, s, pages, page_floats);
+      if constexpr (has_opcode(kGemv) && MS_GEMV_FALLBACK)
+        gemv(a, in, s, pages, page_floats);
+      else
+        __trap();
       break;
     case kGemvReduce:
-      gemv_reduce(a, in, s);
+      if constexpr (has_opcode(kGemvReduce))
+        gemv_reduce(a, in, s);
+      else
+        __trap();
       break;
     case kRopeKv:
-      rope_kv(a, in, s);
+      if constexpr (has_opcode(kRopeKv))
+        rope_kv(a, in, s);
+      else
+        __trap();
       break;
     case kAttnPartial:
-      attn_partial(a, in, s);
+      if constexpr (has_opcode(kAttnPartial))
+        attn_partial(a, in, s);
+      else
+        __trap();
       break;
     case kAttnCombine:
-      attn_combine(a, in, pages, page_floats);
+      if constexpr (has_opcode(kAttnCombine))
+        attn_combine(a, in, pages, page_floats);
+      else
+        __trap();
       break;
     case kSiluMul:
-      silu_mul(a, in);
+      if constexpr (has_opcode(kSiluMul))
+        silu_mul(a, in);
+      else
+        __trap();
       break;
     case kAdd:
-      add(a, in);
+      if constexpr (has_opcode(kAdd))
+        add(a, in);
+      else
+        __trap();
       break;
     case kArgmax:
-      argmax(a, in, s);
+      if constexpr (has_opcode(kArgmax))
+        argmax(a, in, s);
+      else
+        __trap();
       break;
     case kOpcodeCount:
       break;
@@ -935,9 +972,9 @@ __device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Sh
 __device__ __noinline__ void run_chained(const KernelArgs& a, uint32_t task, Shared& s) {
   const Instr in = a.tasks[task];
   if (in.opcode == kAttnCombine) {
-    attn_combine(a, in, nullptr, 0);
+    if constexpr (has_opcode(kAttnCombine)) attn_combine(a, in, nullptr, 0);
   } else if (in.opcode == kArgmax) {
-    argmax(a, in, s);
+    if constexpr (has_opcode(kArgmax)) argmax(a, in, s);
   }
   signal(a, in);
 }
