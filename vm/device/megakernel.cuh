@@ -269,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
     stamp_task(a, task, t_start, t_ready, t_done, rec.tasks_run);
 #endif
     ++rec.tasks_run;
-    if (MS_CHAINS && run_chain) {
+    if (run_chain) {
 #if MS_PROFILE
       const uint64_t c_start = global_ns();  // no wait; run_chained signals as it ends
 #endif
