@@ -148,7 +148,27 @@ enum InstrFlag : uint16_t {
                                      // records (see above)
   kFlagCombinePrologue = 1u << 7,    // kGemv: input is the combine of attention partial records
   kFlagAttentionPrologue = 1u << 8,  // kGemv: input is the attention over every head (P = 1)
+  kFlagTagOut = 1u << 9,             // kGemv: also writes its rows as tagged words (see below)
+  kFlagTagIn = 1u << 10,             // kGemv: reads its activations as tagged words (see below)
 };
+
+/// Tagged words (kFlagTagOut / kFlagTagIn; the device's synchronisation only: both VMs compute the
+/// same values with or without them). The tagged mirror of kBufActivations holds one 64-bit word
+/// per activation element: the fp32 bits in the low half, in the high half the tag of the step that
+/// wrote it, tagged_word_tag(epoch) (never 0, the mirror's initial value, before 2^32 steps). A
+/// kFlagTagOut task writes each of its rows twice: the plain element, and the word at the same
+/// offset of the mirror, with one 64-bit store (single-copy atomic). A kFlagTagIn task reads every
+/// activation element it reads from the mirror, each word once its tag is this step's; it polls its
+/// waits only to within tagged_wait_slack of their thresholds before it reads, and acquires them in
+/// full before its first write. The validator's rule "race" proves that every element such a task
+/// reads is written in the step by kFlagTagOut tasks alone, one word each, all ordered before it by
+/// its waits; so a word with this step's tag is that write's value, and everything the waits order
+/// before the task is still ordered before its writes and its signal.
+MS_ABI_FN uint32_t tagged_word_tag(uint32_t epoch) { return epoch + 1u; }
+
+/// How far below each wait's threshold a kFlagTagIn task stops polling and starts reading its
+/// tagged input: an eighth of the threshold (the last producers' words arrive while it reads).
+MS_ABI_FN uint32_t tagged_wait_slack(uint32_t threshold) { return threshold / 8u; }
 
 /// Whether the kernel runs `opcode` as a chained (last-arriver) task: opcodes that read no weights
 /// (a weight-ring or streamed GEMV needs its block's loader, which walks the queue) and need no

@@ -71,6 +71,8 @@ struct KernelArgs {
   uint32_t smem_bytes;      // dynamic shared memory (the page ring): GEMV input staging
   uint32_t reserved;
   uint64_t* stamps;  // MS_PROFILE builds: [num_tasks][kStampWords], else unused (may be null)
+  uint64_t* tagged;  // the tagged mirror of kBufActivations (abi.h, Tagged words); null when the
+                     // program has no kFlagTagOut / kFlagTagIn task
   ModelParams model;
 };
 

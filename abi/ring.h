@@ -141,6 +141,16 @@ MS_ABI_FN uint64_t stream_combine_min_bytes(uint32_t ld, uint32_t heads, uint32_
   return (stream_combine_stage(ld, heads, parts) + uint64_t(heads) * (head_dim + 2)) * 4;
 }
 
+/// Dynamic shared memory the streamed GEMV stages a task's input in (not the combine prologue's):
+/// the ld input floats; with kFlagTagIn (abi.h, Tagged words) after them the tagged words of the
+/// input (both inputs of SiLU x up), copied in by cp.async so that no register holds them.
+MS_ABI_FN uint64_t stream_stage_bytes(const Instr& in) {
+  const uint64_t words = (in.flags & kFlagTagIn) == 0             ? 0
+                         : (in.flags & kFlagSiluMulPrologue) != 0 ? 2 * uint64_t(in.ld)
+                                                                  : uint64_t(in.ld);
+  return uint64_t(in.ld) * 4 + words * 8;
+}
+
 /// The streamed GEMV's rule for task `in`, with the build's elements per weight vector, rows per
 /// epilogue pass (ring_epilogue_rows), dynamic shared memory bytes, and the model's head_dim and
 /// query heads (the combine prologue's record layout).
@@ -163,7 +173,7 @@ MS_ABI_FN uint32_t stream_misfit(const Instr& in, uint32_t vec_elems, uint32_t e
     return stream_combine_round(in.ld, heads, head_dim, in.param2, smem_bytes) > 0
                ? uint32_t(kStreamFits)
                : uint32_t(kStreamSmem);
-  return uint64_t(in.ld) * 4 <= smem_bytes ? uint32_t(kStreamFits) : uint32_t(kStreamSmem);
+  return stream_stage_bytes(in) <= smem_bytes ? uint32_t(kStreamFits) : uint32_t(kStreamSmem);
 }
 
 /// Floats of one input staging block of the row-piece path (vm/device/ops.cuh kXBlock): one

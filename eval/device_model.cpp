@@ -80,7 +80,7 @@ int64_t device_static_smem_bytes(const DeviceBuild& b) {
   const int64_t epilogue_rows = (1024 / hd) * hd;
   const int64_t red = 4 * warps;
   const int64_t wait_outcome = 5 * 4;
-  const int64_t claim_last_arrival_ring_failed = 3 * 4;
+  const int64_t claim_last_arrival_tag_acquired_ring_failed = 4 * 4;
   const int64_t ready_ns = 8;              // a uint64_t: 8-byte aligned
   const int64_t kv_bar_phase = 2 * 8 + 4;  // staged attention's two mbarriers and their parity
   // Ahead ahead[2]: 16-byte aligned (and so is the struct's size), an Instr and kWaitHeads heads.
@@ -89,10 +89,12 @@ int64_t device_static_smem_bytes(const DeviceBuild& b) {
   const int64_t attn = 4 * (8 * hd + warps * (hd + 2));
   const int64_t u = std::max<int64_t>(4 * epilogue_rows, attn);
   auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
-  const int64_t shared = up(
-      up(up(red + wait_outcome + claim_last_arrival_ring_failed, 8) + ready_ns + kv_bar_phase, 16) +
-          ahead + u,
-      16);
+  const int64_t shared =
+      up(up(up(red + wait_outcome + claim_last_arrival_tag_acquired_ring_failed, 8) + ready_ns +
+                kv_bar_phase,
+            16) +
+             ahead + u,
+         16);
   // ptxas reports the static area rounded up to 16 bytes, where the 16-byte aligned dynamic area
   // (`extern __shared__ __align__(16) float pages[]`) begins.
   return up(shared + 4 * warps, 16);

@@ -147,10 +147,12 @@ std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const 
     default: {  // kStreamSmem
       const bool combine = (in.flags & ms_abi::kFlagCombinePrologue) != 0;
       const uint64_t need = combine ? ms_abi::stream_combine_min_bytes(in.ld, heads, hd, in.param2)
-                                    : uint64_t{in.ld} * 4;
+                                    : ms_abi::stream_stage_bytes(in);
+      const bool tagged = (in.flags & ms_abi::kFlagTagIn) != 0;
       return "is " + what + " whose " +
-             (combine ? "input, partition weights and one partition's records of every head"
-                      : std::to_string(in.ld) + " input floats") +
+             (combine  ? "input, partition weights and one partition's records of every head"
+              : tagged ? std::to_string(in.ld) + " input floats and their tagged words"
+                       : std::to_string(in.ld) + " input floats") +
              " do not fit the " + std::to_string(smem) +
              " bytes of dynamic shared memory the streamed GEMV stages them in; hint: "
              "smem.pages x smem.page_bytes >= " +
@@ -159,8 +161,8 @@ std::string stream_misfit_text(const Program& p, const ms_abi::Instr& in, const 
   }
 }
 
-// Per task of RoPE pairs (kFlagRopePairs) or with the combine or attention prologue
-// (kFlagCombinePrologue, kFlagAttentionPrologue):
+// Per task of RoPE pairs (kFlagRopePairs), with the combine or attention prologue
+// (kFlagCombinePrologue, kFlagAttentionPrologue) or with tagged words (kFlagTagIn, kFlagTagOut):
 // only the registers build's streamed GEMV runs them (ops.cuh's gemv and the ring paths take
 // contiguous rows and a plain input), so each must pass its rule, abi/ring.h stream_misfit, with
 // the build's constants as vm::kernel_defines passes them.
@@ -179,6 +181,9 @@ void stream_task_misfits(const Program& p, size_t max_task_misfits, size_t* more
     else if (in.flags & ms_abi::kFlagAttentionPrologue)
       why = stream_misfit_text(p, in, "a GEMV with the attention in its input load",
                                "fusion.attention_into_o");
+    else if (in.flags & (ms_abi::kFlagTagIn | ms_abi::kFlagTagOut))
+      why = stream_misfit_text(p, in, "a GEMV that reads or writes tagged words",
+                               "pipeline.tagged_inputs");
     if (why.empty()) continue;
     if (listed++ < max_task_misfits)
       out->push_back({std::move(why), t});

@@ -152,6 +152,14 @@ const std::vector<KnobEntry>& knob_table() {
     add("pipeline.prefetch_depth", ints({0, 1, 2, 3, 4}), 2,
         "upcoming tasks whose weights a block prefetches into L2 while it waits",
         field_access(&ScheduleConfig::pipeline, &PipelineConfig::prefetch_depth));
+    add("pipeline.tagged_inputs", bools, false,
+        "a GEMV that stages a whole input (the norm or SiLU x up prologue) reads it as tagged "
+        "words that its producers (streamed GEMVs with the plain or residual epilogue) write "
+        "beside the activations: it polls its waits only to 7/8 of their producers, reads each "
+        "word once it carries this step's tag, and acquires the waits in full before its first "
+        "write, so the last producers' signal hop leaves the critical path; needs "
+        "kernel.weight_stream registers and tiling.gemv_k_split 1",
+        field_access(&ScheduleConfig::pipeline, &PipelineConfig::tagged_inputs));
     add("smem.pages", ints({1, 2, 4, 5, 6, 8}), 2,
         "shared-memory pages per block: the GEMV input staging and staged attention's KV rows, "
         "or the weight ring",
@@ -586,6 +594,20 @@ std::string knob_conflict(const ScheduleConfig& config) {
   if (config.tiling.qkv_rope_pairs && config.tiling.gemv_k_split != 1)
     return "tiling.qkv_rope_pairs = true needs tiling.gemv_k_split = 1 (a split-K reduce applies "
            "RoPE to whole heads); hint: set one of them back";
+  if (config.pipeline.tagged_inputs) {
+    if (config.kernel.weight_stream != WeightStream::kRegisters)
+      return "pipeline.tagged_inputs = true needs kernel.weight_stream = registers (only its "
+             "streamed GEMV reads and writes tagged words); hint: set one of them back";
+    if (config.tiling.gemv_k_split != 1)
+      return "pipeline.tagged_inputs = true needs tiling.gemv_k_split = 1 (the streamed GEMV "
+             "that reads tagged words takes whole rows); hint: set one of them back";
+    if (!config.fusion.silu_mul_into_down &&
+        !(config.fusion.norm_into_gemv && config.fusion.residual_into_gemv))
+      return "pipeline.tagged_inputs = true needs a GEMV -> GEMV edge to tag: "
+             "fusion.silu_mul_into_down (gate/up -> down), or fusion.norm_into_gemv with "
+             "fusion.residual_into_gemv (O and down -> the next norm's GEMV); hint: set them back "
+             "to true or the knob to false";
+  }
   if (config.fusion.attention_into_o) {
     if (config.kernel.weight_stream != WeightStream::kRegisters)
       return "fusion.attention_into_o = true needs kernel.weight_stream = registers (only its "

@@ -106,6 +106,7 @@ struct AssignmentConfig {
 
 struct PipelineConfig {
   int prefetch_depth;
+  bool tagged_inputs;
 
   bool operator==(const PipelineConfig&) const = default;
 };

@@ -184,9 +184,23 @@ void attention_input(const Program& p, const ms_abi::Instr& in, Builder* b) {
 }
 
 void gemv(const Program& p, const ms_abi::Instr& in, Builder* b) {
-  const uint16_t known =
-      kPrologueFlags | kEpilogueFlags | ms_abi::kFlagRopePairs | ms_abi::kFlagArgmaxPartial;
+  const uint16_t known = kPrologueFlags | kEpilogueFlags | ms_abi::kFlagRopePairs |
+                         ms_abi::kFlagArgmaxPartial | ms_abi::kFlagTagOut | ms_abi::kFlagTagIn;
   if (!b->require((in.flags & ~known) == 0, "gemv with unknown flag bits")) return;
+  // Tagged words (abi/abi.h): read by the norm and SiLU x up prologues, written by the plain and
+  // residual epilogues. (Which elements must be tagged is the race rule's.)
+  if ((in.flags & ms_abi::kFlagTagIn) &&
+      !b->require((in.flags & (ms_abi::kFlagNormPrologue | ms_abi::kFlagSiluMulPrologue)) != 0 &&
+                      (in.flags & ms_abi::kFlagPartial) == 0,
+                  "gemv reading tagged words without the norm or SiLU x up prologue, or as a "
+                  "split-K partial"))
+    return;
+  if ((in.flags & ms_abi::kFlagTagOut) &&
+      !b->require((in.flags &
+                   (ms_abi::kFlagPartial | ms_abi::kFlagRopeKv | ms_abi::kFlagArgmaxPartial)) == 0,
+                  "gemv writing tagged words with an epilogue other than the plain or residual "
+                  "one"))
+    return;
   const bool pairs = (in.flags & ms_abi::kFlagRopePairs) != 0;
   if (pairs) {
     if (!b->require((in.flags & kEpilogueFlags) == ms_abi::kFlagRopeKv,

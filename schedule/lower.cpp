@@ -18,6 +18,8 @@
 #include <numeric>
 #include <queue>
 
+#include "schedule/build_fit.h"
+#include "schedule/footprint.h"
 #include "schedule/search.h"
 
 namespace megasched::schedule {
@@ -26,6 +28,7 @@ namespace {
 using ms_abi::Instr;
 
 void coarsen_slice_counters(Program& p);  // defined after the Lowerer
+void tag_joins(Program& p);               // defined after the Lowerer
 
 /// Sorts waits by counter and keeps one per counter, with the largest threshold.
 void merge_waits(std::vector<ms_abi::Wait>& waits) {
@@ -607,6 +610,7 @@ std::optional<Program> Lowerer::run(std::string* error) {
   emit_head(x);
   if (!finish(error)) return std::nullopt;
   coarsen_slice_counters(program_);
+  if (config_.pipeline.tagged_inputs) tag_joins(program_);
   assign_queues();
   return std::move(program_);
 }
@@ -1005,6 +1009,74 @@ bool Lowerer::finish(std::string* error) {
   p.build.knobs = kernel_knob_defines(cfg);
   if (cfg.kernel.weight_stream == WeightStream::kSmemRing) p.build.x_floats = ring_x_floats(shape_);
   return true;
+}
+
+/// pipeline.tagged_inputs (abi/abi.h, Tagged words): a streamed GEMV with the norm or SiLU x up
+/// prologue reads tagged words when every activation element it reads is written by a streamed
+/// GEMV with the plain or residual epilogue, and the words fit its shared memory (abi/ring.h
+/// stream_stage_bytes); those writers write tagged words. What one such
+/// task reads that another kind of task writes (the embedding's x, a KV row) keeps the whole task
+/// untagged: its reads would not be tagged, and the validator's race rule refuses that.
+void tag_joins(Program& p) {
+  const uint32_t n = static_cast<uint32_t>(p.tasks.size());
+  constexpr uint16_t kNotOut = ms_abi::kFlagPartial | ms_abi::kFlagRopeKv | ms_abi::kFlagRopePairs |
+                               ms_abi::kFlagArgmaxPartial;
+  std::vector<bool> can_out(n, false);
+  struct Write {
+    uint32_t buffer;
+    uint64_t begin, end;
+    uint32_t task;
+  };
+  std::vector<Write> writes;
+  std::vector<std::vector<Access>> prints(n);
+  for (uint32_t t = 0; t < n; ++t) {
+    const Instr& in = p.tasks[t];
+    std::string error;
+    if (!task_footprint(p, t, &prints[t], &error)) prints[t].clear();
+    const bool streamed = in.opcode == ms_abi::kGemv && stream_takes(p, in);
+    can_out[t] = streamed && (in.flags & kNotOut) == 0;
+    for (const Access& a : prints[t])
+      if (a.write) writes.push_back({a.buffer, a.begin, a.end, t});
+  }
+  std::sort(writes.begin(), writes.end(), [](const Write& x, const Write& y) {
+    return x.buffer != y.buffer ? x.buffer < y.buffer : x.begin < y.begin;
+  });
+  // SSA activations: writes of one buffer do not overlap (else coverage refuses the program), so
+  // the writers of a range are the run of sorted writes from the last one that begins at or
+  // before it.
+  auto writers_ok = [&](const Access& a, std::vector<uint32_t>* out) {
+    auto it =
+        std::upper_bound(writes.begin(), writes.end(), a, [](const Access& x, const Write& w) {
+          return x.buffer != w.buffer ? x.buffer < w.buffer : x.begin < w.begin;
+        });
+    if (it != writes.begin() && std::prev(it)->buffer == a.buffer && std::prev(it)->end > a.begin)
+      --it;
+    for (; it != writes.end() && it->buffer == a.buffer && it->begin < a.end; ++it) {
+      if (it->end <= a.begin) continue;
+      if (!can_out[it->task]) return false;
+      out->push_back(it->task);
+    }
+    return true;
+  };
+  constexpr uint16_t kStages = ms_abi::kFlagNormPrologue | ms_abi::kFlagSiluMulPrologue;
+  std::vector<bool> tag_out(n, false);
+  for (uint32_t t = 0; t < n; ++t) {
+    const Instr& in = p.tasks[t];
+    Instr tagged = in;  // the streamed GEMV must also fit the tagged words in shared memory
+    tagged.flags |= ms_abi::kFlagTagIn;
+    if (in.opcode != ms_abi::kGemv || (in.flags & kStages) == 0 ||
+        (in.flags & ms_abi::kFlagPartial) != 0 || prints[t].empty() || !stream_takes(p, tagged))
+      continue;
+    std::vector<uint32_t> writers;
+    bool ok = true;
+    for (const Access& a : prints[t])
+      if (!a.write && a.buffer != ms_abi::kBufWeights) ok = ok && writers_ok(a, &writers);
+    if (!ok || writers.empty()) continue;
+    p.tasks[t].flags |= ms_abi::kFlagTagIn;
+    for (uint32_t w : writers) tag_out[w] = true;
+  }
+  for (uint32_t t = 0; t < n; ++t)
+    if (tag_out[t]) p.tasks[t].flags |= ms_abi::kFlagTagOut;
 }
 
 /// A per_slice producer with many tiles would make every reader of its whole output wait on each

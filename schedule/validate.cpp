@@ -872,7 +872,42 @@ class Checker {
         }
       }
     }
+    check_tagged(writes, max_end);
     check_logits(written);
+  }
+
+  // A kFlagTagIn task reads before it acquires its waits (abi/abi.h, Tagged words): each element
+  // it reads that the step writes must come as a tagged word, so every writer of it must write
+  // one (kFlagTagOut). Each element has one writer per step (check_double_writes), and the reads
+  // above prove that writer ordered before the reader by its waits, so the word with this step's
+  // tag is the value the waits promise.
+  void check_tagged(const std::vector<std::vector<WriteRange>>& writes,
+                    const std::vector<std::vector<uint64_t>>& max_end) {
+    for (uint32_t x = 0; x < n_; ++x) {
+      if ((p_.tasks[x].flags & ms_abi::kFlagTagIn) == 0) continue;
+      bool reported = false;
+      for (const Access& a : footprint(x)) {
+        if (a.write || a.buffer == ms_abi::kBufWeights || reported) continue;
+        const auto& w = writes[a.buffer];
+        const auto& me = max_end[a.buffer];
+        size_t i =
+            static_cast<size_t>(std::upper_bound(me.begin(), me.end(), a.begin) - me.begin());
+        for (; i < w.size() && w[i].begin < a.end; ++i) {
+          const WriteRange& wr = w[i];
+          if (wr.end <= a.begin || (p_.tasks[wr.task].flags & ms_abi::kFlagTagOut) != 0) continue;
+          const uint64_t lo = std::max(a.begin, wr.begin), hi = std::min(a.end, wr.end);
+          add("race",
+              label_.task(x) + " reads " + label_.range(a.buffer, lo, hi) +
+                  " as tagged words, before it acquires its waits, but " + label_.task(wr.task) +
+                  " writes it without tagged words (kFlagTagOut), so the read could see an "
+                  "earlier value; hint: lower with pipeline.tagged_inputs, which tags exactly "
+                  "such writers, or clear the reader's kFlagTagIn",
+              {x, wr.task}, {}, {fmt_range(a.buffer, lo, hi)});
+          reported = true;
+          break;
+        }
+      }
+    }
   }
 
   // The reason a partial wait of `reader` on `writer`'s counter proves nothing when the counter is

@@ -6,6 +6,8 @@
 //   deadlock      in-order per-queue execution with monotone counters drains every queue
 //   race          every pair of tasks touching overlapping elements, one writing, is ordered by
 //                 guaranteed happens-before (queue order + counter edges a wait truly implies)
+//                 and every element a task reads as tagged words (kFlagTagIn) is written by
+//                 tasks that write tagged words (kFlagTagOut)
 //   coverage      every op's output written exactly once by its tiles; nothing reads elements no
 //                 task writes (except inputs: weights, the rope table, the step cell, KV history)
 //   launch        threads a multiple of 32 in [32, 1024], smem within the opt-in cap, the whole

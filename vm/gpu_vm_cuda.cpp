@@ -26,7 +26,7 @@ struct GpuVm::Impl {
   const void* weights_ptr = nullptr;  // the process's device copy of the weights
   cudaStream_t stream = nullptr;
   std::unique_ptr<DeviceBuffer> tasks, waits, totals, heads, qoff, qtasks, act, kv, step, counters,
-      ticket, abort_flag, dump, stamps;
+      ticket, abort_flag, dump, stamps, tagged;
   ms_abi::KernelArgs args{};
   int grid = 0;
   int threads = 0;
@@ -212,9 +212,18 @@ void GpuVm::Impl::upload_program(const schedule::Weights& weights) {
   if (profile)
     stamps = std::make_unique<DeviceBuffer>(std::max<size_t>(program->tasks.size(), 1) *
                                             ms_abi::kStampWords * sizeof(uint64_t));
+  // The tagged mirror of the activations (abi/abi.h, Tagged words), zeroed: tag 0 is no step's,
+  // and the epoch only grows for the life of this VM, so no word of an earlier step matches.
+  const bool has_tags =
+      std::any_of(program->tasks.begin(), program->tasks.end(), [](const ms_abi::Instr& t) {
+        return (t.flags & (ms_abi::kFlagTagIn | ms_abi::kFlagTagOut)) != 0;
+      });
+  if (has_tags)
+    tagged = std::make_unique<DeviceBuffer>(
+        std::max<uint64_t>(program->buffer_elements[ms_abi::kBufActivations], 4) * 8);
   for (DeviceBuffer* b : {act.get(), kv.get(), step.get(), counters.get(), ticket.get(),
-                          abort_flag.get(), dump.get()})
-    MS_CHECK_CUDA(cudaMemset(b->ptr, 0, b->bytes));
+                          abort_flag.get(), dump.get(), tagged.get()})
+    if (b != nullptr) MS_CHECK_CUDA(cudaMemset(b->ptr, 0, b->bytes));
   const std::vector<float> inv_freq = schedule::rope_inv_freq(weights.shape);
   MS_CHECK_CUDA(cudaMemcpy(static_cast<float*>(act->ptr) + program->model.rope_table,
                            inv_freq.data(), inv_freq.size() * sizeof(float),
@@ -248,6 +257,7 @@ void GpuVm::Impl::fill_args(const GpuVmOptions& options) {
   a.prefetch_depth = static_cast<uint32_t>(std::max(program->launch.prefetch_depth, 0));
   a.smem_bytes = static_cast<uint32_t>(smem);
   a.stamps = stamps ? static_cast<uint64_t*>(stamps->ptr) : nullptr;
+  a.tagged = tagged ? static_cast<uint64_t*>(tagged->ptr) : nullptr;
   a.model = program->model;
 }
 

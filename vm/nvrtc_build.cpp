@@ -44,13 +44,14 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
   // runs still costs every other task (measured: the attention prologue's code in the streamed
   // GEMV cost a program without it 12 us a step on an H100; ARCHITECTURE.md, "Build defines derived
   // from the program's tasks").
-  bool combine_in_o = false, attention_in_o = false, combine_tasks = false;
+  bool combine_in_o = false, attention_in_o = false, combine_tasks = false, tagged = false;
   bool gemv_fallback = build.weight_ring(), chains = false;
   uint32_t opcodes = 0;
   for (const ms_abi::Instr& t : program.tasks) {
     combine_in_o |= t.opcode == ms_abi::kGemv && (t.flags & ms_abi::kFlagCombinePrologue) != 0;
     attention_in_o |= t.opcode == ms_abi::kGemv && (t.flags & ms_abi::kFlagAttentionPrologue) != 0;
     combine_tasks |= t.opcode == ms_abi::kAttnCombine;
+    tagged |= (t.flags & (ms_abi::kFlagTagIn | ms_abi::kFlagTagOut)) != 0;
     if (t.opcode < 32) opcodes |= 1u << t.opcode;
     chains |= t.chain != 0;
     // ops.cuh's gemv runs every GEMV task the streamed GEMV does not take.
@@ -59,6 +60,7 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
   if (combine_in_o) define("MS_COMBINE_IN_O", 1);
   if (attention_in_o) define("MS_ATTENTION_IN_O", 1);
   if (combine_tasks) define("MS_COMBINE_TASKS", 1);
+  if (tagged) define("MS_TAGGED", 1);
   // A program with tasks compiles only the opcodes it has, the fallback GEMV only when some GEMV
   // task needs it, the last arrivers' path only with chains and the L2 prefetch only with a
   // prefetch depth (without tasks, as for the NVRTC tests' bare builds, everything is compiled).

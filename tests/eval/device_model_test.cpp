@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "abi/ring.h"
@@ -139,14 +140,15 @@ TEST(DeviceModel, RingFormulasAgreeWithTheDeviceTranscription) {
 // at each position that matters, plus the weight ring's staging reads (the norm gamma over the
 // whole row), over random toy configs with and without the ring (every fourth registers build with
 // tiles of RoPE pairs, every eighth with the combine in O, every eighth another with the attention
-// in O, every third draw with the LM head's argmax records).
+// in O, every eighth a third with tagged inputs, every third draw with the LM head's argmax
+// records).
 TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
   const ModelShape shape = *find_preset("toy-2L");
   const Weights weights = generate_weights(shape, 1, 1);
   const GpuTarget target = fuzz_target(4);
   std::mt19937_64 rng(12);
   int ring_programs = 0, pair_programs = 0, record_programs = 0, combine_programs = 0;
-  int attend_programs = 0;
+  int attend_programs = 0, tagged_programs = 0;
   int wide_gamma = 0;  // ring tasks reading the gamma beyond their columns
   for (int i = 0; i < 40; ++i) {
     ScheduleConfig cfg = random_config(shape, target, rng);
@@ -172,6 +174,12 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.fusion.combine_into_o = false;
       cfg.dependencies.attention_to_o = Granularity::kPerOp;
     }
+    if (i % 8 == 5) {  // tagged inputs on the GEMV joins: the same elements, read as words
+      cfg.pipeline.tagged_inputs = true;
+      cfg.kernel.weight_stream = WeightStream::kRegisters;
+      cfg.tiling.gemv_k_split = 1;
+      cfg.fusion.silu_mul_into_down = true;
+    }
     if (i % 3 == 0) cfg.fusion.argmax_into_lm_head = true;
     if (i % 2 == 0) {
       cfg.kernel.weight_stream = WeightStream::kSmemRing;
@@ -179,6 +187,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.tiling.qkv_rope_pairs = false;    // only the registers build runs tiles of RoPE pairs
       cfg.fusion.combine_into_o = false;    // and the combine in O
       cfg.fusion.attention_into_o = false;  // and the attention in O
+      cfg.pipeline.tagged_inputs = false;   // and tagged words
       cfg.assignment.policy = AssignPolicy::kRoundRobin;
       cfg.launch.threads_per_block = std::max(cfg.launch.threads_per_block, 128);
       cfg.launch.blocks_per_sm = 1;
@@ -191,6 +200,9 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
     record_programs += cfg.fusion.argmax_into_lm_head;
     combine_programs += cfg.fusion.combine_into_o && cfg.tiling.attn_kv_partitions > 1;
     attend_programs += cfg.fusion.attention_into_o;
+    tagged_programs += std::any_of(p->tasks.begin(), p->tasks.end(), [](const ms_abi::Instr& t) {
+      return (t.flags & ms_abi::kFlagTagIn) != 0;
+    });
     const DeviceBuild build = device_build(*p);
     for (int32_t position : ground_truth_positions(*p)) {
       TaskAccesses acc;
@@ -232,6 +244,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
   EXPECT_GT(record_programs, 0) << "no program with argmax records was drawn";
   EXPECT_GT(combine_programs, 0) << "no program with the combine in O was drawn";
   EXPECT_GT(attend_programs, 0) << "no program with the attention in O was drawn";
+  EXPECT_GT(tagged_programs, 0) << "no program with tagged inputs was drawn";
   EXPECT_GT(wide_gamma, 0) << "no split ring GEMV with the norm prologue was drawn";
 }
 

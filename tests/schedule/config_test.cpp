@@ -83,7 +83,7 @@ TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths
     EXPECT_GE(k.choices.size(), 2u) << k.path << " has a single choice: a knob that does nothing";
     EXPECT_FALSE(k.description.empty()) << k.path;
   }
-  EXPECT_EQ(paths.size(), 32u);
+  EXPECT_EQ(paths.size(), 33u);
 }
 
 TEST(ScheduleConfigKnobs, DefaultConstructionTakesEveryDefaultOfTheTable) {

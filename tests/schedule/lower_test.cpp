@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "schedule/search.h"
@@ -570,6 +571,82 @@ TEST(Lowering, AttentionIntoOLeavesNoAttentionTasks) {
   EXPECT_GT(o_tiles, 0);
   const ValidationReport report = validate(p, test_target());
   EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.diagnostics[0].message);
+}
+
+// pipeline.tagged_inputs: every streamed GEMV that stages a whole input written by streamed GEMVs
+// reads it as tagged words (gate/up, down, QKV past layer 0, the LM head), and exactly their
+// writers write them (O, gate/up, down); layer 0's QKV reads the embedding's x and stays untagged;
+// the validator accepts it, and without the knob no task is tagged.
+TEST(Lowering, TaggedInputsTagTheGemvJoinsOfTheResidualStream) {
+  const ModelShape shape = *find_preset("small");
+  ASSERT_GE(shape.layers, 2);
+  ScheduleConfig config;
+  config.pipeline.tagged_inputs = true;
+  config.smem.pages = 5;  // down's input and its tagged words (abi/ring.h stream_stage_bytes)
+  config.smem.page_bytes = 32768;
+  const Program p = lower_ok(shape, config);
+  std::map<std::string, std::pair<int, int>> in_out;  // op name -> tasks with TagIn, with TagOut
+  std::map<std::string, int> tasks;
+  for (const ms_abi::Instr& t : p.tasks) {
+    const std::string& op = p.ops[t.op_id].name;
+    ++tasks[op];
+    in_out[op].first += (t.flags & ms_abi::kFlagTagIn) != 0;
+    in_out[op].second += (t.flags & ms_abi::kFlagTagOut) != 0;
+  }
+  const std::string last = "L" + std::to_string(shape.layers - 1) + ".";
+  for (const auto& [op, n] : tasks) {
+    const auto [tag_in, tag_out] = in_out[op];
+    const bool gate_up = op.find(".gate_up") != std::string::npos;
+    const bool down = op.find(".down") != std::string::npos;
+    const bool o = op.size() > 2 && op.compare(op.size() - 2, 2, ".o") == 0;
+    const bool qkv = op.find(".qkv") != std::string::npos;
+    const bool reads_tags = gate_up || down || (qkv && op != "L0.qkv") || op == "lm_head";
+    const bool writes_tags = gate_up || o || down;
+    EXPECT_EQ(tag_in, reads_tags ? n : 0) << op;
+    EXPECT_EQ(tag_out, writes_tags ? n : 0) << op;
+  }
+  EXPECT_GT(tasks[last + "down"], 0);
+  EXPECT_GT(in_out["L1.qkv"].first, 0);
+  const ValidationReport report = validate(p, test_target());
+  EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.diagnostics[0].message);
+  for (const ms_abi::Instr& t : lower_ok(shape, ScheduleConfig{}).tasks)
+    EXPECT_EQ(t.flags & (ms_abi::kFlagTagIn | ms_abi::kFlagTagOut), 0);
+  // With the default 32 KiB of pages the down projection's 2 x ffn words do not fit: it stays
+  // untagged, and so does gate/up's output.
+  config.smem = ScheduleConfig{}.smem;
+  const Program narrow = lower_ok(shape, config);
+  for (const ms_abi::Instr& t : narrow.tasks) {
+    const std::string& op = narrow.ops[t.op_id].name;
+    if (op.find(".down") != std::string::npos) {
+      EXPECT_EQ(t.flags & ms_abi::kFlagTagIn, 0) << op;
+    }
+    if (op.find(".gate_up") != std::string::npos) {
+      EXPECT_EQ(t.flags & ms_abi::kFlagTagOut, 0) << op;
+    }
+  }
+}
+
+// pipeline.tagged_inputs: refused with a hint in a weight-ring build, with a k-split, or with no
+// GEMV -> GEMV edge to tag.
+TEST(Lowering, TaggedInputsNeedTheRegistersBuildAndAGemvJoin) {
+  auto error_of = [](void (*edit)(ScheduleConfig*)) {
+    ScheduleConfig config;
+    config.pipeline.tagged_inputs = true;
+    edit(&config);
+    return knob_conflict(config);
+  };
+  EXPECT_EQ(error_of([](ScheduleConfig*) {}), "");
+  std::string e =
+      error_of([](ScheduleConfig* c) { c->kernel.weight_stream = WeightStream::kSmemRing; });
+  EXPECT_NE(e.find("needs kernel.weight_stream = registers"), std::string::npos) << e;
+  e = error_of([](ScheduleConfig* c) { c->tiling.gemv_k_split = 2; });
+  EXPECT_NE(e.find("needs tiling.gemv_k_split = 1"), std::string::npos) << e;
+  e = error_of([](ScheduleConfig* c) {
+    c->fusion.silu_mul_into_down = false;
+    c->fusion.residual_into_gemv = false;
+  });
+  EXPECT_NE(e.find("needs a GEMV -> GEMV edge to tag"), std::string::npos) << e;
+  EXPECT_EQ(error_of([](ScheduleConfig* c) { c->fusion.residual_into_gemv = false; }), "");
 }
 
 // fusion.attention_into_o: refused with a hint, the same sentence from lowering and config_fits,

@@ -858,6 +858,48 @@ TEST(ScheduleValidator, RejectsAttentionTilesTheStreamedGemvCannotStage) {
   EXPECT_TRUE(validate(*p, *find_target("h100")).ok());
 }
 
+// pipeline.tagged_inputs: a task that reads tagged words must find every element it reads written
+// as tagged words; the rule "race" names the reader and the untagged writer, and a tag flag on a
+// task whose path cannot carry it is malformed.
+TEST(ScheduleValidator, RejectsTaggedReadsOfUntaggedWrites) {
+  ScheduleConfig cfg;
+  cfg.pipeline.tagged_inputs = true;
+  std::string error;
+  const ModelShape shape = *find_preset("toy");
+  const std::optional<Program> lowered = lower(shape, *find_target("h100"), cfg, &error);
+  ASSERT_TRUE(lowered) << error;
+  ASSERT_TRUE(validate(*lowered, *find_target("h100")).ok());
+  // An O tile that forgets its tagged words: the next gate/up tiles would read stale words.
+  Program p = *lowered;
+  uint32_t o_tile = UINT32_MAX;
+  for (uint32_t t = 0; t < p.tasks.size() && o_tile == UINT32_MAX; ++t)
+    if (p.ops[p.tasks[t].op_id].name == "L0.o") o_tile = t;
+  ASSERT_NE(o_tile, UINT32_MAX);
+  p.tasks[o_tile].flags &= static_cast<uint16_t>(~ms_abi::kFlagTagOut);
+  ValidationReport r = validate(p, *find_target("h100"));
+  EXPECT_EQ(r.rules(), "race");
+  std::string m = first_message(r, "race");
+  EXPECT_NE(m.find("as tagged words, before it acquires its waits"), std::string::npos) << m;
+  EXPECT_NE(m.find("L0.o"), std::string::npos) << m;
+  EXPECT_NE(m.find("hint: lower with pipeline.tagged_inputs"), std::string::npos) << m;
+  // Layer 0's QKV reads the embedding's x, which no tagged writer writes.
+  p = *lowered;
+  for (ms_abi::Instr& t : p.tasks)
+    if (p.ops[t.op_id].name == "L0.qkv") t.flags |= ms_abi::kFlagTagIn;
+  r = validate(p, *find_target("h100"));
+  EXPECT_EQ(r.rules(), "race");
+  EXPECT_NE(first_message(r, "race").find("embed"), std::string::npos) << first_message(r, "race");
+  // Tagged words with the QKV epilogue (RoPE and the KV append) are not a path the device has.
+  p = *lowered;
+  for (ms_abi::Instr& t : p.tasks)
+    if (p.ops[t.op_id].name == "L0.qkv") t.flags |= ms_abi::kFlagTagOut;
+  r = validate(p, *find_target("h100"));
+  EXPECT_EQ(r.rules().rfind("structure", 0), 0u) << r.rules();  // and what it then cannot prove
+  EXPECT_NE(first_message(r, "structure").find("writing tagged words with an epilogue other than"),
+            std::string::npos)
+      << first_message(r, "structure");
+}
+
 // Every config of a random search over the real search space lowers to a program the validator
 // accepts. 500 configs on toy here; small and llama-1b lower slowly, so the unit test samples fewer
 // and `megasched validate --model M --random-configs 500` runs the full 500

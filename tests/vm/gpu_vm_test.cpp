@@ -141,6 +141,8 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
       if (c.tiling.qkv_rope_pairs && (c.tiling.gemv_k_split != 1 || !c.fusion.rope_kv_into_qkv ||
                                       c.kernel.weight_stream != schedule::WeightStream::kRegisters))
         c.tiling.qkv_rope_pairs = false;
+      if (c.pipeline.tagged_inputs && !schedule::knob_conflict(c).empty())
+        c.pipeline.tagged_inputs = false;
       auto p = schedule::lower(w.shape, target, c, &err);
       if (!p) continue;
       if (!schedule::validate(*p, target).ok()) continue;
@@ -283,6 +285,40 @@ TEST(GpuVm, AttentionInOMatchesEager) {
       int attending = 0;
       for (const auto& t : p.tasks) attending += (t.flags & ms_abi::kFlagAttentionPrologue) != 0;
       ASSERT_GT(attending, 0) << name;
+      const GpuTrialResult r =
+          eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+      EXPECT_EQ(r.status, "ok") << name << ": " << r.message << "\n" << r.kernel.dump(1);
+      EXPECT_TRUE(r.argmax_match) << name;
+    }
+  }
+}
+
+// pipeline.tagged_inputs on the device: gate/up, down, QKV past layer 0 and the LM head read
+// tagged words (abi/abi.h, Tagged words) written by O, gate/up and down, start at 7/8 of their
+// producers and acquire the rest before their writes; static and dynamic queues, with RoPE pairs
+// and the argmax records, over several steps (each step's tag differs); logits match the eager
+// reference and the argmax is the eager one.
+TEST(GpuVm, TaggedInputsMatchEager) {
+  MS_REQUIRE_GPU();
+  const std::vector<int> positions = {0, 1, 9, 100};
+  for (const int head_dim : {16, 64}) {
+    const schedule::Weights w = schedule::generate_weights(
+        head_dim == 16 ? toy_shape(schedule::DType::kBF16) : wide_head_toy(head_dim), 23);
+    const Refs refs = eager_refs(w, positions);
+    for (const char* patch : {R"({})", R"({"assignment": {"policy": "dynamic"}})",
+                              R"({"tiling": {"qkv_rope_pairs": true},
+                                  "fusion": {"argmax_into_lm_head": true},
+                                  "smem": {"pages": 5, "page_bytes": 32768}})"}) {
+      nlohmann::json j = nlohmann::json::parse(patch);
+      j["pipeline"]["tagged_inputs"] = true;
+      std::string err;
+      const auto c = schedule::parse_config(j, &err);
+      ASSERT_TRUE(c) << err;
+      const schedule::Program p = lower_or_die(w.shape, *c);
+      const std::string name = w.shape.name + " " + j.dump();
+      int tagged = 0;
+      for (const auto& t : p.tasks) tagged += (t.flags & ms_abi::kFlagTagIn) != 0;
+      ASSERT_GT(tagged, 0) << name;
       const GpuTrialResult r =
           eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
       EXPECT_EQ(r.status, "ok") << name << ": " << r.message << "\n" << r.kernel.dump(1);

@@ -145,8 +145,9 @@ int64_t define_value(const std::vector<std::string>& d, const std::string& name)
 }
 
 /// llama-1b lowered with the named position-0 config's knobs (bench/configs/stream_r2u4_pairs_am).
-schedule::Program pairs_am_program() {
+schedule::Program pairs_am_program(bool tagged = false) {
   schedule::ScheduleConfig c;
+  c.pipeline.tagged_inputs = tagged;
   c.kernel.unroll = 4;
   c.kernel.weight_load = schedule::WeightLoad::kLdgStream;
   c.pipeline.prefetch_depth = 0;
@@ -214,6 +215,28 @@ TEST(NvrtcBuild, ThePairsAmBuildDoesNotSpill) {
   for (const auto& k : r.kernels) {
     if (k.name != "ms_megakernel" && k.name.find("gemv_stream") == std::string::npos) continue;
     EXPECT_EQ(k.spill_store_bytes, 0) << k.name << "\n" << r.log;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2) << r.log;
+}
+
+// pipeline.tagged_inputs on the pairs_am config: the tagged build (MS_TAGGED, set only for a
+// program with tagged tasks) compiles, the streamed GEMV does not spill and the kernel spills at
+// most 128 B (80 B when written; the untagged build, ThePairsAmBuildDoesNotSpill, has none).
+TEST(NvrtcBuild, TheTaggedBuildKeepsTheStreamedGemvFreeOfSpills) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  schedule::Program p = pairs_am_program(true);
+  ASSERT_FALSE(p.tasks.empty());
+  const std::vector<std::string> defines = kernel_defines(p);
+  EXPECT_NE(std::find(defines.begin(), defines.end(), "MS_TAGGED=1"), defines.end());
+  const std::vector<std::string> untagged = kernel_defines(pairs_am_program());
+  EXPECT_EQ(std::find(untagged.begin(), untagged.end(), "MS_TAGGED=1"), untagged.end());
+  const BuildResult r = build_cubin({"vm/device/megakernel.cuh", defines, 90, ""});
+  ASSERT_TRUE(r.ok) << r.error;
+  int checked = 0;
+  for (const auto& k : r.kernels) {
+    if (k.name != "ms_megakernel" && k.name.find("gemv_stream") == std::string::npos) continue;
+    EXPECT_LE(k.spill_store_bytes, k.name == "ms_megakernel" ? 128 : 0) << k.name << "\n" << r.log;
     ++checked;
   }
   EXPECT_EQ(checked, 2) << r.log;

@@ -33,7 +33,8 @@
 #endif
 // Task kinds the host compiles in only for programs that have them (vm/nvrtc_build.cpp
 // kernel_defines): the combine prologue (kFlagCombinePrologue), the attention prologue
-// (kFlagAttentionPrologue), kAttnCombine tasks (their staged copy into shared memory).
+// (kFlagAttentionPrologue), kAttnCombine tasks (their staged copy into shared memory), tagged
+// words (kFlagTagIn, kFlagTagOut).
 #ifndef MS_COMBINE_IN_O
 #define MS_COMBINE_IN_O 0
 #endif
@@ -42,6 +43,9 @@
 #endif
 #ifndef MS_COMBINE_TASKS
 #define MS_COMBINE_TASKS 0
+#endif
+#ifndef MS_TAGGED
+#define MS_TAGGED 0  // tagged words (kFlagTagIn / kFlagTagOut; abi/abi.h, Tagged words)
 #endif
 // What a program with tasks compiles in (kernel_defines; everything when undefined): the opcodes
 // of MS_OPCODES (bit i: opcode i), ops.cuh's gemv for GEMV tasks the streamed GEMV does not take,
@@ -328,6 +332,18 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
   return v;
 }
 
+/// A counter's value with no ordering (kFlagTagIn tasks read it early and fence once it holds).
+__device__ __forceinline__ uint32_t counter_peek(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+/// With a relaxed load before it that saw a release, an acquire (the PTX acquire pattern).
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -354,9 +370,12 @@ struct WaitOutcome {
 /// caller must pass a barrier (signal() has one) before the next call.
 /// `head` is lane i's WaitHead i of the task (kernel_args.h), loaded with its instruction: a task
 /// with at most kWaitHeads waits polls its counters with no table reads first.
+/// With `early` (a kFlagTagIn task before it reads its tagged input) each wait holds once its
+/// counter is within tagged_wait_slack of the threshold; the task acquires the full waits later
+/// (acquire_tagged_waits in stream.cuh).
 __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr& instr,
                                                 uint32_t epoch, WaitOutcome* shared_out,
-                                                const WaitHead& head) {
+                                                const WaitHead& head, bool early = false) {
   if (threadIdx.x < 32) {
     WaitOutcome out = {kExitRunning, 0, 0, 0, 0};
     const int lane = threadIdx.x;
@@ -374,6 +393,7 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
         w = a.waits[instr.wait_begin + i];
         target = wait_target(epoch, a.counter_totals[w.counter], w.threshold);
       }
+      if (MS_TAGGED && early) target -= tagged_wait_slack(w.threshold);
       uint32_t spins = 0;
       while (true) {
         const uint32_t v = mine ? load_acquire(a.counters + w.counter) : 0;
@@ -414,6 +434,44 @@ __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr
   block_sync();
   // No second barrier: the task's signal() barrier comes before the next wait_all writes the slot.
   return *shared_out;
+}
+
+// ---- Tagged words (abi/abi.h): 64-bit {fp32 bits, step tag}, one store or load each ----
+
+__device__ __forceinline__ void tagged_store(uint64_t* p, float v, uint32_t tag) {
+  const uint64_t w = (uint64_t(tag) << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+
+__device__ __forceinline__ uint64_t tagged_load(const uint64_t* p) {
+  uint64_t w;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p));
+  return w;
+}
+
+/// Two consecutive words (p 16-byte aligned); each is its own single-copy-atomic access.
+__device__ __forceinline__ void tagged_load2(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(*w0), "=l"(*w1) : "l"(p));
+}
+
+/// Whether a tagged word carries `tag`.
+__device__ __forceinline__ bool tag_is(uint64_t w, uint32_t tag) {
+  return uint32_t(w >> 32) == tag;
+}
+
+/// One round of a spin on tagged words that have not arrived: false once the spin must stop (past
+/// the spin bound, or another block raised the abort flag; then this one raises it too, and the
+/// task's acquire reports the abort). `start` is 0 before the first round.
+__device__ __forceinline__ bool tagged_spin_on(const KernelArgs& a, uint32_t spins,
+                                               uint64_t* start) {
+  if (*start == 0) *start = global_ns();
+  if ((spins & 63u) == 0 &&
+      (abort_raised(a.abort_flag) || global_ns() - *start > a.spin_bound_ns)) {
+    atomicExch(a.abort_flag, 1);
+    return false;
+  }
+  if (spins > 16) __nanosleep(32);
+  return true;
 }
 
 /// Publishes the block's writes of one task: barrier, then thread 0 makes them visible at gpu scope

@@ -31,6 +31,7 @@ struct Shared {
   WaitOutcome wait;          // wait_all's result
   uint32_t claim;            // dynamic queue: the ticket thread 0 claimed
   uint32_t last_arrival;     // signal_arrive: 1 when this block runs the chained task
+  uint32_t tag_acquired;     // kFlagTagIn: 1 when the early counter reads acquired the waits
   int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
   uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh)
   uint64_t kv_bar;           // staged attention: the mbarrier its K copies complete on

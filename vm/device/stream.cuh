@@ -31,7 +31,8 @@ __device__ __forceinline__ bool stream_fits(const KernelArgs& a, const Instr& in
     // A prologue this build was compiled without takes no path (unreachable: kernel_defines
     // compiles it into every build whose program has such a task).
     if ((!MS_COMBINE_IN_O && (in.flags & kFlagCombinePrologue)) ||
-        (!MS_ATTENTION_IN_O && (in.flags & kFlagAttentionPrologue)))
+        (!MS_ATTENTION_IN_O && (in.flags & kFlagAttentionPrologue)) ||
+        (!MS_TAGGED && (in.flags & (kFlagTagIn | kFlagTagOut))))
       return false;
     return stream_misfit(in, kVecElems, kEpilogueRows, a.smem_bytes, kHeadDim, a.model.heads) ==
            kStreamFits;
@@ -163,6 +164,77 @@ __device__ __forceinline__ float stream_stage_input(const KernelArgs& a, const I
                         silu(v[u].w) * w[u].w);
       }
       *reinterpret_cast<float4*>(x + i) = o;
+    }
+  }
+  return ss;
+}
+
+/// Float4 groups of the norm's gamma a thread loads at once in stream_stage_tagged (a hidden size
+/// of 2048 over 256 threads is one batch; 8, kStreamStageBatch, spilled 80 B in gemv_stream; with 2
+/// the kernel spills 80 B, with 1 24 B but a hidden size of 2048 takes two round trips).
+constexpr int kTaggedGammaBatch = 2;
+
+/// stream_stage_input of a kFlagTagIn task: the input (both inputs of SiLU x up) from the tagged
+/// mirror (abi/abi.h, Tagged words). Each thread copies the words of its float4 groups into the
+/// shared memory after x (abi/ring.h stream_stage_bytes) by cp.async, all in flight at once and in
+/// no register (staging them in registers spilled the streamed GEMV's chunks, and staging fewer
+/// at a time cost a round trip per batch: +137 us a step), reads them back (its own copies: no
+/// barrier), and re-reads from global memory any word whose tag is not yet this step's. Does not
+/// sync.
+__device__ __forceinline__ float stream_stage_tagged(const KernelArgs& a, const Instr& in, float* x,
+                                                     uint32_t tag) {
+  const bool norm = (in.flags & kFlagNormPrologue) != 0;
+  const uint64_t* src = a.tagged + in.in;
+  const uint64_t* src2 = a.tagged + in.in2;
+  uint64_t* words = reinterpret_cast<uint64_t*>(x + in.ld);  // in.ld % 4 == 0: 16-byte aligned
+  uint64_t* words2 = words + in.ld;
+  for (uint32_t i = 4 * threadIdx.x; i < in.ld; i += 4 * kComputeThreads) {
+    copy16_async(words + i, src + i);
+    copy16_async(words + i + 2, src + i + 2);
+    if (!norm) {
+      copy16_async(words2 + i, src2 + i);
+      copy16_async(words2 + i + 2, src2 + i + 2);
+    }
+  }
+  copies_landed();
+  float ss = 0.0f;
+  for (uint32_t base = 4 * threadIdx.x; base < in.ld;
+       base += 4 * kComputeThreads * kTaggedGammaBatch) {
+    float4 g[kTaggedGammaBatch];  // the norm's gamma: every load of the batch in flight at once
+    if (norm) {
+#pragma unroll
+      for (int u = 0; u < kTaggedGammaBatch; ++u) {
+        const uint32_t i = base + 4u * kComputeThreads * u;
+        if (i < in.ld)
+          g[u] = make_float4(weight_at(a, in.weight2 + i), weight_at(a, in.weight2 + i + 1),
+                             weight_at(a, in.weight2 + i + 2), weight_at(a, in.weight2 + i + 3));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kTaggedGammaBatch; ++u) {
+      const uint32_t i = base + 4u * kComputeThreads * u;
+      if (i >= in.ld) break;
+      const float gs[4] = {g[u].x, g[u].y, g[u].z, g[u].w};
+      float o[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint64_t v = words[i + q];
+        uint64_t start = 0;
+        for (uint32_t spins = 1; !tag_is(v, tag) && tagged_spin_on(a, spins, &start); ++spins)
+          v = tagged_load(src + i + q);
+        const float xv = __uint_as_float(uint32_t(v));
+        if (norm) {
+          ss += xv * xv;
+          o[q] = xv * gs[q];
+        } else {
+          uint64_t w = words2[i + q];
+          start = 0;
+          for (uint32_t spins = 1; !tag_is(w, tag) && tagged_spin_on(a, spins, &start); ++spins)
+            w = tagged_load(src2 + i + q);
+          o[q] = silu(xv) * __uint_as_float(uint32_t(w));
+        }
+      }
+      *reinterpret_cast<float4*>(x + i) = make_float4(o[0], o[1], o[2], o[3]);
     }
   }
   return ss;
@@ -324,13 +396,19 @@ __device__ __forceinline__ void stream_stage_attention(const KernelArgs& a, cons
   }
 }
 
-/// Streams every item of the warp; each group's sums, times `scale`, go to s.u.rows.
+/// Streams every item of the warp; each group's sums, times `scale`, go to s.u.rows. With `peek`
+/// (kFlagTagIn: lane i of warp 0 and its wait i's counter), *seen gets the counter's value, read
+/// with no ordering once the warp has issued its last weight load (about one HBM round trip before
+/// its stream ends).
 __device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk& c0, StreamChunk& c1,
-                                           const float* x, float scale, Shared& s) {
+                                           const float* x, float scale, Shared& s,
+                                           const uint32_t* peek, uint32_t* seen) {
   float acc[kRowsPerWarp];
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; ++j) acc[j] = 0.0f;
+  const uint32_t peek_item = ws.items > 2 ? ws.items - 2 : 0;
   auto step = [&](StreamChunk& c, uint32_t i) {
+    if (MS_TAGGED && peek != nullptr && i == peek_item) *seen = counter_peek(peek);
     ws.fma(c, i, x, acc);
     if (i + 2 < ws.items) ws.load(c, i + 2);
     if (i % ws.chunks == ws.chunks - 1) {
@@ -359,7 +437,10 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   StreamChunk c0, c1;
   if (ws.items > 0) ws.load(c0, 0);
   if (ws.items > 1) ws.load(c1, 1);
-  const WaitOutcome w = wait_all(a, in, epoch, &s.wait, head);
+  // kFlagTagIn: the waits to within their slack now, in full before the first write (below).
+  const bool tag_in = MS_TAGGED && (in.flags & kFlagTagIn) != 0;
+  const uint32_t tag = tagged_word_tag(epoch);
+  WaitOutcome w = wait_all(a, in, epoch, &s.wait, head, tag_in);
   if (w.exit != kExitRunning) return w;
 #if MS_PROFILE
   if (threadIdx.x == 0) s.ready_ns = global_ns();
@@ -367,7 +448,14 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   const uint32_t rows = in.row_end - in.row_begin;
   const bool residual = (in.flags & kFlagResidual) && !(in.flags & kFlagPartial);
   float res = 0.0f;  // the residual of row row_begin + threadIdx.x, read beside the staging
-  if (residual && threadIdx.x < rows) res = act_load(a.act + in.aux + in.row_begin + threadIdx.x);
+  uint64_t res_word = 0;
+  const uint64_t* res_at = MS_TAGGED ? a.tagged + in.aux + in.row_begin + threadIdx.x : nullptr;
+  if (residual && threadIdx.x < rows) {
+    if (tag_in)
+      res_word = tagged_load(res_at);
+    else
+      res = act_load(a.act + in.aux + in.row_begin + threadIdx.x);
+  }
   float scale = 1.0f;
   if (MS_COMBINE_IN_O && (in.flags & kFlagCombinePrologue)) {
     stream_stage_combine(a, in, stream_x);  // ends synced
@@ -375,19 +463,59 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
     stream_stage_attention(a, in, stream_x);
     block_sync();
   } else {
-    const float ss = stream_stage_input(a, in, stream_x);
+    // One staging and one norm reduction in the code, whichever the source (a second inlined
+    // copy of either made ptxas spill the streamed GEMV's chunks: 384 B, NVRTC).
+    const float ss =
+        tag_in ? stream_stage_tagged(a, in, stream_x, tag) : stream_stage_input(a, in, stream_x);
+    if (tag_in && residual && threadIdx.x < rows) {
+      uint64_t start = 0;
+      for (uint32_t spins = 1; !tag_is(res_word, tag) && tagged_spin_on(a, spins, &start); ++spins)
+        res_word = tagged_load(res_at);
+      res = __uint_as_float(uint32_t(res_word));
+    }
     if (in.flags & kFlagNormPrologue) {
       scale = rsqrtf(block_sum(ss, s.red) / float(in.ld) + a.model.rms_eps);  // ends synced
     } else {
       block_sync();
     }
   }
-  stream_run(ws, c0, c1, stream_x, scale, s);
-  block_sync();
+  // kFlagTagIn: lane i of warp 0 reads wait i's counter (relaxed) while its weights stream; when
+  // every wait holds, a fence makes those reads the acquire, with no round trip after the stream.
+  uint32_t seen = 0;
+  const bool heads_only = in.wait_count <= kWaitHeads;
+  const bool peeks = tag_in && heads_only && threadIdx.x < in.wait_count;
+  stream_run(ws, c0, c1, stream_x, scale, s, peeks ? a.counters + head.counter : nullptr, &seen);
+  if (peeks && ws.items == 0) seen = counter_peek(a.counters + head.counter);
+  if (tag_in) {
+    if (threadIdx.x < 32) {
+      const bool mine = heads_only && threadIdx.x < in.wait_count;
+      const bool held = __all_sync(
+          0xffffffffu,
+          !mine || counter_reached(seen, wait_target(epoch, head.total, head.threshold)));
+      if (held && mine) fence_acq_rel_gpu();
+      if (threadIdx.x == 0) s.tag_acquired = heads_only && held ? 1u : 0u;
+    }
+    block_sync();
+    if (!s.tag_acquired) {
+      w = wait_all(a, in, epoch, &s.wait, head);  // ends synced
+      if (w.exit != kExitRunning) return w;
+    }
+  } else {
+    block_sync();
+  }
   if (residual) {
+    const bool tag_out = MS_TAGGED && (in.flags & kFlagTagOut) != 0;
     for (uint32_t r = threadIdx.x; r < rows; r += kComputeThreads) {
       const float add = r == threadIdx.x ? res : act_load(a.act + in.aux + in.row_begin + r);
-      a.act[in.out + in.row_begin + r] = s.u.rows[r] + add;
+      const float y = s.u.rows[r] + add;
+      a.act[in.out + in.row_begin + r] = y;
+      if (tag_out) tagged_store(a.tagged + in.out + in.row_begin + r, y, tag);
+    }
+  } else if (MS_TAGGED && (in.flags & kFlagTagOut)) {  // the plain epilogue, tagged
+    for (uint32_t r = threadIdx.x; r < rows; r += kComputeThreads) {
+      const float y = s.u.rows[r];
+      a.act[in.out + in.row_begin + r] = y;
+      tagged_store(a.tagged + in.out + in.row_begin + r, y, tag);
     }
   } else if (in.flags & kFlagRopePairs) {
     gemv_pair_epilogue(a, in, s, 0, ws.rows);  // task_rows: two per pair
