@@ -51,6 +51,48 @@ std::vector<json> ints(std::initializer_list<int> values) {
   return out;
 }
 
+// The fusion knobs of the knob table (knob_table's `add`).
+template <typename Add>
+void add_fusion_knobs(Add& add, const std::vector<json>& bools) {
+  add("fusion.norm_into_gemv", bools, true, "RMSNorm in the next GEMV's input load (no norm task)",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::norm_into_gemv));
+  add("fusion.residual_into_gemv", bools, true, "residual add in the O / down GEMV epilogue",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::residual_into_gemv));
+  add("fusion.silu_mul_into_down", bools, true,
+      "SiLU(gate) * up in the down projection's input load",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::silu_mul_into_down));
+  add("fusion.rope_kv_into_qkv", bools, true, "RoPE and the KV-cache append in the QKV epilogue",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::rope_kv_into_qkv));
+  add("fusion.qkv_single_gemv", bools, true, "Q, K and V as one GEMV over the concatenated rows",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::qkv_single_gemv));
+  add("fusion.gate_up_single_gemv", bools, true, "gate and up projections as one GEMV",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::gate_up_single_gemv));
+  add("fusion.argmax_into_lm_head", bools, false,
+      "each LM-head tile also writes the argmax of its logits, so the argmax task reduces one "
+      "record per tile instead of scanning the vocabulary",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::argmax_into_lm_head));
+  add("fusion.reduce_by_last_arriver", bools, false,
+      "the step's final reductions run on the block whose input arrives last, not as queued "
+      "tasks that poll for all of them: the argmax after the LM head's tiles, and with "
+      "tiling.attn_kv_partitions > 1 the flash-decoding combine of each head chunk (unless "
+      "fusion.combine_into_o folds it into the O projection)",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::reduce_by_last_arriver));
+  add("fusion.combine_into_o", bools, false,
+      "the O projection's input load merges the attention partitions' records itself (each O "
+      "tile combines every head): no combine tasks and no combine hop; needs "
+      "tiling.attn_kv_partitions > 1, kernel.weight_stream registers, tiling.gemv_k_split 1 and "
+      "shared memory for the input, the weights and one partition's records of every head",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::combine_into_o));
+  add("fusion.attention_into_o", bools, false,
+      "no attention tasks: the O projection's input load computes the attention of every head "
+      "itself (each O tile reads every query and the whole KV history, so it pays at short "
+      "contexts only); no attention hop; needs kernel.weight_stream registers, "
+      "tiling.gemv_k_split 1 and 4 x q_dim bytes of smem pages, and the attention tasks' knobs "
+      "at their defaults (tiling.attn_kv_partitions 1, tiling.attn_q_heads_per_task 0, "
+      "kernel.attention registers, dependencies.attention_to_o per_op)",
+      field_access(&ScheduleConfig::fusion, &FusionConfig::attention_into_o));
+}
+
 // The knob table: the one home of every knob's path, allowed values, default, meaning and (for a
 // kernel build knob) its macro. Named choices are listed in the order of their enum, so a kernel
 // knob's -D value (the choice's index) is the enum's value.
@@ -90,44 +132,7 @@ const std::vector<KnobEntry>& knob_table() {
         "heads, so QKV spreads over every block; needs fusion.rope_kv_into_qkv, "
         "tiling.gemv_k_split 1, kernel.weight_stream registers and 4 x hidden bytes of smem pages",
         field_access(&ScheduleConfig::tiling, &TilingConfig::qkv_rope_pairs));
-    add("fusion.norm_into_gemv", bools, true,
-        "RMSNorm in the next GEMV's input load (no norm task)",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::norm_into_gemv));
-    add("fusion.residual_into_gemv", bools, true, "residual add in the O / down GEMV epilogue",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::residual_into_gemv));
-    add("fusion.silu_mul_into_down", bools, true,
-        "SiLU(gate) * up in the down projection's input load",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::silu_mul_into_down));
-    add("fusion.rope_kv_into_qkv", bools, true, "RoPE and the KV-cache append in the QKV epilogue",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::rope_kv_into_qkv));
-    add("fusion.qkv_single_gemv", bools, true, "Q, K and V as one GEMV over the concatenated rows",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::qkv_single_gemv));
-    add("fusion.gate_up_single_gemv", bools, true, "gate and up projections as one GEMV",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::gate_up_single_gemv));
-    add("fusion.argmax_into_lm_head", bools, false,
-        "each LM-head tile also writes the argmax of its logits, so the argmax task reduces one "
-        "record per tile instead of scanning the vocabulary",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::argmax_into_lm_head));
-    add("fusion.reduce_by_last_arriver", bools, false,
-        "the step's final reductions run on the block whose input arrives last, not as queued "
-        "tasks that poll for all of them: the argmax after the LM head's tiles, and with "
-        "tiling.attn_kv_partitions > 1 the flash-decoding combine of each head chunk (unless "
-        "fusion.combine_into_o folds it into the O projection)",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::reduce_by_last_arriver));
-    add("fusion.combine_into_o", bools, false,
-        "the O projection's input load merges the attention partitions' records itself (each O "
-        "tile combines every head): no combine tasks and no combine hop; needs "
-        "tiling.attn_kv_partitions > 1, kernel.weight_stream registers, tiling.gemv_k_split 1 and "
-        "shared memory for the input, the weights and one partition's records of every head",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::combine_into_o));
-    add("fusion.attention_into_o", bools, false,
-        "no attention tasks: the O projection's input load computes the attention of every head "
-        "itself (each O tile reads every query and the whole KV history, so it pays at short "
-        "contexts only); no attention hop; needs kernel.weight_stream registers, "
-        "tiling.gemv_k_split 1 and 4 x q_dim bytes of smem pages, and the attention tasks' knobs "
-        "at their defaults (tiling.attn_kv_partitions 1, tiling.attn_q_heads_per_task 0, "
-        "kernel.attention registers, dependencies.attention_to_o per_op)",
-        field_access(&ScheduleConfig::fusion, &FusionConfig::attention_into_o));
+    add_fusion_knobs(add, bools);
     add("dependencies.qkv_to_attention", gran_choices, "per_op",
         "QKV -> attention edge: one counter per op (all-join) or per producer tile",
         enum_access(&ScheduleConfig::dependencies, &DependencyConfig::qkv_to_attention, gran));
