@@ -119,6 +119,12 @@ struct WarpStream {
   }
 };
 
+/// Elements [at, at + 4) of the weights (the norm prologue's gamma), as fp32.
+__device__ __forceinline__ float4 gamma4(const KernelArgs& a, uint64_t at) {
+  return make_float4(weight_at(a, at), weight_at(a, at + 1), weight_at(a, at + 2),
+                     weight_at(a, at + 3));
+}
+
 /// Float4 groups of the input a thread stages per batch (all loads of a batch issued before any is
 /// used: one L2 round trip per batch).
 constexpr int kStreamStageBatch = 8;
@@ -145,8 +151,7 @@ __device__ __forceinline__ float stream_stage_input(const KernelArgs& a, const I
         if (silu_mul) {
           w[u] = __ldcg(reinterpret_cast<const float4*>(src2 + i));
         } else if (norm) {
-          w[u] = make_float4(weight_at(a, in.weight2 + i), weight_at(a, in.weight2 + i + 1),
-                             weight_at(a, in.weight2 + i + 2), weight_at(a, in.weight2 + i + 3));
+          w[u] = gamma4(a, in.weight2 + i);
         }
       }
     }
@@ -205,9 +210,7 @@ __device__ __forceinline__ float stream_stage_tagged(const KernelArgs& a, const 
 #pragma unroll
       for (int u = 0; u < kTaggedGammaBatch; ++u) {
         const uint32_t i = base + 4u * kComputeThreads * u;
-        if (i < in.ld)
-          g[u] = make_float4(weight_at(a, in.weight2 + i), weight_at(a, in.weight2 + i + 1),
-                             weight_at(a, in.weight2 + i + 2), weight_at(a, in.weight2 + i + 3));
+        if (i < in.ld) g[u] = gamma4(a, in.weight2 + i);
       }
     }
 #pragma unroll
