@@ -449,11 +449,6 @@ __device__ __forceinline__ uint64_t tagged_load(const uint64_t* p) {
   return w;
 }
 
-/// Two consecutive words (p 16-byte aligned); each is its own single-copy-atomic access.
-__device__ __forceinline__ void tagged_load2(const uint64_t* p, uint64_t* w0, uint64_t* w1) {
-  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(*w0), "=l"(*w1) : "l"(p));
-}
-
 /// Whether a tagged word carries `tag`.
 __device__ __forceinline__ bool tag_is(uint64_t w, uint32_t tag) {
   return uint32_t(w >> 32) == tag;
