@@ -1,6 +1,8 @@
-// The megakernel's weight ring measured per SM, on the real VM (Google Benchmark; needs a GPU and
-// skips every case without one). Each case lowers llama-1b with the whole-row ring config of one
-// ring shape, then keeps only one op's GEMV tiles with their waits and signals removed: block b
+// The megakernel's weight streams measured per SM, on the real VM (Google Benchmark; needs a GPU
+// and skips every case without one). Each case lowers llama-1b with one config (`ring/...`: the
+// whole-row ring of one ring shape; `stream/...`: the streamed GEMV of the named config
+// bench/configs/stream_r2u4_pairs_am.json, which the tables of record run), then keeps only one
+// op's GEMV tiles with their waits and signals removed: block b
 // runs tile b mod T of that op in each of kLayers layers, back to back, and every other block is
 // idle. A launch then times the loader, the consumer and the per-task cost (staging the input,
 // the epilogue) of `blocks` blocks streaming at once, with no dependency in the way:
@@ -18,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "abi/abi.h"
 #include "eval/device.h"
 #include "schedule/config.h"
 #include "schedule/lower.h"
@@ -35,20 +38,42 @@ const schedule::Weights& llama_weights() {
   return w;
 }
 
-/// The llama-1b program of a ring shape, cut down to `op`'s tiles on `*blocks` blocks (lowered to
+/// The whole-row ring config of one ring shape.
+nlohmann::json ring_config(int threads, int pages, int page_bytes) {
+  return {{"kernel", {{"weight_stream", "smem_ring"}}},
+          {"smem", {{"pages", pages}, {"page_bytes", page_bytes}}},
+          {"pipeline", {{"prefetch_depth", 0}}},
+          {"launch", {{"threads_per_block", threads}}},
+          {"tiling", {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}}}};
+}
+
+/// bench/configs/stream_r2u4_pairs_am.json (the streamed GEMV of the named position-0 config).
+nlohmann::json pairs_am_config() {
+  return {{"kernel",
+           {{"weight_stream", "registers"},
+            {"vector_bytes", 16},
+            {"rows_per_warp", 2},
+            {"unroll", 4},
+            {"weight_load", "ldg_stream"}}},
+          {"smem", {{"pages", 2}, {"page_bytes", 16384}}},
+          {"pipeline", {{"prefetch_depth", 0}}},
+          {"launch", {{"threads_per_block", 256}}},
+          {"tiling",
+           {{"gemv_rows_per_task", 0},
+            {"lm_head_rows_per_task", 0},
+            {"attn_q_heads_per_task", 1},
+            {"qkv_rope_pairs", true}}},
+          {"fusion", {{"argmax_into_lm_head", true}}}};
+}
+
+/// The llama-1b program of `config_json`, cut down to `op`'s tiles on `*blocks` blocks (lowered to
 /// the op's tile count when it has fewer tiles).
-std::optional<schedule::Program> stream_program(const schedule::GpuTarget& target, int threads,
-                                                int pages, int page_bytes, const std::string& op,
-                                                int* blocks, uint64_t* bytes_per_block,
-                                                std::string* error) {
+std::optional<schedule::Program> stream_program(const schedule::GpuTarget& target,
+                                                const nlohmann::json& config_json,
+                                                const std::string& op, int* blocks,
+                                                uint64_t* bytes_per_block, std::string* error) {
   std::string err;
-  const auto config = schedule::parse_config(
-      {{"kernel", {{"weight_stream", "smem_ring"}}},
-       {"smem", {{"pages", pages}, {"page_bytes", page_bytes}}},
-       {"pipeline", {{"prefetch_depth", 0}}},
-       {"launch", {{"threads_per_block", threads}}},
-       {"tiling", {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}}}},
-      &err);
+  const auto config = schedule::parse_config(config_json, &err);
   if (!config) {
     *error = err;
     return std::nullopt;
@@ -85,14 +110,14 @@ std::optional<schedule::Program> stream_program(const schedule::GpuTarget& targe
       p->queues[static_cast<size_t>(b)].push_back(t);
       if (b == 0) {
         const ms_abi::Instr& in = p->tasks[t];
-        *bytes_per_block += uint64_t(in.row_end - in.row_begin) * in.ld * 2;
+        *bytes_per_block += uint64_t(ms_abi::task_rows(in)) * in.ld * 2;  // RoPE pairs: 2 rows each
       }
     }
   }
   return p;
 }
 
-void stream(benchmark::State& state, int threads, int pages, int page_bytes, std::string op) {
+void stream(benchmark::State& state, nlohmann::json config, std::string op) {
   std::string why;
   if (!eval::gpu_available(&why)) {
     state.SkipWithError(("no GPU: " + why).c_str());
@@ -101,8 +126,7 @@ void stream(benchmark::State& state, int threads, int pages, int page_bytes, std
   const auto target = eval::live_target(&why);
   int blocks = state.range(0) > 0 ? static_cast<int>(state.range(0)) : target->num_sms;
   uint64_t bytes = 0;
-  const auto program =
-      stream_program(*target, threads, pages, page_bytes, op, &blocks, &bytes, &why);
+  const auto program = stream_program(*target, config, op, &blocks, &bytes, &why);
   if (!program) {
     state.SkipWithError(why.c_str());
     return;
@@ -132,25 +156,29 @@ void stream(benchmark::State& state, int threads, int pages, int page_bytes, std
   state.counters["GBps_total"] = per_block * blocks;
 }
 
+void add(const std::string& name, const nlohmann::json& config, const std::string& op) {
+  benchmark::RegisterBenchmark(name.c_str(), stream, config, op)
+      ->ArgName("blocks")
+      ->Arg(1)
+      ->Arg(66)
+      ->Arg(0)  // 0: every SM
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
 void register_all() {
+  const char* ops[] = {"gate_up", "down", "qkv", "o"};
+  for (const char* op : ops) add(std::string("stream/") + op + "/pairs_am", pairs_am_config(), op);
   struct Shape {
     int threads, pages, page_bytes;
   };
   const std::vector<Shape> shapes = {
       {256, 4, 16384}, {256, 4, 32768}, {256, 2, 65536}, {160, 4, 32768}};
   for (const Shape& s : shapes) {
-    for (const char* op : {"gate_up", "down", "qkv", "o"}) {
-      const std::string name = std::string("ring/") + op + "/" + std::to_string(s.threads) +
-                               "thr_" + std::to_string(s.pages) + "x" +
-                               std::to_string(s.page_bytes / 1024) + "k";
-      benchmark::RegisterBenchmark(name.c_str(), stream, s.threads, s.pages, s.page_bytes,
-                                   std::string(op))
-          ->ArgName("blocks")
-          ->Arg(1)
-          ->Arg(66)
-          ->Arg(0)  // 0: every SM
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+    for (const char* op : ops) {
+      add(std::string("ring/") + op + "/" + std::to_string(s.threads) + "thr_" +
+              std::to_string(s.pages) + "x" + std::to_string(s.page_bytes / 1024) + "k",
+          ring_config(s.threads, s.pages, s.page_bytes), op);
     }
   }
 }
