@@ -18,8 +18,9 @@
 #        bench/configs/*.json), GPU_TESTS (gtest filter of the tests stage),
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
-#        stage "ring" runs bench/ring_bench.cpp (the weight ring per SM: 1, 66 and all blocks
-#        streaming one op's tiles with no dependencies; RING_FILTER narrows it) into ring.json;
+#        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
+#        streaming one op's tiles with no dependencies, `stream/OP/pairs_am` the streamed GEMV of
+#        the named config, `ring/OP/SHAPE` the whole-row ring; RING_FILTER narrows it) into ring.json;
 #        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep,
 #        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
 #        (with the step's dram__bytes_read.sum / dram__bytes_write.sum: any read beyond the weights
@@ -165,7 +166,7 @@ if has_stage bench; then
 fi
 
 if has_stage ring; then
-  log "ring: per-SM streaming of the weight ring (filter ${RING_FILTER:-all})"
+  log "ring: per-SM streaming of the weight streams (filter ${RING_FILTER:-all})"
   if "$BUILD/ring_bench" --benchmark_min_time=0.05 --benchmark_filter="${RING_FILTER:-.}" \
        --benchmark_out="$OUT/ring.json" --benchmark_out_format=json \
        --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
