@@ -25,6 +25,7 @@
 #include "schedule/config.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
+#include "schedule/named_configs.h"
 #include "vm/gpu_vm.h"
 
 namespace {
@@ -47,23 +48,10 @@ nlohmann::json ring_config(int threads, int pages, int page_bytes) {
           {"tiling", {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}}}};
 }
 
-/// bench/configs/stream_r2u4_pairs_am.json (the streamed GEMV of the named position-0 config).
+/// `best:llama-1b:h100` (bench/configs/stream_r2u4_pairs_am.json: the streamed GEMV of the named
+/// position-0 config, the same on both GPUs).
 nlohmann::json pairs_am_config() {
-  return {{"kernel",
-           {{"weight_stream", "registers"},
-            {"vector_bytes", 16},
-            {"rows_per_warp", 2},
-            {"unroll", 4},
-            {"weight_load", "ldg_stream"}}},
-          {"smem", {{"pages", 2}, {"page_bytes", 16384}}},
-          {"pipeline", {{"prefetch_depth", 0}}},
-          {"launch", {{"threads_per_block", 256}}},
-          {"tiling",
-           {{"gemv_rows_per_task", 0},
-            {"lm_head_rows_per_task", 0},
-            {"attn_q_heads_per_task", 1},
-            {"qkv_rope_pairs", true}}},
-          {"fusion", {{"argmax_into_lm_head", true}}}};
+  return schedule::find_named_config("best:llama-1b:h100", nullptr).value().config;
 }
 
 /// The llama-1b program of `config_json`, cut down to `op`'s tiles on `*blocks` blocks (lowered to
