@@ -7,6 +7,12 @@
 // idle. A launch then times the loader, the consumer and the per-task cost (staging the input,
 // the epilogue) of `blocks` blocks streaming at once, with no dependency in the way:
 //   GBps_per_block = bytes one block streams / launch time, GBps_total = that x blocks.
+// `hop/o_chain/pairs_am` measures the dependency hop under load instead: 32 O tiles of the named
+// config form a chain that alternates between blocks 0 and 1 (link i waits for link i - 1's
+// signal on a counter of its own), while `background` other blocks stream gate/up tiles of every
+// layer with no dependency; the launch is stamped (MS_PROFILE), and
+//   hop_us = median over the links of (ready - the previous link's signal), link_us the median
+//   time from one link's ready to the next's, bg_TBps what the background streams meanwhile.
 // bench/device_check.sh runs it in the `ring` stage:
 //   build-gpu/ring_bench --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
@@ -144,6 +150,127 @@ void stream(benchmark::State& state, nlohmann::json config, std::string op) {
   state.counters["GBps_total"] = per_block * blocks;
 }
 
+constexpr int kHopLinks = 32;  // links of the chain (two O tiles of each of 16 layers)
+
+/// The named config's llama-1b program cut down to a chain of kHopLinks O tiles on blocks 0 and 1
+/// (see the top of the file) and gate/up tiles of every layer on `*background` blocks from 2 on
+/// (lowered to what the chip and the op's tiles allow). `chain` gets the links' task ids in
+/// order, `*background_bytes` the weight bytes the background streams.
+std::optional<schedule::Program> hop_program(const schedule::GpuTarget& target, int* background,
+                                             std::vector<uint32_t>* chain,
+                                             uint64_t* background_bytes, std::string* error) {
+  std::string err;
+  const auto config = schedule::parse_config(pairs_am_config(), &err);
+  auto p = config ? schedule::lower(*schedule::find_preset("llama-1b"), target, *config, &err)
+                  : std::nullopt;
+  if (!p) {
+    *error = err;
+    return std::nullopt;
+  }
+  const int layers = static_cast<int>(p->model.layers);
+  std::vector<std::vector<uint32_t>> o(static_cast<size_t>(layers));
+  std::vector<std::vector<uint32_t>> gate_up(static_cast<size_t>(layers));
+  for (uint32_t t = 0; t < p->tasks.size(); ++t) {
+    const ms_abi::Instr& in = p->tasks[t];
+    if (in.opcode != ms_abi::kGemv || static_cast<int>(in.layer) >= layers) continue;
+    const std::string prefix = "L" + std::to_string(in.layer) + ".";
+    if (p->ops[in.op_id].name == prefix + "o") o[in.layer].push_back(t);
+    if (p->ops[in.op_id].name == prefix + "gate_up") gate_up[in.layer].push_back(t);
+  }
+  if (o[0].size() < 2 || gate_up[0].empty() || kHopLinks > 2 * layers) {
+    *error = "the program has too few O or gate/up tiles for the hop chain";
+    return std::nullopt;
+  }
+  for (ms_abi::Instr& in : p->tasks) {
+    in.wait_count = 0;
+    in.signal_increment = 0;
+  }
+  for (auto& q : p->queues) q.clear();
+  const uint32_t counter = static_cast<uint32_t>(p->counter_totals.size());
+  p->counter_totals.push_back(kHopLinks);
+  p->counter_names.push_back("hop.chain");
+  chain->clear();
+  for (int i = 0; i < kHopLinks; ++i) {
+    const uint32_t t = o[static_cast<size_t>(i / 2)][static_cast<size_t>(i % 2)];
+    ms_abi::Instr& in = p->tasks[t];
+    in.signal_counter = counter;
+    in.signal_increment = 1;
+    if (i > 0) {  // the counter holds i once links 0 .. i-1 have signalled
+      in.wait_begin = static_cast<uint32_t>(p->waits.size());
+      in.wait_count = 1;
+      p->waits.push_back({counter, static_cast<uint32_t>(i)});
+    }
+    p->queues[static_cast<size_t>(i % 2)].push_back(t);
+    chain->push_back(t);
+  }
+  *background = std::clamp(
+      *background, 0,
+      std::min(static_cast<int>(p->queues.size()) - 2, static_cast<int>(gate_up[0].size())));
+  *background_bytes = 0;
+  for (int b = 0; b < *background; ++b) {
+    for (int l = 0; l < layers; ++l) {
+      const uint32_t t = gate_up[static_cast<size_t>(l)][static_cast<size_t>(b)];
+      p->queues[static_cast<size_t>(2 + b)].push_back(t);
+      *background_bytes += uint64_t(ms_abi::task_rows(p->tasks[t])) * p->tasks[t].ld * 2;
+    }
+  }
+  return p;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void hop(benchmark::State& state) {
+  std::string why;
+  if (!eval::gpu_available(&why)) {
+    state.SkipWithError(("no GPU: " + why).c_str());
+    return;
+  }
+  const auto target = eval::live_target(&why);
+  int background = static_cast<int>(state.range(0));
+  std::vector<uint32_t> chain;
+  uint64_t bg_bytes = 0;
+  const auto program = hop_program(*target, &background, &chain, &bg_bytes, &why);
+  if (!program) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  vm::GpuVmOptions options;
+  options.profile = true;
+  auto vm = vm::GpuVm::create(*program, llama_weights(), options, &why, nullptr);
+  if (!vm) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  for (int i = 0; i < 3; ++i) vm->profile_step(1, 0);  // build, load, warm up
+  std::vector<double> hops, links, bg_tbps;
+  for (auto _ : state) {
+    const vm::ProfileOutput out = vm->profile_step(1, 0);
+    if (out.step.status != "ok") {
+      state.SkipWithError(("the chain did not finish: " + out.step.status).c_str());
+      return;
+    }
+    state.SetIterationTime(out.wall_us * 1e-6);
+    for (size_t i = 1; i < chain.size(); ++i) {
+      const vm::TaskStamp& prev = out.stamps[chain[i - 1]];
+      const vm::TaskStamp& cur = out.stamps[chain[i]];
+      hops.push_back((double(cur.ready_ns) - double(prev.signal_ns)) * 1e-3);
+      links.push_back((double(cur.ready_ns) - double(prev.ready_ns)) * 1e-3);
+    }
+    uint64_t bg_end = 0;
+    for (size_t b = 2; b < 2 + static_cast<size_t>(background); ++b)
+      for (uint32_t t : program->queues[b]) bg_end = std::max(bg_end, out.stamps[t].done_ns);
+    if (background > 0 && bg_end > 0) bg_tbps.push_back(double(bg_bytes) / double(bg_end) * 1e-3);
+  }
+  state.counters["background"] = background;
+  state.counters["hop_us"] = median(hops);
+  state.counters["link_us"] = median(links);
+  state.counters["bg_TBps"] = median(bg_tbps);
+}
+
 void add(const std::string& name, const nlohmann::json& config, const std::string& op) {
   benchmark::RegisterBenchmark(name.c_str(), stream, config, op)
       ->ArgName("blocks")
@@ -157,6 +284,13 @@ void add(const std::string& name, const nlohmann::json& config, const std::strin
 void register_all() {
   const char* ops[] = {"gate_up", "down", "qkv", "o"};
   for (const char* op : ops) add(std::string("stream/") + op + "/pairs_am", pairs_am_config(), op);
+  benchmark::RegisterBenchmark("hop/o_chain/pairs_am", hop)
+      ->ArgName("background")
+      ->Arg(0)
+      ->Arg(64)
+      ->Arg(128)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
   struct Shape {
     int threads, pages, page_bytes;
   };
