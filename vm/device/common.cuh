@@ -469,15 +469,15 @@ __device__ __forceinline__ bool tagged_spin_on(const KernelArgs& a, uint32_t spi
   return true;
 }
 
-/// Publishes the block's writes of one task: barrier, then thread 0 makes them visible at gpu scope
-/// with an acq_rel fence (cumulative over the barrier) and adds the increment with a relaxed
-/// reduction: a release, as CUTLASS's semaphore does it. A consumer that acquires the new value
-/// sees every write of the task. (__threadfence is a sequentially consistent fence: stronger than
-/// needed and measured at ~2.9 us per gate/up task under contention.)
+/// Publishes the block's writes of one task: barrier, then thread 0 adds the increment with a
+/// release reduction at gpu scope (cumulative over the barrier, as CUTLASS's generic barrier's
+/// arrive does it). A consumer that acquires the new value sees every write of the task.
+/// (__threadfence is a sequentially consistent fence: stronger than needed and measured at ~2.9 us
+/// per gate/up task under contention.)
 __device__ __forceinline__ void signal(const KernelArgs& a, const Instr& instr) {
   block_sync();
   if (threadIdx.x == 0 && instr.signal_increment != 0) {
-    asm volatile("fence.acq_rel.gpu;\n red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(
                      a.counters + instr.signal_counter),
                  "r"(instr.signal_increment)
                  : "memory");
