@@ -477,10 +477,10 @@ __device__ __forceinline__ bool tagged_spin_on(const KernelArgs& a, uint32_t spi
 __device__ __forceinline__ void signal(const KernelArgs& a, const Instr& instr) {
   block_sync();
   if (threadIdx.x == 0 && instr.signal_increment != 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(
-                     a.counters + instr.signal_counter),
-                 "r"(instr.signal_increment)
-                 : "memory");
+    asm volatile(
+        "red.release.gpu.global.add.u32 [%0], %1;" ::"l"(a.counters + instr.signal_counter),
+        "r"(instr.signal_increment)
+        : "memory");
   }
 }
 
