@@ -372,7 +372,7 @@ struct WaitOutcome {
 /// with at most kWaitHeads waits polls its counters with no table reads first.
 /// With `early` (a kFlagTagIn task before it reads its tagged input) each wait holds once its
 /// counter is within tagged_wait_slack of the threshold; the task acquires the full waits later
-/// (acquire_tagged_waits in stream.cuh).
+/// (gemv_stream in stream.cuh).
 __device__ __forceinline__ WaitOutcome wait_all(const KernelArgs& a, const Instr& instr,
                                                 uint32_t epoch, WaitOutcome* shared_out,
                                                 const WaitHead& head, bool early = false) {
