@@ -28,6 +28,7 @@
 
 #include "abi/abi.h"
 #include "eval/device.h"
+#include "eval/timing.h"
 #include "schedule/config.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
@@ -60,41 +61,55 @@ nlohmann::json pairs_am_config() {
   return schedule::find_named_config("best:llama-1b:h100", nullptr).value().config;
 }
 
+/// llama-1b lowered with `config_json`, every task's waits and signal removed and every queue
+/// emptied: the cases below queue the tasks they time.
+std::optional<schedule::Program> stripped_program(const schedule::GpuTarget& target,
+                                                  const nlohmann::json& config_json,
+                                                  std::string* error) {
+  const auto config = schedule::parse_config(config_json, error);
+  if (!config) return std::nullopt;
+  auto p = schedule::lower(*schedule::find_preset("llama-1b"), target, *config, error);
+  if (!p) return std::nullopt;
+  for (ms_abi::Instr& in : p->tasks) {
+    in.wait_count = 0;
+    in.signal_increment = 0;
+  }
+  for (auto& q : p->queues) q.clear();
+  return p;
+}
+
+/// The GEMV tiles of op `op` (e.g. "gate_up") in each of the first `layers` layers, in row order.
+std::vector<std::vector<uint32_t>> op_tiles(const schedule::Program& p, const std::string& op,
+                                            int layers) {
+  std::vector<std::vector<uint32_t>> tiles(static_cast<size_t>(layers));
+  for (uint32_t t = 0; t < p.tasks.size(); ++t) {
+    const ms_abi::Instr& in = p.tasks[t];
+    const int layer = static_cast<int>(in.layer);
+    if (in.opcode == ms_abi::kGemv && layer < layers &&
+        p.ops[in.op_id].name == "L" + std::to_string(layer) + "." + op)
+      tiles[static_cast<size_t>(layer)].push_back(t);
+  }
+  return tiles;
+}
+
+/// The weight bytes a GEMV task streams (bf16; RoPE-pair tiles have two rows a pair).
+uint64_t weight_bytes(const ms_abi::Instr& in) {
+  return uint64_t(ms_abi::task_rows(in)) * in.ld * 2;
+}
+
 /// The llama-1b program of `config_json`, cut down to `op`'s tiles on `*blocks` blocks (lowered to
 /// the op's tile count when it has fewer tiles).
 std::optional<schedule::Program> stream_program(const schedule::GpuTarget& target,
                                                 const nlohmann::json& config_json,
                                                 const std::string& op, int* blocks,
                                                 uint64_t* bytes_per_block, std::string* error) {
-  std::string err;
-  const auto config = schedule::parse_config(config_json, &err);
-  if (!config) {
-    *error = err;
-    return std::nullopt;
-  }
-  auto p = schedule::lower(*schedule::find_preset("llama-1b"), target, *config, &err);
-  if (!p) {
-    *error = err;
-    return std::nullopt;
-  }
-  // The op's tiles per layer, in row order.
-  std::vector<std::vector<uint32_t>> tiles(kLayers);
-  for (uint32_t t = 0; t < p->tasks.size(); ++t) {
-    const ms_abi::Instr& in = p->tasks[t];
-    const int layer = static_cast<int>(in.layer);
-    if (in.opcode == ms_abi::kGemv && layer < kLayers &&
-        p->ops[in.op_id].name == "L" + std::to_string(layer) + "." + op)
-      tiles[static_cast<size_t>(layer)].push_back(t);
-  }
+  auto p = stripped_program(target, config_json, error);
+  if (!p) return std::nullopt;
+  const auto tiles = op_tiles(*p, op, kLayers);
   if (tiles[0].empty()) {
     *error = "no GEMV op named L0." + op;
     return std::nullopt;
   }
-  for (ms_abi::Instr& in : p->tasks) {
-    in.wait_count = 0;
-    in.signal_increment = 0;
-  }
-  for (auto& q : p->queues) q.clear();
   // No tile twice in a launch (a second read would come from L2): at most one block per tile.
   *blocks = std::min<int>(*blocks, static_cast<int>(tiles[0].size()));
   *bytes_per_block = 0;
@@ -102,35 +117,47 @@ std::optional<schedule::Program> stream_program(const schedule::GpuTarget& targe
     for (int l = 0; l < kLayers; ++l) {
       const uint32_t t = tiles[static_cast<size_t>(l)][static_cast<size_t>(b)];
       p->queues[static_cast<size_t>(b)].push_back(t);
-      if (b == 0) {
-        const ms_abi::Instr& in = p->tasks[t];
-        *bytes_per_block += uint64_t(ms_abi::task_rows(in)) * in.ld * 2;  // RoPE pairs: 2 rows each
-      }
+      if (b == 0) *bytes_per_block += weight_bytes(p->tasks[t]);
     }
   }
   return p;
 }
 
-void stream(benchmark::State& state, nlohmann::json config, std::string op) {
+/// The VM of `program` on the live GPU (stamping every task with `profile`); nullptr after marking
+/// `state` skipped with the reason (`why` when there is no program).
+std::unique_ptr<vm::GpuVm> bench_vm(benchmark::State& state,
+                                    const std::optional<schedule::Program>& program,
+                                    std::string why, bool profile) {
+  if (!program) {
+    state.SkipWithError(why.c_str());
+    return nullptr;
+  }
+  vm::GpuVmOptions options;
+  options.profile = profile;
+  auto vm = vm::GpuVm::create(*program, llama_weights(), options, &why, nullptr);
+  if (!vm) state.SkipWithError(why.c_str());
+  return vm;
+}
+
+/// The live GPU's target; nullopt after marking `state` skipped when there is none.
+std::optional<schedule::GpuTarget> live_target_or_skip(benchmark::State& state) {
   std::string why;
   if (!eval::gpu_available(&why)) {
     state.SkipWithError(("no GPU: " + why).c_str());
-    return;
+    return std::nullopt;
   }
-  const auto target = eval::live_target(&why);
+  return eval::live_target(&why);
+}
+
+void stream(benchmark::State& state, nlohmann::json config, std::string op) {
+  const auto target = live_target_or_skip(state);
+  if (!target) return;
   int blocks = state.range(0) > 0 ? static_cast<int>(state.range(0)) : target->num_sms;
   uint64_t bytes = 0;
+  std::string why;
   const auto program = stream_program(*target, config, op, &blocks, &bytes, &why);
-  if (!program) {
-    state.SkipWithError(why.c_str());
-    return;
-  }
-  vm::GpuVmOptions options;
-  auto vm = vm::GpuVm::create(*program, llama_weights(), options, &why, nullptr);
-  if (!vm) {
-    state.SkipWithError(why.c_str());
-    return;
-  }
+  const auto vm = bench_vm(state, program, why, false);
+  if (!vm) return;
   for (int i = 0; i < 3; ++i) vm->time_step_us(1, 0, false);  // build, load, warm up
   double total_us = 0.0;
   for (auto _ : state) {
@@ -159,33 +186,15 @@ constexpr int kHopLinks = 32;  // links of the chain (two O tiles of each of 16 
 std::optional<schedule::Program> hop_program(const schedule::GpuTarget& target, int* background,
                                              std::vector<uint32_t>* chain,
                                              uint64_t* background_bytes, std::string* error) {
-  std::string err;
-  const auto config = schedule::parse_config(pairs_am_config(), &err);
-  auto p = config ? schedule::lower(*schedule::find_preset("llama-1b"), target, *config, &err)
-                  : std::nullopt;
-  if (!p) {
-    *error = err;
-    return std::nullopt;
-  }
+  auto p = stripped_program(target, pairs_am_config(), error);
+  if (!p) return std::nullopt;
   const int layers = static_cast<int>(p->model.layers);
-  std::vector<std::vector<uint32_t>> o(static_cast<size_t>(layers));
-  std::vector<std::vector<uint32_t>> gate_up(static_cast<size_t>(layers));
-  for (uint32_t t = 0; t < p->tasks.size(); ++t) {
-    const ms_abi::Instr& in = p->tasks[t];
-    if (in.opcode != ms_abi::kGemv || static_cast<int>(in.layer) >= layers) continue;
-    const std::string prefix = "L" + std::to_string(in.layer) + ".";
-    if (p->ops[in.op_id].name == prefix + "o") o[in.layer].push_back(t);
-    if (p->ops[in.op_id].name == prefix + "gate_up") gate_up[in.layer].push_back(t);
-  }
+  const auto o = op_tiles(*p, "o", layers);
+  const auto gate_up = op_tiles(*p, "gate_up", layers);
   if (o[0].size() < 2 || gate_up[0].empty() || kHopLinks > 2 * layers) {
     *error = "the program has too few O or gate/up tiles for the hop chain";
     return std::nullopt;
   }
-  for (ms_abi::Instr& in : p->tasks) {
-    in.wait_count = 0;
-    in.signal_increment = 0;
-  }
-  for (auto& q : p->queues) q.clear();
   const uint32_t counter = static_cast<uint32_t>(p->counter_totals.size());
   p->counter_totals.push_back(kHopLinks);
   p->counter_names.push_back("hop.chain");
@@ -211,40 +220,22 @@ std::optional<schedule::Program> hop_program(const schedule::GpuTarget& target, 
     for (int l = 0; l < layers; ++l) {
       const uint32_t t = gate_up[static_cast<size_t>(l)][static_cast<size_t>(b)];
       p->queues[static_cast<size_t>(2 + b)].push_back(t);
-      *background_bytes += uint64_t(ms_abi::task_rows(p->tasks[t])) * p->tasks[t].ld * 2;
+      *background_bytes += weight_bytes(p->tasks[t]);
     }
   }
   return p;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void hop(benchmark::State& state) {
-  std::string why;
-  if (!eval::gpu_available(&why)) {
-    state.SkipWithError(("no GPU: " + why).c_str());
-    return;
-  }
-  const auto target = eval::live_target(&why);
+  const auto target = live_target_or_skip(state);
+  if (!target) return;
   int background = static_cast<int>(state.range(0));
   std::vector<uint32_t> chain;
   uint64_t bg_bytes = 0;
+  std::string why;
   const auto program = hop_program(*target, &background, &chain, &bg_bytes, &why);
-  if (!program) {
-    state.SkipWithError(why.c_str());
-    return;
-  }
-  vm::GpuVmOptions options;
-  options.profile = true;
-  auto vm = vm::GpuVm::create(*program, llama_weights(), options, &why, nullptr);
-  if (!vm) {
-    state.SkipWithError(why.c_str());
-    return;
-  }
+  const auto vm = bench_vm(state, program, why, true);
+  if (!vm) return;
   for (int i = 0; i < 3; ++i) vm->profile_step(1, 0);  // build, load, warm up
   std::vector<double> hops, links, bg_tbps;
   for (auto _ : state) {
@@ -266,9 +257,9 @@ void hop(benchmark::State& state) {
     if (background > 0 && bg_end > 0) bg_tbps.push_back(double(bg_bytes) / double(bg_end) * 1e-3);
   }
   state.counters["background"] = background;
-  state.counters["hop_us"] = median(hops);
-  state.counters["link_us"] = median(links);
-  state.counters["bg_TBps"] = median(bg_tbps);
+  state.counters["hop_us"] = eval::sample_stats(hops).median;
+  state.counters["link_us"] = eval::sample_stats(links).median;
+  state.counters["bg_TBps"] = eval::sample_stats(bg_tbps).median;
 }
 
 void add(const std::string& name, const nlohmann::json& config, const std::string& op) {
