@@ -28,6 +28,7 @@
 #include "eval/timing.h"
 #include "schedule/config.h"
 #include "schedule/format.h"
+#include "schedule/lookup.h"
 #include "vm/cuda_runtime.h"
 #include "vm/nvrtc_build.h"
 
@@ -130,7 +131,7 @@ struct ModelRefs {
 };
 
 std::optional<ModelRefs> model_refs(const std::string& model, std::string* error) {
-  auto weights = eval::load_weights(model, 0, error);
+  auto weights = schedule::load_weights(model, 0, error);
   if (!weights) return std::nullopt;
   ModelRefs m;
   m.weights = std::move(*weights);

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 #include "eval/device.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"

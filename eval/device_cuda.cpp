@@ -1,5 +1,5 @@
 // The live device on CUDA (see eval/device.h): cudaGetDeviceProperties through vm::device_info,
-// and the streaming-read probe (ms_stream_read in vm/device/baseline.cuh).
+// and the streaming-read probe (ms_stream_read in eval/baselines/baseline.cuh).
 #include "eval/device.h"
 
 #include <algorithm>
@@ -92,7 +92,7 @@ std::optional<double> measure_stream_bandwidth(int64_t buffer_bytes, int repeats
     shape.head_dim = 64;
     shape.dtype = schedule::DType::kBF16;
     vm::BuildRequest req;
-    req.entry = "vm/device/baseline.cuh";
+    req.entry = "eval/baselines/baseline.cuh";
     req.defines = vm::baseline_defines(shape);
     req.sm_arch = d->sm_arch;
     req.cache_dir = vm::default_cache_dir();

@@ -8,7 +8,7 @@
 #include <limits>
 #include <random>
 
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 #include "eval/bottleneck.h"
 #include "eval/eager.h"
 #include "eval/gpu_reference.h"
@@ -20,6 +20,7 @@
 #include "schedule/checkpoint.h"
 #include "schedule/cost_model.h"
 #include "schedule/format.h"
+#include "schedule/lookup.h"
 #include "schedule/validate.h"
 #include "vm/nvrtc_build.h"
 #include "vm/reference_vm.h"
@@ -48,56 +49,14 @@ void cap_errors(Verdict* v) {
 
 using Clock = std::chrono::steady_clock;
 
-std::string preset_names() {
-  std::string s;
-  for (const auto& p : schedule::presets()) s += (s.empty() ? "" : ", ") + p.name;
-  return s;
-}
-
 }  // namespace
 
-std::optional<ModelShape> resolve_shape(const std::string& model, std::string* error) {
-  if (auto p = schedule::find_preset(model)) return p;
-  if (std::filesystem::is_directory(model)) return schedule::read_checkpoint_config(model, error);
-  std::vector<std::string> names;
-  for (const auto& p : schedule::presets()) names.push_back(p.name);
-  const std::string near = schedule::nearest(model, names);
-  if (error)
-    *error = "unknown model '" + model + "'" +
-             (near.empty() ? "" : " (did you mean '" + near + "'?)") + "; use a preset (" +
-             preset_names() +
-             ") or a directory with a Hugging Face checkpoint (config.json + *.safetensors)";
-  return std::nullopt;
-}
-
-std::optional<schedule::Weights> load_weights(const std::string& model, uint64_t seed,
-                                              std::string* error) {
-  if (auto p = schedule::find_preset(model)) return schedule::generate_weights(*p, seed);
-  if (!resolve_shape(model, error)) return std::nullopt;
-  return schedule::load_checkpoint(model, error);
-}
-
 std::optional<GpuTarget> resolve_target(const std::string& gpu, std::string* error) {
-  if (gpu == "auto") {
-    std::optional<GpuTarget> live = live_target(error);
-    if (!live && error)
-      *error +=
-          " (--gpu auto reads the GPU of this machine; name a target instead, e.g. --gpu h100)";
-    return live;
-  }
-  if (auto t = schedule::find_target(gpu)) return t;
-  std::vector<std::string> names;
-  std::string all;
-  for (const auto& t : schedule::target_registry()) {
-    names.push_back(t.name);
-    all += (all.empty() ? "" : ", ") + t.name;
-  }
-  const std::string near = schedule::nearest(gpu, names);
-  if (error)
-    *error = "unknown GPU target '" + gpu + "'" +
-             (near.empty() ? "" : " (did you mean '" + near + "'?)") + "; known: " + all +
-             ", or auto (the live device)";
-  return std::nullopt;
+  if (gpu != "auto") return schedule::find_target_named(gpu, error);
+  std::optional<GpuTarget> live = live_target(error);
+  if (!live && error)
+    *error += " (--gpu auto reads the GPU of this machine; name a target instead, e.g. --gpu h100)";
+  return live;
 }
 
 std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed) {
@@ -152,7 +111,7 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
   std::string why;
   if (options.device == "gpu" && !gpu_available(&why))
     return fail("--device gpu: " + why + "; use --device cpu for a predicted latency", true);
-  auto shape = resolve_shape(options.model, &why);
+  auto shape = schedule::resolve_shape(options.model, &why);
   if (!shape) return fail(why);
   if (const std::string range =
           objective_range_error(options.objective, shape->name, shape->max_seq);
@@ -166,7 +125,7 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
   auto target = resolve_target(options.gpu, &why);
   if (!target) return fail(why, options.gpu == "auto");
   ev->target_ = *target;
-  auto weights = load_weights(options.model, options.seed, &why);
+  auto weights = schedule::load_weights(options.model, options.seed, &why);
   if (!weights) return fail(why);
   ev->weights_ = std::move(*weights);
   // The timed position (every objective position) is always checked.

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 #include "eval/device.h"
 #include "eval/evaluator.h"
 #include "eval/gpu_trial.h"
@@ -60,12 +60,8 @@ struct EvaluatorOptions {
   int64_t reference_vm_walk_elements = kReferenceVmWalkElements;  // see the constant
 };
 
-/// Resolves a model name: a preset, or a directory holding a Hugging Face checkpoint.
-std::optional<schedule::ModelShape> resolve_shape(const std::string& model, std::string* error);
-/// Loads (or generates) the weights of `model`.
-std::optional<schedule::Weights> load_weights(const std::string& model, uint64_t seed,
-                                              std::string* error);
-/// Resolves a target name ("auto" reads the live device).
+/// Resolves a target name: "auto" reads the live device, any other name the registry
+/// (schedule::find_target_named; model names: schedule/lookup.h).
 std::optional<schedule::GpuTarget> resolve_target(const std::string& gpu, std::string* error);
 
 class TrialEvaluator : public Evaluator {
@@ -146,7 +142,7 @@ class TrialEvaluator : public Evaluator {
 
 /// The schedule id TrialEvaluator::schedule_id gives `config` for this model name, weight seed,
 /// target name, device, timed position and objective: a pure function, so a coordinator that only
-/// knows a worker's identity (harness/trial_pool.h) computes the same ids the worker would. A
+/// knows a worker's identity (search/trial_pool.h) computes the same ids the worker would. A
 /// timed position other than 0 appends "|posP", an objective "|obj" + objective_text (its
 /// canonical form); ids of position 0 without an objective are those of old.
 std::string trial_schedule_id(const schedule::ScheduleConfig& config, const std::string& model,

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 #include "eval/eager.h"
 #include "eval/oracle.h"
 #include "eval/timing.h"

@@ -108,6 +108,13 @@ off_t quarantine_torn_tail(int fd, const std::string& path, off_t size, std::str
 
 }  // namespace
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec) && !ec)
+    return true;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
 std::string quarantine_path(const std::string& path) { return path + ".torn"; }
 
 bool repair_torn_tail(const std::string& path, bool* repaired, std::string* error) {

@@ -19,6 +19,9 @@
 
 namespace megasched::flywheel {
 
+/// True when `a` and `b` name one file (the same path, or two paths to one existing file).
+bool same_file(const std::string& a, const std::string& b);
+
 /// Appends `lines` (each without its trailing newline) to `path` under an exclusive lock,
 /// creating the file (and its parent folders) if needed and writing `header` first when the file
 /// is empty (no header when `header` is empty). A torn last line is quarantined first (above).

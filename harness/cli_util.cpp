@@ -110,30 +110,6 @@ int finish_verb(const std::string& command, const VerbResult& result) {
   return result.exit_code;
 }
 
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::optional<std::vector<int>> parse_int_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const int v = std::stoi(item, &used);
-      if (used != item.size()) return std::nullopt;
-      out.push_back(v);
-    } catch (...) {
-      return std::nullopt;
-    }
-  }
-  if (out.empty()) return std::nullopt;
-  return out;
-}
-
 namespace {
 
 // "12", "-3": optional minus, then digits only.
@@ -202,13 +178,6 @@ CLI::Validator finite_number_in(double min, double max, bool min_exclusive) {
         return {};
       },
       rule.substr(2));
-}
-
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  if (std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec) && !ec)
-    return true;
-  return std::filesystem::equivalent(a, b, ec) && !ec;
 }
 
 bool write_text_file(const std::string& path, const std::string& text, std::string* error) {

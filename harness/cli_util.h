@@ -10,9 +10,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "flywheel/locked_file.h"
 #include "harness/verbs.h"
 #include "schedule/config.h"
+#include "schedule/format.h"
 #include "schedule/program.h"
+#include "search/child_process.h"
 
 namespace megasched::harness {
 
@@ -42,12 +45,6 @@ void print_error(const std::string& command, const std::string& message);
 /// print_json) and returns its exit code.
 int finish_verb(const std::string& command, const VerbResult& result);
 
-/// `text` as one word for /bin/sh (single-quoted).
-std::string shell_quote(const std::string& text);
-
-/// Splits "0,3,7" into integers; nullopt on a malformed list.
-std::optional<std::vector<int>> parse_int_list(const std::string& text);
-
 /// The largest value of an int flag.
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 
@@ -62,9 +59,6 @@ CLI::Validator unsigned_integer();
 /// A finite number in [min, max]; with min_exclusive, in (min, max].
 CLI::Validator finite_number_in(double min, double max = std::numeric_limits<double>::max(),
                                 bool min_exclusive = false);
-
-/// True when `a` and `b` name one file (the same path, or two paths to one existing file).
-bool same_file(const std::string& a, const std::string& b);
 
 /// Writes `text` to `path` (truncating it) and reports a failed open, write or close: false and
 /// *error ("cannot write 'PATH': No space left on device").

@@ -1,14 +1,15 @@
 // `megasched baseline --model M [--kind cublas|graph-pdl]`: an op-by-op decode step of the model's
-// weights (eval/baseline.h: cuBLAS GEMVs, or the fused kernels with programmatic dependent launch),
+// weights (eval/baselines/baseline.h: cuBLAS GEMVs, or the fused kernels with programmatic dependent launch),
 // replayed from a CUDA graph: checked against the eager reference at position 0, then timed at
 // --position (the KV cache filled by the baseline itself), with the floor of the live device beside
 // it.
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 #include "eval/device.h"
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
+#include "schedule/lookup.h"
 
 namespace megasched::harness {
 
@@ -48,7 +49,7 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
   cmd->callback([&ctx, opt] {
     std::string error;
     // The arguments first, so a bad one is reported as such on any machine.
-    auto shape = eval::resolve_shape(opt->model, &error);
+    auto shape = schedule::resolve_shape(opt->model, &error);
     if (!shape) {
       print_error("baseline", error + " (hint: `megasched models` lists the presets)");
       ctx.exit_code = kExitUsage;
@@ -79,7 +80,7 @@ void add_baseline_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = kExitEnvironment;
       return;
     }
-    auto weights = eval::load_weights(opt->model, opt->seed, &error);
+    auto weights = schedule::load_weights(opt->model, opt->seed, &error);
     if (!weights) {
       print_error("baseline", error);
       ctx.exit_code = kExitUsage;

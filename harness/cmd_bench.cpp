@@ -6,13 +6,14 @@
 #include <filesystem>
 #include <iostream>
 
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 #include "eval/bench.h"
 #include "eval/device.h"
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
+#include "schedule/lookup.h"
 #include "schedule/named_configs.h"
 
 namespace megasched::harness {
@@ -41,13 +42,13 @@ struct Parsed {
 std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* exit_code) {
   *exit_code = kExitUsage;
   Parsed p;
-  auto shape = eval::resolve_shape(o.model, error);
+  auto shape = schedule::resolve_shape(o.model, error);
   if (!shape) {
     *error += " (hint: `megasched models` lists the presets)";
     return std::nullopt;
   }
   p.shape = *shape;
-  const auto positions = parse_int_list(o.positions);
+  const auto positions = schedule::parse_int_list(o.positions);
   if (!positions || positions->empty()) {
     *error = "--positions takes comma-separated integers, got '" + o.positions + "'";
     return std::nullopt;
@@ -169,7 +170,7 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = kExitEnvironment;
       return;
     }
-    auto weights = eval::load_weights(opt->model, opt->seed, &error);
+    auto weights = schedule::load_weights(opt->model, opt->seed, &error);
     auto target = weights ? eval::live_target(&error) : std::nullopt;
     if (!weights || !target) {
       print_error("bench", error);

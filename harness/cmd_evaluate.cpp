@@ -6,6 +6,7 @@
 #include "harness/run_record.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
+#include "schedule/lookup.h"
 #include "schedule/lower.h"
 
 namespace megasched::harness {
@@ -46,7 +47,7 @@ int run_evaluate(Options& opt) {
     program = read_program_arg(opt.program, &error, &code);
     if (!program) return fail(code, error);
     // Checked before the model loads: a program of another model is refused at once.
-    auto shape = eval::resolve_shape(ev.model, &error);
+    auto shape = schedule::resolve_shape(ev.model, &error);
     auto target = shape ? eval::resolve_target(ev.gpu, &error) : std::nullopt;
     if (shape && target && !schedule::check_program_fits_model(*program, *shape, *target, &error))
       return fail(kExitUsage, "program '" + opt.program + "' does not fit model " + shape->name +

@@ -1,6 +1,6 @@
 // `megasched fuzz-validator`: the validator's scorecard. Generates adversarial programs (one-defect
 // mutants of real toy lowerings and of safe random DAGs, and random DAGs safe and unsafe), decides
-// each with the exhaustive ground truth (eval/ground_truth.h, accesses recorded by the
+// each with the exhaustive ground truth (groundtruth/ground_truth.h, accesses recorded by the
 // ReferenceVm) and with validate(), and prints per class: generated, unsafe by ground truth,
 // accepted-unsafe (must be 0), rejected-safe. The table goes to stderr, the JSON summary to stdout;
 // exit 0 only when nothing unsafe was accepted.
@@ -8,8 +8,8 @@
 #include <map>
 #include <random>
 
-#include "eval/ground_truth.h"
-#include "eval/program_fuzz.h"
+#include "groundtruth/ground_truth.h"
+#include "groundtruth/program_fuzz.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "schedule/lower.h"
@@ -47,7 +47,7 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
       "Write each program validate() rejects but the ground truth calls safe to DIR/<index>.json");
   cmd->callback([&ctx, opt] {
     using namespace schedule;
-    using namespace eval;
+    using namespace groundtruth;
     std::error_code ec;
     if (!opt->dump_dir.empty() && !std::filesystem::is_directory(opt->dump_dir, ec)) {
       print_error("fuzz-validator", "--dump-rejected-safe: '" + opt->dump_dir +

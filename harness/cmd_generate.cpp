@@ -9,6 +9,7 @@
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
+#include "schedule/lookup.h"
 
 namespace megasched::harness {
 
@@ -34,7 +35,7 @@ int fail(int code, const std::string& message) {
 /// The decode the flags describe; returns the exit code.
 int run_generate(const Options& opt) {
   std::string error;
-  auto prompt = parse_int_list(opt.prompt);
+  auto prompt = schedule::parse_int_list(opt.prompt);
   if (!prompt)
     return fail(kExitUsage,
                 "--prompt-ids '" + opt.prompt + "' is not a comma-separated list of token ids");
@@ -45,7 +46,7 @@ int run_generate(const Options& opt) {
   if (!target) return fail(target_error_code(opt.gpu), error);
   if (opt.device == "gpu" && !eval::gpu_available(&error))
     return fail(kExitEnvironment, "--device gpu: " + error);
-  auto weights = eval::load_weights(opt.model, opt.seed, &error);
+  auto weights = schedule::load_weights(opt.model, opt.seed, &error);
   if (!weights) return fail(kExitUsage, error);
   eval::GenerateOptions g;
   g.prompt.assign(prompt->begin(), prompt->end());

@@ -1,8 +1,8 @@
-// `megasched loop`: the keep/revert loop over a budget of trials (harness/loop.h). One progress
+// `megasched loop`: the keep/revert loop over a budget of trials (search/loop.h). One progress
 // line per trial on stderr, the summary JSON on stdout (the loop itself: run_loop_command in
-// harness/verbs.h). GPU trials run in a `megasched worker` child (harness/worker_evaluator.h); CPU
+// harness/verbs.h). GPU trials run in a `megasched worker` child (search/worker_evaluator.h); CPU
 // trials run in process unless --isolate. --gpus / --workers run one worker per GPU or CPU slot,
-// --mpi one per MPI rank (harness/trial_pool.h, harness/mpi_pool.h).
+// --mpi one per MPI rank (search/trial_pool.h, search/mpi_pool.h).
 // SIGINT / SIGTERM: the current trial finishes and is logged, then the summary prints; a second
 // signal ends the process at once (the logs stay whole: every line is one locked append).
 #include <signal.h>
@@ -19,10 +19,11 @@
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/run_record.h"
-#include "harness/strategy.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
+#include "schedule/lookup.h"
 #include "schedule/lower.h"
+#include "search/strategy.h"
 
 namespace megasched::harness {
 namespace {
@@ -52,7 +53,7 @@ void install_stop_handlers() {
 /// The best config's lowered program (null when it cannot be rebuilt here).
 nlohmann::json best_program(const LoopCommand& opt, const nlohmann::json& best) {
   std::string error;
-  auto shape = eval::resolve_shape(opt.trial.ev.model, &error);
+  auto shape = schedule::resolve_shape(opt.trial.ev.model, &error);
   auto target = shape ? eval::resolve_target(opt.trial.ev.gpu, &error) : std::nullopt;
   auto config = target
                     ? schedule::parse_config(best.value("config", nlohmann::json::object()), &error)
@@ -114,7 +115,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategy.name, "random | hillclimb | prior | proposer")
-      ->check(CLI::IsMember(strategy_names()))
+      ->check(CLI::IsMember(search::strategy_names()))
       ->capture_default_str();
   cmd->add_option("--proposer", opt->strategy.proposer_command,
                   "External proposer command (implies --strategy proposer): context JSON on its "

@@ -4,7 +4,7 @@
 //   --compare  prior versus random on the predicted-latency landscape of a model: for each seed,
 //              both strategies run `--budget` trials from scratch (cold: no corpus), and the
 //              number of trials each needs to reach the target latency is reported
-//              (harness/prior_race.h)
+//              (search/prior_race.h)
 #include <filesystem>
 #include <iostream>
 
@@ -13,8 +13,8 @@
 #include "flywheel/prior.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
-#include "harness/prior_race.h"
 #include "harness/trial_flags.h"
+#include "search/prior_race.h"
 
 namespace megasched::harness {
 
@@ -28,7 +28,7 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
     int folds = 5;
     uint64_t seed = 0;
     TrialFlags trial;
-    PriorRaceOptions race;
+    search::PriorRaceOptions race;
   };
   auto opt = std::make_shared<Options>();
   opt->trial.ev.model = "small";
@@ -110,8 +110,8 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
       return print_error("prior", error),
              void(ctx.exit_code = environment ? kExitEnvironment : kExitUsage);
     opt->race.first_seed = opt->seed;
-    PriorRace race =
-        race_prior_against_random(*trial, trial->shape(), trial->target(), opt->race, std::cerr);
+    search::PriorRace race = search::race_prior_against_random(
+        *trial, trial->shape(), trial->target(), opt->race, std::cerr);
     if (!race.ok) return print_error("prior", race.error), void(ctx.exit_code = kExitEnvironment);
     race.summary["model"] = opt->trial.ev.model;
     race.summary["target"] = trial->target().name;

@@ -18,6 +18,7 @@
 #include "harness/commands.h"
 #include "harness/run_record.h"
 #include "harness/trial_flags.h"
+#include "schedule/lookup.h"
 
 namespace megasched::harness {
 namespace {
@@ -88,7 +89,7 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = code;
     };
     // Arguments and the program first, so a bad one is reported on any machine.
-    auto shape = eval::resolve_shape(opt->model, &error);
+    auto shape = schedule::resolve_shape(opt->model, &error);
     if (!shape) return fail(kExitUsage, error + " (hint: `megasched models` lists the presets)");
     if (opt->position < 0 || opt->position >= shape->max_seq)
       return fail(kExitUsage, "--position must lie in [0, " + std::to_string(shape->max_seq - 1) +
@@ -126,7 +127,7 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
                                     " diagnostics; `megasched validate` lists them all)");
     if (!eval::gpu_available(&why))
       return fail(kExitEnvironment, "profile needs a CUDA device: " + why + no_gpu_hint);
-    auto weights = eval::load_weights(opt->model, opt->seed, &error);
+    auto weights = schedule::load_weights(opt->model, opt->seed, &error);
     if (!weights) return fail(kExitUsage, error);
 
     eval::ProfileRunOptions po;

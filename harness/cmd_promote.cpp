@@ -14,6 +14,7 @@
 #include "harness/promote.h"
 #include "harness/run_record.h"
 #include "harness/trial_flags.h"
+#include "schedule/lookup.h"
 #include "schedule/lower.h"
 #include "vm/nvrtc_build.h"
 
@@ -157,12 +158,12 @@ int run_promote(const Options& opt) {
   if (!config) return fail(code, error);
   VerifyRequest vr{opt.model, opt.gpu, opt.device, opt.seed, {}, opt.tokens};
   if (!opt.positions.empty()) {
-    auto list = parse_int_list(opt.positions);
+    auto list = schedule::parse_int_list(opt.positions);
     if (!list || list->empty())
       return fail(kExitUsage, "--positions '" + opt.positions + "' is not a list such as 0,1024");
     vr.positions = *list;
   }
-  auto shape = eval::resolve_shape(opt.model, &error);
+  auto shape = schedule::resolve_shape(opt.model, &error);
   if (!shape) return fail(kExitUsage, error);
   auto target = eval::resolve_target(opt.gpu, &error);
   if (!target) return fail(target_error_code(opt.gpu), error);

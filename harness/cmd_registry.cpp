@@ -126,7 +126,7 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
     VerifyRequest vr{entry->model, entry->gpu, opt->device, 0, {}, opt->tokens};
     if (vr.device == "auto") vr.device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
     if (!opt->positions.empty()) {
-      auto list = parse_int_list(opt->positions);
+      auto list = schedule::parse_int_list(opt->positions);
       if (!list || list->empty()) {
         print_error("registry",
                     "--positions '" + opt->positions + "' is not a list such as 0,1024");

@@ -1,6 +1,6 @@
 // `megasched worker`: the trial process of GPU fault isolation. Loads the model and target once,
 // prints a ready line, then answers one JSON line per request line on stdin until end of input
-// (protocol in harness/worker_evaluator.h and HARNESS.md). `megasched loop` starts it; a person
+// (protocol in search/worker_evaluator.h and HARNESS.md). `megasched loop` starts it; a person
 // can too: `echo '{}' | megasched worker --model toy --device cpu`.
 #include <iostream>
 
@@ -8,7 +8,7 @@
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
-#include "harness/worker_evaluator.h"
+#include "search/worker_evaluator.h"
 
 namespace megasched::harness {
 
@@ -41,7 +41,7 @@ void add_worker_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = environment ? kExitEnvironment : kExitUsage;
       return;
     }
-    serve_worker(*evaluator, std::cin, std::cout);
+    search::serve_worker(*evaluator, std::cin, std::cout);
     ctx.exit_code = kExitOk;
   });
 }

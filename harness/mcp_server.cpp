@@ -11,12 +11,12 @@
 #include <mutex>
 #include <thread>
 
-#include "harness/child_process.h"
 #include "harness/json_rpc.h"
 #include "harness/json_schema.h"
 #include "harness/mcp_resources.h"
 #include "schedule/config.h"
 #include "schedule/format.h"
+#include "search/child_process.h"
 
 #ifndef MS_VERSION
 #define MS_VERSION "0.0.0"
@@ -310,7 +310,7 @@ void Session::call_tool(const JsonRpcMessage& m) {
   call->id = m.id;
   call->tool = name;
   call->progress_token = token;
-  call->started_s = monotonic_seconds();
+  call->started_s = search::monotonic_seconds();
   {
     std::lock_guard<std::mutex> lock(calls_mutex_);
     for (const auto& other : calls_)
@@ -342,7 +342,7 @@ void Session::run_call(const std::shared_ptr<InFlight>& call, const McpTool& too
     result.text = "megasched " + tool.name + ": internal error: " + e.what();
     result.exit_code = 3;
   }
-  const std::string took = schedule::fmt("%.2f s", monotonic_seconds() - call->started_s);
+  const std::string took = schedule::fmt("%.2f s", search::monotonic_seconds() - call->started_s);
   if (call->cancel) {
     log_line(tool.name + " (request " + call->id.dump() + ") cancelled after " + took +
              "; no response, as the protocol asks");
@@ -402,14 +402,14 @@ void Session::reap_finished() {
 }
 
 void Session::finish() {
-  const double deadline = monotonic_seconds() + kEndOfInputGrace_s;
+  const double deadline = search::monotonic_seconds() + kEndOfInputGrace_s;
   for (;;) {
     bool running = false;
     {
       std::lock_guard<std::mutex> lock(calls_mutex_);
       for (const auto& c : calls_) running = running || !c->finished;
     }
-    if (!running || monotonic_seconds() >= deadline) break;
+    if (!running || search::monotonic_seconds() >= deadline) break;
     ::usleep(10000);
   }
   std::vector<std::shared_ptr<InFlight>> calls;

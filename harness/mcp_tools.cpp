@@ -7,7 +7,6 @@
 #include "eval/profile.h"
 #include "eval/profile_run.h"
 #include "flywheel/registry.h"
-#include "harness/child_process.h"
 #include "harness/cli_util.h"
 #include "harness/embedded_docs.h"
 #include "harness/json_schema.h"
@@ -15,6 +14,8 @@
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
 #include "schedule/format.h"
+#include "schedule/lookup.h"
+#include "search/child_process.h"
 
 namespace megasched::harness {
 
@@ -28,14 +29,14 @@ std::unique_lock<std::timed_mutex> McpContext::take_device(const ToolCall& call)
   return lock;
 }
 
-WorkerEvaluator* McpContext::worker(const std::string& command, const ToolCall& call,
-                                    std::string* error) {
+search::WorkerEvaluator* McpContext::worker(const std::string& command, const ToolCall& call,
+                                            std::string* error) {
   if (!worker_ || worker_command_ != command) {
     end_worker();
-    WorkerOptions options;
+    search::WorkerOptions options;
     options.command = command;
     options.cancel = call.cancel;
-    auto fresh = std::make_unique<WorkerEvaluator>(options);
+    auto fresh = std::make_unique<search::WorkerEvaluator>(options);
     if (!fresh->start(error)) return nullptr;
     worker_ = std::move(fresh);
     worker_command_ = command;
@@ -210,8 +211,8 @@ const json& validate_schema() {
 }
 
 const json& loop_schema() {
-  const StrategyOptions strategy;
-  const LoopOptions loop;
+  const search::StrategyOptions strategy;
+  const search::LoopOptions loop;
   static const json schema = required_without_default(object_schema(
       {{"model", model_property()},
        {"gpu", gpu_property("h100")},
@@ -530,7 +531,7 @@ ToolResult evaluate_tool(const ToolCall& call, McpContext& context) {
   if (!flags.parse_positions(&error) || !flags.parse_objective(&error, "objective"))
     return tool_error(kExitUsage, "megasched evaluate: " + error);
   // The model and the target here, for the CLI's messages; the worker loads them.
-  const auto shape = eval::resolve_shape(flags.ev.model, &error);
+  const auto shape = schedule::resolve_shape(flags.ev.model, &error);
   if (!shape) return tool_error(kExitUsage, "megasched evaluate: " + error);
   if (const std::string why =
           eval::objective_range_error(flags.ev.objective, shape->name, shape->max_seq, "objective");
@@ -545,12 +546,12 @@ ToolResult evaluate_tool(const ToolCall& call, McpContext& context) {
   call.progress(0, 2,
                 "starting the worker (" + flags.ev.model + " on " + flags.ev.gpu + ", " +
                     flags.ev.device + ")");
-  WorkerEvaluator* worker =
+  search::WorkerEvaluator* worker =
       context.worker(worker_command(context.options().executable, flags), call, &error);
   if (call.cancelled()) return cancelled();
   if (!worker) return tool_error(kExitEnvironment, "megasched evaluate: " + error);
   struct Unhook {  // the worker outlives this call; its cancel flag does not
-    WorkerEvaluator* worker;
+    search::WorkerEvaluator* worker;
     ~Unhook() { worker->set_cancel(nullptr); }
   } unhook{worker};
   worker->set_trial_timeout(a.number("trial_timeout"));
@@ -628,15 +629,15 @@ ToolResult report_tool(const ToolCall& call, McpContext& context) {
 std::string profile_command(const Arguments& a, const McpOptions& options,
                             const std::string& config) {
   std::string command =
-      shell_quote(options.executable.empty() ? this_executable() : options.executable) +
-      " profile --model " + shell_quote(a.text("model")) + " --gpu " + shell_quote(a.text("gpu")) +
-      " --config " + shell_quote(config);
+      search::shell_quote(options.executable.empty() ? this_executable() : options.executable) +
+      " profile --model " + search::shell_quote(a.text("model")) + " --gpu " +
+      search::shell_quote(a.text("gpu")) + " --config " + search::shell_quote(config);
   for (const char* flag : {"position", "token", "warmup", "seed"}) {
     const json value = a.get(flag);
     if (std::string(flag) == "token" && value == -1) continue;  // -1: profile's own token sequence
     command += std::string(" --") + flag + " " + value.dump();
   }
-  return command + " --out " + shell_quote(options.profile_path) + " --json";
+  return command + " --out " + search::shell_quote(options.profile_path) + " --json";
 }
 
 ToolResult profile_tool(const ToolCall& call, McpContext& context) {
@@ -660,15 +661,15 @@ ToolResult profile_tool(const ToolCall& call, McpContext& context) {
   const auto parent = std::filesystem::path(options.profile_path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   call.progress(0, 1, "profiling one stamped step");
-  ChildProcess child;
+  search::ChildProcess child;
   std::string error, out;
   if (!child.start(profile_command(a, options, config), &error))
     return tool_error(kExitEnvironment, "megasched profile: " + error);
   if (!config_text.empty()) child.write_line(config_text);
   child.close_stdin();
   const auto status = child.read_all(a.number("timeout"), &out, call.cancel);
-  if (status == ChildProcess::ReadStatus::kCancelled) return child.kill(), cancelled();
-  if (status == ChildProcess::ReadStatus::kTimeout)
+  if (status == search::ChildProcess::ReadStatus::kCancelled) return child.kill(), cancelled();
+  if (status == search::ChildProcess::ReadStatus::kTimeout)
     return child.kill(), tool_error(kExitEnvironment, "megasched profile: no result within " +
                                                           a.get("timeout").dump() + " s; killed");
   const std::string ended = child.finish(10.0);
@@ -758,25 +759,25 @@ ToolResult promote_tool(const ToolCall& call, McpContext& context) {
                       "the protocol here; pass the config object itself");
   const McpOptions& options = context.options();
   std::string command =
-      shell_quote(options.executable.empty() ? this_executable() : options.executable) +
-      " promote --model " + shell_quote(a.text("model")) + " --gpu " + shell_quote(a.text("gpu")) +
-      " --device " + shell_quote(a.text("device")) + " --config " + shell_quote(config) +
-      " --rounds " + a.get("rounds").dump() + " --tokens " + a.get("tokens").dump() +
-      (a.flag("verify_only") ? " --verify-only" : "") + " --runs-dir " +
-      shell_quote(runs_dir_beside(options.results_path));
+      search::shell_quote(options.executable.empty() ? this_executable() : options.executable) +
+      " promote --model " + search::shell_quote(a.text("model")) + " --gpu " +
+      search::shell_quote(a.text("gpu")) + " --device " + search::shell_quote(a.text("device")) +
+      " --config " + search::shell_quote(config) + " --rounds " + a.get("rounds").dump() +
+      " --tokens " + a.get("tokens").dump() + (a.flag("verify_only") ? " --verify-only" : "") +
+      " --runs-dir " + search::shell_quote(runs_dir_beside(options.results_path));
   auto device = context.take_device(call);
   if (!device.owns_lock()) return cancelled();
   context.end_worker();
   call.progress(0, 1, "promoting: verify gate, then the benchmark gate");
-  ChildProcess child;
+  search::ChildProcess child;
   std::string error, out;
   if (!child.start(command, &error))
     return tool_error(kExitEnvironment, "megasched promote: " + error);
   if (config_arg.is_object()) child.write_line(config_arg.dump());
   child.close_stdin();
   const auto status = child.read_all(a.number("timeout"), &out, call.cancel);
-  if (status == ChildProcess::ReadStatus::kCancelled) return child.kill(), cancelled();
-  if (status == ChildProcess::ReadStatus::kTimeout)
+  if (status == search::ChildProcess::ReadStatus::kCancelled) return child.kill(), cancelled();
+  if (status == search::ChildProcess::ReadStatus::kTimeout)
     return child.kill(), tool_error(kExitEnvironment, "megasched promote: no result within " +
                                                           a.get("timeout").dump() + " s; killed");
   const std::string ended = child.finish(10.0);

@@ -5,7 +5,7 @@
 // is the generated list (tests/harness/mcp_tools_test.cpp keeps it current).
 //
 // Trials never run in the server's process: `evaluate` and `loop` send them to a `megasched
-// worker` child (harness/worker_evaluator.h), `profile` runs `megasched profile` as a child, so a
+// worker` child (search/worker_evaluator.h), `profile` runs `megasched profile` as a child, so a
 // crashing or hanging trial costs that trial, not the server. Tools that run trials hold the
 // device for the whole call: one such call at a time; the others (propose, validate, report) run
 // beside them.
@@ -27,7 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/worker_evaluator.h"
+#include "search/worker_evaluator.h"
 
 namespace megasched::harness {
 
@@ -78,14 +78,15 @@ class McpContext {
   std::unique_lock<std::timed_mutex> take_device(const ToolCall& call);
   /// The evaluate tool's worker for `command` (hold the device): the running one when its command
   /// matches, else a new one. nullptr with *error when it does not start.
-  WorkerEvaluator* worker(const std::string& command, const ToolCall& call, std::string* error);
+  search::WorkerEvaluator* worker(const std::string& command, const ToolCall& call,
+                                  std::string* error);
   /// Ends the evaluate tool's worker (a loop or a profile is taking the device).
   void end_worker();
 
  private:
   McpOptions options_;
   std::timed_mutex device_;
-  std::unique_ptr<WorkerEvaluator> worker_;
+  std::unique_ptr<search::WorkerEvaluator> worker_;
   std::string worker_command_;
 };
 

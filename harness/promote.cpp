@@ -5,6 +5,7 @@
 #include "eval/evaluate.h"
 #include "eval/generate.h"
 #include "schedule/format.h"
+#include "schedule/lookup.h"
 
 namespace megasched::harness {
 namespace {
@@ -85,7 +86,7 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
   ev.gpu = request.gpu;
   ev.device = request.device;
   ev.seed = request.seed;
-  auto shape = eval::resolve_shape(request.model, &error);
+  auto shape = schedule::resolve_shape(request.model, &error);
   if (!shape) {
     g.message = "verify gate: " + error;
     return g;
@@ -110,7 +111,7 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
                 (verdict->notes.empty() ? "" : ": " + verdict->notes.back());
     return g;
   }
-  auto weights = eval::load_weights(request.model, request.seed, &error);
+  auto weights = schedule::load_weights(request.model, request.seed, &error);
   if (!weights) {
     g.message = "verify gate: " + error;
     return g;

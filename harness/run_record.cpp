@@ -21,7 +21,7 @@ double now_s() {
 
 void set_command_line(int argc, char** argv) {
   std::string line;
-  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + shell_quote(argv[i]);
+  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + search::shell_quote(argv[i]);
   stored_command_line() = line;
 }
 

@@ -46,7 +46,7 @@ int target_error_code(const std::string& gpu) {
 }
 
 bool TrialFlags::parse_positions(std::string* error) {
-  auto list = parse_int_list(positions);
+  auto list = schedule::parse_int_list(positions);
   if (!list) {
     if (error) *error = "--positions '" + positions + "' is not a comma-separated list of integers";
     return false;
@@ -76,9 +76,9 @@ bool TrialFlags::parse_objective(std::string* error, const std::string& flag) {
 std::string TrialFlags::worker_arguments() const {
   // The objective in its canonical form (no spaces, nothing to quote), so the worker's schedule
   // ids are the ones the loop computes.
-  return "--model " + shell_quote(ev.model) + " --gpu " + shell_quote(ev.gpu) + " --device " +
-         ev.device + " --positions " + positions + " --weight-seed " + std::to_string(ev.seed) +
-         " --timed-position " + std::to_string(ev.timed_position) +
+  return "--model " + search::shell_quote(ev.model) + " --gpu " + search::shell_quote(ev.gpu) +
+         " --device " + ev.device + " --positions " + positions + " --weight-seed " +
+         std::to_string(ev.seed) + " --timed-position " + std::to_string(ev.timed_position) +
          (ev.objective.empty() ? "" : " --objective " + eval::objective_text(ev.objective));
 }
 

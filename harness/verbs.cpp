@@ -18,13 +18,14 @@
 #include "flywheel/report_render.h"
 #include "flywheel/results.h"
 #include "harness/cli_util.h"
-#include "harness/mpi_pool.h"
 #include "harness/trial_flags.h"
-#include "harness/worker_evaluator.h"
-#include "harness/worker_pool.h"
+#include "schedule/lookup.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"
+#include "search/mpi_pool.h"
+#include "search/worker_evaluator.h"
+#include "search/worker_pool.h"
 
 namespace megasched::harness {
 namespace {
@@ -94,7 +95,7 @@ int verdict_exit_code(const eval::Verdict& verdict) {
 VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
                              const schedule::ScheduleConfig& incumbent) {
   std::string error;
-  auto shape = eval::resolve_shape(model, &error);
+  auto shape = schedule::resolve_shape(model, &error);
   if (!shape) return failed(kExitUsage, error);
   auto target = eval::resolve_target(gpu, &error);
   if (!target) return failed(target_error_code(gpu), error);  // `auto` without a GPU: exit 3
@@ -120,7 +121,7 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   if (!target) return failed(target_error_code(request.gpu), error);
   const std::string presets_hint = " (hint: `megasched models` lists the presets)";
   if (request.random_configs > 0) {
-    auto shape = eval::resolve_shape(request.model, &error);
+    auto shape = schedule::resolve_shape(request.model, &error);
     if (!shape) return failed(kExitUsage, error + presets_hint);
     return validate_random_configs(*shape, *target, request.random_configs, request.seed);
   }
@@ -131,7 +132,7 @@ VerbResult validate_schedule(const ValidateRequest& request) {
     // The model the program is checked against (a hand-built program, e.g. the fuzzer's "fuzz",
     // names none: the validator then judges it against its own declarations alone).
     const std::string model = request.model_given ? request.model : program->model_name;
-    auto shape = eval::resolve_shape(model, &error);
+    auto shape = schedule::resolve_shape(model, &error);
     if (!shape && request.model_given) return failed(kExitUsage, error + presets_hint);
     if (shape && !schedule::check_program_fits_model(*program, *shape, *target, &error))
       return failed(kExitUsage, "program '" + request.program_label + "' does not fit model " +
@@ -139,7 +140,7 @@ VerbResult validate_schedule(const ValidateRequest& request) {
     out["program"] = request.program_label;
     out["model"] = shape ? nlohmann::json(shape->name) : nlohmann::json(nullptr);
   } else {
-    auto shape = eval::resolve_shape(request.model, &error);
+    auto shape = schedule::resolve_shape(request.model, &error);
     if (!shape) return failed(kExitUsage, error + presets_hint);
     program = schedule::lower(*shape, *target, request.config.value_or(schedule::ScheduleConfig{}),
                               &error);
@@ -160,7 +161,7 @@ VerbResult validate_schedule(const ValidateRequest& request) {
 
 VerbResult build_report_document(const ReportRequest& request) {
   for (const std::string* input : {&request.results_path, &request.corpus_path})
-    if (!request.html_path.empty() && same_file(request.html_path, *input))
+    if (!request.html_path.empty() && flywheel::same_file(request.html_path, *input))
       return failed(kExitUsage, "--out '" + request.html_path + "' is the " +
                                     (input == &request.results_path ? "--results" : "--corpus") +
                                     " log it would read; name another file (e.g. report.html)");
@@ -211,7 +212,7 @@ std::string this_executable() {
 }
 
 std::string worker_command(const std::string& executable, const TrialFlags& flags) {
-  return shell_quote(executable.empty() ? this_executable() : executable) + " worker " +
+  return search::shell_quote(executable.empty() ? this_executable() : executable) + " worker " +
          flags.worker_arguments();
 }
 
@@ -220,7 +221,7 @@ namespace {
 // Where a loop's trials run: one evaluator, or a pool of workers (--gpus, --workers, --mpi).
 struct LoopBackend {
   std::unique_ptr<eval::Evaluator> evaluator;
-  std::unique_ptr<TrialPool> pool;
+  std::unique_ptr<search::TrialPool> pool;
   std::optional<int> served;  // an MPI rank other than 0: its exit code after serving trials
   std::string warning;        // workers that did not come up while others did
 };
@@ -242,42 +243,42 @@ std::string check_worker_flags(const LoopCommand& opt) {
 std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& device,
                                         LoopBackend* backend) {
   std::string error;
-  WorkerOptions w;
+  search::WorkerOptions w;
   w.command = worker_command(opt.executable, opt.trial);
   w.trial_timeout_s = opt.trial_timeout_s;
   w.cancel = opt.loop.cancel;  // a cancelled loop kills the trial in flight
   if (opt.mpi) {
-    MpiLoopOptions m;
+    search::MpiLoopOptions m;
     m.worker = w;
     m.gpu = device == "gpu";
     m.rank_timeout_s = opt.rank_timeout_s;
     m.timed_position = opt.trial.ev.timed_position;
     m.objective = opt.trial.ev.objective;
     bool usage = false;
-    backend->pool = start_mpi_loop(m, &error, &backend->served, &usage);
+    backend->pool = search::start_mpi_loop(m, &error, &backend->served, &usage);
     if (backend->served) return VerbResult{*backend->served, nullptr, ""};
     if (!backend->pool) return failed(usage ? kExitUsage : kExitEnvironment, error);
     backend->warning = error;
     return std::nullopt;
   }
   if (!opt.gpus.empty() || opt.workers > 0) {
-    WorkerPoolOptions p;
+    search::WorkerPoolOptions p;
     p.worker = w;
     p.cpu_slots = opt.workers;
     p.timed_position = opt.trial.ev.timed_position;
     p.objective = opt.trial.ev.objective;
     if (!opt.gpus.empty()) {
       bool environment = false;
-      auto gpus = parse_gpu_list(opt.gpus, &error, &environment);
+      auto gpus = search::parse_gpu_list(opt.gpus, &error, &environment);
       if (!gpus) return failed(environment ? kExitEnvironment : kExitUsage, error);
       p.gpus = *gpus;
     }
-    backend->pool = start_worker_pool(p, &error);
+    backend->pool = search::start_worker_pool(p, &error);
     if (!backend->pool) return failed(kExitEnvironment, error);
     return std::nullopt;
   }
   if (device == "gpu" || opt.isolate) {
-    auto worker = std::make_unique<WorkerEvaluator>(w);
+    auto worker = std::make_unique<search::WorkerEvaluator>(w);
     if (!worker->start(&error)) return failed(kExitEnvironment, error);
     backend->evaluator = std::move(worker);
   } else {
@@ -314,7 +315,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
   if (!(opt.trial_timeout_s > 0))
     return failed(kExitUsage, "--trial-timeout must be more than 0 seconds");
   if (const std::string why = check_worker_flags(opt); !why.empty()) return failed(kExitUsage, why);
-  if (const std::string why = check_log_paths(opt.loop.results_path, opt.loop.corpus_path);
+  if (const std::string why = search::check_log_paths(opt.loop.results_path, opt.loop.corpus_path);
       !why.empty())
     return failed(kExitUsage, why);
   std::string device = opt.device;
@@ -323,7 +324,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
   if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
   ev.device = device;
 
-  auto shape = eval::resolve_shape(ev.model, &error);
+  auto shape = schedule::resolve_shape(ev.model, &error);
   if (!shape) return failed(kExitUsage, error);
   // Before any worker starts: a position the model cannot reach is the arguments' fault.
   if (const std::string why = eval::objective_range_error(ev.objective, shape->name, shape->max_seq,
@@ -350,9 +351,9 @@ VerbResult run_loop_command(LoopCommand& opt) {
                              ev.objective))
         opt.strategy.training.push_back(std::move(r));
   }
-  auto strategy = make_strategy(opt.strategy, &error);
+  auto strategy = search::make_strategy(opt.strategy, &error);
   if (!strategy) {
-    finish_mpi_loop(backend.pool.get(), kExitUsage);
+    search::finish_mpi_loop(backend.pool.get(), kExitUsage);
     return failed(kExitUsage, error);
   }
 
@@ -362,17 +363,18 @@ VerbResult run_loop_command(LoopCommand& opt) {
     *opt.loop.progress << "warning: " << backend.warning << "\n";
   if (backend.pool && opt.loop.progress) {
     *opt.loop.progress << (opt.mpi ? "mpi: rank 0 (pid " + std::to_string(::getpid()) + " on " +
-                                         host_name() + ") runs the loop; workers:"
+                                         search::host_name() + ") runs the loop; workers:"
                                    : std::string("workers:"));
     for (int s = 0; s < backend.pool->size(); ++s)
       *opt.loop.progress << " " << backend.pool->label(s)
                          << (backend.pool->alive(s) ? "" : " (not ready)");
     *opt.loop.progress << "\n";
   }
-  SystemClock clock;
-  LoopResult result =
-      backend.pool ? run_loop_on_pool(*backend.pool, *shape, *target, *strategy, clock, opt.loop)
-                   : run_loop(*backend.evaluator, *shape, *target, *strategy, clock, opt.loop);
+  search::SystemClock clock;
+  search::LoopResult result =
+      backend.pool
+          ? search::run_loop_on_pool(*backend.pool, *shape, *target, *strategy, clock, opt.loop)
+          : search::run_loop(*backend.evaluator, *shape, *target, *strategy, clock, opt.loop);
   VerbResult r;
   if (!result.ok) {
     r = failed(result.bad_arguments ? kExitUsage : kExitEnvironment, result.error);
@@ -390,7 +392,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
     if (!r.message.empty()) print_error("loop", r.message);
     if (!r.document.is_null()) print_json(r.document);
     std::fflush(nullptr);
-    finish_mpi_loop(backend.pool.get(), r.exit_code);
+    search::finish_mpi_loop(backend.pool.get(), r.exit_code);
     return VerbResult{r.exit_code, nullptr, ""};
   }
   return r;

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/verdict.h"
-#include "harness/loop.h"
-#include "harness/strategy.h"
 #include "harness/trial_flags.h"
 #include "schedule/config.h"
 #include "schedule/program.h"
+#include "search/loop.h"
+#include "search/strategy.h"
 
 namespace megasched::harness {
 
@@ -70,8 +70,8 @@ VerbResult build_report_document(const ReportRequest& request);
 /// `loop`: the flags of one loop, and the hooks of whoever runs it.
 struct LoopCommand {
   TrialFlags trial;
-  LoopOptions loop;  // its stop, cancel, progress and on_trial hooks are the caller's
-  StrategyOptions strategy;
+  search::LoopOptions loop;  // its stop, cancel, progress and on_trial hooks are the caller's
+  search::StrategyOptions strategy;
   std::string device = "auto";  // cpu, gpu or auto (gpu when one is usable)
   bool isolate = false;         // CPU trials in a worker process too (GPU trials always are)
   double trial_timeout_s = 300;

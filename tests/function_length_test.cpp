@@ -1,5 +1,9 @@
-// No function of the project is longer than kMaxFunctionLines (ARCHITECTURE.md, "Rules"): a long
-// function is several steps that want names. Tests and generated files are exempt.
+// No function of the project is longer than kMaxFunctionLines and no class longer than
+// kMaxClassLines (ARCHITECTURE.md, "Rules"): a long function is several steps that want names, a
+// long class several concerns that want walls. Tests and generated files are exempt. A class's
+// length is its body's lines plus those of every member function defined outside it
+// (`Checker::check_race(...) {...}`, in any file), so moving methods out of the body does not
+// hide its size.
 //
 // The scan is lexical, not a parse: comments, string and character literals (raw strings too) and
 // preprocessor lines are blanked, then every brace block that opens at namespace or class scope
@@ -12,6 +16,8 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +25,11 @@
 namespace {
 
 constexpr int kMaxFunctionLines = 150;
+constexpr int kMaxClassLines = 400;
+
+/// The folders of the project's own code (every layer, and the benchmarks).
+const char* const kCodeFolders[] = {"abi",      "schedule", "vm",      "groundtruth", "eval",
+                                    "flywheel", "search",   "harness", "bench"};
 
 struct FunctionSpan {
   std::string name;
@@ -161,15 +172,63 @@ std::string function_name(const std::string& head) {
   return head.substr(a, b - a);
 }
 
-/// Every function body at namespace or class scope of a source text.
-std::vector<FunctionSpan> function_spans(const std::string& source) {
+/// The class a class head names (`struct GraphPdlBaseline::Impl final : Base` gives
+/// "GraphPdlBaseline::Impl"); empty for a namespace, enum or union head.
+std::string class_name(const std::string& head) {
+  if (has_word(head, "enum") || has_word(head, "namespace") || has_word(head, "union")) return "";
+  size_t keyword = std::string::npos;
+  for (const char* k : {"class", "struct"}) {
+    const std::string word(k);
+    for (size_t at = head.find(word); at != std::string::npos; at = head.find(word, at + 1)) {
+      const bool left = at == 0 || std::isspace(static_cast<unsigned char>(head[at - 1]));
+      const size_t end = at + word.size();
+      const bool right = end < head.size() && std::isspace(static_cast<unsigned char>(head[end]));
+      if (left && right && (keyword == std::string::npos || end > keyword)) keyword = end;
+    }
+  }
+  if (keyword == std::string::npos) return "";
+  size_t a = keyword;
+  while (a < head.size() && std::isspace(static_cast<unsigned char>(head[a]))) ++a;
+  size_t b = a;
+  while (b < head.size() && (std::isalnum(static_cast<unsigned char>(head[b])) || head[b] == '_' ||
+                             (head[b] == ':' && b + 1 < head.size() && head[b + 1] == ':') ||
+                             (head[b] == ':' && b > 0 && head[b - 1] == ':')))
+    ++b;
+  return head.substr(a, b - a);
+}
+
+/// A class's key: its qualified name without the namespaces before it (lower-case segments).
+std::string class_key(std::string name) {
+  for (size_t at = name.find("::"); at != std::string::npos; at = name.find("::")) {
+    const std::string first = name.substr(0, at);
+    bool lower = true;
+    for (const char c : first) lower = lower && !std::isupper(static_cast<unsigned char>(c));
+    if (!lower) break;
+    name = name.substr(at + 2);
+  }
+  return name;
+}
+
+/// Every function body at namespace or class scope of a source text, and (when `classes` is
+/// given) every class body with its span.
+std::vector<FunctionSpan> function_spans(const std::string& source,
+                                         std::vector<FunctionSpan>* classes = nullptr) {
   const std::string code = blank_non_code(source);
   std::vector<FunctionSpan> spans;
+  std::vector<std::pair<int, size_t>> open;  // (class index, brace depth at its opening)
   size_t statement_start = 0;
+  size_t depth_now = 0;
   int line = 1;
   for (size_t i = 0; i < code.size(); ++i) {
     const char c = code[i];
     if (c == '\n') ++line;
+    if (c == '}') {
+      if (depth_now > 0) --depth_now;
+      if (!open.empty() && open.back().second == depth_now) {
+        if (classes) (*classes)[static_cast<size_t>(open.back().first)].last_line = line;
+        open.pop_back();
+      }
+    }
     if (c == ';' || c == '}') statement_start = i + 1;
     if (c != '{') continue;
     const std::string head = code.substr(statement_start, i - statement_start);
@@ -177,6 +236,12 @@ std::vector<FunctionSpan> function_spans(const std::string& source) {
                        has_word(head, "struct") || has_word(head, "union") ||
                        has_word(head, "enum") || has_word(head, "extern");
     if (scope && head.find('(') == std::string::npos) {
+      const std::string name = class_name(head);
+      if (classes && !name.empty()) {
+        open.emplace_back(static_cast<int>(classes->size()), depth_now);
+        classes->push_back({class_key(trim(name)), line, line});
+      }
+      ++depth_now;
       statement_start = i + 1;
       continue;  // enter the scope
     }
@@ -228,7 +293,7 @@ TEST(FunctionLength, NoProjectFunctionIsLongerThanTheLimit) {
   const fs::path root(MS_SOURCE_DIR);
   int files = 0;
   std::vector<std::string> too_long;
-  for (const char* folder : {"abi", "schedule", "vm", "eval", "flywheel", "harness", "bench"}) {
+  for (const char* folder : kCodeFolders) {
     for (const auto& entry : fs::recursive_directory_iterator(root / folder)) {
       const std::string ext = entry.path().extension().string();
       if (ext != ".h" && ext != ".cpp" && ext != ".cuh") continue;
@@ -251,6 +316,75 @@ TEST(FunctionLength, NoProjectFunctionIsLongerThanTheLimit) {
                                      for (const std::string& t : too_long) s += "  " + t + "\n";
                                      return s;
                                    }();
+}
+
+TEST(ClassLength, TheScanMeasuresClassBodiesAndTheirOutOfLineMembers) {
+  const std::string source =
+      "namespace a {\n"
+      "class Checker final : public Base {\n"
+      " public:\n"
+      "  int g() const { return 1; }\n"
+      "  struct Inner {\n"
+      "    int x;\n"
+      "  };\n"
+      "};\n"
+      "enum class E { kA };\n"
+      "int Checker::f(int x) {\n"
+      "  return x;\n"
+      "}\n"
+      "}  // namespace a\n";
+  std::vector<FunctionSpan> classes;
+  const std::vector<FunctionSpan> spans = function_spans(source, &classes);
+  ASSERT_EQ(classes.size(), 2u);
+  EXPECT_EQ(classes[0].name, "Checker");
+  EXPECT_EQ(classes[0].lines(), 7);
+  EXPECT_EQ(classes[1].name, "Inner");
+  EXPECT_EQ(classes[1].lines(), 3);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[1].name, "Checker::f");
+  EXPECT_EQ(class_key("megasched::schedule::Checker"), "Checker");
+  EXPECT_EQ(class_key("GraphPdlBaseline::Impl"), "GraphPdlBaseline::Impl");
+}
+
+TEST(ClassLength, NoProjectClassIsLongerThanTheLimit) {
+  namespace fs = std::filesystem;
+  const fs::path root(MS_SOURCE_DIR);
+  std::map<std::string, int> lines;                    // class -> body + out-of-line members
+  std::map<std::string, std::set<std::string>> where;  // class -> files
+  std::vector<std::pair<std::string, int>> members;    // qualifier of Class::f -> its lines
+  for (const char* folder : kCodeFolders) {
+    for (const auto& entry : fs::recursive_directory_iterator(root / folder)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".h" && ext != ".cpp" && ext != ".cuh") continue;
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      std::vector<FunctionSpan> classes;
+      const std::string file = fs::relative(entry.path(), root).string();
+      for (const FunctionSpan& f : function_spans(text.str(), &classes)) {
+        const size_t q = f.name.rfind("::");
+        if (q != std::string::npos) members.emplace_back(class_key(f.name.substr(0, q)), f.lines());
+      }
+      for (const FunctionSpan& c : classes) {
+        lines[c.name] += c.lines();
+        where[c.name].insert(file);
+      }
+    }
+  }
+  for (const auto& [owner, count] : members)
+    if (lines.count(owner)) lines[owner] += count;
+  std::string too_long;
+  for (const auto& [name, count] : lines)
+    if (count > kMaxClassLines) {
+      too_long += "  " + name + " (" + std::to_string(count) + " lines, in";
+      for (const std::string& f : where[name]) too_long += " " + f;
+      too_long += ")\n";
+    }
+  EXPECT_GT(lines.size(), 50u);
+  EXPECT_TRUE(too_long.empty()) << "classes over " << kMaxClassLines
+                                << " lines with their out-of-line members (split them along "
+                                   "their concerns):\n"
+                                << too_long;
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // The comparison's rendering (eval/bench.h) on synthetic timings, peers' JSON, and the choice of
-// the strongest baseline (eval/baseline.h): host code, no GPU.
+// the strongest baseline (eval/baselines/baseline.h): host code, no GPU.
 #include "eval/bench.h"
 
 #include <gtest/gtest.h>
 
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 
 namespace megasched::eval {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/program_fuzz.h"
+#include "groundtruth/program_fuzz.h"
 #include "harness/commands.h"
 
 namespace megasched::harness {
@@ -50,7 +50,7 @@ TEST(CmdValidate, AcceptsTheDefaultToyLowering) {
 }
 
 TEST(CmdValidate, RejectsAnUnsafeProgramFileWithRules) {
-  eval::ProgramBuilder b(eval::fuzz_target());
+  groundtruth::ProgramBuilder b(groundtruth::fuzz_target());
   const uint32_t c = b.counter("c");
   b.add(0, b.op("x"), 0, 0, 256, 8, {}, c, 1);
   b.add(1, b.op("y"), 256, 0, 264, 8);  // no wait on c

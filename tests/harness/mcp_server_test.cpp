@@ -21,11 +21,11 @@
 #include "eval/device.h"
 #include "flywheel/corpus.h"
 #include "flywheel/results.h"
-#include "harness/child_process.h"
 #include "harness/json_rpc.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
+#include "search/child_process.h"
 #include "tests/harness/mcp_client.h"
 #include "tests/harness/run_cli.h"
 

@@ -7,9 +7,9 @@
 #include <set>
 
 #include "abi/ring.h"
-#include "eval/device_model.h"
-#include "eval/ground_truth.h"
-#include "eval/program_fuzz.h"
+#include "groundtruth/device_model.h"
+#include "groundtruth/ground_truth.h"
+#include "groundtruth/program_fuzz.h"
 #include "schedule/footprint.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
@@ -17,20 +17,20 @@
 namespace megasched::schedule {
 namespace {
 
-using eval::fuzz_target;
-using eval::ProgramBuilder;
-using eval::random_safe_dag_program;
+using groundtruth::fuzz_target;
+using groundtruth::ProgramBuilder;
+using groundtruth::random_safe_dag_program;
 
 // The ground truth's verdict (kinds of hazard over every position that matters; empty: safe), to
 // show that a rejection below is of an unsafe program.
 std::set<std::string> truth_kinds(const Program& p, const GpuTarget& t = fuzz_target(4)) {
   static const Weights weights = generate_weights(*find_preset("toy"), 1, 1);
   std::set<std::string> kinds;
-  for (int32_t position : eval::ground_truth_positions(p)) {
-    eval::TaskAccesses acc;
+  for (int32_t position : groundtruth::ground_truth_positions(p)) {
+    groundtruth::TaskAccesses acc;
     std::string error;
-    EXPECT_TRUE(eval::record_accesses(p, weights, position, &acc, &error)) << error;
-    const eval::GroundTruth g = eval::explore_ground_truth(p, t, acc);
+    EXPECT_TRUE(groundtruth::record_accesses(p, weights, position, &acc, &error)) << error;
+    const groundtruth::GroundTruth g = groundtruth::explore_ground_truth(p, t, acc);
     EXPECT_TRUE(g.complete);
     kinds.insert(g.kinds.begin(), g.kinds.end());
   }
@@ -512,7 +512,7 @@ TEST(ScheduleValidator, RejectsSharedMemoryThatFitsOnlyWithoutTheAllocationUnit)
   p.launch.threads_per_block = 128;
   p.launch.blocks_per_sm = 5;
   p.launch.grid_blocks = 20;
-  const int64_t exact = eval::device_static_smem_bytes(eval::device_build(p));
+  const int64_t exact = groundtruth::device_static_smem_bytes(groundtruth::device_build(p));
   const int64_t bound = kernel_static_smem_bound(128, static_cast<int>(p.model.head_dim));
   const int64_t per_sm = fuzz_target().smem_per_sm;
   p.launch.smem_bytes = static_cast<int>(46593 - exact - kReservedSmemPerBlock);

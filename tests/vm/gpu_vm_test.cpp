@@ -11,7 +11,7 @@
 #include <chrono>
 
 #include "abi/ring.h"
-#include "eval/baseline.h"
+#include "eval/baselines/baseline.h"
 #include "eval/device.h"
 #include "eval/eager.h"
 #include "eval/evaluate.h"

@@ -300,7 +300,7 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
       schedule::ModelShape shape;
       shape.head_dim = 64;
       shape.dtype = bf16 ? schedule::DType::kBF16 : schedule::DType::kF32;
-      BuildRequest req{"vm/device/baseline.cuh", baseline_defines(shape), arch, ""};
+      BuildRequest req{"eval/baselines/baseline.cuh", baseline_defines(shape), arch, ""};
       const BuildResult r = build_cubin(req);
       ASSERT_TRUE(r.ok) << r.error;
       EXPECT_TRUE(r.kernels.empty() || r.kernels.size() == 7u) << r.log;
@@ -331,7 +331,7 @@ TEST(NvrtcBuild, CompilesTheGraphPdlBaselineForAmpereAndHopper) {
       shape.dtype = bf16 ? schedule::DType::kBF16 : schedule::DType::kF32;
       const std::vector<std::string> defines = pdl_baseline_defines(shape);
       EXPECT_NE(std::find(defines.begin(), defines.end(), "MS_THREADS=256"), defines.end());
-      const BuildResult r = build_cubin({"vm/device/pdl_baseline.cuh", defines, arch, ""});
+      const BuildResult r = build_cubin({"eval/baselines/pdl_baseline.cuh", defines, arch, ""});
       ASSERT_TRUE(r.ok) << "sm_" << arch << " bf16 " << bf16 << " hd " << head_dim << "\n"
                         << r.error;
       EXPECT_FALSE(r.cubin.empty());

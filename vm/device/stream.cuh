@@ -1,5 +1,5 @@
 // The streamed GEMV of a registers build (kernel.weight_stream "registers"): the way of streaming
-// that the graph-pdl baseline (pdl_baseline.cuh) showed reaches the HBM floor, done inside the
+// that the graph-pdl baseline (eval/baselines/pdl_baseline.cuh) showed reaches the HBM floor, done inside the
 // megakernel's task loop (ARCHITECTURE.md, "Where each concept lives").
 //
 // A task's rows are cut into groups of kRowsPerWarp rows; warp w of the block owns groups

@@ -1,0 +1,35 @@
+// What the two CUDA-graph baselines share (the cuBLAS graph, baselines/baseline_cuda.cpp, and
+// graph-pdl, baselines/baseline_pdl_cuda.cpp): a device buffer, and one captured step graph
+// replayed for its logits, its argmax and its time. Included only by *_cuda.cpp files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace megasched::eval {
+
+/// A device allocation of at least 16 bytes, freed on destruction.
+struct DeviceBuf {
+  void* ptr = nullptr;
+  explicit DeviceBuf(size_t bytes);
+  ~DeviceBuf();
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  float* f() const { return static_cast<float*>(ptr); }
+};
+
+/// Replays `exec` on `stream`, waits, and returns the `vocab` fp32 logits at `logits`.
+std::vector<float> replay_logits(cudaGraphExec_t exec, cudaStream_t stream, const void* logits,
+                                 int vocab);
+
+/// The argmax the last replay wrote into the step cell at `step_cell` (ms_abi::StepCell).
+int32_t read_step_argmax(const void* step_cell);
+
+/// One replay of `exec` between two events on `stream`, in microseconds.
+double time_replay_us(cudaGraphExec_t exec, cudaStream_t stream, cudaEvent_t start,
+                      cudaEvent_t stop);
+
+}  // namespace megasched::eval

@@ -1,0 +1,42 @@
+#include "eval/baselines/graph_replay.h"
+
+#include <algorithm>
+
+#include "abi/kernel_args.h"
+#include "vm/cuda_check.h"
+
+namespace megasched::eval {
+
+using vm::GpuError;
+
+DeviceBuf::DeviceBuf(size_t bytes) { MS_CHECK_CUDA(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+
+DeviceBuf::~DeviceBuf() { cudaFree(ptr); }
+
+std::vector<float> replay_logits(cudaGraphExec_t exec, cudaStream_t stream, const void* logits,
+                                 int vocab) {
+  MS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  MS_CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<float> out(static_cast<size_t>(vocab));
+  MS_CHECK_CUDA(cudaMemcpy(out.data(), logits, out.size() * 4, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+int32_t read_step_argmax(const void* step_cell) {
+  ms_abi::StepCell cell{};
+  MS_CHECK_CUDA(cudaMemcpy(&cell, step_cell, sizeof cell, cudaMemcpyDeviceToHost));
+  return cell.argmax;
+}
+
+double time_replay_us(cudaGraphExec_t exec, cudaStream_t stream, cudaEvent_t start,
+                      cudaEvent_t stop) {
+  MS_CHECK_CUDA(cudaEventRecord(start, stream));
+  MS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  MS_CHECK_CUDA(cudaEventRecord(stop, stream));
+  MS_CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  MS_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  return static_cast<double>(ms) * 1000.0;
+}
+
+}  // namespace megasched::eval

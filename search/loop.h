@@ -1,0 +1,127 @@
+// The keep/revert loop (ARCHITECTURE.md, "One trial"). Trial 0 is the default config (or, with
+// warm_start, the best config this workspace knows for the model, target and device); then the
+// strategy proposes, the evaluator judges, and the keep rule decides:
+//   1. correct first: rejected, incorrect, crash and timeout are never kept;
+//   2. a candidate replaces the incumbent when it is faster by more than
+//      max(min_gain x incumbent, sigmas x sigma), sigma = sqrt(sigma_cand^2 + sigma_inc^2) from
+//      the timing samples (a prediction has sigma 0, so only the 1% applies);
+//   3. on measured latencies the incumbent is re-measured back to back first and the rule is
+//      applied again against that fresh time;
+//   4. a near-tie (the difference within the margin either way) goes to the config with fewer
+//      knobs off the default.
+// Every trial becomes a corpus record and then a results row (flywheel/). No schedule is
+// evaluated twice: candidates whose schedule id any run already logged are skipped before they
+// run, and --resume continues the last run of this model, target and device where it stopped.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/evaluator.h"
+#include "eval/objective.h"
+#include "eval/verdict.h"
+#include "schedule/model.h"
+#include "schedule/target.h"
+#include "search/strategy.h"
+#include "search/trial_pool.h"
+
+namespace megasched::search {
+
+/// Wall time for timestamps, elapsed time, budgets and ETA; tests script it.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  /// Seconds since the Unix epoch.
+  virtual double now_s() = 0;
+};
+
+class SystemClock : public Clock {
+ public:
+  double now_s() override;
+};
+
+struct LoopOptions {
+  int budget = 24;          // trials in the run, counted across --resume
+  double minutes = 0.0;     // wall-clock budget of this invocation; 0: none
+  int plateau = 0;          // stop after this many trials in a row without a keep; 0: never
+  bool resume = false;      // continue the last run of this model / target / device
+  bool warm_start = false;  // trial 0: the best known config instead of the default
+  std::optional<schedule::ScheduleConfig> start;  // trial 0: this config (excludes warm_start)
+  int timed_position = 0;     // the evaluator's timed position: warm-start adopts only such records
+  eval::Objective objective;  // the evaluator's objective: warm-start adopts only its records
+  std::string results_path = "workspace/results.tsv";
+  std::string corpus_path = "workspace/corpus.jsonl";
+  double min_gain = 0.01;                   // keep rule: relative gain floor (1%)
+  double sigmas = 2.0;                      // keep rule: noise multiple
+  std::ostream* progress = nullptr;         // one line per trial (stderr in the CLI)
+  const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM: stop after this trial
+  /// Set to abandon the loop now (the MCP server, on notifications/cancelled): the trial in flight
+  /// is dropped, not logged (its evaluator, watching the same flag, returns at once), and the
+  /// loop stops with stop_reason "cancelled". The logs keep every trial that finished.
+  const std::atomic<bool>* cancel = nullptr;
+  /// Called after each logged trial: trials done (its trial number + 1), the budget, and the
+  /// progress line (the MCP server's progress notifications).
+  std::function<void(int done, int budget, const std::string& line)> on_trial;
+  uint64_t seed = 0;  // run id suffix
+};
+
+/// The keep rule applied to one candidate (inputs and outcome, recorded in the corpus).
+struct KeepDecision {
+  bool keep = false;
+  double margin_us = 0.0;  // improvement needed to count as faster
+  double gain_us = 0.0;    // incumbent - candidate (positive: the candidate is faster)
+  std::string reason;      // "faster by 12.1 us (2.4%) > margin 5.0 us" ...
+};
+
+/// sigma of a verdict's latency: the sample standard deviation with >= 2 samples, else
+/// spread / 2.563 (p90 - p10 of a normal), else 0 (a prediction).
+double latency_sigma_us(const eval::Verdict& verdict);
+
+/// The keep rule for a correct candidate with a latency against an incumbent with one.
+KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexity,
+                         const eval::Verdict& incumbent, int incumbent_complexity, double min_gain,
+                         double sigmas);
+
+struct LoopResult {
+  bool ok = true;  // false: the loop could not start or could not write its logs
+  std::string error;
+  bool bad_arguments = false;  // with !ok: the log paths given are wrong (exit 2, not 3)
+  nlohmann::json summary;      // best verdict + config, counts, stop reason, paths
+};
+
+/// Why `results` and `corpus` cannot be this loop's logs, or "" when they can: one file for both,
+/// something that is not a regular file (a directory, /dev/zero), or an existing file that is not
+/// such a log (a README, or the two swapped): a results file whose first line is not the header,
+/// a corpus none of whose lines is a trial record. A file holding only a torn first write passes.
+std::string check_log_paths(const std::string& results, const std::string& corpus);
+
+/// Runs the loop until the budget, the minutes, a plateau, a stop request, or an exhausted
+/// strategy. `shape` and `target` are the evaluator's (strategies draw configs for them). The
+/// logs are checked first (check_log_paths) and held for the run (flywheel::WorkloadLock): a
+/// second loop of the same model, target and device on them is refused. A trial whose evaluator
+/// reports a harness failure (eval::Evaluator::harness_failure) is not logged: the loop stops
+/// with the error.
+LoopResult run_loop(eval::Evaluator& evaluator, const schedule::ModelShape& shape,
+                    const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
+                    const LoopOptions& options);
+
+/// The same loop over a pool of evaluators (`loop --gpus`, `--workers`, `--mpi`): one trial per
+/// slot at a time, the strategy proposing a batch per live slot, verdicts decided in proposal
+/// order as they arrive (deterministic for a seed), each record naming the slot that timed it
+/// (timed_on) and judged against the incumbent of that slot's device type (device_type()), a
+/// measured winner re-measured against it on the same slot. A slot that stops answering is
+/// reported and its trial requeued once (a second loss logs it as a timeout). The summary gains
+/// "workers" (trials and trials/min per slot) and "other_device_types" (their incumbents).
+LoopResult run_loop_on_pool(TrialPool& pool, const schedule::ModelShape& shape,
+                            const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
+                            const LoopOptions& options);
+
+/// "1:05:09" / "4:07".
+std::string format_duration(double seconds);
+
+}  // namespace megasched::search
