@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
@@ -91,6 +92,7 @@ void expect_kernels_fit(const std::string& arch, const Geometry& g) {
     EXPECT_EQ(k->stack_bytes, 0) << what << " " << name;
     EXPECT_GT(k->registers, 0) << what << " " << name;
     EXPECT_LE(k->registers, cap) << what << " " << name;
+    std::printf("%s %s: %d registers\n", what.c_str(), name, k->registers);
   }
 }
 
