@@ -21,6 +21,12 @@
 #        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies, `stream/OP/pairs_am` the streamed GEMV of
 #        the named config, `ring/OP/SHAPE` the whole-row ring; RING_FILTER narrows it) into ring.json;
+#        stage "gate" runs bench/gate_bench.cpp (issue 37's gate before megakernel v3: a bulk-copy
+#        ring of 16-32 KiB pages with the copy-only, CUDA-core (C) and mma.sync (M) consumers on
+#        each llama-1b GEMV shape, one SM and all SMs, checked against an fp64 reference, and the
+#        hop chain between two SMs while the others stream; GATE_FILTER narrows it, e.g.
+#        'gate/C/gate_up|gate/hop') into gate.json, with a short table of every case's GB/s,
+#        us per link and verdict at the end of check.log;
 #        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep,
 #        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
 #        (with the step's dram__bytes_read.sum / dram__bytes_write.sum: any read beyond the weights
@@ -109,7 +115,7 @@ log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
 if has_stage build; then
   log "build"
   if ! { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON -DMEGASCHED_WERROR=OFF &&
-         cmake --build "$BUILD" -j"$(nproc)" --target megasched megasched_tests device_bench ring_bench; } > "$OUT/build.log" 2>&1; then
+         cmake --build "$BUILD" -j"$(nproc)" --target megasched megasched_tests device_bench ring_bench gate_bench; } > "$OUT/build.log" 2>&1; then
     log "build FAILED"
     tail -60 "$OUT/build.log" >> "$LOG"
     exit 1
@@ -173,6 +179,18 @@ if has_stage ring; then
     log "ring ok"
   else
     log "ring FAILED"
+    status=1
+  fi
+fi
+
+if has_stage gate; then
+  log "gate: bulk-copy ring, C and M consumers, hop under load (filter ${GATE_FILTER:-all})"
+  if "$BUILD/gate_bench" --benchmark_filter="${GATE_FILTER:-.}" \
+       --benchmark_out="$OUT/gate.json" --benchmark_out_format=json \
+       --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
+    log "gate ok (verdicts: the table at the end of this log)"
+  else
+    log "gate FAILED"
     status=1
   fi
 fi
@@ -488,6 +506,32 @@ if has_stage ab; then
         }' "$OUT/ab.md" | sort | tee -a "$OUT/ab.md" >> "$LOG"
     fi
   fi
+fi
+
+if has_stage gate && [ -f "$OUT/gate.json" ]; then
+  # The gate's short table, last in the log: one row per case (skipped cases with their reason).
+  python3 - "$OUT/gate.json" >> "$LOG" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f"\ngate table ({d.get('context', {}).get('date', '')}; GB/s = matrix bytes x copies / median launch)")
+print(f"{'case':44} {'GB/s':>8} {'GB/s/SM':>8} {'%bw':>6} {'us/link':>8} {'bg TB/s':>8} "
+      f"{'rel_err':>8} {'regs':>5} gate")
+n = passed = 0
+for b in d.get("benchmarks", []):
+    name = b.get("run_name", b.get("name", "")).split("/iterations:")[0]
+    if b.get("error_occurred"):
+        print(f"{name:44} SKIPPED: {b.get('error_message', '')[:160]}")
+        continue
+    def f(key, spec):
+        return format(b[key], spec) if key in b else format("-", ">" + spec.split(".")[0])
+    ok = b.get("gate_pass", 0) >= 1
+    n += 1
+    passed += ok
+    print(f"{name:44} {f('GBps', '8.1f')} {f('GBps_per_SM', '8.1f')} {f('pct_of_bw', '6.1f')} "
+          f"{f('us_per_link', '8.2f')} {f('bg_TBps', '8.2f')} {f('rel_err', '8.1e')} "
+          f"{f('regs', '5.0f')} {'PASS' if ok else 'FAIL'}")
+print(f"gate: {passed} of {n} measured cases pass")
+EOF
 fi
 
 log "device_check done (status $status)"
