@@ -9,7 +9,9 @@
 #   device.json            the measured bandwidth (as stored in the workspace)
 #
 # usage: bench/device_check.sh OUT_DIR
-# env:   STAGES (default "build tests doctor evaluate bench"; add "crosscheck" for the transformers
+# env:   STAGES (default "build tests doctor evaluate bench"; "ctest" runs the whole suite, CPU and
+#        GPU tests, with ctest on every core into ctest.log (CTEST_FILTER, a ctest -R regex;
+#        CTEST_TIMEOUT per test, default 300 s); add "crosscheck" for the transformers
 #        cross-check, bench/hf_crosscheck.py, with CROSSCHECK_SHAPES and CROSSCHECK_STEPS; "drift" for
 #        bench/hf_bf16_drift.py, megasched's and transformers' bf16 max abs logit error against
 #        transformers' fp32 at DRIFT_POSITIONS, default 0,300,1024,4096, for DRIFT_SHAPES, default
@@ -131,6 +133,20 @@ if has_stage tests; then
     log "GPU tests passed"
   else
     log "GPU tests FAILED"
+    status=1
+  fi
+fi
+
+if has_stage ctest; then
+  # The whole suite, CPU and GPU tests alike, as ctest runs it (one process per test), on every
+  # core of the machine: the CPU tests of a change in minutes instead of CI's quarter hour.
+  log "ctest -j$(nproc) (every test; CTEST_FILTER ${CTEST_FILTER:-none})"
+  if ctest --test-dir "$BUILD" -j"$(nproc)" --timeout "${CTEST_TIMEOUT:-300}" \
+       ${CTEST_FILTER:+-R "$CTEST_FILTER"} > "$OUT/ctest.log" 2>&1; then
+    log "ctest passed: $(grep -E 'tests passed' "$OUT/ctest.log")"
+  else
+    log "ctest FAILED: $(grep -E 'tests passed' "$OUT/ctest.log")"
+    sed -n '/The following tests FAILED/,$p' "$OUT/ctest.log" | head -40 >> "$LOG"
     status=1
   fi
 fi
