@@ -592,7 +592,7 @@ TEST_F(McpServer, EndOfInputCancelsWhatStillRunsAndEndsTheServer) {
 // The binary: every line on its stdout is a JSON-RPC message, a bad line changes nothing, and a
 // closed stdin is exit 0.
 TEST_F(McpServer, TheBinaryWritesOnlyProtocolMessagesAndExitsZeroAtEndOfInput) {
-  ChildProcess server;
+  search::ChildProcess server;
   std::string error;
   ASSERT_TRUE(server.start(std::string(MS_BINARY_PATH) + " mcp --results " + options_.results_path +
                                " --corpus " + options_.corpus_path,
@@ -609,7 +609,8 @@ TEST_F(McpServer, TheBinaryWritesOnlyProtocolMessagesAndExitsZeroAtEndOfInput) {
   for (const std::string& line : lines) ASSERT_TRUE(server.write_line(line));
   std::set<int> answered;
   std::string line;
-  while (answered.size() < 4 && server.read_line(120, &line) == ChildProcess::ReadStatus::kLine) {
+  while (answered.size() < 4 &&
+         server.read_line(120, &line) == search::ChildProcess::ReadStatus::kLine) {
     const json m = json::parse(line);  // throws, failing the test, on anything else
     EXPECT_EQ(m["jsonrpc"], "2.0") << line;
     const json id = m.value("id", json());
@@ -624,7 +625,7 @@ TEST_F(McpServer, TheBinaryWritesOnlyProtocolMessagesAndExitsZeroAtEndOfInput) {
   EXPECT_EQ(answered, (std::set<int>{1, 2, 3, 4}));
   server.close_stdin();
   std::string rest;
-  EXPECT_EQ(server.read_all(30, &rest), ChildProcess::ReadStatus::kEof);
+  EXPECT_EQ(server.read_all(30, &rest), search::ChildProcess::ReadStatus::kEof);
   EXPECT_EQ(rest, "");
   EXPECT_EQ(server.finish(30), "exit 0");
   EXPECT_NE(server.stderr_tail().find("megasched mcp:"), std::string::npos);
