@@ -53,9 +53,11 @@ std::vector<std::string> split(const std::string& s) {
 constexpr const char* kAllConfigs[] = {"stream_r2u4_pairs_am", "stream_r2u4_g4p8_pairs_am_st",
                                        "stream_r2u4_g4p16_pairs_am_st", "stream_r2u4", "best_1b"};
 
-/// A ScheduleConfig patch from a file.
+/// A ScheduleConfig patch from a file (a relative path that is not found from the working
+/// directory is read from the source tree, e.g. dev/configs/NAME.json).
 json read_config(const std::filesystem::path& file) {
   std::ifstream in(file);
+  if (!in.good() && file.is_relative()) in.open(std::filesystem::path(MS_SOURCE_DIR) / file);
   if (!in.good()) throw std::invalid_argument("cannot read config " + file.string());
   return json::parse(in);
 }
