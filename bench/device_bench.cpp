@@ -1,12 +1,13 @@
 // The GPU benchmark matrix behind bench/device_check.sh: for each model and timed position, the
-// default config and those of bench/configs/ run through the library's GPU trial (kernel checked
-// against eager at positions 0, 1, 2; KV filled by the kernel up to the timed position; CUDA-event
-// timing interleaved with the cuBLAS CUDA-graph baseline; re-check after timing). Writes one JSON
-// document (machine-readable) and a Markdown table. With --measure it first measures the
-// streaming-read bandwidth (as `megasched doctor --measure`) so the floors use it.
+// default config and the named ones of bench/configs/ (kAllConfigs) run through the library's GPU
+// trial (kernel checked against eager at positions 0, 1, 2; KV filled by the kernel up to the timed
+// position; CUDA-event timing interleaved with the cuBLAS CUDA-graph baseline; re-check after
+// timing). Writes one JSON document (machine-readable) and a Markdown table. With --measure it
+// first measures the streaming-read bandwidth (as `megasched doctor --measure`) so the floors use
+// it.
 //
 //   device_bench --out DIR [--models toy,small,llama-1b] [--positions 0,1024] [--iterations 100]
-//                [--measure] [--configs all|default|NAME,NAME...]
+//                [--measure] [--configs all|default|NAME,NAME...|PATH.json,...]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,21 +48,36 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-/// The configs each model runs: the default and every file of bench/configs (NAME.json, a
-/// ScheduleConfig patch), by name. `which`: "all", "default", or a comma-separated list of names.
+/// The configs `--configs all` runs, chosen (not whatever the folder holds): the named configs of
+/// bench/configs/ (bench/configs/README.md: the records per GPU and position, the ring-path and
+/// register-path configs the device_check defaults use).
+constexpr const char* kAllConfigs[] = {"stream_r2u4_pairs_am", "stream_r2u4_g4p8_pairs_am_st",
+                                       "stream_r2u4_g4p16_pairs_am_st", "stream_r2u4", "best_1b"};
+
+/// A ScheduleConfig patch from a file (a relative path that is not found from the working
+/// directory is read from the source tree, e.g. dev/configs/NAME.json).
+json read_config(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in.good() && file.is_relative()) in.open(std::filesystem::path(MS_SOURCE_DIR) / file);
+  if (!in.good()) throw std::invalid_argument("cannot read config " + file.string());
+  return json::parse(in);
+}
+
+/// The configs each model runs, by name: the default and the configs of kAllConfigs
+/// (bench/configs/NAME.json, a ScheduleConfig patch). `which`: "all", "default", or a
+/// comma-separated list of those names or of config files (PATH.json, e.g. dev/configs/NAME.json).
 std::vector<std::pair<std::string, json>> bench_configs(const std::string& which) {
   std::vector<std::pair<std::string, json>> c = {{"default", json::object()}};
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(MS_SOURCE_DIR "/bench/configs"))
-    if (e.path().extension() == ".json") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    std::ifstream in(f);
-    c.push_back({f.stem().string(), json::parse(in)});
-  }
+  for (const char* name : kAllConfigs)
+    c.push_back({name, read_config(std::string(MS_SOURCE_DIR "/bench/configs/") + name + ".json")});
   if (which == "all") return c;
   std::vector<std::pair<std::string, json>> picked;
   for (const std::string& name : split(which)) {
+    const std::filesystem::path file(name);
+    if (file.extension() == ".json") {
+      picked.push_back({file.stem().string(), read_config(file)});
+      continue;
+    }
     bool found = false;
     for (const auto& entry : c) {
       if (entry.first == name) {
@@ -72,7 +88,8 @@ std::vector<std::pair<std::string, json>> bench_configs(const std::string& which
     if (!found) {
       std::string names;
       for (const auto& entry : c) names += (names.empty() ? "" : ", ") + entry.first;
-      throw std::invalid_argument("unknown bench config '" + name + "'; known: " + names);
+      throw std::invalid_argument("unknown bench config '" + name + "'; known: " + names +
+                                  " (or a config file, PATH.json)");
     }
   }
   return picked;

@@ -16,8 +16,10 @@
 #        bench/hf_bf16_drift.py, megasched's and transformers' bf16 max abs logit error against
 #        transformers' fp32 at DRIFT_POSITIONS, default 0,300,1024,4096, for DRIFT_SHAPES, default
 #        all four, into bf16_drift.json), MODELS (default toy,small,llama-1b),
-#        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...: see
-#        bench/configs/*.json), GPU_TESTS (gtest filter of the tests stage),
+#        POSITIONS (default 0,1024), ITERATIONS (default 100), CONFIGS (all|default|NAME,NAME...|
+#        PATH.json,...: all is the default and the named configs of bench/configs/README.md, the
+#        list in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage; the default
+#        names every suite with a GPU test),
 #        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
@@ -80,7 +82,10 @@ MODELS=${MODELS:-toy,small,llama-1b}
 POSITIONS=${POSITIONS:-0,1024}
 ITERATIONS=${ITERATIONS:-100}
 CONFIGS=${CONFIGS:-all}
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*:PromoteCli.Gpu*}
+# Every suite with a test that needs or branches on a GPU (eval::gpu_available, MS_REQUIRE_GPU) or
+# on NVRTC: the megakernel, the baselines, the GPU reference, the planted bugs, the CLI verbs
+# (profile, promote, bad input) and the MCP server on a device.
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:DeviceModel.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*:PromoteCli.*:ProfileCommand.*:CliBadInput.*:McpServer.*}
 PEER_SHAPE=${PEER_SHAPE:-llama-1b}
 COMPARE=${COMPARE:-llama-1b@0,1024,4096 small@0,1024 llama-8b@0}
 PROFILES=${PROFILES:-llama-1b@0@default}

@@ -1,0 +1,105 @@
+// bench/device_check.sh's `tests` stage runs the GPU tests on a GPU machine; on this machine they
+// skip. Its default filter (GPU_TESTS) must name every test that needs or branches on a device, or
+// on NVRTC, or that test never runs anywhere. A test counts as one when its body calls
+// eval::gpu_available or checks for NVRTC, or its file defines MS_REQUIRE_GPU (all of that file's
+// tests then).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// gtest's filter glob: '*' any run of characters, '?' one character.
+bool glob_match(const std::string& pattern, const std::string& name) {
+  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+/// The positive patterns of the default GPU_TESTS of bench/device_check.sh.
+std::vector<std::string> default_gpu_filter() {
+  const std::string script = slurp(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh");
+  std::smatch m;
+  if (!std::regex_search(script, m, std::regex(R"(GPU_TESTS=\$\{GPU_TESTS:-([^}]*)\})"))) return {};
+  std::vector<std::string> patterns;
+  std::stringstream in(m[1].str());
+  std::string p;
+  while (std::getline(in, p, ':'))
+    if (!p.empty()) patterns.push_back(p);
+  return patterns;
+}
+
+/// "Suite.Name" of every test that needs a GPU or NVRTC, by the rule in the header.
+std::vector<std::string> gpu_tests() {
+  const std::regex test_macro(R"(\nTEST(?:_F|_P)?\((\w+),\s*(\w+)\))");
+  const std::regex gpu_mark(R"(gpu_available\(|have_nvrtc\(\)|nvrtc_version\(\) == "none")");
+  std::vector<std::string> out;
+  for (const auto& e :
+       std::filesystem::recursive_directory_iterator(std::string(MS_SOURCE_DIR) + "/tests")) {
+    const std::string file = e.path().filename().string();
+    if (file.size() < 9 || file.substr(file.size() - 9) != "_test.cpp") continue;
+    const std::string text = slurp(e.path());
+    const bool whole_file = text.find("\n#define MS_REQUIRE_GPU") != std::string::npos;
+    std::vector<std::smatch> tests;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), test_macro);
+         it != std::sregex_iterator(); ++it)
+      tests.push_back(*it);
+    for (size_t i = 0; i < tests.size(); ++i) {
+      const size_t begin = tests[i].position(0);
+      const size_t end = i + 1 < tests.size() ? tests[i + 1].position(0) : text.size();
+      const std::string body = text.substr(begin, end - begin);
+      if (whole_file || std::regex_search(body, gpu_mark))
+        out.push_back(tests[i][1].str() + "." + tests[i][2].str());
+    }
+  }
+  return out;
+}
+
+TEST(DeviceCheck, TheDefaultGpuTestFilterRunsEveryGpuTest) {
+  const std::vector<std::string> filter = default_gpu_filter();
+  ASSERT_FALSE(filter.empty()) << "no GPU_TESTS=${GPU_TESTS:-...} default in bench/device_check.sh";
+  const std::vector<std::string> tests = gpu_tests();
+  EXPECT_GT(tests.size(), 20u) << "the GPU tests were not found under tests/";
+  for (const std::string& test : tests) {
+    bool covered = false;
+    for (const std::string& p : filter) covered = covered || glob_match(p, test);
+    EXPECT_TRUE(covered) << test << " needs a GPU or NVRTC but bench/device_check.sh's default "
+                         << "GPU_TESTS does not run it: add its suite there";
+  }
+}
+
+TEST(DeviceCheck, TheFilterGlobMatchesAsGtestDoes) {
+  EXPECT_TRUE(glob_match("GpuVm.*", "GpuVm.WeightRingMatchesEager"));
+  EXPECT_TRUE(glob_match("PromoteCli.Gpu*", "PromoteCli.GpuGates"));
+  EXPECT_FALSE(glob_match("PromoteCli.Gpu*", "PromoteCli.WithoutAGpu"));
+  EXPECT_FALSE(glob_match("GpuVm.*", "GpuVmX.A"));
+  EXPECT_TRUE(glob_match("A?c.*", "Abc.d"));
+}
+
+}  // namespace
