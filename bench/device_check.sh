@@ -49,7 +49,7 @@
 #        stage "kprof" profiles the graph-pdl baseline per kernel (its timeline in place at
 #        KPROF_POSITIONS; with KPROF_NCU=1 also ncu, each kernel alone) into kprof_timeline_POS.json,
 #        kprof_ncu.csv and a per-kernel summary in check.log;
-#        stage "trials" measures issue 14's targets on TRIALS_MODEL (default llama-1b) into
+#        stage "trials" measures a trial's cost and the loop's rate on TRIALS_MODEL (default llama-1b) into
 #        trials.json (bench/trials_summary.py): a checked+timed trial at position 0 and one at 4096
 #        (each cold, then warm: wall seconds of the CLI, the verdict's checks, breakdown_ms,
 #        reference and cubin_cache) and `loop --device gpu` trials per minute over TRIALS_BUDGET

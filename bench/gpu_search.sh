@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU search of issue 6, in one command on a GPU machine (after bench/device_check.sh built
+# A GPU search in one command on a GPU machine (after bench/device_check.sh built
 # BUILD and measured the bandwidth): start from the fastest row of a bench.json that
 # device_check's bench stage wrote (or from START), run `megasched loop` on the GPU, then profile
 # the best config the loop kept.

@@ -12,7 +12,7 @@ prompt of max(--positions) + 1 tokens, and take the max abs logit error at each 
   hf_bf16_cast  transformers after a plain model.to(bfloat16), which rounds the rotary inv_freq
 against `ref` (from_pretrained float32), and the two casts against `ref_cast` (a plain
 .to(bfloat16).to(float32): the reference bench/hf_crosscheck.py used before it kept inv_freq fp32,
-which reproduces the drift reported in issue 16). The rotary inv_freq of each from_pretrained model
+which reproduces the drift of that older reference). The rotary inv_freq of each from_pretrained model
 is compared with the fp32 formula first (its max relative deviation is in the JSON) and put back
 in fp32 if loading changed it.
 

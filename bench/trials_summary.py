@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarises bench/device_check.sh's "trials" stage (issue 14's targets) into OUT/trials.json.
+"""Summarises bench/device_check.sh's "trials" stage (a checked trial at 0 and 4096, cold and warm, and loop trials per minute) into OUT/trials.json.
 
 usage: trials_summary.py OUT_DIR BUDGET
 

@@ -6,11 +6,11 @@ const std::vector<NamedConfig>& named_configs() {
   // The streamed GEMV of registers builds (vm/device/stream.cuh) with QKV in tiles of RoPE pairs
   // over every block and the argmax folded into the LM-head tiles
   // (bench/configs/stream_r2u4_pairs_am.json): no ring, each warp's first weight chunks loaded
-  // before its dependency wait; the fastest row at position 0 on both GPUs (issue 13, session 8).
-  // (At position 4096 the fastest row is the same with the whole KV group per attention task, 16
-  // history partitions, the KV history staged in 5 x 16 KiB of shared memory:
-  // bench/configs/stream_r2u4_g4p16_pairs_am_st.json; at 1024 the same with 8 partitions,
-  // stream_r2u4_g4p8_pairs_am_st.json; issue 13, session 10, H100.)
+  // before its dependency wait; the fastest row at position 0 on both GPUs (measured 2026-11-26
+  // 09:26-09:56 UTC, dev/benchmarks_history.md). (At position 4096 the fastest row is the same with
+  // the whole KV group per attention task, 16 history partitions, the KV history staged in 5 x 16
+  // KiB of shared memory: bench/configs/stream_r2u4_g4p16_pairs_am_st.json; at 1024 the same with 8
+  // partitions, stream_r2u4_g4p8_pairs_am_st.json; H100, 2026-11-26 14:17-15:20 UTC.)
   static const nlohmann::json stream = {{"kernel",
                                          {{"weight_stream", "registers"},
                                           {"vector_bytes", 16},

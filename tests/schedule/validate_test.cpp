@@ -338,7 +338,7 @@ TEST(ScheduleValidator, RejectsWeightRingLaunchesItCannotServe) {
   EXPECT_EQ(validate(p, t).rules(), "launch") << "ring pages of whole 16-byte units";
 }
 
-// ---- The holes of issue 16: each program below was accepted before, and is unsafe. ----
+// ---- Holes found by the fuzzer: each program below was accepted before, and is unsafe. ----
 
 // Counters are 32-bit: a per-step total past 2^31 makes the wrap-safe comparison pass a wait
 // whose producer has not run (here at step 0 already: 0 - (2^31 + 1) reads as a positive distance).

@@ -112,7 +112,7 @@ TEST(NvrtcBuild, KernelDefinesExtendTheProgramsBuildKnobs) {
 // Task kinds only some programs have are compiled only into the builds of those programs
 // (vm/nvrtc_build.cpp): without such a task no define, so the build is that of a tree without the
 // code (on the H100 the prologues' code cost a program without them 12-18 us a step, the staged
-// combine's the default config 13%: BENCHMARKS.md, issue 13 session 12).
+// combine's the default config 13%: dev/benchmarks_history.md, 2026-11-26 19:35-20:50 UTC).
 TEST(NvrtcBuild, KernelDefinesCompileInOnlyTheTaskKindsTheProgramHas) {
   auto defines_with = [](uint16_t opcode, uint16_t flags) {
     schedule::Program p = program_for(16, 2, 4, 1, 256, true, 64);
@@ -204,7 +204,8 @@ TEST(NvrtcBuild, KernelDefinesCompileOnlyTheProgramsOpcodesAndPaths) {
 
 // The named position-0 config's own build: with only its opcodes and paths compiled in, neither
 // the kernel nor the streamed GEMV spills (the bare build, everything compiled, spills 20 B at
-// unroll 4; the gated one measured 1.6% faster on the H100: BENCHMARKS.md, issue 13 session 12).
+// unroll 4; the gated one measured 1.6% faster on the H100: dev/benchmarks_history.md,
+// 2026-11-26 19:35-20:50 UTC).
 TEST(NvrtcBuild, ThePairsAmBuildDoesNotSpill) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   const schedule::Program p = pairs_am_program();
@@ -451,9 +452,9 @@ TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndNeitherItNorTheKernelSpillsM
     // The kernel itself sits at the 255-register cap: code added anywhere in its call graph moves
     // spills into every path (dev/perf_log.md section 11: a change that raised them by 88 B slowed
     // every config by 11-27% on the H100). These are the spill stores of the tree measured in
-    // BENCHMARKS.md's issue 13 session 6 (the task loop's look-ahead in shared memory took them
-    // from 204 B to 28 B at unroll 4); a change that raises them is measured on the GPU before
-    // this bound moves.
+    // dev/benchmarks_history.md, 2026-11-25 13:57-15:05 UTC (the task loop's look-ahead in shared
+    // memory took them from 204 B to 28 B at unroll 4); a change that raises them is measured on
+    // the GPU before this bound moves.
     EXPECT_GE(b.kernel, 0) << b.log;
     EXPECT_LE(b.kernel, unroll == 2 ? 0 : 28) << "unroll " << unroll;
   }
@@ -474,8 +475,8 @@ TEST(NvrtcBuild, RegistersBuildHasTheStreamedGemvAndNeitherItNorTheKernelSpillsM
 }
 
 // kernel.attention = staged (vm/device/attention.cuh, inlined into attn_partial): the same bound
-// for its own spill stores, as measured in BENCHMARKS.md's issue 13 session 10 (36 B at unroll 4
-// against the registers build's 20, which position 0 pays: +25-28 us on the H100).
+// for its own spill stores, as measured on 2026-11-26 14:17-15:20 UTC (dev/benchmarks_history.md;
+// 36 B at unroll 4 against the registers build's 20, which position 0 pays: +25-28 us on the H100).
 TEST(NvrtcBuild, StagedAttentionBuildSpillsNoMoreThanMeasured) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (int unroll : {2, 4}) {
