@@ -25,7 +25,7 @@
 #        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies, `stream/OP/pairs_am` the streamed GEMV of
 #        the named config, `ring/OP/SHAPE` the whole-row ring; RING_FILTER narrows it) into ring.json;
-#        stage "gate" runs bench/gate_bench.cpp (issue 37's gate before megakernel v3: a bulk-copy
+#        stage "gate" runs bench/gate_bench.cpp (the gate before megakernel v3: a bulk-copy
 #        ring of 16-32 KiB pages with the copy-only, CUDA-core (C) and mma.sync (M) consumers on
 #        each llama-1b GEMV shape, one SM and all SMs, checked against an fp64 reference, and the
 #        hop chain between two SMs while the others stream; GATE_FILTER narrows it, e.g.
@@ -327,7 +327,7 @@ if has_stage trials; then
 fi
 
 if has_stage crosscheck; then
-  # Issue 7's external oracle: transformers' LlamaForCausalLM vs megasched generate (CPU and GPU).
+  # The external oracle: transformers' LlamaForCausalLM vs megasched generate (CPU and GPU).
   log "crosscheck: bench/hf_crosscheck.py --shapes $CROSSCHECK_SHAPES --steps $CROSSCHECK_STEPS"
   if PYTHONUNBUFFERED=1 timeout 420 python3 "$ROOT/bench/hf_crosscheck.py" --megasched "$BUILD/megasched" \
        --shapes "$CROSSCHECK_SHAPES" --steps "$CROSSCHECK_STEPS" --out "$OUT/crosscheck.json" >> "$LOG" 2>&1; then
@@ -339,7 +339,7 @@ if has_stage crosscheck; then
 fi
 
 if has_stage drift; then
-  # Issue 16's bf16 accuracy: megasched (GPU) and transformers bf16 vs transformers fp32, by position.
+  # bf16 accuracy: megasched (GPU) and transformers bf16 vs transformers fp32, by position.
   DRIFT_POSITIONS=${DRIFT_POSITIONS:-0,300,1024,4096}
   DRIFT_SHAPES=${DRIFT_SHAPES:-hd128-gqa3-llama3,hd128-gqa3,hd64-gqa3-llama3,hd64-gqa3}
   log "drift: bench/hf_bf16_drift.py --shapes $DRIFT_SHAPES --positions $DRIFT_POSITIONS"
@@ -372,7 +372,7 @@ if has_stage profile; then
 fi
 
 if has_stage scaleout; then
-  # Issue 19: the loop over many workers (HARNESS.md section 13).
+  # The loop over many workers (HARNESS.md section 13).
   log "scaleout: bench/scaleout_bench.sh ${SCALEOUT_STAGES:-cpu gpu1}"
   # shellcheck disable=SC2086
   if BUILD="$BUILD" timeout 1500 "$ROOT/bench/scaleout_bench.sh" "$OUT" ${SCALEOUT_STAGES:-cpu gpu1} >> "$LOG" 2>&1; then
