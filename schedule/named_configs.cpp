@@ -27,12 +27,12 @@ const std::vector<NamedConfig>& named_configs() {
                                         {"fusion", {{"argmax_into_lm_head", true}}}};
   static const std::vector<NamedConfig> table = {
       {"best:llama-1b:h100", "llama-1b", "h100",
-       "bench/results/nvidia-h100-issue13-s8-llama-1b.json (config stream_r2u4_pairs_am)",
+       "bench/results/h100-2026-11-26-0926-llama-1b.json (config stream_r2u4_pairs_am)",
        "1113.9 us median at position 0 on an H100, where the previous best (stream_r2u4_pairs, "
        "the same with the argmax in its own task) measured 1123.8 us in the same call",
        stream},
       {"best:llama-1b:h200", "llama-1b", "h200",
-       "bench/results/nvidia-h200-issue13-s8-table.json (config stream_r2u4_pairs_am)",
+       "bench/results/h200-2026-11-26-0926-table.json (config stream_r2u4_pairs_am)",
        "925.8 us median at position 0 on an H200, where the previous best (stream_r2u4_pairs, the "
        "same with the argmax in its own task) measured 936.1 us in the same call",
        stream},
