@@ -73,9 +73,9 @@ float inv_rms(const float* x, uint32_t n, float eps) {
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-/// The machine state one task sees.
+/// The machine state one task sees: the program, the weights, the activations, the KV cache.
 template <typename W>
-struct Machine {
+struct MachineState {
   const schedule::Program& program;
   const ms_abi::ModelParams& m;
   const W* weights;
@@ -94,6 +94,191 @@ struct Machine {
   float load_kv(uint64_t index) const {
     return kv_f32 != nullptr ? kv_f32[index] : upcast(kv_bf16[index]);
   }
+};
+
+/// The attention twins of the device code (vm/device/ops.cuh, stream.cuh): the partial and
+/// combine tasks, and the two GEMV input prologues that attend or combine in place.
+template <typename W>
+struct AttentionOps : MachineState<W> {
+  using MachineState<W>::program;
+  using MachineState<W>::m;
+  using MachineState<W>::act;
+  using MachineState<W>::cell;
+  using MachineState<W>::scratch;
+  using MachineState<W>::load_kv;
+
+  /// kFlagCombinePrologue: x[c - col_begin] = kAttnCombine's value of column c over the param2
+  /// partial records at act[in] (abi/abi.h), head by head.
+  template <typename Rec>
+  void combine_input(const Instr& t, float* x, const Rec& rec) {
+    const uint32_t hd = m.head_dim, parts = t.param2;
+    std::vector<float> weight(parts);
+    for (uint32_t c0 = t.col_begin; c0 < t.col_end;) {
+      const uint32_t h = c0 / hd, c1 = std::min(t.col_end, (h + 1) * hd);
+      const auto record = [&](uint32_t p) {
+        return t.in + (static_cast<uint64_t>(p) * m.heads + h) * (hd + 2);
+      };
+      float mx = -std::numeric_limits<float>::infinity();
+      for (uint32_t p = 0; p < parts; ++p) {
+        if constexpr (Rec::kOn) {
+          rec(ms_abi::kBufActivations, record(p), false);
+          rec(ms_abi::kBufActivations, record(p) + 1, false);
+        }
+        mx = std::max(mx, act[record(p)]);
+      }
+      float l = 0.0f;
+      for (uint32_t p = 0; p < parts; ++p) {
+        weight[p] = std::exp(act[record(p)] - mx);
+        l += act[record(p) + 1] * weight[p];
+      }
+      for (uint32_t c = c0; c < c1; ++c) {
+        float o = 0.0f;
+        for (uint32_t p = 0; p < parts; ++p) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, record(p) + 2 + c % hd, false);
+          o += act[record(p) + 2 + c % hd] * weight[p];
+        }
+        x[c - t.col_begin] = o / l;
+      }
+      c0 = c1;
+    }
+  }
+
+  /// kFlagAttentionPrologue: x[c - col_begin] = kAttnPartial's output (P = 1, keys [0, position])
+  /// of column c's query head, head by head (abi/abi.h).
+  template <typename Rec>
+  void attention_input(const Instr& t, float* x, const Rec& rec) {
+    const uint32_t hd = m.head_dim, group = m.heads / m.kv_heads;
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
+    const uint32_t n = static_cast<uint32_t>(cell.position) + 1;
+    std::vector<float> head(hd);
+    for (uint32_t c0 = t.col_begin; c0 < t.col_end;) {
+      const uint32_t h = c0 / hd, c1 = std::min(t.col_end, (h + 1) * hd);
+      float mx = 0.0f, l = 0.0f;
+      attend(t.layer, h / group, t.in, h, 0, n, head.data(), &mx, &l, rec);
+      for (uint32_t c = c0; c < c1; ++c) x[c - t.col_begin] = head[c % hd] / l;
+      c0 = c1;
+    }
+  }
+
+  /// Query head h (its query at act[q + h * hd]) of kv head g in `layer` over keys [t0, t1): the
+  /// largest score *mx, the sum of exp(s - mx) *l and the unnormalized output o[hd].
+  template <typename Rec>
+  void attend(uint32_t layer, uint32_t g, uint32_t q_at, uint32_t h, uint32_t t0, uint32_t t1,
+              float* o, float* mx_out, float* l_out, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint64_t k_base = ms_abi::kv_offset(m, layer, 0, g);
+    const uint64_t v_base = ms_abi::kv_offset(m, layer, 1, g);
+    // Its own buffer: a GEMV's attention prologue writes its input in `scratch` meanwhile.
+    std::vector<float> work(static_cast<size_t>(t1 - t0) + hd);
+    float* scores = work.data();
+    float* kv_row = work.data() + (t1 - t0);
+    const float* q = act + q_at + static_cast<uint64_t>(h) * hd;
+    if constexpr (Rec::kOn)
+      for (uint32_t d = 0; d < hd; ++d) rec(ms_abi::kBufActivations, q_at + h * hd + d, false);
+    float mx = -std::numeric_limits<float>::infinity();
+    for (uint32_t k = t0; k < t1; ++k) {
+      for (uint32_t d = 0; d < hd; ++d) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufKv, k_base + k * hd + d, false);
+        kv_row[d] = load_kv(k_base + static_cast<uint64_t>(k) * hd + d);
+      }
+      const float s = m.attn_scale * dot(kv_row, q, hd);
+      scores[k - t0] = s;
+      mx = std::max(mx, s);
+    }
+    float l = 0.0f;
+    std::fill(o, o + hd, 0.0f);
+    for (uint32_t k = t0; k < t1; ++k) {
+      const float p = std::exp(scores[k - t0] - mx);
+      l += p;
+      for (uint32_t d = 0; d < hd; ++d) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufKv, v_base + k * hd + d, false);
+        o[d] += p * load_kv(v_base + static_cast<uint64_t>(k) * hd + d);
+      }
+    }
+    *mx_out = mx;
+    *l_out = l;
+  }
+
+  template <typename Rec>
+  void attn_partial(const Instr& t, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint32_t part = t.param1;
+    const uint32_t parts = t.param2;
+    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
+    const uint32_t n = static_cast<uint32_t>(cell.position) + 1;
+    const uint32_t chunk = (n + parts - 1) / parts;
+    const uint32_t t0 = std::min(n, part * chunk);
+    const uint32_t t1 = std::min(n, (part + 1) * chunk);
+    scratch.resize(hd);
+    float* o = scratch.data();
+    for (uint32_t h = t.row_begin; h < t.row_end; ++h) {
+      float mx = 0.0f, l = 0.0f;
+      attend(t.layer, t.param0, t.in, h, t0, t1, o, &mx, &l, rec);
+      if (parts == 1) {
+        for (uint32_t d = 0; d < hd; ++d) {
+          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h * hd + d, true);
+          act[t.out + static_cast<uint64_t>(h) * hd + d] = o[d] / l;
+        }
+      } else {
+        const uint64_t rec_at = t.aux + (static_cast<uint64_t>(part) * m.heads + h) * (hd + 2);
+        if constexpr (Rec::kOn)
+          for (uint32_t i = 0; i < hd + 2; ++i) rec(ms_abi::kBufActivations, rec_at + i, true);
+        act[rec_at] = mx;  // -inf and l = 0 for an empty partition
+        act[rec_at + 1] = l;
+        std::copy(o, o + hd, act + rec_at + 2);
+      }
+    }
+  }
+
+  template <typename Rec>
+  void attn_combine(const Instr& t, const Rec& rec) {
+    const uint32_t hd = m.head_dim;
+    const uint32_t parts = t.param2;
+    scratch.resize(static_cast<size_t>(hd) + parts);
+    float* o = scratch.data();
+    float* weight = scratch.data() + hd;
+    for (uint32_t h = t.row_begin; h < t.row_end; ++h) {
+      const auto record = [&](uint32_t p) {
+        return t.aux + (static_cast<uint64_t>(p) * m.heads + h) * (hd + 2);
+      };
+      float mx = -std::numeric_limits<float>::infinity();
+      for (uint32_t p = 0; p < parts; ++p) {
+        if constexpr (Rec::kOn) {
+          for (uint32_t i = 0; i < hd + 2; ++i) rec(ms_abi::kBufActivations, record(p) + i, false);
+        }
+        mx = std::max(mx, act[record(p)]);
+      }
+      float l = 0.0f;
+      for (uint32_t p = 0; p < parts; ++p) {
+        weight[p] = std::exp(act[record(p)] - mx);
+        l += act[record(p) + 1] * weight[p];
+      }
+      std::fill(o, o + hd, 0.0f);
+      for (uint32_t p = 0; p < parts; ++p)
+        for (uint32_t d = 0; d < hd; ++d) o[d] += act[record(p) + 2 + d] * weight[p];
+      for (uint32_t d = 0; d < hd; ++d) {
+        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h * hd + d, true);
+        act[t.out + static_cast<uint64_t>(h) * hd + d] = o[d] / l;
+      }
+    }
+  }
+};
+
+/// Every opcode of the task loop, one method each, and the dispatch switch.
+template <typename W>
+struct Machine : AttentionOps<W> {
+  using MachineState<W>::program;
+  using MachineState<W>::m;
+  using MachineState<W>::weights;
+  using MachineState<W>::act;
+  using MachineState<W>::cell;
+  using MachineState<W>::scratch;
+  using MachineState<W>::store_kv;
+  using MachineState<W>::load_kv;
+  using AttentionOps<W>::combine_input;
+  using AttentionOps<W>::attention_input;
+  using AttentionOps<W>::attn_partial;
+  using AttentionOps<W>::attn_combine;
 
   // The QKV rows h + d and h + d + hd/2 (h a head's first row, d < hd/2) with values x1 and x2:
   // rotated unless a value head, then query rows to act[out + row], key / value rows into the KV
@@ -228,59 +413,6 @@ struct Machine {
     }
   }
 
-  /// kFlagCombinePrologue: x[c - col_begin] = kAttnCombine's value of column c over the param2
-  /// partial records at act[in] (abi/abi.h), head by head.
-  template <typename Rec>
-  void combine_input(const Instr& t, float* x, const Rec& rec) {
-    const uint32_t hd = m.head_dim, parts = t.param2;
-    std::vector<float> weight(parts);
-    for (uint32_t c0 = t.col_begin; c0 < t.col_end;) {
-      const uint32_t h = c0 / hd, c1 = std::min(t.col_end, (h + 1) * hd);
-      const auto record = [&](uint32_t p) {
-        return t.in + (static_cast<uint64_t>(p) * m.heads + h) * (hd + 2);
-      };
-      float mx = -std::numeric_limits<float>::infinity();
-      for (uint32_t p = 0; p < parts; ++p) {
-        if constexpr (Rec::kOn) {
-          rec(ms_abi::kBufActivations, record(p), false);
-          rec(ms_abi::kBufActivations, record(p) + 1, false);
-        }
-        mx = std::max(mx, act[record(p)]);
-      }
-      float l = 0.0f;
-      for (uint32_t p = 0; p < parts; ++p) {
-        weight[p] = std::exp(act[record(p)] - mx);
-        l += act[record(p) + 1] * weight[p];
-      }
-      for (uint32_t c = c0; c < c1; ++c) {
-        float o = 0.0f;
-        for (uint32_t p = 0; p < parts; ++p) {
-          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, record(p) + 2 + c % hd, false);
-          o += act[record(p) + 2 + c % hd] * weight[p];
-        }
-        x[c - t.col_begin] = o / l;
-      }
-      c0 = c1;
-    }
-  }
-
-  /// kFlagAttentionPrologue: x[c - col_begin] = kAttnPartial's output (P = 1, keys [0, position])
-  /// of column c's query head, head by head (abi/abi.h).
-  template <typename Rec>
-  void attention_input(const Instr& t, float* x, const Rec& rec) {
-    const uint32_t hd = m.head_dim, group = m.heads / m.kv_heads;
-    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
-    const uint32_t n = static_cast<uint32_t>(cell.position) + 1;
-    std::vector<float> head(hd);
-    for (uint32_t c0 = t.col_begin; c0 < t.col_end;) {
-      const uint32_t h = c0 / hd, c1 = std::min(t.col_end, (h + 1) * hd);
-      float mx = 0.0f, l = 0.0f;
-      attend(t.layer, h / group, t.in, h, 0, n, head.data(), &mx, &l, rec);
-      for (uint32_t c = c0; c < c1; ++c) x[c - t.col_begin] = head[c % hd] / l;
-      c0 = c1;
-    }
-  }
-
   template <typename Rec>
   void gemv(const Instr& t, const Rec& rec) {
     const uint32_t cb = t.col_begin;
@@ -358,109 +490,6 @@ struct Machine {
       for (uint32_t r = t.row_begin; r < t.row_end; ++r)
         rec(ms_abi::kBufActivations, t.in + r, false);
     qkv_rows(t, act + t.in + t.row_begin, t.row_begin, t.row_end, rec);
-  }
-
-  /// Query head h (its query at act[q + h * hd]) of kv head g in `layer` over keys [t0, t1): the
-  /// largest score *mx, the sum of exp(s - mx) *l and the unnormalized output o[hd].
-  template <typename Rec>
-  void attend(uint32_t layer, uint32_t g, uint32_t q_at, uint32_t h, uint32_t t0, uint32_t t1,
-              float* o, float* mx_out, float* l_out, const Rec& rec) {
-    const uint32_t hd = m.head_dim;
-    const uint64_t k_base = ms_abi::kv_offset(m, layer, 0, g);
-    const uint64_t v_base = ms_abi::kv_offset(m, layer, 1, g);
-    // Its own buffer: a GEMV's attention prologue writes its input in `scratch` meanwhile.
-    std::vector<float> work(static_cast<size_t>(t1 - t0) + hd);
-    float* scores = work.data();
-    float* kv_row = work.data() + (t1 - t0);
-    const float* q = act + q_at + static_cast<uint64_t>(h) * hd;
-    if constexpr (Rec::kOn)
-      for (uint32_t d = 0; d < hd; ++d) rec(ms_abi::kBufActivations, q_at + h * hd + d, false);
-    float mx = -std::numeric_limits<float>::infinity();
-    for (uint32_t k = t0; k < t1; ++k) {
-      for (uint32_t d = 0; d < hd; ++d) {
-        if constexpr (Rec::kOn) rec(ms_abi::kBufKv, k_base + k * hd + d, false);
-        kv_row[d] = load_kv(k_base + static_cast<uint64_t>(k) * hd + d);
-      }
-      const float s = m.attn_scale * dot(kv_row, q, hd);
-      scores[k - t0] = s;
-      mx = std::max(mx, s);
-    }
-    float l = 0.0f;
-    std::fill(o, o + hd, 0.0f);
-    for (uint32_t k = t0; k < t1; ++k) {
-      const float p = std::exp(scores[k - t0] - mx);
-      l += p;
-      for (uint32_t d = 0; d < hd; ++d) {
-        if constexpr (Rec::kOn) rec(ms_abi::kBufKv, v_base + k * hd + d, false);
-        o[d] += p * load_kv(v_base + static_cast<uint64_t>(k) * hd + d);
-      }
-    }
-    *mx_out = mx;
-    *l_out = l;
-  }
-
-  template <typename Rec>
-  void attn_partial(const Instr& t, const Rec& rec) {
-    const uint32_t hd = m.head_dim;
-    const uint32_t part = t.param1;
-    const uint32_t parts = t.param2;
-    if constexpr (Rec::kOn) rec(ms_abi::kBufStep, 1, false);
-    const uint32_t n = static_cast<uint32_t>(cell.position) + 1;
-    const uint32_t chunk = (n + parts - 1) / parts;
-    const uint32_t t0 = std::min(n, part * chunk);
-    const uint32_t t1 = std::min(n, (part + 1) * chunk);
-    scratch.resize(hd);
-    float* o = scratch.data();
-    for (uint32_t h = t.row_begin; h < t.row_end; ++h) {
-      float mx = 0.0f, l = 0.0f;
-      attend(t.layer, t.param0, t.in, h, t0, t1, o, &mx, &l, rec);
-      if (parts == 1) {
-        for (uint32_t d = 0; d < hd; ++d) {
-          if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h * hd + d, true);
-          act[t.out + static_cast<uint64_t>(h) * hd + d] = o[d] / l;
-        }
-      } else {
-        const uint64_t rec_at = t.aux + (static_cast<uint64_t>(part) * m.heads + h) * (hd + 2);
-        if constexpr (Rec::kOn)
-          for (uint32_t i = 0; i < hd + 2; ++i) rec(ms_abi::kBufActivations, rec_at + i, true);
-        act[rec_at] = mx;  // -inf and l = 0 for an empty partition
-        act[rec_at + 1] = l;
-        std::copy(o, o + hd, act + rec_at + 2);
-      }
-    }
-  }
-
-  template <typename Rec>
-  void attn_combine(const Instr& t, const Rec& rec) {
-    const uint32_t hd = m.head_dim;
-    const uint32_t parts = t.param2;
-    scratch.resize(static_cast<size_t>(hd) + parts);
-    float* o = scratch.data();
-    float* weight = scratch.data() + hd;
-    for (uint32_t h = t.row_begin; h < t.row_end; ++h) {
-      const auto record = [&](uint32_t p) {
-        return t.aux + (static_cast<uint64_t>(p) * m.heads + h) * (hd + 2);
-      };
-      float mx = -std::numeric_limits<float>::infinity();
-      for (uint32_t p = 0; p < parts; ++p) {
-        if constexpr (Rec::kOn) {
-          for (uint32_t i = 0; i < hd + 2; ++i) rec(ms_abi::kBufActivations, record(p) + i, false);
-        }
-        mx = std::max(mx, act[record(p)]);
-      }
-      float l = 0.0f;
-      for (uint32_t p = 0; p < parts; ++p) {
-        weight[p] = std::exp(act[record(p)] - mx);
-        l += act[record(p) + 1] * weight[p];
-      }
-      std::fill(o, o + hd, 0.0f);
-      for (uint32_t p = 0; p < parts; ++p)
-        for (uint32_t d = 0; d < hd; ++d) o[d] += act[record(p) + 2 + d] * weight[p];
-      for (uint32_t d = 0; d < hd; ++d) {
-        if constexpr (Rec::kOn) rec(ms_abi::kBufActivations, t.out + h * hd + d, true);
-        act[t.out + static_cast<uint64_t>(h) * hd + d] = o[d] / l;
-      }
-    }
   }
 
   template <typename Rec>
@@ -581,8 +610,8 @@ void ReferenceVm::execute(uint32_t task, const std::function<void(const ElementA
   uint16_t* kv_bf16 = kv_bf16_.empty() ? nullptr : kv_bf16_.data();
   const auto run = [&](const auto* weights) {
     using W = std::remove_cv_t<std::remove_pointer_t<decltype(weights)>>;
-    Machine<W> machine{program_, program_.model, weights, act_.data(),
-                       kv_f32,   kv_bf16,        cell_,   scratch_};
+    Machine<W> machine{
+        {{program_, program_.model, weights, act_.data(), kv_f32, kv_bf16, cell_, scratch_}}};
     if (record != nullptr)
       machine.execute(t, FnRecord{*record});
     else
