@@ -1,0 +1,166 @@
+#include "search/keep_rule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "flywheel/results.h"
+#include "schedule/format.h"
+
+namespace megasched::search {
+
+using nlohmann::json;
+using schedule::fmt;
+
+std::string failure_status(const eval::Verdict& v) {
+  if (v.status == "crash") return flywheel::kStatusCrash;
+  if (v.status == "timeout" || v.status == "hang") return flywheel::kStatusTimeout;
+  if (v.status == "rejected" || !v.valid) return flywheel::kStatusRejected;
+  if (v.status == "incorrect" || !v.correct) return flywheel::kStatusIncorrect;
+  return "";
+}
+
+bool has_latency(const eval::Verdict& v) {
+  return failure_status(v).empty() && v.correct && v.latency_us && *v.latency_us > 0;
+}
+
+double latency_sigma_us(const eval::Verdict& v) {
+  if (v.samples_us.size() >= 2) {
+    double mean = 0;
+    for (double s : v.samples_us) mean += s;
+    mean /= static_cast<double>(v.samples_us.size());
+    double var = 0;
+    for (double s : v.samples_us) var += (s - mean) * (s - mean);
+    return std::sqrt(var / static_cast<double>(v.samples_us.size() - 1));
+  }
+  if (v.latency_spread_us > 0) return v.latency_spread_us / 2.563;
+  return 0.0;
+}
+
+KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexity,
+                         const eval::Verdict& incumbent, int incumbent_complexity, double min_gain,
+                         double sigmas) {
+  KeepDecision d;
+  const double cand = *candidate.latency_us, inc = *incumbent.latency_us;
+  const double sc = latency_sigma_us(candidate), si = latency_sigma_us(incumbent);
+  const double noise = sigmas * std::sqrt(sc * sc + si * si);
+  d.margin_us = std::max(min_gain * inc, noise);
+  d.gain_us = inc - cand;
+  const std::string pct = fmt("%.2f%%", 100.0 * d.gain_us / inc);
+  const std::string margin = fmt("%.3f us", d.margin_us) +
+                             (noise > min_gain * inc ? " (" + fmt("%.1f", sigmas) + " sigma)"
+                                                     : " (" + fmt("%.0f%%", 100 * min_gain) + ")");
+  if (d.gain_us > d.margin_us) {
+    d.keep = true;
+    d.reason = "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") > margin " + margin;
+  } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity) {
+    d.keep = true;
+    d.reason = "near-tie (" + pct + ", margin " + margin +
+               "), simpler: " + std::to_string(candidate_complexity) + " knobs off default vs " +
+               std::to_string(incumbent_complexity);
+  } else if (std::abs(d.gain_us) < 5e-4) {
+    d.reason = "as fast as the incumbent, and not simpler (" +
+               std::to_string(candidate_complexity) + " knobs off default vs " +
+               std::to_string(incumbent_complexity) + ")";
+  } else if (std::abs(d.gain_us) <= d.margin_us) {
+    d.reason = (d.gain_us > 0 ? "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") but"
+                              : "slower by " + fmt("%.3f us", -d.gain_us) + " (" +
+                                    fmt("%.2f%%", -100.0 * d.gain_us / inc) + "),") +
+               " within margin " + margin + ", and not simpler (" +
+               std::to_string(candidate_complexity) + " knobs off default vs " +
+               std::to_string(incumbent_complexity) + ")";
+  } else {
+    d.reason = "slower by " + fmt("%.3f us", -d.gain_us) + " (" +
+               fmt("%.2f%%", -100.0 * d.gain_us / inc) + ")";
+  }
+  return d;
+}
+
+std::string KeepRule::judge(const eval::Verdict& v, flywheel::CorpusRecord* r,
+                            const Remeasure& remeasure) {
+  std::string status = failure_status(v);
+  std::string decision;
+  if (status.empty() && !has_latency(v)) {
+    status = flywheel::kStatusDiscarded;
+    decision = "correct but no latency reported" +
+               (v.notes.empty() ? std::string() : ": " + v.notes.front());
+  } else if (status.empty() && !incumbent_.latency()) {
+    status = flywheel::kStatusKept;
+    decision = "first correct latency of the run";
+    r->keep = {{"incumbent_id", incumbent_.id}, {"incumbent_us", nullptr}, {"reason", decision}};
+  } else if (status.empty()) {
+    KeepDecision d = decide_keep(v, r->complexity, *incumbent_.verdict, incumbent_.complexity,
+                                 min_gain_, sigmas_);
+    r->keep = {{"incumbent_id", incumbent_.id},
+               {"incumbent_us", *incumbent_.latency()},
+               {"margin_us", d.margin_us},
+               {"gain_us", d.gain_us}};
+    if (d.keep && v.latency_kind == "measured-gpu") d = judge_again(v, *r, std::move(d), remeasure);
+    r->keep["reason"] = d.reason;
+    status = d.keep ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
+    decision = d.reason;
+  } else {
+    decision = v.rejected_reason.empty() ? (v.notes.empty() ? v.status : v.notes.front())
+                                         : v.rejected_reason;
+  }
+  r->status = status;
+  return decision;
+}
+
+KeepDecision KeepRule::judge_again(const eval::Verdict& v, flywheel::CorpusRecord& r,
+                                   KeepDecision d, const Remeasure& remeasure) {
+  const std::optional<eval::Verdict> remeasured = remeasure(incumbent_.config);
+  if (!remeasured) return {};
+  const eval::Verdict& again = *remeasured;
+  if (has_latency(again)) {
+    r.keep["remeasured_incumbent_us"] = *again.latency_us;
+    incumbent_.verdict = again;
+    d = decide_keep(v, r.complexity, again, incumbent_.complexity, min_gain_, sigmas_);
+    r.keep["margin_us"] = d.margin_us;
+    r.keep["gain_us"] = d.gain_us;
+    d.reason += " (against the incumbent re-measured at " + fmt("%.3f us", *again.latency_us) + ")";
+  } else {
+    r.keep["remeasured_incumbent_status"] = again.status;
+    d.reason += " (the incumbent's re-measurement failed: " + again.status + ")";
+  }
+  return d;
+}
+
+void KeepRule::adopt(const schedule::ScheduleConfig& config, const std::string& id,
+                     const std::optional<eval::Verdict>& verdict, int complexity) {
+  incumbent_.config = config;
+  incumbent_.id = id;
+  incumbent_.verdict = verdict;
+  incumbent_.complexity = complexity;
+}
+
+std::string KeepRule::best_text() const {
+  std::string best = incumbent_.latency() ? fmt("%.3f us", *incumbent_.latency()) : "-";
+  if (incumbent_.latency() && default_us_)
+    best += fmt(" (%.2fx)", *default_us_ / *incumbent_.latency());
+  return best;
+}
+
+json KeepRule::best_summary() const {
+  if (!incumbent_.verdict) return nullptr;
+  const eval::Verdict& v = *incumbent_.verdict;
+  return {
+      {"schedule_id", incumbent_.id},
+      {"latency_us", *v.latency_us},
+      {"latency_kind", v.latency_kind},
+      {"pct_of_floor", v.floor_us > 0 ? json(100.0 * v.floor_us / *v.latency_us) : json(nullptr)},
+      {"speedup_vs_default", default_us_ ? json(*default_us_ / *v.latency_us) : json(nullptr)},
+      {"complexity", incumbent_.complexity},
+      {"config", schedule::to_json(incumbent_.config)},
+      {"verdict", eval::to_json(v)}};
+}
+
+json KeepRule::others_summary() const {
+  json others = json::object();
+  for (const auto& [type, inc] : others_)
+    others[type] = {{"schedule_id", inc.id},
+                    {"latency_us", inc.latency() ? json(*inc.latency()) : json(nullptr)},
+                    {"config", schedule::to_json(inc.config)}};
+  return others;
+}
+
+}  // namespace megasched::search
