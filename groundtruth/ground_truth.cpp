@@ -28,6 +28,53 @@ struct StateHash {
   }
 };
 
+/// The first way `p` and its access records are not a program the explorer can run (a task's
+/// waits outside the wait table, a counter that does not exist, a task queued other than once
+/// (chained tasks: never), ...), or "" when none; *chained marks the tasks a chain names.
+std::string malformation(const Program& p, const TaskAccesses& acc, std::vector<char>* chained) {
+  const size_t n = p.tasks.size();
+  if (acc.reads.size() != n || acc.writes.size() != n) {
+    return "no access record for every task";
+  }
+  const size_t counters = p.counter_totals.size();
+  for (size_t t = 0; t < n; ++t) {
+    const ms_abi::Instr& in = p.tasks[t];
+    if (static_cast<uint64_t>(in.wait_begin) + in.wait_count > p.waits.size()) {
+      return "task " + std::to_string(t) + " has waits outside the wait table";
+    }
+    for (uint32_t w = 0; w < in.wait_count; ++w)
+      if (p.waits[in.wait_begin + w].counter >= counters) {
+        return "task " + std::to_string(t) + " waits on a counter that does not exist";
+      }
+    if (in.signal_increment > 0 && in.signal_counter >= counters) {
+      return "task " + std::to_string(t) + " signals a counter that does not exist";
+    }
+  }
+  std::vector<int> times(n, 0);
+  for (const auto& q : p.queues)
+    for (uint32_t t : q) {
+      if (t >= n) {
+        return "a queue names task " + std::to_string(t) + ", which does not exist";
+      }
+      ++times[t];
+    }
+  // Chained tasks (abi/abi.h, Last arrivers) run on their last arriver's block, in no queue.
+  for (size_t t = 0; t < n; ++t) {
+    const uint32_t chain = p.tasks[t].chain;
+    if (chain == 0) continue;
+    if (chain > n) {
+      return "task " + std::to_string(t) + " chains a task that does not exist";
+    }
+    (*chained)[chain - 1] = 1;
+  }
+  for (size_t t = 0; t < n; ++t)
+    if (times[t] != ((*chained)[t] ? 0 : 1)) {
+      return "task " + std::to_string(t) + ((*chained)[t] ? " (chained)" : "") + " is queued " +
+             std::to_string(times[t]) + " times";
+    }
+  return "";
+}
+
 class Explorer {
  public:
   Explorer(const Program& p, const GpuTarget& target, const TaskAccesses& acc,
@@ -98,54 +145,11 @@ class Explorer {
   }
 
   bool well_formed() {
-    if (acc_.reads.size() != n_ || acc_.writes.size() != n_) {
-      find("malformed", "no access record for every task");
+    chained_.assign(n_, 0);
+    if (const std::string why = malformation(p_, acc_, &chained_); !why.empty()) {
+      find("malformed", why);
       return false;
     }
-    const size_t counters = p_.counter_totals.size();
-    for (size_t t = 0; t < n_; ++t) {
-      const ms_abi::Instr& in = p_.tasks[t];
-      if (static_cast<uint64_t>(in.wait_begin) + in.wait_count > p_.waits.size()) {
-        find("malformed", "task " + std::to_string(t) + " has waits outside the wait table");
-        return false;
-      }
-      for (uint32_t w = 0; w < in.wait_count; ++w)
-        if (p_.waits[in.wait_begin + w].counter >= counters) {
-          find("malformed",
-               "task " + std::to_string(t) + " waits on a counter that does not exist");
-          return false;
-        }
-      if (in.signal_increment > 0 && in.signal_counter >= counters) {
-        find("malformed", "task " + std::to_string(t) + " signals a counter that does not exist");
-        return false;
-      }
-    }
-    std::vector<int> times(n_, 0);
-    for (const auto& q : p_.queues)
-      for (uint32_t t : q) {
-        if (t >= n_) {
-          find("malformed", "a queue names task " + std::to_string(t) + ", which does not exist");
-          return false;
-        }
-        ++times[t];
-      }
-    // Chained tasks (abi/abi.h, Last arrivers) run on their last arriver's block, in no queue.
-    chained_.assign(n_, 0);
-    for (size_t t = 0; t < n_; ++t) {
-      const uint32_t chain = p_.tasks[t].chain;
-      if (chain == 0) continue;
-      if (chain > n_) {
-        find("malformed", "task " + std::to_string(t) + " chains a task that does not exist");
-        return false;
-      }
-      chained_[chain - 1] = 1;
-    }
-    for (size_t t = 0; t < n_; ++t)
-      if (times[t] != (chained_[t] ? 0 : 1)) {
-        find("malformed", "task " + std::to_string(t) + (chained_[t] ? " (chained)" : "") +
-                              " is queued " + std::to_string(times[t]) + " times");
-        return false;
-      }
     if (!chains_run_once()) return false;
     if (p_.launch.dynamic_queue && p_.queues.size() != 1) {
       find("malformed", "a dynamic queue program without exactly one queue");
