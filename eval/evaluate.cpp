@@ -36,17 +36,6 @@ namespace {
 /// Diagnostics beyond this many are counted, not listed (a broken program can have thousands).
 constexpr size_t kMaxDiagnosticsInVerdict = 50;
 
-/// A non-finite output's error is infinite, which JSON cannot carry (it would print null and break
-/// the verdict schema): the largest double stands for it, with a note saying why.
-void cap_errors(Verdict* v) {
-  if (std::isfinite(v->max_abs_err) && std::isfinite(v->rel_err)) return;
-  v->max_abs_err =
-      std::isfinite(v->max_abs_err) ? v->max_abs_err : std::numeric_limits<double>::max();
-  v->rel_err = std::isfinite(v->rel_err) ? v->rel_err : std::numeric_limits<double>::max();
-  const std::string note = "the output has non-finite values: the errors show the largest double";
-  if (std::find(v->notes.begin(), v->notes.end(), note) == v->notes.end()) v->notes.push_back(note);
-}
-
 using Clock = std::chrono::steady_clock;
 
 }  // namespace
@@ -134,93 +123,16 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
   std::sort(ev->checked_.begin(), ev->checked_.end());
   ev->checked_.erase(std::unique(ev->checked_.begin(), ev->checked_.end()), ev->checked_.end());
   const int end = std::min(ev->checked_.back() + options.check_steps, ev->weights_.shape.max_seq);
-  ev->tokens_ = trial_tokens(ev->weights_.shape.vocab, end, options.seed);
-  if (!ev->load_reference(&why)) return fail(why, why.find("GPU reference") != std::string::npos);
+  ev->reference_.emplace(ev->weights_, trial_tokens(ev->weights_.shape.vocab, end, options.seed),
+                         ev->checked_);
+  if (!ev->reference_->load(ev->options_, &why))
+    return fail(why, why.find("GPU reference") != std::string::npos);
   return ev;
-}
-
-bool TrialEvaluator::load_reference(std::string* error) {
-  const auto t0 = Clock::now();
-  const ModelShape& shape = weights_.shape;
-  const bool gpu =
-      options_.reference == "gpu" || (options_.reference == "auto" && options_.device == "gpu");
-  const std::string dir = options_.reference_cache_dir.empty()     ? default_reference_cache_dir()
-                          : options_.reference_cache_dir == "none" ? ""
-                                                                   : options_.reference_cache_dir;
-  const std::string weights_id = weights_identity(weights_);
-  std::vector<WindowOrigin> origins;
-  auto make_engine = [&](std::string* why) -> std::unique_ptr<ReferenceForward> {
-    if (!gpu) return std::make_unique<CpuEagerForward>(weights_);
-    auto engine = make_gpu_reference(weights_, why);
-    if (!engine) *why = "the GPU reference cannot run: " + *why;
-    return engine;
-  };
-  auto windows = reference_windows(weights_, weights_id, tokens_, checked_, options_.check_steps,
-                                   ReferenceCache(dir), make_engine, &origins, error);
-  if (!windows) return false;
-  windows_ = std::move(*windows);
-  json listed = json::array();
-  for (const WindowOrigin& o : origins)
-    listed.push_back(
-        {{"start", o.start}, {"lookup", o.lookup}, {"engine", o.engine}, {"note", o.note}});
-  reference_info_ = {
-      {"steps", options_.check_steps},
-      {"weights_id", weights_id},
-      {"cache_dir", dir},
-      {"engine_on_miss", gpu ? "gpu-eager" : "cpu-eager"},
-      {"reference_vm",
-       weights_.layout.total_elements <= options_.reference_vm_walk_elements ? "walk" : "sampled"},
-      {"windows", listed}};
-  if (!cross_check_gpu_window(error)) return false;
-  for (const ReferenceWindow& w : windows_)
-    for (size_t i = 0; i < w.logits.size(); ++i)
-      // The reference itself is not finite: the model (its constants or weights) is at fault, and
-      // every schedule would be blamed for it.
-      if (!std::all_of(w.logits[i].begin(), w.logits[i].end(),
-                       [](float x) { return std::isfinite(x); })) {
-        *error = "model " + shape.name + ": the " + w.engine +
-                 " forward gives non-finite logits at position " +
-                 std::to_string(w.start + static_cast<int>(i)) +
-                 " (check its rope_theta, rms_norm_eps and weights)";
-        return false;
-      }
-  reference_info_["load_ms"] = ms_since(t0);
-  return true;
-}
-
-bool TrialEvaluator::cross_check_gpu_window(std::string* error) {
-  // The GPU engine's window at position 0, when it just computed one, against the CPU eager forward
-  // (a few CPU steps): a GPU reference that disagrees is never used.
-  const ReferenceWindow& w = windows_.front();
-  if (w.start != 0 || w.engine != "gpu-eager") return true;
-  for (const json& o : reference_info_["windows"])
-    if (o["start"] == 0 && o["lookup"] == "hit") return true;
-  CpuEagerForward cpu(weights_);
-  const ReferenceWindow c =
-      compute_windows(cpu, weights_.shape, tokens_, {0}, static_cast<int>(w.logits.size()))[0];
-  json per = json::array();
-  for (size_t i = 0; i < w.logits.size(); ++i) {
-    const Comparison cmp = compare_logits(w.logits[i], c.logits[i], weights_.shape.dtype);
-    per.push_back({{"position", i}, {"rel_err", cmp.rel_err}, {"pass", cmp.pass}});
-    if (cmp.pass) continue;
-    *error = "the GPU reference differs from the CPU eager forward at position " +
-             std::to_string(i) + " (rel_err " + schedule::fmt("%.4g", cmp.rel_err) +
-             "): the reference is not trusted; rerun with a CPU reference or report it";
-    return false;
-  }
-  reference_info_["cross_check_cpu"] = per;
-  return true;
 }
 
 std::vector<int> TrialEvaluator::timed_positions() const {
   if (options_.objective.empty()) return {options_.timed_position};
   return objective_positions(options_.objective);
-}
-
-const ReferenceWindow* TrialEvaluator::window_at(int position) const {
-  for (const ReferenceWindow& w : windows_)
-    if (position >= w.start && position < w.start + static_cast<int>(w.logits.size())) return &w;
-  return nullptr;
 }
 
 json TrialEvaluator::identity() const {
@@ -380,7 +292,7 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
   v.device = options_.device;
   v.schedule_id = schedule_id;
   v.tasks = program.tasks.size();
-  v.reference = reference_info_;
+  v.reference = reference_->info();
   const Floor floor = options_.objective.empty()
                           ? floor_for(shape, target_, options_.timed_position)
                           : objective_floor(options_.objective, shape, target_, &v.objective);
@@ -441,11 +353,10 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
 std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program& program,
                                                         bool valid, const Floor& floor,
                                                         Verdict* v) {
-  const bool overlap =
-      valid && options_.device == "gpu" && reference_info_.value("reference_vm", "") == "sampled";
+  const bool overlap = valid && options_.device == "gpu" && reference_->sampled();
   if (!overlap) {
     const auto t_ref = Clock::now();
-    const bool program_ok = !valid || check_on_reference_vm(program, v);
+    const bool program_ok = !valid || reference_->check_reference_vm(program, timed_positions(), v);
     v->breakdown_ms["reference_check"] = ms_since(t_ref);
     if (!program_ok) {
       v->status = "incorrect";
@@ -461,7 +372,7 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
   ref_v.argmax_match = true;
   auto ref = std::async(std::launch::async, [&] {
     const auto t_ref = Clock::now();
-    const bool ok = check_on_reference_vm(program, &ref_v);
+    const bool ok = reference_->check_reference_vm(program, timed_positions(), &ref_v);
     return std::make_pair(ok, ms_since(t_ref));
   });
   Verdict out = *v;
@@ -495,79 +406,6 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
   }
   *v = std::move(out);
   return program_ok ? latency : std::nullopt;
-}
-
-bool TrialEvaluator::record_reference_vm_check(int position, int start,
-                                               const vm::ReferenceVm::StepResult& step,
-                                               const std::vector<float>& ref, Verdict* v) {
-  const Comparison c = compare_logits(step.logits, ref, weights_.shape.dtype);
-  v->max_abs_err = std::max(v->max_abs_err, c.max_abs_err);
-  v->rel_err = std::max(v->rel_err, c.rel_err);
-  if (!c.finite || std::isnan(c.rel_err)) v->rel_err = v->max_abs_err = INFINITY;
-  cap_errors(v);
-  v->argmax_match = v->argmax_match && c.argmax_match;
-  const bool argmax_ok = step.argmax == argmax(step.logits);
-  v->checks.push_back({{"path", "reference_vm"},
-                       {"position", position},
-                       {"window_start", start},
-                       {"rel_err", std::isfinite(c.rel_err) ? c.rel_err : 1e300},
-                       {"max_abs_err", std::isfinite(c.max_abs_err) ? c.max_abs_err : 1e300},
-                       {"argmax_match", c.argmax_match},
-                       {"worst_logit", worst_logit_json(c)},
-                       {"pass", c.pass && argmax_ok}});
-  if (!argmax_ok)
-    v->notes.push_back("program argmax task wrote " + std::to_string(step.argmax) +
-                       " at position " + std::to_string(position) + " but the logits' argmax is " +
-                       std::to_string(argmax(step.logits)));
-  if (!c.pass)
-    v->notes.push_back("ReferenceVm differs from the reference at position " +
-                       std::to_string(position) + ": rel_err " + std::to_string(c.rel_err) +
-                       ", max_abs_err " + std::to_string(c.max_abs_err) +
-                       (c.argmax_match ? "" : ", argmax differs"));
-  return c.pass && argmax_ok;
-}
-
-bool TrialEvaluator::check_on_reference_vm(const schedule::Program& program, Verdict* v) {
-  vm::ReferenceVm ref(program, weights_);
-  // Sampled: the timed position alone (each objective position), from the reference KV cache
-  // (a large model's ReferenceVm step takes most of a second). Loading a later position's KV
-  // overwrites every row the earlier step read or wrote.
-  if (reference_info_.value("reference_vm", "") == "sampled") {
-    bool ok = true;
-    for (const int p : timed_positions()) {
-      const ReferenceWindow* w = window_at(p);
-      if (!ref.load_kv(w->kv)) {
-        v->notes.push_back("the reference KV cache does not fit the program's model");
-        return false;
-      }
-      const auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
-      if (!step.completed) {
-        v->notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
-                           step.stuck);
-        return false;
-      }
-      ok = record_reference_vm_check(p, w->start, step,
-                                     w->logits[static_cast<size_t>(p - w->start)], v) &&
-           ok;
-    }
-    return ok;
-  }
-  // Walk: every position from 0 to the last window position, its own KV cache throughout.
-  bool ok = true;
-  const int end = windows_.back().start + static_cast<int>(windows_.back().logits.size());
-  for (int p = 0; p < end; ++p) {
-    const auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
-    if (!step.completed) {
-      v->notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
-                         step.stuck);
-      return false;
-    }
-    const ReferenceWindow* w = window_at(p);
-    if (w)
-      ok = record_reference_vm_check(p, 0, step, w->logits[static_cast<size_t>(p - w->start)], v) &&
-           ok;
-  }
-  return ok;
 }
 
 std::optional<double> TrialEvaluator::time_trial(const schedule::Program& program,
@@ -699,7 +537,8 @@ std::optional<double> TrialEvaluator::measure_on_gpu(const schedule::Program& pr
   GpuTrialOptions gpu_options = options_.gpu_options;
   gpu_options.timed_position = position;  // the floor refers to this position
   const vm::CubinCacheStats before = vm::cubin_cache_stats();
-  const GpuTrialResult g = run_gpu_trial(program, weights_, tokens_, windows_, gpu_options);
+  const GpuTrialResult g =
+      run_gpu_trial(program, weights_, reference_->tokens(), reference_->windows(), gpu_options);
   for (const auto& [phase, ms] : g.phases_ms.items()) v->breakdown_ms[phase] = ms;
   v->kernel = g.kernel;
   const vm::CubinCacheStats after = vm::cubin_cache_stats();

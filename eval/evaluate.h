@@ -26,6 +26,7 @@
 #include "eval/objective.h"
 #include "eval/reference_cache.h"
 #include "eval/roofline.h"
+#include "eval/trial_reference.h"
 #include "eval/verdict.h"
 #include "schedule/config.h"
 #include "schedule/model.h"
@@ -92,28 +93,18 @@ class TrialEvaluator : public Evaluator {
 
  private:
   TrialEvaluator() = default;
+  TrialEvaluator(const TrialEvaluator&) = delete;  // reference_ points into weights_
+  TrialEvaluator& operator=(const TrialEvaluator&) = delete;
   static std::unique_ptr<TrialEvaluator> create_unguarded(const EvaluatorOptions& options,
                                                           std::string* error, bool* environment);
   /// The trial of a lowered program the validator has judged (steps 1-4 of the header).
   /// `breakdown` holds the phases timed before it (lower, validate); judge adds its own.
   Verdict judge(const schedule::Program& program, const schedule::ValidationReport& report,
                 const std::string& schedule_id, nlohmann::json breakdown);
-  /// Step 2: the ReferenceVm against the reference logits; false (with notes) when it differs.
-  bool check_on_reference_vm(const schedule::Program& program, Verdict* v);
   /// Steps 2 and 3 of judge: the ReferenceVm check, then the latency (measured or predicted);
   /// on the GPU with a sampled check the two run at once. No latency unless both pass.
   std::optional<double> check_and_measure(const schedule::Program& program, bool valid,
                                           const Floor& floor, Verdict* v);
-  /// One ReferenceVm step's logits against `ref`, into v->checks; false (with a note) on a miss.
-  bool record_reference_vm_check(int position, int start, const vm::ReferenceVm::StepResult& step,
-                                 const std::vector<float>& ref, Verdict* v);
-  /// Loads the windows (cache or engine) and checks their logits are finite.
-  bool load_reference(std::string* error);
-  /// A window 0 the GPU engine computed, against the CPU eager forward; false with *error when
-  /// they differ (the verdict's reference.cross_check_cpu otherwise).
-  bool cross_check_gpu_window(std::string* error);
-  /// The window whose steps include `position` (nullptr when none).
-  const ReferenceWindow* window_at(int position) const;
   /// The positions the trial is timed at, ascending: the objective's, else the timed position.
   std::vector<int> timed_positions() const;
   /// Step 3: the latency, measured or predicted, at the timed position or over the objective.
@@ -134,10 +125,8 @@ class TrialEvaluator : public Evaluator {
   EvaluatorOptions options_;
   schedule::Weights weights_;
   schedule::GpuTarget target_;
-  std::vector<int> checked_;              // --positions and the timed position(s), ascending
-  std::vector<int32_t> tokens_;           // token fed at each position 0 .. last window position
-  std::vector<ReferenceWindow> windows_;  // one per checked position, ascending
-  nlohmann::json reference_info_ = nlohmann::json::object();  // the verdict's "reference"
+  std::vector<int> checked_;                 // --positions and the timed position(s), ascending
+  std::optional<TrialReference> reference_;  // the windows, the tokens fed, their origins
 };
 
 /// The schedule id TrialEvaluator::schedule_id gives `config` for this model name, weight seed,

@@ -1,6 +1,21 @@
 #include "eval/verdict.h"
 
+#include <limits>
+
+#include <cmath>
+
+#include <algorithm>
+
 namespace megasched::eval {
+
+void cap_errors(Verdict* v) {
+  if (std::isfinite(v->max_abs_err) && std::isfinite(v->rel_err)) return;
+  v->max_abs_err =
+      std::isfinite(v->max_abs_err) ? v->max_abs_err : std::numeric_limits<double>::max();
+  v->rel_err = std::isfinite(v->rel_err) ? v->rel_err : std::numeric_limits<double>::max();
+  const std::string note = "the output has non-finite values: the errors show the largest double";
+  if (std::find(v->notes.begin(), v->notes.end(), note) == v->notes.end()) v->notes.push_back(note);
+}
 
 using nlohmann::json;
 

@@ -67,6 +67,10 @@ struct Verdict {
   nlohmann::json objective = nullptr;
 };
 
+/// A non-finite output's error is infinite, which JSON cannot carry (it would print null and break
+/// the verdict schema): the largest double stands for it, with a note saying why.
+void cap_errors(Verdict* v);
+
 nlohmann::json to_json(const Verdict& verdict);
 /// Tolerant of missing optional fields; used to read the corpus back.
 Verdict verdict_from_json(const nlohmann::json& j);
