@@ -408,11 +408,25 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
   return program_ok ? latency : std::nullopt;
 }
 
+namespace {
+
+// The latency a timing step gave at `position`, through the test-only seam when one is set.
+std::optional<double> through_seam(const EvaluatorOptions& options, int position,
+                                   std::optional<double> latency) {
+  if (latency && options.latency_for_testing)
+    return options.latency_for_testing(position, *latency);
+  return latency;
+}
+
+}  // namespace
+
 std::optional<double> TrialEvaluator::time_trial(const schedule::Program& program,
                                                  const Floor& floor, Verdict* v) {
   if (!options_.objective.empty()) return time_objective(program, v);
-  return options_.device == "gpu" ? measure_on_gpu(program, options_.timed_position, v)
-                                  : predict_latency(program, options_.timed_position, floor, v);
+  const int p = options_.timed_position;
+  return through_seam(options_, p,
+                      options_.device == "gpu" ? measure_on_gpu(program, p, v)
+                                               : predict_latency(program, p, floor, v));
 }
 
 namespace {
@@ -466,8 +480,9 @@ std::optional<double> TrialEvaluator::time_objective(const schedule::Program& pr
     at.breakdown_ms = json::object();
     std::vector<BaselineMedian> medians;
     const std::optional<double> latency =
-        gpu ? measure_on_gpu(program, p, &at, &medians)
-            : predict_latency(program, p, floor_for(weights_.shape, target_, p), &at);
+        through_seam(options_, p,
+                     gpu ? measure_on_gpu(program, p, &at, &medians)
+                         : predict_latency(program, p, floor_for(weights_.shape, target_, p), &at));
     json& entry = at.objective[i];
     if (latency) {
       entry["latency_us"] = *latency;

@@ -14,6 +14,7 @@
 // (none below its floor).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,10 @@ struct EvaluatorOptions {
                                     // gpu, else cpu) | cpu (eval/eager.h) | gpu (gpu_reference.h)
   std::string reference_cache_dir;  // empty: default_reference_cache_dir(); "none": no disk cache
   int64_t reference_vm_walk_elements = kReferenceVmWalkElements;  // see the constant
+  /// Test-only seam in the timing path: when set, the latency the timing step gives at a position
+  /// (measured or predicted, before the floor guard) is replaced by what it returns, so a test
+  /// can put a sub-floor time in front of the guard. No config, flag or worker message sets it.
+  std::function<double(int position, double latency_us)> latency_for_testing;
 };
 
 /// Resolves a target name: "auto" reads the live device, any other name the registry

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -434,6 +437,97 @@ TEST(TrialEvaluator, BadObjectivesAreErrorsWithHints) {
       << error;
   o.objective = {{0, 1.0}, {127, 1.0}};
   EXPECT_TRUE(TrialEvaluator::create(o, &error)) << error;
+}
+
+// ---- the floor guard (HARNESS.md, "Honesty rules"), through the timing seam -----------------
+
+/// A toy CPU evaluator whose timing step reports `*injected` (when set) at every position in
+/// `at_positions` (all positions when empty) instead of the cost model's prediction.
+std::unique_ptr<TrialEvaluator> toy_with_injected_time(const std::optional<double>* injected,
+                                                       const Objective& objective = {},
+                                                       std::vector<int> at_positions = {}) {
+  EvaluatorOptions o;
+  o.positions = {0, 3, 7};
+  o.objective = objective;
+  o.latency_for_testing = [injected, at_positions](int position, double predicted) {
+    const bool here = at_positions.empty() || std::find(at_positions.begin(), at_positions.end(),
+                                                        position) != at_positions.end();
+    return *injected && here ? **injected : predicted;
+  };
+  std::string error;
+  auto ev = TrialEvaluator::create(o, &error);
+  EXPECT_TRUE(ev) << error;
+  return ev;
+}
+
+bool has_note(const Verdict& v, const std::string& part) {
+  for (const std::string& n : v.notes)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+TEST(FloorGuard, ALatencyBelowTheFloorIsWithheldWithANote) {
+  std::optional<double> injected;
+  auto ev = toy_with_injected_time(&injected);
+  ASSERT_TRUE(ev);
+  const double floor_us = floor_for(ev->shape(), ev->target(), 0).floor_us;
+  injected = 0.5 * floor_us;
+  const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+  EXPECT_EQ(v.status, "ok") << "correct, only the latency is withheld";
+  EXPECT_TRUE(v.correct);
+  EXPECT_DOUBLE_EQ(v.floor_us, floor_us);
+  EXPECT_FALSE(v.latency_us.has_value()) << *v.latency_us;
+  EXPECT_EQ(v.latency_kind, "");
+  EXPECT_FALSE(v.pct_of_floor.has_value());
+  EXPECT_TRUE(has_note(v, "is below the floor")) << to_json(v)["notes"].dump();
+  EXPECT_TRUE(has_note(v, "withheld")) << to_json(v)["notes"].dump();
+  // Just under the floor is under it.
+  injected = floor_us * (1.0 - 1e-9);
+  EXPECT_FALSE(ev->evaluate(schedule::ScheduleConfig{}).latency_us.has_value());
+}
+
+TEST(FloorGuard, ALatencyAtOrAboveTheFloorIsReported) {
+  std::optional<double> injected;
+  auto ev = toy_with_injected_time(&injected);
+  ASSERT_TRUE(ev);
+  const double floor_us = floor_for(ev->shape(), ev->target(), 0).floor_us;
+  for (const double latency : {floor_us, 2.0 * floor_us}) {
+    injected = latency;
+    const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+    EXPECT_EQ(v.status, "ok");
+    ASSERT_TRUE(v.latency_us.has_value()) << latency;
+    EXPECT_EQ(*v.latency_us, latency);
+    EXPECT_EQ(v.latency_kind, "predicted");
+    ASSERT_TRUE(v.pct_of_floor.has_value());
+    EXPECT_NEAR(*v.pct_of_floor, 100.0 * floor_us / latency, 1e-9);
+    EXPECT_FALSE(has_note(v, "below"));
+  }
+}
+
+TEST(FloorGuard, OnePositionBelowItsFloorWithholdsTheObjectiveLatency) {
+  // Position 60 timed at half its floor while position 0 keeps the cost model's time, hundreds of
+  // times its floor: the mean latency is far above the mean floor, yet nothing may be reported.
+  std::optional<double> injected;
+  auto ev = toy_with_injected_time(&injected, {{0, 1.0}, {60, 1.0}}, {60});
+  ASSERT_TRUE(ev);
+  const double floor0 = floor_for(ev->shape(), ev->target(), 0).floor_us;
+  const double floor60 = floor_for(ev->shape(), ev->target(), 60).floor_us;
+  injected = 0.5 * floor60;
+  const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+  EXPECT_EQ(v.status, "ok");
+  EXPECT_FALSE(v.latency_us.has_value()) << *v.latency_us;
+  EXPECT_EQ(v.latency_kind, "");
+  ASSERT_EQ(v.objective.size(), 2u);
+  EXPECT_TRUE(v.objective[0]["latency_us"].is_number()) << v.objective.dump();
+  EXPECT_GT(v.objective[0]["latency_us"].get<double>(), 3.0 * floor0);
+  EXPECT_TRUE(v.objective[1]["latency_us"].is_null()) << v.objective.dump();
+  EXPECT_TRUE(has_note(v, "at position 60 is below its floor")) << to_json(v)["notes"].dump();
+  // At its floor, position 60 passes and the mean is reported.
+  injected = floor60;
+  const Verdict at = ev->evaluate(schedule::ScheduleConfig{});
+  ASSERT_TRUE(at.latency_us.has_value()) << to_json(at)["notes"].dump();
+  EXPECT_DOUBLE_EQ(at.objective[1]["latency_us"].get<double>(), floor60);
+  EXPECT_NEAR(*at.latency_us, (at.objective[0]["latency_us"].get<double>() + floor60) / 2, 1e-9);
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "eval/roofline.h"
 #include "eval/timing.h"
@@ -43,6 +46,85 @@ TEST(Oracle, RelativeErrorIsL2RatioAndFp32IsTighterThanBf16) {
   EXPECT_TRUE(compare_logits(out, ref, schedule::DType::kBF16).pass);
   EXPECT_LT(tolerance_for(schedule::DType::kF32).rel_err,
             tolerance_for(schedule::DType::kBF16).rel_err);
+}
+
+// The tolerance table, as eval/oracle.h's comment states it: fp32 logits within a relative L2
+// error of 1e-4 and an absolute error of 1e-3; bf16 within 2e-2 and 0.25. Each bound is probed
+// alone (the other error far inside its bound) at 0.8x (passes) and 1.25x (fails) of itself, so a
+// looser table, or a check that ignores either error, fails here.
+struct ToleranceCase {
+  schedule::DType dtype;
+  double rel_err;
+  double max_abs_err;
+};
+const ToleranceCase kTolerances[] = {{schedule::DType::kF32, 1e-4, 1e-3},
+                                     {schedule::DType::kBF16, 2e-2, 0.25}};
+
+// 1000 logits near 1 (the first the largest) and the same logits each moved by +e: the relative
+// error is e / rms(ref) (about e) and the absolute error e, so only the relative bound binds when
+// e sits between them.
+void spread_error(double e, std::vector<float>* ref, std::vector<float>* out) {
+  for (int i = 0; i < 1000; ++i) {
+    ref->push_back(i == 0 ? 2.0f : 1.0f + 1e-3f * static_cast<float>(i % 7));
+    out->push_back(static_cast<float>(ref->back() + e));
+  }
+}
+
+// 1000 logits of 10 (the first 12) with one non-maximal logit moved down by e: the absolute error
+// is e and the relative error e / ||ref|| (||ref|| about 316), so only the absolute bound binds.
+void single_error(double e, std::vector<float>* ref, std::vector<float>* out) {
+  for (int i = 0; i < 1000; ++i) ref->push_back(i == 0 ? 12.0f : 10.0f);
+  *out = *ref;
+  (*out)[500] = static_cast<float>((*ref)[500] - e);
+}
+
+// The errors computed here from the vectors: ||out - ref||_2 / ||ref||_2 and max |out - ref|.
+std::pair<double, double> errors_of(const std::vector<float>& out, const std::vector<float>& ref) {
+  double d2 = 0, r2 = 0, worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(out[i]) - static_cast<double>(ref[i]);
+    d2 += d * d;
+    r2 += static_cast<double>(ref[i]) * ref[i];
+    worst = std::max(worst, std::abs(d));
+  }
+  return {std::sqrt(d2 / r2), worst};
+}
+
+TEST(Oracle, RelativeErrorBoundHoldsAloneFromBothSides) {
+  for (const ToleranceCase& t : kTolerances) {
+    for (const double scale : {0.8, 1.25}) {
+      std::vector<float> ref, out;
+      spread_error(scale * t.rel_err, &ref, &out);
+      const auto [rel, worst] = errors_of(out, ref);
+      ASSERT_NEAR(rel / t.rel_err, scale, 0.05 * scale);
+      ASSERT_LT(worst, 0.2 * t.max_abs_err) << "only the relative bound may bind";
+      const Comparison c = compare_logits(out, ref, t.dtype);
+      EXPECT_NEAR(c.rel_err, rel, 1e-6 * rel);
+      EXPECT_NEAR(c.max_abs_err, worst, 1e-6 * worst);
+      EXPECT_TRUE(c.argmax_match);
+      EXPECT_EQ(c.pass, scale < 1.0) << "dtype " << static_cast<int>(t.dtype) << ", rel_err " << rel
+                                     << " against the bound " << t.rel_err;
+    }
+  }
+}
+
+TEST(Oracle, AbsoluteErrorBoundHoldsAloneFromBothSides) {
+  for (const ToleranceCase& t : kTolerances) {
+    for (const double scale : {0.8, 1.25}) {
+      std::vector<float> ref, out;
+      single_error(scale * t.max_abs_err, &ref, &out);
+      const auto [rel, worst] = errors_of(out, ref);
+      ASSERT_NEAR(worst / t.max_abs_err, scale, 0.05 * scale);
+      ASSERT_LT(rel, 0.2 * t.rel_err) << "only the absolute bound may bind";
+      const Comparison c = compare_logits(out, ref, t.dtype);
+      EXPECT_NEAR(c.rel_err, rel, 1e-6 * rel);
+      EXPECT_NEAR(c.max_abs_err, worst, 1e-6 * worst);
+      EXPECT_EQ(c.worst_index, 500u);
+      EXPECT_TRUE(c.argmax_match);
+      EXPECT_EQ(c.pass, scale < 1.0) << "dtype " << static_cast<int>(t.dtype) << ", max_abs_err "
+                                     << worst << " against the bound " << t.max_abs_err;
+    }
+  }
 }
 
 TEST(Roofline, FloorCountsWeightsKvAndWrites) {
