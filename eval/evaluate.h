@@ -28,6 +28,7 @@
 #include "eval/reference_cache.h"
 #include "eval/roofline.h"
 #include "eval/trial_reference.h"
+#include "eval/trial_timing.h"
 #include "eval/verdict.h"
 #include "schedule/config.h"
 #include "schedule/model.h"
@@ -112,20 +113,6 @@ class TrialEvaluator : public Evaluator {
                                           const Floor& floor, Verdict* v);
   /// The positions the trial is timed at, ascending: the objective's, else the timed position.
   std::vector<int> timed_positions() const;
-  /// Step 3: the latency, measured or predicted, at the timed position or over the objective.
-  std::optional<double> time_trial(const schedule::Program& program, const Floor& floor,
-                                   Verdict* v);
-  /// Step 3 over an objective: each position timed in turn, its figures into v->objective; the
-  /// weighted mean latency (nullopt as soon as a position has none).
-  std::optional<double> time_objective(const schedule::Program& program, Verdict* v);
-  /// Step 3 on a GPU at `position`: the kernel's correctness and its median latency (nullopt: a
-  /// failure status). *medians (when given) gets each baseline kind's median.
-  std::optional<double> measure_on_gpu(const schedule::Program& program, int position, Verdict* v,
-                                       std::vector<BaselineMedian>* medians = nullptr);
-  /// Step 3 without one: the cost model's latency at `position` (nullopt: its simulation did not
-  /// drain).
-  std::optional<double> predict_latency(const schedule::Program& program, int position,
-                                        const Floor& floor, Verdict* v);
 
   EvaluatorOptions options_;
   schedule::Weights weights_;

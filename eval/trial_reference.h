@@ -38,6 +38,8 @@ class TrialReference {
   const ReferenceWindow* window_at(int position) const;
   const std::vector<ReferenceWindow>& windows() const { return windows_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  /// The checked positions, ascending (a window at each).
+  const std::vector<int>& checked() const { return checked_; }
   /// The verdict's "reference": steps, weights id, cache, engine, windows and their origins.
   const nlohmann::json& info() const { return info_; }
   /// Whether the ReferenceVm checks only the timed positions (from the reference KV cache),

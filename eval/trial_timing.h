@@ -1,0 +1,50 @@
+// Step 3 of a trial (eval/evaluate.h): the latency of a program that passed its checks, measured
+// on the GPU (with the baselines it is compared against) or predicted by the cost model, at the
+// timed position or over an objective, each through the test-only seam in front of the floor
+// guard (EvaluatorOptions::latency_for_testing).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "eval/baselines/baseline.h"
+#include "eval/roofline.h"
+#include "eval/trial_reference.h"
+#include "eval/verdict.h"
+#include "schedule/model.h"
+#include "schedule/program.h"
+#include "schedule/target.h"
+
+namespace megasched::eval {
+
+struct EvaluatorOptions;  // eval/evaluate.h
+
+class TrialTimer {
+ public:
+  TrialTimer(const EvaluatorOptions& options, const schedule::Weights& weights,
+             const schedule::GpuTarget& target, const TrialReference& reference)
+      : options_(options), weights_(weights), target_(target), reference_(reference) {}
+
+  /// The latency, measured or predicted, at the timed position or over the objective (nullopt: a
+  /// failure status or a cost model that did not drain; the verdict says which).
+  std::optional<double> time(const schedule::Program& program, const Floor& floor, Verdict* v);
+
+ private:
+  /// Over an objective: each position timed in turn, its figures into v->objective; the weighted
+  /// mean latency (nullopt as soon as a position has none).
+  std::optional<double> time_objective(const schedule::Program& program, Verdict* v);
+  /// On a GPU at `position`: the kernel's correctness and its median latency (nullopt: a failure
+  /// status). *medians (when given) gets each baseline kind's median.
+  std::optional<double> measure_on_gpu(const schedule::Program& program, int position, Verdict* v,
+                                       std::vector<BaselineMedian>* medians = nullptr);
+  /// Without one: the cost model's latency at `position` (nullopt: its simulation did not drain).
+  std::optional<double> predict_latency(const schedule::Program& program, int position,
+                                        const Floor& floor, Verdict* v);
+
+  const EvaluatorOptions& options_;
+  const schedule::Weights& weights_;
+  const schedule::GpuTarget& target_;
+  const TrialReference& reference_;
+};
+
+}  // namespace megasched::eval
