@@ -820,8 +820,8 @@ std::string format_scorecard(const Scorecard& card) {
   put(card.total);
   os << "rejected-safe ordered only by dynamic-queue worker occupancy: "
      << card.total.rejected_safe_occupancy << " of " << card.total.rejected_safe << "\n";
-  os << "rejected-safe by a documented conservative rule: " << card.total.rejected_safe_documented
-     << " of " << card.total.rejected_safe << "\n";
+  os << "rejected-safe by a documented rule: " << card.total.rejected_safe_documented << " of "
+     << card.total.rejected_safe << "\n";
   os << "rejected-safe unexplained: " << card.total.rejected_safe_unexplained << " of "
      << card.total.rejected_safe << "\n";
   for (const ScorecardRow& r : card.rows)
