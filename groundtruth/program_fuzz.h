@@ -107,8 +107,9 @@ struct ScorecardRow {
   uint64_t rejected_safe = 0;    // validate() rejected a program the ground truth calls safe
   uint64_t rejected_safe_occupancy =
       0;  // of those: safe only because busy dynamic-queue workers order tasks
-  uint64_t rejected_safe_documented = 0;  // of those: by a documented conservative rule
-                                          // (dev/validator_notes.md)
+  uint64_t rejected_safe_documented = 0;   // of those: by a documented rule
+                                           // (dev/validator_notes.md)
+  uint64_t rejected_safe_unexplained = 0;  // of those: neither (must be 0)
   uint64_t inconclusive = 0;  // the ground truth hit its state limit (not counted above)
   std::vector<std::string>
       rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few

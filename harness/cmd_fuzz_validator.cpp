@@ -5,24 +5,14 @@
 // accepted-unsafe (must be 0), rejected-safe. The table goes to stderr, the JSON summary to stdout;
 // exit 0 only when nothing unsafe was accepted.
 #include <filesystem>
-#include <map>
-#include <random>
 
 #include "groundtruth/ground_truth.h"
 #include "groundtruth/program_fuzz.h"
+#include "groundtruth/scorecard_setup.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
-#include "schedule/lower.h"
-#include "schedule/search.h"
-#include "schedule/validate.h"
 
 namespace megasched::harness {
-namespace {
-
-constexpr size_t kMaxBaseTasks = 48;  // the explorer's state space stays small below this
-constexpr int kBasesPerModel = 12;
-
-}  // namespace
 
 void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
   struct Options {
@@ -55,49 +45,19 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = kExitEnvironment;
       return;
     }
-    const GpuTarget target = fuzz_target(4);
-    // Real lowerings to mutate: random configs of the toy shapes on a 4-SM target, small enough
-    // for exhaustive exploration.
-    std::map<std::string, Weights> weights;
-    ScorecardOptions so;
-    so.n = opt->n;
-    so.seed = opt->seed;
-    std::mt19937_64 rng(opt->seed);
-    for (const char* name : {"toy", "toy-2L"}) {
-      const ModelShape shape = *find_preset(name);
-      weights.emplace(shape.name, generate_weights(shape, opt->seed, 1));
-      int kept = 0;
-      for (int i = 0; i < 200 && kept < kBasesPerModel; ++i) {
-        const ScheduleConfig cfg = i == 0 ? ScheduleConfig{} : random_config(shape, target, rng);
-        std::string error;
-        std::optional<Program> p = lower(shape, target, cfg, &error);
-        if (!p || p->tasks.size() > kMaxBaseTasks || !validate(*p, target).ok()) continue;
-        so.bases.push_back(std::move(*p));
-        ++kept;
-      }
-    }
+    // Real lowerings to mutate (groundtruth/scorecard_setup.h), the programs the scorecard test
+    // pins too.
+    const ScorecardBases bases = scorecard_bases(opt->seed);
+    ScorecardOptions so = scorecard_options(bases, opt->n, opt->seed);
     // The dynamic backstop on the bases: the ReferenceVm in random valid orders, bit for bit.
     int order_independent = 0;
     for (const Program& base : so.bases) {
-      const DynamicCheck d = dynamic_check(base, weights.at(base.model_name), 16, opt->seed, 7, 3);
+      const DynamicCheck d =
+          dynamic_check(base, bases.weights->at(base.model_name), 16, opt->seed, 7, 3);
       order_independent += d.completed && d.deterministic;
       if (!(d.completed && d.deterministic))
         print_error("fuzz-validator", "a base lowering is order-dependent: " + d.detail);
     }
-    so.record = [&weights](const Program& p, int32_t position,
-                           std::vector<std::vector<uint64_t>>* reads,
-                           std::vector<std::vector<uint64_t>>* writes) {
-      auto it = weights.find(p.model_name);
-      const Weights& w = it != weights.end()
-                             ? it->second
-                             : weights.at("toy");  // hand-built programs read no weights
-      TaskAccesses acc;
-      std::string error;
-      if (!record_accesses(p, w, position, &acc, &error)) return false;
-      *reads = std::move(acc.reads);
-      *writes = std::move(acc.writes);
-      return true;
-    };
     so.progress = [](uint64_t done) {
       std::fprintf(stderr, "fuzz-validator: %llu programs\n",
                    static_cast<unsigned long long>(done));
