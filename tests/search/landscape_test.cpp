@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "eval/evaluate.h"
 #include "search/landscape_evaluator.h"
 #include "search/landscape_recorder.h"
+#include "search/trial_pool.h"
 #include "tests/h100_target.h"
 #include "tests/search/synthetic_landscape.h"
 #include "vm/nvrtc_build.h"
@@ -158,6 +160,40 @@ TEST_F(LandscapeFiles, RecorderWritesTheKernelIdentityAndResumes) {
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(r.bad_arguments);
   EXPECT_NE(r.error.find("record into a new file"), std::string::npos) << r.error;
+}
+
+TEST_F(LandscapeFiles, RecorderRecordsThroughAPoolOfWorkersAndResumes) {
+  const Landscape source = synthetic_landscape();
+  std::vector<std::unique_ptr<eval::Evaluator>> evaluators;
+  evaluators.push_back(std::make_unique<LandscapeEvaluator>(source, 1));
+  evaluators.push_back(std::make_unique<LandscapeEvaluator>(source, 2));
+  const LandscapeEvaluator ids(source, 0);
+  ThreadedPool pool(std::move(evaluators), {"slot0", "slot1"},
+                    [&](int, const schedule::ScheduleConfig& c) { return ids.schedule_id(c); });
+  std::vector<PlannedConfig> plan;
+  for (size_t i = 0; i < 9; ++i) plan.push_back({source.rows[i].config, "sample"});
+  RecordOptions options;
+  options.path = (dir_ / "pool.landscape.jsonl").string();
+  options.header = source.header;
+  const std::vector<PlannedConfig> first(plan.begin(), plan.begin() + 4);
+  RecordResult r = record_landscape_on_pool(pool, first, options);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.recorded, 4);
+  r = record_landscape_on_pool(pool, plan, options);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.already, 4);
+  EXPECT_EQ(r.recorded, 5);
+  std::string error;
+  auto land = read_landscape(options.path, &error);
+  ASSERT_TRUE(land) << error;
+  ASSERT_EQ(land->rows.size(), 9u);
+  for (const LandscapeRow& row : land->rows) {
+    const LandscapeRow* truth = source.find(row.config);
+    ASSERT_NE(truth, nullptr);
+    EXPECT_EQ(row.status, "ok");
+    EXPECT_EQ(row.repeats, 10);
+    EXPECT_NEAR(*row.latency_us, *truth->latency_us, 0.02 * *truth->latency_us);
+  }
 }
 
 TEST(SpaceFillingSample, DrawsDistinctFittingConfigsCoveringEveryChoice) {
