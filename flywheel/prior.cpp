@@ -38,6 +38,7 @@ struct IndicatorTable {
   std::vector<std::string> paths;  // knob path of each indicator
   std::vector<json> values;        // choice of each indicator
   std::vector<json> defaults;      // default of each indicator's knob
+  std::vector<bool> first;         // the first indicator of its knob (its value is looked up)
 };
 
 const IndicatorTable& indicators() {
@@ -45,6 +46,7 @@ const IndicatorTable& indicators() {
     IndicatorTable t;
     for (const schedule::KnobSpec& spec : schedule::knob_specs()) {
       for (const json& choice : spec.choices) {
+        t.first.push_back(t.paths.empty() || t.paths.back() != spec.path);
         t.paths.push_back(spec.path);
         t.values.push_back(choice);
         t.defaults.push_back(spec.default_value);
@@ -119,8 +121,9 @@ Eigen::VectorXd prior_features(const json& config, const json& shape) {
   const IndicatorTable& table = indicators();
   const size_t m = table.paths.size();
   std::vector<double> on(m, 0.0);
+  const json* value = nullptr;
   for (size_t i = 0; i < m; ++i) {
-    const json* value = json_at_path(config, table.paths[i]);
+    if (table.first[i]) value = json_at_path(config, table.paths[i]);  // once per knob
     on[i] = (value ? *value : table.defaults[i]) == table.values[i] ? 1.0 : 0.0;
   }
   Eigen::VectorXd f(prior_feature_count());

@@ -194,4 +194,24 @@ bool write_text_file(const std::string& path, const std::string& text, std::stri
   return true;
 }
 
+// The first line a shell command prints, without its line end ("" when it prints nothing).
+static std::string first_line_of(const char* command) {
+  FILE* pipe = popen(command, "r");
+  if (!pipe) return "";
+  char buffer[256] = {0};
+  const bool got = std::fgets(buffer, sizeof buffer, pipe) != nullptr;
+  pclose(pipe);
+  std::string line = got ? buffer : "";
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+std::string working_commit() {
+  const std::string commit = first_line_of("git rev-parse --short=12 HEAD 2>/dev/null");
+  if (commit.empty()) return "unknown";
+  const bool modified =
+      !first_line_of("git status --porcelain --untracked-files=no 2>/dev/null").empty();
+  return modified ? commit + "+modified" : commit;
+}
+
 }  // namespace megasched::harness

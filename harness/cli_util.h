@@ -64,4 +64,8 @@ CLI::Validator finite_number_in(double min, double max = std::numeric_limits<dou
 /// *error ("cannot write 'PATH': No space left on device").
 bool write_text_file(const std::string& path, const std::string& text, std::string* error);
 
+/// The short commit of the working directory's git checkout, with "+modified" when tracked files
+/// differ from it (a copied tree can carry an older checkout's .git), or "unknown".
+std::string working_commit();
+
 }  // namespace megasched::harness

@@ -114,7 +114,8 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "Stop after this many trials in a row without a keep (0: never)")
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
-  cmd->add_option("--strategy", opt->strategy.name, "random | hillclimb | prior | proposer")
+  cmd->add_option("--strategy", opt->strategy.name,
+                  "random | hillclimb | elite | guided | prior | proposer")
       ->check(CLI::IsMember(search::strategy_names()))
       ->capture_default_str();
   cmd->add_option("--proposer", opt->strategy.proposer_command,
@@ -127,7 +128,21 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "hillclimb: restart after this many trials without a local gain")
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
-  cmd->add_option("--exploration", opt->strategy.exploration, "prior: share of random trials")
+  cmd->add_option("--elite", opt->strategy.elite_size,
+                  "elite, guided: the fastest configs kept to restart or breed from")
+      ->check(integer_in(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--candidates", opt->strategy.candidates,
+                  "guided: candidates the model ranks per proposal")
+      ->check(integer_in(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--guard", opt->strategy.guard,
+                  "guided: a candidate predicted slower than this x the incumbent is measured "
+                  "only as exploration")
+      ->check(finite_number_in(1.0))
+      ->capture_default_str();
+  cmd->add_option("--exploration", opt->strategy.exploration,
+                  "prior, guided: share of random trials")
       ->check(finite_number_in(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--pool", opt->strategy.pool_size, "prior: random candidates ranked per trial")

@@ -39,28 +39,6 @@ struct Options {
   bool no_run_dir = false;
 };
 
-/// The first line a shell command prints, without its line end ("" when it prints nothing).
-std::string first_line_of(const char* command) {
-  FILE* pipe = popen(command, "r");
-  if (!pipe) return "";
-  char buffer[256] = {0};
-  const bool got = std::fgets(buffer, sizeof buffer, pipe) != nullptr;
-  pclose(pipe);
-  std::string line = got ? buffer : "";
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  return line;
-}
-
-/// The short commit of the working directory's git checkout, with "+modified" when tracked files
-/// differ from it (a copied tree can carry an older checkout's .git), or "unknown".
-std::string working_commit() {
-  const std::string commit = first_line_of("git rev-parse --short=12 HEAD 2>/dev/null");
-  if (commit.empty()) return "unknown";
-  const bool modified =
-      !first_line_of("git status --porcelain --untracked-files=no 2>/dev/null").empty();
-  return modified ? commit + "+modified" : commit;
-}
-
 /// What is promoted for: the model's shape and the target (the registry's key).
 struct Workload {
   schedule::ModelShape shape;

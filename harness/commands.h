@@ -27,11 +27,13 @@ void add_profile_command(CLI::App& app, CliContext& ctx);         // harness/cmd
 void add_validate_command(CLI::App& app, CliContext& ctx);        // harness/cmd_validate.cpp
 void add_fuzz_validator_command(CLI::App& app, CliContext& ctx);  // harness/cmd_fuzz_validator.cpp
 
-void add_loop_command(CLI::App& app, CliContext& ctx);    // harness/cmd_loop.cpp
-void add_report_command(CLI::App& app, CliContext& ctx);  // harness/cmd_report.cpp
-void add_prior_command(CLI::App& app, CliContext& ctx);   // harness/cmd_prior.cpp
-void add_worker_command(CLI::App& app, CliContext& ctx);  // harness/cmd_worker.cpp
-void add_mcp_command(CLI::App& app, CliContext& ctx);     // harness/cmd_mcp.cpp
+void add_loop_command(CLI::App& app, CliContext& ctx);          // harness/cmd_loop.cpp
+void add_report_command(CLI::App& app, CliContext& ctx);        // harness/cmd_report.cpp
+void add_prior_command(CLI::App& app, CliContext& ctx);         // harness/cmd_prior.cpp
+void add_search_bench_command(CLI::App& app, CliContext& ctx);  // harness/cmd_search_bench.cpp
+void add_landscape_command(CLI::App& app, CliContext& ctx);     // harness/cmd_landscape.cpp
+void add_worker_command(CLI::App& app, CliContext& ctx);        // harness/cmd_worker.cpp
+void add_mcp_command(CLI::App& app, CliContext& ctx);           // harness/cmd_mcp.cpp
 
 void add_promote_command(CLI::App& app, CliContext& ctx);   // harness/cmd_promote.cpp
 void add_registry_command(CLI::App& app, CliContext& ctx);  // harness/cmd_registry.cpp

@@ -31,6 +31,8 @@ const CommandEntry kCommands[] = {
     {"loop", megasched::harness::add_loop_command},
     {"report", megasched::harness::add_report_command},
     {"prior", megasched::harness::add_prior_command},
+    {"search-bench", megasched::harness::add_search_bench_command},
+    {"landscape", megasched::harness::add_landscape_command},
     {"worker", megasched::harness::add_worker_command},
     {"mcp", megasched::harness::add_mcp_command},
     {"generate", megasched::harness::add_generate_command},

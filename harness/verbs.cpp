@@ -216,17 +216,6 @@ std::string worker_command(const std::string& executable, const TrialFlags& flag
          flags.worker_arguments();
 }
 
-namespace {
-
-// Where a loop's trials run: one evaluator, or a pool of workers (--gpus, --workers, --mpi).
-struct LoopBackend {
-  std::unique_ptr<eval::Evaluator> evaluator;
-  std::unique_ptr<search::TrialPool> pool;
-  std::optional<int> served;  // an MPI rank other than 0: its exit code after serving trials
-  std::string warning;        // workers that did not come up while others did
-};
-
-// The multi-worker flags checked against each other and the device; "" when they agree.
 std::string check_worker_flags(const LoopCommand& opt) {
   if ((!opt.gpus.empty()) + (opt.workers > 0) + opt.mpi > 1)
     return "--gpus, --workers and --mpi each choose where the trials run; give one";
@@ -239,9 +228,8 @@ std::string check_worker_flags(const LoopCommand& opt) {
   return "";
 }
 
-// Starts what evaluates the trials. A VerbResult when that fails (or an MPI rank is done).
-std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& device,
-                                        LoopBackend* backend) {
+std::optional<VerbResult> start_loop_backend(LoopCommand& opt, const std::string& device,
+                                             LoopBackend* backend) {
   std::string error;
   search::WorkerOptions w;
   w.command = worker_command(opt.executable, opt.trial);
@@ -290,8 +278,6 @@ std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& dev
   return std::nullopt;
 }
 
-}  // namespace
-
 VerbResult run_loop_command(LoopCommand& opt) {
   std::string error;
   if (!opt.trial.parse_positions(&error)) return failed(kExitUsage, error);
@@ -335,12 +321,12 @@ VerbResult run_loop_command(LoopCommand& opt) {
   if (!target) return failed(ev.gpu == "auto" ? kExitEnvironment : kExitUsage, error);
 
   LoopBackend backend;
-  if (std::optional<VerbResult> done = start_backend(opt, device, &backend)) return *done;
+  if (std::optional<VerbResult> done = start_loop_backend(opt, device, &backend)) return *done;
   const nlohmann::json identity =
       backend.pool ? backend.pool->identity(0) : backend.evaluator->identity();
 
   opt.strategy.shape = *shape;
-  if (opt.strategy.name == "prior") {
+  if (opt.strategy.name == "prior" || opt.strategy.name == "guided") {
     // The prior learns from every model this workspace has tried on this target and device,
     // judged as this loop judges (the same objective, or the same timed position): a latency at
     // position 4096 or a weighted mean is no sample of a position-0 loop's target.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@
 #include "schedule/program.h"
 #include "search/loop.h"
 #include "search/strategy.h"
+#include "search/trial_pool.h"
 
 namespace megasched::harness {
 
@@ -92,6 +94,22 @@ struct LoopCommand {
   /// ends); the CLI writes the run directory there.
   std::function<void(const VerbResult&)> on_end;
 };
+/// Where a loop's trials run: one evaluator, or a pool of workers (--gpus, --workers, --mpi).
+struct LoopBackend {
+  std::unique_ptr<eval::Evaluator> evaluator;
+  std::unique_ptr<search::TrialPool> pool;
+  std::optional<int> served;  // an MPI rank other than 0: its exit code after serving trials
+  std::string warning;        // workers that did not come up while others did
+};
+/// The multi-worker flags of `command` checked against each other and the device; "" when they
+/// agree.
+std::string check_worker_flags(const LoopCommand& command);
+/// Starts what evaluates the trials of `command` on `device` ("cpu" | "gpu", resolved): a
+/// VerbResult when that fails (or when an MPI rank other than 0 is done serving). Also used by
+/// `landscape record` (harness/cmd_landscape.cpp).
+std::optional<VerbResult> start_loop_backend(LoopCommand& command, const std::string& device,
+                                             LoopBackend* backend);
+
 /// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
 /// Under --mpi, a rank other than 0 serves trials and returns a null document.
 VerbResult run_loop_command(LoopCommand& command);

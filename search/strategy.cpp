@@ -2,46 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
 #include "flywheel/prior.h"
 #include "schedule/search.h"
 #include "search/child_process.h"
+#include "search/guided_strategy.h"
+#include "search/moves.h"
 
 namespace megasched::search {
 namespace {
 
 using nlohmann::json;
 using schedule::ScheduleConfig;
-
-std::string knob_text(const json& value) {
-  return value.is_string() ? value.get<std::string>() : value.dump();
-}
-
-// "tiling.gemv_rows_per_task 64->128, launch.blocks_per_sm 1->2"
-std::string describe_change(const ScheduleConfig& from, const ScheduleConfig& to) {
-  std::string text;
-  for (const std::string& path : schedule::changed_knobs(from, to)) {
-    if (!text.empty()) text += ", ";
-    text += path + " " + knob_text(schedule::get_knob(from, path)) + "->" +
-            knob_text(schedule::get_knob(to, path));
-  }
-  return text.empty() ? "no change" : text;
-}
-
-// Draws a random config the loop has not seen (nor `taken`, this batch's canonical configs);
-// nullopt after many tries (space exhausted).
-std::optional<ScheduleConfig> new_random(const SearchState& state, std::mt19937_64& rng,
-                                         std::set<std::string>* taken = nullptr) {
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    ScheduleConfig c = schedule::random_config(*state.shape, *state.target, rng);
-    if (state.is_new && !state.is_new(c)) continue;
-    if (taken && !taken->insert(schedule::canonical_string(c)).second) continue;
-    return c;
-  }
-  return std::nullopt;
-}
 
 class RandomStrategy : public Strategy {
  public:
@@ -65,10 +40,15 @@ class RandomStrategy : public Strategy {
   std::mt19937_64 rng_;
 };
 
+// hillclimb, and elite: the same climb restarting from a perturbed elite instead of at random.
 class HillclimbStrategy : public Strategy {
  public:
-  HillclimbStrategy(uint64_t seed, int restart_after) : rng_(seed), restart_after_(restart_after) {}
-  std::string name() const override { return "hillclimb"; }
+  HillclimbStrategy(uint64_t seed, int restart_after, int elite_size)
+      : rng_(seed),
+        restart_after_(restart_after),
+        elite_(std::max(1, elite_size)),
+        use_elite_(elite_size > 0) {}
+  std::string name() const override { return use_elite_ ? "elite" : "hillclimb"; }
 
   std::vector<Proposal> propose(const SearchState& state, int count) override {
     if (!base_) {
@@ -98,11 +78,15 @@ class HillclimbStrategy : public Strategy {
                                 ? std::to_string(since_improvement_) + " trials without improvement"
                                 : "every neighbour tried";
     while (static_cast<int>(out.size()) < want) {
-      auto c = new_random(state, rng_, &taken);
+      std::string from = "random config";
+      std::optional<ScheduleConfig> c;
+      if (!pending_restart_ && use_elite_ && !elite_.empty())
+        c = perturbed_elite(state, &taken, &from);
+      if (!c) c = new_random(state, rng_, &taken);
       if (!c) break;
       if (!pending_restart_) {
         pending_restart_ = *c;
-        out.push_back({*c, "hillclimb restart (" + why + "): random config", std::nullopt});
+        out.push_back({*c, name() + " restart (" + why + "): " + from, std::nullopt});
       } else {
         out.push_back(
             {*c, "hillclimb: random config while the restart point is judged", std::nullopt});
@@ -112,6 +96,7 @@ class HillclimbStrategy : public Strategy {
   }
 
   void observe(const TrialOutcome& outcome) override {
+    if (outcome.latency_us) elite_.offer(outcome.config, *outcome.latency_us);
     if (pending_restart_ && schedule::canonical_string(*pending_restart_) ==
                                 schedule::canonical_string(outcome.config)) {
       move_base(outcome);
@@ -134,8 +119,30 @@ class HillclimbStrategy : public Strategy {
     neighbours_.clear();
   }
 
+  /// A 2-3 knob mutation of an elite (the fastest likeliest) the loop has not seen.
+  std::optional<ScheduleConfig> perturbed_elite(const SearchState& state,
+                                                std::set<std::string>* taken, std::string* from) {
+    std::uniform_int_distribution<int> knobs(2, 3);
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      const size_t rank = elite_.pick(rng_);
+      const int k = knobs(rng_);
+      ScheduleConfig c =
+          schedule::mutate(elite_.members()[rank].config, *state.shape, *state.target, rng_, k);
+      if (state.is_new && !state.is_new(c)) continue;
+      if (!taken->insert(schedule::canonical_string(c)).second) continue;
+      char text[96];
+      std::snprintf(text, sizeof text, "%d-knob perturbation of elite #%zu (%.1f us)", k, rank + 1,
+                    elite_.members()[rank].latency_us);
+      *from = text;
+      return c;
+    }
+    return std::nullopt;
+  }
+
   std::mt19937_64 rng_;
   int restart_after_;
+  ElitePool elite_;
+  bool use_elite_;
   std::optional<ScheduleConfig> base_;
   std::optional<double> base_latency_;
   std::optional<ScheduleConfig> pending_restart_;
@@ -313,14 +320,17 @@ class ProposerStrategy : public Strategy {
 }  // namespace
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"random", "hillclimb", "prior", "proposer"};
+  static const std::vector<std::string> names = {"random", "hillclimb", "elite",
+                                                 "guided", "prior",     "proposer"};
   return names;
 }
 
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::string* error) {
   if (options.name == "random") return std::make_unique<RandomStrategy>(options.seed);
-  if (options.name == "hillclimb")
-    return std::make_unique<HillclimbStrategy>(options.seed, std::max(1, options.restart_after));
+  if (options.name == "hillclimb" || options.name == "elite")
+    return std::make_unique<HillclimbStrategy>(options.seed, std::max(1, options.restart_after),
+                                               options.name == "elite" ? options.elite_size : 0);
+  if (options.name == "guided") return make_guided_strategy(options);
   if (options.name == "prior") return std::make_unique<PriorStrategy>(options);
   if (options.name == "proposer") {
     if (options.proposer_command.empty()) {
@@ -331,8 +341,8 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::str
     return std::make_unique<ProposerStrategy>(options);
   }
   if (error) {
-    *error =
-        "unknown strategy '" + options.name + "'; choose one of random, hillclimb, prior, proposer";
+    *error = "unknown strategy '" + options.name +
+             "'; choose one of random, hillclimb, elite, guided, prior, proposer";
     std::string near = schedule::nearest(options.name, strategy_names());
     if (!near.empty()) *error += " (did you mean '" + near + "'?)";
   }

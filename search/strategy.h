@@ -1,9 +1,15 @@
-// Search strategies: where the loop's next candidate comes from. One interface, four
+// Search strategies: where the loop's next candidate comes from. One interface, six
 // implementations:
 //   random     a fresh random config from the search space each trial (the yardstick)
 //   hillclimb  one-knob moves around a local base; the base moves on every improvement beyond 1%;
 //              after `restart_after` trials without one (or when every neighbour is tried) it
 //              restarts from a random config
+//   elite      hillclimb whose restarts are 2-3 knob perturbations of an elite (one of the
+//              `elite_size` fastest configs seen, the fastest likeliest) instead of random configs
+//   guided     model-guided, after TVM's auto-scheduler (search/guided_strategy.h): the prior,
+//              refit on this run's trials, ranks `candidates` mutations and crossovers of the
+//              elites; the best few are measured, an `exploration` share are random picks, and a
+//              candidate predicted more than `guard` x the incumbent is measured only as one
 //   prior      the learned prior (flywheel/prior.h) ranks a pool of the incumbent's neighbours,
 //              2-4 knob mutations of it and random configs; an `exploration` share of trials is
 //              random; retrained after each trial
@@ -85,15 +91,20 @@ class Strategy {
 };
 
 struct StrategyOptions {
-  std::string name = "hillclimb";  // random | hillclimb | prior | proposer
+  std::string name = "hillclimb";  // random | hillclimb | elite | guided | prior | proposer
   uint64_t seed = 0;
-  int restart_after = 8;      // hillclimb: trials without a local improvement
-  double exploration = 0.1;   // prior: share of random trials
+  int restart_after = 8;      // hillclimb, elite: trials without a local improvement
+  int elite_size = 8;         // elite, guided: the fastest configs kept to restart or breed from
+  double exploration = 0.1;   // prior, guided: share of random trials
+  int candidates = 2048;      // guided: candidates the model ranks per proposal
+  double guard = 1.5;         // guided: predicted latency over the incumbent's beyond which a
+                              // candidate is measured only as exploration
   int pool_size = 256;        // prior: candidates ranked per trial
-  int min_prior_samples = 8;  // prior: random trials until it has this many latencies
-  std::vector<flywheel::CorpusRecord> training;  // prior: corpus records (same target and device,
-                                                 // judged alike: eval::judged_alike)
-  schedule::ModelShape shape;       // prior: the shape of this run's model (features of outcomes)
+  int min_prior_samples = 8;  // prior, guided: latencies before the model ranks anything
+  std::vector<flywheel::CorpusRecord> training;  // prior, guided: corpus records (same target and
+                                                 // device, judged alike: eval::judged_alike)
+  schedule::ModelShape
+      shape;  // prior, guided: the shape of this run's model (features of outcomes)
   std::string proposer_command;     // proposer: run with /bin/sh -c
   double proposer_timeout_s = 120;  // proposer: per call
   int recent_trials = 20;           // proposer: trials sent in the context

@@ -1,0 +1,225 @@
+#include "search/landscape_recorder.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+
+#include "flywheel/locked_file.h"
+#include "schedule/search.h"
+#include "search/loop.h"
+
+namespace megasched::search {
+namespace {
+
+using schedule::ScheduleConfig;
+
+bool fits(const ScheduleConfig& c, const schedule::ModelShape& shape,
+          const schedule::GpuTarget& target) {
+  return schedule::config_fits(c, shape, target) && schedule::knob_conflict(c).empty();
+}
+
+// Redraws one knob at a time (to a fitting choice) until the config fits; false after 64 tries.
+bool repair(ScheduleConfig* c, const std::vector<std::vector<nlohmann::json>>& choices,
+            const schedule::ModelShape& shape, const schedule::GpuTarget& target,
+            std::mt19937_64& rng) {
+  const auto& specs = schedule::knob_specs();
+  std::uniform_int_distribution<size_t> knob(0, specs.size() - 1);
+  std::string ignored;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    if (fits(*c, shape, target)) return true;
+    const size_t k = knob(rng);
+    std::uniform_int_distribution<size_t> pick(0, choices[k].size() - 1);
+    schedule::set_knob(c, specs[k].path, choices[k][pick(rng)], &ignored);
+  }
+  return fits(*c, shape, target);
+}
+
+// Reads (or creates) the file; the canonical configs it holds go to *done.
+bool open_landscape(const RecordOptions& options, std::set<std::string>* done,
+                    RecordResult* result) {
+  std::error_code ec;
+  if (!std::filesystem::exists(options.path, ec)) {
+    if (!write_landscape_header(options.path, options.header, &result->error)) return false;
+    return true;
+  }
+  bool repaired = false;
+  if (!flywheel::repair_torn_tail(options.path, &repaired, &result->error)) return false;
+  if (repaired && options.progress)
+    *options.progress << "landscape: a torn last line moved to "
+                      << flywheel::quarantine_path(options.path) << "\n";
+  auto existing = read_landscape(options.path, &result->error);
+  if (!existing) {
+    result->bad_arguments = true;
+    return false;
+  }
+  const LandscapeHeader& a = existing->header;
+  const LandscapeHeader& b = options.header;
+  if (a.model != b.model || a.target != b.target || a.device != b.device ||
+      a.position != b.position || a.build != b.build || a.objective != b.objective) {
+    result->error = options.path + " is a landscape of " + a.model + " on " + a.target + " (" +
+                    a.device + ", position " + std::to_string(a.position) + ", build " +
+                    a.build.substr(0, 12) + "), not of this recording (" + b.model + " on " +
+                    b.target + ", " + b.device + ", position " + std::to_string(b.position) +
+                    ", build " + b.build.substr(0, 12) + "); record into a new file";
+    result->bad_arguments = true;
+    return false;
+  }
+  for (const LandscapeRow& r : existing->rows) done->insert(schedule::canonical_string(r.config));
+  result->already = static_cast<int>(existing->rows.size());
+  return true;
+}
+
+void report(const RecordOptions& options, const RecordResult& r, const LandscapeRow& row) {
+  if (!options.progress) return;
+  char line[160];
+  std::snprintf(
+      line, sizeof line, "landscape %4d/%d  %-9s %10s  %s\n", r.already + r.recorded, r.planned,
+      row.status.c_str(),
+      row.latency_us ? (std::to_string(*row.latency_us).substr(0, 9) + " us").c_str() : "",
+      row.origin.c_str());
+  *options.progress << line;
+}
+
+}  // namespace
+
+std::vector<PlannedConfig> space_filling_sample(const schedule::ModelShape& shape,
+                                                const schedule::GpuTarget& target, int count,
+                                                uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto& specs = schedule::knob_specs();
+  std::vector<std::vector<nlohmann::json>> choices(specs.size());
+  std::vector<std::vector<nlohmann::json>> columns(specs.size());
+  for (size_t k = 0; k < specs.size(); ++k) {
+    for (const nlohmann::json& c : specs[k].choices)
+      if (schedule::knob_value_fits(specs[k].path, c, shape)) choices[k].push_back(c);
+    if (choices[k].empty()) choices[k].push_back(specs[k].default_value);
+    for (int i = 0; i < count; ++i) columns[k].push_back(choices[k][i % choices[k].size()]);
+    std::shuffle(columns[k].begin(), columns[k].end(), rng);
+  }
+  std::vector<PlannedConfig> out;
+  std::set<std::string> seen;
+  std::string ignored;
+  for (int i = 0; i < count; ++i) {
+    ScheduleConfig c;
+    for (size_t k = 0; k < specs.size(); ++k)
+      schedule::set_knob(&c, specs[k].path, columns[k][i], &ignored);
+    if (!repair(&c, choices, shape, target, rng)) c = schedule::random_config(shape, target, rng);
+    for (int again = 0; again < 20 && !seen.insert(schedule::canonical_string(c)).second; ++again)
+      c = schedule::random_config(shape, target, rng);
+    out.push_back({c, "sample"});
+  }
+  return out;
+}
+
+std::vector<PlannedConfig> plan_landscape(
+    const schedule::ModelShape& shape, const schedule::GpuTarget& target, int sample_count,
+    const std::vector<std::pair<std::string, ScheduleConfig>>& named, uint64_t seed) {
+  std::vector<PlannedConfig> plan;
+  std::set<std::string> seen;
+  auto add = [&](const ScheduleConfig& c, const std::string& origin) {
+    if (seen.insert(schedule::canonical_string(c)).second) plan.push_back({c, origin});
+  };
+  for (const auto& [name, config] : named) add(config, "named:" + name);
+  for (const auto& [name, config] : named)
+    for (const ScheduleConfig& n : schedule::neighbours(config, shape, target))
+      add(n, "neighbour:" + name);
+  for (const PlannedConfig& p : space_filling_sample(shape, target, sample_count, seed))
+    add(p.config, p.origin);
+  return plan;
+}
+
+LandscapeRow landscape_row(const PlannedConfig& planned, const eval::Verdict& v) {
+  LandscapeRow row;
+  row.id = v.schedule_id;
+  row.config = planned.config;
+  row.origin = planned.origin;
+  if (v.correct && v.latency_us) {
+    row.status = "ok";
+    row.latency_us = v.latency_us;
+    row.sigma_us = latency_sigma_us(v);
+    row.repeats = static_cast<int>(v.samples_us.size());
+  } else if (v.status == "crash") {
+    row.status = "crash";
+  } else if (v.status == "timeout" || v.status == "hang") {
+    row.status = "timeout";
+  } else if (!v.valid || v.status == "rejected") {
+    row.status = "rejected";
+  } else {
+    row.status = "incorrect";
+  }
+  return row;
+}
+
+RecordResult record_landscape(eval::Evaluator& evaluator, const std::vector<PlannedConfig>& plan,
+                              const RecordOptions& options) {
+  RecordResult result;
+  result.planned = static_cast<int>(plan.size());
+  std::set<std::string> done;
+  if (!(result.ok = open_landscape(options, &done, &result))) return result;
+  for (const PlannedConfig& p : plan) {
+    if (options.stop && options.stop->load()) break;
+    if (done.count(schedule::canonical_string(p.config))) continue;
+    const eval::Verdict v = evaluator.evaluate(p.config);
+    if (const std::string why = evaluator.harness_failure(); !why.empty()) {
+      result.ok = false;
+      result.error = "the evaluator failed on the harness side: " + why;
+      return result;
+    }
+    const LandscapeRow row = landscape_row(p, v);
+    if (!append_landscape_row(options.path, row, &result.error)) return result.ok = false, result;
+    ++result.recorded;
+    report(options, result, row);
+  }
+  return result;
+}
+
+RecordResult record_landscape_on_pool(TrialPool& pool, const std::vector<PlannedConfig>& plan,
+                                      const RecordOptions& options) {
+  RecordResult result;
+  result.planned = static_cast<int>(plan.size());
+  std::set<std::string> done;
+  if (!(result.ok = open_landscape(options, &done, &result))) return result;
+  std::deque<size_t> queue;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (!done.count(schedule::canonical_string(plan[i].config))) queue.push_back(i);
+  std::map<uint64_t, int> losses;                        // plan index -> times its slot was lost
+  std::vector<std::optional<size_t>> busy(pool.size());  // slot -> plan index in flight
+  auto in_flight = [&] {
+    return std::any_of(busy.begin(), busy.end(), [](const auto& b) { return b.has_value(); });
+  };
+  while (!queue.empty() || in_flight()) {
+    const bool stopping = options.stop && options.stop->load();
+    for (int s = 0; s < pool.size() && !stopping; ++s) {
+      if (busy[s] || !pool.alive(s) || queue.empty()) continue;
+      busy[s] = queue.front();
+      queue.pop_front();
+      pool.submit(s, *busy[s], plan[*busy[s]].config);
+    }
+    if (!in_flight()) break;  // stopping, or every slot lost
+    std::optional<PoolEvent> e = pool.wait(1.0);
+    if (!e) continue;
+    const size_t index = e->ticket;
+    busy[e->slot].reset();
+    if (e->lost || !e->harness_failure.empty()) {
+      if (++losses[index] < 2)
+        queue.push_back(index);  // once more, elsewhere
+      else
+        ++result.lost;
+      if (options.progress)
+        *options.progress << "landscape: " << pool.label(e->slot) << " lost a config ("
+                          << (e->lost ? e->lost_reason : e->harness_failure) << ")\n";
+      continue;
+    }
+    const LandscapeRow row = landscape_row(plan[index], e->verdict);
+    if (!append_landscape_row(options.path, row, &result.error)) return result.ok = false, result;
+    ++result.recorded;
+    report(options, result, row);
+  }
+  return result;
+}
+
+}  // namespace megasched::search

@@ -1,0 +1,97 @@
+// `megasched search-bench` and `landscape record`, driven in process through CLI11: CI replays
+// the strategies on the committed synthetic landscape (tests/data/synthetic.landscape.jsonl).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/commands.h"
+#include "search/landscape.h"
+
+namespace megasched::harness {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+Outcome run(std::vector<std::string> args) {
+  CLI::App app{"megasched"};
+  CliContext ctx;
+  add_search_bench_command(app, ctx);
+  add_landscape_command(app, ctx);
+  std::vector<const char*> argv{"megasched"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    ctx.exit_code = kExitUsage;
+  }
+  Outcome o;
+  o.out = testing::internal::GetCapturedStdout();
+  o.err = testing::internal::GetCapturedStderr();
+  o.exit_code = ctx.exit_code;
+  return o;
+}
+
+const std::string kSynthetic = std::string(MS_SOURCE_DIR) + "/tests/data/synthetic.landscape.jsonl";
+
+TEST(CmdSearchBench, ReplaysEveryStrategyOnTheCommittedSyntheticLandscape) {
+  const Outcome o = run({"search-bench", "--landscape", kSynthetic, "--seeds", "3", "--budgets",
+                         "25,100", "--candidates", "256", "--jobs", "2", "--json"});
+  ASSERT_EQ(o.exit_code, kExitOk) << o.err;
+  const auto doc = nlohmann::json::parse(o.out);
+  EXPECT_DOUBLE_EQ(doc["optimum_us"].get<double>(), 100.0);
+  ASSERT_EQ(doc["strategies"].size(), 4u);
+  for (const auto& s : doc["strategies"]) {
+    EXPECT_EQ(s["budgets"].size(), 2u);
+    EXPECT_EQ(s["trials_to_within"]["runs"], 3);
+  }
+  const Outcome table = run({"search-bench", "--landscape", kSynthetic, "--seeds", "2", "--budgets",
+                             "25", "--strategies", "random,elite"});
+  ASSERT_EQ(table.exit_code, kExitOk) << table.err;
+  EXPECT_NE(table.out.find("elite"), std::string::npos) << table.out;
+}
+
+TEST(CmdSearchBench, RefusesAMalformedLandscapeWithExitCode2) {
+  const std::string path = testing::TempDir() + "bad.landscape.jsonl";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("{\"id\": 1}\n", f);
+  std::fclose(f);
+  const Outcome o = run({"search-bench", "--landscape", path});
+  EXPECT_EQ(o.exit_code, kExitUsage);
+  EXPECT_NE(o.err.find(":1: the first line is not a landscape header"), std::string::npos) << o.err;
+  std::remove(path.c_str());
+  EXPECT_EQ(run({"search-bench", "--landscape", kSynthetic, "--strategies", "hilclimb"}).exit_code,
+            kExitUsage);
+}
+
+TEST(CmdLandscape, RecordsAPredictedLandscapeThatSearchBenchReplays) {
+  const std::string path = testing::TempDir() + "toy_cmd.landscape.jsonl";
+  std::filesystem::remove(path);
+  const Outcome o = run({"landscape", "record", "--model", "toy", "--gpu", "h100", "--device",
+                         "cpu", "--positions", "0", "--sample", "6", "--out", path});
+  ASSERT_EQ(o.exit_code, kExitOk) << o.err;
+  const auto doc = nlohmann::json::parse(o.out);
+  EXPECT_EQ(doc["recorded"], 6);
+  EXPECT_EQ(doc["latency_kind"], "predicted");
+  std::string error;
+  auto land = search::read_landscape(path, &error);
+  ASSERT_TRUE(land) << error;
+  EXPECT_EQ(land->header.latency_kind, "predicted");
+  EXPECT_FALSE(land->header.build.empty());
+  const Outcome again = run({"landscape", "record", "--model", "toy", "--gpu", "h100", "--device",
+                             "cpu", "--positions", "0", "--sample", "6", "--out", path});
+  ASSERT_EQ(again.exit_code, kExitOk) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["recorded"], 0);  // resumed: nothing left
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace megasched::harness
