@@ -89,6 +89,12 @@ class CliBadInput : public ::testing::Test {
     p = toy;
     p["model"]["hidden"] = 128;
     put("bad_model.json", p.dump());
+    p = toy;
+    p["build"]["unroll"] = 4;
+    put("build_unroll.json", p.dump());
+    p = toy;
+    p["foo"] = 1;
+    put("top_foo.json", p.dump());
   }
 
   static void write_configs() {
@@ -191,6 +197,9 @@ const Row kRows[] = {
     {"evaluate --model toy --program {dir}/bad_ring.json", 2, "smem_pages (smem.pages) is 64"},
     {"evaluate --model toy --program {dir}/bad_model.json", 2,
      "program.model.hidden is 128, but model toy has 64"},
+    {"evaluate --model toy --program {dir}/build_unroll.json", 2,
+     "program.build: unknown key 'unroll' (schemas/program.schema.json allows knobs, x_floats"},
+    {"validate --program {dir}/top_foo.json", 2, "program: unknown key 'foo'"},  // both ignored
     {"evaluate --model toy --program {dir}/README.md", 2, "is not valid JSON"},
     {"evaluate --model toy --program {dir}/nonexistent.json", 3, "cannot read"},
     {"evaluate --model toy --timed-position -1", 2, "--timed-position: must be an integer in [0,"},
