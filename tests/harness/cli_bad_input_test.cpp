@@ -310,6 +310,12 @@ const Row kRows[] = {
     {"prior --compare --target-us nan", 2, "--target-us"},
     {"prior --eval --folds 1", 2, "--folds: must be an integer in [2, 1000]"},
     {"prior --eval --corpus /dev/zero", 3, "/dev/zero is a device"},
+    {"prior --eval --corpus {dir}/corpus.jsonl --device tpu", 2,
+     "--device: tpu not in {cpu,gpu}"},  // exit 1, no message
+    {"prior --eval --corpus {dir}/corpus.jsonl --target bogus", 2,
+     "--target: unknown GPU target 'bogus'"},  // exit 1, no message
+    {"prior --eval --corpus {dir}/corpus.jsonl --target h100 --device gpu", 1,
+     "has no trials on target h100 on device gpu"},  // exit 1, no message
     // worker
     {"worker --model toy --device cpu --timed-position -1", 2, "--timed-position"},
     {"worker --model toy --device cpu --objective 0:1,0:1", 2, "position 0 is given twice"},
