@@ -132,6 +132,8 @@ class CliBadInput : public ::testing::Test {
                              {"num_key_value_heads", 512},
                              {"intermediate_size", 1 << 20},
                              {"vocab_size", 1 << 20}});
+    checkpoint("ckpt_head_dim", {{"head_dim", int64_t{1} << 32}});  // 0 as a 32-bit int
+    checkpoint("ckpt_head_dim_product", {{"head_dim", int64_t{1} << 30}});
     checkpoint("ckpt_theta", {{"rope_theta", 0}});
     checkpoint("ckpt_eps", {{"rms_norm_eps", -1e-5}});
   }
@@ -233,6 +235,11 @@ const Row kRows[] = {
     {"evaluate --model toy --save-program /dev/full", 3,
      "--save-program: cannot write '/dev/full': No space left"},             // exit 0
     {"evaluate --model {dir}/ckpt_huge", 2, "more than megasched handles"},  // bad_alloc
+    {"evaluate --model {dir}/ckpt_head_dim", 2,
+     "head_dim 4294967296 is out of range (at most 2^30; a Llama's is hidden_size / "
+     "num_attention_heads = 16)"},  // blamed q_proj.weight's shape [0, 64]
+    {"evaluate --model {dir}/ckpt_head_dim_product", 2,
+     "num_attention_heads x head_dim is 4.295e+09 elements"},
     {"evaluate --model {dir}/ckpt_theta", 2,
      "rope_theta must be a positive finite number"},  // blamed the schedule
     {"evaluate --model {dir}/ckpt_eps", 2, "rms_norm_eps must be a finite number >= 0"},
