@@ -333,6 +333,12 @@ const Row kRows[] = {
     {"generate --model toy --max-tokens 2 --logits-out /dev/full", 3,
      "--logits-out: cannot write '/dev/full'"},  // exit 0
     {"generate --model toy --max-tokens 0", 2, "--max-tokens"},
+    {"generate --model toy --prompt-ids 1,300", 2,
+     "prompt token 300 is outside the vocabulary [0, 256) of model toy"},  // exit 1
+    {"generate --model toy --prompt-ids 1,-4", 2, "prompt token -4 is outside the vocabulary"},
+    {"generate --model toy --max-tokens 100 --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,"
+     "17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32",
+     2, "= 131 steps exceeds the KV cache of 128 positions of model toy"},  // exit 1
     {"generate --model toy --seed -1", 2, "--seed"},
     {"generate --model {dir}/ckpt_huge", 2, "more than megasched handles"},  // bad_alloc
     {"generate --model toy --config {dir}/nonexistent.json", 3, "cannot read"},
