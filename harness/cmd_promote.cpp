@@ -168,9 +168,10 @@ int run_promote(const Options& opt) {
   auto target = eval::resolve_target(opt.gpu, &error);
   if (!target) return fail(target_error_code(opt.gpu), error);
   if (opt.device == "gpu" && !eval::gpu_available(&error))
-    return fail(kExitEnvironment, "--device gpu: " + error +
-                                      " (--device cpu --verify-only runs "
-                                      "the verify gate without one)");
+    return fail(kExitEnvironment,
+                "--device gpu: " + error +
+                    " (--device cpu promotes without one, on the ReferenceVm and the cost "
+                    "model's predicted latencies; add --verify-only for the verify gate alone)");
   const Workload probe{*shape, *target};
   bool environment = false;
   std::optional<flywheel::RunDir> run;

@@ -367,6 +367,11 @@ const Row kRows[] = {
     {"profile --model toy --out {dir}/p.json --warmup nan", 2, "--warmup"},
     {"profile --model toy --gpu h100 --out {dir}/p.json --config {dir}/deep.json", 2,
      "has value [[[["},
+    // promote
+    {"promote --model toy --config default", 3,
+     "(--device cpu promotes without one, on the ReferenceVm and the cost model's predicted "
+     "latencies; add --verify-only for the verify gate alone)",
+     false, true},  // hinted --verify-only, as if --device cpu alone could not promote
     // propose
     {"propose --model toy --config {dir}/dup.json", 2, "appears twice"},
     {"propose --model toy --config {dir}/big.json", 2, "has value \"xxxx"},
