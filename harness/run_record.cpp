@@ -2,8 +2,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
+#include "eval/evaluate.h"
 #include "harness/cli_util.h"
+#include "schedule/lookup.h"
+#include "schedule/lower.h"
 
 namespace megasched::harness {
 namespace {
@@ -37,8 +41,12 @@ void add_runs_dir_flags(CLI::App* cmd, std::string* runs_dir, bool* no_run_dir) 
 std::optional<flywheel::RunDir> start_run(const std::string& runs_dir, const std::string& kind,
                                           std::string* error) {
   const double now = now_s();
-  auto run =
-      flywheel::open_run_dir(runs_dir, flywheel::new_run_id(now), kind, command_line(), now, error);
+  // Ids grow strictly within this process; another process may have taken the same microsecond.
+  std::string id = flywheel::new_run_id(now);
+  for (int tries = 0; tries < 1000 && std::filesystem::exists(std::filesystem::path(runs_dir) / id);
+       ++tries)
+    id = flywheel::new_run_id(now);
+  auto run = flywheel::open_run_dir(runs_dir, id, kind, command_line(), now, error);
   if (run)
     std::fprintf(stderr, "megasched %s: run %s (%s)\n", kind.c_str(), run->run_id.c_str(),
                  run->path.c_str());

@@ -18,6 +18,7 @@
 #include "flywheel/dedup.h"
 #include "flywheel/locked_file.h"
 #include "flywheel/results.h"
+#include "flywheel/run_dir.h"
 #include "schedule/format.h"
 
 namespace megasched::search {
@@ -48,19 +49,6 @@ struct Incumbent {
   int complexity = 0;
   std::optional<double> latency() const { return verdict ? verdict->latency_us : std::nullopt; }
 };
-
-std::string make_run_id(double now_s, uint64_t seed) {
-  std::string stamp = flywheel::utc_timestamp(now_s);
-  std::string compact;
-  for (char c : stamp)
-    if (c != '-' && c != ':') compact += c;
-  std::mt19937_64 rng(
-      seed ^ static_cast<uint64_t>(now_s * 1e6) ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  char suffix[8];
-  std::snprintf(suffix, sizeof suffix, "%04x", static_cast<unsigned>(rng() & 0xffff));
-  return "r" + compact + "-" + suffix;
-}
 
 // A verdict rebuilt from a results row (a schedule known only from results.tsv).
 eval::Verdict verdict_from_row(const flywheel::ResultRow& row) {
@@ -257,7 +245,7 @@ class LoopRun {
                 [](const CorpusRecord& a, const CorpusRecord& b) { return a.trial < b.trial; });
     }
     resumed_ = !run_id_.empty();
-    if (!resumed_) run_id_ = make_run_id(start_s_, options_.seed);
+    if (!resumed_) run_id_ = flywheel::new_run_id(start_s_);
     // The run id first (its rows, corpus records and run directory carry it).
     if (options_.progress)
       *options_.progress << "megasched loop: run " << run_id_ << (resumed_ ? " (resumed)" : "")
