@@ -9,6 +9,7 @@
 #include "eval/evaluate.h"
 #include "flywheel/corpus.h"
 #include "flywheel/registry.h"
+#include "harness/build_info.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/promote.h"
@@ -38,28 +39,6 @@ struct Options {
   std::string runs_dir = "workspace/runs";
   bool no_run_dir = false;
 };
-
-/// The first line a shell command prints, without its line end ("" when it prints nothing).
-std::string first_line_of(const char* command) {
-  FILE* pipe = popen(command, "r");
-  if (!pipe) return "";
-  char buffer[256] = {0};
-  const bool got = std::fgets(buffer, sizeof buffer, pipe) != nullptr;
-  pclose(pipe);
-  std::string line = got ? buffer : "";
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  return line;
-}
-
-/// The short commit of the working directory's git checkout, with "+modified" when tracked files
-/// differ from it (a copied tree can carry an older checkout's .git), or "unknown".
-std::string working_commit() {
-  const std::string commit = first_line_of("git rev-parse --short=12 HEAD 2>/dev/null");
-  if (commit.empty()) return "unknown";
-  const bool modified =
-      !first_line_of("git status --porcelain --untracked-files=no 2>/dev/null").empty();
-  return modified ? commit + "+modified" : commit;
-}
 
 /// What is promoted for: the model's shape and the target (the registry's key).
 struct Workload {
@@ -139,7 +118,7 @@ flywheel::RegistryEntry make_entry(const Workload& probe, const schedule::Schedu
     e.fields["device_name"] = "cpu (cost model for " + probe.target.name + ")";
     e.fields["driver"] = nullptr;
   }
-  e.fields["commit"] = working_commit();
+  e.fields["commit"] = build_commit();  // the promoting megasched's, not the cwd's
   e.fields["build"] = vm::build_identity();
   e.fields["run_id"] = run_id;
   e.fields["timestamp"] = flywheel::utc_timestamp(static_cast<double>(std::time(nullptr)));
