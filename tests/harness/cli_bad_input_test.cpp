@@ -362,6 +362,8 @@ const Row kRows[] = {
     {"bench --model toy --positions 0 --peers {dir}/README.md", 2, "is not JSON"},
     {"bench --model toy --positions 0", 3, "bench measures on a GPU and predicts nothing", false,
      true},
+    {"bench --model toy", 3, "bench measures on a GPU and predicts nothing", false,
+     true},  // exit 2: its own default positions 1024 and 4096 lie beyond toy's 128
     {"profile --model toy --out {dir}/p.json --top 0", 2, "--top"},
     {"profile --model toy --out {dir}/p.json --position -1", 2, "--position"},
     {"profile --model toy --out {dir}/p.json --warmup nan", 2, "--warmup"},
