@@ -21,6 +21,18 @@ RunResult run(const std::string& args, bool merge_stderr = false) {
   return megasched::test::run_megasched(args, merge_stderr);
 }
 
+TEST(Cli, DoctorWithoutAGpuSaysSoPlainlyAndWhatStillWorks) {
+  const auto r = run("doctor");
+  if (r.exit_code == 0) GTEST_SKIP() << "this machine has a GPU";
+  EXPECT_EQ(r.exit_code, 3) << r.out;
+  EXPECT_NE(r.out.find("GPU      none: no CUDA device"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("with --device cpu"), std::string::npos) << r.out;
+  if (!std::filesystem::exists("/proc/driver/nvidia/version")) {  // said "driver is insufficient"
+    EXPECT_NE(r.out.find("no NVIDIA driver on this machine (no GPU found)"), std::string::npos)
+        << r.out;
+  }
+}
+
 TEST(Cli, EvaluateDefaultToyOnCpuIsValidCorrectAndPredictedAboveTheFloor) {
   auto r = run("evaluate --model toy --gpu h100 --device cpu");
   ASSERT_EQ(r.exit_code, 0) << r.out;
