@@ -14,6 +14,7 @@
 // (none below its floor).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,9 @@ struct EvaluatorOptions {
                                     // gpu, else cpu) | cpu (eval/eager.h) | gpu (gpu_reference.h)
   std::string reference_cache_dir;  // empty: default_reference_cache_dir(); "none": no disk cache
   int64_t reference_vm_walk_elements = kReferenceVmWalkElements;  // see the constant
+  /// Given a line (no newline) every few seconds of a step that can run long: the reference
+  /// windows that are not in the cache. Empty: silent.
+  std::function<void(const std::string&)> progress;
 };
 
 /// Resolves a target name: "auto" reads the live device, any other name the registry

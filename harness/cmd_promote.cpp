@@ -71,6 +71,7 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   ev.positions = {0};
   ev.device = opt.device;
   ev.gpu_options.time_baseline = false;  // the gate compares the two configs, not the baselines
+  ev.progress = progress_on_stderr("promote");
   std::string error;
   auto timer = eval::TrialEvaluator::create(ev, &error);
   if (!timer) return {false, "benchmark gate: " + error, {}};

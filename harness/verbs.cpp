@@ -283,7 +283,9 @@ std::optional<VerbResult> start_backend(LoopCommand& opt, const std::string& dev
     backend->evaluator = std::move(worker);
   } else {
     bool environment = false;
-    auto trial = eval::TrialEvaluator::create(opt.trial.ev, &error, &environment);
+    eval::EvaluatorOptions ev = opt.trial.ev;
+    ev.progress = progress_on_stderr("loop");
+    auto trial = eval::TrialEvaluator::create(ev, &error, &environment);
     if (!trial) return failed(environment ? kExitEnvironment : kExitUsage, error);
     backend->evaluator = std::move(trial);
   }
