@@ -108,7 +108,10 @@ VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
       {"incumbent_fits", fits},
       {"search_space", schedule::search_space_json(*shape)},
       {"next",
-       "edit `incumbent` (any knob to any listed choice) and run: megasched evaluate --model " +
+       "write `incumbent` to a file (megasched propose --model " + shape->name + " --gpu " +
+           target->name +
+           " --config-only > cfg.json), edit any knob to any listed choice, and run: megasched "
+           "evaluate --model " +
            shape->name + " --gpu " + target->name + " --device cpu --config cfg.json"},
   };
   if (!fits) out["incumbent_fit_error"] = fit;
