@@ -33,6 +33,7 @@ namespace megasched::harness {
 namespace {
 
 using nlohmann::json;
+using search::ChildProcess;
 using test::McpPipeClient;
 
 // A `megasched worker` stand-in (the server runs `<executable> worker ...`): kernel.unroll picks
