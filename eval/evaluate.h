@@ -65,6 +65,9 @@ struct EvaluatorOptions {
   /// (measured or predicted, before the floor guard) is replaced by what it returns, so a test
   /// can put a sub-floor time in front of the guard. No config, flag or worker message sets it.
   std::function<double(int position, double latency_us)> latency_for_testing;
+  /// Given a line (no newline) every few seconds of a step that can run long: the reference
+  /// windows that are not in the cache. Empty: silent.
+  std::function<void(const std::string&)> progress;
 };
 
 /// Resolves a target name: "auto" reads the live device, any other name the registry

@@ -20,26 +20,35 @@ using StepFn = std::function<std::optional<std::vector<float>>(int32_t, int32_t,
 
 }  // namespace
 
+std::string generate_input_error(const schedule::ModelShape& shape,
+                                 const GenerateOptions& options) {
+  if (options.prompt.empty()) return "the prompt is empty; pass --prompt-ids 1,2,3";
+  for (int32_t t : options.prompt)
+    if (t < 0 || t >= shape.vocab)
+      return "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " +
+             std::to_string(shape.vocab) + ") of model " + shape.name;
+  if (options.max_tokens < 0)
+    return "max tokens " + std::to_string(options.max_tokens) + " is negative";
+  // The step at the last prompt position yields the first new token, and the last new token is
+  // never fed back: prompt + max_tokens - 1 steps (the prompt alone for 0 tokens).
+  const int64_t total_steps =
+      static_cast<int64_t>(options.prompt.size()) + std::max(options.max_tokens, 1) - 1;
+  if (total_steps > shape.max_seq)
+    return "prompt (" + std::to_string(options.prompt.size()) + " tokens) + max tokens (" +
+           std::to_string(options.max_tokens) + ") = " + std::to_string(total_steps) +
+           " steps exceeds the KV cache of " + std::to_string(shape.max_seq) +
+           " positions of model " + shape.name;
+  return "";
+}
+
 GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
                         const schedule::ScheduleConfig& config, const GenerateOptions& options) {
   GenerateResult r;
   const auto& shape = weights.shape;
-  if (options.prompt.empty()) return r.error = "the prompt is empty; pass --prompt-ids 1,2,3", r;
-  for (int32_t t : options.prompt)
-    if (t < 0 || t >= shape.vocab)
-      return r.error = "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " +
-                       std::to_string(shape.vocab) + ")",
-             r;
-  if (options.max_tokens < 0)
-    return r.error = "max tokens " + std::to_string(options.max_tokens) + " is negative", r;
-  // The step at the last prompt position yields the first new token, and the last new token is
-  // never fed back: prompt + max_tokens - 1 steps (the prompt alone for 0 tokens).
+  if (r.error = generate_input_error(shape, options); !r.error.empty()) return r;
+  // The step at the last prompt position yields the first new token (see generate_input_error).
   const int total_steps =
       static_cast<int>(options.prompt.size()) + std::max(options.max_tokens, 1) - 1;
-  if (total_steps > shape.max_seq)
-    return r.error = "prompt + max tokens = " + std::to_string(total_steps) +
-                     " exceeds the KV cache of " + std::to_string(shape.max_seq) + " positions",
-           r;
   std::string error;
   const PreparedProgram prepared = prepare_program(shape, target, config);
   if (!prepared.program) return r.error = "lowering: " + prepared.error, r;

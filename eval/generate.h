@@ -37,6 +37,10 @@ struct GenerateResult {
   int first_mismatch_step = -1;  // step whose token or logits differ from eager (-1: none)
 };
 
+/// Why `options` cannot be decoded on `shape` (a prompt token outside the vocabulary, a prompt
+/// and max tokens beyond the KV cache, ...), or "" when they can: bad input, before any work.
+std::string generate_input_error(const schedule::ModelShape& shape, const GenerateOptions& options);
+
 /// Lowers `config` once, validates it, and generates.
 GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
                         const schedule::ScheduleConfig& config, const GenerateOptions& options);

@@ -14,7 +14,8 @@ using nlohmann::json;
 std::vector<ReferenceWindow> compute_windows(ReferenceForward& engine,
                                              const schedule::ModelShape& shape,
                                              const std::vector<int32_t>& tokens,
-                                             const std::vector<int>& starts, int steps) {
+                                             const std::vector<int>& starts, int steps,
+                                             const WindowProgress& progress) {
   std::set<int> snap(starts.begin(), starts.end());
   std::set<int> want;  // positions whose logits a window holds
   for (int s : starts)
@@ -28,13 +29,17 @@ std::vector<ReferenceWindow> compute_windows(ReferenceForward& engine,
     if (want.count(p)) {
       logits[p] = engine.step(tokens[static_cast<size_t>(p)], p);
       ++p;
+      if (progress) progress(p, end);
       continue;
     }
     // Up to the next position that needs a snapshot or logits, nothing is read back.
-    const int next = std::min(*want.upper_bound(p),
-                              snap.upper_bound(p) == snap.end() ? end : *snap.upper_bound(p));
+    // (In stretches of at most 64 positions when someone is told the progress.)
+    int next = std::min(*want.upper_bound(p),
+                        snap.upper_bound(p) == snap.end() ? end : *snap.upper_bound(p));
+    if (progress) next = std::min(next, p + 64);
     engine.prefill(tokens, p, next);
     p = next;
+    if (progress) progress(p, end);
   }
   std::vector<ReferenceWindow> out;
   for (int s : std::set<int>(starts.begin(), starts.end())) {
@@ -53,7 +58,7 @@ std::optional<std::vector<ReferenceWindow>> reference_windows(
     const std::vector<int32_t>& tokens, const std::vector<int>& starts, int steps,
     const ReferenceCache& cache,
     const std::function<std::unique_ptr<ReferenceForward>(std::string*)>& make_engine,
-    std::vector<WindowOrigin>* origins, std::string* error) {
+    std::vector<WindowOrigin>* origins, std::string* error, const WindowProgress& progress) {
   const schedule::ModelShape& shape = weights.shape;
   const std::set<int> unique(starts.begin(), starts.end());
   auto key_of = [&](int s) {
@@ -85,7 +90,7 @@ std::optional<std::vector<ReferenceWindow>> reference_windows(
   if (!missing.empty()) {
     std::unique_ptr<ReferenceForward> engine = make_engine(error);
     if (!engine) return std::nullopt;
-    for (ReferenceWindow& w : compute_windows(*engine, shape, tokens, missing, steps)) {
+    for (ReferenceWindow& w : compute_windows(*engine, shape, tokens, missing, steps, progress)) {
       for (WindowOrigin& o : *origins) {
         if (o.start != w.start) continue;
         o.engine = w.engine;

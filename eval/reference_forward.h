@@ -54,12 +54,18 @@ class CpuEagerForward : public ReferenceForward {
   EagerModel eager_;
 };
 
+/// Told the positions done and the positions in all while windows are computed (a long pass: the
+/// CPU eager forward of `small` to position 4099 takes minutes).
+using WindowProgress = std::function<void(int done, int total)>;
+
 /// The windows starting at `starts` (each `steps` long, clipped at max_seq), computed in one pass
-/// of `engine` over `tokens` (which cover every window).
+/// of `engine` over `tokens` (which cover every window); `progress` (when given) after every
+/// stretch of at most 64 positions.
 std::vector<ReferenceWindow> compute_windows(ReferenceForward& engine,
                                              const schedule::ModelShape& shape,
                                              const std::vector<int32_t>& tokens,
-                                             const std::vector<int>& starts, int steps);
+                                             const std::vector<int>& starts, int steps,
+                                             const WindowProgress& progress = {});
 
 /// Where each window came from, for the verdict.
 struct WindowOrigin {
@@ -77,7 +83,7 @@ std::optional<std::vector<ReferenceWindow>> reference_windows(
     const std::vector<int32_t>& tokens, const std::vector<int>& starts, int steps,
     const ReferenceCache& cache,
     const std::function<std::unique_ptr<ReferenceForward>(std::string*)>& make_engine,
-    std::vector<WindowOrigin>* origins, std::string* error);
+    std::vector<WindowOrigin>* origins, std::string* error, const WindowProgress& progress = {});
 
 /// Two engines on one token sequence: the logits at `positions` and the KV caches after the last
 /// position, compared under tolerance_for(dtype) (the KV by its largest difference relative to

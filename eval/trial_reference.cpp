@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "eval/eager.h"
 #include "eval/evaluate.h"
@@ -34,8 +35,26 @@ bool TrialReference::load(const EvaluatorOptions& options, std::string* error) {
     if (!engine) *why = "the GPU reference cannot run: " + *why;
     return engine;
   };
+  // A line when the pass has run 2 s, then every 5 s: the CPU eager forward of `small` to
+  // position 4099 takes minutes, once per cache directory.
+  auto last_line = t0 - std::chrono::seconds(3);
+  WindowProgress progress;
+  if (options.progress)
+    progress = [&](int done, int total) {
+      const auto now = Clock::now();
+      if (now - last_line < std::chrono::seconds(5) && done < total) return;
+      if (done == total && last_line == t0 - std::chrono::seconds(3)) return;  // never slow
+      last_line = now;
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "reference windows (%s eager forward, once; then cached in %s): position "
+                    "%d of %d, %.0f s",
+                    gpu ? "GPU" : "CPU", dir.empty() ? "no cache" : dir.c_str(), done, total,
+                    std::chrono::duration<double>(now - t0).count());
+      options.progress(line);
+    };
   auto windows = reference_windows(*weights_, weights_id, tokens_, checked_, options.check_steps,
-                                   ReferenceCache(dir), make_engine, &origins, error);
+                                   ReferenceCache(dir), make_engine, &origins, error, progress);
   if (!windows) return false;
   windows_ = std::move(*windows);
   json listed = json::array();

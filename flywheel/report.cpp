@@ -25,6 +25,26 @@ const json* json_at_path(const json& config, const std::string& path) {
   }
 }
 
+// The loop's incumbent among `rows`: per run, its last kept trial with a latency (what the keep
+// rule ended on), and of those the fastest. nullptr when no row was kept (logs of no loop).
+const ResultRow* loop_incumbent(const std::vector<const ResultRow*>& rows) {
+  std::map<std::string, const ResultRow*> last_kept;
+  for (const ResultRow* row : rows)
+    if (row->status == kStatusKept && row->correct && row->latency_us) last_kept[row->run_id] = row;
+  const ResultRow* best = nullptr;
+  for (const auto& [run, row] : last_kept)
+    if (best == nullptr || *row->latency_us < *best->latency_us) best = row;
+  return best;
+}
+
+// A faster correct trial the loop did not keep (a near-tie of a simpler config, discarded): named
+// beside the incumbent, so the report never calls a discarded trial the best unannounced.
+json faster_not_kept(const ResultRow& row) {
+  return {
+      {"schedule_id", row.schedule_id}, {"run_id", row.run_id}, {"trial", row.trial},
+      {"latency_us", *row.latency_us},  {"status", row.status}, {"description", row.description}};
+}
+
 }  // namespace
 
 double median(std::vector<double> values) {
@@ -95,6 +115,8 @@ json build_report(const std::vector<ResultRow>& rows, const std::vector<CorpusRe
         trials > 0 ? json(counts[kStatusKept].get<double>() / trials) : json(nullptr);
     group["default_us"] = default_us ? json(*default_us) : json(nullptr);
     group["best_so_far"] = series;
+    const ResultRow* fastest = best_row;
+    if (const ResultRow* incumbent = loop_incumbent(g.rows)) best_row = incumbent;
     if (best_row) {
       json best = {
           {"schedule_id", best_row->schedule_id},
@@ -113,6 +135,8 @@ json build_report(const std::vector<ResultRow>& rows, const std::vector<CorpusRe
         best["config"] = it->second->config;
         best["verdict"] = eval::to_json(it->second->verdict);
       }
+      if (fastest != best_row && *fastest->latency_us < *best_row->latency_us)
+        best["faster_not_kept"] = faster_not_kept(*fastest);
       group["best"] = best;
     } else {
       group["best"] = nullptr;

@@ -19,7 +19,12 @@ namespace megasched::flywheel {
 ///    "groups": [{"model", "target", "device", "latency_kind", "trials", "runs": [run ids],
 ///                "status_counts": {status: n}, "keep_rate", "default_us",
 ///                "best": {"schedule_id", "run_id", "trial", "latency_us", "pct_of_floor",
-///                         "speedup_vs_default", "floor_us", "config", "verdict"} | null,
+///                         "speedup_vs_default", "floor_us", "config", "verdict",
+///                         "faster_not_kept"?: {"schedule_id", "run_id", "trial", "latency_us",
+///                                              "status", "description"}} | null,
+///                  best: the loop's incumbent (per run its last kept trial, the fastest of
+///                  those; without kept rows the fastest correct trial); a faster correct trial
+///                  the loop discarded (a near-tie of a simpler config) is faster_not_kept.
 ///                "best_so_far": [{"index", "run_id", "trial", "status", "latency_us", "best_us"}],
 ///                "knob_effects": [{"knob", "values": [{"value", "count", "with_latency",
 ///                                                      "median_us"}]}],

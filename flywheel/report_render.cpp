@@ -217,6 +217,13 @@ std::string report_text(const json& report) {
         << number_or_dash(best["speedup_vs_default"], "%.3fx") << " vs default; "
         << best["schedule_id"].get<std::string>() << " (run " << best["run_id"].get<std::string>()
         << ", trial " << best["trial"].get<int>() << ")\n";
+      if (best.contains("faster_not_kept")) {
+        const json& f = best["faster_not_kept"];
+        t << "  (the loop's incumbent; trial " << f["trial"].get<int>() << " of run "
+          << f["run_id"].get<std::string>() << " was faster, "
+          << fmt("%.3f us", f["latency_us"].get<double>()) << ", but "
+          << f["status"].get<std::string>() << ": " << f["description"].get<std::string>() << ")\n";
+      }
       if (best["config"].is_object()) t << "best config: " << best["config"].dump() << "\n";
     }
     t << "best so far:";

@@ -1,12 +1,12 @@
 #include "flywheel/run_dir.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <regex>
 
 #include "flywheel/corpus.h"
@@ -81,14 +81,20 @@ json first_failure(const eval::Verdict& v) {
 }  // namespace
 
 std::string new_run_id(double now_s) {
+  // Microseconds since the epoch, strictly above the last id this process made: two runs started
+  // in the same second (or microsecond) still sort in the order they were created.
+  static std::atomic<int64_t> last_us{0};
+  const int64_t now_us = static_cast<int64_t>(std::floor(now_s * 1e6));
+  int64_t seen = last_us.load(), us = 0;
+  do {
+    us = std::max(now_us, seen + 1);
+  } while (!last_us.compare_exchange_weak(seen, us));
+  const int64_t seconds = us / 1000000;
   std::string compact;
-  for (char c : utc_timestamp(now_s))
+  for (char c : utc_timestamp(static_cast<double>(seconds)))
     if (c != '-' && c != ':') compact += c;
-  std::random_device device;
-  std::mt19937 rng(device() ^ static_cast<unsigned>(
-                                  std::chrono::steady_clock::now().time_since_epoch().count()));
-  char suffix[8];
-  std::snprintf(suffix, sizeof suffix, "%04x", static_cast<unsigned>(rng() & 0xffff));
+  char suffix[16];
+  std::snprintf(suffix, sizeof suffix, "%06lld", static_cast<long long>(us % 1000000));
   return "r" + compact + "-" + suffix;
 }
 

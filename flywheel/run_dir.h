@@ -1,8 +1,9 @@
 // The run directory: every `evaluate`, `loop`, `promote` and `profile` run leaves its artifacts in
 // `<runs>/<run_id>/` (default `workspace/runs/`), so a trial can be inspected after the fact, not
 // only read back as one log line. A run id is time-sortable: "r" + the UTC start time
-// (YYYYMMDDTHHMMSSZ) + "-" + 4 hex digits, so the names of a folder's runs sort by start time
-// (within one second, by the random suffix). Files (each JSON one has a schema in schemas/):
+// (YYYYMMDDTHHMMSSZ) + "-" + its microseconds (6 digits), each id of a process strictly above the
+// last, so the names of a folder's runs sort in the order the runs were created (two runs of one
+// second included). Files (each JSON one has a schema in schemas/):
 //   run.json          the manifest: run_id, kind, started, finished, exit_code, command, files
 //                     (schemas/run_manifest.schema.json)
 //   command.txt       the exact command line, shell-quoted, one line
@@ -29,7 +30,8 @@
 
 namespace megasched::flywheel {
 
-/// A new time-sortable run id for a run started at `now_s` (seconds since the epoch).
+/// A new time-sortable run id for a run started at `now_s` (seconds since the epoch), strictly
+/// above every id this process made before (a later microsecond when `now_s` repeats).
 std::string new_run_id(double now_s);
 /// True when `name` has the run id's shape (what `runs gc` may delete).
 bool is_run_id(const std::string& name);

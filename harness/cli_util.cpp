@@ -104,6 +104,10 @@ void print_error(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "megasched %s: %s\n", command.c_str(), message.c_str());
 }
 
+std::function<void(const std::string&)> progress_on_stderr(const std::string& command) {
+  return [command](const std::string& line) { print_error(command, line); };
+}
+
 int finish_verb(const std::string& command, const VerbResult& result) {
   if (!result.message.empty()) print_error(command, result.message);
   if (!result.document.is_null()) print_json(result.document);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -40,6 +41,10 @@ void print_json(const nlohmann::json& j);
 
 /// Prints "megasched <command>: <message>" to stderr.
 void print_error(const std::string& command, const std::string& message);
+
+/// A progress sink for long steps (eval::EvaluatorOptions::progress): "megasched <command>: <line>"
+/// on stderr, where the verb's other messages go.
+std::function<void(const std::string&)> progress_on_stderr(const std::string& command);
 
 /// Prints a verb's outcome as the CLI does (its message as print_error's line, its document as
 /// print_json) and returns its exit code.

@@ -3,6 +3,7 @@
 // given ones, every baseline kind and the peers' rows; a table (text) or the JSON on stdout, and
 // bench.json, bench.md and bench.svg written to --out. Measures only: without a GPU it fails with
 // exit 3 (`megasched evaluate --device cpu` predicts a config's latency instead).
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -22,7 +23,7 @@ namespace {
 
 struct BenchOptionsCli {
   std::string model = "llama-1b";
-  std::string positions = "0,1024,4096";
+  std::string positions;  // default: 0,1024,4096 clipped to the model's KV cache
   std::vector<std::string> configs;
   std::vector<std::string> peers;
   std::vector<std::string> baselines;
@@ -48,7 +49,16 @@ std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* e
     return std::nullopt;
   }
   p.shape = *shape;
-  const auto positions = schedule::parse_int_list(o.positions);
+  std::string listed = o.positions;
+  if (listed.empty()) {  // 0, 1024 and 4096, each clipped to the model's last position
+    std::vector<int> clipped;
+    for (int pos : {0, 1024, 4096})
+      if (int c = std::min(pos, shape->max_seq - 1);
+          std::find(clipped.begin(), clipped.end(), c) == clipped.end())
+        clipped.push_back(c);
+    for (int c : clipped) listed += (listed.empty() ? "" : ",") + std::to_string(c);
+  }
+  const auto positions = schedule::parse_int_list(listed);
   if (!positions || positions->empty()) {
     *error = "--positions takes comma-separated integers, got '" + o.positions + "'";
     return std::nullopt;
@@ -132,8 +142,9 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       "Compare on the live GPU, in one process: floor, default and given configs, every baseline "
       "kind, peers' JSON; a table, JSON and an SVG chart (GPU)");
   add_model_flag(cmd, &opt->model)->capture_default_str();
-  cmd->add_option("--positions", opt->positions, "Positions timed, comma-separated")
-      ->capture_default_str();
+  cmd->add_option("--positions", opt->positions,
+                  "Positions timed, comma-separated (default: 0,1024,4096, each clipped to the "
+                  "model's last position: 0,127 for toy)");
   cmd->add_option("--config", opt->configs,
                   "A config to measure besides the default: a file or a name (best:MODEL:GPU); "
                   "repeatable");

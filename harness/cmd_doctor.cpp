@@ -36,8 +36,13 @@ void add_doctor_command(CLI::App& app, CliContext& ctx) {
       if (opt->json)
         print_json(out);
       else
-        std::cout << "NVRTC " << out["nvrtc"].get<std::string>()
-                  << "\nno GPU: " << out["error"].get<std::string>() << "\n";
+        std::cout << "NVRTC    " << out["nvrtc"].get<std::string>()
+                  << "\nGPU      none: " << out["error"].get<std::string>() << "\n"
+                  << "Without a GPU everything but the GPU path works: evaluate, loop, promote, "
+                     "generate and worker with --device cpu (the ReferenceVm checks every "
+                     "output; latencies are the cost model's predictions), and propose, validate, "
+                     "fuzz-validator, report, prior, runs and `make demo`. GPU-only: --device gpu, "
+                     "--gpu auto, bench, baseline, profile, doctor --measure.\n";
       ctx.exit_code = kExitEnvironment;
       return;
     }

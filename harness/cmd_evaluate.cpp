@@ -54,6 +54,7 @@ int run_evaluate(Options& opt) {
                                   " on " + target->name + ": " + error);
   }
   bool environment = false;
+  ev.progress = progress_on_stderr("evaluate");
   auto evaluator = eval::TrialEvaluator::create(ev, &error, &environment);
   if (!evaluator) return fail(environment ? kExitEnvironment : kExitUsage, error);
   // Input checks and --save-program first: a refused input is one stderr line, no run.

@@ -53,6 +53,8 @@ int run_generate(const Options& opt) {
   g.max_tokens = opt.max_tokens;
   g.device = opt.device;
   g.verify = opt.verify;
+  if (const std::string bad = eval::generate_input_error(weights->shape, g); !bad.empty())
+    return fail(kExitUsage, bad + " (--prompt-ids, --max-tokens)");
   std::ofstream dump;
   if (!opt.logits_out.empty()) {
     dump.open(opt.logits_out, std::ios::binary);

@@ -50,47 +50,6 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &action, nullptr);
 }
 
-/// The best config's lowered program (null when it cannot be rebuilt here).
-nlohmann::json best_program(const LoopCommand& opt, const nlohmann::json& best) {
-  std::string error;
-  auto shape = schedule::resolve_shape(opt.trial.ev.model, &error);
-  auto target = shape ? eval::resolve_target(opt.trial.ev.gpu, &error) : std::nullopt;
-  auto config = target
-                    ? schedule::parse_config(best.value("config", nlohmann::json::object()), &error)
-                    : std::nullopt;
-  auto program = config ? schedule::lower(*shape, *target, *config, &error) : std::nullopt;
-  return program ? schedule::to_json(*program) : nlohmann::json();
-}
-
-/// The loop's run directory, named by its run id (known once the loop has run: with --resume it
-/// is the resumed run's): the command line, the summary, and the best config with its verdict.
-void write_loop_run_dir(const std::string& runs_dir, const LoopCommand& opt,
-                        const VerbResult& result) {
-  if (!result.document.is_object() || !result.document.contains("run_id")) return;
-  std::string root = runs_dir;
-  if (root.empty()) {
-    const std::filesystem::path parent = std::filesystem::path(opt.loop.results_path).parent_path();
-    root = (parent.empty() ? std::filesystem::path("runs") : parent / "runs").string();
-  }
-  std::string error;
-  auto run = flywheel::open_run_dir(
-      root, result.document["run_id"].get<std::string>(), "loop", command_line(),
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
-      &error);
-  bool ok = run && flywheel::write_run_json(*run, "summary.json", result.document, &error);
-  const nlohmann::json best = result.document.value("best", nlohmann::json());
-  if (ok && best.is_object() && best.contains("verdict"))
-    ok = flywheel::write_trial_files(*run, best.value("config", nlohmann::json::object()),
-                                     best_program(opt, best),
-                                     eval::verdict_from_json(best["verdict"]), &error);
-  if (!ok) {
-    print_error("loop", "run directory: " + error);
-    return;
-  }
-  std::fprintf(stderr, "megasched loop: run %s (%s)\n", run->run_id.c_str(), run->path.c_str());
-  end_run(*run, result.exit_code);
-}
-
 }  // namespace
 
 void add_loop_command(CLI::App& app, CliContext& ctx) {

@@ -14,6 +14,7 @@
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
+#include "schedule/lookup.h"
 #include "search/prior_race.h"
 
 namespace megasched::harness {
@@ -42,7 +43,8 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--corpus", opt->corpus, "corpus.jsonl path (--eval)")->capture_default_str();
   cmd->add_option("--target", opt->target,
                   "--eval: only this target (default: each target in the corpus)");
-  cmd->add_option("--device", opt->device, "--eval: only this device, cpu or gpu (default: each)");
+  cmd->add_option("--device", opt->device, "--eval: only this device, cpu or gpu (default: each)")
+      ->check(CLI::IsMember({"cpu", "gpu"}));
   cmd->add_option("--folds", opt->folds, "--eval: cross-validation folds")
       ->check(integer_in(2, 1000))
       ->capture_default_str();
@@ -76,6 +78,10 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
       return print_error("prior", "choose one of --eval or --compare"),
              void(ctx.exit_code = kExitUsage);
     if (opt->eval) {
+      std::string error;
+      if (!opt->target.empty() &&
+          !schedule::find_target_named(opt->target, &error, /*auto_hint=*/false))
+        return print_error("prior", "--target: " + error), void(ctx.exit_code = kExitUsage);
       flywheel::CorpusRead corpus = flywheel::read_corpus(opt->corpus);
       if (!corpus.error.empty())
         return print_error("prior", corpus.error), void(ctx.exit_code = kExitEnvironment);
@@ -90,6 +96,11 @@ void add_prior_command(CLI::App& app, CliContext& ctx) {
                                                               opt->device, opt->folds, opt->seed)}};
       print_json(out);
       ctx.exit_code = out["evaluations"].empty() ? kExitFailure : kExitOk;
+      if (out["evaluations"].empty())
+        print_error("prior", "the corpus " + opt->corpus + " has no trials" +
+                                 (opt->target.empty() ? "" : " on target " + opt->target) +
+                                 (opt->device.empty() ? "" : " on device " + opt->device) +
+                                 " (drop --target/--device to evaluate every pair it holds)");
       return;
     }
 

@@ -9,6 +9,7 @@
 #include "eval/evaluate.h"
 #include "flywheel/corpus.h"
 #include "flywheel/registry.h"
+#include "harness/build_info.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/promote.h"
@@ -70,6 +71,7 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   ev.positions = {0};
   ev.device = opt.device;
   ev.gpu_options.time_baseline = false;  // the gate compares the two configs, not the baselines
+  ev.progress = progress_on_stderr("promote");
   std::string error;
   auto timer = eval::TrialEvaluator::create(ev, &error);
   if (!timer) return {false, "benchmark gate: " + error, {}};
@@ -117,7 +119,7 @@ flywheel::RegistryEntry make_entry(const Workload& probe, const schedule::Schedu
     e.fields["device_name"] = "cpu (cost model for " + probe.target.name + ")";
     e.fields["driver"] = nullptr;
   }
-  e.fields["commit"] = working_commit();
+  e.fields["commit"] = build_commit();  // the promoting megasched's, not the cwd's
   e.fields["build"] = vm::build_identity();
   e.fields["run_id"] = run_id;
   e.fields["timestamp"] = flywheel::utc_timestamp(static_cast<double>(std::time(nullptr)));
@@ -146,9 +148,10 @@ int run_promote(const Options& opt) {
   auto target = eval::resolve_target(opt.gpu, &error);
   if (!target) return fail(target_error_code(opt.gpu), error);
   if (opt.device == "gpu" && !eval::gpu_available(&error))
-    return fail(kExitEnvironment, "--device gpu: " + error +
-                                      " (--device cpu --verify-only runs "
-                                      "the verify gate without one)");
+    return fail(kExitEnvironment,
+                "--device gpu: " + error +
+                    " (--device cpu promotes without one, on the ReferenceVm and the cost "
+                    "model's predicted latencies; add --verify-only for the verify gate alone)");
   const Workload probe{*shape, *target};
   bool environment = false;
   std::optional<flywheel::RunDir> run;

@@ -52,6 +52,7 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
     std::string gpu = "h100";
     std::string config;
     std::string verdict;
+    bool config_only = false;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -66,12 +67,18 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--verdict", opt->verdict,
                   "The incumbent's Verdict (evaluate's output): adds next_axis, the knob axis its "
                   "bottleneck class points to");
+  cmd->add_flag("--config-only", opt->config_only,
+                "Print the incumbent config alone, the file evaluate --config reads "
+                "(`propose --config-only > cfg.json`, edit, evaluate)")
+      ->excludes("--verdict");
   cmd->callback([&ctx, opt] {
     std::string error;
     int code = kExitUsage;
     auto config = read_config_arg(opt->config, &error, &code);
     if (!config) return print_error("propose", error), void(ctx.exit_code = code);
     VerbResult result = propose_incumbent(opt->model, opt->gpu, *config);
+    if (result.exit_code == kExitOk && opt->config_only)
+      result.document = nlohmann::json(result.document["incumbent"]);
     if (result.exit_code == kExitOk && !opt->verdict.empty()) {
       auto axis = next_axis(opt->verdict, result.document, &error, &code);
       if (!axis) return print_error("propose", error), void(ctx.exit_code = code);

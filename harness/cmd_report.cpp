@@ -47,8 +47,8 @@ std::optional<nlohmann::json> write_lessons(const ReportRequest& request, const 
 void add_report_command(CLI::App& app, CliContext& ctx) {
   struct Options {
     std::string results = "workspace/results.tsv";
-    std::string corpus = "workspace/corpus.jsonl";
-    std::string out = "workspace/report.html";
+    std::string corpus;  // default: corpus.jsonl beside --results
+    std::string out;     // default: report.html beside --results
     std::string format = "text";
     std::string model;
     std::string target;
@@ -59,9 +59,11 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand(
       "report", "Summarise results.tsv and corpus.jsonl per model and target (text, JSON, HTML)");
   cmd->add_option("--results", opt->results, "results.tsv path")->capture_default_str();
-  cmd->add_option("--corpus", opt->corpus, "corpus.jsonl path")->capture_default_str();
-  cmd->add_option("--out,--html", opt->out, "HTML report path (empty: no HTML)")
-      ->capture_default_str();
+  CLI::Option* corpus =
+      cmd->add_option("--corpus", opt->corpus, "corpus.jsonl path (default: beside --results)");
+  CLI::Option* out =
+      cmd->add_option("--out,--html", opt->out,
+                      "HTML report path (default: report.html beside --results; '': none)");
   cmd->add_option("--format", opt->format, "stdout format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -72,7 +74,11 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
                 "by rule or position, bottleneck classes over time");
   cmd->add_option("--lessons-out", opt->lessons_out,
                   "LESSONS.md path (default: LESSONS.md beside --results)");
-  cmd->callback([&ctx, opt] {
+  cmd->callback([&ctx, opt, corpus, out] {
+    // What the user did not name lies beside the results they named.
+    const std::filesystem::path beside = std::filesystem::path(opt->results).parent_path();
+    if (corpus->count() == 0) opt->corpus = (beside / "corpus.jsonl").string();
+    if (out->count() == 0) opt->out = (beside / "report.html").string();
     ReportRequest request;
     request.results_path = opt->results;
     request.corpus_path = opt->corpus;

@@ -11,6 +11,7 @@
 #include "harness/embedded_docs.h"
 #include "harness/json_schema.h"
 #include "harness/promote.h"
+#include "harness/run_record.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
 #include "schedule/format.h"
@@ -606,6 +607,10 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   auto device = context.take_device(call);
   if (!device.owns_lock()) return cancelled();
   context.end_worker();
+  // The run directory, as the CLI's loop writes it: runs/ beside the server's results file.
+  command.on_end = [&command](const VerbResult& result) {
+    write_loop_run_dir("", command, result);
+  };
   call.progress(0, command.loop.budget, "starting the loop's worker");
   const VerbResult verb = run_loop_command(command);
   if (call.cancelled()) return cancelled();

@@ -4,6 +4,7 @@
 
 #include "eval/evaluate.h"
 #include "eval/generate.h"
+#include "harness/cli_util.h"
 #include "schedule/format.h"
 #include "schedule/lookup.h"
 
@@ -92,6 +93,7 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
     return g;
   }
   ev.positions = request.positions.empty() ? verify_positions(shape->max_seq) : request.positions;
+  ev.progress = progress_on_stderr("promote");
   auto evaluator = eval::TrialEvaluator::create(ev, &error, environment);
   if (!evaluator) {
     g.message = "verify gate: " + error;

@@ -108,7 +108,10 @@ VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
       {"incumbent_fits", fits},
       {"search_space", schedule::search_space_json(*shape)},
       {"next",
-       "edit `incumbent` (any knob to any listed choice) and run: megasched evaluate --model " +
+       "write `incumbent` to a file (megasched propose --model " + shape->name + " --gpu " +
+           target->name +
+           " --config-only > cfg.json), edit any knob to any listed choice, and run: megasched "
+           "evaluate --model " +
            shape->name + " --gpu " + target->name + " --device cpu --config cfg.json"},
   };
   if (!fits) out["incumbent_fit_error"] = fit;
@@ -271,7 +274,9 @@ std::optional<VerbResult> start_loop_backend(LoopCommand& opt, const std::string
     backend->evaluator = std::move(worker);
   } else {
     bool environment = false;
-    auto trial = eval::TrialEvaluator::create(opt.trial.ev, &error, &environment);
+    eval::EvaluatorOptions ev = opt.trial.ev;
+    ev.progress = progress_on_stderr("loop");
+    auto trial = eval::TrialEvaluator::create(ev, &error, &environment);
     if (!trial) return failed(environment ? kExitEnvironment : kExitUsage, error);
     backend->evaluator = std::move(trial);
   }

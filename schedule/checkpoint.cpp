@@ -154,6 +154,12 @@ bool read_dimensions(const json& config, ModelShape& s, std::string* error) {
   }
   const auto head_dim = int_field(config, "head_dim", *hidden / *heads, error);
   if (!head_dim) return false;
+  if (*head_dim > (int64_t{1} << 30)) {
+    return failed(error, "config.json: head_dim " + std::to_string(*head_dim) +
+                             " is out of range (at most 2^30; a Llama's is hidden_size / "
+                             "num_attention_heads = " +
+                             std::to_string(*hidden / *heads) + ")");
+  }
   if (*head_dim <= 0 || *head_dim % 2 != 0 ||
       (!config.contains("head_dim") && *hidden % *heads != 0)) {
     return failed(

@@ -202,6 +202,36 @@ ms_abi::ModelParams model_from(Reader& r, const nlohmann::json& j, const std::st
   return m;
 }
 
+// The first key of `in` that the program format does not have, as "path: unknown key 'k' (...)",
+// or "" when there is none. `known` is the program read back to JSON (program_from_json's result
+// through to_json), so the two documents have the same shape; a task's "chain" is optional.
+std::string unknown_key(const nlohmann::json& in, const nlohmann::json& known,
+                        const std::string& path) {
+  if (in.is_object() && known.is_object()) {
+    for (const auto& [key, value] : in.items()) {
+      auto it = known.find(key);
+      if (it != known.end()) {
+        std::string inner = unknown_key(value, *it, path + "." + key);
+        if (!inner.empty()) return inner;
+        continue;
+      }
+      if (key == "chain" && known.contains("opcode")) continue;
+      std::string allowed;
+      for (const auto& [name, unused] : known.items())
+        allowed += (allowed.empty() ? "" : ", ") + name;
+      return path + ": unknown key '" + key.substr(0, 64) +
+             "' (schemas/program.schema.json allows " + allowed +
+             "; a program is what `evaluate --save-program` writes)";
+    }
+  } else if (in.is_array() && known.is_array()) {
+    for (size_t i = 0; i < in.size() && i < known.size(); ++i) {
+      std::string inner = unknown_key(in[i], known[i], path + "[" + std::to_string(i) + "]");
+      if (!inner.empty()) return inner;
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::vector<ms_abi::WaitHead> wait_heads(const Program& program) {
@@ -422,6 +452,10 @@ std::optional<Program> program_from_json(const nlohmann::json& j, std::string* e
     p.build.x_floats = r.get<int>(*b, "x_floats", path);
   }
   if (!r.ok()) return std::nullopt;
+  if (const std::string unknown = unknown_key(j, to_json(p), root); !unknown.empty()) {
+    if (error != nullptr) *error = unknown;
+    return std::nullopt;
+  }
   return p;
 }
 

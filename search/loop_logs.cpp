@@ -4,13 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <set>
 #include <vector>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flywheel/run_dir.h"
 #include "schedule/format.h"
 
 namespace megasched::search {
@@ -20,19 +20,6 @@ using flywheel::CorpusRecord;
 using nlohmann::json;
 using schedule::fmt;
 using schedule::ScheduleConfig;
-
-std::string make_run_id(double now_s, uint64_t seed) {
-  std::string stamp = flywheel::utc_timestamp(now_s);
-  std::string compact;
-  for (char c : stamp)
-    if (c != '-' && c != ':') compact += c;
-  std::mt19937_64 rng(
-      seed ^ static_cast<uint64_t>(now_s * 1e6) ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-  char suffix[8];
-  std::snprintf(suffix, sizeof suffix, "%04x", static_cast<unsigned>(rng() & 0xffff));
-  return "r" + compact + "-" + suffix;
-}
 
 // A verdict rebuilt from a results row (a schedule known only from results.tsv).
 eval::Verdict verdict_from_row(const flywheel::ResultRow& row) {
@@ -186,7 +173,7 @@ bool LoopLogs::resume() {
               [](const CorpusRecord& a, const CorpusRecord& b) { return a.trial < b.trial; });
   }
   ctx_.resumed = !ctx_.run_id.empty();
-  if (!ctx_.resumed) ctx_.run_id = make_run_id(ctx_.start_s, options.seed);
+  if (!ctx_.resumed) ctx_.run_id = flywheel::new_run_id(ctx_.start_s);
   // The run id first (its rows, corpus records and run directory carry it).
   if (options.progress)
     *options.progress << "megasched loop: run " << ctx_.run_id << (ctx_.resumed ? " (resumed)" : "")

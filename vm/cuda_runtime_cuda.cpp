@@ -2,6 +2,7 @@
 #include "vm/cuda_runtime.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -49,9 +50,19 @@ std::optional<DeviceInfo> device_info(std::string* why) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess || count == 0) {
-    if (why)
-      *why = rc != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(rc)
-                               : "no CUDA device";
+    // Without a driver the runtime says "CUDA driver version is insufficient": say what it means.
+    std::error_code ec;
+    const bool driver = std::filesystem::exists("/proc/driver/nvidia/version", ec);
+    if (why == nullptr) return std::nullopt;
+    if (rc == cudaSuccess || rc == cudaErrorNoDevice)
+      *why = "no CUDA device: no GPU found on this machine";
+    else if (rc == cudaErrorInsufficientDriver && !driver)
+      *why = "no CUDA device: no NVIDIA driver on this machine (no GPU found)";
+    else
+      *why =
+          std::string("no CUDA device: ") + cudaGetErrorString(rc) +
+          (rc == cudaErrorInsufficientDriver ? " (the NVIDIA driver is older than the CUDA runtime)"
+                                             : "");
     return std::nullopt;
   }
   ensure_context();

@@ -209,5 +209,27 @@ TEST(ReferenceCache, ChangedCheckpointIsNeverServedItsOldWindows) {
   EXPECT_EQ(lookups(), (std::vector<std::string>{"miss", "miss", "miss"}));
 }
 
+// The pass that computes missing windows reports its progress in stretches of at most 64
+// positions (promote on `small` was silent for minutes here), and the same windows come out.
+TEST(ReferenceCache, ComputingWindowsReportsProgressToTheLastPosition) {
+  const schedule::Weights w = toy_weights(schedule::DType::kF32);
+  std::vector<int32_t> tokens(static_cast<size_t>(w.shape.max_seq));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 % 200);
+  const std::vector<int> starts = {0, 120};
+  std::vector<std::pair<int, int>> calls;
+  CpuEagerForward told(w), silent(w);
+  const auto with = compute_windows(told, w.shape, tokens, starts, 3,
+                                    [&](int done, int total) { calls.emplace_back(done, total); });
+  const auto without = compute_windows(silent, w.shape, tokens, starts, 3);
+  ASSERT_GE(calls.size(), 2u);
+  EXPECT_EQ(calls.back(), std::make_pair(123, 123));
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GT(calls[i].first, calls[i - 1].first);
+    EXPECT_LE(calls[i].first - calls[i - 1].first, 64);
+  }
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_EQ(with[i].logits, without[i].logits);
+}
+
 }  // namespace
 }  // namespace megasched::eval

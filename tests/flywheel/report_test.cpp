@@ -97,6 +97,42 @@ TEST_F(Report, BestConfigAndVerdictComeFromTheCorpus) {
   EXPECT_EQ(best["verdict"]["correct"], true);
 }
 
+TEST_F(Report, BestIsTheLoopsIncumbentAndAFasterDiscardedTrialIsNamedAsSuch) {
+  // The loop kept the simpler s1 (80 us) and discarded s2 (78 us) as a near-tie: once the
+  // report called s2 the best without a word.
+  const std::string header = std::string(kResults).substr(0, std::string(kResults).find('\n') + 1);
+  const std::string rows =
+      "0\tT\tr9\ttoy\th100\tcpu\tdefault\tkept\t1\t100.000\tpredicted\t0\t10\t10\t1\t100\ts0\t\t\t0"
+      "\tbaseline\n"
+      "1\tT\tr9\ttoy\th100\tcpu\trandom\tkept\t1\t80.000\tpredicted\t0\t10\t12.5\t1.25\t80\ts1\ts0"
+      "\tkernel.unroll=4\t1\tx\n"
+      "2\tT\tr9\ttoy\th100\tcpu\trandom\tdiscarded\t1\t78.000\tpredicted\t0\t10\t12.8\t1.28\t80\ts2"
+      "\ts1\tkernel.unroll=4,launch.blocks_per_sm=2\t2\tnear-tie (2.5%, margin 3%): kept the "
+      "simpler\n";
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ms_report_tie_" + std::to_string(::getpid()) + ".tsv"))
+                               .string();
+  std::ofstream(path) << header << rows;
+  const std::vector<ResultRow> tie_rows = read_results(path).rows;
+  std::filesystem::remove(path);
+  ASSERT_EQ(tie_rows.size(), 3u);
+  const nlohmann::json report = build_report(tie_rows, records_);
+  const auto& best = report["groups"][0]["best"];
+  EXPECT_EQ(best["schedule_id"], "s1");
+  EXPECT_DOUBLE_EQ(best["latency_us"].get<double>(), 80.0);
+  ASSERT_TRUE(best.contains("faster_not_kept")) << best.dump();
+  EXPECT_EQ(best["faster_not_kept"]["schedule_id"], "s2");
+  EXPECT_EQ(best["faster_not_kept"]["status"], "discarded");
+  EXPECT_DOUBLE_EQ(best["faster_not_kept"]["latency_us"].get<double>(), 78.0);
+  const std::string text = report_text(report);
+  EXPECT_NE(text.find("the loop's incumbent; trial 2 of run r9 was faster, 78.000 us, but "
+                      "discarded: near-tie (2.5%, margin 3%)"),
+            std::string::npos)
+      << text;
+  // Where the fastest trial is the incumbent, nothing is added.
+  EXPECT_FALSE(report_["groups"][0]["best"].contains("faster_not_kept"));
+}
+
 TEST_F(Report, BestSoFarFollowsFileOrder) {
   const auto& series = report_["groups"][0]["best_so_far"];
   ASSERT_EQ(series.size(), 5u);

@@ -53,6 +53,51 @@ TEST_F(RunDirTest, IdsSortByTimeAndHaveTheirShape) {
   EXPECT_FALSE(is_run_id("r2026-11-18"));
 }
 
+TEST_F(RunDirTest, RunsOfTheSameSecondSortByCreationAndGcKeepsTheNewer) {
+  // Once the suffix was random: `runs gc --keep 1` deleted the newer of two runs of one second.
+  const fs::path root = dir_ / "runs";
+  std::vector<std::string> ids;
+  for (int i = 0; i < 20; ++i) {
+    // A second later than any id this test process made before (ids grow within a process).
+    auto run = open_run_dir(root.string(), new_run_id(4102444800.25), "evaluate", "cmd",
+                            4102444800.25, nullptr);
+    ASSERT_TRUE(run);
+    ASSERT_TRUE(finish_run_dir(*run, 0, 4102444800.25, nullptr));
+    ids.push_back(run->run_id);
+    EXPECT_EQ(run->run_id.substr(0, 18), "r21000101T000000Z-") << run->run_id;
+    EXPECT_TRUE(is_run_id(run->run_id)) << run->run_id;
+    if (i > 0) {
+      EXPECT_LT(ids[i - 1], ids[i]);
+    }
+  }
+  const std::vector<RunListing> listed = list_runs(root.string(), nullptr);
+  ASSERT_EQ(listed.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(listed[i].run_id, ids[i]);
+  const auto r = test::run_megasched("runs gc --keep 1 --runs-dir " + root.string(), false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(root / ids.back()));
+  EXPECT_EQ(list_runs(root.string(), nullptr).size(), 1u);
+}
+
+TEST_F(RunDirTest, TwoEvaluateRunsOfOneSecondListInTheOrderTheyRan) {
+  const std::string runs = (dir_ / "runs").string();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    const auto r = test::run_megasched(
+        "evaluate --model toy --device cpu --config default --runs-dir " + runs, true);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const size_t at = r.out.find("run r");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    ids.push_back(r.out.substr(at + 4, r.out.find(' ', at + 4) - at - 4));
+  }
+  const auto list = test::run_megasched("runs list --runs-dir " + runs, false);
+  ASSERT_EQ(list.exit_code, 0) << list.out;
+  const json listed = json::parse(list.out)["runs"];
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0]["run_id"], ids[0]);
+  EXPECT_EQ(listed[1]["run_id"], ids[1]);
+}
+
 TEST_F(RunDirTest, EvaluateWritesEveryFileWithItsSchemaAndPrintsTheRunIdFirst) {
   const auto r = test::run_megasched("evaluate --model toy --gpu h100 --device cpu --runs-dir " +
                                          (dir_ / "runs").string() + " --config default",

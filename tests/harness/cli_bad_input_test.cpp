@@ -89,6 +89,12 @@ class CliBadInput : public ::testing::Test {
     p = toy;
     p["model"]["hidden"] = 128;
     put("bad_model.json", p.dump());
+    p = toy;
+    p["build"]["unroll"] = 4;
+    put("build_unroll.json", p.dump());
+    p = toy;
+    p["foo"] = 1;
+    put("top_foo.json", p.dump());
   }
 
   static void write_configs() {
@@ -126,6 +132,8 @@ class CliBadInput : public ::testing::Test {
                              {"num_key_value_heads", 512},
                              {"intermediate_size", 1 << 20},
                              {"vocab_size", 1 << 20}});
+    checkpoint("ckpt_head_dim", {{"head_dim", int64_t{1} << 32}});  // 0 as a 32-bit int
+    checkpoint("ckpt_head_dim_product", {{"head_dim", int64_t{1} << 30}});
     checkpoint("ckpt_theta", {{"rope_theta", 0}});
     checkpoint("ckpt_eps", {{"rms_norm_eps", -1e-5}});
   }
@@ -191,6 +199,9 @@ const Row kRows[] = {
     {"evaluate --model toy --program {dir}/bad_ring.json", 2, "smem_pages (smem.pages) is 64"},
     {"evaluate --model toy --program {dir}/bad_model.json", 2,
      "program.model.hidden is 128, but model toy has 64"},
+    {"evaluate --model toy --program {dir}/build_unroll.json", 2,
+     "program.build: unknown key 'unroll' (schemas/program.schema.json allows knobs, x_floats"},
+    {"validate --program {dir}/top_foo.json", 2, "program: unknown key 'foo'"},  // both ignored
     {"evaluate --model toy --program {dir}/README.md", 2, "is not valid JSON"},
     {"evaluate --model toy --program {dir}/nonexistent.json", 3, "cannot read"},
     {"evaluate --model toy --timed-position -1", 2, "--timed-position: must be an integer in [0,"},
@@ -224,6 +235,11 @@ const Row kRows[] = {
     {"evaluate --model toy --save-program /dev/full", 3,
      "--save-program: cannot write '/dev/full': No space left"},             // exit 0
     {"evaluate --model {dir}/ckpt_huge", 2, "more than megasched handles"},  // bad_alloc
+    {"evaluate --model {dir}/ckpt_head_dim", 2,
+     "head_dim 4294967296 is out of range (at most 2^30; a Llama's is hidden_size / "
+     "num_attention_heads = 16)"},  // blamed q_proj.weight's shape [0, 64]
+    {"evaluate --model {dir}/ckpt_head_dim_product", 2,
+     "num_attention_heads x head_dim is 4.295e+09 elements"},
     {"evaluate --model {dir}/ckpt_theta", 2,
      "rope_theta must be a positive finite number"},  // blamed the schedule
     {"evaluate --model {dir}/ckpt_eps", 2, "rms_norm_eps must be a finite number >= 0"},
@@ -301,6 +317,12 @@ const Row kRows[] = {
     {"prior --compare --target-us nan", 2, "--target-us"},
     {"prior --eval --folds 1", 2, "--folds: must be an integer in [2, 1000]"},
     {"prior --eval --corpus /dev/zero", 3, "/dev/zero is a device"},
+    {"prior --eval --corpus {dir}/corpus.jsonl --device tpu", 2,
+     "--device: tpu not in {cpu,gpu}"},  // exit 1, no message
+    {"prior --eval --corpus {dir}/corpus.jsonl --target bogus", 2,
+     "--target: unknown GPU target 'bogus'"},  // exit 1, no message
+    {"prior --eval --corpus {dir}/corpus.jsonl --target h100 --device gpu", 1,
+     "has no trials on target h100 on device gpu"},  // exit 1, no message
     // worker
     {"worker --model toy --device cpu --timed-position -1", 2, "--timed-position"},
     {"worker --model toy --device cpu --objective 0:1,0:1", 2, "position 0 is given twice"},
@@ -311,6 +333,12 @@ const Row kRows[] = {
     {"generate --model toy --max-tokens 2 --logits-out /dev/full", 3,
      "--logits-out: cannot write '/dev/full'"},  // exit 0
     {"generate --model toy --max-tokens 0", 2, "--max-tokens"},
+    {"generate --model toy --prompt-ids 1,300", 2,
+     "prompt token 300 is outside the vocabulary [0, 256) of model toy"},  // exit 1
+    {"generate --model toy --prompt-ids 1,-4", 2, "prompt token -4 is outside the vocabulary"},
+    {"generate --model toy --max-tokens 100 --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,"
+     "17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32",
+     2, "= 131 steps exceeds the KV cache of 128 positions of model toy"},  // exit 1
     {"generate --model toy --seed -1", 2, "--seed"},
     {"generate --model {dir}/ckpt_huge", 2, "more than megasched handles"},  // bad_alloc
     {"generate --model toy --config {dir}/nonexistent.json", 3, "cannot read"},
@@ -334,11 +362,18 @@ const Row kRows[] = {
     {"bench --model toy --positions 0 --peers {dir}/README.md", 2, "is not JSON"},
     {"bench --model toy --positions 0", 3, "bench measures on a GPU and predicts nothing", false,
      true},
+    {"bench --model toy", 3, "bench measures on a GPU and predicts nothing", false,
+     true},  // exit 2: its own default positions 1024 and 4096 lie beyond toy's 128
     {"profile --model toy --out {dir}/p.json --top 0", 2, "--top"},
     {"profile --model toy --out {dir}/p.json --position -1", 2, "--position"},
     {"profile --model toy --out {dir}/p.json --warmup nan", 2, "--warmup"},
     {"profile --model toy --gpu h100 --out {dir}/p.json --config {dir}/deep.json", 2,
      "has value [[[["},
+    // promote
+    {"promote --model toy --config default", 3,
+     "(--device cpu promotes without one, on the ReferenceVm and the cost model's predicted "
+     "latencies; add --verify-only for the verify gate alone)",
+     false, true},  // hinted --verify-only, as if --device cpu alone could not promote
     // propose
     {"propose --model toy --config {dir}/dup.json", 2, "appears twice"},
     {"propose --model toy --config {dir}/big.json", 2, "has value \"xxxx"},

@@ -21,6 +21,18 @@ RunResult run(const std::string& args, bool merge_stderr = false) {
   return megasched::test::run_megasched(args, merge_stderr);
 }
 
+TEST(Cli, DoctorWithoutAGpuSaysSoPlainlyAndWhatStillWorks) {
+  const auto r = run("doctor");
+  if (r.exit_code == 0) GTEST_SKIP() << "this machine has a GPU";
+  EXPECT_EQ(r.exit_code, 3) << r.out;
+  EXPECT_NE(r.out.find("GPU      none: no CUDA device"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("with --device cpu"), std::string::npos) << r.out;
+  if (!std::filesystem::exists("/proc/driver/nvidia/version")) {  // said "driver is insufficient"
+    EXPECT_NE(r.out.find("no NVIDIA driver on this machine (no GPU found)"), std::string::npos)
+        << r.out;
+  }
+}
+
 TEST(Cli, EvaluateDefaultToyOnCpuIsValidCorrectAndPredictedAboveTheFloor) {
   auto r = run("evaluate --model toy --gpu h100 --device cpu");
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -230,6 +242,44 @@ TEST(Cli, LoopOverAnObjectiveLogsItsMeanWithTheIdsEvaluateGives) {
   // A loop without the objective runs other trials.
   const auto [summary, records] = loop_in(dir, "--strategy hillclimb --budget 1");
   EXPECT_NE(summary["seed"]["schedule_id"], id);
+}
+
+// A loop whose logs live elsewhere: report writes its page beside them and says where, and
+// `runs list --results` finds the loop's run directory (once the page went to workspace/ and
+// `runs list` looked only in workspace/runs, finding nothing).
+TEST(Cli, ReportWritesBesideTheResultsAndRunsListFindsTheLoopsRuns) {
+  const std::filesystem::path dir =
+      testing::TempDir() + "ms_cli_beside_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "ws");
+  const std::string ws = (dir / "ws").string();
+  auto r = megasched::test::run_shell("cd '" + dir.string() + "' && " + MS_BINARY_PATH +
+                                      " loop --model toy --device cpu --budget 2 --results " + ws +
+                                      "/results.tsv --corpus " + ws + "/corpus.jsonl 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string run_id = nlohmann::json::parse(r.out)["run_id"];
+  r = megasched::test::run_shell("cd '" + dir.string() + "' && " + MS_BINARY_PATH +
+                                 " report --results ws/results.tsv 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "ws" / "report.html"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "workspace" / "report.html"));
+  EXPECT_NE(r.out.find("html: ws/report.html"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("no corpus"), std::string::npos) << r.out;  // corpus.jsonl beside it too
+  // runs list: with --results, the loop's run; without, a hint on where to look.
+  r = megasched::test::run_shell("cd '" + dir.string() + "' && " + MS_BINARY_PATH +
+                                 " runs list --results ws/results.tsv 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json listed = nlohmann::json::parse(r.out);
+  EXPECT_EQ(listed["runs_dir"], "ws/runs");
+  ASSERT_EQ(listed["runs"].size(), 1u) << r.out;
+  EXPECT_EQ(listed["runs"][0]["run_id"], run_id);
+  r = megasched::test::run_shell("cd '" + dir.string() + "' && " + MS_BINARY_PATH +
+                                 " runs list 2>&1 >/dev/null");
+  EXPECT_NE(r.out.find("megasched runs: no runs in workspace/runs (a loop writes its run "
+                       "directory to runs/ beside its --results"),
+            std::string::npos)
+      << r.out;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -170,4 +170,34 @@ TEST(HarnessMd, ExamplesRunAsWrittenAndMatchTheirDocumentedOutput) {
   std::filesystem::remove_all(dir);
 }
 
+// The README's "What an agent runs" block, run as written in an empty folder (build/megasched the
+// binary under test): once its `evaluate --config cfg.json` failed, as nothing made cfg.json.
+TEST(Readme, WhatAnAgentRunsRunsAsWrittenInAnEmptyFolder) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ms_readme_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  int ran = 0;
+  for (const Block& block : fenced_blocks(std::string(MS_SOURCE_DIR) + "/README.md")) {
+    if (block.lang != "sh" || block.text.find("build/megasched evaluate") == std::string::npos ||
+        block.text.find("mpirun") != std::string::npos)
+      continue;
+    std::string script = block.text;
+    const std::string binary = MS_BINARY_PATH;  // itself ends in build/megasched
+    for (size_t at = 0; (at = script.find("build/megasched", at)) != std::string::npos;
+         at += binary.size())
+      script.replace(at, 15, binary);
+    std::ofstream(dir / "block.sh") << "set -e\n" << script;
+    const std::string cmd = "cd '" + dir.string() + "' && bash block.sh > out.txt 2> err.txt";
+    const int status = std::system(cmd.c_str());
+    ++ran;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "README.md:" << block.line << " exited " << WEXITSTATUS(status) << "\n"
+        << block.text << "stderr:\n"
+        << slurp(dir / "err.txt");
+  }
+  EXPECT_EQ(ran, 1) << "the README's block of what an agent runs";
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

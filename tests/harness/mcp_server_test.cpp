@@ -457,6 +457,12 @@ TEST_F(McpServer, LoopSendsOneProgressNotificationPerTrialAndLogsEveryTrial) {
   EXPECT_EQ(last["message"].get<std::string>().rfind("trial   2/3", 0), 0u) << last.dump();
   EXPECT_EQ(flywheel::read_results(options_.results_path).rows.size(), 3u);
   EXPECT_EQ(flywheel::read_corpus(options_.corpus_path).records.size(), 3u);
+  // Its run directory, as the CLI's loop writes one (once the tool wrote none).
+  const std::string run_id = r["structuredContent"]["run_id"].get<std::string>();
+  const std::filesystem::path run = dir_ / "runs" / run_id;
+  for (const char* file :
+       {"command.txt", "summary.json", "config.json", "verdict.json", "run.json"})
+    EXPECT_TRUE(std::filesystem::exists(run / file)) << run / file;
   // The report tool and the workspace resources see the run.
   const json report = client.call("report", json::object());
   ASSERT_FALSE(report.value("isError", true)) << report.dump();

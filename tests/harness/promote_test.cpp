@@ -150,6 +150,26 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   EXPECT_EQ(flywheel::read_registry(registry_).entries.size(), 1u);
 }
 
+// The entry's commit is the one megasched was built from, wherever the command runs (once it
+// was the working directory's checkout: "unknown" outside one, a stranger's inside another).
+TEST_F(PromoteCli, TheEntryRecordsTheCommitOfTheBuildNotOfTheWorkingDirectory) {
+  const auto head = test::run_shell("git -C '" + std::string(MS_SOURCE_DIR) +
+                                    "' rev-parse --short=12 HEAD 2>/dev/null");
+  const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
+  const auto r =
+      test::run_shell("cd '" + dir_.string() + "' && " + MS_BINARY_PATH +
+                      " promote --model toy --device cpu --tokens 8 --rounds 2 --config " +
+                      candidate + flags() + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string commit = json::parse(r.out)["entry"]["commit"];
+  if (head.exit_code != 0 || head.out.size() < 12) {
+    EXPECT_EQ(commit, "unknown");
+    return;
+  }
+  EXPECT_EQ(commit.substr(0, 12), head.out.substr(0, 12)) << commit;
+  EXPECT_TRUE(commit.size() == 12 || commit.substr(12) == "+modified") << commit;
+}
+
 // On a GPU (skipped without one): both gates on measured latencies. Whether toy's candidate
 // clears 1.10x is the GPU's to say; either way the gates' documents are complete and honest.
 TEST_F(PromoteCli, GpuGatesMeasureAndEitherPromoteOrNameTheGate) {
