@@ -9,6 +9,7 @@
 #include "eval/verdict.h"
 #include "schedule/config.h"
 #include "schedule/lower.h"
+#include "schedule/plan.h"
 
 namespace {
 
@@ -34,6 +35,30 @@ TEST(Schemas, ScheduleConfigSchemaIsGeneratedFromTheKnobTable) {
   for (const auto& [group, body] : generated["properties"].items())
     knobs += body["properties"].size();
   EXPECT_EQ(knobs, megasched::schedule::knob_specs().size());
+}
+
+// The plan schema is generated too (schedule/plan.cpp); the same command rewrites it.
+TEST(Schemas, PlanSchemaIsGeneratedAndDescribesAWrittenPlan) {
+  const std::string path = std::string(MS_SOURCE_DIR) + "/schemas/plan.schema.json";
+  const nlohmann::json generated = megasched::schedule::plan_schema_json();
+  const char* update = std::getenv("MEGASCHED_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(path) << generated.dump(2) << "\n";
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  const nlohmann::json schema = load_schema("plan.schema.json");
+  EXPECT_EQ(schema, generated) << path << " is out of date with schedule/plan.cpp; regenerate it";
+  megasched::schedule::Plan plan;
+  plan.buckets = {{0, 512, {}}, {512, megasched::schedule::kPlanEndOfModel, {}}};
+  const nlohmann::json written = megasched::schedule::to_json(plan);
+  const nlohmann::json& item = schema["properties"]["buckets"]["items"];
+  for (const auto& key : schema["required"]) EXPECT_TRUE(written.contains(key)) << key;
+  for (const auto& [key, value] : written.items()) EXPECT_TRUE(schema["properties"].contains(key));
+  for (const auto& b : written["buckets"]) {
+    for (const auto& key : item["required"]) EXPECT_TRUE(b.contains(key)) << key;
+    for (const auto& [key, value] : b.items()) EXPECT_TRUE(item["properties"].contains(key)) << key;
+  }
+  EXPECT_EQ(item["properties"]["config"]["$ref"], "schedule_config.schema.json");
 }
 
 TEST(Schemas, VerdictSchemaListsExactlyTheVerdictFields) {
