@@ -65,15 +65,20 @@ TEST(Schemas, VerdictSchemaListsExactlyTheVerdictFields) {
   const auto schema = load_schema("verdict.schema.json");
   const auto v = megasched::eval::to_json(megasched::eval::Verdict{});
   for (const auto& [key, value] : v.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
-  // A verdict over an objective (eval/objective.h) has every field; one without, all but that.
+  // A verdict over an objective (eval/objective.h) of a plan (eval/plan_evaluate.h) has every
+  // field; one of a config at one position, all but those two.
   megasched::eval::Verdict over;
   over.objective = nlohmann::json::array();
+  over.plan = nlohmann::json::array();
   const auto o = megasched::eval::to_json(over);
   for (const auto& [key, value] : schema["properties"].items()) {
     EXPECT_TRUE(o.contains(key)) << key;
-    EXPECT_EQ(v.contains(key), key != "objective") << key;
+    EXPECT_EQ(v.contains(key), key != "objective" && key != "plan") << key;
   }
-  for (const auto& key : schema["required"]) EXPECT_NE(key, "objective");
+  for (const auto& key : schema["required"]) {
+    EXPECT_NE(key, "objective");
+    EXPECT_NE(key, "plan");
+  }
 }
 
 TEST(Schemas, SearchSpaceSchemaRequiresWhatTheCodeWrites) {
