@@ -88,7 +88,8 @@ VerbResult validate_random_configs(const schedule::ModelShape& shape,
 }
 
 // `validate` of a plan of several buckets: each bucket's config lowered for the model and target
-// and validated; the document lists every bucket's verdict, exit 0 only when all are safe.
+// and validated; the document lists every bucket's verdict (a bucket that does not lower has
+// "lowering"), "rules" the rules any bucket broke, exit 0 only when all are safe.
 VerbResult validate_plan(const schedule::ModelShape& shape, const schedule::GpuTarget& target,
                          const schedule::Plan& plan) {
   std::string error;
@@ -98,9 +99,7 @@ VerbResult validate_plan(const schedule::ModelShape& shape, const schedule::GpuT
   bool all_ok = true;
   std::vector<std::string> rules;
   for (const schedule::PlanBucket& b : plan.buckets) {
-    nlohmann::json entry = {{"begin", b.begin},
-                            {"end", schedule::bucket_end(b, shape.max_seq)},
-                            {"config", schedule::to_json(b.config)}};
+    nlohmann::json entry = {{"begin", b.begin}, {"end", schedule::bucket_end(b, shape.max_seq)}};
     const std::optional<schedule::Program> program =
         schedule::lower(shape, target, b.config, &error);
     if (!program) {
@@ -116,14 +115,16 @@ VerbResult validate_plan(const schedule::ModelShape& shape, const schedule::GpuT
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     entry.update(schedule::to_json(report));
     all_ok = all_ok && report.ok();
-    const std::string r = report.rules();
-    if (!r.empty() && std::find(rules.begin(), rules.end(), r) == rules.end()) rules.push_back(r);
+    for (const schedule::Diagnostic& d : report.diagnostics)
+      if (std::find(rules.begin(), rules.end(), d.rule) == rules.end()) rules.push_back(d.rule);
     buckets.push_back(entry);
   }
+  std::string rule_list;
+  for (const std::string& r : rules) rule_list += (rule_list.empty() ? "" : ",") + r;
   return succeeded({{"model", shape.name},
                     {"target", target.name},
                     {"ok", all_ok},
-                    {"rules", rules},
+                    {"rules", rule_list},
                     {"buckets", buckets}},
                    all_ok ? kExitOk : kExitFailure);
 }
