@@ -49,6 +49,8 @@ int run_generate(const Options& opt) {
     return fail(kExitEnvironment, "--device gpu: " + error);
   auto weights = schedule::load_weights(opt.model, opt.seed, &error);
   if (!weights) return fail(kExitUsage, error);
+  if (!schedule::check_plan_covers(*plan, weights->shape.max_seq, &error))
+    return fail(kExitUsage, "the plan does not fit model " + weights->shape.name + ": " + error);
   eval::GenerateOptions g;
   g.prompt.assign(prompt->begin(), prompt->end());
   g.max_tokens = opt.max_tokens;
