@@ -18,6 +18,70 @@ namespace {
 /// One decode step of whichever VM generates: logits for (token, position).
 using StepFn = std::function<std::optional<std::vector<float>>(int32_t, int32_t, std::string*)>;
 
+/// The VMs of a plan's buckets, built before the first step; step() runs the bucket that holds
+/// the position, handing the KV cache to the next bucket's VM when a step crosses into it.
+class PlanVms {
+ public:
+  /// "" or why the plan cannot run: a bucket that does not lower or validate, two buckets whose
+  /// KV layouts differ, a VM that cannot be made.
+  std::string prepare(const schedule::Weights& weights, const schedule::GpuTarget& target,
+                      const schedule::Plan& plan, const std::string& device) {
+    plan_ = &plan;
+    const schedule::ModelShape& shape = weights.shape;
+    for (const schedule::PlanBucket& b : plan.buckets) {
+      const std::string label = plan.single() ? "" : "bucket " + schedule::bucket_label(b) + ": ";
+      PreparedProgram prepared = prepare_program(shape, target, b.config);
+      if (!prepared.program) return label + "lowering: " + prepared.error;
+      if (!prepared.report.ok()) return label + prepared.unsafe_message();
+      programs_.push_back(std::make_unique<schedule::Program>(std::move(*prepared.program)));
+      const std::string differs = kv_layout_difference(*programs_.front(), *programs_.back());
+      if (!differs.empty())
+        return "buckets " + schedule::bucket_label(plan.buckets.front()) + " and " +
+               schedule::bucket_label(b) + " lay out the KV cache differently (" + differs +
+               "): the buckets of a plan share one KV cache";
+    }
+    if (device == "gpu") {
+      std::string error;
+      bool rejected = false;
+      gpu_ = vm::GpuVm::create(*programs_[0], weights, vm::GpuVmOptions{}, &error, &rejected);
+      if (!gpu_) return "gpu: " + error;
+      return "";
+    }
+    for (const auto& program : programs_)
+      refs_.push_back(std::make_unique<vm::ReferenceVm>(*program, weights));
+    return "";
+  }
+
+  std::optional<std::vector<float>> step(int32_t token, int32_t pos, std::string* why,
+                                         std::vector<int>* switches) {
+    if (gpu_) {
+      auto s = gpu_->step(token, pos);
+      if (s.status != "ok") return *why = s.status + ": " + s.message, std::nullopt;
+      return std::move(s.logits);
+    }
+    const size_t bucket = schedule::plan_bucket_index(*plan_, pos);
+    if (bucket != current_) {
+      // The cache of positions [0, pos) as the previous bucket's program wrote it.
+      if (!refs_[bucket]->load_kv(refs_[current_]->kv_snapshot(pos)))
+        return *why = "the KV cache does not fit bucket " +
+                      schedule::bucket_label(plan_->buckets[bucket]) + "'s program",
+               std::nullopt;
+      current_ = bucket;
+      switches->push_back(pos);
+    }
+    auto s = refs_[current_]->step(token, pos);
+    if (!s.completed) return *why = "the program did not finish: " + s.stuck, std::nullopt;
+    return std::move(s.logits);
+  }
+
+ private:
+  const schedule::Plan* plan_ = nullptr;
+  std::vector<std::unique_ptr<schedule::Program>> programs_;  // the VMs hold references
+  std::vector<std::unique_ptr<vm::ReferenceVm>> refs_;        // one per bucket (CPU)
+  std::unique_ptr<vm::GpuVm> gpu_;                            // a one-bucket plan (GPU)
+  size_t current_ = 0;
+};
+
 }  // namespace
 
 std::string generate_input_error(const schedule::ModelShape& shape,
@@ -41,8 +105,30 @@ std::string generate_input_error(const schedule::ModelShape& shape,
   return "";
 }
 
+std::string kv_layout_difference(const schedule::Program& a, const schedule::Program& b) {
+  auto differs = [](const char* what, uint64_t x, uint64_t y) {
+    return std::string(what) + " " + std::to_string(x) + " vs " + std::to_string(y);
+  };
+  const ms_abi::ModelParams& m = a.model;
+  const ms_abi::ModelParams& n = b.model;
+  if (a.buffer_elements[ms_abi::kBufKv] != b.buffer_elements[ms_abi::kBufKv])
+    return differs("KV buffer elements", a.buffer_elements[ms_abi::kBufKv],
+                   b.buffer_elements[ms_abi::kBufKv]);
+  if (m.layers != n.layers) return differs("layers", m.layers, n.layers);
+  if (m.kv_heads != n.kv_heads) return differs("KV heads", m.kv_heads, n.kv_heads);
+  if (m.head_dim != n.head_dim) return differs("head_dim", m.head_dim, n.head_dim);
+  if (m.max_seq != n.max_seq) return differs("max_seq", m.max_seq, n.max_seq);
+  if (m.kv_dtype != n.kv_dtype) return differs("KV dtype code", m.kv_dtype, n.kv_dtype);
+  return "";
+}
+
 GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
                         const schedule::ScheduleConfig& config, const GenerateOptions& options) {
+  return generate(weights, target, schedule::single_config_plan(config), options);
+}
+
+GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
+                        const schedule::Plan& plan, const GenerateOptions& options) {
   GenerateResult r;
   const auto& shape = weights.shape;
   if (r.error = generate_input_error(shape, options); !r.error.empty()) return r;
@@ -50,37 +136,16 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   const int total_steps =
       static_cast<int>(options.prompt.size()) + std::max(options.max_tokens, 1) - 1;
   std::string error;
-  const PreparedProgram prepared = prepare_program(shape, target, config);
-  if (!prepared.program) return r.error = "lowering: " + prepared.error, r;
-  if (!prepared.report.ok()) return r.error = prepared.unsafe_message(), r;
-  const schedule::Program& program = *prepared.program;
-
-  StepFn step;
-  std::unique_ptr<vm::ReferenceVm> ref;
-  std::unique_ptr<vm::GpuVm> gpu;
-  if (options.device == "gpu") {
-    bool rejected = false;
-    gpu = vm::GpuVm::create(program, weights, vm::GpuVmOptions{}, &error, &rejected);
-    if (!gpu) return r.error = "gpu: " + error, r;
-    step = [&](int32_t token, int32_t pos, std::string* why) -> std::optional<std::vector<float>> {
-      auto s = gpu->step(token, pos);
-      if (s.status != "ok") {
-        *why = s.status + ": " + s.message;
-        return std::nullopt;
-      }
-      return std::move(s.logits);
-    };
-  } else {
-    ref = std::make_unique<vm::ReferenceVm>(program, weights);
-    step = [&](int32_t token, int32_t pos, std::string* why) -> std::optional<std::vector<float>> {
-      auto s = ref->step(token, pos);
-      if (!s.completed) {
-        *why = "the program did not finish: " + s.stuck;
-        return std::nullopt;
-      }
-      return std::move(s.logits);
-    };
-  }
+  if (!schedule::check_plan_covers(plan, shape.max_seq, &error))
+    return r.error = "the plan does not fit model " + shape.name + ": " + error, r;
+  if (options.device == "gpu" && plan.buckets.size() > 1)
+    return r.error = "generate --device gpu runs one config for now; a plan of " +
+                     std::to_string(plan.buckets.size()) +
+                     " buckets generates on the CPU (--device cpu)",
+           r;
+  PlanVms vms;
+  r.error = vms.prepare(weights, target, plan, options.device);
+  if (!r.error.empty()) return r;
   std::unique_ptr<EagerModel> eager;
   if (options.verify) eager = std::make_unique<EagerModel>(weights);
 
@@ -88,7 +153,7 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   double generating_us = 0.0;
   for (int pos = 0; pos < total_steps; ++pos) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto logits = step(token, pos, &error);
+    auto logits = vms.step(token, pos, &error, &r.switch_positions);
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (!logits) return r.error = "step " + std::to_string(pos) + ": " + error, r;
@@ -130,6 +195,7 @@ nlohmann::json to_json(const GenerateResult& r) {
                       {"max_rel_err", r.max_rel_err}};
   if (!r.error.empty()) j["error"] = r.error;
   if (r.first_mismatch_step >= 0) j["first_mismatch_step"] = r.first_mismatch_step;
+  if (!r.switch_positions.empty()) j["switch_positions"] = r.switch_positions;
   return j;
 }
 

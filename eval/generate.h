@@ -1,7 +1,11 @@
-// Greedy generation with one built program: the prompt is fed one token per step from position 0,
-// then each step's argmax becomes the next step's token. The KV cache persists across steps, and
-// the program (and, on a GPU, the kernel) is lowered and built once for every step. With verify,
-// every step's logits and token are checked against the eager reference.
+// Greedy generation: the prompt is fed one token per step from position 0, then each step's argmax
+// becomes the next step's token. The KV cache persists across steps, and the program (and, on a
+// GPU, the kernel) is lowered and built once for every step. With a plan (schedule/plan.h), every
+// bucket's program is lowered, validated and loaded before the first token, and the step at a
+// bucket's begin runs that bucket's program on the KV cache the steps before it wrote: the plans'
+// programs must lay the cache out alike (kv_layout_difference), and the tokens and logits are
+// those each config gives alone. With verify, every step's logits and token are checked against
+// the eager reference.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +17,8 @@
 
 #include "schedule/config.h"
 #include "schedule/model.h"
+#include "schedule/plan.h"
+#include "schedule/program.h"
 #include "schedule/target.h"
 
 namespace megasched::eval {
@@ -27,11 +33,12 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  bool ok = false;              // ran to the end (and, with verify, every step matched)
-  std::string error;            // one line when !ok
-  std::vector<int32_t> tokens;  // generated tokens (excluding the prompt)
-  std::vector<double> step_us;  // wall time of each step (prompt steps included)
-  double tokens_per_s = 0.0;    // generated tokens over the time of the generating steps
+  bool ok = false;                    // ran to the end (and, with verify, every step matched)
+  std::string error;                  // one line when !ok
+  std::vector<int32_t> tokens;        // generated tokens (excluding the prompt)
+  std::vector<double> step_us;        // wall time of each step (prompt steps included)
+  std::vector<int> switch_positions;  // with a plan: the positions where a bucket's program began
+  double tokens_per_s = 0.0;          // generated tokens over the time of the generating steps
   int steps_verified = 0;
   double max_rel_err = 0.0;      // worst over verified steps
   int first_mismatch_step = -1;  // step whose token or logits differ from eager (-1: none)
@@ -44,6 +51,16 @@ std::string generate_input_error(const schedule::ModelShape& shape, const Genera
 /// Lowers `config` once, validates it, and generates.
 GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
                         const schedule::ScheduleConfig& config, const GenerateOptions& options);
+/// Lowers and validates every bucket's config of `plan` (which must cover the model's positions)
+/// and generates, each step with the program of the bucket that holds its position. On a GPU only
+/// a one-bucket plan runs for now (a refusal says so).
+GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
+                        const schedule::Plan& plan, const GenerateOptions& options);
+
+/// How two programs lay out the KV cache differently ("kv_dtype 1 vs 0", "kv buffer elements
+/// ..."), or "" when one cache serves both: the buffer's extent and the model constants that
+/// place a row (layers, KV heads, head dim, max_seq, KV dtype; the order is abi/abi.h's kBufKv).
+std::string kv_layout_difference(const schedule::Program& a, const schedule::Program& b);
 
 nlohmann::json to_json(const GenerateResult& result);
 

@@ -69,6 +69,7 @@ json to_json(const Verdict& v) {
       {"reference", v.reference},
   };
   if (!v.objective.is_null()) j["objective"] = v.objective;
+  if (!v.plan.is_null()) j["plan"] = v.plan;
   return j;
 }
 
@@ -112,6 +113,7 @@ Verdict verdict_from_json(const json& j) {
   v.checks = j.value("checks", json::array());
   v.reference = j.value("reference", json::object());
   if (j.contains("objective") && j["objective"].is_array()) v.objective = j["objective"];
+  if (j.contains("plan") && j["plan"].is_array()) v.plan = j["plan"];
   return v;
 }
 

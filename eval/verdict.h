@@ -65,6 +65,11 @@ struct Verdict {
   // floor_datasheet_us above are the weighted means of these. Null without an objective, and
   // then absent from the JSON (verdicts of one timed position are unchanged).
   nlohmann::json objective = nullptr;
+  // The trial of a plan of several buckets (eval/plan_evaluate.h): one entry per bucket,
+  // ascending: {"begin", "end", "schedule_id", "positions_checked", "timed_position", "valid",
+  // "correct", "status", "rel_err", "latency_us"}. The fields above are the timed bucket's, with
+  // valid, correct and the errors folded over every bucket. Null for a config, and then absent.
+  nlohmann::json plan = nullptr;
 };
 
 /// A non-finite output's error is infinite, which JSON cannot carry (it would print null and break

@@ -1,4 +1,5 @@
-// The verified registry (`registry/verified.jsonl`): the configs `megasched promote` let through
+// The verified registry (`registry/verified.jsonl`): the configs (and plans, schedule/plan.h)
+// `megasched promote` let through
 // its two gates, one JSON line each, append-only. A line is never rewritten or removed: a newer
 // entry for the same model, GPU and dtype supersedes an older one, and `best:<model>:<gpu>`
 // resolves to the newest (a measured one before any predicted one: `promote --device cpu`
@@ -16,6 +17,9 @@
 // The id is deterministic: <model>_<gpu>_<dtype>_<config-hash8>_v<n>, where config-hash8 is the
 // first 8 hex digits of the canonical config's hash and n counts the entries of that model, GPU,
 // dtype and config (1 for the first promotion of a config, 2 when it is promoted again).
+// "config" holds a plan the same way: schedule::to_json(plan), which is the config's canonical JSON
+// for a one-bucket plan (so its id is its config's, and entries written before plans stay valid)
+// and the bucket document for a plan of several buckets; readers parse it with parse_plan.
 #pragma once
 
 #include <optional>
@@ -36,7 +40,7 @@ struct RegistryEntry {
   std::string dtype;  // "f32" | "bf16"
   std::string config_hash8;
   int version = 0;
-  nlohmann::json config;                             // canonical ScheduleConfig JSON
+  nlohmann::json config;  // canonical ScheduleConfig JSON, or a plan's (schedule::to_json(Plan))
   nlohmann::json fields = nlohmann::json::object();  // medians, gates, device, commit, run id ...
 };
 
@@ -77,9 +81,10 @@ std::optional<RegistryEntry> find_entry(const RegistryRead& registry, const std:
 
 /// What `best:<model>:<gpu>` resolves to: the newest registry entry, then the built-in preset.
 struct ResolvedName {
-  nlohmann::json config;  // the ScheduleConfig (patch) JSON
-  std::string source;     // "registry" | "preset"
-  std::string detail;     // the entry id, or the preset's measurement record
+  nlohmann::json
+      config;          // the ScheduleConfig (patch) JSON or a plan document (parse_plan reads both)
+  std::string source;  // "registry" | "preset"
+  std::string detail;  // the entry id, or the preset's measurement record
 };
 /// nullopt with *error naming the registry's entries for that pair and the presets when neither
 /// has `name`, or when `name` is not "best:<model>:<gpu>".

@@ -45,20 +45,20 @@ std::optional<std::string> read_text(const std::string& path, std::string* error
   return buf.str();
 }
 
-std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path, std::string* error,
-                                                        int* exit_code) {
+std::optional<schedule::Plan> read_plan_arg(const std::string& path, std::string* error,
+                                            int* exit_code) {
   if (exit_code) *exit_code = kExitUsage;
   // "default" is the config `propose` prints for a fresh search: every knob at its default.
-  if (path.empty() || path == "default") return schedule::ScheduleConfig{};
+  if (path.empty() || path == "default") return schedule::single_config_plan({});
   if (schedule::is_config_name(path)) {
     // The newest verified registry entry first, then the built-in preset (flywheel/registry.h).
     auto named = flywheel::resolve_best_name(path, flywheel::default_registry_path(), error);
     if (!named) return std::nullopt;
     std::string why;
-    auto config = schedule::parse_config(named->config, &why);
-    if (!config && error)
+    auto plan = schedule::parse_plan(named->config, &why);
+    if (!plan && error)
       *error = "named config '" + path + "' (" + named->source + " " + named->detail + "): " + why;
-    return config;
+    return plan;
   }
   auto text = read_text(path, error);
   if (!text) {
@@ -66,11 +66,33 @@ std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
     return std::nullopt;
   }
   std::string why;
-  auto config = schedule::parse_config_text(*text, &why);
-  if (!config && error)
+  auto plan = schedule::parse_plan_text(*text, &why);
+  if (!plan && error)
     *error =
         (path == "-" ? std::string("config from stdin") : "config '" + path + "'") + ": " + why;
-  return config;
+  return plan;
+}
+
+std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path, std::string* error,
+                                                        int* exit_code, int position) {
+  auto plan = read_plan_arg(path, error, exit_code);
+  if (!plan) return std::nullopt;
+  if (plan->buckets.size() == 1) return plan->buckets[0].config;
+  const schedule::PlanBucket& last = plan->buckets.back();
+  if (position >= 0 && (last.end == schedule::kPlanEndOfModel || position < last.end))
+    return schedule::plan_config_for(*plan, position);
+  std::string buckets;
+  for (const schedule::PlanBucket& b : plan->buckets)
+    buckets += (buckets.empty() ? "" : " ") + schedule::bucket_label(b);
+  if (exit_code) *exit_code = kExitUsage;
+  if (error)
+    *error = "'" + path + "' is a plan of " + std::to_string(plan->buckets.size()) + " buckets (" +
+             buckets + ") and this command runs one config" +
+             (position >= 0 ? " at position " + std::to_string(position) + ", which no bucket holds"
+                            : std::string()) +
+             " (hint: validate, evaluate and generate take plans; else pass one bucket's config, "
+             "HARNESS.md section \"Plans\")";
+  return std::nullopt;
 }
 
 std::optional<schedule::Program> read_program_arg(const std::string& path, std::string* error,

@@ -15,6 +15,7 @@
 #include "harness/verbs.h"
 #include "schedule/config.h"
 #include "schedule/format.h"
+#include "schedule/plan.h"
 #include "schedule/program.h"
 #include "search/child_process.h"
 
@@ -24,12 +25,21 @@ namespace megasched::harness {
 /// unreadable, or not a regular file or pipe (a directory, /dev/zero).
 std::optional<std::string> read_text(const std::string& path, std::string* error);
 
-/// Reads and strictly parses a ScheduleConfig from a file, "-" (stdin) or a name
-/// ("best:llama-1b:h200", see schedule/named_configs.h); an empty path gives the default config.
+/// Reads and strictly parses a plan (schedule/plan.h) from a file, "-" (stdin) or a name
+/// ("best:llama-1b:h200", see schedule/named_configs.h and flywheel/registry.h): a plan document or
+/// a plain config (its one-bucket plan); an empty path or "default" gives the default config.
 /// *exit_code (when given) says which failure it was: kExitEnvironment (3) for a file that cannot
-/// be read, kExitUsage (2) for a bad config or an unknown name.
+/// be read, kExitUsage (2) for a bad config or plan or an unknown name. The buckets are checked
+/// among themselves (no gap, no overlap); against a model's max_seq by check_plan_covers.
+std::optional<schedule::Plan> read_plan_arg(const std::string& path, std::string* error,
+                                            int* exit_code = nullptr);
+
+/// The config of read_plan_arg's plan: a plain config, a one-bucket plan, or with `position` >= 0
+/// the config of the bucket that holds it. A plan of several buckets without a position (or one
+/// whose buckets end before it) is a usage error naming the buckets and the verbs that take plans.
 std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path, std::string* error,
-                                                        int* exit_code = nullptr);
+                                                        int* exit_code = nullptr,
+                                                        int position = -1);
 
 /// Reads and parses a program JSON file (schedule::program_from_json, keys unique); nullopt with
 /// *error and *exit_code (3: cannot be read, 2: not a program).

@@ -1,6 +1,7 @@
 // `megasched evaluate`: one trial of one config (or a ready-made program) -> a Verdict (JSON).
 // Exit 0 only when the program is valid and correct.
 #include "eval/evaluate.h"
+#include "eval/plan_evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/run_record.h"
@@ -28,6 +29,32 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
+/// The trial of a plan of several buckets (eval/plan_evaluate.h); returns the exit code.
+int run_evaluate_plan(const Options& opt, const schedule::Plan& plan) {
+  if (!opt.save_program.empty())
+    return fail(kExitUsage,
+                "--save-program saves one program; a plan has one per bucket (hint: "
+                "evaluate a bucket's config with --save-program)");
+  std::string error;
+  bool environment = false;
+  std::optional<flywheel::RunDir> run;
+  if (!opt.no_run_dir && !(run = start_run(opt.runs_dir, "evaluate", &error)))
+    return fail(kExitEnvironment, error);
+  auto verdict = eval::evaluate_plan(opt.trial.ev, plan, &error, &environment);
+  if (!verdict) {
+    if (run) end_run(*run, environment ? kExitEnvironment : kExitUsage);
+    return fail(environment ? kExitEnvironment : kExitUsage, error);
+  }
+  print_json(eval::to_json(*verdict));
+  const int code = verdict_exit_code(*verdict);
+  if (run) {
+    if (!flywheel::write_trial_files(*run, schedule::to_json(plan), nullptr, *verdict, &error))
+      print_error("evaluate", "run directory: " + error);
+    end_run(*run, code);
+  }
+  return code;
+}
+
 /// The trial the flags describe; returns the exit code.
 int run_evaluate(Options& opt) {
   std::string error;
@@ -41,8 +68,10 @@ int run_evaluate(Options& opt) {
   std::optional<schedule::Program> program;
   int code = kExitUsage;
   if (opt.program.empty()) {
-    config = read_config_arg(opt.config, &error, &code);
-    if (!config) return fail(code, error);
+    auto plan = read_plan_arg(opt.config, &error, &code);
+    if (!plan) return fail(code, error);
+    if (!plan->single()) return run_evaluate_plan(opt, *plan);
+    config = plan->buckets[0].config;
   } else {
     program = read_program_arg(opt.program, &error, &code);
     if (!program) return fail(code, error);
@@ -104,7 +133,7 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
   add_gpu_flag(cmd, &ev.gpu);
   add_device_flag(cmd, &ev.device);
   cmd->add_option("--config", opt->config,
-                  "ScheduleConfig JSON file, - for stdin, default, or a name such as "
+                  "ScheduleConfig or plan JSON file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
   cmd->add_option("--program", opt->program,

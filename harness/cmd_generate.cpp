@@ -1,5 +1,6 @@
 // `megasched generate`: greedy decode with one built program (and on a GPU one built kernel) for
-// every step; --verify checks each step against the eager reference.
+// every step, or with a plan each bucket's program for its positions (eval/generate.h); --verify
+// checks each step against the eager reference.
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -40,14 +41,16 @@ int run_generate(const Options& opt) {
     return fail(kExitUsage,
                 "--prompt-ids '" + opt.prompt + "' is not a comma-separated list of token ids");
   int code = kExitUsage;
-  auto config = read_config_arg(opt.config, &error, &code);
-  if (!config) return fail(code, error);
+  auto plan = read_plan_arg(opt.config, &error, &code);
+  if (!plan) return fail(code, error);
   auto target = eval::resolve_target(opt.gpu, &error);
   if (!target) return fail(target_error_code(opt.gpu), error);
   if (opt.device == "gpu" && !eval::gpu_available(&error))
     return fail(kExitEnvironment, "--device gpu: " + error);
   auto weights = schedule::load_weights(opt.model, opt.seed, &error);
   if (!weights) return fail(kExitUsage, error);
+  if (!schedule::check_plan_covers(*plan, weights->shape.max_seq, &error))
+    return fail(kExitUsage, "the plan does not fit model " + weights->shape.name + ": " + error);
   eval::GenerateOptions g;
   g.prompt.assign(prompt->begin(), prompt->end());
   g.max_tokens = opt.max_tokens;
@@ -66,7 +69,7 @@ int run_generate(const Options& opt) {
                  static_cast<std::streamsize>(logits.size() * sizeof(float)));
     };
   }
-  const auto result = eval::generate(*weights, *target, *config, g);
+  const auto result = eval::generate(*weights, *target, *plan, g);
   if (!opt.logits_out.empty()) {
     dump.close();  // a full disk shows here, when the last buffer is flushed
     if (!dump)
@@ -92,8 +95,8 @@ void add_generate_command(CLI::App& app, CliContext& ctx) {
   add_gpu_flag(cmd, &opt->gpu, "GPU target the program is lowered for (or auto)");
   add_device_flag(cmd, &opt->device, "cpu (ReferenceVm) or gpu (the megakernel)");
   cmd->add_option("--config", opt->config,
-                  "ScheduleConfig JSON file, - for stdin, default, or a name such as "
-                  "best:llama-1b:h100 "
+                  "ScheduleConfig or plan JSON file (a plan switches program at its bucket "
+                  "boundaries), - for stdin, default, or a name such as best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
   cmd->add_option("--prompt-ids", opt->prompt, "Prompt token ids, comma-separated")
       ->capture_default_str();

@@ -99,7 +99,8 @@ void add_profile_command(CLI::App& app, CliContext& ctx) {
                                   "] for model " + shape->name);
     if (opt->warmup < 0) return fail(kExitUsage, "--warmup must be >= 0");
     int code = kExitUsage;
-    auto config = read_config_arg(opt->config, &error, &code);
+    // A plan profiles the config of the bucket that holds --position (schedule/plan.h).
+    auto config = read_config_arg(opt->config, &error, &code, opt->position);
     if (!config) return fail(code, error);
     std::string why;
     const std::string no_gpu_hint =

@@ -25,7 +25,7 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
                                             "(with --program: the program's own by default)");
   add_gpu_flag(cmd, &opt->gpu);
   cmd->add_option("--config", opt->config,
-                  "ScheduleConfig JSON file, - for stdin, default, or a name such as "
+                  "ScheduleConfig or plan JSON file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100 "
                   "(`megasched models` lists them; default: the default config)");
   cmd->add_option("--program", opt->program,
@@ -56,8 +56,12 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
       if (!request.program) return print_error("validate", error), void(ctx.exit_code = code);
       request.program_label = opt->program;
     } else if (opt->random_configs == 0) {
-      request.config = read_config_arg(opt->config, &error, &code);
-      if (!request.config) return print_error("validate", error), void(ctx.exit_code = code);
+      auto plan = read_plan_arg(opt->config, &error, &code);
+      if (!plan) return print_error("validate", error), void(ctx.exit_code = code);
+      if (plan->single())
+        request.config = plan->buckets[0].config;
+      else
+        request.plan = std::move(plan);
     }
     ctx.exit_code = finish_verb("validate", validate_schedule(request));
   });

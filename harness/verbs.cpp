@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -86,6 +87,48 @@ VerbResult validate_random_configs(const schedule::ModelShape& shape,
                    accepted == count ? kExitOk : kExitFailure);
 }
 
+// `validate` of a plan of several buckets: each bucket's config lowered for the model and target
+// and validated; the document lists every bucket's verdict (a bucket that does not lower has
+// "lowering"), "rules" the rules any bucket broke, exit 0 only when all are safe.
+VerbResult validate_plan(const schedule::ModelShape& shape, const schedule::GpuTarget& target,
+                         const schedule::Plan& plan) {
+  std::string error;
+  if (!schedule::check_plan_covers(plan, shape.max_seq, &error))
+    return failed(kExitUsage, "the plan does not fit model " + shape.name + ": " + error);
+  nlohmann::json buckets = nlohmann::json::array();
+  bool all_ok = true;
+  std::vector<std::string> rules;
+  for (const schedule::PlanBucket& b : plan.buckets) {
+    nlohmann::json entry = {{"begin", b.begin}, {"end", schedule::bucket_end(b, shape.max_seq)}};
+    const std::optional<schedule::Program> program =
+        schedule::lower(shape, target, b.config, &error);
+    if (!program) {
+      entry.update({{"ok", false}, {"lowering", error}});
+      all_ok = false;
+      buckets.push_back(entry);
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const schedule::ValidationReport report = schedule::validate(*program, target);
+    entry["tasks"] = program->tasks.size();
+    entry["validate_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    entry.update(schedule::to_json(report));
+    all_ok = all_ok && report.ok();
+    for (const schedule::Diagnostic& d : report.diagnostics)
+      if (std::find(rules.begin(), rules.end(), d.rule) == rules.end()) rules.push_back(d.rule);
+    buckets.push_back(entry);
+  }
+  std::string rule_list;
+  for (const std::string& r : rules) rule_list += (rule_list.empty() ? "" : ",") + r;
+  return succeeded({{"model", shape.name},
+                    {"target", target.name},
+                    {"ok", all_ok},
+                    {"rules", rule_list},
+                    {"buckets", buckets}},
+                   all_ok ? kExitOk : kExitFailure);
+}
+
 }  // namespace
 
 int verdict_exit_code(const eval::Verdict& verdict) {
@@ -145,6 +188,8 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   } else {
     auto shape = schedule::resolve_shape(request.model, &error);
     if (!shape) return failed(kExitUsage, error + presets_hint);
+    if (request.plan && !request.plan->single())
+      return validate_plan(*shape, *target, *request.plan);
     program = schedule::lower(*shape, *target, request.config.value_or(schedule::ScheduleConfig{}),
                               &error);
     if (!program)

@@ -16,6 +16,7 @@
 #include "eval/verdict.h"
 #include "harness/trial_flags.h"
 #include "schedule/config.h"
+#include "schedule/plan.h"
 #include "schedule/program.h"
 #include "search/loop.h"
 #include "search/strategy.h"
@@ -43,15 +44,17 @@ int verdict_exit_code(const eval::Verdict& verdict);
 VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
                              const schedule::ScheduleConfig& incumbent);
 
-/// `validate`: what to prove safe. One of `config` (lowered for model and gpu), `program` (a
-/// program JSON, named `program_label` in messages) or random_configs > 0.
+/// `validate`: what to prove safe. One of `config` or `plan` (lowered for model and gpu), `program`
+/// (a program JSON, named `program_label` in messages) or random_configs > 0.
 struct ValidateRequest {
   std::string model = "toy";
   bool model_given = false;  // a program is checked against `model` when given, else the one it
                              // names when that is a preset or a checkpoint (else judged alone)
   std::string gpu = "h100";
   std::optional<schedule::ScheduleConfig> config;  // nullopt: the default config
-  std::optional<schedule::Program> program;        // read by the caller (a file, a tool argument)
+  std::optional<schedule::Plan> plan;        // instead of config: every bucket's config lowered and
+                                             // validated, diagnostics per bucket (schedule/plan.h)
+  std::optional<schedule::Program> program;  // read by the caller (a file, a tool argument)
   std::string program_label;
   int random_configs = 0;  // > 0: lower and validate this many random configs instead
   uint64_t seed = 1;       // of the random configs

@@ -9,6 +9,7 @@
 #include "eval/verdict.h"
 #include "schedule/config.h"
 #include "schedule/lower.h"
+#include "schedule/plan.h"
 
 namespace {
 
@@ -36,19 +37,48 @@ TEST(Schemas, ScheduleConfigSchemaIsGeneratedFromTheKnobTable) {
   EXPECT_EQ(knobs, megasched::schedule::knob_specs().size());
 }
 
+// The plan schema is generated too (schedule/plan.cpp); the same command rewrites it.
+TEST(Schemas, PlanSchemaIsGeneratedAndDescribesAWrittenPlan) {
+  const std::string path = std::string(MS_SOURCE_DIR) + "/schemas/plan.schema.json";
+  const nlohmann::json generated = megasched::schedule::plan_schema_json();
+  const char* update = std::getenv("MEGASCHED_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(path) << generated.dump(2) << "\n";
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  const nlohmann::json schema = load_schema("plan.schema.json");
+  EXPECT_EQ(schema, generated) << path << " is out of date with schedule/plan.cpp; regenerate it";
+  megasched::schedule::Plan plan;
+  plan.buckets = {{0, 512, {}}, {512, megasched::schedule::kPlanEndOfModel, {}}};
+  const nlohmann::json written = megasched::schedule::to_json(plan);
+  const nlohmann::json& item = schema["properties"]["buckets"]["items"];
+  for (const auto& key : schema["required"]) EXPECT_TRUE(written.contains(key)) << key;
+  for (const auto& [key, value] : written.items()) EXPECT_TRUE(schema["properties"].contains(key));
+  for (const auto& b : written["buckets"]) {
+    for (const auto& key : item["required"]) EXPECT_TRUE(b.contains(key)) << key;
+    for (const auto& [key, value] : b.items()) EXPECT_TRUE(item["properties"].contains(key)) << key;
+  }
+  EXPECT_EQ(item["properties"]["config"]["$ref"], "schedule_config.schema.json");
+}
+
 TEST(Schemas, VerdictSchemaListsExactlyTheVerdictFields) {
   const auto schema = load_schema("verdict.schema.json");
   const auto v = megasched::eval::to_json(megasched::eval::Verdict{});
   for (const auto& [key, value] : v.items()) EXPECT_TRUE(schema["properties"].contains(key)) << key;
-  // A verdict over an objective (eval/objective.h) has every field; one without, all but that.
+  // A verdict over an objective (eval/objective.h) of a plan (eval/plan_evaluate.h) has every
+  // field; one of a config at one position, all but those two.
   megasched::eval::Verdict over;
   over.objective = nlohmann::json::array();
+  over.plan = nlohmann::json::array();
   const auto o = megasched::eval::to_json(over);
   for (const auto& [key, value] : schema["properties"].items()) {
     EXPECT_TRUE(o.contains(key)) << key;
-    EXPECT_EQ(v.contains(key), key != "objective") << key;
+    EXPECT_EQ(v.contains(key), key != "objective" && key != "plan") << key;
   }
-  for (const auto& key : schema["required"]) EXPECT_NE(key, "objective");
+  for (const auto& key : schema["required"]) {
+    EXPECT_NE(key, "objective");
+    EXPECT_NE(key, "plan");
+  }
 }
 
 TEST(Schemas, SearchSpaceSchemaRequiresWhatTheCodeWrites) {

@@ -819,4 +819,28 @@ bool ReferenceVm::load_kv(const KvSnapshot& kv) {
   return true;
 }
 
+KvSnapshot ReferenceVm::kv_snapshot(int positions) const {
+  const ms_abi::ModelParams& m = program_.model;
+  const bool bf16 = m.kv_dtype == ms_abi::kDTypeBF16;
+  KvSnapshot kv;
+  kv.layers = static_cast<int>(m.layers);
+  kv.kv_heads = static_cast<int>(m.kv_heads);
+  kv.head_dim = static_cast<int>(m.head_dim);
+  kv.positions = std::clamp(positions, 0, static_cast<int>(m.max_seq));
+  kv.dtype = bf16 ? schedule::DType::kBF16 : schedule::DType::kF32;
+  const size_t element_bytes = bf16 ? 2 : 4;
+  kv.bytes.assign(kv.elements() * element_bytes, 0);
+  const size_t row_bytes = static_cast<size_t>(kv.positions) * kv.head_dim * element_bytes;
+  for (int l = 0; l < kv.layers; ++l)
+    for (int k = 0; k < 2; ++k)
+      for (int g = 0; g < kv.kv_heads; ++g) {
+        const uint64_t src = ms_abi::kv_offset(m, static_cast<uint32_t>(l),
+                                               static_cast<uint32_t>(k), static_cast<uint32_t>(g));
+        const void* from = bf16 ? static_cast<const void*>(kv_bf16_.data() + src)
+                                : static_cast<const void*>(kv_f32_.data() + src);
+        std::memcpy(kv.bytes.data() + kv.index(l, k, g, 0, 0) * element_bytes, from, row_bytes);
+      }
+  return kv;
+}
+
 }  // namespace megasched::vm

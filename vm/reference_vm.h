@@ -64,6 +64,9 @@ class ReferenceVm {
   /// history), so a step at position kv.positions runs without the steps before it. False when the
   /// snapshot does not fit the program's model (geometry, dtype, max_seq).
   bool load_kv(const KvSnapshot& kv);
+  /// The KV cache rows of positions [0, positions) (clamped to [0, max_seq]) as a snapshot,
+  /// load_kv's inverse: how `generate` hands one bucket's cache to the next bucket's program.
+  KvSnapshot kv_snapshot(int positions) const;
 
   /// Sets the step cell without running (for driving execute() by hand).
   void set_step(int32_t token, int32_t position);

@@ -16,6 +16,7 @@
 #include "harness/json_schema.h"
 #include "schedule/config.h"
 #include "schedule/named_configs.h"
+#include "schedule/plan.h"
 
 namespace megasched::flywheel {
 namespace {
@@ -74,6 +75,44 @@ TEST_F(Registry, IdsAreDeterministicAndCountVersionsPerConfig) {
   EXPECT_EQ(again->version, 2);
   EXPECT_EQ(again->id, registry_id("toy", "h100", "f32", first->config_hash8, 2));
   EXPECT_NE(first->config_hash8, other->config_hash8);
+}
+
+TEST_F(Registry, AOneBucketPlanHasItsConfigsIdAndAPlanRoundTrips) {
+  schedule::ScheduleConfig lo;
+  lo.kernel.unroll = 4;
+  schedule::ScheduleConfig hi;
+  hi.tiling.attn_kv_partitions = 8;
+  // The one-bucket plan of a config is stored as the config: same hash, same id.
+  RegistryEntry one = entry("llama-1b", json::object(), 10);
+  one.config = schedule::to_json(schedule::single_config_plan(lo));
+  auto as_plan = append_registry_entry(path_, one, nullptr);
+  ASSERT_TRUE(as_plan);
+  EXPECT_EQ(as_plan->config_hash8, config_hash8(schedule::to_json(lo)));
+  EXPECT_EQ(as_plan->id,
+            registry_id("llama-1b", "h100", "f32", config_hash8(schedule::to_json(lo)), 1));
+  // A plan of two buckets: its own deterministic id, read back and resolved by best: as written.
+  schedule::Plan plan;
+  plan.buckets = {{0, 1024, lo}, {1024, schedule::kPlanEndOfModel, hi}};
+  RegistryEntry two = entry("llama-1b", json::object(), 9);
+  two.config = schedule::to_json(plan);
+  auto stored = append_registry_entry(path_, two, nullptr);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->id,
+            registry_id("llama-1b", "h100", "f32", config_hash8(schedule::to_json(plan)), 1));
+  EXPECT_NE(stored->config_hash8, as_plan->config_hash8);
+  const RegistryRead read = read_registry(path_);
+  ASSERT_TRUE(read.problems.empty());
+  ASSERT_EQ(read.entries.size(), 2u);
+  EXPECT_EQ(read.entries[1].id, stored->id);
+  std::string error;
+  auto resolved = resolve_best_name("best:llama-1b:h100", path_, &error);
+  ASSERT_TRUE(resolved) << error;
+  EXPECT_EQ(resolved->detail, stored->id);
+  auto back = schedule::parse_plan(resolved->config, &error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(schedule::to_json(*back), schedule::to_json(plan));
+  EXPECT_EQ(schedule::plan_config_for(*back, 1023), lo);
+  EXPECT_EQ(schedule::plan_config_for(*back, 1024), hi);
 }
 
 TEST_F(Registry, EntriesMatchTheirSchema) {

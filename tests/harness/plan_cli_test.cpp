@@ -1,0 +1,131 @@
+// Plans through the binary (schedule/plan.h, HARNESS.md section 15): validate and evaluate check
+// every bucket, generate switches program at a boundary, a verb of one config takes a one-bucket
+// plan and refuses several buckets with the verbs that take them; bad plans exit 2 naming the
+// positions.
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/json_schema.h"
+#include "tests/harness/run_cli.h"
+
+namespace {
+
+using megasched::test::RunResult;
+using nlohmann::json;
+
+RunResult run(const std::string& args, bool merge_stderr = false) {
+  return megasched::test::run_megasched(args, merge_stderr);
+}
+
+// Writes `doc` to a temporary file named after the test and returns its path.
+std::string write_plan(const json& doc, const std::string& name) {
+  const std::string path = testing::TempDir() + "plan_cli_" + name + ".json";
+  std::ofstream(path) << doc.dump();
+  return path;
+}
+
+json two_buckets() {
+  return {
+      {"buckets",
+       {{{"begin", 0}, {"end", 64}, {"config", json::object()}},
+        {{"begin", 64}, {"end", "max"}, {"config", {{"tiling", {{"attn_kv_partitions", 4}}}}}}}}};
+}
+
+TEST(PlanCli, ValidateReportsEveryBucket) {
+  const std::string path = write_plan(two_buckets(), "validate");
+  const RunResult r = run("validate --model toy --gpu h100 --config " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  ASSERT_EQ(j["buckets"].size(), 2u);
+  EXPECT_EQ(j["buckets"][0]["begin"], 0);
+  EXPECT_EQ(j["buckets"][0]["end"], 64);
+  EXPECT_EQ(j["buckets"][1]["end"], 128);  // "max": toy's max_seq
+  EXPECT_TRUE(j["buckets"][1]["ok"].get<bool>());
+  EXPECT_GT(j["buckets"][1]["tasks"].get<int>(), j["buckets"][0]["tasks"].get<int>());
+}
+
+TEST(PlanCli, ValidateFailsABucketThatDoesNotLower) {
+  json plan = two_buckets();
+  plan["buckets"][1]["config"] = {{"fusion", {{"combine_into_o", true}}}};
+  const RunResult r = run("validate --model toy --gpu h100 --config " + write_plan(plan, "bad"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_FALSE(j["ok"].get<bool>());
+  EXPECT_TRUE(j["buckets"][0]["ok"].get<bool>());
+  EXPECT_FALSE(j["buckets"][1]["ok"].get<bool>());
+  EXPECT_TRUE(j["buckets"][1].contains("lowering"));
+}
+
+TEST(PlanCli, RefusesGapsOverlapsAndShortPlansNamingThePositions) {
+  json gap = two_buckets();
+  gap["buckets"][1]["begin"] = 70;
+  RunResult r = run("validate --model toy --config " + write_plan(gap, "gap"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("positions [64, 70) have no bucket"), std::string::npos) << r.out;
+  json overlap = two_buckets();
+  overlap["buckets"][1]["begin"] = 60;
+  r = run("evaluate --model toy --no-run-dir --config " + write_plan(overlap, "overlap"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("positions [60, 64) are in bucket 0 [0, 64) and bucket 1 [60, max)"),
+            std::string::npos)
+      << r.out;
+  json short_plan = two_buckets();
+  short_plan["buckets"][1]["end"] = 100;
+  r = run("generate --model toy --config " + write_plan(short_plan, "short"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("positions [100, 128) have no bucket"), std::string::npos) << r.out;
+}
+
+TEST(PlanCli, EvaluateChecksEachBucketAtItsBoundariesAndTimesTheBucketOfThePosition) {
+  const std::string path = write_plan(two_buckets(), "evaluate");
+  const RunResult r =
+      run("evaluate --model toy --gpu h100 --device cpu --no-run-dir "
+          "--positions 0,3,70 --timed-position 80 --config " +
+          path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json v = json::parse(r.out);
+  EXPECT_TRUE(v["valid"].get<bool>());
+  EXPECT_TRUE(v["correct"].get<bool>());
+  EXPECT_EQ(v["timed_position"], 80);
+  ASSERT_EQ(v["plan"].size(), 2u);
+  EXPECT_EQ(v["plan"][0]["positions_checked"], json({0, 3, 63}));
+  EXPECT_EQ(v["plan"][0]["timed_position"], 0);
+  EXPECT_EQ(v["plan"][1]["positions_checked"], json({64, 70, 80, 127}));
+  EXPECT_EQ(v["plan"][1]["timed_position"], 80);
+  // The verdict's figures are the bucket of position 80's.
+  EXPECT_EQ(v["schedule_id"], v["plan"][1]["schedule_id"]);
+  EXPECT_EQ(v["latency_us"], v["plan"][1]["latency_us"]);
+  EXPECT_EQ(v["positions_checked"], json({0, 3, 63, 64, 70, 80, 127}));
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/schemas/verdict.schema.json");
+  for (const auto& e : megasched::harness::check_against_schema(json::parse(in), v))
+    ADD_FAILURE() << megasched::harness::describe(e);
+}
+
+TEST(PlanCli, GenerateSwitchesAtTheBoundary) {
+  json plan = two_buckets();
+  plan["buckets"][0]["end"] = 5;
+  plan["buckets"][1]["begin"] = 5;
+  const RunResult r =
+      run("generate --model toy --prompt-ids 1,2,3 --max-tokens 6 --verify --config " +
+          write_plan(plan, "generate"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["switch_positions"], json({5}));
+  EXPECT_EQ(j["steps_verified"], 8);
+  EXPECT_EQ(j["tokens"].size(), 6u);
+}
+
+TEST(PlanCli, VerbsOfOneConfigTakeAOneBucketPlanAndRefuseSeveral) {
+  const json one = {{"buckets", {{{"begin", 0}, {"end", "max"}, {"config", json::object()}}}}};
+  RunResult r = run("propose --model toy --config " + write_plan(one, "one"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = run("propose --model toy --config " + write_plan(two_buckets(), "propose"), true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("is a plan of 2 buckets ([0, 64) [64, max))"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validate, evaluate and generate take plans"), std::string::npos) << r.out;
+}
+
+}  // namespace
