@@ -20,6 +20,7 @@
 #include "schedule/lookup.h"
 #include "schedule/named_configs.h"
 #include "search/landscape_recorder.h"
+#include "vm/cuda_runtime.h"
 
 namespace megasched::harness {
 namespace {
@@ -72,6 +73,12 @@ VerbResult run_record(RecordCommand& c) {
   h.target = target->name;
   h.device = ev.device;
   h.device_name = identity.value("device_name", "");
+  if (h.device_name.empty() && ev.device == "gpu") {
+    // The trial's identity names no GPU; the header says which one measured the rows.
+    std::string why;
+    if (const std::optional<vm::DeviceInfo> info = vm::device_info(&why))
+      h.device_name = info->name;
+  }
   h.position = ev.timed_position;
   h.latency_kind = ev.device == "gpu" ? "measured-gpu" : "predicted";
   h.versions = eval::trial_versions(identity);
