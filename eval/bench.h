@@ -2,10 +2,10 @@
 // positions: the floor (computed from the bytes a step must move and the measured bandwidth), the
 // default config and any given configs (each a GPU trial: kernel checked against eager at
 // positions 0, 1, 2, the KV cache filled by the kernel, timed at the position), every baseline kind
-// (eval/baselines/baseline.h, checked against eager at position 0) and, when given, the rows of peers' JSON
-// (bench/peers/: PyTorch and transformers, measured by their own scripts on the same GPU). The
-// result renders as JSON, a Markdown table (median, p10/p90, % of the measured bandwidth, ratio to
-// each baseline kind) and an SVG bar chart; the rendering is host code with no GPU.
+// (eval/baselines/baseline.h, checked against eager at position 0) and, when given, the rows of
+// peers' JSON (bench/peers/: PyTorch and transformers, measured by their own scripts on the same
+// GPU). The result renders as JSON, a Markdown table (median, p10/p90, % of the measured bandwidth,
+// ratio to each baseline kind) and an SVG bar chart; the rendering is host code with no GPU.
 #pragma once
 
 #include <functional>

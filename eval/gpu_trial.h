@@ -2,11 +2,11 @@
 // run it over each reference window (eval/reference_cache.h: the reference KV cache of the
 // positions before the window is loaded into the kernel's KV buffer, then a few consecutive steps
 // run, so the kernel's own KV writes are read back) and compare with the reference logits, then
-// time it (CUDA events,
-// warm-up, many iterations, L2 flushed when the model fits in L2), re-check correctness after
-// timing, and time the cuBLAS CUDA-graph baseline interleaved with it. Implemented in
-// eval/gpu_trial_cuda.cpp; without the CUDA toolkit eval/gpu_trial_nocuda.cpp reports that no GPU
-// is available. The device itself (is there one, its limits, its bandwidth) is eval/device.h.
+// time it (CUDA events, warm-up, many iterations, L2 flushed when the model fits in L2), re-check
+// correctness after timing, and time the cuBLAS CUDA-graph baseline interleaved with it.
+// Implemented in eval/gpu_trial_cuda.cpp; without the CUDA toolkit eval/gpu_trial_nocuda.cpp
+// reports that no GPU is available. The device itself (is there one, its limits, its bandwidth) is
+// eval/device.h.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,10 @@
 namespace megasched::eval {
 
 struct GpuTrialOptions {
-  int warmup = 10;              // untimed iterations
-  int iterations = 100;         // timed iterations (>= 100 for a reported latency)
-  bool time_baseline = true;    // also time every baseline kind (eval/baselines/baseline.h), interleaved
+  int warmup = 10;       // untimed iterations
+  int iterations = 100;  // timed iterations (>= 100 for a reported latency)
+  bool time_baseline =
+      true;  // also time every baseline kind (eval/baselines/baseline.h), interleaved
   double hang_timeout_s = 5.0;  // device-side spin bound
   bool force_launch = false;    // test-only: launch even when not co-resident / not validated
   int timed_position = -1;      // position timed; -1: the last position of the last window. It

@@ -1,8 +1,8 @@
 // `megasched baseline --model M [--kind cublas|graph-pdl]`: an op-by-op decode step of the model's
-// weights (eval/baselines/baseline.h: cuBLAS GEMVs, or the fused kernels with programmatic dependent launch),
-// replayed from a CUDA graph: checked against the eager reference at position 0, then timed at
-// --position (the KV cache filled by the baseline itself), with the floor of the live device beside
-// it.
+// weights (eval/baselines/baseline.h: cuBLAS GEMVs, or the fused kernels with programmatic
+// dependent launch), replayed from a CUDA graph: checked against the eager reference at position 0,
+// then timed at --position (the KV cache filled by the baseline itself), with the floor of the live
+// device beside it.
 #include "eval/baselines/baseline.h"
 #include "eval/device.h"
 #include "eval/evaluate.h"

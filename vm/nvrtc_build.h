@@ -55,8 +55,8 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
 /// The -D options of the baseline kernels for a model (dtype, head dim; 256 threads).
 std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
 
-/// The -D options of the graph-pdl baseline kernels (eval/baselines/pdl_baseline.cuh): the baseline's
-/// (256 threads per block).
+/// The -D options of the graph-pdl baseline kernels (eval/baselines/pdl_baseline.cuh): the
+/// baseline's (256 threads per block).
 std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape);
 
 /// Compiles (or loads from the cache) one cubin. Never throws for a compile error: it is in
