@@ -1,6 +1,6 @@
-// Small kernels of the op-by-op baseline decode step (eval/baselines/baseline_cuda.cpp): the GEMVs
-// run through cuBLAS, these do the rest (embedding, RMSNorm, RoPE + KV append, attention, SiLU *
-// up), and `ms_stream_read` is the read-only kernel `megasched doctor --measure` times for the
+// Small kernels of the op-by-op baseline decode step (eval/baselines/baseline_cuda.cpp): the GEMVs run
+// through cuBLAS, these do the rest (embedding, RMSNorm, RoPE + KV append, attention, SiLU * up),
+// and `ms_stream_read` is the read-only kernel `megasched doctor --measure` times for the
 // streaming-read bandwidth. Token and position are read from the step cell in device memory, so
 // one captured CUDA graph serves every step. Built with the same dtype knobs as the megakernel.
 #pragma once

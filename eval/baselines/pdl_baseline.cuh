@@ -1,6 +1,5 @@
-// Kernels of the graph-pdl baseline decode step (eval/baselines/baseline_pdl_cuda.cpp): the
-// op-by-op pipeline done the way a tuned CUDA-graph implementation does it, one fused kernel per
-// step of the layer:
+// Kernels of the graph-pdl baseline decode step (eval/baselines/baseline_pdl_cuda.cpp): the op-by-op pipeline
+// done the way a tuned CUDA-graph implementation does it, one fused kernel per step of the layer:
 //
 //   ms_pdl_embed         hidden = embed[token]
 //   per layer:
@@ -33,11 +32,11 @@
 // chunks, so a kernel's first weights stream while its predecessor finishes. The input is staged
 // once per block (RMSNorm applied there when the op has one) in shared memory as fp32; accumulation
 // is fp32. The multi-wave grids of one pair per warp that this replaces left the memory pipe idle
-// between a block's last load and its successor's first (dev/benchmarks_history.md, "2026-11-23,
-// H100: a graph-pdl baseline"). Activations, the residual stream and the logits are fp32; weights
-// and KV have the model's dtype. Everything another block or kernel wrote (activations, the step
-// cell, partials) is read at L2 (ld.global.cg): with programmatic launch a block may start before
-// its predecessors end, and an SM's L1 is not coherent with other SMs' writes.
+// between a block's last load and its successor's first (dev/benchmarks_history.md, "2026-11-23, H100: a graph-pdl baseline").
+// Activations, the residual stream and the logits are fp32; weights and KV have the model's dtype.
+// Everything another block or kernel wrote (activations, the step cell, partials) is read at L2
+// (ld.global.cg): with programmatic launch a block may start before its predecessors end, and an
+// SM's L1 is not coherent with other SMs' writes.
 #pragma once
 
 #include "vm/device/common.cuh"

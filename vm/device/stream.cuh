@@ -1,6 +1,6 @@
 // The streamed GEMV of a registers build (kernel.weight_stream "registers"): the way of streaming
-// that the graph-pdl baseline (eval/baselines/pdl_baseline.cuh) showed reaches the HBM floor, done
-// inside the megakernel's task loop (ARCHITECTURE.md, "Where each concept lives").
+// that the graph-pdl baseline (eval/baselines/pdl_baseline.cuh) showed reaches the HBM floor, done inside the
+// megakernel's task loop (ARCHITECTURE.md, "Where each concept lives").
 //
 // A task's rows are cut into groups of kRowsPerWarp rows; warp w of the block owns groups
 // w, w + kComputeWarps, ... and streams each group's rows in chunks of kUnroll vectors per lane and
