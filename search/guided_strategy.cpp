@@ -56,16 +56,9 @@ class GuidedStrategy : public Strategy {
     const auto& specs = schedule::knob_specs();
     for (size_t k = 0; k < specs.size(); ++k)
       tried_.insert(specs[k].path + "=" + schedule::get_knob(outcome.config, specs[k].path).dump());
-    flywheel::PriorSample s;
-    s.config = schedule::to_json(outcome.config);
-    s.shape = shape_json_;
-    if (outcome.latency_us && *outcome.latency_us > 0) {
-      s.latency_us = outcome.latency_us;
-    } else if (outcome.status == flywheel::kStatusKept ||
-               outcome.status == flywheel::kStatusDiscarded) {
-      return;
-    }
-    samples_.push_back(std::move(s));
+    std::optional<flywheel::PriorSample> s = prior_sample(outcome, shape_json_);
+    if (!s) return;
+    samples_.push_back(std::move(*s));
     stale_ = true;
   }
 

@@ -5,6 +5,18 @@
 #include "schedule/search.h"
 
 namespace megasched::search {
+
+std::optional<flywheel::PriorSample> prior_sample(const TrialOutcome& outcome,
+                                                  const nlohmann::json& shape_json) {
+  flywheel::PriorSample s;
+  s.config = schedule::to_json(outcome.config);
+  s.shape = shape_json;
+  if (outcome.latency_us && *outcome.latency_us > 0)
+    s.latency_us = outcome.latency_us;
+  else if (outcome.status == flywheel::kStatusKept || outcome.status == flywheel::kStatusDiscarded)
+    return std::nullopt;
+  return s;
+}
 namespace {
 
 std::string knob_text(const nlohmann::json& value) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "flywheel/prior.h"
 #include "schedule/config.h"
 #include "search/strategy.h"
 
@@ -38,6 +39,11 @@ std::optional<schedule::ScheduleConfig> quick_mutation(const schedule::ScheduleC
                                                        const schedule::ModelShape& shape,
                                                        const schedule::GpuTarget& target,
                                                        std::mt19937_64& rng, int knobs);
+
+/// What a model-driven strategy learns from one trial: its config with its latency, or with none
+/// for a failure (the prior's failure class); nullopt for a correct trial without a latency.
+std::optional<flywheel::PriorSample> prior_sample(const TrialOutcome& outcome,
+                                                  const nlohmann::json& shape_json);
 
 /// The `capacity` fastest distinct configs seen, fastest first.
 class ElitePool {

@@ -190,16 +190,9 @@ class PriorStrategy : public Strategy {
   }
 
   void observe(const TrialOutcome& outcome) override {
-    flywheel::PriorSample s;
-    s.config = schedule::to_json(outcome.config);
-    s.shape = shape_json_;
-    if (outcome.latency_us && *outcome.latency_us > 0) {
-      s.latency_us = outcome.latency_us;
-    } else if (outcome.status == flywheel::kStatusKept ||
-               outcome.status == flywheel::kStatusDiscarded) {
-      return;
-    }
-    samples_.push_back(std::move(s));
+    std::optional<flywheel::PriorSample> s = prior_sample(outcome, shape_json_);
+    if (!s) return;
+    samples_.push_back(std::move(*s));
     stale_ = true;
   }
 

@@ -106,9 +106,7 @@ struct CublasBaseline::Impl {
   }
 
   void write_cell(int32_t token, int32_t position) {
-    *host_cell = {token, position, 0, -1};
-    MS_CHECK_CUDA(
-        cudaMemcpyAsync(step->ptr, host_cell, sizeof *host_cell, cudaMemcpyHostToDevice, stream));
+    write_step_cell(host_cell, step->ptr, stream, token, position);
   }
 };
 

@@ -21,6 +21,11 @@ struct DeviceBuf {
   float* f() const { return static_cast<float*>(ptr); }
 };
 
+/// Queues the step cell {token, position} (argmax -1) from pinned `host_cell` to `step_cell` on
+/// `stream`, ahead of the step's replay.
+void write_step_cell(void* host_cell, void* step_cell, cudaStream_t stream, int32_t token,
+                     int32_t position);
+
 /// Replays `exec` on `stream`, waits, and returns the `vocab` fp32 logits at `logits`.
 std::vector<float> replay_logits(cudaGraphExec_t exec, cudaStream_t stream, const void* logits,
                                  int vocab);

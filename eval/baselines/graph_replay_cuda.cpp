@@ -13,6 +13,13 @@ DeviceBuf::DeviceBuf(size_t bytes) { MS_CHECK_CUDA(cudaMalloc(&ptr, std::max<siz
 
 DeviceBuf::~DeviceBuf() { cudaFree(ptr); }
 
+void write_step_cell(void* host_cell, void* step_cell, cudaStream_t stream, int32_t token,
+                     int32_t position) {
+  auto* cell = static_cast<ms_abi::StepCell*>(host_cell);
+  *cell = {token, position, 0, -1};
+  MS_CHECK_CUDA(cudaMemcpyAsync(step_cell, cell, sizeof *cell, cudaMemcpyHostToDevice, stream));
+}
+
 std::vector<float> replay_logits(cudaGraphExec_t exec, cudaStream_t stream, const void* logits,
                                  int vocab) {
   MS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
