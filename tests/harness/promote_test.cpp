@@ -12,6 +12,7 @@
 
 #include "eval/device.h"
 #include "flywheel/registry.h"
+#include "harness/build_info.h"
 #include "harness/json_schema.h"
 #include "schedule/config.h"
 #include "tests/harness/run_cli.h"
@@ -153,6 +154,11 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
 // The entry's commit is the one megasched was built from, wherever the command runs (once it
 // was the working directory's checkout: "unknown" outside one, a stranger's inside another).
 TEST_F(PromoteCli, TheEntryRecordsTheCommitOfTheBuildNotOfTheWorkingDirectory) {
+  // The binary and this test are one build: the commit it compiled (harness::build_commit(),
+  // generated at build time) is the one the entry must carry, though the command runs in a
+  // directory outside any checkout. (Git's HEAD is not the reference: a commit made after the
+  // build would move it, while the binary still is what it was built from.)
+  const std::string built = harness::build_commit();
   const auto head = test::run_shell("git -C '" + std::string(MS_SOURCE_DIR) +
                                     "' rev-parse --short=12 HEAD 2>/dev/null");
   const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
@@ -162,12 +168,18 @@ TEST_F(PromoteCli, TheEntryRecordsTheCommitOfTheBuildNotOfTheWorkingDirectory) {
                       candidate + flags() + " 2>/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::string commit = json::parse(r.out)["entry"]["commit"];
+  EXPECT_EQ(commit, built);
   if (head.exit_code != 0 || head.out.size() < 12) {
     EXPECT_EQ(commit, "unknown");
     return;
   }
-  EXPECT_EQ(commit.substr(0, 12), head.out.substr(0, 12)) << commit;
+  ASSERT_GE(commit.size(), 12u) << commit;
   EXPECT_TRUE(commit.size() == 12 || commit.substr(12) == "+modified") << commit;
+  EXPECT_EQ(test::run_shell("git -C '" + std::string(MS_SOURCE_DIR) + "' cat-file -e " +
+                            commit.substr(0, 12) + "^{commit}")
+                .exit_code,
+            0)
+      << commit << " is not a commit of the source tree";
 }
 
 // On a GPU (skipped without one): both gates on measured latencies. Whether toy's candidate
