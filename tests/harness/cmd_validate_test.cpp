@@ -10,34 +10,15 @@
 
 #include "groundtruth/program_fuzz.h"
 #include "harness/commands.h"
+#include "tests/harness/run_in_process.h"
 
 namespace megasched::harness {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-};
+using Outcome = test::InProcessResult;
 
-Outcome run(std::vector<std::string> args) {
-  CLI::App app{"megasched"};
-  CliContext ctx;
-  add_validate_command(app, ctx);
-  add_fuzz_validator_command(app, ctx);
-  std::vector<const char*> argv{"megasched"};
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    ctx.exit_code = kExitUsage;
-  }
-  Outcome o;
-  o.out = testing::internal::GetCapturedStdout();
-  testing::internal::GetCapturedStderr();
-  o.exit_code = ctx.exit_code;
-  return o;
+Outcome run(const std::vector<std::string>& args) {
+  return test::run_in_process(args, {add_validate_command, add_fuzz_validator_command});
 }
 
 TEST(CmdValidate, AcceptsTheDefaultToyLowering) {
