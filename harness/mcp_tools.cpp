@@ -227,9 +227,10 @@ const json& loop_schema() {
        {"plateau", integer_property("Stop after this many trials in a row without a keep (0: "
                                     "never)",
                                     loop.plateau, 0, 1000)},
-       {"strategy", enum_property("Search strategy (the external proposer is the CLI's: through "
-                                  "MCP, propose and evaluate yourself)",
-                                  {"random", "hillclimb", "prior"}, "hillclimb")},
+       {"strategy",
+        enum_property("Search strategy (the external proposer is the CLI's: through "
+                      "MCP, propose and evaluate yourself)",
+                      {"random", "hillclimb", "elite", "guided", "prior"}, "hillclimb")},
        {"seed", integer_property("Strategy seed", strategy.seed, 0, kMaxSeed)},
        {"restart_after", integer_property("hillclimb: restart after this many trials without a "
                                           "local gain",
@@ -237,6 +238,14 @@ const json& loop_schema() {
        {"exploration", number_property("prior: share of random trials", strategy.exploration, 0)},
        {"pool", integer_property("prior: random candidates ranked per trial", strategy.pool_size, 1,
                                  1000000)},
+       {"elite",
+        integer_property("elite, guided: the fastest configs kept to restart or breed from",
+                         strategy.elite_size, 1, 4096)},
+       {"candidates", integer_property("guided: candidates the model ranks per proposal",
+                                       strategy.candidates, 1, 1 << 20)},
+       {"guard", number_property("guided: a candidate predicted slower than this x the incumbent "
+                                 "is measured only as exploration",
+                                 strategy.guard, 1.0)},
        {"resume",
         boolean_property("Continue the last run of this model, target and device", loop.resume)},
        {"warm_start", boolean_property("Trial 0: the best config known for this model, target "
@@ -583,6 +592,9 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.strategy.restart_after = a.integer("restart_after");
   command.strategy.exploration = a.number("exploration");
   command.strategy.pool_size = a.integer("pool");
+  command.strategy.elite_size = a.integer("elite");
+  command.strategy.candidates = a.integer("candidates");
+  command.strategy.guard = a.number("guard");
   command.loop.budget = a.integer("budget");
   command.loop.minutes = a.number("minutes");
   command.loop.plateau = a.integer("plateau");

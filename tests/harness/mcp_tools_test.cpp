@@ -3,6 +3,7 @@
 // schemas/mcp_tools.json the list the server gives.
 #include "harness/mcp_tools.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -11,6 +12,7 @@
 #include "eval/evaluate.h"
 #include "harness/json_schema.h"
 #include "harness/verbs.h"
+#include "search/strategy.h"
 
 namespace megasched::harness {
 namespace {
@@ -47,6 +49,21 @@ TEST(McpTools, SchemasMcpToolsJsonIsTheListTheServerGives) {
   }
   EXPECT_EQ(schema_file("mcp_tools.json"), generated)
       << path << " is out of date with harness/mcp_tools.cpp; regenerate it (see above)";
+}
+
+// Every strategy of the loop is offered through MCP too, except the external proposer (through
+// MCP the agent proposes and evaluates itself), with the knobs the model-guided ones take.
+TEST(McpTools, TheLoopToolOffersEveryStrategyButTheProposer) {
+  const json& properties = tool("loop").input_schema["properties"];
+  std::vector<std::string> offered = properties["strategy"]["enum"];
+  std::vector<std::string> expected;
+  for (const std::string& name : search::strategy_names())
+    if (name != "proposer") expected.push_back(name);
+  std::sort(offered.begin(), offered.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(offered, expected);
+  for (const char* knob : {"elite", "candidates", "guard"})
+    EXPECT_TRUE(properties.contains(knob)) << knob;
 }
 
 TEST(McpTools, SchemasAreWithinTheCheckedSubsetAndOptionalArgumentsHaveDefaults) {
