@@ -17,6 +17,7 @@
 #include "harness/trial_flags.h"
 #include "schedule/lookup.h"
 #include "schedule/lower.h"
+#include "schedule/plan.h"
 #include "vm/nvrtc_build.h"
 
 namespace megasched::harness {
@@ -56,10 +57,12 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   *incumbent_doc = {{"id", "default"}, {"config", schedule::to_json(incumbent)}};
   if (newest) {
     std::string error;
-    auto parsed = schedule::parse_config(newest->config, &error);
+    // A plan entry's incumbent is its config at position 0, where the gate times both.
+    auto parsed = schedule::parse_plan(newest->config, &error);
     if (!parsed) return {false, "benchmark gate: registry entry " + newest->id + ": " + error, {}};
-    incumbent = *parsed;
-    *incumbent_doc = {{"id", newest->id}, {"config", newest->config}};
+    incumbent = schedule::plan_config_for(*parsed, 0);
+    *incumbent_doc = {{"id", newest->id}, {"config", schedule::to_json(incumbent)}};
+    if (!parsed->single()) (*incumbent_doc)["plan"] = newest->config;
   }
   if (schedule::to_json(incumbent) == schedule::to_json(candidate))
     return {false,

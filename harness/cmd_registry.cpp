@@ -9,6 +9,7 @@
 #include "harness/commands.h"
 #include "harness/promote.h"
 #include "schedule/config.h"
+#include "schedule/plan.h"
 
 namespace megasched::harness {
 namespace {
@@ -118,6 +119,13 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
       return void(ctx.exit_code = kExitUsage);
     }
     std::string error;
+    if (schedule::is_plan_document(entry->config)) {
+      print_error("registry", entry->id +
+                                  " is a plan: `registry verify` checks one config; verify each "
+                                  "bucket's config with `megasched evaluate --config` (a plan "
+                                  "file is checked bucket by bucket there)");
+      return void(ctx.exit_code = kExitUsage);
+    }
     auto config = schedule::parse_config(entry->config, &error);
     if (!config) {
       print_error("registry", entry->id + ": " + error);

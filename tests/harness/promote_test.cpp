@@ -15,6 +15,7 @@
 #include "harness/build_info.h"
 #include "harness/json_schema.h"
 #include "schedule/config.h"
+#include "schedule/plan.h"
 #include "tests/harness/run_cli.h"
 
 namespace megasched::harness {
@@ -149,6 +150,36 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   EXPECT_FALSE(doc["promoted"]);
   EXPECT_TRUE(doc["verify"]["generate"]["ok"]);
   EXPECT_EQ(flywheel::read_registry(registry_).entries.size(), 1u);
+}
+
+// A registry whose newest entry is a plan of two buckets: the benchmark gate's incumbent is the
+// plan's config at position 0 (where the gate times both), and `registry verify` of the plan
+// refuses with a hint rather than failing on the plan's keys.
+TEST_F(PromoteCli, APlanEntryIsTheIncumbentThroughItsPositionZeroConfig) {
+  schedule::ScheduleConfig low;  // the default: what position 0 runs
+  schedule::ScheduleConfig high;
+  high.tiling.attn_kv_partitions = 4;
+  schedule::Plan plan;
+  plan.buckets = {{0, 16, low}, {16, schedule::kPlanEndOfModel, high}};
+  flywheel::RegistryEntry e;
+  e.model = "toy";
+  e.gpu = "h100";
+  e.dtype = "f32";
+  e.config = schedule::to_json(plan);
+  const auto stored = flywheel::append_registry_entry(registry_, e, nullptr);
+  ASSERT_TRUE(stored);
+  const std::string candidate = std::string(MS_SOURCE_DIR) + "/bench/configs/best_1b.json";
+  auto r = test::run_megasched(
+      "promote --model toy --device cpu --tokens 8 --rounds 2 --config " + candidate + flags(),
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["incumbent"]["id"], stored->id);
+  EXPECT_EQ(doc["incumbent"]["config"], schedule::to_json(low));
+  EXPECT_EQ(doc["incumbent"]["plan"], schedule::to_json(plan));
+  r = test::run_megasched("registry verify " + stored->id + " --registry " + registry_, true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("is a plan"), std::string::npos) << r.out;
 }
 
 // The entry's commit is the one megasched was built from, wherever the command runs (once it
