@@ -60,17 +60,7 @@ struct CublasBaseline::Impl {
   void record_step() {
     const schedule::ModelShape& s = shape;
     const schedule::WeightLayout layout = schedule::layout_for(s);
-    ms_abi::ModelParams mp{};
-    mp.hidden = static_cast<uint32_t>(s.hidden);
-    mp.layers = static_cast<uint32_t>(s.layers);
-    mp.heads = static_cast<uint32_t>(s.heads);
-    mp.kv_heads = static_cast<uint32_t>(s.kv_heads);
-    mp.head_dim = static_cast<uint32_t>(s.head_dim);
-    mp.ffn = static_cast<uint32_t>(s.ffn);
-    mp.vocab = static_cast<uint32_t>(s.vocab);
-    mp.max_seq = static_cast<uint32_t>(s.max_seq);
-    mp.rms_eps = s.rms_eps;
-    mp.attn_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    const ms_abi::ModelParams mp = baseline_model_params(s);
     const uint32_t H = mp.hidden, F = mp.ffn;
     const int q_dim = s.q_dim(), kv_dim = s.kv_dim();
     const float* invf = static_cast<const float*>(inv_freq->ptr);

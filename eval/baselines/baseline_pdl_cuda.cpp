@@ -99,18 +99,7 @@ struct GraphPdlBaseline::Impl {
 
   ms_abi::ModelParams params() const {
     const schedule::ModelShape& s = shape;
-    ms_abi::ModelParams mp{};
-    mp.hidden = static_cast<uint32_t>(s.hidden);
-    mp.layers = static_cast<uint32_t>(s.layers);
-    mp.heads = static_cast<uint32_t>(s.heads);
-    mp.kv_heads = static_cast<uint32_t>(s.kv_heads);
-    mp.head_dim = static_cast<uint32_t>(s.head_dim);
-    mp.ffn = static_cast<uint32_t>(s.ffn);
-    mp.vocab = static_cast<uint32_t>(s.vocab);
-    mp.max_seq = static_cast<uint32_t>(s.max_seq);
-    mp.rms_eps = s.rms_eps;
-    mp.attn_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-    return mp;
+    return baseline_model_params(s);
   }
 
   void drop_graph() {

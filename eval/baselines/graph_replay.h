@@ -1,6 +1,7 @@
 // What the two CUDA-graph baselines share (the cuBLAS graph, baselines/baseline_cuda.cpp, and
-// graph-pdl, baselines/baseline_pdl_cuda.cpp): a device buffer, and one captured step graph
-// replayed for its logits, its argmax and its time. Included only by *_cuda.cpp files.
+// graph-pdl, baselines/baseline_pdl_cuda.cpp): their model constants, a device buffer, and one
+// captured step graph replayed for its logits, its argmax and its time. Included only by *_cuda.cpp
+// files.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "abi/abi.h"
+#include "schedule/model.h"
+
 namespace megasched::eval {
+
+/// The model constants both baselines' kernels take (shapes, RMSNorm epsilon, attention scale).
+ms_abi::ModelParams baseline_model_params(const schedule::ModelShape& shape);
 
 /// A device allocation of at least 16 bytes, freed on destruction.
 struct DeviceBuf {

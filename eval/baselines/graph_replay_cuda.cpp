@@ -1,6 +1,7 @@
 #include "eval/baselines/graph_replay.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "abi/kernel_args.h"
 #include "vm/cuda_check.h"
@@ -8,6 +9,21 @@
 namespace megasched::eval {
 
 using vm::GpuError;
+
+ms_abi::ModelParams baseline_model_params(const schedule::ModelShape& s) {
+  ms_abi::ModelParams mp{};
+  mp.hidden = static_cast<uint32_t>(s.hidden);
+  mp.layers = static_cast<uint32_t>(s.layers);
+  mp.heads = static_cast<uint32_t>(s.heads);
+  mp.kv_heads = static_cast<uint32_t>(s.kv_heads);
+  mp.head_dim = static_cast<uint32_t>(s.head_dim);
+  mp.ffn = static_cast<uint32_t>(s.ffn);
+  mp.vocab = static_cast<uint32_t>(s.vocab);
+  mp.max_seq = static_cast<uint32_t>(s.max_seq);
+  mp.rms_eps = s.rms_eps;
+  mp.attn_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  return mp;
+}
 
 DeviceBuf::DeviceBuf(size_t bytes) { MS_CHECK_CUDA(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
 
