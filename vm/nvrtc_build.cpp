@@ -87,9 +87,12 @@ std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape)
   return baseline_defines(shape);  // the graph-pdl kernels also run 256 threads per block
 }
 
+bool bench_only_source(const std::string& path) { return path == "vm/device/gate.cuh"; }
+
 std::string build_identity() {
   std::string sources;
   for (const EmbeddedSource& source : embedded_sources()) {
+    if (bench_only_source(source.path)) continue;
     sources += source.path;
     sources += '\n';
     sources += source.text;

@@ -73,9 +73,14 @@ CubinCacheStats cubin_cache_stats();
 /// Counts one lookup (build_cubin calls it).
 void record_cubin_lookup(bool hit);
 
-/// The identity of every kernel this binary builds: "kernel-sources-" and a hash of the embedded
-/// device sources (vm/embedded_sources.h). A build's cache key adds its options, arch and NVRTC.
+/// The identity of every kernel a schedule runs on (the megakernel and the baselines):
+/// "kernel-sources-" and a hash of the embedded device sources (vm/embedded_sources.h) but the
+/// bench-only ones. A build's cache key adds its options, arch and NVRTC. Landscapes, corpus rows
+/// and registry entries are keyed by it, so a change to a bench-only kernel stales none of them.
 std::string build_identity();
+/// Whether an embedded device source is compiled only by a benchmark (vm/device/gate.cuh, the gate
+/// before megakernel v3, built by bench/gate_bench.cpp): outside build_identity().
+bool bench_only_source(const std::string& path);
 
 /// "13.0" (the NVRTC version), or "none" without the toolkit.
 std::string nvrtc_version();

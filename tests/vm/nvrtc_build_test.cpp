@@ -16,6 +16,7 @@
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
+#include "vm/embedded_sources.h"
 
 namespace megasched::vm {
 namespace {
@@ -567,6 +568,34 @@ TEST(NvrtcBuild, ProfileBuildWithoutTheRingCompilesUnderItsOwnKey) {
     EXPECT_FALSE(r.cubin.empty());
     EXPECT_NE(r.key, plain_key);
   }
+}
+
+}  // namespace
+}  // namespace megasched::vm
+
+// The identity keys landscapes, corpus rows and registry entries: it covers every embedded source
+// a schedule's kernels compile (abi/abi.h among them) and not the bench-only gate, so a change to
+// the gate stales none of those records.
+namespace megasched::vm {
+namespace {
+
+TEST(NvrtcBuild, TheBuildIdentityLeavesOutTheBenchOnlyGate) {
+  std::string with_gate, without_gate;
+  bool gate_embedded = false, abi_embedded = false;
+  for (const EmbeddedSource& s : embedded_sources()) {
+    const std::string piece = std::string(s.path) + "\n" + s.text;
+    with_gate += piece;
+    gate_embedded = gate_embedded || std::string(s.path) == "vm/device/gate.cuh";
+    abi_embedded = abi_embedded || std::string(s.path) == "abi/abi.h";
+    if (!bench_only_source(s.path)) without_gate += piece;
+  }
+  ASSERT_TRUE(gate_embedded) << "bench/gate_bench.cpp compiles the embedded gate";
+  ASSERT_TRUE(abi_embedded);
+  EXPECT_TRUE(bench_only_source("vm/device/gate.cuh"));
+  EXPECT_FALSE(bench_only_source("vm/device/megakernel.cuh"));
+  EXPECT_FALSE(bench_only_source("abi/abi.h"));
+  EXPECT_EQ(build_identity(), "kernel-sources-" + schedule::hash_hex(without_gate));
+  EXPECT_NE(build_identity(), "kernel-sources-" + schedule::hash_hex(with_gate));
 }
 
 }  // namespace
