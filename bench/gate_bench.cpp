@@ -9,6 +9,9 @@
 //   gate/hop/pPAGE_nN/bg             a chain of kHopLinks dependent links between blocks 0 and 1
 //                                    (store 128 B, red.release, acquire poll, load) while every
 //                                    other SM streams gate/up with C (gate: <= 1.5 us per link)
+//   gate/hop/pPAGE_nN/bg_M           the same behind M
+//   gate/hop/pPAGE_nN/bg[_M]_capKk   the same with each streaming SM's loader capped at K KiB
+//                                    requested and not landed (16 or 32, below the ring's size)
 //   gate/hop/p16_n4/idle             the same chain with nothing else running
 //
 // SHAPE is a llama-1b GEMV: gate_up 16384 x 2048, down 2048 x 8192, qkv 3072 x 2048, o 2048 x
@@ -37,6 +40,7 @@
 
 #include "eval/device.h"
 #include "eval/timing.h"
+#include "schedule/config.h"
 #include "vm/cuda_runtime.h"
 #include "vm/device/gate.cuh"
 #include "vm/embedded_sources.h"
@@ -79,6 +83,26 @@ std::string geometry_tag(const Geometry& g) {
 
 const char* design_tag(uint32_t design) {
   return design == ms_gate::kCopy ? "copy" : design == ms_gate::kCuda ? "C" : "M";
+}
+
+/// A hop case: the chain between blocks 0 and 1, behind the other SMs streaming gate/up with
+/// `design` (background) or alone (idle), the loader capped at `inflight_pages` (0: the ring's).
+struct HopCase {
+  Geometry geo;
+  uint32_t design;
+  uint32_t inflight_pages;
+  bool background;
+  uint32_t in_flight_pages() const { return inflight_pages > 0 ? inflight_pages : geo.pages; }
+};
+
+/// gate/hop/pPAGE_nN/bg (C behind, the whole ring in flight), .../bg_M, .../bg_capKk (K KiB in
+/// flight per SM), .../bg_M_capKk, .../idle.
+std::string hop_case_name(const HopCase& hc) {
+  std::string tail = hc.background ? "bg" : "idle";
+  if (hc.background && hc.design == ms_gate::kMma) tail += "_M";
+  if (hc.background && hc.inflight_pages > 0)
+    tail += "_cap" + std::to_string(hc.inflight_pages * hc.geo.page_bytes / 1024) + "k";
+  return "gate/hop/" + geometry_tag(hc.geo) + "/" + tail;
 }
 
 /// Verdict lines by case name (the last run of a case wins), printed after the run.
@@ -235,6 +259,13 @@ struct GateCubin {
   std::string key;
 };
 
+/// A hash of vm/device/gate.cuh's embedded text: the gate is outside vm::build_identity().
+std::string gate_source_hash() {
+  for (const vm::EmbeddedSource& s : vm::embedded_sources())
+    if (std::string(s.path) == "vm/device/gate.cuh") return schedule::hash_hex(s.text);
+  return "missing";
+}
+
 GateCubin compile_gate(const std::string& arch, const Geometry& geo) {
   GateCubin out;
   std::vector<const char*> names, texts;
@@ -268,7 +299,7 @@ GateCubin compile_gate(const std::string& arch, const Geometry& geo) {
     out.cubin.resize(size);
     MS_CHECK_CUDA(nvrtcGetCUBIN(prog, out.cubin.data()));
     out.kernels = vm::parse_ptxas_log(out.log);
-    out.key = "gate-" + arch + "-" + geometry_tag(geo) + "-" + vm::build_identity();
+    out.key = "gate-" + arch + "-" + geometry_tag(geo) + "-" + gate_source_hash();
   }
   nvrtcDestroyProgram(&prog);
   return out;
@@ -492,23 +523,25 @@ void run_stream(benchmark::State& state, const std::string& name, const schedule
 }
 
 void run_hop(benchmark::State& state, const std::string& name, const schedule::GpuTarget& t,
-             const Geometry& geo, bool background) {
+             const HopCase& hc) {
+  const Geometry& geo = hc.geo;
+  const bool background = hc.background;
   const HostMatrix& m = host_matrix(kShapes[0]);  // gate/up behind the chain
   const unsigned grid = background ? static_cast<unsigned>(t.num_sms) : 2u;
   const uint32_t copies = copies_for(m.bytes(), kHopBackgroundBytes);
-  const DeviceWeights& w = device_weights(m, ms_gate::kCuda, copies);
-  auto l = make_launch(state, t, geo, kernel_name(ms_gate::kCuda, m.cols), grid, m);
+  const DeviceWeights& w = device_weights(m, hc.design, copies);
+  auto l = make_launch(state, t, geo, kernel_name(hc.design, m.cols), grid, m);
   if (!l) return;
   l->args.w = dptr(w.buf);
   l->args.copy_stride = w.bytes;
   l->args.copies = copies;
   l->args.first_block = 2;
   l->args.hop_links = kHopLinks;
+  l->args.inflight_pages = hc.inflight_pages;
   cudaStream_t stream = static_cast<cudaStream_t>(vm::shared_stream());
   Events ev;
   double rel_err = 0.0;
-  if (background && !check_output(state, *l, m, ms_gate::kCuda, stream, ev.e0, ev.e1, &rel_err))
-    return;
+  if (background && !check_output(state, *l, m, hc.design, stream, ev.e0, ev.e1, &rel_err)) return;
   for (int i = 0; i < 2; ++i) l->run_ms(stream, ev.e0, ev.e1);  // warm-up
   std::vector<double> link_us, bg_tbps, covered;
   std::vector<uint64_t> times(2 + grid);
@@ -535,7 +568,7 @@ void run_hop(benchmark::State& state, const std::string& name, const schedule::G
   state.counters["us_per_link"] = us;
   state.counters["links"] = kHopLinks;
   state.counters["blocks"] = grid;
-  state.counters["in_flight_KiB"] = geo.pages * geo.page_bytes / 1024.0;
+  state.counters["in_flight_KiB"] = hc.in_flight_pages() * geo.page_bytes / 1024.0;
   if (background) {
     state.counters["bg_TBps"] = eval::sample_stats(bg_tbps).median;
     state.counters["bg_covered"] = all_covered ? 1 : 0;
@@ -566,17 +599,17 @@ void stream_case(benchmark::State& state, std::string name, uint32_t design, Sha
 #endif
 }
 
-void hop_case(benchmark::State& state, std::string name, Geometry geo, bool background) {
+void hop_case(benchmark::State& state, std::string name, HopCase hc) {
   const auto target = live_target_or_skip(state);
   if (!target) return;
 #if MS_HAVE_CUDA
   try {
-    run_hop(state, name, *target, geo, background);
+    run_hop(state, name, *target, hc);
   } catch (const vm::GpuError& e) {
     state.SkipWithError(e.what());
   }
 #else
-  (void)name, (void)geo, (void)background;
+  (void)name, (void)hc;
   state.SkipWithError("built without the CUDA toolkit");
 #endif
 }
@@ -598,14 +631,26 @@ void register_all() {
       }
     }
   }
-  auto add_hop = [](const std::string& name, const Geometry& g, bool background) {
-    benchmark::RegisterBenchmark(name.c_str(), hop_case, name, g, background)
+  auto add_hop = [](const HopCase& hc) {
+    const std::string name = hop_case_name(hc);
+    benchmark::RegisterBenchmark(name.c_str(), hop_case, name, hc)
         ->UseManualTime()
         ->Iterations(20)
         ->Unit(benchmark::kMicrosecond);
   };
-  for (const Geometry& g : kGeometries) add_hop("gate/hop/" + geometry_tag(g) + "/bg", g, true);
-  add_hop("gate/hop/" + geometry_tag(kGeometries[0]) + "/idle", kGeometries[0], false);
+  // Every geometry behind C with its whole ring in flight, then the caps: a page or 32 KiB per SM
+  // in flight behind C and M (the bytes-in-flight cap apart from the ring's capacity).
+  for (const Geometry& g : kGeometries) add_hop({g, ms_gate::kCuda, 0, true});
+  for (const Geometry& g : kGeometries) {
+    for (uint32_t design : {ms_gate::kCuda, ms_gate::kMma}) {
+      for (uint32_t cap_kib : {16u, 32u}) {
+        const uint32_t pages = cap_kib * 1024 / g.page_bytes;
+        if (pages == 0 || pages >= g.pages) continue;
+        add_hop({g, design, pages, true});
+      }
+    }
+  }
+  add_hop({kGeometries[0], ms_gate::kCuda, 0, false});
 }
 
 void print_summary() {

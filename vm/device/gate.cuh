@@ -75,6 +75,7 @@ struct GateArgs {
   u32 rows;           // R
   u32 first_block;    // blocks below this one run the hop chain (0 and 1) or nothing
   u32 hop_links;      // links of the chain; 0: no chain
+  u32 inflight_pages;  // the loader's cap on pages requested and not yet landed; 0: the ring's
 };
 
 /// Dynamic shared memory: [pages | 2 x kChunkRows x kConsumerWarps fp32 partials | full bars |
@@ -216,16 +217,25 @@ __device__ __forceinline__ Region block_region(const GateArgs& a, u32 p, u32 blo
   return r;
 }
 
-/// Lane 0 of the loader warp: one bulk copy per page, every copy of the matrix in turn.
+/// Lane 0 of the loader warp: one bulk copy per page, every copy of the matrix in turn. With a cap
+/// of c < kPages pages in flight, page s is requested only once page s - c has landed (its `full`
+/// phase completed), so at most c pages of this SM are outstanding at HBM however many free pages
+/// the ring has. Page s - c's slot is not reused before page s - c + kPages > s is requested, so
+/// the phase waited for is that page's.
 __device__ __forceinline__ void load_pages(const GateArgs& a, const Ring& ring, const Region& reg) {
   u64 policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const u32 cap = a.inflight_pages > 0 && a.inflight_pages < kPages ? a.inflight_pages : kPages;
   u32 s = 0;
   for (u32 c = 0; c < a.copies; ++c) {
     const u64 src0 = a.w + u64(c) * a.copy_stride + reg.begin;
     for (u64 off = 0; off < reg.bytes; off += kPageBytes, ++s) {
       const u32 slot = s % kPages, round = s / kPages;
       if (round > 0 && !mbar_wait(a, ring.empty + 8 * slot, (round - 1) & 1)) return;
+      if (cap < kPages && s >= cap) {
+        const u32 landed = s - cap;
+        if (!mbar_wait(a, ring.full + 8 * (landed % kPages), (landed / kPages) & 1)) return;
+      }
       const u32 bytes =
           static_cast<u32>(reg.bytes - off < kPageBytes ? reg.bytes - off : kPageBytes);
       const u32 full = ring.full + 8 * slot;
