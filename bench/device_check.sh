@@ -20,7 +20,8 @@
 #        PATH.json,...: all is the default and the named configs of bench/configs/README.md, the
 #        list in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage; the default
 #        names every suite with a GPU test),
-#        BUILD (build dir); stage "profile" runs `megasched profile` for each of PROFILES
+#        BUILD (build dir), BUILD_TARGETS (what the build stage builds; default every binary the
+#        stages run: megasched megasched_tests device_bench ring_bench gate_bench); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies, `stream/OP/pairs_am` the streamed GEMV of
@@ -31,8 +32,9 @@
 #        hop chain between two SMs while the others stream; GATE_FILTER narrows it, e.g.
 #        'gate/C/gate_up|gate/hop') into gate.json, with a short table of every case's GB/s,
 #        us per link and verdict at the end of check.log;
-#        stage "ncu" profiles ring_bench cases (NCU_FILTERS) with ncu into ncu_N.txt + ring_N.ncu-rep,
-#        and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
+#        stage "ncu" profiles ring_bench cases (NCU_FILTERS; set it empty for none) with ncu into
+#        ncu_N.txt + ring_N.ncu-rep, with NCU_GATE (gate_bench filters) the gate's kernel of each
+#        case into ncu_gate_N.txt, and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
 #        (with the step's dram__bytes_read.sum / dram__bytes_write.sum: any read beyond the weights
 #        and the KV history is re-reading);
 #        stage "scaleout" runs bench/scaleout_bench.sh (SCALEOUT_STAGES, default "cpu gpu1": CPU-path
@@ -122,7 +124,7 @@ log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
 if has_stage build; then
   log "build"
   if ! { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON -DMEGASCHED_WERROR=OFF &&
-         cmake --build "$BUILD" -j"$(nproc)" --target megasched megasched_tests device_bench ring_bench gate_bench; } > "$OUT/build.log" 2>&1; then
+         cmake --build "$BUILD" -j"$(nproc)" --target ${BUILD_TARGETS:-megasched megasched_tests device_bench ring_bench gate_bench}; } > "$OUT/build.log" 2>&1; then
     log "build FAILED"
     tail -60 "$OUT/build.log" >> "$LOG"
     exit 1
@@ -221,7 +223,7 @@ if has_stage ncu; then
   # tiles, then O tiles), built with -lineinfo and sampled at the shortest warp-sampling interval
   # so the source page maps stall samples to SASS; bench/ncu_hotspots.py prints the stall reasons
   # and the hottest instructions into ncu_N.txt (the reports themselves: ring_N.ncu-rep).
-  NCU_FILTERS=${NCU_FILTERS:-ring/gate_up/256thr_4x16k/blocks:66/ ring/o/256thr_4x16k/blocks:66/}
+  NCU_FILTERS=${NCU_FILTERS-ring/gate_up/256thr_4x16k/blocks:66/ ring/o/256thr_4x16k/blocks:66/}
   n=0
   for filter in $NCU_FILTERS; do
     n=$((n + 1))
@@ -237,6 +239,26 @@ if has_stage ncu; then
       log "ncu $n ok"
     else
       log "ncu $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
+      status=1
+    fi
+    rm -f "$OUT/ncu_run.log"
+  done
+  # NCU_GATE (space-separated gate_bench filters, e.g. gate/C/gate_up/p32_n4/b1): the gate's kernel
+  # of that case (its third launch: the check, a warm-up, then a timed one), profiled the same way
+  # into ncu_gate_N.txt (gate_N.ncu-rep).
+  n=0
+  for filter in ${NCU_GATE:-}; do
+    n=$((n + 1))
+    log "ncu gate $n: gate_bench $filter"
+    if ncu --clock-control none --kernel-name regex:ms_gate_ --launch-skip 2 --launch-count 1 \
+         --import-source no --warp-sampling-interval 0 \
+         --section SourceCounters --section WarpStateStats --section SchedulerStats \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/gate_$n" \
+         "$BUILD/gate_bench" --benchmark_filter="$filter" > "$OUT/ncu_run.log" 2>&1; then
+      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/gate_$n.ncu-rep" > "$OUT/ncu_gate_$n.txt" 2>&1
+      log "ncu gate $n ok"
+    else
+      log "ncu gate $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
       status=1
     fi
     rm -f "$OUT/ncu_run.log"
