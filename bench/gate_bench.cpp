@@ -11,7 +11,8 @@
 //                                    other SM streams gate/up with C (gate: <= 1.5 us per link)
 //   gate/hop/pPAGE_nN/bg_M           the same behind M
 //   gate/hop/pPAGE_nN/bg[_M]_capKk   the same with each streaming SM's loader capped at K KiB
-//                                    requested and not landed (16 or 32, below the ring's size)
+//                                    requested and not landed (16, 32 or 48 in whole pages,
+//                                    below the ring's size)
 //   gate/hop/p16_n4/idle             the same chain with nothing else running
 //
 // SHAPE is a llama-1b GEMV: gate_up 16384 x 2048, down 2048 x 8192, qkv 3072 x 2048, o 2048 x
@@ -638,14 +639,15 @@ void register_all() {
         ->Iterations(20)
         ->Unit(benchmark::kMicrosecond);
   };
-  // Every geometry behind C with its whole ring in flight, then the caps: a page or 32 KiB per SM
-  // in flight behind C and M (the bytes-in-flight cap apart from the ring's capacity).
+  // Every geometry behind C with its whole ring in flight, then the caps: 16, 32 or 48 KiB per SM
+  // in flight (whole pages, below the ring's size) behind C and M (the bytes-in-flight cap apart
+  // from the ring's capacity).
   for (const Geometry& g : kGeometries) add_hop({g, ms_gate::kCuda, 0, true});
   for (const Geometry& g : kGeometries) {
     for (uint32_t design : {ms_gate::kCuda, ms_gate::kMma}) {
-      for (uint32_t cap_kib : {16u, 32u}) {
+      for (uint32_t cap_kib : {16u, 32u, 48u}) {
         const uint32_t pages = cap_kib * 1024 / g.page_bytes;
-        if (pages == 0 || pages >= g.pages) continue;
+        if (pages == 0 || pages >= g.pages || cap_kib * 1024 % g.page_bytes != 0) continue;
         add_hop({g, design, pages, true});
       }
     }
