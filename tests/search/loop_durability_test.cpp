@@ -55,16 +55,22 @@ class LoopDurability : public LoopFixture {
 
 TEST_F(LoopDurability, ASecondLoopOfTheSameWorkloadOnItsLogsIsRefusedWhileTheFirstRuns) {
   options.budget = 30;
-  int ready[2];
+  // The first loop holds its logs from its first evaluation until the parent, done with its
+  // checks, releases it (no timing assumption: a loaded machine cannot let it finish early).
+  int ready[2], release[2];
   ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(release), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::close(release[1]);
     FakeEvaluator slow(nullptr);
     bool told = false;
     slow.on_evaluate = [&] {
-      if (!told) told = ::write(ready[1], "x", 1) == 1;  // it holds its logs from now on
-      ::usleep(20000);
+      if (told) return;
+      told = ::write(ready[1], "x", 1) == 1;  // it holds its logs from now on
+      char go = 0;
+      if (::read(release[0], &go, 1) != 1) ::_exit(2);
     };
     SystemClock real;
     LoopResult r = run_loop(slow, shape, target, *random_strategy(7), real, options);
@@ -93,6 +99,8 @@ TEST_F(LoopDurability, ASecondLoopOfTheSameWorkloadOnItsLogsIsRefusedWhileTheFir
   LoopResult other = run(gpu, *random_strategy(9));
   EXPECT_TRUE(other.ok) << other.error;
 
+  ASSERT_EQ(::write(release[1], "x", 1), 1);
+  ::close(release[1]);
   int status = 0;
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
