@@ -54,7 +54,7 @@ void install_stop_handlers() {
 
 void add_loop_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<LoopCommand>();
-  opt->strategy.name = "hillclimb";
+  opt->strategy.name = search::StrategyOptions{}.name;  // elite: BENCHMARKS.md, the strategy replay
   auto* cmd = app.add_subcommand(
       "loop", "Search schedules: propose, evaluate, keep or revert, log every trial");
   add_model_flag(cmd, &opt->trial.ev.model);

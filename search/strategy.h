@@ -91,7 +91,7 @@ class Strategy {
 };
 
 struct StrategyOptions {
-  std::string name = "hillclimb";  // random | hillclimb | elite | guided | prior | proposer
+  std::string name = "elite";  // random | hillclimb | elite (default) | guided | prior | proposer
   uint64_t seed = 0;
   int restart_after = 8;      // hillclimb, elite: trials without a local improvement
   int elite_size = 8;         // elite, guided: the fastest configs kept to restart or breed from
