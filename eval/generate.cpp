@@ -41,10 +41,19 @@ class PlanVms {
                "): the buckets of a plan share one KV cache";
     }
     if (device == "gpu") {
-      std::string error;
-      bool rejected = false;
-      gpu_ = vm::GpuVm::create(*programs_[0], weights, vm::GpuVmOptions{}, &error, &rejected);
-      if (!gpu_) return "gpu: " + error;
+      // Every bucket's kernel built and loaded now; the first VM's KV cache is every VM's.
+      for (size_t i = 0; i < programs_.size(); ++i) {
+        std::string error;
+        bool rejected = false;
+        gpus_.push_back(
+            i == 0
+                ? vm::GpuVm::create(*programs_[i], weights, vm::GpuVmOptions{}, &error, &rejected)
+                : vm::GpuVm::create_sharing_kv(*programs_[i], weights, vm::GpuVmOptions{},
+                                               *gpus_[0], &error, &rejected));
+        if (!gpus_.back())
+          return (plan.single() ? "" : "bucket " + schedule::bucket_label(plan.buckets[i]) + ": ") +
+                 "gpu: " + error;
+      }
       return "";
     }
     for (const auto& program : programs_)
@@ -54,12 +63,14 @@ class PlanVms {
 
   std::optional<std::vector<float>> step(int32_t token, int32_t pos, std::string* why,
                                          std::vector<int>* switches) {
-    if (gpu_) {
-      auto s = gpu_->step(token, pos);
+    const size_t bucket = schedule::plan_bucket_index(*plan_, pos);
+    if (!gpus_.empty()) {
+      // The VMs share one KV cache: switching program is running another kernel, no copy.
+      if (bucket != current_) current_ = bucket, switches->push_back(pos);
+      auto s = gpus_[current_]->step(token, pos);
       if (s.status != "ok") return *why = s.status + ": " + s.message, std::nullopt;
       return std::move(s.logits);
     }
-    const size_t bucket = schedule::plan_bucket_index(*plan_, pos);
     if (bucket != current_) {
       // The cache of positions [0, pos) as the previous bucket's program wrote it.
       if (!refs_[bucket]->load_kv(refs_[current_]->kv_snapshot(pos)))
@@ -78,7 +89,7 @@ class PlanVms {
   const schedule::Plan* plan_ = nullptr;
   std::vector<std::unique_ptr<schedule::Program>> programs_;  // the VMs hold references
   std::vector<std::unique_ptr<vm::ReferenceVm>> refs_;        // one per bucket (CPU)
-  std::unique_ptr<vm::GpuVm> gpu_;                            // a one-bucket plan (GPU)
+  std::vector<std::unique_ptr<vm::GpuVm>> gpus_;              // one per bucket (GPU)
   size_t current_ = 0;
 };
 
@@ -138,11 +149,6 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   std::string error;
   if (!schedule::check_plan_covers(plan, shape.max_seq, &error))
     return r.error = "the plan does not fit model " + shape.name + ": " + error, r;
-  if (options.device == "gpu" && plan.buckets.size() > 1)
-    return r.error = "generate --device gpu runs one config for now; a plan of " +
-                     std::to_string(plan.buckets.size()) +
-                     " buckets generates on the CPU (--device cpu)",
-           r;
   PlanVms vms;
   r.error = vms.prepare(weights, target, plan, options.device);
   if (!r.error.empty()) return r;
