@@ -68,7 +68,13 @@ GenerateBenchRow plan_row(const schedule::Weights& weights, const schedule::GpuT
     if (!g.ok) return row.status = "error", row.message = g.error, row;
     row.tokens = g.tokens;
     summarize_generation(g.step_us, c.prompt_len, &row);
-    if (!g.switch_positions.empty()) row.detail["switch_positions"] = g.switch_positions;
+    if (!g.switch_positions.empty()) {
+      // The time of each boundary's step beside the median: a switch costs one step.
+      row.detail["switch_positions"] = g.switch_positions;
+      std::vector<double> at_switch;
+      for (int pos : g.switch_positions) at_switch.push_back(g.step_us[static_cast<size_t>(pos)]);
+      row.detail["switch_step_us"] = at_switch;
+    }
   } catch (const std::exception& e) {
     row.status = "error";
     row.message = e.what();
@@ -335,12 +341,16 @@ std::optional<GenerateBenchResult> run_generate_bench(
     }
   }
   if (!options.torch_peer.script.empty()) {
-    const bool has_torch = std::system("python3 -c 'import torch' > /dev/null 2>&1") == 0;
+    // Where the peer cannot run, one "skipped" row per case says why.
+    std::string skip;
+    if (!std::filesystem::exists(options.torch_peer.script))
+      skip = "no PyTorch peer script at '" + options.torch_peer.script + "' (--torch-peer)";
+    else if (std::system("python3 -c 'import torch, transformers' > /dev/null 2>&1") != 0)
+      skip = "python3 cannot import torch and transformers";
     for (const GenerateCase& c : options.cases) {
-      const auto rows = has_torch
+      const auto rows = skip.empty()
                             ? torch_peer_rows(options.torch_peer, weights.shape, c, options.seed)
-                            : std::vector<GenerateBenchRow>{
-                                  peer_failure(c, "skipped", "python3 cannot import torch")};
+                            : std::vector<GenerateBenchRow>{peer_failure(c, "skipped", skip)};
       for (const GenerateBenchRow& row : rows) {
         r.rows.push_back(row);
         report(r.rows.back());

@@ -6,7 +6,8 @@
 // Rows: megasched's (a plan switching kernel at its bucket boundaries and single configs, each
 // through eval/generate.h, every kernel built before the first token), each baseline kind
 // (eval/baselines/baseline.h, its graph replayed per step) and the PyTorch peer
-// (bench/peers/torch_peer.py --generate, run as a subprocess where python3 imports torch: its CUDA
+// (bench/peers/torch_peer.py --generate, run as a child process where python3 imports torch and
+// transformers, else a "skipped" row saying why: its CUDA
 // graph step with eager ops and with torch.compile, and transformers' generate with a static
 // cache). Per row: the wall time per generated token (p50, p90), tokens/s, the prompt's steps and
 // the whole generation in ms, and its greedy tokens against the first megasched row's (the first
@@ -91,7 +92,7 @@ std::optional<std::vector<GenerateBenchRow>> generate_peer_rows(const nlohmann::
 /// (a Hugging Face directory, the same weights megasched loaded: tokens comparable) or else on a
 /// random model of `shape`'s preset dimensions (timings only: its tokens are not compared).
 struct TorchPeerRun {
-  std::string script;      // bench/peers/torch_peer.py; empty: no peer rows
+  std::string script;      // bench/peers/torch_peer.py; empty: no peer rows; missing: skipped
   std::string checkpoint;  // the --model directory, when megasched loaded one
   std::string work_dir;    // prompt, output and log files
 };

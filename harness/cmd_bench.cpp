@@ -219,13 +219,8 @@ int run_generate_bench_cli(const BenchOptionsCli& o) {
   auto target = weights ? eval::live_target(&error) : std::nullopt;
   if (!weights || !target)
     return print_error("bench", error), weights ? kExitEnvironment : kExitUsage;
-  if (!o.torch_peer.empty() && !std::filesystem::exists(o.torch_peer))
-    std::cerr << "bench: no PyTorch peer at '" << o.torch_peer << "' (--torch-peer): its rows "
-              << "are left out\n";
-  eval::GenerateBenchOptions run = *options;
-  if (!std::filesystem::exists(o.torch_peer)) run.torch_peer.script.clear();
   const auto result =
-      eval::run_generate_bench(*weights, *target, run, &error, [](const std::string& line) {
+      eval::run_generate_bench(*weights, *target, *options, &error, [](const std::string& line) {
         std::cerr << "bench: " << line << "\n" << std::flush;
       });
   if (!result) return print_error("bench", error), kExitEnvironment;
@@ -278,9 +273,9 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       "With --generate: a plan file or name (best:MODEL:GPU) generated first, switching "
       "kernel at its bucket boundaries (--config also takes plans with --generate)");
   cmd->add_option("--torch-peer", opt->torch_peer,
-                  "With --generate: bench/peers/torch_peer.py, run where python3 imports torch "
-                  "(CUDA graph with eager ops and with torch.compile, transformers' generate with "
-                  "a static cache); a missing script or torch leaves its rows out with a note")
+                  "With --generate: bench/peers/torch_peer.py, run where python3 imports torch and "
+                  "transformers (CUDA graph with eager ops and with torch.compile, transformers' "
+                  "generate with a static cache); a missing script or package: a skipped row")
       ->capture_default_str();
   cmd->add_option("--out", opt->out,
                   "Folder for bench.json, bench.md and bench.svg (generate.{json,md} with "

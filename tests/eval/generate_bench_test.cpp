@@ -171,6 +171,8 @@ TEST(GenerateBenchGpu, APlanAConfigAndTheBaselineGenerateOnToy) {
   }
   EXPECT_EQ(r->rows[0].kind, "plan");
   EXPECT_EQ(r->rows[0].detail["switch_positions"], json::array({9}));
+  ASSERT_EQ(r->rows[0].detail["switch_step_us"].size(), 1u);
+  EXPECT_GT(r->rows[0].detail["switch_step_us"][0].get<double>(), 0.0);
   EXPECT_EQ(r->rows[1].first_mismatch, -1);  // the same plan, the same tokens
   EXPECT_EQ(r->rows[2].kind, "config");
 }
