@@ -204,10 +204,10 @@ void GpuVm::Impl::upload_program(const schedule::Weights& weights,
   const int kv_elem = program->model.kv_dtype == ms_abi::kDTypeBF16 ? 2 : 4;
   act = std::make_unique<DeviceBuffer>(
       std::max<uint64_t>(program->buffer_elements[ms_abi::kBufActivations], 4) * 4);
-  kv = shared_kv ? std::move(shared_kv)
-                 : std::make_shared<DeviceBuffer>(
-                       std::max<uint64_t>(program->buffer_elements[ms_abi::kBufKv], 4) * kv_elem);
-  const bool own_kv = kv.use_count() == 1;
+  const bool own_kv = shared_kv == nullptr;
+  kv = own_kv ? std::make_shared<DeviceBuffer>(
+                    std::max<uint64_t>(program->buffer_elements[ms_abi::kBufKv], 4) * kv_elem)
+              : std::move(shared_kv);
   step = std::make_unique<DeviceBuffer>(sizeof(ms_abi::StepCell));
   counters =
       std::make_unique<DeviceBuffer>(std::max<size_t>(program->counter_totals.size(), 1) * 4);
