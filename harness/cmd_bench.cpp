@@ -267,7 +267,8 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       "(repeatable or comma-separated, e.g. 128:4096,4096:512; PROMPT_LEN + "
       "NEW_TOKENS <= the model's positions): the plan, the configs, every baseline kind "
       "and the PyTorch peer, per-token p50/p90, tokens/s, and whether each row's "
-      "tokens match the first megasched row's; generate.{json,md} in --out");
+      "tokens match the first megasched row's; generate.{json,md} in --out (every step "
+      "timed once: --warmup and --iterations are for single steps)");
   cmd->add_option(
       "--plan", opt->plan,
       "With --generate: a plan file or name (best:MODEL:GPU) generated first, switching "
