@@ -25,7 +25,7 @@ class PlanVms {
   /// "" or why the plan cannot run: a bucket that does not lower or validate, two buckets whose
   /// KV layouts differ, a VM that cannot be made.
   std::string prepare(const schedule::Weights& weights, const schedule::GpuTarget& target,
-                      const schedule::Plan& plan, const std::string& device) {
+                      const schedule::Plan& plan, const std::string& device, int32_t first_token) {
     plan_ = &plan;
     const schedule::ModelShape& shape = weights.shape;
     for (const schedule::PlanBucket& b : plan.buckets) {
@@ -40,22 +40,7 @@ class PlanVms {
                schedule::bucket_label(b) + " lay out the KV cache differently (" + differs +
                "): the buckets of a plan share one KV cache";
     }
-    if (device == "gpu") {
-      // Every bucket's kernel built and loaded now; the first VM's KV cache is every VM's.
-      for (size_t i = 0; i < programs_.size(); ++i) {
-        std::string error;
-        bool rejected = false;
-        gpus_.push_back(
-            i == 0
-                ? vm::GpuVm::create(*programs_[i], weights, vm::GpuVmOptions{}, &error, &rejected)
-                : vm::GpuVm::create_sharing_kv(*programs_[i], weights, vm::GpuVmOptions{},
-                                               *gpus_[0], &error, &rejected));
-        if (!gpus_.back())
-          return (plan.single() ? "" : "bucket " + schedule::bucket_label(plan.buckets[i]) + ": ") +
-                 "gpu: " + error;
-      }
-      return "";
-    }
+    if (device == "gpu") return prepare_gpu(weights, plan, first_token);
     for (const auto& program : programs_)
       refs_.push_back(std::make_unique<vm::ReferenceVm>(*program, weights));
     return "";
@@ -86,6 +71,28 @@ class PlanVms {
   }
 
  private:
+  /// Every bucket's GpuVm, its kernel built and loaded, on the first VM's KV cache. Each later
+  /// bucket's kernel runs once now at position 0 (the first step rewrites that KV row before any
+  /// step reads it), so the step at its boundary pays no first launch.
+  std::string prepare_gpu(const schedule::Weights& weights, const schedule::Plan& plan,
+                          int32_t first_token) {
+    for (size_t i = 0; i < programs_.size(); ++i) {
+      const std::string label =
+          plan.single() ? "" : "bucket " + schedule::bucket_label(plan.buckets[i]) + ": ";
+      std::string error;
+      bool rejected = false;
+      gpus_.push_back(
+          i == 0 ? vm::GpuVm::create(*programs_[i], weights, vm::GpuVmOptions{}, &error, &rejected)
+                 : vm::GpuVm::create_sharing_kv(*programs_[i], weights, vm::GpuVmOptions{},
+                                                *gpus_[0], &error, &rejected));
+      if (!gpus_.back()) return label + "gpu: " + error;
+      if (i == 0) continue;
+      const vm::StepOutput warm = gpus_.back()->step(first_token, 0);
+      if (warm.status != "ok") return label + "gpu: warm-up step: " + warm.message;
+    }
+    return "";
+  }
+
   const schedule::Plan* plan_ = nullptr;
   std::vector<std::unique_ptr<schedule::Program>> programs_;  // the VMs hold references
   std::vector<std::unique_ptr<vm::ReferenceVm>> refs_;        // one per bucket (CPU)
@@ -150,7 +157,7 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   if (!schedule::check_plan_covers(plan, shape.max_seq, &error))
     return r.error = "the plan does not fit model " + shape.name + ": " + error, r;
   PlanVms vms;
-  r.error = vms.prepare(weights, target, plan, options.device);
+  r.error = vms.prepare(weights, target, plan, options.device, options.prompt[0]);
   if (!r.error.empty()) return r;
   std::unique_ptr<EagerModel> eager;
   if (options.verify) eager = std::make_unique<EagerModel>(weights);
