@@ -48,6 +48,15 @@
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
 #        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
 #        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names);
+#        stage "generate" times whole greedy generations with `megasched bench --generate` for
+#        each of GENERATE (PROMPT_LEN:NEW_TOKENS list, default 128:512) on GENERATE_MODEL (default
+#        llama-1b): GENERATE_PLAN (a plan file or name, optional), GENERATE_CONFIGS (space-separated
+#        files or best:MODEL:GPU names; default the default config), both baselines and, where
+#        python3 imports torch and transformers, the PyTorch peer (bench/peers/torch_peer.py
+#        --generate) on a random checkpoint of the model's dimensions saved under OUT_DIR that
+#        megasched loads too (so the peer's greedy tokens are compared), into
+#        generate_MODEL/generate.{json,md} + generate_MODEL.md; first the plan GPU tests
+#        (GeneratePlanGpu.*, GenerateBenchGpu.*);
 #        stage "kprof" profiles the graph-pdl baseline per kernel (its timeline in place at
 #        KPROF_POSITIONS; with KPROF_NCU=1 also ncu, each kernel alone) into kprof_timeline_POS.json,
 #        kprof_ncu.csv and a per-kernel summary in check.log;
@@ -87,7 +96,7 @@ CONFIGS=${CONFIGS:-all}
 # Every suite with a test that needs or branches on a GPU (eval::gpu_available, MS_REQUIRE_GPU) or
 # on NVRTC: the megakernel, the baselines, the GPU reference, the planted bugs, the CLI verbs
 # (profile, promote, bad input) and the MCP server on a device.
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GateBuild.*:DeviceModel.*:GpuVm.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*:PromoteCli.*:ProfileCommand.*:CliBadInput.*:McpServer.*}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GateBuild.*:DeviceModel.*:GpuVm.*:GeneratePlanGpu.*:GenerateBenchGpu.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*:PromoteCli.*:ProfileCommand.*:CliBadInput.*:McpServer.*}
 PEER_SHAPE=${PEER_SHAPE:-llama-1b}
 COMPARE=${COMPARE:-llama-1b@0,1024,4096 small@0,1024 llama-8b@0}
 PROFILES=${PROFILES:-llama-1b@0@default}
@@ -445,6 +454,46 @@ if has_stage compare; then
       status=1
     fi
   done
+fi
+
+if has_stage generate; then
+  GENERATE=${GENERATE:-128:512}
+  GENERATE_MODEL=${GENERATE_MODEL:-llama-1b}
+  log "generate: GPU tests GeneratePlanGpu.*:GenerateBenchGpu.* (a plan's kernels share one KV cache)"
+  if "$BUILD/megasched_tests" --gtest_filter='GeneratePlanGpu.*:GenerateBenchGpu.*' >> "$LOG" 2>&1; then
+    log "generate GPU tests passed"
+  else
+    log "generate GPU tests FAILED"
+    status=1
+  fi
+  gmodel=$GENERATE_MODEL
+  gckpt="$OUT/generate_checkpoint_$GENERATE_MODEL"
+  if python3 -c "import torch, transformers" > /dev/null 2>&1; then
+    # The peer's random model of the same dimensions, saved once; megasched loads it too.
+    log "generate: saving a random $GENERATE_MODEL checkpoint for both sides into $gckpt"
+    if PYTHONUNBUFFERED=1 timeout 600 python3 "$ROOT/bench/peers/torch_peer.py" --shape "$GENERATE_MODEL" \
+         --save-dir "$gckpt" --save-only >> "$LOG" 2>&1; then
+      gmodel=$gckpt
+    else
+      log "generate: the checkpoint was not saved; megasched runs preset $GENERATE_MODEL (peer tokens not compared)"
+    fi
+  else
+    log "generate: python3 cannot import torch and transformers: no PyTorch peer rows"
+  fi
+  gargs=(--generate "$GENERATE")
+  [ -n "${GENERATE_PLAN:-}" ] && gargs+=(--plan "$GENERATE_PLAN")
+  for c in ${GENERATE_CONFIGS:-}; do gargs+=(--config "$c"); done
+  log "generate: megasched bench --model $gmodel ${gargs[*]}"
+  if timeout 3000 "$BUILD/megasched" bench --model "$gmodel" "${gargs[@]}" \
+       --torch-peer "$ROOT/bench/peers/torch_peer.py" --out "$OUT/generate_$GENERATE_MODEL" \
+       > "$OUT/generate_$GENERATE_MODEL.md" 2>> "$LOG"; then
+    log "generate ok"
+    cat "$OUT/generate_$GENERATE_MODEL.md" >> "$LOG"
+  else
+    log "generate FAILED"
+    status=1
+  fi
+  rm -rf "$gckpt"  # GBs; the seed and the shape rebuild it
 fi
 
 if has_stage promote; then

@@ -25,7 +25,7 @@ class PlanVms {
   /// "" or why the plan cannot run: a bucket that does not lower or validate, two buckets whose
   /// KV layouts differ, a VM that cannot be made.
   std::string prepare(const schedule::Weights& weights, const schedule::GpuTarget& target,
-                      const schedule::Plan& plan, const std::string& device) {
+                      const schedule::Plan& plan, const std::string& device, int32_t first_token) {
     plan_ = &plan;
     const schedule::ModelShape& shape = weights.shape;
     for (const schedule::PlanBucket& b : plan.buckets) {
@@ -40,13 +40,7 @@ class PlanVms {
                schedule::bucket_label(b) + " lay out the KV cache differently (" + differs +
                "): the buckets of a plan share one KV cache";
     }
-    if (device == "gpu") {
-      std::string error;
-      bool rejected = false;
-      gpu_ = vm::GpuVm::create(*programs_[0], weights, vm::GpuVmOptions{}, &error, &rejected);
-      if (!gpu_) return "gpu: " + error;
-      return "";
-    }
+    if (device == "gpu") return prepare_gpu(weights, plan, first_token);
     for (const auto& program : programs_)
       refs_.push_back(std::make_unique<vm::ReferenceVm>(*program, weights));
     return "";
@@ -54,12 +48,14 @@ class PlanVms {
 
   std::optional<std::vector<float>> step(int32_t token, int32_t pos, std::string* why,
                                          std::vector<int>* switches) {
-    if (gpu_) {
-      auto s = gpu_->step(token, pos);
+    const size_t bucket = schedule::plan_bucket_index(*plan_, pos);
+    if (!gpus_.empty()) {
+      // The VMs share one KV cache: switching program is running another kernel, no copy.
+      if (bucket != current_) current_ = bucket, switches->push_back(pos);
+      auto s = gpus_[current_]->step(token, pos);
       if (s.status != "ok") return *why = s.status + ": " + s.message, std::nullopt;
       return std::move(s.logits);
     }
-    const size_t bucket = schedule::plan_bucket_index(*plan_, pos);
     if (bucket != current_) {
       // The cache of positions [0, pos) as the previous bucket's program wrote it.
       if (!refs_[bucket]->load_kv(refs_[current_]->kv_snapshot(pos)))
@@ -75,10 +71,32 @@ class PlanVms {
   }
 
  private:
+  /// Every bucket's GpuVm, its kernel built and loaded, on the first VM's KV cache. Each later
+  /// bucket's kernel runs once now at position 0 (the first step rewrites that KV row before any
+  /// step reads it), so the step at its boundary pays no first launch.
+  std::string prepare_gpu(const schedule::Weights& weights, const schedule::Plan& plan,
+                          int32_t first_token) {
+    for (size_t i = 0; i < programs_.size(); ++i) {
+      const std::string label =
+          plan.single() ? "" : "bucket " + schedule::bucket_label(plan.buckets[i]) + ": ";
+      std::string error;
+      bool rejected = false;
+      gpus_.push_back(
+          i == 0 ? vm::GpuVm::create(*programs_[i], weights, vm::GpuVmOptions{}, &error, &rejected)
+                 : vm::GpuVm::create_sharing_kv(*programs_[i], weights, vm::GpuVmOptions{},
+                                                *gpus_[0], &error, &rejected));
+      if (!gpus_.back()) return label + "gpu: " + error;
+      if (i == 0) continue;
+      const vm::StepOutput warm = gpus_.back()->step(first_token, 0);
+      if (warm.status != "ok") return label + "gpu: warm-up step: " + warm.message;
+    }
+    return "";
+  }
+
   const schedule::Plan* plan_ = nullptr;
   std::vector<std::unique_ptr<schedule::Program>> programs_;  // the VMs hold references
   std::vector<std::unique_ptr<vm::ReferenceVm>> refs_;        // one per bucket (CPU)
-  std::unique_ptr<vm::GpuVm> gpu_;                            // a one-bucket plan (GPU)
+  std::vector<std::unique_ptr<vm::GpuVm>> gpus_;              // one per bucket (GPU)
   size_t current_ = 0;
 };
 
@@ -138,13 +156,8 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   std::string error;
   if (!schedule::check_plan_covers(plan, shape.max_seq, &error))
     return r.error = "the plan does not fit model " + shape.name + ": " + error, r;
-  if (options.device == "gpu" && plan.buckets.size() > 1)
-    return r.error = "generate --device gpu runs one config for now; a plan of " +
-                     std::to_string(plan.buckets.size()) +
-                     " buckets generates on the CPU (--device cpu)",
-           r;
   PlanVms vms;
-  r.error = vms.prepare(weights, target, plan, options.device);
+  r.error = vms.prepare(weights, target, plan, options.device, options.prompt[0]);
   if (!r.error.empty()) return r;
   std::unique_ptr<EagerModel> eager;
   if (options.verify) eager = std::make_unique<EagerModel>(weights);

@@ -52,8 +52,10 @@ std::string generate_input_error(const schedule::ModelShape& shape, const Genera
 GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
                         const schedule::ScheduleConfig& config, const GenerateOptions& options);
 /// Lowers and validates every bucket's config of `plan` (which must cover the model's positions)
-/// and generates, each step with the program of the bucket that holds its position. On a GPU only
-/// a one-bucket plan runs for now (a refusal says so).
+/// and generates, each step with the program of the bucket that holds its position. On a GPU every
+/// bucket's kernel is built, loaded and launched once before the first token, the VMs share the
+/// weights and one KV cache (vm::GpuVm::create_sharing_kv), and a boundary copies nothing: the
+/// next step runs the next bucket's kernel.
 GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTarget& target,
                         const schedule::Plan& plan, const GenerateOptions& options);
 

@@ -1,7 +1,9 @@
 // `megasched bench --model M --positions 0,1024,4096 [--config C]... [--peers FILE]...`: the
 // comparison of eval/bench.h in one process on the live GPU: the floor, the default config and the
 // given ones, every baseline kind and the peers' rows; a table (text) or the JSON on stdout, and
-// bench.json, bench.md and bench.svg written to --out. Measures only: without a GPU it fails with
+// bench.json, bench.md and bench.svg written to --out. With --generate PROMPT_LEN:NEW_TOKENS it
+// times whole greedy generations instead (eval/generate_bench.h: a plan, configs, the baselines,
+// the PyTorch peer), into generate.json and generate.md. Measures only: without a GPU it fails with
 // exit 3 (`megasched evaluate --device cpu` predicts a config's latency instead).
 #include <algorithm>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "eval/bench.h"
 #include "eval/device.h"
 #include "eval/evaluate.h"
+#include "eval/generate_bench.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
@@ -27,6 +30,9 @@ struct BenchOptionsCli {
   std::vector<std::string> configs;
   std::vector<std::string> peers;
   std::vector<std::string> baselines;
+  std::vector<std::string> generate;  // PROMPT_LEN:NEW_TOKENS items: whole generations
+  std::string plan;                   // with --generate: a plan file or name
+  std::string torch_peer = "bench/peers/torch_peer.py";  // with --generate
   std::string out = "workspace/bench";
   std::string format = "text";
   int warmup = 10;
@@ -39,6 +45,24 @@ struct Parsed {
   schedule::ModelShape shape;
   eval::BenchOptions bench;
 };
+
+/// The baseline kinds of --baseline (default: every kind that serves `shape`).
+std::optional<std::vector<std::string>> baseline_kinds_for(const BenchOptionsCli& o,
+                                                           const schedule::ModelShape& shape,
+                                                           std::string* error) {
+  for (const std::string& kind : o.baselines) {
+    if (kind == "graph-pdl" && !eval::graph_pdl_misfit(shape).empty()) {
+      *error = "--baseline graph-pdl cannot serve model " + shape.name + ": " +
+               eval::graph_pdl_misfit(shape);
+      return std::nullopt;
+    }
+  }
+  if (!o.baselines.empty()) return o.baselines;
+  std::vector<std::string> kinds;
+  for (const std::string& kind : eval::baseline_kinds())
+    if (kind != "graph-pdl" || eval::graph_pdl_misfit(shape).empty()) kinds.push_back(kind);
+  return kinds;
+}
 
 std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* exit_code) {
   *exit_code = kExitUsage;
@@ -82,18 +106,9 @@ std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* e
         schedule::is_config_name(arg) ? arg : std::filesystem::path(arg).stem().string();
     p.bench.configs.push_back({label, *config});
   }
-  p.bench.baselines = o.baselines;
-  for (const std::string& kind : o.baselines) {
-    if (kind == "graph-pdl" && !eval::graph_pdl_misfit(*shape).empty()) {
-      *error = "--baseline graph-pdl cannot serve model " + shape->name + ": " +
-               eval::graph_pdl_misfit(*shape);
-      return std::nullopt;
-    }
-  }
-  if (o.baselines.empty())
-    for (const std::string& kind : eval::baseline_kinds())
-      if (kind != "graph-pdl" || eval::graph_pdl_misfit(*shape).empty())
-        p.bench.baselines.push_back(kind);
+  auto kinds = baseline_kinds_for(o, *shape, error);
+  if (!kinds) return std::nullopt;
+  p.bench.baselines = *kinds;
   for (const std::string& file : o.peers) {
     *exit_code = kExitEnvironment;
     const auto text = read_text(file, error);
@@ -133,6 +148,99 @@ bool write_outputs(const eval::BenchResult& r, const std::string& dir, std::stri
          write_text_file((d / "bench.svg").string(), eval::bench_svg(r), error);
 }
 
+/// The --generate comparison's options, checked on any machine (a bad case, plan or config, a
+/// case beyond the model's positions: exit 2).
+std::optional<eval::GenerateBenchOptions> parse_generate(const BenchOptionsCli& o,
+                                                         const schedule::ModelShape& shape,
+                                                         std::string* error, int* exit_code) {
+  *exit_code = kExitUsage;
+  if (!o.positions.empty()) {
+    *error = "--positions times single steps and --generate whole generations; pass one of them";
+    return std::nullopt;
+  }
+  if (!o.peers.empty()) {
+    *error =
+        "--peers holds single-step rows; with --generate the PyTorch peer runs itself "
+        "(--torch-peer)";
+    return std::nullopt;
+  }
+  eval::GenerateBenchOptions g;
+  auto cases = eval::parse_generate_cases(o.generate, error);
+  if (!cases) return std::nullopt;
+  for (const eval::GenerateCase& c : *cases)
+    if (*error = eval::generate_case_error(shape, c); !error->empty()) return std::nullopt;
+  g.cases = *cases;
+  std::vector<std::string> args = o.configs;
+  if (!o.plan.empty()) args.insert(args.begin(), o.plan);
+  if (args.empty()) args.push_back("default");
+  for (const std::string& arg : args) {
+    const std::string flag = arg == o.plan ? "--plan " : "--config ";
+    auto plan = read_plan_arg(arg, error, exit_code);
+    if (!plan) return *error = flag + arg + ": " + *error, std::nullopt;
+    *exit_code = kExitUsage;
+    if (!schedule::check_plan_covers(*plan, shape.max_seq, error))
+      return *error = flag + arg + " does not fit model " + shape.name + ": " + *error,
+             std::nullopt;
+    const std::string label = schedule::is_config_name(arg) || arg == "default"
+                                  ? arg
+                                  : std::filesystem::path(arg).stem().string();
+    g.plans.emplace_back(label, std::move(*plan));
+  }
+  auto kinds = baseline_kinds_for(o, shape, error);
+  if (!kinds) return std::nullopt;
+  g.baselines = *kinds;
+  g.seed = o.seed;
+  g.torch_peer.script = o.torch_peer;
+  if (std::filesystem::is_directory(o.model))
+    g.torch_peer.checkpoint = std::filesystem::absolute(o.model).string();
+  g.torch_peer.work_dir = (std::filesystem::path(o.out) / "torch_peer").string();
+  *exit_code = kExitOk;
+  return g;
+}
+
+/// `bench --generate`: the exit code.
+int run_generate_bench_cli(const BenchOptionsCli& o) {
+  std::string error;
+  int code = kExitUsage;
+  auto shape = schedule::resolve_shape(o.model, &error);
+  if (!shape) {
+    print_error("bench", error + " (hint: `megasched models` lists the presets)");
+    return kExitUsage;
+  }
+  const auto options = parse_generate(o, *shape, &error, &code);
+  if (!options) return print_error("bench", error), code;
+  if (!eval::gpu_available(&error)) {
+    print_error("bench", error +
+                             "; bench --generate times generations on a GPU (hint: `megasched "
+                             "generate --device cpu` runs a plan's generation on the CPU)");
+    return kExitEnvironment;
+  }
+  auto weights = schedule::load_weights(o.model, o.seed, &error);
+  auto target = weights ? eval::live_target(&error) : std::nullopt;
+  if (!weights || !target)
+    return print_error("bench", error), weights ? kExitEnvironment : kExitUsage;
+  const auto result =
+      eval::run_generate_bench(*weights, *target, *options, &error, [](const std::string& line) {
+        std::cerr << "bench: " << line << "\n" << std::flush;
+      });
+  if (!result) return print_error("bench", error), kExitEnvironment;
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  const std::filesystem::path d(o.out);
+  if (ec ||
+      !write_text_file((d / "generate.json").string(),
+                       eval::generate_bench_to_json(*result).dump(1) + "\n", &error) ||
+      !write_text_file((d / "generate.md").string(), eval::generate_bench_table(*result), &error))
+    return print_error("bench", ec ? "cannot create '" + o.out + "': " + ec.message() : error),
+           kExitEnvironment;
+  if (o.format == "json")
+    print_json(eval::generate_bench_to_json(*result));
+  else
+    std::cout << eval::generate_bench_table(*result) << "\nwritten: " << o.out
+              << "/generate.{json,md}\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, CliContext& ctx) {
@@ -153,7 +261,26 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ->check(CLI::IsMember(eval::baseline_kinds()));
   cmd->add_option("--peers", opt->peers,
                   "A peers JSON file (bench/peers/torch_peer.py writes one); repeatable");
-  cmd->add_option("--out", opt->out, "Folder for bench.json, bench.md and bench.svg")
+  cmd->add_option(
+      "--generate", opt->generate,
+      "Time whole greedy generations instead of single steps: PROMPT_LEN:NEW_TOKENS "
+      "(repeatable or comma-separated, e.g. 128:4096,4096:512; PROMPT_LEN + "
+      "NEW_TOKENS <= the model's positions): the plan, the configs, every baseline kind "
+      "and the PyTorch peer, per-token p50/p90, tokens/s, and whether each row's "
+      "tokens match the first megasched row's; generate.{json,md} in --out (every step "
+      "timed once: --warmup and --iterations are for single steps)");
+  cmd->add_option(
+      "--plan", opt->plan,
+      "With --generate: a plan file or name (best:MODEL:GPU) generated first, switching "
+      "kernel at its bucket boundaries (--config also takes plans with --generate)");
+  cmd->add_option("--torch-peer", opt->torch_peer,
+                  "With --generate: bench/peers/torch_peer.py, run where python3 imports torch and "
+                  "transformers (CUDA graph with eager ops and with torch.compile, transformers' "
+                  "generate with a static cache); a missing script or package: a skipped row")
+      ->capture_default_str();
+  cmd->add_option("--out", opt->out,
+                  "Folder for bench.json, bench.md and bench.svg (generate.{json,md} with "
+                  "--generate)")
       ->capture_default_str();
   cmd->add_option("--format", opt->format, "stdout format: text (the table) or json")
       ->check(CLI::IsMember({"text", "json"}))
@@ -166,6 +293,16 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
   cmd->callback([&ctx, opt] {
+    if (!opt->generate.empty()) {
+      ctx.exit_code = run_generate_bench_cli(*opt);
+      return;
+    }
+    if (!opt->plan.empty()) {
+      print_error("bench",
+                  "--plan times a whole generation: pass --generate PROMPT_LEN:NEW_TOKENS");
+      ctx.exit_code = kExitUsage;
+      return;
+    }
     std::string error;
     int code = kExitOk;
     const auto parsed = parse(*opt, &error, &code);

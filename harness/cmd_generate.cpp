@@ -90,7 +90,9 @@ int run_generate(const Options& opt) {
 void add_generate_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
-      "generate", "Greedy decode: feed a prompt, generate tokens with one built program");
+      "generate",
+      "Greedy decode: feed a prompt, generate tokens with one built program (a plan: one per "
+      "bucket, every kernel built before the first token, one KV cache)");
   add_model_flag(cmd, &opt->model);
   add_gpu_flag(cmd, &opt->gpu, "GPU target the program is lowered for (or auto)");
   add_device_flag(cmd, &opt->device, "cpu (ReferenceVm) or gpu (the megakernel)");

@@ -71,6 +71,15 @@ class GpuVm {
                                        const schedule::Weights& weights,
                                        const GpuVmOptions& options, std::string* error,
                                        bool* rejected);
+  /// As create, but the VM's steps read and write `kv_owner`'s KV cache (one device buffer, never
+  /// copied, kept alive by both VMs) instead of a cache of its own: the plans of schedule/plan.h
+  /// switch program at a bucket boundary on the cache the steps before it wrote. The two programs
+  /// must lay the cache out alike (eval::kv_layout_difference); a cache of another size is an
+  /// error.
+  static std::unique_ptr<GpuVm> create_sharing_kv(const schedule::Program& program,
+                                                  const schedule::Weights& weights,
+                                                  const GpuVmOptions& options, GpuVm& kv_owner,
+                                                  std::string* error, bool* rejected);
   ~GpuVm();
   GpuVm(const GpuVm&) = delete;
   GpuVm& operator=(const GpuVm&) = delete;
@@ -102,6 +111,11 @@ class GpuVm {
 
  private:
   GpuVm() = default;
+  /// create and create_sharing_kv: the KV cache of `kv_owner` when given, else one of its own.
+  static std::unique_ptr<GpuVm> create_vm(const schedule::Program& program,
+                                          const schedule::Weights& weights,
+                                          const GpuVmOptions& options, GpuVm* kv_owner,
+                                          std::string* error, bool* rejected);
   std::unique_ptr<Impl> impl_;
   nlohmann::json kernel_info_;
 };

@@ -25,8 +25,9 @@ struct GpuVm::Impl {
   int max_threads = 0;                // per block the loaded kernel allows
   const void* weights_ptr = nullptr;  // the process's device copy of the weights
   cudaStream_t stream = nullptr;
-  std::unique_ptr<DeviceBuffer> tasks, waits, totals, heads, qoff, qtasks, act, kv, step, counters,
+  std::unique_ptr<DeviceBuffer> tasks, waits, totals, heads, qoff, qtasks, act, step, counters,
       ticket, abort_flag, dump, stamps, tagged;
+  std::shared_ptr<DeviceBuffer> kv;  // shared by the VMs of a plan (create_sharing_kv)
   ms_abi::KernelArgs args{};
   int grid = 0;
   int threads = 0;
@@ -46,8 +47,9 @@ struct GpuVm::Impl {
   /// Why the grid is not co-resident by the occupancy API ("" when it is); the occupancy goes
   /// into *info.
   std::string occupancy_misfit(const DeviceInfo& dev, json* info);
-  /// The program's tables, the buffers, the rope table, the step cell and the events.
-  void upload_program(const schedule::Weights& weights);
+  /// The program's tables, the buffers (the KV cache `shared_kv` when given, else a zeroed one
+  /// of its own), the rope table, the step cell and the events.
+  void upload_program(const schedule::Weights& weights, std::shared_ptr<DeviceBuffer> shared_kv);
   /// The kernel's argument block over the uploaded buffers.
   void fill_args(const GpuVmOptions& options);
 
@@ -184,7 +186,8 @@ std::string GpuVm::Impl::occupancy_misfit(const DeviceInfo& dev, json* info) {
          std::to_string(registers) + " registers";
 }
 
-void GpuVm::Impl::upload_program(const schedule::Weights& weights) {
+void GpuVm::Impl::upload_program(const schedule::Weights& weights,
+                                 std::shared_ptr<DeviceBuffer> shared_kv) {
   // Program tables.
   std::vector<uint32_t> offsets{0}, flat;
   for (const auto& q : program->queues) {
@@ -201,8 +204,10 @@ void GpuVm::Impl::upload_program(const schedule::Weights& weights) {
   const int kv_elem = program->model.kv_dtype == ms_abi::kDTypeBF16 ? 2 : 4;
   act = std::make_unique<DeviceBuffer>(
       std::max<uint64_t>(program->buffer_elements[ms_abi::kBufActivations], 4) * 4);
-  kv = std::make_unique<DeviceBuffer>(
-      std::max<uint64_t>(program->buffer_elements[ms_abi::kBufKv], 4) * kv_elem);
+  const bool own_kv = shared_kv == nullptr;
+  kv = own_kv ? std::make_shared<DeviceBuffer>(
+                    std::max<uint64_t>(program->buffer_elements[ms_abi::kBufKv], 4) * kv_elem)
+              : std::move(shared_kv);
   step = std::make_unique<DeviceBuffer>(sizeof(ms_abi::StepCell));
   counters =
       std::make_unique<DeviceBuffer>(std::max<size_t>(program->counter_totals.size(), 1) * 4);
@@ -221,8 +226,9 @@ void GpuVm::Impl::upload_program(const schedule::Weights& weights) {
   if (has_tags)
     tagged = std::make_unique<DeviceBuffer>(
         std::max<uint64_t>(program->buffer_elements[ms_abi::kBufActivations], 4) * 8);
-  for (DeviceBuffer* b : {act.get(), kv.get(), step.get(), counters.get(), ticket.get(),
-                          abort_flag.get(), dump.get(), tagged.get()})
+  // A shared KV cache keeps what the other VM's steps wrote.
+  for (DeviceBuffer* b : {act.get(), own_kv ? kv.get() : nullptr, step.get(), counters.get(),
+                          ticket.get(), abort_flag.get(), dump.get(), tagged.get()})
     if (b != nullptr) MS_CHECK_CUDA(cudaMemset(b->ptr, 0, b->bytes));
   const std::vector<float> inv_freq = schedule::rope_inv_freq(weights.shape);
   MS_CHECK_CUDA(cudaMemcpy(static_cast<float*>(act->ptr) + program->model.rope_table,
@@ -264,7 +270,33 @@ void GpuVm::Impl::fill_args(const GpuVmOptions& options) {
 std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
                                      const schedule::Weights& weights, const GpuVmOptions& options,
                                      std::string* error, bool* rejected) {
+  return create_vm(program, weights, options, nullptr, error, rejected);
+}
+
+std::unique_ptr<GpuVm> GpuVm::create_sharing_kv(const schedule::Program& program,
+                                                const schedule::Weights& weights,
+                                                const GpuVmOptions& options, GpuVm& kv_owner,
+                                                std::string* error, bool* rejected) {
+  return create_vm(program, weights, options, &kv_owner, error, rejected);
+}
+
+std::unique_ptr<GpuVm> GpuVm::create_vm(const schedule::Program& program,
+                                        const schedule::Weights& weights,
+                                        const GpuVmOptions& options, GpuVm* kv_owner,
+                                        std::string* error, bool* rejected) {
   if (rejected) *rejected = false;
+  if (kv_owner) {
+    const ms_abi::ModelParams& mine = program.model;
+    const ms_abi::ModelParams& theirs = kv_owner->impl_->program->model;
+    const uint64_t elements = program.buffer_elements[ms_abi::kBufKv];
+    if (elements != kv_owner->impl_->program->buffer_elements[ms_abi::kBufKv] ||
+        mine.kv_dtype != theirs.kv_dtype || mine.max_seq != theirs.max_seq ||
+        mine.kv_heads != theirs.kv_heads || mine.head_dim != theirs.head_dim ||
+        mine.layers != theirs.layers) {
+      *error = "the program lays out the KV cache unlike the VM whose cache it would share";
+      return nullptr;
+    }
+  }
   std::string why;
   const auto dev = device_info(&why);
   if (!dev) {
@@ -299,7 +331,7 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program& program,
     if (rejected) *rejected = true;
     if (!options.force_launch) return nullptr;
   }
-  m.upload_program(weights);
+  m.upload_program(weights, kv_owner ? kv_owner->impl_->kv : nullptr);
   m.fill_args(options);
   MS_CHECK_CUDA(cudaDeviceSynchronize());
   return vm;

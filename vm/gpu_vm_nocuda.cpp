@@ -17,6 +17,14 @@ std::unique_ptr<GpuVm> GpuVm::create(const schedule::Program&, const schedule::W
   return nullptr;
 }
 
+std::unique_ptr<GpuVm> GpuVm::create_sharing_kv(const schedule::Program&, const schedule::Weights&,
+                                                const GpuVmOptions&, GpuVm&, std::string* error,
+                                                bool* rejected) {
+  if (rejected) *rejected = false;
+  *error = kNoCuda;
+  return nullptr;
+}
+
 StepOutput GpuVm::step(int32_t, int32_t) {
   return {"crash", kNoCuda, {}, -1, nlohmann::json::array()};
 }

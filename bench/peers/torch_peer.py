@@ -16,6 +16,16 @@ Output: one JSON document (--out) that `megasched bench --peers FILE` reads:
    "median_us", "p10_us", "p90_us", "status", ...}], "greedy": {...}}
 A variant that fails is a row with "status": "error" and its message, never dropped.
 
+With --generate PROMPT_LEN:NEW_TOKENS (and --prompt-file, a JSON list of PROMPT_LEN token ids) it
+times whole greedy generations instead, the way `megasched bench --generate` runs it: the CUDA
+graph step with eager ops and with torch.compile'd ops (one token per step from position 0, as
+megasched feeds its prompt; each step timed on the host from the token in to the argmax read back),
+and transformers' generate with a static cache (prefill, then one token per step, each timed by a
+logits processor), every row with its greedy tokens. Output (--out): {"peer": "pytorch", ...,
+"generate_rows": [{"name", "prompt_len", "new_tokens", "status", "token_p50_us", "token_p90_us",
+"tokens_per_s", "prompt_ms", "total_ms", "tokens", ...}]}. Without --checkpoint the random model
+is not saved (the rows time the shape; their tokens are another model's).
+
 Usage (GPU machine with torch + transformers):
     python3 bench/peers/torch_peer.py --shape llama-1b --save-dir $OUT/peer_llama-1b \\
         --megasched build/megasched --out $OUT/torch_peer.json
@@ -59,7 +69,8 @@ def random_checkpoint(shape, seed, directory):
             else:
                 p.fill_(1.0).add_(torch.randn_like(p) * 0.05)
     model = model.to(torch.bfloat16)
-    model.save_pretrained(directory, safe_serialization=True)
+    if directory:
+        model.save_pretrained(directory, safe_serialization=True)
     return model
 
 
@@ -224,6 +235,99 @@ def first_difference(a, b):
     return next((i for i in range(n) if a[i] != b[i]), -1 if len(a) == len(b) else n)
 
 
+def generation_stats(prompt_us, decode_us):
+    """Per generated token p50/p90, tokens/s, prompt and total ms, as megasched summarizes its rows:
+    prompt_us the time before the first generated token's step, decode_us one time per token."""
+    t = torch.tensor(decode_us, dtype=torch.float64)
+    return {"token_p50_us": float(t.quantile(0.5)), "token_p90_us": float(t.quantile(0.9)),
+            "tokens_per_s": len(decode_us) / (sum(decode_us) * 1e-6),
+            "prompt_ms": sum(prompt_us) / 1000.0, "total_ms": (sum(prompt_us) + sum(decode_us)) / 1000.0}
+
+
+def graph_generation(dec, graph, out, prompt, new_tokens):
+    """Greedy generation by replaying the step graph once per position; (prompt step times, the
+    generating steps' times, tokens)."""
+    dec.k_cache.zero_()
+    dec.v_cache.zero_()
+    step_us, tokens, token = [], [], prompt[0]
+    for p in range(len(prompt) + new_tokens - 1):
+        t0 = time.perf_counter()
+        dec.token.fill_(token)
+        dec.pos.fill_(p)
+        graph.replay()
+        nxt = int(out.argmax())  # waits for the replay
+        step_us.append((time.perf_counter() - t0) * 1e6)
+        if p + 1 < len(prompt):
+            token = prompt[p + 1]
+        else:
+            tokens.append(nxt)
+            token = nxt
+    return step_us[:len(prompt) - 1], step_us[len(prompt) - 1:], tokens
+
+
+def transformers_generation(model, prompt, new_tokens):
+    """transformers' greedy generate with a static cache; (prefill time, the decode steps' times,
+    tokens): the prefill yields the first token, each later token one decode step."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Stamp(LogitsProcessor):
+        def __init__(self):
+            self.times = []
+
+        def __call__(self, input_ids, scores):
+            torch.cuda.synchronize()
+            self.times.append(time.perf_counter())
+            return scores
+
+    ids = torch.tensor([prompt], device="cuda")
+    kwargs = {"do_sample": False, "pad_token_id": 0, "cache_implementation": "static"}
+    model.generate(ids, max_new_tokens=4, **kwargs)  # warm-up (the cache, the kernels)
+    stamp = Stamp()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                         logits_processor=LogitsProcessorList([stamp]), **kwargs)
+    torch.cuda.synchronize()
+    marks = [t0] + stamp.times  # one stamp per generated token, after its forward
+    prefill_us = (marks[1] - t0) * 1e6
+    decode_us = [(b - a) * 1e6 for a, b in zip(marks[1:], marks[2:])]
+    return [prefill_us], decode_us or [prefill_us], out[0, len(prompt):].tolist()
+
+
+def run_generate(args, model, checkpoint):
+    """--generate: every variant's whole generation of one case into one document."""
+    import transformers
+    prompt_len, new_tokens = (int(v) for v in args.generate.split(":"))
+    with open(args.prompt_file) as f:
+        prompt = json.load(f)
+    if len(prompt) != prompt_len:
+        raise SystemExit(f"torch_peer: --prompt-file holds {len(prompt)} ids, --generate says {prompt_len}")
+    doc = {"peer": "pytorch", "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "transformers": transformers.__version__, "checkpoint": checkpoint, "generate_rows": []}
+    dec = StaticDecoder(model, prompt_len + new_tokens)
+    variants = (("cuda graph, eager ops", dec.step),
+                ("cuda graph, torch.compile", torch.compile(dec.step, fullgraph=True, dynamic=False)))
+    runs = [(name, lambda fn=fn: graph_generation(dec, *capture(fn), prompt, new_tokens))
+            for name, fn in variants]
+    runs.append(("transformers generate, static cache",
+                 lambda: transformers_generation(model, prompt, new_tokens)))
+    for name, run in runs:
+        row = {"name": name, "prompt_len": prompt_len, "new_tokens": new_tokens}
+        try:
+            with torch.no_grad():
+                prompt_us, decode_us, tokens = run()
+            row.update(generation_stats(prompt_us, decode_us), status="ok", tokens=tokens)
+            if name.startswith("transformers"):
+                row["note"] = ("prefill in one forward (prompt_ms, the first token's); per-token times of "
+                               "the later tokens from a logits processor")
+        except Exception as e:  # reported, not dropped
+            row.update(status="error", message=f"{type(e).__name__}: {e}"[:300])
+        doc["generate_rows"].append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "tokens"}), flush=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", help="Hugging Face Llama checkpoint directory (safetensors)")
@@ -240,6 +344,11 @@ def main():
     ap.add_argument("--generate-tokens", type=int, default=128)
     ap.add_argument("--megasched", help="megasched binary: compare greedy tokens with `megasched generate`")
     ap.add_argument("--out", default="torch_peer.json")
+    ap.add_argument("--generate", metavar="PROMPT_LEN:NEW_TOKENS",
+                    help="time whole greedy generations of --prompt-file's prompt (see above)")
+    ap.add_argument("--prompt-file", help="with --generate: a JSON list of the prompt's token ids")
+    ap.add_argument("--save-only", action="store_true",
+                    help="save the random model of --shape into --save-dir and exit (for megasched --model)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_peer: no CUDA device visible to torch; the peer measures on a GPU")
@@ -249,6 +358,21 @@ def main():
     if max(positions) >= args.max_seq:
         raise SystemExit(f"torch_peer: --max-seq {args.max_seq} must exceed every position")
     checkpoint = args.checkpoint
+    if args.save_only:
+        if not args.save_dir:
+            raise SystemExit("torch_peer: --save-only needs --save-dir")
+        random_checkpoint(args.shape, args.seed, args.save_dir)
+        return
+    if args.generate:
+        if not args.prompt_file:
+            raise SystemExit("torch_peer: --generate needs --prompt-file")
+        if checkpoint:
+            model = LlamaForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.bfloat16).cuda()
+        else:
+            model = random_checkpoint(args.shape, args.seed, args.save_dir)
+        model.eval()
+        run_generate(args, model, checkpoint or f"random {args.shape} (seed {args.seed})")
+        return
     if checkpoint:
         model = LlamaForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.bfloat16).cuda()
     else:

@@ -1,9 +1,12 @@
-// Greedy generation (eval/generate.h) with a config and with a plan that switches program at a
-// bucket boundary: the plan's tokens and logits are those of each config alone on its side.
+// Greedy generation (eval/generate.h) with a config and with a plan that switches program at one or
+// two bucket boundaries: the plan's tokens and logits are those of each config alone on its side,
+// on the CPU and (GeneratePlanGpu, skipped without a device) on the GPU, where the buckets' kernels
+// share one KV cache.
 #include "eval/generate.h"
 
 #include <gtest/gtest.h>
 
+#include "eval/device.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
@@ -22,66 +25,122 @@ struct Generated {
 };
 
 Generated generate_with(const schedule::Weights& w, const Plan& plan,
-                        const std::vector<int32_t>& prompt, int max_tokens) {
+                        const std::vector<int32_t>& prompt, int max_tokens,
+                        const std::string& device = "cpu",
+                        const schedule::GpuTarget& target = testing_support::h100_target()) {
   Generated r;
   GenerateOptions o;
   o.prompt = prompt;
   o.max_tokens = max_tokens;
+  o.device = device;
   o.on_logits = [&r](int, const std::vector<float>& logits) { r.logits.push_back(logits); };
-  r.result = generate(w, testing_support::h100_target(), plan, o);
+  r.result = generate(w, target, plan, o);
   return r;
 }
 
-// Config b splits the KV history of every attention task into 4 partitions: another program whose
-// attention sums in another order, with the same QKV projection (so the same KV cache).
-ScheduleConfig partitioned() {
+// Configs that split the KV history of every attention task into 2 or 4 partitions: programs
+// whose attention sums in another order, with the same QKV projection (so the same KV cache).
+ScheduleConfig partitioned(int partitions = 4) {
   ScheduleConfig c;
-  c.tiling.attn_kv_partitions = 4;
+  c.tiling.attn_kv_partitions = partitions;
   return c;
 }
 
+/// A plan of configs[i] on [boundaries[i-1], boundaries[i]) (the last to the model's end) against
+/// each config alone on `device`: every step's logits those of its bucket's config, bit for bit,
+/// one switch per boundary, the same greedy tokens.
 void expect_plan_matches_each_config(const std::string& model, const std::vector<int32_t>& prompt,
-                                     int max_tokens, int boundary) {
-  SCOPED_TRACE(model);
-  const schedule::Weights w = schedule::generate_weights(*schedule::find_preset(model), 3, 1);
-  const ScheduleConfig a{};
-  const ScheduleConfig b = partitioned();
-  const Generated alone_a = generate_with(w, schedule::single_config_plan(a), prompt, max_tokens);
-  const Generated alone_b = generate_with(w, schedule::single_config_plan(b), prompt, max_tokens);
-  Plan plan;
-  plan.buckets = {PlanBucket{0, boundary, a}, PlanBucket{boundary, schedule::kPlanEndOfModel, b}};
-  const Generated both = generate_with(w, plan, prompt, max_tokens);
-  ASSERT_TRUE(alone_a.result.ok) << alone_a.result.error;
-  ASSERT_TRUE(alone_b.result.ok) << alone_b.result.error;
-  ASSERT_TRUE(both.result.ok) << both.result.error;
-  const size_t steps = alone_a.logits.size();
-  ASSERT_EQ(both.logits.size(), steps);
-  ASSERT_GE(steps, static_cast<size_t>(boundary + 2));  // two steps past the boundary
-  EXPECT_EQ(both.result.switch_positions, std::vector<int>{boundary});
-  EXPECT_TRUE(alone_a.result.switch_positions.empty());
-  bool configs_differ = false;
-  for (size_t pos = 0; pos < steps; ++pos) {
-    const Generated& expect = static_cast<int>(pos) < boundary ? alone_a : alone_b;
-    EXPECT_EQ(both.logits[pos], expect.logits[pos]) << "position " << pos;
-    configs_differ = configs_differ || alone_a.logits[pos] != alone_b.logits[pos];
+                                     int max_tokens, const std::vector<ScheduleConfig>& configs,
+                                     const std::vector<int>& boundaries,
+                                     const std::string& device = "cpu") {
+  SCOPED_TRACE(model + " on " + device);
+  ASSERT_EQ(configs.size(), boundaries.size() + 1);
+  schedule::GpuTarget target = testing_support::h100_target();
+  if (device == "gpu") {
+    std::string why;
+    auto live = live_target(&why);
+    ASSERT_TRUE(live) << why;
+    target = *live;
   }
-  // The two programs sum attention in different orders: were their logits the same bit for bit,
-  // the comparison above could not tell which program ran after the boundary.
-  EXPECT_TRUE(configs_differ);
-  EXPECT_EQ(both.result.tokens, alone_a.result.tokens);
-  EXPECT_EQ(both.result.tokens, alone_b.result.tokens);
+  const schedule::Weights w = schedule::generate_weights(*schedule::find_preset(model), 3, 1);
+  std::vector<Generated> alone;
+  for (const ScheduleConfig& c : configs)
+    alone.push_back(
+        generate_with(w, schedule::single_config_plan(c), prompt, max_tokens, device, target));
+  Plan plan;
+  for (size_t i = 0; i < configs.size(); ++i)
+    plan.buckets.push_back(
+        PlanBucket{i == 0 ? 0 : boundaries[i - 1],
+                   i < boundaries.size() ? boundaries[i] : schedule::kPlanEndOfModel, configs[i]});
+  const Generated both = generate_with(w, plan, prompt, max_tokens, device, target);
+  for (const Generated& a : alone) ASSERT_TRUE(a.result.ok) << a.result.error;
+  ASSERT_TRUE(both.result.ok) << both.result.error;
+  const size_t steps = alone[0].logits.size();
+  ASSERT_EQ(both.logits.size(), steps);
+  ASSERT_GE(steps, static_cast<size_t>(boundaries.back() + 2));  // two steps past the last one
+  EXPECT_EQ(both.result.switch_positions, boundaries);
+  EXPECT_TRUE(alone[0].result.switch_positions.empty());
+  std::vector<bool> differs_from_next(configs.size() - 1, false);
+  for (size_t pos = 0; pos < steps; ++pos) {
+    size_t bucket = 0;
+    while (bucket < boundaries.size() && static_cast<int>(pos) >= boundaries[bucket]) ++bucket;
+    EXPECT_EQ(both.logits[pos], alone[bucket].logits[pos]) << "position " << pos;
+    for (size_t i = 0; i + 1 < alone.size(); ++i)
+      differs_from_next[i] =
+          differs_from_next[i] || alone[i].logits[pos] != alone[i + 1].logits[pos];
+  }
+  // Neighbouring buckets' programs sum attention in different orders: were their logits the same
+  // bit for bit, the comparison above could not tell which program ran after a boundary.
+  for (size_t i = 0; i < differs_from_next.size(); ++i)
+    EXPECT_TRUE(differs_from_next[i]) << "configs " << i << " and " << i + 1;
+  for (const Generated& a : alone) EXPECT_EQ(both.result.tokens, a.result.tokens);
 }
 
 TEST(GeneratePlan, AcrossABoundaryGivesEachConfigsTokensAndLogitsOnToy) {
-  expect_plan_matches_each_config("toy", {5, 17, 200}, 12, 7);
+  expect_plan_matches_each_config("toy", {5, 17, 200}, 12, {ScheduleConfig{}, partitioned()}, {7});
 }
 
 TEST(GeneratePlan, AcrossABoundaryGivesEachConfigsTokensAndLogitsOnToy2L) {
-  expect_plan_matches_each_config("toy-2L", {1, 2}, 6, 3);
+  expect_plan_matches_each_config("toy-2L", {1, 2}, 6, {ScheduleConfig{}, partitioned()}, {3});
 }
 
 TEST(GeneratePlan, AcrossABoundaryGivesEachConfigsTokensAndLogitsOnSmall) {
-  expect_plan_matches_each_config("small", {1, 2, 3, 4, 5}, 2, 4);
+  expect_plan_matches_each_config("small", {1, 2, 3, 4, 5}, 2, {ScheduleConfig{}, partitioned()},
+                                  {4});
+}
+
+TEST(GeneratePlan, AcrossTwoBoundariesGivesEachConfigsTokensAndLogitsOnToy) {
+  expect_plan_matches_each_config("toy", {5, 17, 200}, 14,
+                                  {partitioned(2), ScheduleConfig{}, partitioned(4)}, {5, 10});
+}
+
+TEST(GeneratePlanGpu, AcrossABoundaryGivesEachConfigsTokensAndLogitsOnToy) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  expect_plan_matches_each_config("toy", {5, 17, 200}, 12, {ScheduleConfig{}, partitioned()}, {7},
+                                  "gpu");
+}
+
+TEST(GeneratePlanGpu, AcrossTwoBoundariesGivesEachConfigsTokensAndLogitsOnToy) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  expect_plan_matches_each_config(
+      "toy", {5, 17, 200}, 14, {partitioned(2), ScheduleConfig{}, partitioned(4)}, {5, 10}, "gpu");
+}
+
+TEST(GeneratePlanGpu, AcrossABoundaryGivesEachConfigsTokensAndLogitsOnSmall) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  expect_plan_matches_each_config("small", {1, 2, 3, 4, 5}, 6, {ScheduleConfig{}, partitioned()},
+                                  {4}, "gpu");
+}
+
+TEST(GeneratePlanGpu, AcrossTwoBoundariesGivesEachConfigsTokensAndLogitsOnSmall) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  expect_plan_matches_each_config("small", {1, 2, 3, 4, 5}, 12,
+                                  {partitioned(2), ScheduleConfig{}, partitioned(4)}, {6, 11},
+                                  "gpu");
 }
 
 TEST(GeneratePlan, EveryBucketIsPreparedBeforeTheFirstToken) {

@@ -364,6 +364,17 @@ const Row kRows[] = {
      true},
     {"bench --model toy", 3, "bench measures on a GPU and predicts nothing", false,
      true},  // exit 2: its own default positions 1024 and 4096 lie beyond toy's 128
+    // bench --generate: the cases, plans and flags, also before the GPU is looked for
+    {"bench --model toy --generate 0:5", 2, "PROMPT_LEN and NEW_TOKENS must be at least 1"},
+    {"bench --model toy --generate 100:29", 2,
+     "= 129 exceeds the 128 positions of model toy (hint: keep PROMPT_LEN + NEW_TOKENS <= 128)"},
+    {"bench --model toy --generate 128", 2, "--generate takes PROMPT_LEN:NEW_TOKENS"},
+    {"bench --model toy --generate 4:4,x:2", 2, "got 'x:2'"},
+    {"bench --model toy --generate 4:4 --positions 0", 2, "pass one of them"},
+    {"bench --model toy --plan default", 2, "--plan times a whole generation"},
+    {"bench --model toy --generate 4:4 --plan {dir}/nonexistent.json", 3, "cannot read"},
+    {"bench --model toy --generate 4:4", 3, "bench --generate times generations on a GPU", false,
+     true},
     {"profile --model toy --out {dir}/p.json --top 0", 2, "--top"},
     {"profile --model toy --out {dir}/p.json --position -1", 2, "--position"},
     {"profile --model toy --out {dir}/p.json --warmup nan", 2, "--warmup"},

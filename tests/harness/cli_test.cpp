@@ -199,6 +199,14 @@ TEST(Cli, HelpOfEvaluateLoopAndWorkerDescribesObjective) {
   }
 }
 
+TEST(Cli, HelpOfBenchDescribesWholeGenerations) {
+  auto r = run("bench --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* says : {"--generate", "PROMPT_LEN:NEW_TOKENS", "--plan", "--torch-peer",
+                           "static cache", "generate.{json,md}"})
+    EXPECT_NE(r.out.find(says), std::string::npos) << says << "\n" << r.out;
+}
+
 /// A loop of `args` over fresh logs in `dir`: its summary and its corpus records.
 std::pair<nlohmann::json, std::vector<nlohmann::json>> loop_in(const std::string& dir,
                                                                const std::string& args) {

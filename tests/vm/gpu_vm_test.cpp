@@ -506,6 +506,22 @@ TEST(GpuVm, GridThatIsNotCoResidentIsRejectedWithoutLaunch) {
   EXPECT_NE(err.find("not co-resident"), std::string::npos) << err;
 }
 
+TEST(GpuVm, SharingTheKvCacheOfAnotherLayoutIsRefused) {
+  MS_REQUIRE_GPU();
+  const schedule::Weights fp32 = schedule::generate_weights(toy_shape(schedule::DType::kF32), 1);
+  const schedule::Weights bf16 = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 1);
+  const schedule::Program a = lower_or_die(fp32.shape, schedule::ScheduleConfig{});
+  const schedule::Program b = lower_or_die(bf16.shape, schedule::ScheduleConfig{});
+  std::string err;
+  auto owner = GpuVm::create(a, fp32, GpuVmOptions{}, &err, nullptr);
+  ASSERT_TRUE(owner) << err;
+  bool rejected = true;
+  auto other = GpuVm::create_sharing_kv(b, bf16, GpuVmOptions{}, *owner, &err, &rejected);
+  EXPECT_FALSE(other);
+  EXPECT_FALSE(rejected);
+  EXPECT_NE(err.find("lays out the KV cache unlike"), std::string::npos) << err;
+}
+
 TEST(CublasBaseline, MatchesEagerWithinBf16ActivationRounding) {
   MS_REQUIRE_GPU();
   const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 2);
