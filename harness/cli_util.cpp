@@ -90,8 +90,8 @@ std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
              buckets + ") and this command runs one config" +
              (position >= 0 ? " at position " + std::to_string(position) + ", which no bucket holds"
                             : std::string()) +
-             " (hint: validate, evaluate and generate take plans; else pass one bucket's config, "
-             "HARNESS.md section \"Plans\")";
+             " (hint: validate, evaluate, generate, bench, promote and loop --plan take plans; "
+             "else pass one bucket's config, HARNESS.md section \"Plans\")";
   return std::nullopt;
 }
 
