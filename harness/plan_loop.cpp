@@ -147,6 +147,7 @@ VerbResult run_plan_loop_command(LoopCommand& command, const PlanLoopFlags& flag
   o.budget = command.loop.budget;
   o.minutes = command.loop.minutes;
   o.stop = command.loop.stop;
+  o.cancel = command.loop.cancel;
   o.progress = command.loop.progress;
   const double start_s =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

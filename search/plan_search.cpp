@@ -132,7 +132,7 @@ PlanSearchResult search_plan(const PlanSearchOptions& options, const BucketRunne
               : i == 0            ? options.start
                                   : previous;
     PlanBucket kept = options.buckets.buckets[i];
-    if (options.stop && options.stop->load()) {
+    if ((options.stop && options.stop->load()) || (options.cancel && options.cancel->load())) {
       // Stopped: the bucket takes its neighbour's winner unsearched (or its starting config).
       if (!options.use_configs && previous) kept.config = *previous;
       if (!options.use_configs && !previous) incomplete = "stopped before the first bucket";

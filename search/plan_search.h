@@ -76,6 +76,7 @@ struct PlanSearchOptions {
   int budget = 24;                          // trials over all buckets
   double minutes = 0.0;                     // over all buckets; 0: none
   const std::atomic<bool>* stop = nullptr;  // set: the buckets not yet searched are skipped
+  const std::atomic<bool>* cancel = nullptr;  // set (the MCP server's cancel): likewise
   std::ostream* progress = nullptr;
 };
 
