@@ -164,7 +164,8 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "checked at its ends, --budget split evenly (HARNESS.md section 15)");
   cmd->add_option("--plan", plan->plan,
                   "Search a plan starting from this one (file, -, or best:MODEL:GPU): its buckets, "
-                  "each seeded with its config");
+                  "each seeded with its config unless a config is known at the bucket's timed "
+                  "position");
   cmd->callback([&ctx, opt, runs, plan] {
     opt->on_start = install_stop_handlers;
     opt->loop.stop = &g_stop;
