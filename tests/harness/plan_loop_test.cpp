@@ -2,6 +2,7 @@
 // searches each bucket and writes plan.json into its run directory, a second run adopts what the
 // first timed; bad buckets exit 2 with a hint; `promote` of a plan (both gates, bucket by bucket
 // and weighted), its registry entry, `registry verify` of it, and `best:` resolving to it.
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "eval/evaluate.h"
 #include "flywheel/registry.h"
+#include "harness/cli_util.h"
 #include "harness/json_schema.h"
 #include "schedule/config.h"
 #include "schedule/plan.h"
@@ -199,6 +201,17 @@ TEST_F(PlanLoopCli, APlanPromotesIsStoredAndResolvesByPosition) {
   ASSERT_EQ(verdict["plan"].size(), 2u);
   EXPECT_EQ(verdict["plan"][1]["timed_position"], 100);
   EXPECT_EQ(verdict["timed_position"], 100);
+  // A verb of one config at a position (profile's --position) reads that bucket's config.
+  ::setenv("MEGASCHED_REGISTRY", registry().c_str(), 1);
+  int code = 0;
+  const auto at100 = harness::read_config_arg("best:toy:h100", &error, &code, 100);
+  const auto at10 = harness::read_config_arg("best:toy:h100", &error, &code, 10);
+  const auto whole = harness::read_plan_arg("best:toy:h100", &error, &code);
+  ::unsetenv("MEGASCHED_REGISTRY");
+  ASSERT_TRUE(at100 && at10 && whole) << error;
+  EXPECT_EQ(schedule::to_json(*at100), schedule::to_json(fast_four));
+  EXPECT_EQ(schedule::to_json(*at10), schedule::to_json(*fast));
+  EXPECT_EQ(schedule::to_json(*whole), schedule::to_json(plan));
   // Promoting it again: the incumbent is the plan itself at every bucket's timed position.
   r = test::run_megasched("promote --model toy --device cpu --tokens 4 --rounds 2 --plan " +
                               (dir_ / "plan.json").string() + flags,
