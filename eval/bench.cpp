@@ -348,6 +348,13 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
       withhold_below_floor(&r.rows.back(), floor.floor_us);
       report(r.rows.back());
     }
+    for (const auto& [label, plan] : options.plans) {
+      const schedule::PlanBucket& b = plan.buckets[schedule::plan_bucket_index(plan, position)];
+      r.rows.push_back(config_row(weights, target, refs, label, b.config, position, options));
+      r.rows.back().detail["bucket"] = schedule::bucket_label(b);
+      withhold_below_floor(&r.rows.back(), floor.floor_us);
+      report(r.rows.back());
+    }
     for (const std::string& kind : kinds) {
       r.rows.push_back(baseline_row(weights, target, kind, position, options));
       report(r.rows.back());

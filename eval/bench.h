@@ -17,6 +17,7 @@
 
 #include "schedule/config.h"
 #include "schedule/model.h"
+#include "schedule/plan.h"
 #include "schedule/target.h"
 
 namespace megasched::eval {
@@ -64,6 +65,9 @@ std::optional<std::vector<BenchRow>> peer_rows(const nlohmann::json& peers, std:
 struct BenchOptions {
   std::vector<int> positions = {0, 1024, 4096};
   std::vector<std::pair<std::string, schedule::ScheduleConfig>> configs;  // label, config
+  /// label, plan of several buckets (schedule/plan.h, covering the model): at each position the
+  /// config of the bucket that holds it, a row like a config's (detail "bucket": its range)
+  std::vector<std::pair<std::string, schedule::Plan>> plans;
   std::vector<std::string> baselines;  // baseline kinds to time (default: every kind)
   int warmup = 10;
   int iterations = 100;

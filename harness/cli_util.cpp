@@ -86,12 +86,13 @@ std::optional<schedule::ScheduleConfig> read_config_arg(const std::string& path,
     buckets += (buckets.empty() ? "" : " ") + schedule::bucket_label(b);
   if (exit_code) *exit_code = kExitUsage;
   if (error)
-    *error = "'" + path + "' is a plan of " + std::to_string(plan->buckets.size()) + " buckets (" +
-             buckets + ") and this command runs one config" +
-             (position >= 0 ? " at position " + std::to_string(position) + ", which no bucket holds"
-                            : std::string()) +
-             " (hint: validate, evaluate, generate and bench --generate take plans; else pass one "
-             "bucket's config, HARNESS.md section \"Plans\")";
+    *error =
+        "'" + path + "' is a plan of " + std::to_string(plan->buckets.size()) + " buckets (" +
+        buckets + ") and this command runs one config" +
+        (position >= 0 ? " at position " + std::to_string(position) + ", which no bucket holds"
+                       : std::string()) +
+        " (hint: validate, evaluate, generate, bench, bench --generate, promote and loop --plan "
+        "take plans; else pass one bucket's config, HARNESS.md section \"Plans\")";
   return std::nullopt;
 }
 

@@ -97,14 +97,19 @@ std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* e
   p.bench.positions = *positions;
   p.bench.configs.push_back({"default", schedule::ScheduleConfig{}});
   for (const std::string& arg : o.configs) {
-    auto config = read_config_arg(arg, error, exit_code);
-    if (!config) {
+    auto plan = read_plan_arg(arg, error, exit_code);
+    if (!plan || !schedule::check_plan_covers(*plan, shape->max_seq, error)) {
+      if (exit_code && plan) *exit_code = kExitUsage;
       *error = "--config " + arg + ": " + *error;
       return std::nullopt;
     }
     const std::string label =
         schedule::is_config_name(arg) ? arg : std::filesystem::path(arg).stem().string();
-    p.bench.configs.push_back({label, *config});
+    // A plan of several buckets: each position runs the config of the bucket that holds it.
+    if (plan->single())
+      p.bench.configs.push_back({label, plan->buckets[0].config});
+    else
+      p.bench.plans.push_back({label, *plan});
   }
   auto kinds = baseline_kinds_for(o, *shape, error);
   if (!kinds) return std::nullopt;

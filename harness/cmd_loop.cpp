@@ -3,6 +3,7 @@
 // harness/verbs.h). GPU trials run in a `megasched worker` child (search/worker_evaluator.h); CPU
 // trials run in process unless --isolate. --gpus / --workers run one worker per GPU or CPU slot,
 // --mpi one per MPI rank (search/trial_pool.h, search/mpi_pool.h).
+// --plan-buckets / --plan: a plan searched bucket by bucket, one loop each (harness/plan_loop.h).
 // SIGINT / SIGTERM: the current trial finishes and is logged, then the summary prints; a second
 // signal ends the process at once (the logs stay whole: every line is one locked append).
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include "eval/evaluate.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "harness/plan_loop.h"
 #include "harness/run_record.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
@@ -155,10 +157,25 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "Folder of run directories (default: runs/ beside --results); the loop writes "
                   "<runs-dir>/<run id>/ when it ends");
   cmd->add_flag("--no-run-dir", runs->second, "Write no run directory for this run");
-  cmd->callback([&ctx, opt, runs] {
+  auto plan = std::make_shared<PlanLoopFlags>();
+  cmd->add_option("--plan-buckets", plan->buckets,
+                  "Search a plan: each bucket's first position, ascending from 0 (0,512,2048: "
+                  "[0,512) [512,2048) [2048,max)); each bucket is a loop timed at its midpoint, "
+                  "checked at its ends, --budget split evenly (HARNESS.md section 15)");
+  cmd->add_option("--plan", plan->plan,
+                  "Search a plan starting from this one (file, -, or best:MODEL:GPU): its buckets, "
+                  "each seeded with its config unless a config is known at the bucket's timed "
+                  "position");
+  cmd->callback([&ctx, opt, runs, plan] {
     opt->on_start = install_stop_handlers;
     opt->loop.stop = &g_stop;
     opt->loop.progress = &std::cerr;
+    if (plan->given()) {
+      plan->runs_dir = runs->first;
+      plan->no_run_dir = runs->second;
+      ctx.exit_code = finish_verb("loop", run_plan_loop_command(*opt, *plan));
+      return;
+    }
     if (!runs->second)
       opt->on_end = [runs, command = opt.get()](const VerbResult& result) {
         write_loop_run_dir(runs->first, *command, result);  // opt owns this hook: no cycle

@@ -3,6 +3,7 @@
 // which gate with its numbers (exit 1); nothing is written to the registry then.
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 
 #include "eval/device.h"
@@ -30,6 +31,7 @@ struct Options {
   std::string gpu = "h100";
   std::string device = "gpu";
   std::string config;
+  std::string plan;       // a plan file or a loop run directory holding plan.json
   std::string positions;  // "": verify_positions(max_seq)
   int tokens = kVerifyTokens;
   int rounds = 3;
@@ -95,8 +97,72 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   return gate;
 }
 
+constexpr const char* kPlanGateRule =
+    "plan: verify gate bucket by bucket (each config checked at the positions inside its bucket, "
+    "its ends included); benchmark gate over the weighted objective (each bucket's config and the "
+    "incumbent's config for that bucket timed at the bucket's midpoint, weighted by the bucket's "
+    "positions; promoted when the incumbent's weighted median over the candidate's >= --speedup)";
+
+/// The benchmark gate of a plan of several buckets over its weighted objective (harness/promote.h)
+/// against the registry's newest entry for the workload (a config or a plan; else the default).
+GateOutcome benchmark_plan(const Options& opt, const schedule::Plan& candidate,
+                           const Workload& probe, json* incumbent_doc) {
+  const flywheel::RegistryRead registry = flywheel::read_registry(opt.registry);
+  const std::optional<flywheel::RegistryEntry> newest = flywheel::newest_entry(
+      registry, probe.shape.name, probe.target.name, schedule::dtype_name(probe.shape.dtype));
+  schedule::Plan incumbent = schedule::single_config_plan(schedule::ScheduleConfig{});
+  *incumbent_doc = {{"id", "default"}, {"config", schedule::to_json(incumbent)}};
+  std::string error;
+  if (newest) {
+    auto parsed = schedule::parse_plan(newest->config, &error);
+    if (!parsed || !schedule::check_plan_covers(*parsed, probe.shape.max_seq, &error))
+      return {false, "benchmark gate: registry entry " + newest->id + ": " + error, {}};
+    incumbent = *parsed;
+    *incumbent_doc = {{"id", newest->id}, {"config", newest->config}};
+  }
+  const std::vector<PlanGateBucket> buckets = plan_gate_buckets(candidate, probe.shape.max_seq);
+  std::vector<schedule::ScheduleConfig> mine, theirs;
+  bool same = true;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    mine.push_back(candidate.buckets[i].config);
+    theirs.push_back(schedule::plan_config_for(incumbent, buckets[i].timed_position));
+    same = same && schedule::to_json(mine.back()) == schedule::to_json(theirs.back());
+  }
+  if (same)
+    return {false,
+            "benchmark gate: the candidate is the incumbent (" +
+                incumbent_doc->value("id", std::string()) + ") at every bucket's timed position",
+            {}};
+  std::vector<std::unique_ptr<eval::TrialEvaluator>> timers;
+  for (const PlanGateBucket& b : buckets) {
+    eval::EvaluatorOptions ev;
+    ev.model = opt.model, ev.gpu = opt.gpu, ev.seed = opt.seed;
+    ev.positions = {b.timed_position};
+    ev.timed_position = b.timed_position;
+    ev.device = opt.device;
+    ev.gpu_options.time_baseline = false;
+    ev.progress = progress_on_stderr("promote");
+    timers.push_back(eval::TrialEvaluator::create(ev, &error));
+    if (!timers.back()) return {false, "benchmark gate: " + error, {}};
+  }
+  const std::string kind = opt.device == "gpu" ? "measured-gpu" : "predicted";
+  auto measure = [&](bool is_candidate, size_t i, std::string* why) -> std::optional<double> {
+    const eval::Verdict v = timers[i]->evaluate(is_candidate ? mine[i] : theirs[i]);
+    if (v.correct && v.latency_us && v.latency_kind == kind) return v.latency_us;
+    *why = "status " + v.status + ", latency_kind " + v.latency_kind +
+           (v.notes.empty() ? "" : ": " + v.notes.back());
+    return std::nullopt;
+  };
+  GateOutcome gate = run_plan_benchmark_gate(buckets, opt.rounds, opt.speedup, measure);
+  gate.detail["latency_kind"] = kind;
+  if (kind == "predicted")
+    gate.message +=
+        " [predicted by the cost model for " + probe.target.name + " (--device cpu), not measured]";
+  return gate;
+}
+
 /// The registry entry of a promotion that passed both gates.
-flywheel::RegistryEntry make_entry(const Workload& probe, const schedule::ScheduleConfig& candidate,
+flywheel::RegistryEntry make_entry(const Workload& probe, const json& candidate,
                                    const GateOutcome& verify, const GateOutcome& bench,
                                    const json& incumbent, const eval::Verdict& verdict,
                                    const std::string& run_id) {
@@ -104,7 +170,7 @@ flywheel::RegistryEntry make_entry(const Workload& probe, const schedule::Schedu
   e.model = probe.shape.name;
   e.gpu = probe.target.name;
   e.dtype = schedule::dtype_name(probe.shape.dtype);
-  e.config = schedule::to_json(candidate);
+  e.config = candidate;
   e.fields = bench.detail;
   e.fields.erase("order");
   e.fields["incumbent"] = incumbent.value("id", "default");
@@ -134,11 +200,37 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
+/// The candidate of --config or --plan (a plan file, or a loop run directory holding plan.json).
+std::optional<schedule::Plan> read_candidate(const Options& opt, std::string* error, int* code) {
+  if (opt.config.empty() == opt.plan.empty()) {
+    *code = kExitUsage;
+    *error =
+        "give the candidate with --config (a config or a plan) or --plan (a plan file or a "
+        "loop run directory holding plan.json), one of them";
+    return std::nullopt;
+  }
+  if (!opt.config.empty()) return read_plan_arg(opt.config, error, code);
+  std::string path = opt.plan;
+  if (std::filesystem::is_directory(path)) {
+    path = (std::filesystem::path(path) / "plan.json").string();
+    if (!std::filesystem::exists(path)) {
+      *code = kExitUsage;
+      *error = "--plan " + opt.plan +
+               ": a directory without plan.json (hint: the run directory of `megasched loop "
+               "--plan-buckets ...`, which writes one when every bucket has a winner)";
+      return std::nullopt;
+    }
+  }
+  auto plan = read_plan_arg(path, error, code);
+  if (!plan) *error = "--plan " + path + ": " + *error;
+  return plan;
+}
+
 int run_promote(const Options& opt) {
   std::string error;
   int code = kExitUsage;
-  auto config = read_config_arg(opt.config, &error, &code);
-  if (!config) return fail(code, error);
+  const auto plan = read_candidate(opt, &error, &code);
+  if (!plan) return fail(code, error);
   VerifyRequest vr{opt.model, opt.gpu, opt.device, opt.seed, {}, opt.tokens};
   if (!opt.positions.empty()) {
     auto list = schedule::parse_int_list(opt.positions);
@@ -148,6 +240,8 @@ int run_promote(const Options& opt) {
   }
   auto shape = schedule::resolve_shape(opt.model, &error);
   if (!shape) return fail(kExitUsage, error);
+  if (!schedule::check_plan_covers(*plan, shape->max_seq, &error))
+    return fail(kExitUsage, "the plan does not fit model " + shape->name + ": " + error);
   auto target = eval::resolve_target(opt.gpu, &error);
   if (!target) return fail(target_error_code(opt.gpu), error);
   if (opt.device == "gpu" && !eval::gpu_available(&error))
@@ -156,19 +250,23 @@ int run_promote(const Options& opt) {
                     " (--device cpu promotes without one, on the ReferenceVm and the cost "
                     "model's predicted latencies; add --verify-only for the verify gate alone)");
   const Workload probe{*shape, *target};
+  const bool single = plan->single();
+  const schedule::ScheduleConfig& first = plan->buckets[0].config;
   bool environment = false;
   std::optional<flywheel::RunDir> run;
   if (!opt.no_run_dir && !(run = start_run(opt.runs_dir, "promote", &error)))
     return fail(kExitEnvironment, error);
-  eval::Verdict verdict;
-  const GateOutcome verify = run_verify_gate(vr, *config, &verdict, &environment);
+  std::vector<eval::Verdict> verdicts(single ? 1 : 0);  // the plan gate pushes one per bucket
+  const GateOutcome verify = single ? run_verify_gate(vr, first, &verdicts[0], &environment)
+                                    : run_plan_verify_gate(vr, *plan, &verdicts, &environment);
   json doc = {{"run_id", run ? run->run_id : ""},
               {"model", probe.shape.name},
               {"gpu", probe.target.name},
               {"device", opt.device},
               {"promoted", false},
               {"verify", verify.detail},
-              {"config", schedule::to_json(*config)}};
+              {"config", schedule::to_json(*plan)}};
+  if (!single) doc["gate"] = kPlanGateRule;
   int exit_code = kExitOk;
   std::string message, passed = verify.message;  // the failure, or what passed
   if (!verify.pass) {
@@ -176,7 +274,8 @@ int run_promote(const Options& opt) {
     message = verify.message;
   } else if (!opt.verify_only) {
     json incumbent;
-    const GateOutcome bench = benchmark(opt, *config, probe, &incumbent);
+    const GateOutcome bench = single ? benchmark(opt, first, probe, &incumbent)
+                                     : benchmark_plan(opt, *plan, probe, &incumbent);
     doc["benchmark"] = bench.detail;
     doc["incumbent"] = incumbent;
     if (!bench.pass) {
@@ -185,7 +284,8 @@ int run_promote(const Options& opt) {
     } else {
       auto entry = flywheel::append_registry_entry(
           opt.registry,
-          make_entry(probe, *config, verify, bench, incumbent, verdict, run ? run->run_id : ""),
+          make_entry(probe, schedule::to_json(*plan), verify, bench, incumbent,
+                     verdicts.empty() ? eval::Verdict{} : verdicts[0], run ? run->run_id : ""),
           &error);
       if (!entry) {
         exit_code = kExitEnvironment;
@@ -204,10 +304,11 @@ int run_promote(const Options& opt) {
   print_json(doc);
   if (run) {
     std::string lower_error;  // a config that does not lower has no program (the verdict says why)
-    const auto program = schedule::lower(probe.shape, probe.target, *config, &lower_error);
-    if (!flywheel::write_trial_files(*run, schedule::to_json(*config),
-                                     program ? schedule::to_json(*program) : json(), verdict,
-                                     &error) ||
+    const auto program =
+        single ? schedule::lower(probe.shape, probe.target, first, &lower_error) : std::nullopt;
+    if (!flywheel::write_trial_files(*run, schedule::to_json(*plan),
+                                     program ? schedule::to_json(*program) : json(),
+                                     verdicts.empty() ? eval::Verdict{} : verdicts[0], &error) ||
         !flywheel::write_run_json(*run, "promotion.json", doc, &error))
       print_error("promote", "run directory: " + error);
     end_run(*run, exit_code);
@@ -229,9 +330,12 @@ void add_promote_command(CLI::App& app, CliContext& ctx) {
                   "gpu (measured), or cpu (the ReferenceVm, and the cost model's predicted "
                   "latencies in the benchmark gate: the entry says latency_kind predicted)");
   cmd->add_option("--config", opt->config,
-                  "The candidate: ScheduleConfig JSON file, - for stdin, or a name such as "
-                  "best:llama-1b:h100")
-      ->required();
+                  "The candidate: ScheduleConfig or plan JSON file, - for stdin, or a name such as "
+                  "best:llama-1b:h100");
+  cmd->add_option("--plan", opt->plan,
+                  "The candidate plan: a plan file, or the run directory of `loop --plan-buckets` "
+                  "(its plan.json); verified bucket by bucket, benchmarked over its weighted "
+                  "objective (HARNESS.md section 15)");
   cmd->add_option("--positions", opt->positions,
                   "Positions the verify gate checks (default 0,1024,4096, clipped to the model)");
   cmd->add_option("--tokens", opt->tokens, "Tokens the verify gate's generate --verify decodes")

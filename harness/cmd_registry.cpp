@@ -1,6 +1,7 @@
 // `megasched registry list|show ID|verify ID`: the verified registry (flywheel/registry.h).
 // list: every entry (newest last) and every corrupt line (exit 1 when there is one, the good
-// entries still listed); show: one entry; verify: re-runs the promotion's verify gate on it.
+// entries still listed); show: one entry; verify: re-runs the promotion's verify gate on it (a
+// plan's bucket by bucket, harness/promote.h).
 #include <memory>
 
 #include "eval/device.h"
@@ -119,15 +120,8 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
       return void(ctx.exit_code = kExitUsage);
     }
     std::string error;
-    if (schedule::is_plan_document(entry->config)) {
-      print_error("registry", entry->id +
-                                  " is a plan: `registry verify` checks one config; verify each "
-                                  "bucket's config with `megasched evaluate --config` (a plan "
-                                  "file is checked bucket by bucket there)");
-      return void(ctx.exit_code = kExitUsage);
-    }
-    auto config = schedule::parse_config(entry->config, &error);
-    if (!config) {
+    auto plan = schedule::parse_plan(entry->config, &error);
+    if (!plan) {
       print_error("registry", entry->id + ": " + error);
       return void(ctx.exit_code = kExitUsage);
     }
@@ -144,7 +138,10 @@ void add_registry_command(CLI::App& app, CliContext& ctx) {
     }
     eval::Verdict verdict;
     bool environment = false;
-    const GateOutcome gate = run_verify_gate(vr, *config, &verdict, &environment);
+    // A plan of several buckets: each bucket's config checked at the positions inside it.
+    const GateOutcome gate =
+        plan->single() ? run_verify_gate(vr, plan->buckets[0].config, &verdict, &environment)
+                       : run_plan_verify_gate(vr, *plan, nullptr, &environment);
     print_json({{"id", entry->id},
                 {"pass", gate.pass},
                 {"message", gate.message},

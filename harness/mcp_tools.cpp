@@ -10,6 +10,7 @@
 #include "harness/cli_util.h"
 #include "harness/embedded_docs.h"
 #include "harness/json_schema.h"
+#include "harness/plan_loop.h"
 #include "harness/promote.h"
 #include "harness/run_record.h"
 #include "harness/trial_flags.h"
@@ -255,6 +256,16 @@ const json& loop_schema() {
        {"positions", positions_property()},
        {"timed_position", timed_position_property()},
        {"objective", objective_property()},
+       {"plan_buckets",
+        {{"type", "array"},
+         {"items", {{"type", "integer"}, {"minimum", 0}, {"maximum", 1 << 20}}},
+         {"default", json::array()},
+         {"description",
+          "Search a plan (CLI --plan-buckets): each bucket's first position, ascending from 0 "
+          "([0, 512, 2048]: [0,512) [512,2048) [2048,max)); each bucket is a loop timed at its "
+          "midpoint and checked at its ends, the budget split evenly; gives the per-bucket "
+          "summaries and the merged plan (written to plan.json in the run directory). Empty: "
+          "one config"}}},
        {"weight_seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
        {"trial_timeout", number_property("Seconds a trial may take before its worker is killed "
                                          "(status timeout)",
@@ -471,6 +482,18 @@ std::string loop_summary(const json& doc) {
   return s + "; logged to " + doc.value("results", "") + " and " + doc.value("corpus", "");
 }
 
+std::string plan_loop_summary(const json& doc) {
+  std::string s = "plan search of " + std::to_string(doc.value("buckets", json::array()).size()) +
+                  " buckets, " + std::to_string(doc.value("evaluations", 0)) + " evaluations";
+  if (doc["plan"].is_null()) return s + "; no plan: " + doc.value("incomplete", std::string());
+  const json plan = doc["plan"];
+  const size_t kept = plan.contains("buckets") ? plan["buckets"].size() : 1;
+  return s + "; the plan has " + std::to_string(kept) + " bucket(s) after merging " +
+         std::to_string(doc.value("merged", 0)) +
+         (doc.contains("plan_file") ? "; written to " + doc.value("plan_file", std::string())
+                                    : std::string());
+}
+
 std::string report_summary(const json& doc) {
   std::string s;
   for (const json& g : doc.value("groups", json::array())) {
@@ -623,12 +646,15 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.on_end = [&command](const VerbResult& result) {
     write_loop_run_dir("", command, result);
   };
+  PlanLoopFlags plan;
+  plan.buckets = a.int_list("plan_buckets");
   call.progress(0, command.loop.budget, "starting the loop's worker");
-  const VerbResult verb = run_loop_command(command);
+  const VerbResult verb =
+      plan.given() ? run_plan_loop_command(command, plan) : run_loop_command(command);
   if (call.cancelled()) return cancelled();
   if (verb.exit_code == kExitUsage || verb.exit_code == kExitEnvironment)
     return tool_error(verb.exit_code, "megasched loop: " + verb.message);
-  return from_verb("loop", verb, loop_summary);
+  return from_verb("loop", verb, plan.given() ? plan_loop_summary : loop_summary);
 }
 
 ToolResult report_tool(const ToolCall& call, McpContext& context) {
@@ -872,7 +898,9 @@ const std::vector<McpTool>& mcp_tools() {
        "in interleaved rounds; promoted at >= 1.10x), then an append to registry/verified.jsonl "
        "($MEGASCHED_REGISTRY). A failed gate is a result naming the gate with its numbers "
        "(promoted false, exit code 1). device cpu compares the cost model's predictions (the entry "
-       "says latency_kind predicted; best: names prefer measured entries).",
+       "says latency_kind predicted; best: names prefer measured entries). A plan file path as "
+       "config (e.g. a loop run's plan.json) is verified bucket by bucket and benchmarked over "
+       "its weighted objective (HARNESS.md section 15).",
        promote_schema(), nullptr, writes(false), promote_tool},
       {"registry_list", "Registry: the verified configs",
        "Every entry of the verified registry (`megasched registry list`): id, model, GPU, dtype, "

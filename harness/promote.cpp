@@ -1,12 +1,15 @@
 #include "harness/promote.h"
 
 #include <algorithm>
+#include <set>
 
 #include "eval/evaluate.h"
 #include "eval/generate.h"
+#include "eval/plan_evaluate.h"
 #include "harness/cli_util.h"
 #include "schedule/format.h"
 #include "schedule/lookup.h"
+#include "search/plan_search.h"
 
 namespace megasched::harness {
 namespace {
@@ -138,6 +141,114 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
   g.message = "verify gate passed: correct at positions " + json(ev.positions).dump() + " (" +
               request.device + "), generate --verify " + std::to_string(gen.max_tokens) +
               " tokens, max rel_err " + fmt("%.3g", r.max_rel_err);
+  return g;
+}
+
+std::vector<PlanGateBucket> plan_gate_buckets(const schedule::Plan& plan, int max_seq) {
+  std::vector<PlanGateBucket> out;
+  for (const schedule::PlanBucket& b : plan.buckets) {
+    PlanGateBucket g;
+    g.begin = b.begin;
+    g.end = schedule::bucket_end(b, max_seq);
+    g.timed_position = search::bucket_timed_position(b, max_seq);
+    g.weight = g.end - g.begin;
+    out.push_back(g);
+  }
+  return out;
+}
+
+GateOutcome run_plan_benchmark_gate(const std::vector<PlanGateBucket>& buckets, int rounds,
+                                    double required, const BucketMeasure& measure) {
+  double total = 0.0;
+  for (const PlanGateBucket& b : buckets) total += b.weight;
+  std::vector<std::vector<double>> samples[2];  // [candidate?][bucket] -> latencies
+  samples[0].resize(buckets.size());
+  samples[1].resize(buckets.size());
+  GateOutcome g = run_benchmark_gate(rounds, required, [&](bool candidate, std::string* error) {
+    double sum = 0.0;
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      std::string why;
+      const std::optional<double> us = measure(candidate, i, &why);
+      if (!us) {
+        *error = "bucket [" + std::to_string(buckets[i].begin) + ", " +
+                 std::to_string(buckets[i].end) + ") at position " +
+                 std::to_string(buckets[i].timed_position) + ": " + why;
+        return std::optional<double>();
+      }
+      samples[candidate][i].push_back(*us);
+      sum += buckets[i].weight * *us;
+    }
+    return std::optional<double>(sum / total);
+  });
+  json per_bucket = json::array();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const PlanGateBucket& b = buckets[i];
+    json e = {{"begin", b.begin},
+              {"end", b.end},
+              {"timed_position", b.timed_position},
+              {"weight", b.weight}};
+    if (!samples[1][i].empty() && samples[1][i].size() == samples[0][i].size()) {
+      const double cand = median(samples[1][i]), inc = median(samples[0][i]);
+      e["candidate_median_us"] = cand;
+      e["incumbent_median_us"] = inc;
+      e["speedup"] = cand > 0 ? inc / cand : 0.0;
+    }
+    per_bucket.push_back(e);
+  }
+  g.detail["buckets"] = per_bucket;
+  g.detail["rule"] =
+      "weighted: each side's round latency is the mean over the buckets, each timed at its "
+      "midpoint and weighted by its positions; the gate compares the medians of those";
+  if (g.message.rfind("benchmark gate", 0) == 0)
+    g.message.insert(std::string("benchmark gate").size(), " (plan, weighted over buckets)");
+  return g;
+}
+
+GateOutcome run_plan_verify_gate(const VerifyRequest& request, const schedule::Plan& plan,
+                                 std::vector<eval::Verdict>* verdicts, bool* environment) {
+  GateOutcome g;
+  std::string error;
+  auto shape = schedule::resolve_shape(request.model, &error);
+  if (!shape) {
+    g.message = "verify gate: " + error;
+    return g;
+  }
+  if (!schedule::check_plan_covers(plan, shape->max_seq, &error)) {
+    g.message = "verify gate: the plan does not fit model " + shape->name + ": " + error;
+    return g;
+  }
+  const std::vector<int> wanted =
+      request.positions.empty() ? verify_positions(shape->max_seq) : request.positions;
+  json buckets = json::array();
+  std::vector<std::string> passed;
+  std::set<int> checked;
+  for (const schedule::PlanBucket& b : plan.buckets) {
+    VerifyRequest r = request;
+    r.positions = eval::bucket_positions(b, shape->max_seq, wanted);
+    checked.insert(r.positions.begin(), r.positions.end());
+    eval::Verdict v;
+    const GateOutcome one = run_verify_gate(r, b.config, &v, environment);
+    if (verdicts) verdicts->push_back(v);
+    json d = one.detail;
+    d["begin"] = b.begin;
+    d["end"] = schedule::bucket_end(b, shape->max_seq);
+    d["pass"] = one.pass;
+    buckets.push_back(d);
+    if (!one.pass) {
+      g.detail = {{"buckets", buckets}};
+      g.message = "verify gate failed in bucket " + schedule::bucket_label(b) + ": " + one.message;
+      return g;
+    }
+    passed.push_back(schedule::bucket_label(b) + " at " + json(r.positions).dump());
+  }
+  g.pass = true;
+  g.detail = {{"buckets", buckets},
+              {"device", request.device},
+              {"positions", std::vector<int>(checked.begin(), checked.end())},
+              {"generate", buckets.back().value("generate", json::object())}};
+  std::string list;
+  for (const std::string& p : passed) list += (list.empty() ? "" : ", ") + p;
+  g.message = "verify gate passed bucket by bucket: " + list + " (" + request.device + ")";
   return g;
 }
 

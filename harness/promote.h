@@ -20,6 +20,7 @@
 
 #include "eval/verdict.h"
 #include "schedule/config.h"
+#include "schedule/plan.h"
 
 namespace megasched::harness {
 
@@ -63,5 +64,46 @@ struct VerifyRequest {
 /// machine's (no GPU), not the config's.
 GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::ScheduleConfig& config,
                             eval::Verdict* verdict, bool* environment);
+
+// ---- plans (schedule/plan.h; HARNESS.md section 15) -------------------------------------------
+// verify gate     bucket by bucket: each bucket's config through run_verify_gate, checked at the
+//                 positions inside its bucket (its begin and end - 1, and the verify positions
+//                 that fall in it); the plan passes when every bucket does
+// benchmark gate  over the plan's weighted objective: each round measures every bucket's candidate
+//                 config and the incumbent's config for that bucket (the incumbent plan's bucket
+//                 that holds the timed position), each at the bucket's timed position (its
+//                 midpoint), and a side's round latency is sum(w_b * latency_b) / sum(w_b) with
+//                 w_b the bucket's positions (end - begin): the mean step of a generation through
+//                 every position; promoted when median(incumbent) / median(candidate) >= 1.10.
+//                 Per-bucket speedups are reported, not gated: a bucket may keep the incumbent's
+//                 config (1.0x) while the others carry the plan.
+
+/// One bucket of a plan's benchmark gate.
+struct PlanGateBucket {
+  int begin = 0;
+  int end = 0;  // resolved
+  int timed_position = 0;
+  double weight = 1.0;  // end - begin
+};
+
+/// The gate's buckets of `plan` on a model of `max_seq` positions (timed at the midpoints).
+std::vector<PlanGateBucket> plan_gate_buckets(const schedule::Plan& plan, int max_seq);
+
+/// One bucket's measurement: the candidate's (true) or the incumbent's (false) latency of bucket
+/// `bucket`, or nullopt with *error.
+using BucketMeasure =
+    std::function<std::optional<double>(bool candidate, size_t bucket, std::string* error)>;
+
+/// The weighted benchmark gate (ABBA rounds as run_benchmark_gate, a side's round being every
+/// bucket in order). detail: the gate's fields over the weighted latencies, "rule", and "buckets"
+/// (per bucket: begin, end, timed_position, weight, both sides' medians and the speedup).
+GateOutcome run_plan_benchmark_gate(const std::vector<PlanGateBucket>& buckets, int rounds,
+                                    double required, const BucketMeasure& measure);
+
+/// The verify gate of a plan, bucket by bucket (request.positions: empty for verify_positions).
+/// detail: "buckets", one verify detail per bucket with its begin and end. *verdicts: each
+/// bucket's verdict (those that ran). Stops at the first bucket that fails.
+GateOutcome run_plan_verify_gate(const VerifyRequest& request, const schedule::Plan& plan,
+                                 std::vector<eval::Verdict>* verdicts, bool* environment);
 
 }  // namespace megasched::harness

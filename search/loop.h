@@ -51,7 +51,10 @@ struct LoopOptions {
   int plateau = 0;          // stop after this many trials in a row without a keep; 0: never
   bool resume = false;      // continue the last run of this model / target / device
   bool warm_start = false;  // trial 0: the best known config instead of the default
-  std::optional<schedule::ScheduleConfig> start;  // trial 0: this config (excludes warm_start)
+  std::optional<schedule::ScheduleConfig> start;  // trial 0: this config; with warm_start, when
+                                                  // nothing is known at the position (the plan
+                                                  // search, search/plan_search.h; the CLI refuses
+                                                  // --start with --warm-start)
   int timed_position = 0;     // the evaluator's timed position: warm-start adopts only such records
   eval::Objective objective;  // the evaluator's objective: warm-start adopts only its records
   std::string results_path = "workspace/results.tsv";

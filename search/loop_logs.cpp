@@ -238,7 +238,7 @@ std::pair<ScheduleConfig, std::string> LoopLogs::seed_choice() const {
       }
     }
   }
-  if (options.start) {
+  if (options.start && source != "warm-start") {  // with warm_start: when nothing is known
     config = *options.start;
     source = "start";
   }

@@ -36,7 +36,8 @@ class LoopLogs {
   /// a results row lost to a kill cannot be restored.
   bool resume();
 
-  /// The config of trial 0 and where it comes from ("default", "warm-start", "start").
+  /// The config of trial 0 and where it comes from ("default", "warm-start", "start"): with
+  /// warm_start the best known at the position, else start, else the default.
   std::pair<schedule::ScheduleConfig, std::string> seed_choice() const;
 
   /// Whether some run already logged this schedule id (this run included).

@@ -476,6 +476,30 @@ TEST_F(McpServer, LoopSendsOneProgressNotificationPerTrialAndLogsEveryTrial) {
   EXPECT_EQ(html["result"]["contents"][0]["mimeType"], "text/html");
 }
 
+TEST_F(McpServer, LoopSearchesAPlanWithPlanBuckets) {
+  McpPipeClient client(options_);
+  client.initialize();
+  const json r = client.call(
+      "loop", {{"model", "toy"}, {"device", "cpu"}, {"budget", 4}, {"plan_buckets", {0, 64}}});
+  ASSERT_FALSE(r.value("isError", true)) << r.dump();
+  const json doc = r["structuredContent"];
+  ASSERT_EQ(doc["buckets"].size(), 2u);
+  EXPECT_EQ(doc["buckets"][0]["timed_position"], 31);
+  EXPECT_EQ(doc["buckets"][1]["timed_position"], 95);
+  EXPECT_FALSE(doc["plan"].is_null());
+  EXPECT_TRUE(std::filesystem::exists(doc["plan_file"].get<std::string>())) << doc.dump();
+  EXPECT_NE(r["content"].back()["text"].get<std::string>().find("plan search of 2 buckets"),
+            std::string::npos)
+      << r.dump();
+  const json bad = client.call(
+      "loop", {{"model", "toy"}, {"device", "cpu"}, {"budget", 2}, {"plan_buckets", {0, 64, 32}}});
+  EXPECT_TRUE(bad.value("isError", false)) << bad.dump();
+  EXPECT_EQ(bad["_meta"]["dev.megasched/exit_code"], 2) << bad.dump();
+  EXPECT_NE(bad["content"][0]["text"].get<std::string>().find("strictly ascending"),
+            std::string::npos)
+      << bad.dump();
+}
+
 TEST_F(McpServer, EvaluateAndLoopTakeAnObjectiveInTheCliSyntax) {
   McpPipeClient client(options_);
   client.initialize();

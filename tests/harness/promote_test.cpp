@@ -152,9 +152,9 @@ TEST_F(PromoteCli, CpuPromotesEndToEndOnPredictionsAndSaysSo) {
   EXPECT_EQ(flywheel::read_registry(registry_).entries.size(), 1u);
 }
 
-// A registry whose newest entry is a plan of two buckets: the benchmark gate's incumbent is the
-// plan's config at position 0 (where the gate times both), and `registry verify` of the plan
-// refuses with a hint rather than failing on the plan's keys.
+// A registry whose newest entry is a plan of two buckets: the benchmark gate of a single config
+// takes the plan's config at position 0 as its incumbent (where the gate times both), and
+// `registry verify` of the plan runs the verify gate bucket by bucket.
 TEST_F(PromoteCli, APlanEntryIsTheIncumbentThroughItsPositionZeroConfig) {
   schedule::ScheduleConfig low;  // the default: what position 0 runs
   schedule::ScheduleConfig high;
@@ -177,9 +177,15 @@ TEST_F(PromoteCli, APlanEntryIsTheIncumbentThroughItsPositionZeroConfig) {
   EXPECT_EQ(doc["incumbent"]["id"], stored->id);
   EXPECT_EQ(doc["incumbent"]["config"], schedule::to_json(low));
   EXPECT_EQ(doc["incumbent"]["plan"], schedule::to_json(plan));
-  r = test::run_megasched("registry verify " + stored->id + " --registry " + registry_, true);
-  EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.out.find("is a plan"), std::string::npos) << r.out;
+  // registry verify of the plan: bucket by bucket, each at the positions inside its bucket.
+  r = test::run_megasched(
+      "registry verify " + stored->id + " --device cpu --tokens 8 --registry " + registry_, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json verified = json::parse(r.out);
+  EXPECT_TRUE(verified["pass"]);
+  ASSERT_EQ(verified["verify"]["buckets"].size(), 2u);
+  EXPECT_EQ(verified["verify"]["buckets"][0]["positions"], json({0, 15}));
+  EXPECT_EQ(verified["verify"]["buckets"][1]["positions"], json({16, 127}));
 }
 
 // The entry's commit is the one megasched was built from, wherever the command runs (once it
