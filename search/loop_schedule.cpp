@@ -36,8 +36,11 @@ class SerialQueue {
         ahead_(builds_ ? std::max(ctx.options.compile_ahead, 0) : 0) {}
 
   bool empty() const { return queue_.empty(); }
-  /// Proposals the queue should hold before the next trial: the next one and those ahead.
-  size_t wanted() const { return static_cast<size_t>(1 + ahead_); }
+  /// Proposals the queue should hold before the next trial: the next one and those ahead (none
+  /// past the budget).
+  size_t wanted() const {
+    return static_cast<size_t>(std::clamp(ctx_.options.budget - ctx_.next_trial, 1, 1 + ahead_));
+  }
   size_t size() const { return queue_.size(); }
   /// The strategy's view (with compile-ahead, the queued ids count as taken).
   SearchState state() { return sink_.search_state(ahead_ > 0 ? &ids_ : nullptr); }
