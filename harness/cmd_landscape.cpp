@@ -65,6 +65,11 @@ VerbResult run_record(RecordCommand& c) {
   LoopBackend backend;
   if (std::optional<VerbResult> done = start_loop_backend(c.loop, ev.device, &backend))
     return *done;
+  std::unique_ptr<search::CompileAhead> builds;
+  c.loop.loop.progress = &std::cerr;  // where a warning that kernels cannot be built ahead goes
+  if (std::optional<VerbResult> refused =
+          start_compile_ahead(c.loop, ev.device, *shape, *target, &builds))
+    return *refused;
   const nlohmann::json identity =
       backend.pool ? backend.pool->identity(0) : backend.evaluator->identity();
   search::RecordOptions ro;
@@ -90,6 +95,7 @@ VerbResult run_record(RecordCommand& c) {
   ro.path = c.out.empty() ? "search/landscapes/" + search::landscape_file_name(h) : c.out;
   ro.progress = &std::cerr;
   ro.stop = &g_landscape_stop;
+  ro.compile_pool = builds.get();
   ::signal(SIGINT, on_landscape_signal);
   ::signal(SIGTERM, on_landscape_signal);
   const auto plan = search::plan_landscape(*shape, *target, c.sample, named, c.seed);
@@ -101,6 +107,7 @@ VerbResult run_record(RecordCommand& c) {
                         {"already", r.already}, {"recorded", r.recorded},
                         {"lost", r.lost},       {"latency_kind", h.latency_kind},
                         {"build", h.build},     {"stopped", g_landscape_stop.load()}};
+  doc["compile_ahead"] = builds ? builds->summary() : nlohmann::json(nullptr);
   return {kExitOk, doc, ""};
 }
 
@@ -141,6 +148,7 @@ void add_landscape_command(CLI::App& app, CliContext& ctx) {
       ->type_name("all|LIST");
   rec->add_option("--workers", c->loop.workers, "CPU trials in this many worker processes")
       ->check(integer_in(1, 4096));
+  add_compile_threads_flag(rec, &c->loop.compile_threads);
   rec->add_option("--trial-timeout", c->loop.trial_timeout_s,
                   "Seconds a worker trial may take before it is killed (timeout)")
       ->check(finite_number_in(0.0, 7 * 24 * 3600.0, /*min_exclusive=*/true))

@@ -152,6 +152,15 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "Seconds a worker trial may take before it is killed (timeout)")
       ->check(finite_number_in(0.0, 7 * 24 * 3600.0, /*min_exclusive=*/true))
       ->capture_default_str();
+  add_compile_threads_flag(cmd, &opt->compile_threads);
+  cmd->add_option("--compile-ahead", opt->compile_ahead,
+                  "GPU trials: proposals kept queued behind the trial in flight, their kernels "
+                  "built meanwhile by --compile-threads CPU threads into the cubin cache (a "
+                  "queued proposal made against an earlier incumbent is dropped unrun); with "
+                  "--gpus/--mpi, that many more tickets queued. Default " +
+                      std::to_string(kDefaultCompileAhead) +
+                      " with --device gpu; 0: off; not for --device cpu")
+      ->check(integer_in(0, 1024));
   auto runs = std::make_shared<std::pair<std::string, bool>>("", false);
   cmd->add_option("--runs-dir", runs->first,
                   "Folder of run directories (default: runs/ beside --results); the loop writes "

@@ -22,6 +22,14 @@ CLI::Option* add_device_flag(CLI::App* cmd, std::string* device, const std::stri
       ->capture_default_str();
 }
 
+CLI::Option* add_compile_threads_flag(CLI::App* cmd, int* threads) {
+  return cmd
+      ->add_option("--compile-threads", *threads,
+                   "GPU trials: CPU threads that build kernels ahead into the cubin cache "
+                   "(default: hardware threads - 1, at most 8)")
+      ->check(integer_in(1, 256));
+}
+
 CLI::Option* add_positions_flag(CLI::App* cmd, std::string* positions, const std::string& help) {
   return cmd->add_option("--positions", *positions, help)->capture_default_str();
 }

@@ -53,6 +53,10 @@ CLI::Option* add_objective_flag(
 CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name = "--seed",
                            const std::string& help = "Weight and token seed for presets");
 
+/// --compile-threads N (N >= 1): the CPU threads that build kernels ahead of GPU trials
+/// (search/compile_ahead.h); `loop` and `landscape record` share it.
+CLI::Option* add_compile_threads_flag(CLI::App* cmd, int* threads);
+
 /// The exit code of a --gpu that does not resolve: 3 for auto (no usable GPU here: the machine's
 /// fault), 2 for a name that is no target (the argument's).
 int target_error_code(const std::string& gpu);

@@ -273,6 +273,9 @@ std::string check_worker_flags(const LoopCommand& opt) {
   if (opt.workers > 0 && opt.device == "gpu")
     return "--workers runs CPU trials; one worker per GPU: --gpus all (or --gpus 0,1)";
   if (!(opt.rank_timeout_s > 0)) return "--rank-timeout must be more than 0 seconds";
+  if (opt.device == "cpu" && (opt.compile_ahead > 0 || opt.compile_threads > 0))
+    return "--compile-ahead and --compile-threads build GPU kernels ahead of GPU trials; CPU "
+           "trials build none: drop them, or run with --device gpu";
   return "";
 }
 
@@ -328,6 +331,38 @@ std::optional<VerbResult> start_loop_backend(LoopCommand& opt, const std::string
   return std::nullopt;
 }
 
+std::optional<VerbResult> start_compile_ahead(LoopCommand& opt, const std::string& device,
+                                              const schedule::ModelShape& shape,
+                                              const schedule::GpuTarget& target,
+                                              std::unique_ptr<search::CompileAhead>* pool) {
+  opt.loop.compile_ahead = 0;
+  opt.loop.compile_pool = nullptr;
+  const bool asked = opt.compile_ahead > 0;
+  if (device != "gpu") {
+    if (asked || opt.compile_threads > 0)
+      return failed(kExitUsage,
+                    "--compile-ahead and --compile-threads build GPU kernels ahead of GPU "
+                    "trials; CPU trials build none: drop them, or run with --device gpu");
+    return std::nullopt;
+  }
+  const int ahead = opt.compile_ahead < 0 ? kDefaultCompileAhead : opt.compile_ahead;
+  if (ahead == 0) return std::nullopt;
+  if (const std::string why = search::compile_ahead_unavailable(target); !why.empty()) {
+    if (asked) return failed(kExitUsage, "--compile-ahead: " + why);
+    if (opt.loop.progress) *opt.loop.progress << "warning: no compile-ahead: " << why << "\n";
+    return std::nullopt;
+  }
+  const int threads =
+      opt.compile_threads > 0 ? opt.compile_threads : search::default_compile_threads();
+  // Room for the serial loop's queue and a pool's outstanding batches of tickets.
+  const int capacity = std::max(64, 4 * ahead);
+  *pool = std::make_unique<search::CompileAhead>(search::kernel_prebuilder(shape, target), threads,
+                                                 capacity);
+  opt.loop.compile_ahead = ahead;
+  opt.loop.compile_pool = pool->get();
+  return std::nullopt;
+}
+
 VerbResult run_loop_command(LoopCommand& opt) {
   std::string error;
   if (!opt.trial.parse_positions(&error)) return failed(kExitUsage, error);
@@ -370,8 +405,14 @@ VerbResult run_loop_command(LoopCommand& opt) {
   auto target = eval::resolve_target(ev.gpu, &error);
   if (!target) return failed(ev.gpu == "auto" ? kExitEnvironment : kExitUsage, error);
 
+  std::unique_ptr<search::CompileAhead> builds;  // rank 0's only (an MPI rank serves and returns)
   LoopBackend backend;
   if (std::optional<VerbResult> done = start_loop_backend(opt, device, &backend)) return *done;
+  if (std::optional<VerbResult> refused =
+          start_compile_ahead(opt, device, *shape, *target, &builds)) {
+    search::finish_mpi_loop(backend.pool.get(), kExitUsage);
+    return *refused;
+  }
   const nlohmann::json identity =
       backend.pool ? backend.pool->identity(0) : backend.evaluator->identity();
 

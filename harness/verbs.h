@@ -18,6 +18,7 @@
 #include "schedule/config.h"
 #include "schedule/plan.h"
 #include "schedule/program.h"
+#include "search/compile_ahead.h"
 #include "search/loop.h"
 #include "search/strategy.h"
 #include "search/trial_pool.h"
@@ -88,6 +89,11 @@ struct LoopCommand {
   int workers = 0;             // --workers N: N CPU workers (--device cpu); 0: none
   bool mpi = false;            // --mpi: under mpirun, rank 0 runs the loop, the others trials
   double rank_timeout_s = 60;  // --rank-timeout: an MPI rank's silence before it counts as lost
+  // Compile-ahead (search/compile_ahead.h): proposals kept queued with their kernels building
+  // (-1: kDefaultCompileAhead on a GPU device, 0 on a CPU one; 0: off) and the CPU threads that
+  // build them (0: search::default_compile_threads()).
+  int compile_ahead = -1;
+  int compile_threads = 0;
   std::string objective_flag = "--objective";  // how messages name trial.objective ("objective"
                                                // for the MCP tool)
   /// Called once the evaluator and the strategy are ready, right before the first trial (the
@@ -112,6 +118,19 @@ std::string check_worker_flags(const LoopCommand& command);
 /// `landscape record` (harness/cmd_landscape.cpp).
 std::optional<VerbResult> start_loop_backend(LoopCommand& command, const std::string& device,
                                              LoopBackend* backend);
+
+/// Proposals a GPU loop keeps queued with their kernels building, unless --compile-ahead says.
+constexpr int kDefaultCompileAhead = 4;
+
+/// The compile-ahead pool of a loop or landscape recording on `device` ("cpu" | "gpu", resolved)
+/// into *pool: none on a CPU device (a refusal, exit 2, when --compile-ahead or
+/// --compile-threads asked for one) or with --compile-ahead 0, none with a warning on `progress`
+/// when this binary cannot build kernels ahead (an exit 2 when --compile-ahead asked for it).
+/// Sets command.loop's compile_ahead and compile_pool.
+std::optional<VerbResult> start_compile_ahead(LoopCommand& command, const std::string& device,
+                                              const schedule::ModelShape& shape,
+                                              const schedule::GpuTarget& target,
+                                              std::unique_ptr<search::CompileAhead>* pool);
 
 /// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
 /// Under --mpi, a rank other than 0 serves trials and returns a null document.

@@ -82,6 +82,28 @@ void report(const RecordOptions& options, const RecordResult& r, const Landscape
       row.latency_us ? (std::to_string(*row.latency_us).substr(0, 9) + " us").c_str() : "",
       row.origin.c_str());
   *options.progress << line;
+  if (options.compile_pool && r.recorded % 10 == 0)
+    *options.progress << options.compile_pool->status_line() << "\n";
+}
+
+/// Keeps the kernels of the first configs of `upcoming` (plan indices, in the order they will
+/// run) queued for compile-ahead, as many as its queue holds; ids already queued are kept.
+template <typename Indices>
+void feed_ahead(const RecordOptions& options, const std::vector<PlannedConfig>& plan,
+                const Indices& upcoming) {
+  if (!options.compile_pool) return;
+  int n = 0;
+  for (size_t index : upcoming) {
+    if (n++ >= options.compile_pool->capacity()) break;
+    options.compile_pool->submit(schedule::canonical_string(plan[index].config),
+                                 plan[index].config);
+  }
+}
+
+/// The config at plan[index] is about to run: its build, if not started, is the trial's own.
+void take_back(const RecordOptions& options, const PlannedConfig& planned) {
+  if (options.compile_pool)
+    options.compile_pool->withdraw(schedule::canonical_string(planned.config));
 }
 
 }  // namespace
@@ -160,9 +182,15 @@ RecordResult record_landscape(eval::Evaluator& evaluator, const std::vector<Plan
   result.planned = static_cast<int>(plan.size());
   std::set<std::string> done;
   if (!(result.ok = open_landscape(options, &done, &result))) return result;
-  for (const PlannedConfig& p : plan) {
+  std::deque<size_t> upcoming;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (!done.count(schedule::canonical_string(plan[i].config))) upcoming.push_back(i);
+  while (!upcoming.empty()) {
     if (options.stop && options.stop->load()) break;
-    if (done.count(schedule::canonical_string(p.config))) continue;
+    const PlannedConfig& p = plan[upcoming.front()];
+    upcoming.pop_front();
+    take_back(options, p);
+    feed_ahead(options, plan, upcoming);
     const eval::Verdict v = evaluator.evaluate(p.config);
     if (const std::string why = evaluator.harness_failure(); !why.empty()) {
       result.ok = false;
@@ -197,8 +225,10 @@ RecordResult record_landscape_on_pool(TrialPool& pool, const std::vector<Planned
       if (busy[s] || !pool.alive(s) || queue.empty()) continue;
       busy[s] = queue.front();
       queue.pop_front();
+      take_back(options, plan[*busy[s]]);
       pool.submit(s, *busy[s], plan[*busy[s]].config);
     }
+    feed_ahead(options, plan, queue);
     if (!in_flight()) break;  // stopping, or every slot lost
     std::optional<PoolEvent> e = pool.wait(1.0);
     if (!e) continue;

@@ -17,6 +17,7 @@
 #include "schedule/config.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
+#include "search/compile_ahead.h"
 #include "search/landscape.h"
 #include "search/trial_pool.h"
 
@@ -49,6 +50,9 @@ struct RecordOptions {
   LandscapeHeader header;  // a resumed file's must agree on model, target, device, position, build
   std::ostream* progress = nullptr;         // one line per config
   const std::atomic<bool>* stop = nullptr;  // stop after the configs in flight
+  /// Builds the kernels of the configs next in line while the current ones run (the caller's,
+  /// search/compile_ahead.h; nullptr: none): up to its capacity ahead.
+  CompileAhead* compile_pool = nullptr;
 };
 
 struct RecordResult {

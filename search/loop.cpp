@@ -9,6 +9,7 @@
 
 #include "flywheel/corpus.h"
 #include "flywheel/results.h"
+#include "search/compile_ahead.h"
 #include "search/keep_rule.h"
 #include "search/loop_context.h"
 #include "search/loop_logs.h"
@@ -82,6 +83,8 @@ class LoopRun : public TrialSink {
   }
 
   bool known(const std::string& id) const override { return logs_.known(id); }
+
+  std::string incumbent_id() const override { return keep_.incumbent().id; }
 
   std::optional<eval::Verdict> evaluate(const ScheduleConfig& config) override {
     std::string why;
@@ -215,6 +218,12 @@ class LoopRun : public TrialSink {
         {"elapsed_s", ctx_.clock.now_s() - ctx_.start_s},
         {"problems", ctx_.problems}};
     logs_.add_to_summary(out);
+    out["compile_ahead"] = nullptr;
+    if (CompileAhead* builds = ctx_.options.compile_pool) {
+      out["compile_ahead"] = builds->summary();
+      out["compile_ahead"]["ahead"] = ctx_.options.compile_ahead;
+      out["compile_ahead"]["stale_proposals"] = ctx_.stale_proposals;
+    }
     if (pool_schedule_) {
       out["workers"] = pool_schedule_->workers_summary();
       out["other_device_types"] = keep_.others_summary();

@@ -32,6 +32,8 @@
 
 namespace megasched::search {
 
+class CompileAhead;
+
 /// Wall time for timestamps, elapsed time, budgets and ETA; tests script it.
 class Clock {
  public:
@@ -71,6 +73,13 @@ struct LoopOptions {
   /// progress line (the MCP server's progress notifications).
   std::function<void(int done, int budget, const std::string& line)> on_trial;
   uint64_t seed = 0;  // run id suffix
+  /// Compile-ahead (search/compile_ahead.h; the caller's, nullptr: none): the serial loop keeps
+  /// `compile_ahead` proposals queued behind the trial in flight and their kernels building here,
+  /// drops a queued proposal made against an earlier incumbent (stale) before it runs and
+  /// proposes afresh; a pool keeps ceil(compile_ahead / live slots) more batches queued and builds
+  /// every queued ticket's kernel. 0 or no compile_pool: one proposal at a time, as without it.
+  int compile_ahead = 0;
+  CompileAhead* compile_pool = nullptr;
 };
 
 /// The keep rule applied to one candidate (inputs and outcome, recorded in the corpus).

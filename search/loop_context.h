@@ -96,6 +96,7 @@ struct LoopContext {
   // This invocation.
   int evaluations = 0;
   int skipped_known = 0;
+  int stale_proposals = 0;  // queued proposals dropped unrun: the incumbent changed (compile-ahead)
   int trials_this_invocation = 0;
   double trial_time_total = 0.0;
   std::string stop_reason;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "schedule/format.h"
+#include "search/compile_ahead.h"
 
 namespace megasched::search {
 
@@ -23,36 +24,121 @@ bool serial_trial(LoopContext& ctx, TrialSink& sink, const Proposal& proposal,
   return sink.conclude(proposal, id, *judged, t0, nullptr);
 }
 
+/// The serial loop's proposals not yet run, in order, and with compile-ahead the kernels of all
+/// but the next one building (search/compile_ahead.h). Each remembers the incumbent it was
+/// proposed against: once the incumbent changes it is stale and never runs.
+class SerialQueue {
+ public:
+  SerialQueue(LoopContext& ctx, TrialSink& sink)
+      : ctx_(ctx),
+        sink_(sink),
+        builds_(ctx.options.compile_pool),
+        ahead_(builds_ ? std::max(ctx.options.compile_ahead, 0) : 0) {}
+
+  bool empty() const { return queue_.empty(); }
+  /// Proposals the queue should hold before the next trial: the next one and those ahead (none
+  /// past the budget).
+  size_t wanted() const {
+    return static_cast<size_t>(std::clamp(ctx_.options.budget - ctx_.next_trial, 1, 1 + ahead_));
+  }
+  size_t size() const { return queue_.size(); }
+  /// The strategy's view (with compile-ahead, the queued ids count as taken).
+  SearchState state() { return sink_.search_state(ahead_ > 0 ? &ids_ : nullptr); }
+
+  void push(Proposal proposal) {
+    std::string id = ctx_.evaluator.schedule_id(proposal.config);
+    Entry e{std::move(proposal), std::move(id), incumbent_};
+    if (builds_ && !queue_.empty()) builds_->submit(e.id, e.proposal.config, generation_);
+    ids_.insert(e.id);
+    queue_.push_back(std::move(e));
+  }
+
+  /// Drops the proposals made against an earlier incumbent (and their queued builds).
+  void drop_stale() {
+    if (ahead_ == 0) return;
+    const std::string now = sink_.incumbent_id();
+    if (now == incumbent_) return;
+    incumbent_ = now;
+    ++generation_;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->incumbent == incumbent_) {
+        ++it;
+        continue;
+      }
+      ids_.erase(it->id);
+      it = queue_.erase(it);
+      ++ctx_.stale_proposals;
+    }
+    builds_->drop_stale(generation_);
+  }
+
+  /// The next proposal and its schedule id; its queued build, if not started, is taken back.
+  std::pair<Proposal, std::string> pop() {
+    Entry e = std::move(queue_.front());
+    queue_.pop_front();
+    ids_.erase(e.id);
+    if (builds_) {
+      builds_->withdraw(e.id);
+      // The new front's kernel starts building now if it was queued behind a full pool.
+      if (!queue_.empty())
+        builds_->submit(queue_.front().id, queue_.front().proposal.config, generation_);
+    }
+    return {std::move(e.proposal), std::move(e.id)};
+  }
+
+  /// Every tenth trial, the compile-ahead state on the progress stream.
+  void report() const {
+    if (builds_ && ctx_.options.progress && ctx_.next_trial % 10 == 0)
+      *ctx_.options.progress << builds_->status_line() << "\n";
+  }
+
+ private:
+  struct Entry {
+    Proposal proposal;
+    std::string id;
+    std::string incumbent;  // the incumbent's schedule id when it was proposed
+  };
+  LoopContext& ctx_;
+  TrialSink& sink_;
+  CompileAhead* builds_;
+  const int ahead_;
+  std::deque<Entry> queue_;
+  std::set<std::string> ids_;
+  std::string incumbent_ = sink_.incumbent_id();
+  uint64_t generation_ = 0;
+};
+
 }  // namespace
 
 void search_serially(LoopContext& ctx, TrialSink& sink) {
   Strategy& strategy = ctx.strategy;
-  std::vector<Proposal> queue;
+  SerialQueue queue(ctx, sink);
   int duplicate_rounds = 0, unusable_rounds = 0;
   while (ctx.result.ok) {
     if (const std::string why = ctx.stop_condition(); !why.empty()) {
       ctx.stop_reason = why;
       break;
     }
-    if (queue.empty()) {
-      queue = strategy.propose(sink.search_state(nullptr), 1);
-      std::reverse(queue.begin(), queue.end());
+    queue.drop_stale();
+    if (queue.size() < queue.wanted()) {
+      const bool had = !queue.empty();
+      std::vector<Proposal> fresh =
+          strategy.propose(queue.state(), static_cast<int>(queue.wanted() - queue.size()));
       const std::string problem = strategy.last_error();
-      if (!problem.empty() && (!queue.empty() || strategy.skipped_all()))
+      if (!problem.empty() && (!fresh.empty() || strategy.skipped_all()))
         ctx.warn(strategy.name() + ": skipped: " + problem);
-      if (queue.empty() && strategy.skipped_all() &&
+      if (!had && fresh.empty() && strategy.skipped_all() &&
           ++unusable_rounds < strategy.duplicate_patience())
         continue;  // every candidate was skipped: ask again
-      if (queue.empty()) {
+      if (!had && fresh.empty()) {
         ctx.stop_reason = problem.empty() ? "exhausted: the strategy has nothing new"
                                           : "strategy failed: " + problem;
         break;
       }
-      unusable_rounds = 0;
+      if (!had) unusable_rounds = 0;
+      for (Proposal& p : fresh) queue.push(std::move(p));
     }
-    Proposal proposal = std::move(queue.back());
-    queue.pop_back();
-    const std::string id = ctx.evaluator.schedule_id(proposal.config);
+    auto [proposal, id] = queue.pop();
     if (sink.known(id)) {
       ++ctx.skipped_known;
       if (++duplicate_rounds >= strategy.duplicate_patience()) {
@@ -65,6 +151,7 @@ void search_serially(LoopContext& ctx, TrialSink& sink) {
     duplicate_rounds = 0;
     if (!serial_trial(ctx, sink, proposal, id)) break;
     ++ctx.next_trial;
+    queue.report();
   }
 }
 
@@ -77,8 +164,13 @@ PoolSchedule::PoolSchedule(LoopContext& ctx, TrialPool& pool, KeepRule& keep, Tr
       slot_trials_(static_cast<size_t>(pool.size()), 0) {}
 
 void PoolSchedule::search() {
-  if (ctx_.stop_condition().empty()) propose_batch();
-  if (ctx_.stop_condition().empty()) propose_batch();
+  // Two batches outstanding (the one running, one queued behind it), and with compile-ahead as
+  // many more as keep compile_ahead tickets queued with their kernels building.
+  const int live = std::max(live_slots(), 1);
+  const int ahead = ctx_.options.compile_pool ? std::max(ctx_.options.compile_ahead, 0) : 0;
+  const int batches = 2 + (ahead + live - 1) / live;
+  for (int b = 0; b < batches; ++b)
+    if (ctx_.stop_condition().empty()) propose_batch();
   while (ctx_.result.ok) {
     if (ctx_.cancelled()) {
       ctx_.stop_reason = "cancelled";
@@ -158,6 +250,7 @@ bool PoolSchedule::propose_batch() {
       Ticket t;
       t.proposal = std::move(p);
       t.id = id;
+      if (ctx_.options.compile_pool) ctx_.options.compile_pool->submit(id, t.proposal.config);
       tickets_.emplace(next_seq_, std::move(t));
       pending_.push_back(next_seq_++);
       ++got;
@@ -182,6 +275,8 @@ void PoolSchedule::dispatch() {
     const uint64_t seq = pending_.front();
     pending_.pop_front();
     Ticket& t = tickets_.at(seq);
+    // Not started yet: the worker builds it now (a build of the same key waits for the other).
+    if (ctx_.options.compile_pool) ctx_.options.compile_pool->withdraw(t.id);
     t.slot = s;
     t.t0 = ctx_.clock.now_s();
     busy_[s] = seq;
@@ -191,6 +286,7 @@ void PoolSchedule::dispatch() {
 
 void PoolSchedule::drop_pending() {
   for (uint64_t seq : pending_) {
+    if (ctx_.options.compile_pool) ctx_.options.compile_pool->withdraw(tickets_.at(seq).id);
     queued_ids_.erase(tickets_.at(seq).id);
     tickets_.erase(seq);
   }
@@ -304,6 +400,7 @@ void PoolSchedule::print_rates() {
             (pool_.alive(s) ? "" : " lost");
   line += "), best " +
           (keep_.incumbent().latency() ? fmt("%.3f us", *keep_.incumbent().latency()) : "-");
+  if (ctx_.options.compile_pool) line += "; " + ctx_.options.compile_pool->status_line();
   *ctx_.options.progress << line << "\n" << std::flush;
 }
 

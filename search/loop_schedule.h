@@ -30,6 +30,8 @@ class TrialSink {
   virtual ~TrialSink() = default;
   /// The strategy's view of the run; `queued`: ids proposed and not yet decided (or nullptr).
   virtual SearchState search_state(const std::set<std::string>* queued) = 0;
+  /// The schedule id of the incumbent (a proposal made against another one is stale).
+  virtual std::string incumbent_id() const = 0;
   /// Whether some run (this one included) already logged this schedule id.
   virtual bool known(const std::string& id) const = 0;
   /// The evaluator's verdict on `config`; nullopt when nothing is to be logged for it (the
@@ -42,13 +44,17 @@ class TrialSink {
 };
 
 /// Propose, skip what is known, evaluate, keep or revert, log; until a stop condition (its reason
-/// in ctx.stop_reason).
+/// in ctx.stop_reason). With compile-ahead (LoopOptions::compile_ahead and compile_pool) the
+/// proposals after the next are queued and their kernels built meanwhile; a queued proposal made
+/// against an earlier incumbent is dropped unrun (ctx.stale_proposals) and the strategy asked
+/// again.
 void search_serially(LoopContext& ctx, TrialSink& sink);
 
 // Proposals get a ticket (their sequence number) and are dispatched to idle slots in ticket
 // order; verdicts are decided (keep rule, log) in ticket order as they arrive, so the decisions do
 // not depend on which worker finished first. The strategy proposes a batch (one candidate per
-// live slot) at the start, a second one right after, and a new one each time every ticket of a
+// live slot) at the start, a second one right after (with compile-ahead, ceil(compile_ahead /
+// live slots) more, their kernels building meanwhile), and a new one each time every ticket of a
 // batch is decided, before any later ticket is: what it sees at each call is a function of the
 // seed and the verdicts, not of the timing, while the batch queued behind keeps every slot busy.
 class PoolSchedule {

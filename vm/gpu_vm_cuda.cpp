@@ -123,13 +123,9 @@ GpuVm::~GpuVm() = default;
 
 bool GpuVm::Impl::build_kernel(const GpuVmOptions& options, const DeviceInfo& dev, json* info,
                                std::string* error) {
-  BuildRequest req;
-  req.entry = "vm/device/megakernel.cuh";
-  req.defines = kernel_defines(*program, options.profile);
-  req.defines.insert(req.defines.end(), options.test_defines.begin(), options.test_defines.end());
+  const BuildRequest req = megakernel_request(*program, dev.sm_arch, options.cache_dir,
+                                              options.profile, options.test_defines);
   profile = options.profile;
-  req.sm_arch = dev.sm_arch;
-  req.cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
   const BuildResult build = build_cubin(req);
   if (!build.ok) {
     *error = build.error;

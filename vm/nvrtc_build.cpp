@@ -90,14 +90,63 @@ std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape)
 bool bench_only_source(const std::string& path) { return path == "vm/device/gate.cuh"; }
 
 std::string build_identity() {
-  std::string sources;
-  for (const EmbeddedSource& source : embedded_sources()) {
-    if (bench_only_source(source.path)) continue;
-    sources += source.path;
-    sources += '\n';
-    sources += source.text;
+  // Hashed once: a build key is asked for every prebuilt and every loaded program.
+  static const std::string identity = [] {
+    std::string sources;
+    for (const EmbeddedSource& source : embedded_sources()) {
+      if (bench_only_source(source.path)) continue;
+      sources += source.path;
+      sources += '\n';
+      sources += source.text;
+    }
+    return "kernel-sources-" + schedule::hash_hex(sources);
+  }();
+  return identity;
+}
+
+std::vector<std::string> compile_options(const BuildRequest& request) {
+  std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(request.sm_arch),
+                                   "--ptxas-options=-v", "-default-device"};
+  for (const std::string& d : request.defines) opts.push_back("-D" + d);
+  // For profiling only (ncu source counters map SASS back to the device sources); the option is
+  // part of the cache key like every other, so such builds never mix with plain ones.
+  if (const char* env = std::getenv("MEGASCHED_NVRTC_LINEINFO"); env && std::string(env) == "1")
+    opts.push_back("-lineinfo");
+  return opts;
+}
+
+std::string entry_source(const BuildRequest& request) {
+  return "#include \"" + request.entry + "\"\n";
+}
+
+std::string build_key(const BuildRequest& request) {
+  std::string all = "nvrtc " + nvrtc_version() + "\n" + entry_source(request);
+  for (const std::string& o : compile_options(request)) all += o + "\n";
+  return schedule::hash_hex(all + build_identity());
+}
+
+BuildRequest megakernel_request(const schedule::Program& program, int sm_arch,
+                                const std::string& cache_dir, bool profile,
+                                const std::vector<std::string>& test_defines) {
+  BuildRequest request;
+  request.entry = "vm/device/megakernel.cuh";
+  request.defines = kernel_defines(program, profile);
+  request.defines.insert(request.defines.end(), test_defines.begin(), test_defines.end());
+  request.sm_arch = sm_arch;
+  request.cache_dir = cache_dir.empty() ? default_cache_dir() : cache_dir;
+  return request;
+}
+
+BuildResult prebuild_megakernel(const schedule::Program& program, int sm_arch,
+                                const std::string& cache_dir) {
+  if (!nvrtc_available()) {
+    BuildResult result;
+    result.error =
+        "cannot prebuild kernels: this megasched was built without the CUDA toolkit "
+        "(no NVRTC); rebuild with -DMEGASCHED_CUDA=ON";
+    return result;
   }
-  return "kernel-sources-" + schedule::hash_hex(sources);
+  return build_cubin(megakernel_request(program, sm_arch, cache_dir));
 }
 
 namespace {

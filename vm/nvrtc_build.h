@@ -59,7 +59,37 @@ std::vector<std::string> baseline_defines(const schedule::ModelShape& shape);
 /// baseline's (256 threads per block).
 std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape);
 
-/// Compiles (or loads from the cache) one cubin. Never throws for a compile error: it is in
+/// The NVRTC options of a request: the language, the arch, ptxas -v, and its defines as -D.
+std::vector<std::string> compile_options(const BuildRequest& request);
+
+/// The source NVRTC compiles for a request: one #include of its entry.
+std::string entry_source(const BuildRequest& request);
+
+/// The cubin cache key of a request (16 hex digits): a hash of the NVRTC version, the entry, the
+/// options (arch included) and the build identity. build_cubin files the cubin under it.
+std::string build_key(const BuildRequest& request);
+
+/// The megakernel's build request for a program on an arch (`cache_dir` empty:
+/// default_cache_dir()): its kernel_defines, then the test-only defines. The one place it is
+/// formed: GpuVm::create and prebuild_megakernel both take it from here, so a prebuilt program is
+/// a cache hit for the GpuVm that later loads it.
+BuildRequest megakernel_request(const schedule::Program& program, int sm_arch,
+                                const std::string& cache_dir, bool profile = false,
+                                const std::vector<std::string>& test_defines = {});
+
+/// Builds a program's megakernel for `sm_arch` into the cubin cache without a CUDA context or a
+/// GPU (NVRTC only), as GpuVm::create would with default options and the same cache folder: a
+/// later GpuVm::create of that program is a cache hit. Without NVRTC (a build without the CUDA
+/// toolkit) the result is !ok and says so.
+BuildResult prebuild_megakernel(const schedule::Program& program, int sm_arch,
+                                const std::string& cache_dir = "");
+
+/// Whether this binary can compile kernels (NVRTC is linked in).
+bool nvrtc_available();
+
+/// Compiles (or loads from the cache) one cubin. Concurrent builds of one key through the same
+/// cache folder, from threads or processes, compile once: the others wait on the key's lock file
+/// and read the cubin the first one wrote. Never throws for a compile error: it is in
 /// BuildResult::error with the whole log.
 BuildResult build_cubin(const BuildRequest& request);
 

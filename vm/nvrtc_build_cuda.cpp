@@ -4,6 +4,8 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -20,27 +24,6 @@
 
 namespace megasched::vm {
 namespace {
-
-std::vector<std::string> compile_options(const BuildRequest& r) {
-  std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(r.sm_arch),
-                                   "--ptxas-options=-v", "-default-device"};
-  for (const std::string& d : r.defines) opts.push_back("-D" + d);
-  // For profiling only (ncu source counters map SASS back to the device sources); the option is
-  // part of the cache key like every other, so such builds never mix with plain ones.
-  if (const char* env = std::getenv("MEGASCHED_NVRTC_LINEINFO"); env && std::string(env) == "1")
-    opts.push_back("-lineinfo");
-  return opts;
-}
-
-std::string entry_source(const BuildRequest& r) { return "#include \"" + r.entry + "\"\n"; }
-
-/// The cache key: the build identity (every embedded source), the options, the arch and the NVRTC
-/// version.
-std::string cache_key(const BuildRequest& r) {
-  std::string all = "nvrtc " + nvrtc_version() + "\n" + entry_source(r);
-  for (const std::string& o : compile_options(r)) all += o + "\n";
-  return schedule::hash_hex(all + build_identity());
-}
 
 bool read_file(const std::filesystem::path& p, std::string* out) {
   std::ifstream in(p, std::ios::binary);
@@ -54,14 +37,41 @@ bool read_file(const std::filesystem::path& p, std::string* out) {
 void write_file_atomic(const std::filesystem::path& p, const std::string& bytes) {
   std::error_code ec;
   std::filesystem::create_directories(p.parent_path(), ec);
-  const std::filesystem::path tmp = p.string() + ".tmp" + std::to_string(::getpid());
+  // Unique per process and thread: two threads of one process may write the same key.
+  static std::atomic<uint64_t> serial{0};
+  const std::filesystem::path tmp =
+      p.string() + ".tmp" + std::to_string(::getpid()) + "." + std::to_string(serial.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out) return;
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
   std::filesystem::rename(tmp, p, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
 }
+
+/// An exclusive lock on one key of the cache folder (flock on "<key>.lock"), held while the key
+/// is compiled: a second builder of the key, a thread or another process, waits, then finds the
+/// cubin. No lock when the file cannot be opened (the build goes on unlocked).
+class KeyLock {
+ public:
+  explicit KeyLock(const std::filesystem::path& path) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  ~KeyLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  KeyLock(const KeyLock&) = delete;
+  KeyLock& operator=(const KeyLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 nlohmann::json resources_json(const std::vector<KernelResources>& ks) {
   nlohmann::json arr = nlohmann::json::array();
@@ -99,32 +109,28 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
-BuildResult build_cubin(const BuildRequest& request) {
-  BuildResult result;
-  result.key = cache_key(request);
-  const std::filesystem::path cubin_path =
-      request.cache_dir.empty()
-          ? std::filesystem::path()
-          : std::filesystem::path(request.cache_dir) / (result.key + ".cubin");
-  if (!request.cache_dir.empty()) {
-    std::string bytes, meta;
-    if (read_file(cubin_path, &bytes) && !bytes.empty()) {
-      result.cubin.assign(bytes.begin(), bytes.end());
-      result.ok = true;
-      result.cache_hit = true;
-      record_cubin_lookup(true);
-      if (read_file(cubin_path.string() + ".json", &meta)) {
-        const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
-        if (j.is_object()) {
-          result.log = j.value("log", "");
-          result.kernels = resources_from_json(j.value("kernels", nlohmann::json::array()));
-        }
-      }
-      return result;
+namespace {
+
+/// The cached cubin of `cubin_path` (and the log and resources stored beside it) into `result`;
+/// false when there is none.
+bool read_cached(const std::filesystem::path& cubin_path, BuildResult* result) {
+  std::string bytes, meta;
+  if (!read_file(cubin_path, &bytes) || bytes.empty()) return false;
+  result->cubin.assign(bytes.begin(), bytes.end());
+  result->ok = true;
+  result->cache_hit = true;
+  if (read_file(cubin_path.string() + ".json", &meta)) {
+    const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
+    if (j.is_object()) {
+      result->log = j.value("log", "");
+      result->kernels = resources_from_json(j.value("kernels", nlohmann::json::array()));
     }
   }
+  return true;
+}
 
-  record_cubin_lookup(false);
+/// One NVRTC compile of `request` into `result` (cubin, log, resources, compile_ms, or error).
+void compile(const BuildRequest& request, BuildResult* result) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<const char*> header_names, header_texts;
   for (const EmbeddedSource& s : embedded_sources()) {
@@ -137,8 +143,8 @@ BuildResult build_cubin(const BuildRequest& request) {
                                       static_cast<int>(header_names.size()), header_texts.data(),
                                       header_names.data());
   if (rc != NVRTC_SUCCESS) {
-    result.error = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
-    return result;
+    result->error = std::string("nvrtcCreateProgram failed: ") + nvrtcGetErrorString(rc);
+    return;
   }
   const std::vector<std::string> opts = compile_options(request);
   std::vector<const char*> copts;
@@ -149,41 +155,68 @@ BuildResult build_cubin(const BuildRequest& request) {
   std::string log(log_size, '\0');
   if (log_size > 0) nvrtcGetProgramLog(prog, log.data());
   while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
-  result.log = log;
+  result->log = log;
   if (rc != NVRTC_SUCCESS) {
     std::string opt_line;
     for (const std::string& o : opts) opt_line += " " + o;
-    result.error = std::string("NVRTC failed to compile ") + request.entry + " for sm_" +
-                   std::to_string(request.sm_arch) + " (" + nvrtcGetErrorString(rc) +
-                   "; options:" + opt_line + ")\n" + log;
+    result->error = std::string("NVRTC failed to compile ") + request.entry + " for sm_" +
+                    std::to_string(request.sm_arch) + " (" + nvrtcGetErrorString(rc) +
+                    "; options:" + opt_line + ")\n" + log;
     nvrtcDestroyProgram(&prog);
-    return result;
+    return;
   }
   size_t cubin_size = 0;
   rc = nvrtcGetCUBINSize(prog, &cubin_size);
   if (rc != NVRTC_SUCCESS || cubin_size == 0) {
-    result.error = std::string("nvrtcGetCUBINSize failed: ") + nvrtcGetErrorString(rc) + "\n" + log;
+    result->error =
+        std::string("nvrtcGetCUBINSize failed: ") + nvrtcGetErrorString(rc) + "\n" + log;
     nvrtcDestroyProgram(&prog);
+    return;
+  }
+  result->cubin.resize(cubin_size);
+  nvrtcGetCUBIN(prog, result->cubin.data());
+  nvrtcDestroyProgram(&prog);
+  result->compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  result->kernels = parse_ptxas_log(log);
+  result->ok = true;
+}
+
+}  // namespace
+
+BuildResult build_cubin(const BuildRequest& request) {
+  BuildResult result;
+  result.key = build_key(request);
+  if (request.cache_dir.empty()) {
+    record_cubin_lookup(false);
+    compile(request, &result);
     return result;
   }
-  result.cubin.resize(cubin_size);
-  nvrtcGetCUBIN(prog, result.cubin.data());
-  nvrtcDestroyProgram(&prog);
-  result.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  result.kernels = parse_ptxas_log(log);
-  result.ok = true;
-  if (!request.cache_dir.empty()) {
-    write_file_atomic(cubin_path, std::string(result.cubin.begin(), result.cubin.end()));
-    const nlohmann::json meta = {{"entry", request.entry},
-                                 {"defines", request.defines},
-                                 {"sm_arch", request.sm_arch},
-                                 {"nvrtc", nvrtc_version()},
-                                 {"log", log},
-                                 {"kernels", resources_json(result.kernels)}};
-    write_file_atomic(cubin_path.string() + ".json", meta.dump(2));
+  const std::filesystem::path cubin_path =
+      std::filesystem::path(request.cache_dir) / (result.key + ".cubin");
+  if (read_cached(cubin_path, &result)) {
+    record_cubin_lookup(true);
+    return result;
   }
+  // One compile per key: whoever holds the key's lock compiles, the others then find its cubin.
+  const KeyLock lock(std::filesystem::path(request.cache_dir) / (result.key + ".lock"));
+  if (read_cached(cubin_path, &result)) {
+    record_cubin_lookup(true);
+    return result;
+  }
+  record_cubin_lookup(false);
+  compile(request, &result);
+  if (!result.ok) return result;
+  // The metadata first: a reader that finds the cubin finds its log and resources too.
+  const nlohmann::json meta = {
+      {"entry", request.entry},     {"defines", request.defines},
+      {"sm_arch", request.sm_arch}, {"nvrtc", nvrtc_version()},
+      {"log", result.log},          {"kernels", resources_json(result.kernels)}};
+  write_file_atomic(cubin_path.string() + ".json", meta.dump(2));
+  write_file_atomic(cubin_path, std::string(result.cubin.begin(), result.cubin.end()));
   return result;
 }
+
+bool nvrtc_available() { return true; }
 
 }  // namespace megasched::vm

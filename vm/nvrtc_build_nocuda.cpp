@@ -12,4 +12,6 @@ BuildResult build_cubin(const BuildRequest& request) {
 
 std::string nvrtc_version() { return "none"; }
 
+bool nvrtc_available() { return false; }
+
 }  // namespace megasched::vm

@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "eval/evaluate.h"
+#include "search/compile_ahead.h"
 #include "search/landscape_evaluator.h"
 #include "search/landscape_recorder.h"
 #include "search/trial_pool.h"
@@ -194,6 +196,41 @@ TEST_F(LandscapeFiles, RecorderRecordsThroughAPoolOfWorkersAndResumes) {
     EXPECT_EQ(row.repeats, 10);
     EXPECT_NEAR(*row.latency_us, *truth->latency_us, 0.02 * *truth->latency_us);
   }
+}
+
+TEST_F(LandscapeFiles, RecorderFeedsTheConfigsAheadToCompileAheadAndRunsNoneTwice) {
+  const Landscape source = synthetic_landscape();
+  LandscapeEvaluator evaluator(source, 1);
+  std::vector<PlannedConfig> plan;
+  for (size_t i = 0; i < 9; ++i) plan.push_back({source.rows[i].config, "sample"});
+  std::mutex mutex;
+  std::vector<std::string> built;
+  Prebuilder fake;
+  fake.prepare = [](const schedule::ScheduleConfig& c) -> std::optional<vm::BuildRequest> {
+    return vm::BuildRequest{"fake.cuh", {schedule::canonical_string(c)}, 90, ""};
+  };
+  fake.build = [&](const vm::BuildRequest& r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    built.push_back(r.defines[0]);
+    vm::BuildResult b;
+    b.ok = true;
+    return b;
+  };
+  CompileAhead builds(fake, 1, 4);
+  RecordOptions options;
+  options.path = (dir_ / "ahead.landscape.jsonl").string();
+  options.header = source.header;
+  options.compile_pool = &builds;
+  const RecordResult r = record_landscape(evaluator, plan, options);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.recorded, 9);
+  builds.wait_idle();
+  const CompileAheadCounters c = builds.counters();
+  // Every config but the first was queued ahead (four at a time at most); each either built or
+  // was taken back when its turn came first.
+  EXPECT_EQ(c.queued, 8);
+  EXPECT_EQ(c.compiles + c.withdrawn, 8);
+  EXPECT_EQ(std::set<std::string>(built.begin(), built.end()).size(), built.size());
 }
 
 TEST(SpaceFillingSample, DrawsDistinctFittingConfigsCoveringEveryChoice) {

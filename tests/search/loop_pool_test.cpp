@@ -2,11 +2,13 @@
 // whatever order the verdicts come in, a silent slot's trial requeued once, per-device-type
 // incumbents, the re-measurement on the candidate's own slot, resume; and the batch-aware
 // strategies (k distinct new candidates per call).
+#include <mutex>
 #include <set>
 
 #include <gtest/gtest.h>
 
 #include "schedule/search.h"
+#include "search/compile_ahead.h"
 #include "search/loop.h"
 #include "search/strategy.h"
 #include "search/trial_pool.h"
@@ -188,6 +190,51 @@ TEST_F(PoolLoop, ASilentSlotsTrialIsRequeuedOnceAndTheLoopGoesOnWithTheOthers) {
   EXPECT_EQ(on_slot1, 1) << "slot 1's first trial only: the one it went silent on ran elsewhere";
   EXPECT_EQ(r.summary["workers"][1]["trials"], 1);
   EXPECT_EQ(ids.size(), 10u);
+}
+
+TEST_F(PoolLoop, WithCompileAheadEveryTicketIsPrebuiltAndASilentSlotsTrialIsStillRequeued) {
+  options.budget = 12;
+  FakeEvaluator a(&clock), b(&clock);
+  FakePool pool({&a, &b}, false);
+  pool.silent = [](int slot, int nth) { return slot == 1 && nth == 2; };
+  std::mutex mutex;
+  std::set<std::string> prepared;
+  Prebuilder fake;
+  fake.prepare = [&](const ScheduleConfig& c) -> std::optional<vm::BuildRequest> {
+    std::lock_guard<std::mutex> lock(mutex);
+    prepared.insert(a.schedule_id(c));
+    return vm::BuildRequest{"fake.cuh", {schedule::canonical_string(c)}, 90, ""};
+  };
+  fake.build = [](const vm::BuildRequest&) {
+    vm::BuildResult r;
+    r.ok = true;
+    return r;
+  };
+  CompileAhead builds(fake, 2, 64);
+  options.compile_ahead = 4;
+  options.compile_pool = &builds;
+  StrategyOptions so;
+  so.name = "random";
+  so.shape = shape;
+  auto strategy = make_strategy(so, nullptr);
+  LoopResult r = run_loop_on_pool(pool, shape, target, *strategy, clock, options);
+  ASSERT_TRUE(r.ok) << r.error;
+  builds.wait_idle();
+  EXPECT_EQ(r.summary["trials"], 12);
+  std::set<std::string> ids;
+  for (const auto& row : rows()) {
+    ids.insert(row.schedule_id);
+    EXPECT_NE(row.status, "timeout") << "the lost trial ran again on the live slot";
+  }
+  EXPECT_EQ(ids.size(), 12u);
+  const json& s = r.summary["compile_ahead"];
+  EXPECT_EQ(s["ahead"], 4);
+  // Two batches of tickets are queued at once, plus ceil(4 / 2) more: the pool sees tickets
+  // before their slots free up (those dispatched before a thread took them are withdrawn).
+  EXPECT_GT(s["queued"].get<int>(), 2) << s.dump();
+  EXPECT_EQ(s["queued"].get<int>(),
+            s["compiles"].get<int>() + s["withdrawn"].get<int>() + s["deduped"].get<int>())
+      << s.dump();
 }
 
 TEST_F(PoolLoop, ATrialTwoSlotsGoSilentOnIsLoggedAsATimeout) {
