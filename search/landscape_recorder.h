@@ -49,6 +49,10 @@ struct RecordOptions {
   LandscapeHeader header;  // a resumed file's must agree on model, target, device, position, build
   std::ostream* progress = nullptr;         // one line per config
   const std::atomic<bool>* stop = nullptr;  // stop after the configs in flight
+  /// The shared corpus folder (flywheel/shared_corpus.h) each GPU row is also appended to, as a
+  /// `landscape` record of a model of `shape`; "" or "none": none.
+  std::string flywheel_dir;
+  schedule::ModelShape shape;
 };
 
 struct RecordResult {
