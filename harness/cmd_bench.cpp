@@ -4,6 +4,7 @@
 // bench.json, bench.md and bench.svg written to --out. Measures only: without a GPU it fails with
 // exit 3 (`megasched evaluate --device cpu` predicts a config's latency instead).
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -11,6 +12,9 @@
 #include "eval/bench.h"
 #include "eval/device.h"
 #include "eval/evaluate.h"
+#include "flywheel/measured_records.h"
+#include "flywheel/run_dir.h"
+#include "flywheel/shared_corpus.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
@@ -29,6 +33,7 @@ struct BenchOptionsCli {
   std::vector<std::string> baselines;
   std::string out = "workspace/bench";
   std::string format = "text";
+  std::string flywheel_dir = flywheel::default_flywheel_dir();
   int warmup = 10;
   int iterations = 100;
   uint64_t seed = 0;
@@ -133,6 +138,26 @@ bool write_outputs(const eval::BenchResult& r, const std::string& dir, std::stri
          write_text_file((d / "bench.svg").string(), eval::bench_svg(r), error);
 }
 
+/// Every config row of `r` into the shared corpus (flywheel/shared_corpus.h); a failure warns, as
+/// the rows are already measured and written to --out.
+void append_to_shared_corpus(const eval::BenchResult& r, const Parsed& parsed,
+                             const BenchOptionsCli& o) {
+  if (!flywheel::flywheel_enabled(o.flywheel_dir)) return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string error;
+  const int appended =
+      flywheel::append_shared_all(o.flywheel_dir,
+                                  flywheel::bench_records(r, parsed.bench.configs, parsed.shape,
+                                                          o.seed, flywheel::new_run_id(now), now),
+                                  flywheel::kSourceBench, &error);
+  if (appended < 0)
+    std::cerr << "bench: warning: shared corpus: " << error << "\n";
+  else
+    std::cerr << "bench: " << appended << " config rows appended to "
+              << flywheel::shared_corpus_path(o.flywheel_dir, r.device) << "\n";
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, CliContext& ctx) {
@@ -165,6 +190,7 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
+  add_flywheel_flag(cmd, &opt->flywheel_dir);
   cmd->callback([&ctx, opt] {
     std::string error;
     int code = kExitOk;
@@ -202,6 +228,7 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = kExitEnvironment;
       return;
     }
+    append_to_shared_corpus(*result, *parsed, *opt);
     if (opt->format == "json")
       print_json(eval::bench_to_json(*result));
     else

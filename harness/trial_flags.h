@@ -53,6 +53,14 @@ CLI::Option* add_objective_flag(
 CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& name = "--seed",
                            const std::string& help = "Weight and token seed for presets");
 
+/// --flywheel DIR: the shared corpus folder (flywheel/shared_corpus.h) the command's GPU trials are
+/// appended to (and a prior reads); "none" turns it off. Its default is $MEGASCHED_FLYWHEEL_DIR,
+/// else flywheel/data.
+CLI::Option* add_flywheel_flag(CLI::App* cmd, std::string* dir);
+/// --corpus-stale exclude|include: whether rows of the shared corpus measured by another kernel
+/// build (stale: a kernel change moves latencies) train the prior. Default exclude.
+CLI::Option* add_corpus_stale_flag(CLI::App* cmd, bool* include);
+
 /// The exit code of a --gpu that does not resolve: 3 for auto (no usable GPU here: the machine's
 /// fault), 2 for a name that is no target (the argument's).
 int target_error_code(const std::string& gpu);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/verdict.h"
+#include "flywheel/shared_corpus.h"
 #include "harness/trial_flags.h"
 #include "schedule/config.h"
 #include "schedule/plan.h"
@@ -90,6 +91,10 @@ struct LoopCommand {
   double rank_timeout_s = 60;  // --rank-timeout: an MPI rank's silence before it counts as lost
   std::string objective_flag = "--objective";  // how messages name trial.objective ("objective"
                                                // for the MCP tool)
+  // The shared corpus (flywheel/shared_corpus.h): where the GPU trials go and what a prior or
+  // guided strategy warm-starts from ("none": off), and whether rows of other kernel builds train.
+  std::string flywheel_dir = flywheel::default_flywheel_dir();  // --flywheel
+  bool corpus_stale = false;                                    // --corpus-stale include
   /// Called once the evaluator and the strategy are ready, right before the first trial (the
   /// CLI installs its signal handlers there).
   std::function<void()> on_start;
@@ -112,6 +117,13 @@ std::string check_worker_flags(const LoopCommand& command);
 /// `landscape record` (harness/cmd_landscape.cpp).
 std::optional<VerbResult> start_loop_backend(LoopCommand& command, const std::string& device,
                                              LoopBackend* backend);
+
+/// What a prior or guided strategy of `command` trains on (flywheel::training_records): the records
+/// of its own corpus on this target and device, and the shared corpus's rows of this target and
+/// model, of the current kernel build unless command.corpus_stale. *note: one line saying so.
+std::vector<flywheel::CorpusRecord> loop_training(const LoopCommand& command,
+                                                  const flywheel::TrainingRequest& request,
+                                                  std::string* note);
 
 /// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
 /// Under --mpi, a rank other than 0 serves trials and returns a null document.
