@@ -8,6 +8,14 @@
 #   bench.json / bench.md  the benchmark matrix (machine-readable / table for BENCHMARKS.md)
 #   device.json            the measured bandwidth (as stored in the workspace)
 #
+# The shared corpus (flywheel/shared_corpus.h, HARNESS.md section "The shared corpus"): every GPU
+# trial of the stages that run megasched (loop, bench, promote, landscape record) is appended to
+# $MEGASCHED_FLYWHEEL_DIR (default ROOT/flywheel/data)/<target>.corpus.jsonl; the test stages run
+# with it off (a test's trials are no measurements to keep). At the end the rows this run appended
+# are copied, new rows only, to OUT_DIR/flywheel/<target>.corpus.jsonl; to keep them, on the
+# machine with the checkout: `megasched corpus import OUT_DIR/flywheel/*.corpus.jsonl` (it appends
+# each row once, whatever the checkout gained meanwhile), then commit flywheel/data/.
+#
 # usage: bench/device_check.sh OUT_DIR
 # env:   STAGES (default "build tests doctor evaluate bench"; "ctest" runs the whole suite, CPU and
 #        GPU tests, with ctest on every core into ctest.log (CTEST_FILTER, a ctest -R regex;
@@ -108,8 +116,15 @@ PROMOTE_CONFIG=${PROMOTE_CONFIG:-$ROOT/bench/configs/best_1b.json}
 PROMOTE_POSITIONS=${PROMOTE_POSITIONS:-0,1024,4096}
 PROMOTE_ROUNDS=${PROMOTE_ROUNDS:-3}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
+# Absolute, so every stage appends to the checkout's shared corpus whatever its directory.
+export MEGASCHED_FLYWHEEL_DIR=${MEGASCHED_FLYWHEEL_DIR:-$ROOT/flywheel/data}
 LOG="$OUT/check.log"
 status=0
+# The line count of each shared corpus file before the stages: what follows it is this run's.
+declare -A FLYWHEEL_LINES_BEFORE
+for f in "$MEGASCHED_FLYWHEEL_DIR"/*.corpus.jsonl; do
+  [ -f "$f" ] && FLYWHEEL_LINES_BEFORE[$(basename "$f")]=$(wc -l < "$f")
+done
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -145,7 +160,7 @@ fi
 
 if has_stage tests; then
   log "GPU tests ($GPU_TESTS)"
-  if "$BUILD/megasched_tests" --gtest_filter="$GPU_TESTS" >> "$LOG" 2>&1; then
+  if MEGASCHED_FLYWHEEL_DIR=none "$BUILD/megasched_tests" --gtest_filter="$GPU_TESTS" >> "$LOG" 2>&1; then
     log "GPU tests passed"
   else
     log "GPU tests FAILED"
@@ -157,7 +172,7 @@ if has_stage ctest; then
   # The whole suite, CPU and GPU tests alike, as ctest runs it (one process per test), on every
   # core of the machine: the CPU tests of a change in minutes instead of CI's quarter hour.
   log "ctest -j$(nproc) (every test; CTEST_FILTER ${CTEST_FILTER:-none})"
-  if ctest --test-dir "$BUILD" -j"$(nproc)" --timeout "${CTEST_TIMEOUT:-300}" \
+  if MEGASCHED_FLYWHEEL_DIR=none ctest --test-dir "$BUILD" -j"$(nproc)" --timeout "${CTEST_TIMEOUT:-300}" \
        ${CTEST_FILTER:+-R "$CTEST_FILTER"} > "$OUT/ctest.log" 2>&1; then
     log "ctest passed: $(grep -E 'tests passed' "$OUT/ctest.log")"
   else
@@ -625,6 +640,20 @@ for b in d.get("benchmarks", []):
 print(f"gate: {passed} of {n} measured cases pass")
 EOF
 fi
+
+# The shared corpus rows this run appended, new rows only, for the lead to import and commit.
+for f in "$MEGASCHED_FLYWHEEL_DIR"/*.corpus.jsonl; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f")
+  before=${FLYWHEEL_LINES_BEFORE[$name]:-0}
+  after=$(wc -l < "$f")
+  if [ "$after" -gt "$before" ]; then
+    mkdir -p "$OUT/flywheel"
+    tail -n +"$((before + 1))" "$f" > "$OUT/flywheel/$name"
+    log "flywheel: $((after - before)) new rows of $name in $OUT/flywheel/$name" \
+        "(keep them: megasched corpus import $OUT/flywheel/$name, then commit flywheel/data/)"
+  fi
+done
 
 log "device_check done (status $status)"
 exit $status

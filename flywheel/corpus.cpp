@@ -53,6 +53,7 @@ json to_json(const CorpusRecord& r) {
          {"device_fingerprint", r.device_fingerprint},
          {"versions", r.versions}};
   if (!r.timed_on.empty()) j["timed_on"] = r.timed_on;  // multi-worker loops only
+  if (!r.source.empty()) j["source"] = r.source;        // shared corpus rows only
   return j;
 }
 
@@ -85,6 +86,7 @@ std::optional<CorpusRecord> corpus_record_from_json(const json& j, std::string* 
     r.device_fingerprint = j.value("device_fingerprint", json::object());
     r.versions = j.value("versions", json::object());
     r.timed_on = j.value("timed_on", "");
+    r.source = j.value("source", "");
     if (r.schedule_id.empty() || r.run_id.empty()) {
       if (error) *error = "record without schedule_id or run_id";
       return std::nullopt;

@@ -15,7 +15,8 @@
 //    "model": "small", "target": "h100", "device": "cpu",
 //    "model_shape": {hidden, layers, heads, kv_heads, head_dim, ffn, vocab, max_seq, dtype, ...},
 //    "device_fingerprint": {evaluator identity + host},
-//    "versions": {"abi": 1, "ir": .., "build": ..}}
+//    "versions": {"abi": 1, "ir": .., "build": ..},
+//    "source": "loop"}                                  // shared corpus rows only
 #pragma once
 
 #include <optional>
@@ -63,6 +64,8 @@ struct CorpusRecord {
   nlohmann::json device_fingerprint = nlohmann::json::object();
   nlohmann::json versions = nlohmann::json::object();
   std::string timed_on;  // the worker that timed it (multi-worker loops); "" otherwise
+  std::string source;    // the shared corpus's writer: loop | bench | promote | landscape
+                         // (flywheel/shared_corpus.h); "" in a loop's own corpus
 };
 
 nlohmann::json to_json(const CorpusRecord& record);

@@ -6,6 +6,7 @@
 // the PyTorch peer), into generate.json and generate.md. Measures only: without a GPU it fails with
 // exit 3 (`megasched evaluate --device cpu` predicts a config's latency instead).
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -14,6 +15,9 @@
 #include "eval/device.h"
 #include "eval/evaluate.h"
 #include "eval/generate_bench.h"
+#include "flywheel/measured_records.h"
+#include "flywheel/run_dir.h"
+#include "flywheel/shared_corpus.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
@@ -35,6 +39,7 @@ struct BenchOptionsCli {
   std::string torch_peer = "bench/peers/torch_peer.py";  // with --generate
   std::string out = "workspace/bench";
   std::string format = "text";
+  std::string flywheel_dir = flywheel::default_flywheel_dir();
   int warmup = 10;
   int iterations = 100;
   uint64_t seed = 0;
@@ -246,6 +251,26 @@ int run_generate_bench_cli(const BenchOptionsCli& o) {
   return kExitOk;
 }
 
+/// Every config row of `r` into the shared corpus (flywheel/shared_corpus.h); a failure warns, as
+/// the rows are already measured and written to --out.
+void append_to_shared_corpus(const eval::BenchResult& r, const Parsed& parsed,
+                             const BenchOptionsCli& o) {
+  if (!flywheel::flywheel_enabled(o.flywheel_dir)) return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string error;
+  const int appended =
+      flywheel::append_shared_all(o.flywheel_dir,
+                                  flywheel::bench_records(r, parsed.bench.configs, parsed.shape,
+                                                          o.seed, flywheel::new_run_id(now), now),
+                                  flywheel::kSourceBench, &error);
+  if (appended < 0)
+    std::cerr << "bench: warning: shared corpus: " << error << "\n";
+  else
+    std::cerr << "bench: " << appended << " config rows appended to "
+              << flywheel::shared_corpus_path(o.flywheel_dir, r.device) << "\n";
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, CliContext& ctx) {
@@ -297,6 +322,7 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
+  add_flywheel_flag(cmd, &opt->flywheel_dir);
   cmd->callback([&ctx, opt] {
     if (!opt->generate.empty()) {
       ctx.exit_code = run_generate_bench_cli(*opt);
@@ -344,6 +370,7 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ctx.exit_code = kExitEnvironment;
       return;
     }
+    append_to_shared_corpus(*result, *parsed, *opt);
     if (opt->format == "json")
       print_json(eval::bench_to_json(*result));
     else

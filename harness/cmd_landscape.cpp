@@ -94,6 +94,8 @@ VerbResult run_record(RecordCommand& c) {
   h.note = c.note;
   ro.path = c.out.empty() ? "search/landscapes/" + search::landscape_file_name(h) : c.out;
   ro.progress = &std::cerr;
+  ro.flywheel_dir = c.loop.flywheel_dir;
+  ro.shape = *shape;
   ro.stop = &g_landscape_stop;
   ro.compile_pool = builds.get();
   ::signal(SIGINT, on_landscape_signal);
@@ -144,6 +146,7 @@ void add_landscape_command(CLI::App& app, CliContext& ctx) {
                   "Landscape file (default: search/landscapes/<model>.<target>.p<position>."
                   "<build>.landscape.jsonl); an existing one is resumed");
   rec->add_option("--note", c->note, "Free text for the header (how it was made)");
+  add_flywheel_flag(rec, &c->loop.flywheel_dir);
   rec->add_option("--gpus", c->loop.gpus, "One worker per GPU: all, or GPU indexes (0,1,...)")
       ->type_name("all|LIST");
   rec->add_option("--workers", c->loop.workers, "CPU trials in this many worker processes")

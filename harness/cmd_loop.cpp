@@ -119,6 +119,8 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "instead of the default");
   cmd->add_option("--results", opt->loop.results_path, "results.tsv path")->capture_default_str();
   cmd->add_option("--corpus", opt->loop.corpus_path, "corpus.jsonl path")->capture_default_str();
+  add_flywheel_flag(cmd, &opt->flywheel_dir);
+  add_corpus_stale_flag(cmd, &opt->corpus_stale);
   add_positions_flag(cmd, &opt->trial.positions);
   add_seed_flag(cmd, &opt->trial.ev.seed, "--weight-seed");
   add_timed_position_flag(

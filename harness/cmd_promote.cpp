@@ -41,6 +41,7 @@ struct Options {
   std::string registry = flywheel::default_registry_path();
   std::string runs_dir = "workspace/runs";
   bool no_run_dir = false;
+  std::string flywheel_dir = flywheel::default_flywheel_dir();
 };
 
 /// What is promoted for: the model's shape and the target (the registry's key).
@@ -231,7 +232,7 @@ int run_promote(const Options& opt) {
   int code = kExitUsage;
   const auto plan = read_candidate(opt, &error, &code);
   if (!plan) return fail(code, error);
-  VerifyRequest vr{opt.model, opt.gpu, opt.device, opt.seed, {}, opt.tokens};
+  VerifyRequest vr{opt.model, opt.gpu, opt.device, opt.seed, {}, opt.tokens, opt.flywheel_dir};
   if (!opt.positions.empty()) {
     auto list = schedule::parse_int_list(opt.positions);
     if (!list || list->empty())
@@ -352,6 +353,7 @@ void add_promote_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--registry", opt->registry, "The registry file ($MEGASCHED_REGISTRY)")
       ->capture_default_str();
   add_runs_dir_flags(cmd, &opt->runs_dir, &opt->no_run_dir);
+  add_flywheel_flag(cmd, &opt->flywheel_dir);
   cmd->callback([&ctx, opt] { ctx.exit_code = run_promote(*opt); });
 }
 

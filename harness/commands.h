@@ -30,6 +30,7 @@ void add_fuzz_validator_command(CLI::App& app, CliContext& ctx);  // harness/cmd
 void add_loop_command(CLI::App& app, CliContext& ctx);          // harness/cmd_loop.cpp
 void add_report_command(CLI::App& app, CliContext& ctx);        // harness/cmd_report.cpp
 void add_prior_command(CLI::App& app, CliContext& ctx);         // harness/cmd_prior.cpp
+void add_corpus_command(CLI::App& app, CliContext& ctx);        // harness/cmd_corpus.cpp
 void add_search_bench_command(CLI::App& app, CliContext& ctx);  // harness/cmd_search_bench.cpp
 void add_landscape_command(CLI::App& app, CliContext& ctx);     // harness/cmd_landscape.cpp
 void add_worker_command(CLI::App& app, CliContext& ctx);        // harness/cmd_worker.cpp

@@ -31,6 +31,7 @@ const CommandEntry kCommands[] = {
     {"loop", megasched::harness::add_loop_command},
     {"report", megasched::harness::add_report_command},
     {"prior", megasched::harness::add_prior_command},
+    {"corpus", megasched::harness::add_corpus_command},
     {"search-bench", megasched::harness::add_search_bench_command},
     {"landscape", megasched::harness::add_landscape_command},
     {"worker", megasched::harness::add_worker_command},

@@ -1,11 +1,15 @@
 #include "harness/promote.h"
 
 #include <algorithm>
+#include <chrono>
+#include <iostream>
 #include <set>
 
 #include "eval/evaluate.h"
 #include "eval/generate.h"
 #include "eval/plan_evaluate.h"
+#include "flywheel/measured_records.h"
+#include "flywheel/run_dir.h"
 #include "harness/cli_util.h"
 #include "schedule/format.h"
 #include "schedule/lookup.h"
@@ -81,6 +85,25 @@ GateOutcome run_benchmark_gate(int rounds, double required, const Measure& measu
   return g;
 }
 
+bool append_verify_verdict(const VerifyRequest& request, const schedule::ScheduleConfig& config,
+                           const eval::Verdict& verdict, const schedule::ModelShape& shape,
+                           const nlohmann::json& identity, bool* appended, std::string* error) {
+  *appended = false;
+  if (!flywheel::flywheel_enabled(request.flywheel_dir) || verdict.device != "gpu") return true;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  flywheel::MeasuredTrial t;
+  t.run_id = flywheel::new_run_id(now);
+  t.strategy = "promote";
+  t.description = "promote: the verify gate's trial";
+  t.config = config;
+  t.verdict = verdict;
+  t.shape = shape;
+  t.identity = identity;
+  return flywheel::append_shared(request.flywheel_dir, flywheel::measured_record(t, now),
+                                 flywheel::kSourcePromote, appended, error);
+}
+
 GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::ScheduleConfig& config,
                             eval::Verdict* verdict, bool* environment) {
   GateOutcome g;
@@ -103,6 +126,9 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
     return g;
   }
   *verdict = evaluator->evaluate(config);
+  if (bool appended = false; !append_verify_verdict(request, config, *verdict, *shape,
+                                                    evaluator->identity(), &appended, &error))
+    std::cerr << "promote: warning: shared corpus: " << error << "\n";
   g.detail = {{"positions", ev.positions},          {"device", request.device},
               {"status", verdict->status},          {"valid", verdict->valid},
               {"correct", verdict->correct},        {"rel_err", verdict->rel_err},

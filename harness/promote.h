@@ -19,7 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/verdict.h"
+#include "flywheel/shared_corpus.h"
 #include "schedule/config.h"
+#include "schedule/model.h"
 #include "schedule/plan.h"
 
 namespace megasched::harness {
@@ -59,7 +61,17 @@ struct VerifyRequest {
   uint64_t seed = 0;
   std::vector<int> positions;  // empty: verify_positions(max_seq)
   int tokens = kVerifyTokens;
+  /// The shared corpus folder the gate's GPU verdict is appended to (flywheel/shared_corpus.h;
+  /// "none": off).
+  std::string flywheel_dir = flywheel::default_flywheel_dir();
 };
+/// Appends the verify gate's verdict of `config` (measured by an evaluator of `identity` on a model
+/// of `shape`) to request.flywheel_dir as a `promote` row, when it was a GPU trial; a CPU verdict
+/// appends nothing. *appended says whether it did; false with *error on an I/O failure.
+bool append_verify_verdict(const VerifyRequest& request, const schedule::ScheduleConfig& config,
+                           const eval::Verdict& verdict, const schedule::ModelShape& shape,
+                           const nlohmann::json& identity, bool* appended, std::string* error);
+
 /// *verdict gets the evaluate verdict (when the trial ran). *environment: the failure is the
 /// machine's (no GPU), not the config's.
 GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::ScheduleConfig& config,

@@ -49,6 +49,24 @@ CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& nam
   return cmd->add_option(name, *seed, help)->check(unsigned_integer())->capture_default_str();
 }
 
+CLI::Option* add_flywheel_flag(CLI::App* cmd, std::string* dir) {
+  return cmd
+      ->add_option("--flywheel", *dir,
+                   "Shared corpus folder: every GPU trial is appended to its <target>.corpus.jsonl "
+                   "there (CPU trials never); none: off ($MEGASCHED_FLYWHEEL_DIR, else "
+                   "flywheel/data)")
+      ->capture_default_str();
+}
+
+CLI::Option* add_corpus_stale_flag(CLI::App* cmd, bool* include) {
+  return cmd
+      ->add_option_function<std::string>(
+          "--corpus-stale", [include](const std::string& value) { *include = value == "include"; },
+          "Shared corpus rows of another kernel build (stale: a kernel change moves latencies): "
+          "exclude (default) or include them in the prior's training")
+      ->check(CLI::IsMember({"exclude", "include"}));
+}
+
 int target_error_code(const std::string& gpu) {
   return gpu == "auto" ? kExitEnvironment : kExitUsage;
 }

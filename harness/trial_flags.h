@@ -56,6 +56,13 @@ CLI::Option* add_seed_flag(CLI::App* cmd, uint64_t* seed, const std::string& nam
 /// --compile-threads N (N >= 1): the CPU threads that build kernels ahead of GPU trials
 /// (search/compile_ahead.h); `loop` and `landscape record` share it.
 CLI::Option* add_compile_threads_flag(CLI::App* cmd, int* threads);
+/// --flywheel DIR: the shared corpus folder (flywheel/shared_corpus.h) the command's GPU trials are
+/// appended to (and a prior reads); "none" turns it off. Its default is $MEGASCHED_FLYWHEEL_DIR,
+/// else flywheel/data.
+CLI::Option* add_flywheel_flag(CLI::App* cmd, std::string* dir);
+/// --corpus-stale exclude|include: whether rows of the shared corpus measured by another kernel
+/// build (stale: a kernel change moves latencies) train the prior. Default exclude.
+CLI::Option* add_corpus_stale_flag(CLI::App* cmd, bool* include);
 
 /// The exit code of a --gpu that does not resolve: 3 for auto (no usable GPU here: the machine's
 /// fault), 2 for a name that is no target (the argument's).

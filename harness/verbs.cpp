@@ -27,6 +27,7 @@
 #include "search/mpi_pool.h"
 #include "search/worker_evaluator.h"
 #include "search/worker_pool.h"
+#include "vm/nvrtc_build.h"
 
 namespace megasched::harness {
 namespace {
@@ -363,6 +364,34 @@ std::optional<VerbResult> start_compile_ahead(LoopCommand& opt, const std::strin
   return std::nullopt;
 }
 
+std::vector<flywheel::CorpusRecord> loop_training(const LoopCommand& opt,
+                                                  const flywheel::TrainingRequest& request,
+                                                  std::string* note) {
+  // The prior learns from every model this workspace has tried on this target and device, and
+  // from every GPU run of this model on this target the repository keeps, judged as this loop
+  // judges (the same objective, or the same timed position): a latency at position 4096 or a
+  // weighted mean is no sample of a position-0 loop's target. Rows of another kernel build are
+  // left out by default: a kernel change moves latencies, so they would teach the old kernel.
+  std::vector<flywheel::CorpusRecord> own = flywheel::read_corpus(opt.loop.corpus_path).records;
+  flywheel::SharedCorpusFilter filter;
+  filter.target = request.target;
+  filter.model = request.model;
+  filter.include_stale = opt.corpus_stale;
+  filter.build = vm::build_identity();
+  flywheel::SharedCorpusRead shared;
+  if (request.device == "gpu") shared = flywheel::read_shared(opt.flywheel_dir, filter);
+  int shared_used = 0;
+  auto training =
+      flywheel::training_records(std::move(own), std::move(shared.records), request, &shared_used);
+  *note = "training: " + std::to_string(training.size() - shared_used) + " records of " +
+          opt.loop.corpus_path + ", " + std::to_string(shared_used) + " of the shared corpus" +
+          (flywheel::flywheel_enabled(opt.flywheel_dir) ? " " + opt.flywheel_dir : " (off)") +
+          " (" + std::to_string(shared.stale) + " stale rows of other kernel builds " +
+          (opt.corpus_stale ? "included" : "left out") + ")" +
+          (shared.error.empty() ? "" : "; shared corpus unreadable: " + shared.error);
+  return training;
+}
+
 VerbResult run_loop_command(LoopCommand& opt) {
   std::string error;
   if (!opt.trial.parse_positions(&error)) return failed(kExitUsage, error);
@@ -417,16 +446,17 @@ VerbResult run_loop_command(LoopCommand& opt) {
       backend.pool ? backend.pool->identity(0) : backend.evaluator->identity();
 
   opt.strategy.shape = *shape;
+  opt.loop.flywheel_dir = opt.flywheel_dir;
   if (opt.strategy.name == "prior" || opt.strategy.name == "guided") {
-    // The prior learns from every model this workspace has tried on this target and device,
-    // judged as this loop judges (the same objective, or the same timed position): a latency at
-    // position 4096 or a weighted mean is no sample of a position-0 loop's target.
-    const std::string target_name = identity.value("target", target->name);
-    for (flywheel::CorpusRecord& r : flywheel::read_corpus(opt.loop.corpus_path).records)
-      if (r.target == target_name && r.device == device &&
-          eval::judged_alike(r.verdict.timed_position, r.verdict.objective, ev.timed_position,
-                             ev.objective))
-        opt.strategy.training.push_back(std::move(r));
+    flywheel::TrainingRequest request;
+    request.target = identity.value("target", target->name);
+    request.model = identity.value("model", shape->name);
+    request.device = device;
+    request.timed_position = ev.timed_position;
+    request.objective = ev.objective;
+    std::string note;
+    opt.strategy.training = loop_training(opt, request, &note);
+    if (opt.loop.progress) *opt.loop.progress << note << "\n";
   }
   auto strategy = search::make_strategy(opt.strategy, &error);
   if (!strategy) {

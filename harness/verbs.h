@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/verdict.h"
+#include "flywheel/shared_corpus.h"
 #include "harness/trial_flags.h"
 #include "schedule/config.h"
 #include "schedule/plan.h"
@@ -96,6 +97,10 @@ struct LoopCommand {
   int compile_threads = 0;
   std::string objective_flag = "--objective";  // how messages name trial.objective ("objective"
                                                // for the MCP tool)
+  // The shared corpus (flywheel/shared_corpus.h): where the GPU trials go and what a prior or
+  // guided strategy warm-starts from ("none": off), and whether rows of other kernel builds train.
+  std::string flywheel_dir = flywheel::default_flywheel_dir();  // --flywheel
+  bool corpus_stale = false;                                    // --corpus-stale include
   /// Called once the evaluator and the strategy are ready, right before the first trial (the
   /// CLI installs its signal handlers there).
   std::function<void()> on_start;
@@ -131,6 +136,12 @@ std::optional<VerbResult> start_compile_ahead(LoopCommand& command, const std::s
                                               const schedule::ModelShape& shape,
                                               const schedule::GpuTarget& target,
                                               std::unique_ptr<search::CompileAhead>* pool);
+/// What a prior or guided strategy of `command` trains on (flywheel::training_records): the records
+/// of its own corpus on this target and device, and the shared corpus's rows of this target and
+/// model, of the current kernel build unless command.corpus_stale. *note: one line saying so.
+std::vector<flywheel::CorpusRecord> loop_training(const LoopCommand& command,
+                                                  const flywheel::TrainingRequest& request,
+                                                  std::string* note);
 
 /// Runs the loop the flags describe. document: the summary (also after a log error, exit 3).
 /// Under --mpi, a rank other than 0 serves trials and returns a null document.

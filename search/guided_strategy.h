@@ -1,7 +1,8 @@
 // The model-guided strategy (`--strategy guided`), after TVM's auto-scheduler: a cost model ranks
 // many generated candidates and only the best few are measured.
 //   - The model is the learned prior (flywheel/prior.h): ridge regression on knob indicators and
-//     their pairwise products, fitted on the corpus records the loop passes in (training) and
+//     their pairwise products, fitted on the corpus records the loop passes in (training: its
+//     own corpus and, on a GPU, the shared corpus of flywheel/shared_corpus.h) and
 //     refitted on every outcome of this run before each proposal.
 //   - Candidates: `candidates` configs bred from the elite pool (the `elite_size` fastest configs
 //     seen): 1-3 knob mutations of an elite (60%), crossovers of two elites (30%), random configs

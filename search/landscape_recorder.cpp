@@ -1,6 +1,7 @@
 #include "search/landscape_recorder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -9,6 +10,9 @@
 #include <set>
 
 #include "flywheel/locked_file.h"
+#include "flywheel/measured_records.h"
+#include "flywheel/run_dir.h"
+#include "flywheel/shared_corpus.h"
 #include "schedule/search.h"
 #include "search/loop.h"
 
@@ -176,12 +180,47 @@ LandscapeRow landscape_row(const PlannedConfig& planned, const eval::Verdict& v)
   return row;
 }
 
+namespace {
+
+/// Appends a GPU row to the shared corpus as a `landscape` record: trial `trial` of run `run_id`.
+/// A failure warns (the landscape file holds the row either way).
+void share_row(const RecordOptions& options, const std::string& run_id, int trial,
+               const PlannedConfig& planned, const eval::Verdict& verdict,
+               const nlohmann::json& identity) {
+  if (!flywheel::flywheel_enabled(options.flywheel_dir) || verdict.device != "gpu") return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  flywheel::MeasuredTrial t;
+  t.run_id = run_id;
+  t.trial = trial;
+  t.strategy = "landscape";
+  t.description = "landscape row (" + planned.origin + ")";
+  t.config = planned.config;
+  t.verdict = verdict;
+  t.shape = options.shape;
+  t.identity = identity;
+  bool appended = false;
+  std::string error;
+  if (!flywheel::append_shared(options.flywheel_dir, flywheel::measured_record(t, now),
+                               flywheel::kSourceLandscape, &appended, &error) &&
+      options.progress)
+    *options.progress << "landscape: warning: shared corpus: " << error << "\n";
+}
+
+std::string recording_run_id() {
+  return flywheel::new_run_id(
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
 RecordResult record_landscape(eval::Evaluator& evaluator, const std::vector<PlannedConfig>& plan,
                               const RecordOptions& options) {
   RecordResult result;
   result.planned = static_cast<int>(plan.size());
   std::set<std::string> done;
   if (!(result.ok = open_landscape(options, &done, &result))) return result;
+  const std::string run_id = recording_run_id();
   std::deque<size_t> upcoming;
   for (size_t i = 0; i < plan.size(); ++i)
     if (!done.count(schedule::canonical_string(plan[i].config))) upcoming.push_back(i);
@@ -199,6 +238,7 @@ RecordResult record_landscape(eval::Evaluator& evaluator, const std::vector<Plan
     }
     const LandscapeRow row = landscape_row(p, v);
     if (!append_landscape_row(options.path, row, &result.error)) return result.ok = false, result;
+    share_row(options, run_id, result.recorded, p, v, evaluator.identity());
     ++result.recorded;
     report(options, result, row);
   }
@@ -211,6 +251,7 @@ RecordResult record_landscape_on_pool(TrialPool& pool, const std::vector<Planned
   result.planned = static_cast<int>(plan.size());
   std::set<std::string> done;
   if (!(result.ok = open_landscape(options, &done, &result))) return result;
+  const std::string run_id = recording_run_id();
   std::deque<size_t> queue;
   for (size_t i = 0; i < plan.size(); ++i)
     if (!done.count(schedule::canonical_string(plan[i].config))) queue.push_back(i);
@@ -246,6 +287,7 @@ RecordResult record_landscape_on_pool(TrialPool& pool, const std::vector<Planned
     }
     const LandscapeRow row = landscape_row(plan[index], e->verdict);
     if (!append_landscape_row(options.path, row, &result.error)) return result.ok = false, result;
+    share_row(options, run_id, result.recorded, plan[index], e->verdict, pool.identity(e->slot));
     ++result.recorded;
     report(options, result, row);
   }

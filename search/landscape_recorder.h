@@ -53,6 +53,10 @@ struct RecordOptions {
   /// Builds the kernels of the configs next in line while the current ones run (the caller's,
   /// search/compile_ahead.h; nullptr: none): up to its capacity ahead.
   CompileAhead* compile_pool = nullptr;
+  /// The shared corpus folder (flywheel/shared_corpus.h) each GPU row is also appended to, as a
+  /// `landscape` record of a model of `shape`; "" or "none": none.
+  std::string flywheel_dir;
+  schedule::ModelShape shape;
 };
 
 struct RecordResult {

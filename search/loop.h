@@ -61,6 +61,9 @@ struct LoopOptions {
   eval::Objective objective;  // the evaluator's objective: warm-start adopts only its records
   std::string results_path = "workspace/results.tsv";
   std::string corpus_path = "workspace/corpus.jsonl";
+  /// The shared corpus folder (flywheel/shared_corpus.h) each GPU trial is also appended to; ""
+  /// or "none": none (the CLI passes flywheel::default_flywheel_dir()).
+  std::string flywheel_dir;
   double min_gain = 0.01;                   // keep rule: relative gain floor (1%)
   double sigmas = 2.0;                      // keep rule: noise multiple
   std::ostream* progress = nullptr;         // one line per trial (stderr in the CLI)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "flywheel/run_dir.h"
+#include "flywheel/shared_corpus.h"
 #include "schedule/format.h"
 
 namespace megasched::search {
@@ -281,6 +282,10 @@ bool LoopLogs::log_trial(CorpusRecord& record, const ScheduleConfig& config, dou
   if (!flywheel::append_corpus(options.corpus_path, record, &error) ||
       !flywheel::append_result(options.results_path, flywheel::row_from_record(record), &error))
     return ctx_.fail(error);
+  // The shared corpus is the project's memory, not this run's log: a failed append warns.
+  if (bool appended = false; !flywheel::append_shared(options.flywheel_dir, record,
+                                                      flywheel::kSourceLoop, &appended, &error))
+    ctx_.warn("shared corpus: " + error);
   index_.add(record);
   ctx_.this_run_ids.insert(record.schedule_id);
   ++ctx_.counts[record.status];

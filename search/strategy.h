@@ -102,7 +102,9 @@ struct StrategyOptions {
   int pool_size = 256;        // prior: candidates ranked per trial
   int min_prior_samples = 8;  // prior, guided: latencies before the model ranks anything
   std::vector<flywheel::CorpusRecord> training;  // prior, guided: corpus records (same target and
-                                                 // device, judged alike: eval::judged_alike)
+                                                 // device, judged alike: eval::judged_alike) and
+                                                 // on a GPU the shared corpus's rows of this model
+                                                 // and build (flywheel::training_records)
   schedule::ModelShape
       shape;  // prior, guided: the shape of this run's model (features of outcomes)
   std::string proposer_command;     // proposer: run with /bin/sh -c

@@ -8,6 +8,7 @@
 
 #include "flywheel/corpus.h"
 #include "flywheel/results.h"
+#include "flywheel/shared_corpus.h"
 
 namespace megasched::flywheel {
 namespace {
@@ -29,12 +30,15 @@ TEST(FlywheelSchemas, CorpusRecordSchemaListsExactlyTheRecordFields) {
   const auto schema = load("corpus_record.schema.json");
   CorpusRecord filled;
   filled.timed_on = "gpu0@host";  // written only by a multi-worker loop
+  filled.source = kSourceLoop;    // written only to the shared corpus
   const auto record = to_json(filled);
   for (const auto& [key, value] : record.items())
     EXPECT_TRUE(schema["properties"].contains(key)) << key;
   for (const auto& [key, value] : schema["properties"].items())
     EXPECT_TRUE(record.contains(key)) << key;
   EXPECT_EQ(schema["properties"]["status"]["enum"], nlohmann::json(status_vocabulary()));
+  EXPECT_EQ(schema["properties"]["source"]["enum"],
+            nlohmann::json({kSourceLoop, kSourceBench, kSourcePromote, kSourceLandscape}));
   const nlohmann::json shape = schedule::to_json(schedule::ModelShape{});
   std::vector<std::string> shape_keys;
   for (const auto& [key, value] : shape.items()) shape_keys.push_back(key);

@@ -12,11 +12,13 @@
 
 #include "eval/device.h"
 #include "flywheel/registry.h"
+#include "flywheel/shared_corpus.h"
 #include "harness/build_info.h"
 #include "harness/json_schema.h"
 #include "schedule/config.h"
 #include "schedule/plan.h"
 #include "tests/harness/run_cli.h"
+#include "vm/nvrtc_build.h"
 
 namespace megasched::harness {
 namespace {
@@ -67,6 +69,49 @@ TEST(Promote, VerifyPositionsClipToTheModel) {
   EXPECT_EQ(verify_positions(8192), (std::vector<int>{0, 1024, 4096}));
   EXPECT_EQ(verify_positions(2048), (std::vector<int>{0, 1024, 2047}));
   EXPECT_EQ(verify_positions(16), (std::vector<int>{0, 15}));
+}
+
+TEST(Promote, AGpuVerifyVerdictIsAppendedToTheSharedCorpusAndACpuOneIsNot) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("ms_promote_shared_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  VerifyRequest request;
+  request.model = "toy";
+  request.device = "gpu";
+  request.flywheel_dir = dir.string();
+  const schedule::ModelShape shape = *schedule::find_preset("toy");
+  eval::Verdict verdict;  // a GPU verdict as the gate's evaluator gives one
+  verdict.valid = verdict.correct = true;
+  verdict.status = "ok";
+  verdict.device = "gpu";
+  verdict.target = "h100";
+  verdict.latency_us = 42.0;
+  verdict.latency_kind = "measured-gpu";
+  verdict.schedule_id = "s1";
+  const nlohmann::json identity = {{"model", "toy"}, {"target", "h100"}, {"device", "gpu"}};
+  bool appended = false;
+  std::string error;
+  ASSERT_TRUE(append_verify_verdict(request, schedule::ScheduleConfig{}, verdict, shape, identity,
+                                    &appended, &error))
+      << error;
+  EXPECT_TRUE(appended);
+  eval::Verdict cpu = verdict;
+  cpu.device = "cpu";
+  cpu.latency_kind = "predicted";
+  ASSERT_TRUE(append_verify_verdict(request, schedule::ScheduleConfig{}, cpu, shape,
+                                    {{"model", "toy"}, {"target", "h100"}, {"device", "cpu"}},
+                                    &appended, &error));
+  EXPECT_FALSE(appended);
+  flywheel::SharedCorpusFilter filter;
+  filter.target = "h100";
+  filter.build = vm::build_identity();
+  const flywheel::SharedCorpusRead read = flywheel::read_shared(dir.string(), filter);
+  fs::remove_all(dir);
+  ASSERT_EQ(read.records.size(), 1u);
+  EXPECT_EQ(read.records[0].source, "promote");
+  EXPECT_EQ(read.records[0].schedule_id, "s1");
+  EXPECT_DOUBLE_EQ(*read.records[0].verdict.latency_us, 42.0);
+  EXPECT_EQ(read.records[0].status, "discarded");
 }
 
 class PromoteCli : public ::testing::Test {

@@ -15,11 +15,13 @@
 #include <gtest/gtest.h>
 
 #include "eval/evaluate.h"
+#include "flywheel/shared_corpus.h"
 #include "search/compile_ahead.h"
 #include "search/landscape_evaluator.h"
 #include "search/landscape_recorder.h"
 #include "search/trial_pool.h"
 #include "tests/h100_target.h"
+#include "tests/search/loop_fakes.h"
 #include "tests/search/synthetic_landscape.h"
 #include "vm/nvrtc_build.h"
 
@@ -162,6 +164,45 @@ TEST_F(LandscapeFiles, RecorderWritesTheKernelIdentityAndResumes) {
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(r.bad_arguments);
   EXPECT_NE(r.error.find("record into a new file"), std::string::npos) << r.error;
+}
+
+TEST_F(LandscapeFiles, RecorderAppendsGpuRowsToTheSharedCorpusAndNoCpuRow) {
+  const schedule::ModelShape shape = *schedule::find_preset("toy");
+  const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
+                                   {{"default", schedule::ScheduleConfig()}}, 3);
+  const std::vector<PlannedConfig> three(plan.begin(), plan.begin() + 3);
+  RecordOptions options;
+  options.flywheel_dir = (dir_ / "flywheel").string();
+  options.shape = shape;
+  options.header.model = "toy";
+  options.header.target = "h100";
+  options.header.latency_kind = "measured-gpu";
+  options.header.versions = eval::trial_versions(nlohmann::json::object());
+  options.header.build = vm::build_identity();
+  for (const std::string device : {"cpu", "gpu"}) {
+    loop_testing::FakeEvaluator evaluator(nullptr, device);
+    options.header.device = device;
+    options.path = (dir_ / (device + ".landscape.jsonl")).string();
+    RecordResult r = record_landscape(evaluator, three, options);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.recorded, 3);
+  }
+  flywheel::SharedCorpusFilter filter;
+  filter.target = "h100";
+  filter.build = vm::build_identity();
+  const flywheel::SharedCorpusRead read = flywheel::read_shared(options.flywheel_dir, filter);
+  ASSERT_EQ(read.records.size(), 3u);  // the GPU recording's rows only
+  for (const flywheel::CorpusRecord& r : read.records) {
+    EXPECT_EQ(r.source, "landscape");
+    EXPECT_EQ(r.strategy, "landscape");
+    EXPECT_EQ(r.device, "gpu");
+    EXPECT_EQ(r.model, "toy");
+    EXPECT_EQ(r.status, "discarded");
+    EXPECT_EQ(r.model_shape["name"], "toy");
+  }
+  EXPECT_EQ(read.records[0].config, schedule::to_json(three[0].config));
+  EXPECT_EQ(read.records[0].run_id, read.records[2].run_id);
+  EXPECT_EQ(read.records[2].trial, 2);
 }
 
 TEST_F(LandscapeFiles, RecorderRecordsThroughAPoolOfWorkersAndResumes) {

@@ -18,11 +18,13 @@
 #include "eval/evaluate.h"
 #include "flywheel/corpus.h"
 #include "flywheel/results.h"
+#include "flywheel/shared_corpus.h"
 #include "schedule/config.h"
 #include "schedule/target.h"
 #include "search/strategy.h"
 #include "tests/h100_target.h"
 #include "tests/search/loop_fakes.h"
+#include "vm/nvrtc_build.h"
 
 namespace megasched::search {
 namespace {
@@ -618,6 +620,35 @@ TEST_F(HarnessLoop, FailingProposerStopsTheLoopWithItsMessage) {
   EXPECT_NE(reason.find("exit 3"), std::string::npos) << reason;
   EXPECT_NE(reason.find("no model loaded"), std::string::npos) << reason;
   EXPECT_EQ(rows().size(), 1u);
+}
+
+TEST_F(HarnessLoop, GpuTrialsAreAppendedToTheSharedCorpusAndCpuTrialsAreNot) {
+  const std::string shared = (dir_ / "flywheel").string();
+  options.flywheel_dir = shared;
+  const ScheduleConfig slower = with({{"launch.blocks_per_sm", 2}});
+  FakeEvaluator cpu(&clock, "cpu");
+  ScriptedStrategy cpu_strategy({slower});
+  ASSERT_TRUE(run(cpu, cpu_strategy).ok);
+  EXPECT_EQ(rows().size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(shared));  // predicted latencies stay in the run's logs
+
+  FakeEvaluator gpu(&clock, "gpu");
+  gpu.script(ScheduleConfig{}, ok_verdict(100.0, 0.5, "measured-gpu"));
+  gpu.script(slower, ok_verdict(120.0, 0.5, "measured-gpu"));
+  ScriptedStrategy gpu_strategy({slower});
+  ASSERT_TRUE(run(gpu, gpu_strategy).ok);
+  flywheel::SharedCorpusFilter filter;
+  filter.target = "h100";
+  filter.build = vm::build_identity();
+  const flywheel::SharedCorpusRead read = flywheel::read_shared(shared, filter);
+  ASSERT_EQ(read.records.size(), 2u);  // the GPU run's two trials, of the current build
+  EXPECT_EQ(read.stale, 0);
+  for (const flywheel::CorpusRecord& r : read.records) {
+    EXPECT_EQ(r.source, "loop");
+    EXPECT_EQ(r.device, "gpu");
+  }
+  EXPECT_EQ(read.records[1].status, "discarded");
+  EXPECT_EQ(read.records[1].run_id, records().back().run_id);
 }
 
 }  // namespace

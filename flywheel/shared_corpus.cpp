@@ -1,0 +1,232 @@
+#include "flywheel/shared_corpus.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "flywheel/locked_file.h"
+#include "schedule/target.h"
+
+namespace megasched::flywheel {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFileSuffix = ".corpus.jsonl";
+
+std::string build_of(const CorpusRecord& record) {
+  auto it = record.versions.find("build");
+  return it != record.versions.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+/// The files of `filter` in `dir`: one target's, or every *.corpus.jsonl by name.
+std::vector<std::string> files_to_read(const std::string& dir, const SharedCorpusFilter& filter,
+                                       std::string* error) {
+  if (!filter.target.empty()) return {shared_corpus_path(dir, filter.target)};
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return out;
+  if (!fs::is_directory(dir, ec)) {
+    *error = "the shared corpus folder " + dir + " is not a folder (set " + kFlywheelDirEnv +
+             " to a folder, or to none)";
+    return out;
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > std::string(kFileSuffix).size() &&
+        name.compare(name.size() - std::string(kFileSuffix).size(), std::string::npos,
+                     kFileSuffix) == 0)
+      out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string default_flywheel_dir() {
+  const char* env = std::getenv(kFlywheelDirEnv);
+  return env != nullptr && *env != '\0' ? env : kDefaultFlywheelDir;
+}
+
+bool flywheel_enabled(const std::string& dir) { return !dir.empty() && dir != kFlywheelOff; }
+
+std::string target_file_key(const std::string& target) {
+  if (auto known = schedule::find_target(target)) return known->name;
+  std::string out;
+  for (unsigned char c : target) {
+    if (std::isalnum(c))
+      out.push_back(static_cast<char>(std::tolower(c)));
+    else if (!out.empty() && out.back() != '-')
+      out.push_back('-');
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+std::string shared_corpus_path(const std::string& dir, const std::string& target) {
+  return (fs::path(dir) / (target_file_key(target) + kFileSuffix)).string();
+}
+
+bool is_stale(const CorpusRecord& record, const std::string& build) {
+  const std::string own = build_of(record);
+  return own.empty() || own != build;
+}
+
+std::string timed_key(const CorpusRecord& record) {
+  const std::string objective =
+      eval::objective_text(eval::objective_of_entries(record.verdict.objective));
+  return objective.empty() ? "p" + std::to_string(record.verdict.timed_position)
+                           : "obj" + objective;
+}
+
+bool append_shared(const std::string& dir, CorpusRecord record, const std::string& source,
+                   bool* appended, std::string* error) {
+  *appended = false;
+  if (!flywheel_enabled(dir) || record.device != "gpu") return true;
+  record.source = source;
+  if (!append_corpus(shared_corpus_path(dir, record.target), record, error)) return false;
+  *appended = true;
+  return true;
+}
+
+int append_shared_all(const std::string& dir, const std::vector<CorpusRecord>& records,
+                      const std::string& source, std::string* error) {
+  int count = 0;
+  for (const CorpusRecord& r : records) {
+    bool appended = false;
+    if (!append_shared(dir, r, source, &appended, error)) return -1;
+    count += appended ? 1 : 0;
+  }
+  return count;
+}
+
+ImportResult import_corpus(const std::string& dir, const std::string& path) {
+  ImportResult out;
+  if (!flywheel_enabled(dir)) {
+    out.error = "the shared corpus is off (" + std::string(kFlywheelDirEnv) +
+                " or --flywheel is none): name a folder to import into";
+    return out;
+  }
+  CorpusRead file = read_corpus(path);
+  out.problems = file.problems;
+  if (!file.error.empty() || !file.exists) {
+    out.error = file.error.empty() ? "no corpus at " + path : file.error;
+    return out;
+  }
+  SharedCorpusFilter every;
+  every.include_stale = true;
+  every.dedupe = false;
+  SharedCorpusRead shared = read_shared(dir, every);
+  if (!shared.error.empty()) {
+    out.error = shared.error;
+    return out;
+  }
+  std::set<std::string> held;
+  auto key = [](const CorpusRecord& r) {
+    return r.run_id + "|" + std::to_string(r.trial) + "|" + r.schedule_id;
+  };
+  for (const CorpusRecord& r : shared.records) held.insert(key(r));
+  out.read = static_cast<int>(file.records.size());
+  for (const CorpusRecord& r : file.records) {
+    if (r.device != "gpu") {
+      ++out.cpu;
+      continue;
+    }
+    if (!held.insert(key(r)).second) {
+      ++out.already;
+      continue;
+    }
+    std::string source = r.source;
+    if (source.empty())
+      source = r.strategy == kSourceBench || r.strategy == kSourcePromote ||
+                       r.strategy == kSourceLandscape
+                   ? r.strategy
+                   : kSourceLoop;
+    bool appended = false;
+    if (!append_shared(dir, r, source, &appended, &out.error)) return out;
+    out.imported += appended ? 1 : 0;
+  }
+  return out;
+}
+
+std::vector<CorpusRecord> dedupe_records(std::vector<CorpusRecord> records, int* dropped) {
+  // The index of the survivor of each key: the newest timestamp, the later line on a tie.
+  std::map<std::string, size_t> newest;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const CorpusRecord& r = records[i];
+    const std::string key = r.schedule_id + "|" + build_of(r) + "|" + timed_key(r);
+    auto [it, fresh] = newest.emplace(key, i);
+    if (!fresh && records[it->second].timestamp <= r.timestamp) it->second = i;
+  }
+  std::vector<bool> keep(records.size(), false);
+  for (const auto& [key, index] : newest) keep[index] = true;
+  std::vector<CorpusRecord> out;
+  for (size_t i = 0; i < records.size(); ++i)
+    if (keep[i]) out.push_back(std::move(records[i]));
+  if (dropped) *dropped = static_cast<int>(records.size() - out.size());
+  return out;
+}
+
+SharedCorpusRead read_shared(const std::string& dir, const SharedCorpusFilter& filter) {
+  SharedCorpusRead out;
+  if (!flywheel_enabled(dir)) return out;
+  const std::string key = filter.target.empty() ? "" : target_file_key(filter.target);
+  for (const std::string& path : files_to_read(dir, filter, &out.error)) {
+    CorpusRead file = read_corpus(path);
+    if (!file.error.empty()) {
+      out.error = file.error;
+      return out;
+    }
+    if (!file.exists) continue;
+    out.files.push_back(path);
+    out.problems.insert(out.problems.end(), file.problems.begin(), file.problems.end());
+    for (CorpusRecord& r : file.records) {
+      if (!key.empty() && target_file_key(r.target) != key) continue;
+      if (!filter.model.empty() && r.model != filter.model) continue;
+      if (is_stale(r, filter.build)) {
+        ++out.stale;
+        if (!filter.include_stale) continue;
+      }
+      out.records.push_back(std::move(r));
+    }
+  }
+  if (filter.dedupe) out.records = dedupe_records(std::move(out.records), &out.duplicates);
+  return out;
+}
+
+std::vector<CorpusRecord> training_records(std::vector<CorpusRecord> own,
+                                           std::vector<CorpusRecord> shared,
+                                           const TrainingRequest& request, int* shared_used) {
+  std::vector<CorpusRecord> out;
+  std::set<std::pair<std::string, int>> seen;
+  for (CorpusRecord& r : own) {
+    if (r.target != request.target || r.device != request.device ||
+        !eval::judged_alike(r.verdict.timed_position, r.verdict.objective, request.timed_position,
+                            request.objective))
+      continue;
+    seen.emplace(r.run_id, r.trial);
+    out.push_back(std::move(r));
+  }
+  int used = 0;
+  if (request.device == "gpu") {
+    const std::string key = target_file_key(request.target);
+    for (CorpusRecord& r : shared) {
+      if (target_file_key(r.target) != key || r.model != request.model || r.device != "gpu" ||
+          seen.count({r.run_id, r.trial}) ||
+          !eval::judged_alike(r.verdict.timed_position, r.verdict.objective, request.timed_position,
+                              request.objective))
+        continue;
+      out.push_back(std::move(r));
+      ++used;
+    }
+  }
+  if (shared_used) *shared_used = used;
+  return out;
+}
+
+}  // namespace megasched::flywheel

@@ -1,0 +1,121 @@
+// `megasched corpus show|import`: the shared corpus (flywheel/shared_corpus.h), one
+// <target>.corpus.jsonl per GPU target in flywheel/data/ (--flywheel, $MEGASCHED_FLYWHEEL_DIR).
+//   show    per file: rows, rows of the current kernel build and stale rows, by source and model
+//   import  appends the GPU records of corpus.jsonl files (a loop's --corpus, or older runs' kept
+//           in git) as they are: their build identities stay, so rows of an older kernel show as
+//           stale and train no prior unless `--corpus-stale include` asks. Importing twice adds
+//           nothing the second time.
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "flywheel/shared_corpus.h"
+#include "harness/cli_util.h"
+#include "harness/commands.h"
+#include "harness/trial_flags.h"
+#include "vm/nvrtc_build.h"
+
+namespace megasched::harness {
+namespace {
+
+struct CorpusOptions {
+  std::string flywheel_dir = flywheel::default_flywheel_dir();
+  std::vector<std::string> files;  // import
+  std::string model;               // show: only this model
+};
+
+/// The summary of one shared file: counts of every row, the current build's, and by source and
+/// model.
+nlohmann::json file_summary(const std::string& dir, const std::string& file,
+                            const std::string& model, const std::string& build) {
+  flywheel::SharedCorpusFilter every;
+  every.target = file;
+  every.model = model;
+  every.include_stale = true;
+  every.dedupe = false;
+  every.build = build;
+  const flywheel::SharedCorpusRead read = flywheel::read_shared(dir, every);
+  std::map<std::string, int> by_source, by_model, by_build;
+  for (const flywheel::CorpusRecord& r : read.records) {
+    ++by_source[r.source.empty() ? "?" : r.source];
+    ++by_model[r.model];
+    ++by_build[r.versions.value("build", std::string("?"))];
+  }
+  return {{"rows", read.records.size()},
+          {"current_build_rows", static_cast<int>(read.records.size()) - read.stale},
+          {"stale_rows", read.stale},
+          {"by_source", by_source},
+          {"by_model", by_model},
+          {"by_build", by_build},
+          {"problems", read.problems}};
+}
+
+int show(const CorpusOptions& o) {
+  if (!flywheel::flywheel_enabled(o.flywheel_dir)) {
+    print_error("corpus", "the shared corpus is off (--flywheel none); name its folder");
+    return kExitUsage;
+  }
+  flywheel::SharedCorpusFilter every;
+  every.include_stale = true;
+  const flywheel::SharedCorpusRead read = flywheel::read_shared(o.flywheel_dir, every);
+  if (!read.error.empty()) return print_error("corpus", read.error), kExitEnvironment;
+  const std::string build = vm::build_identity();
+  nlohmann::json files = nlohmann::json::object();
+  for (const std::string& path : read.files) {
+    std::string name = std::filesystem::path(path).filename().string();
+    name = name.substr(0, name.find('.'));
+    files[std::filesystem::path(path).filename().string()] =
+        file_summary(o.flywheel_dir, name, o.model, build);
+  }
+  if (read.files.empty())
+    print_error("corpus", "no shared corpus in " + o.flywheel_dir +
+                              " yet (GPU runs of loop, bench, promote and landscape record fill "
+                              "it; `megasched corpus import FILE` adds a corpus.jsonl)");
+  print_json({{"flywheel", o.flywheel_dir}, {"build", build}, {"files", files}});
+  return kExitOk;
+}
+
+int import(const CorpusOptions& o) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& file : o.files) {
+    const flywheel::ImportResult r = flywheel::import_corpus(o.flywheel_dir, file);
+    for (const std::string& p : r.problems) print_error("corpus", "warning: " + p);
+    if (!r.error.empty()) {
+      print_error("corpus", "import " + file + ": " + r.error);
+      const bool missing =
+          !std::filesystem::exists(file) || !flywheel::flywheel_enabled(o.flywheel_dir);
+      return missing ? kExitUsage : kExitEnvironment;
+    }
+    rows.push_back({{"file", file},
+                    {"read", r.read},
+                    {"imported", r.imported},
+                    {"cpu_left_out", r.cpu},
+                    {"already_held", r.already}});
+  }
+  print_json({{"flywheel", o.flywheel_dir}, {"imports", rows}});
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_corpus_command(CLI::App& app, CliContext& ctx) {
+  auto opt = std::make_shared<CorpusOptions>();
+  auto* cmd = app.add_subcommand(
+      "corpus",
+      "The shared corpus of GPU trials (flywheel/data/<target>.corpus.jsonl): show, import");
+  cmd->require_subcommand(1);
+  auto* show_cmd = cmd->add_subcommand(
+      "show", "Per target file: rows, rows of the current kernel build, stale rows, by source");
+  show_cmd->add_option("--model", opt->model, "Only this model's rows");
+  add_flywheel_flag(show_cmd, &opt->flywheel_dir);
+  show_cmd->callback([&ctx, opt] { ctx.exit_code = show(*opt); });
+  auto* import_cmd = cmd->add_subcommand(
+      "import",
+      "Append the GPU records of corpus.jsonl files, build identities kept (older kernels' rows "
+      "show as stale); a record already held is not appended again");
+  import_cmd->add_option("files", opt->files, "corpus.jsonl files")->required();
+  add_flywheel_flag(import_cmd, &opt->flywheel_dir);
+  import_cmd->callback([&ctx, opt] { ctx.exit_code = import(*opt); });
+}
+
+}  // namespace megasched::harness
