@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "eval/device.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
@@ -47,7 +50,8 @@ ScheduleConfig partitioned(int partitions = 4) {
 }
 
 /// A plan of configs[i] on [boundaries[i-1], boundaries[i]) (the last to the model's end) against
-/// each config alone on `device`: every step's logits those of its bucket's config, bit for bit,
+/// each config alone on `device`: every step's logits those of its bucket's config (bit for bit,
+/// or on a GPU after a boundary to rounding: see below),
 /// one switch per boundary, the same greedy tokens.
 void expect_plan_matches_each_config(const std::string& model, const std::vector<int32_t>& prompt,
                                      int max_tokens, const std::vector<ScheduleConfig>& configs,
@@ -84,7 +88,22 @@ void expect_plan_matches_each_config(const std::string& model, const std::vector
   for (size_t pos = 0; pos < steps; ++pos) {
     size_t bucket = 0;
     while (bucket < boundaries.size() && static_cast<int>(pos) >= boundaries[bucket]) ++bucket;
-    EXPECT_EQ(both.logits[pos], alone[bucket].logits[pos]) << "position " << pos;
+    // Bit for bit while the KV history was written by this bucket's own config. After a boundary
+    // of a model of several layers it was not: the layers past the first take their K and V from
+    // hidden states the earlier bucket's attention summed in its own order, so the cache differs
+    // from the config alone's in its last bits (a GPU's order, not the CPU twin's) and so do the
+    // logits: there they agree to rounding (1e-5 of the largest logit) with the same tokens.
+    if (device == "cpu" || bucket == 0) {
+      EXPECT_EQ(both.logits[pos], alone[bucket].logits[pos]) << "position " << pos;
+    } else {
+      float worst = 0.0f, scale = 0.0f;
+      ASSERT_EQ(both.logits[pos].size(), alone[bucket].logits[pos].size());
+      for (size_t v = 0; v < both.logits[pos].size(); ++v) {
+        worst = std::max(worst, std::fabs(both.logits[pos][v] - alone[bucket].logits[pos][v]));
+        scale = std::max(scale, std::fabs(alone[bucket].logits[pos][v]));
+      }
+      EXPECT_LE(worst, 1e-5f * scale) << "position " << pos;
+    }
     for (size_t i = 0; i + 1 < alone.size(); ++i)
       differs_from_next[i] =
           differs_from_next[i] || alone[i].logits[pos] != alone[i + 1].logits[pos];
