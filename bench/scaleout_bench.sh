@@ -13,8 +13,15 @@
 #         each, random strategy, one seed, CUDA_VISIBLE_DEVICES=${GPU1_DEVICE:-0}, both after an
 #         untimed run of the same seed that fills the caches. Target: the pool's rate within 5% of
 #         the single worker's (either way). -> OUT_DIR/scaleout/gpu1.json
+#   cold  a fresh search with cold kernel caches (each run its own empty MEGASCHED_KERNEL_CACHE;
+#         the reference cache filled first by an untimed 1-trial run): `loop --device gpu` on
+#         COLD_MODEL (default llama-1b) from the default config, the default strategy, one seed,
+#         for COLD_MINUTES (default 1.5) each with --compile-ahead 0 and then 4 on GPU 0, then
+#         `--gpus all` with --compile-ahead 4 when the host has more than one GPU. Targets: >= 30
+#         trials/min on one GPU with compile-ahead; all GPUs >= 0.925 x GPUs x the one-GPU rate
+#         (2 GPUs >= 1.85x). -> OUT_DIR/scaleout/cold.json
 # Each run keeps its logs, summary and progress under OUT_DIR/scaleout/<stage>_<n>/.
-# usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1]      env: BUILD (default build-gpu)
+# usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1] [cold]      env: BUILD (default build-gpu)
 set -uo pipefail
 
 OUT=${1:?usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1]}
@@ -120,6 +127,46 @@ if [[ " $STAGES " == *" gpu1 "* ]]; then
  "trials_per_min_single_worker": $rs, "trials_per_min_gpus_all": $rp, "ratio": $r, "target_ratio": "0.95-1.05", "pass": $pass}
 EOF
   log "gpu1: single worker $rs trials/min, --gpus all $rp trials/min: ratio $r (target 0.95-1.05, pass $pass)"
+  [ "$pass" = true ] || status=1
+fi
+if [[ " $STAGES " == *" cold "* ]]; then
+  COLD_MODEL=${COLD_MODEL:-llama-1b}
+  COLD_MINUTES=${COLD_MINUTES:-1.5}
+  gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+  log "cold: $COLD_MODEL, $COLD_MINUTES min each, compile-ahead 0 / 4 on one GPU, then all $gpus"
+  w="$DIR/cold_warmup"
+  rm -rf "$w" && mkdir -p "$w/kernels"
+  CUDA_VISIBLE_DEVICES=0 MEGASCHED_KERNEL_CACHE="$w/kernels" "$BIN" loop --device gpu --gpu auto \
+    --model "$COLD_MODEL" --seed 1 --budget 1 --results "$w/results.tsv" --corpus "$w/corpus.jsonl" \
+    >"$w/summary.json" 2>"$w/progress.log" || log "cold: the warm-up run FAILED: $(tail -2 "$w/progress.log")"
+  cold_run() {  # name, then the loop's where and compile-ahead flags
+    local d="$DIR/cold_$1"
+    shift
+    rm -rf "$d" && mkdir -p "$d/kernels"
+    MEGASCHED_KERNEL_CACHE="$d/kernels" "$BIN" loop "$@" --gpu auto --model "$COLD_MODEL" --seed 1 \
+      --budget 1000 --minutes "$COLD_MINUTES" --results "$d/results.tsv" --corpus "$d/corpus.jsonl" \
+      >"$d/summary.json" 2>"$d/progress.log" || { log "cold: the $d run FAILED: $(tail -2 "$d/progress.log")"; status=1; }
+  }
+  CUDA_VISIBLE_DEVICES=0 cold_run ahead0 --device gpu --compile-ahead 0
+  CUDA_VISIBLE_DEVICES=0 cold_run ahead4 --device gpu --compile-ahead 4
+  r0=$(rate "$DIR/cold_ahead0/summary.json")
+  r4=$(rate "$DIR/cold_ahead4/summary.json")
+  rall=null
+  scale=null
+  if [ "$gpus" -gt 1 ]; then
+    cold_run all --gpus all --compile-ahead 4
+    rall=$(rate "$DIR/cold_all/summary.json")
+    scale=$(ratio "$rall" "$r4")
+  fi
+  pass=false
+  at_least "$r4" 30 && pass=true
+  [ "$gpus" -gt 1 ] && ! at_least "$scale" "$(awk -v g="$gpus" 'BEGIN { print 0.925 * g }')" && pass=false
+  cat >"$DIR/cold.json" <<EOF
+{"stage": "cold", "model": "$COLD_MODEL", "minutes": $COLD_MINUTES, "gpu": "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)", "gpus": $gpus,
+ "trials_per_min_ahead0": $r0, "trials_per_min_ahead4": $r4, "trials_per_min_all_gpus_ahead4": $rall,
+ "scaling_all_gpus": $scale, "target_trials_per_min": 30, "pass": $pass}
+EOF
+  log "cold: compile-ahead 0 $r0 trials/min, 4 $r4 trials/min; all $gpus GPUs $rall (${scale}x); pass $pass"
   [ "$pass" = true ] || status=1
 fi
 exit $status
