@@ -26,7 +26,7 @@ CLI::Option* add_compile_threads_flag(CLI::App* cmd, int* threads) {
   return cmd
       ->add_option("--compile-threads", *threads,
                    "GPU trials: CPU threads that build kernels ahead into the cubin cache "
-                   "(default: hardware threads - 1, at most 8)")
+                   "(default: hardware threads - 1, at most 8 per GPU worker)")
       ->check(integer_in(1, 256));
 }
 

@@ -335,7 +335,8 @@ std::optional<VerbResult> start_loop_backend(LoopCommand& opt, const std::string
 std::optional<VerbResult> start_compile_ahead(LoopCommand& opt, const std::string& device,
                                               const schedule::ModelShape& shape,
                                               const schedule::GpuTarget& target,
-                                              std::unique_ptr<search::CompileAhead>* pool) {
+                                              std::unique_ptr<search::CompileAhead>* pool,
+                                              int workers) {
   opt.loop.compile_ahead = 0;
   opt.loop.compile_pool = nullptr;
   const bool asked = opt.compile_ahead > 0;
@@ -354,7 +355,7 @@ std::optional<VerbResult> start_compile_ahead(LoopCommand& opt, const std::strin
     return std::nullopt;
   }
   const int threads =
-      opt.compile_threads > 0 ? opt.compile_threads : search::default_compile_threads();
+      opt.compile_threads > 0 ? opt.compile_threads : search::default_compile_threads(workers);
   // Room for the serial loop's queue and a pool's outstanding batches of tickets.
   const int capacity = std::max(64, 4 * ahead);
   *pool = std::make_unique<search::CompileAhead>(search::kernel_prebuilder(shape, target), threads,
@@ -437,8 +438,8 @@ VerbResult run_loop_command(LoopCommand& opt) {
   std::unique_ptr<search::CompileAhead> builds;  // rank 0's only (an MPI rank serves and returns)
   LoopBackend backend;
   if (std::optional<VerbResult> done = start_loop_backend(opt, device, &backend)) return *done;
-  if (std::optional<VerbResult> refused =
-          start_compile_ahead(opt, device, *shape, *target, &builds)) {
+  if (std::optional<VerbResult> refused = start_compile_ahead(
+          opt, device, *shape, *target, &builds, backend.pool ? backend.pool->size() : 1)) {
     search::finish_mpi_loop(backend.pool.get(), kExitUsage);
     return *refused;
   }

@@ -132,10 +132,13 @@ constexpr int kDefaultCompileAhead = 4;
 /// --compile-threads asked for one) or with --compile-ahead 0, none with a warning on `progress`
 /// when this binary cannot build kernels ahead (an exit 2 when --compile-ahead asked for it).
 /// Sets command.loop's compile_ahead and compile_pool.
+/// Its threads: --compile-threads, else search::default_compile_threads(workers), `workers` the
+/// trial slots the loop runs (GPUs of a pool; 1 without one).
 std::optional<VerbResult> start_compile_ahead(LoopCommand& command, const std::string& device,
                                               const schedule::ModelShape& shape,
                                               const schedule::GpuTarget& target,
-                                              std::unique_ptr<search::CompileAhead>* pool);
+                                              std::unique_ptr<search::CompileAhead>* pool,
+                                              int workers);
 /// What a prior or guided strategy of `command` trains on (flywheel::training_records): the records
 /// of its own corpus on this target and device, and the shared corpus's rows of this target and
 /// model, of the current kernel build unless command.corpus_stale. *note: one line saying so.

@@ -33,9 +33,9 @@ std::string compile_ahead_unavailable(const schedule::GpuTarget& target) {
   return "";
 }
 
-int default_compile_threads() {
+int default_compile_threads(int workers) {
   const int hardware = static_cast<int>(std::thread::hardware_concurrency());
-  return std::clamp(hardware - 1, 1, 8);
+  return std::clamp(hardware - 1, 1, 8 * std::max(workers, 1));
 }
 
 CompileAhead::CompileAhead(Prebuilder prebuilder, int threads, int capacity)

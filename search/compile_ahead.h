@@ -48,8 +48,10 @@ Prebuilder kernel_prebuilder(const schedule::ModelShape& shape, const schedule::
 /// without the CUDA toolkit), or a target without an arch.
 std::string compile_ahead_unavailable(const schedule::GpuTarget& target);
 
-/// min(hardware threads - 1, 8), at least 1.
-int default_compile_threads();
+/// min(hardware threads - 1, 8 per GPU worker), at least 1: one GPU's fresh search consumes about
+/// 45 kernels a minute, and an NVRTC compile of the megakernel takes ~6 s of one CPU thread
+/// (BENCHMARKS.md, "The search's throughput"), so each GPU needs about 8 threads compiling.
+int default_compile_threads(int workers = 1);
 
 struct CompileAheadCounters {
   int64_t queued = 0;         // jobs accepted

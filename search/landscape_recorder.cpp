@@ -72,6 +72,16 @@ bool open_landscape(const RecordOptions& options, std::set<std::string>* done,
     result->bad_arguments = true;
     return false;
   }
+  // A measured landscape is one GPU model's: rows timed on another (a `--gpu h100` recording
+  // resumed on an H200 host lowers for the same target but times another device) never join it.
+  if (a.device == "gpu" && !a.device_name.empty() && !b.device_name.empty() &&
+      a.device_name != b.device_name) {
+    result->error = options.path + " was measured on " + a.device_name + ", and this recording " +
+                    "runs on " + b.device_name + "; record into a new file (hint: `--gpu auto` " +
+                    "names the live GPU's target, so the default --out is that GPU's file)";
+    result->bad_arguments = true;
+    return false;
+  }
   for (const LandscapeRow& r : existing->rows) done->insert(schedule::canonical_string(r.config));
   result->already = static_cast<int>(existing->rows.size());
   return true;

@@ -166,6 +166,36 @@ TEST_F(LandscapeFiles, RecorderWritesTheKernelIdentityAndResumes) {
   EXPECT_NE(r.error.find("record into a new file"), std::string::npos) << r.error;
 }
 
+// A measured landscape resumed on another GPU model (a `--gpu h100` recording on an H200 host)
+// is refused: its rows would mix two devices' timings under one header.
+TEST_F(LandscapeFiles, RecorderRefusesToResumeAMeasuredLandscapeOnAnotherGpu) {
+  eval::EvaluatorOptions ev;
+  ev.model = "toy";
+  ev.positions = {0};
+  std::string error;
+  auto evaluator = eval::TrialEvaluator::create(ev, &error);
+  ASSERT_TRUE(evaluator) << error;
+  const schedule::ModelShape shape = *schedule::find_preset("toy");
+  const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
+                                   {{"default", schedule::ScheduleConfig()}}, 3);
+  RecordOptions options;
+  options.path = (dir_ / "gpu.landscape.jsonl").string();
+  options.header.model = "toy";
+  options.header.target = "h100";
+  options.header.device = "gpu";
+  options.header.device_name = "NVIDIA H100 80GB HBM3";
+  options.header.latency_kind = "measured-gpu";
+  options.header.build = vm::build_identity();
+  ASSERT_TRUE(write_landscape_header(options.path, options.header, &error)) << error;
+  options.header.device_name = "NVIDIA H200";
+  const RecordResult r = record_landscape(*evaluator, plan, options);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(r.bad_arguments);
+  EXPECT_EQ(r.recorded, 0);
+  EXPECT_NE(r.error.find("was measured on NVIDIA H100 80GB HBM3"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("runs on NVIDIA H200"), std::string::npos) << r.error;
+}
+
 TEST_F(LandscapeFiles, RecorderAppendsGpuRowsToTheSharedCorpusAndNoCpuRow) {
   const schedule::ModelShape shape = *schedule::find_preset("toy");
   const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
