@@ -243,73 +243,58 @@ if has_stage gate; then
 fi
 
 if has_stage ncu; then
+  # Every profile: the sampled source counters (ncu at the shortest warp-sampling interval maps stall
+  # samples to SASS), stall reasons, scheduler, speed of light and memory sections of one launch;
+  # bench/ncu_hotspots.py prints the stall reasons and the hottest instructions into TEXT.
+  # usage: ncu_case LABEL REPORT TEXT HOTSPOT_ROWS NCU_OPTIONS_AND_COMMAND...
+  ncu_case() {
+    local label=$1 report=$2 text=$3 rows=$4
+    shift 4
+    log "ncu $label"
+    if ncu --clock-control none --launch-count 1 --import-source no --warp-sampling-interval 0 \
+         --section SourceCounters --section WarpStateStats --section SchedulerStats \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/$report" "$@" \
+         > "$OUT/ncu_run.log" 2>&1; then
+      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/$report.ncu-rep" $rows > "$OUT/$text" 2>&1
+      log "ncu $label ok"
+    else
+      log "ncu $label FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
+      status=1
+    fi
+    rm -f "$OUT/ncu_run.log"
+  }
   # ncu on ring_bench cases (NCU_FILTERS, space-separated; default 66 blocks streaming gate_up
-  # tiles, then O tiles), built with -lineinfo and sampled at the shortest warp-sampling interval
-  # so the source page maps stall samples to SASS; bench/ncu_hotspots.py prints the stall reasons
-  # and the hottest instructions into ncu_N.txt (the reports themselves: ring_N.ncu-rep).
+  # tiles, then O tiles), built with -lineinfo so the source page maps to the device sources:
+  # ncu_N.txt (the reports themselves: ring_N.ncu-rep).
   NCU_FILTERS=${NCU_FILTERS-ring/gate_up/256thr_4x16k/blocks:66/ ring/o/256thr_4x16k/blocks:66/}
   n=0
   for filter in $NCU_FILTERS; do
     n=$((n + 1))
-    log "ncu $n: ring_bench $filter"
-    if MEGASCHED_NVRTC_LINEINFO=1 ncu --clock-control none --kernel-name ms_megakernel \
-         --launch-skip "${NCU_SKIP:-3}" --launch-count 1 --import-source no \
-         --warp-sampling-interval 0 \
-         --section SourceCounters --section WarpStateStats --section SchedulerStats \
-         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/ring_$n" \
-         "$BUILD/ring_bench" --benchmark_min_time=0.01 --benchmark_filter="$filter" \
-         > "$OUT/ncu_run.log" 2>&1; then
-      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/ring_$n.ncu-rep" > "$OUT/ncu_$n.txt" 2>&1
-      log "ncu $n ok"
-    else
-      log "ncu $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
-      status=1
-    fi
-    rm -f "$OUT/ncu_run.log"
+    MEGASCHED_NVRTC_LINEINFO=1 ncu_case "$n: ring_bench $filter" "ring_$n" "ncu_$n.txt" "" \
+      --kernel-name ms_megakernel --launch-skip "${NCU_SKIP:-3}" \
+      "$BUILD/ring_bench" --benchmark_min_time=0.01 --benchmark_filter="$filter"
   done
   # NCU_GATE (space-separated gate_bench filters, e.g. gate/C/gate_up/p32_n4/b1): the gate's kernel
-  # of that case (its third launch: the check, a warm-up, then a timed one), profiled the same way
-  # into ncu_gate_N.txt (gate_N.ncu-rep).
+  # of that case (its third launch: the check, a warm-up, then a timed one) into ncu_gate_N.txt
+  # (gate_N.ncu-rep).
   n=0
   for filter in ${NCU_GATE:-}; do
     n=$((n + 1))
-    log "ncu gate $n: gate_bench $filter"
-    if ncu --clock-control none --kernel-name regex:ms_gate_ --launch-skip 2 --launch-count 1 \
-         --import-source no --warp-sampling-interval 0 \
-         --section SourceCounters --section WarpStateStats --section SchedulerStats \
-         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/gate_$n" \
-         "$BUILD/gate_bench" --benchmark_filter="$filter" > "$OUT/ncu_run.log" 2>&1; then
-      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/gate_$n.ncu-rep" > "$OUT/ncu_gate_$n.txt" 2>&1
-      log "ncu gate $n ok"
-    else
-      log "ncu gate $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
-      status=1
-    fi
-    rm -f "$OUT/ncu_run.log"
+    ncu_case "gate $n: gate_bench $filter" "gate_$n" "ncu_gate_$n.txt" "" \
+      --kernel-name regex:ms_gate_ --launch-skip 2 "$BUILD/gate_bench" --benchmark_filter="$filter"
   done
   # NCU_STEPS (space-separated MODEL@POSITION@CONFIG): the whole megakernel of one timed decode
-  # step of `megasched evaluate`, profiled the same way into ncu_step_N.txt (step_N.ncu-rep).
+  # step of `megasched evaluate` into ncu_step_N.txt (step_N.ncu-rep), with the step's DRAM bytes.
   n=0
   for spec in ${NCU_STEPS:-}; do
     n=$((n + 1))
     IFS=@ read -r smodel spos scfg <<< "$spec"
-    log "ncu step $n: evaluate --model $smodel --positions $spos --config $scfg"
-    if MEGASCHED_NVRTC_LINEINFO=1 ncu --clock-control none --kernel-name ms_megakernel \
-         --launch-skip "${NCU_STEP_SKIP:-4}" --launch-count 1 --import-source no \
-         --warp-sampling-interval 0 \
-         --section SourceCounters --section WarpStateStats --section SchedulerStats \
-         --section SpeedOfLight --section MemoryWorkloadAnalysis \
-         --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum -f -o "$OUT/step_$n" \
-         "$BUILD/megasched" evaluate --model "$smodel" --gpu auto --device gpu --positions "$spos" \
-         --timed-position "$spos" --config "$scfg" --iterations 3 --warmup 2 --no-baseline \
-         > "$OUT/ncu_run.log" 2>&1; then
-      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/step_$n.ncu-rep" 80 > "$OUT/ncu_step_$n.txt" 2>&1
-      log "ncu step $n ok"
-    else
-      log "ncu step $n FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
-      status=1
-    fi
-    rm -f "$OUT/ncu_run.log"
+    MEGASCHED_NVRTC_LINEINFO=1 ncu_case \
+      "step $n: evaluate --model $smodel --positions $spos --config $scfg" "step_$n" \
+      "ncu_step_$n.txt" 80 --kernel-name ms_megakernel --launch-skip "${NCU_STEP_SKIP:-4}" \
+      --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+      "$BUILD/megasched" evaluate --model "$smodel" --gpu auto --device gpu --positions "$spos" \
+      --timed-position "$spos" --config "$scfg" --iterations 3 --warmup 2 --no-baseline
   done
 fi
 
