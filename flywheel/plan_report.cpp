@@ -116,8 +116,9 @@ json boundary_of(const schedule::Plan& plan, const std::vector<std::string>& key
                            {"left_us", *l},
                            {"right_us", *r},
                            {"switch_saving_pct", saving}});
-    const std::string figures = fmt("bucket %zu's config ", right) + fmt("%.2f us vs ", *r) +
-                                fmt("bucket %zu's ", left) + fmt("%.2f us", *l);
+    const std::string figures = "bucket " + std::to_string(right) + "'s config " +
+                                fmt("%.2f us vs ", *r) + "bucket " + std::to_string(left) + "'s " +
+                                fmt("%.2f us", *l);
     if (in == static_cast<int>(right) && *r > *l)
       warnings.push_back("boundary " + std::to_string(at) + " misplaced: at " +
                          std::to_string(position) + " (inside bucket " + std::to_string(right) +
