@@ -10,6 +10,7 @@
 
 #include "eval/bottleneck.h"
 #include "eval/objective.h"
+#include "flywheel/plan_report.h"
 #include "flywheel/run_dir.h"
 #include "schedule/config.h"
 #include "schedule/format.h"
@@ -317,6 +318,7 @@ std::string lessons_markdown(const json& lessons, const std::string& source) {
       md << " " << w["none"] << " |\n";
     }
   }
+  if (lessons.contains("plan")) md << plan_report_markdown(lessons["plan"]);
   return md.str();
 }
 

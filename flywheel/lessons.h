@@ -10,6 +10,8 @@
 //                     incorrect ones by their first failing position (and path), crash and
 //                     timeout by status; failed trials are rows here like any other
 //   bottlenecks       the bottleneck classes (eval/bottleneck.h) over time, in windows of trials
+//   plan              with `report --plan` (or a plan run found): "Plan over positions", latency
+//                     against position per bucket config and where a boundary pays
 // One JSON document (build_lessons) and its Markdown (lessons_markdown).
 #pragma once
 
@@ -38,7 +40,8 @@ struct LessonsOptions {
 nlohmann::json build_lessons(const std::vector<CorpusRecord>& records,
                              const LessonsOptions& options = {});
 
-/// The Markdown of build_lessons' document (source names the corpus it came from).
+/// The Markdown of build_lessons' document (source names the corpus it came from); a "plan" key
+/// (flywheel/plan_report.h's section) adds the section "Plan over positions".
 std::string lessons_markdown(const nlohmann::json& lessons, const std::string& source);
 
 }  // namespace megasched::flywheel

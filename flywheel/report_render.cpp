@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "flywheel/plan_report.h"
 #include "flywheel/results.h"
 #include "schedule/format.h"
 
@@ -245,6 +246,7 @@ std::string report_text(const json& report) {
     }
     t << "\n";
   }
+  if (report.contains("plan")) t << plan_report_text(report["plan"]);
   return t.str();
 }
 
@@ -346,6 +348,7 @@ std::string report_html(const json& report) {
     if (!best.is_null() && best["config"].is_object())
       h << "<h3>Best config</h3>\n<pre>" << html_escape(best["config"].dump(2)) << "</pre>\n";
   }
+  if (report.contains("plan")) h << plan_report_html(report["plan"]);
   h << "</body></html>\n";
   return h.str();
 }

@@ -1,6 +1,7 @@
 // The analyst report (flywheel/report.h build_report) rendered for people: plain text for a
 // terminal, or a self-contained HTML page with inline CSS and SVG plots (best-so-far per trial,
-// status counts, knob effects; no scripts, no external files).
+// status counts, knob effects, and with a "plan" section latency against position per bucket
+// config, flywheel/plan_report.h; no scripts, no external files).
 #pragma once
 
 #include <string>

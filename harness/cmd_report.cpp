@@ -1,10 +1,13 @@
 // `megasched report`: the analyst report over results.tsv and corpus.jsonl (flywheel/report.h):
-// text or JSON on stdout, and a self-contained HTML page (inline SVG) written to --out.
+// text or JSON on stdout, and a self-contained HTML page (inline SVG) written to --out; with a
+// plan (--plan, or the newest plan run beside --results) latency against position per bucket.
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 
 #include "flywheel/lessons.h"
+#include "flywheel/plan_report.h"
 #include "flywheel/report_render.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
@@ -13,10 +16,28 @@
 namespace megasched::harness {
 namespace {
 
+/// The plan section's plots as SVG files beside LESSONS.md (plan_<model>_<target>_<device>.svg),
+/// each group's "svg_file" its name; false with *error when one cannot be written.
+bool write_plan_plots(const std::string& lessons_path, nlohmann::json* plan, std::string* error) {
+  const std::filesystem::path dir = std::filesystem::path(lessons_path).parent_path();
+  if (!plan->contains("groups")) return true;
+  for (nlohmann::json& g : (*plan)["groups"]) {
+    std::string name = "plan_" + g["model"].get<std::string>() + "_" +
+                       g["target"].get<std::string>() + "_" + g["device"].get<std::string>() +
+                       (g["latency_kind"] == "predicted" ? "_predicted" : "") + ".svg";
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    if (!write_text_file((dir / name).string(), flywheel::plan_positions_svg(*plan, g), error))
+      return false;
+    g["svg_file"] = name;
+  }
+  return true;
+}
+
 /// Writes LESSONS.md for the corpus (filtered as the report is); the lessons document, or an
 /// exit code after its message.
 std::optional<nlohmann::json> write_lessons(const ReportRequest& request, const std::string& out,
-                                            int* code) {
+                                            nlohmann::json plan, int* code) {
   flywheel::CorpusRead corpus = flywheel::read_corpus(request.corpus_path);
   if (!corpus.error.empty() || !corpus.exists) {
     print_error("report",
@@ -33,6 +54,12 @@ std::optional<nlohmann::json> write_lessons(const ReportRequest& request, const 
       records.push_back(std::move(r));
   nlohmann::json lessons = flywheel::build_lessons(records);
   std::string error;
+  if (!write_plan_plots(out, &plan, &error)) {
+    print_error("report", "--lessons-out: " + error);
+    *code = kExitEnvironment;
+    return std::nullopt;
+  }
+  lessons["plan"] = plan;
   if (!write_text_file(out, flywheel::lessons_markdown(lessons, request.corpus_path), &error)) {
     print_error("report", "--lessons-out: " + error);
     *code = kExitEnvironment;
@@ -54,6 +81,7 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
     std::string target;
     bool lessons = false;
     std::string lessons_out;
+    std::string plan;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -72,6 +100,10 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--lessons", opt->lessons,
                 "Also write LESSONS.md: knob effects with confidence intervals, failed configs "
                 "by rule or position, bottleneck classes over time");
+  cmd->add_option("--plan", opt->plan,
+                  "Plot latency against position for this plan's bucket configs and show where a "
+                  "bucket boundary pays (FILE, -, best:MODEL:GPU; default: the newest "
+                  "runs/*/plan.json beside --results)");
   cmd->add_option("--lessons-out", opt->lessons_out,
                   "LESSONS.md path (default: LESSONS.md beside --results)");
   cmd->callback([&ctx, opt, corpus, out] {
@@ -85,6 +117,7 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
     request.html_path = opt->out;
     request.model = opt->model;
     request.target = opt->target;
+    request.plan = opt->plan;
     VerbResult report = build_report_document(request);
     if (report.exit_code == kExitOk && opt->lessons) {
       std::string out = opt->lessons_out;
@@ -94,7 +127,7 @@ void add_report_command(CLI::App& app, CliContext& ctx) {
             (parent.empty() ? std::filesystem::path("LESSONS.md") : parent / "LESSONS.md").string();
       }
       int code = kExitOk;
-      auto lessons = write_lessons(request, out, &code);
+      auto lessons = write_lessons(request, out, report.document["plan"], &code);
       if (!lessons) return void(ctx.exit_code = code);
       report.document["lessons"] = *lessons;
     }

@@ -15,6 +15,7 @@
 #include "eval/evaluate.h"
 #include "eval/objective.h"
 #include "flywheel/corpus.h"
+#include "flywheel/plan_report.h"
 #include "flywheel/report.h"
 #include "flywheel/report_render.h"
 #include "flywheel/results.h"
@@ -208,6 +209,42 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   return succeeded(out, report.ok() ? kExitOk : kExitFailure);
 }
 
+namespace {
+
+/// The newest plan a plan search wrote beside `results_path` (runs/<run id>/plan.json; run ids
+/// sort by start time), or "".
+std::string newest_plan_run(const std::string& results_path) {
+  const std::filesystem::path runs = std::filesystem::path(results_path).parent_path() / "runs";
+  std::error_code ec;
+  std::string newest;
+  for (const auto& entry : std::filesystem::directory_iterator(runs, ec))
+    if (std::filesystem::is_regular_file(entry.path() / "plan.json", ec) &&
+        (newest.empty() || entry.path().string() > newest))
+      newest = entry.path().string();
+  return newest.empty() ? "" : (std::filesystem::path(newest) / "plan.json").string();
+}
+
+/// The report's plan section (flywheel/plan_report.h), or a failed verb for a bad --plan.
+VerbResult plan_section(const ReportRequest& request,
+                        const std::vector<flywheel::CorpusRecord>& records) {
+  const std::string source =
+      request.plan.empty() ? newest_plan_run(request.results_path) : request.plan;
+  if (source.empty())
+    return succeeded(flywheel::no_plan_report(
+        "no plan (hint: pass --plan FILE|best:MODEL:GPU, or run `megasched loop --plan-buckets "
+        "0,B1,...`: its plan.json lands under runs/ beside --results)"));
+  std::string error;
+  int code = kExitUsage;
+  const auto plan = read_plan_arg(source, &error, &code);
+  if (!plan)
+    return failed(code, "--plan " + source + ": " + error +
+                            " (hint: a plan document {\"buckets\": [...]} such as a plan run's "
+                            "plan.json, a config, or best:MODEL:GPU)");
+  return succeeded(flywheel::build_plan_report(*plan, source, records));
+}
+
+}  // namespace
+
 VerbResult build_report_document(const ReportRequest& request) {
   for (const std::string* input : {&request.results_path, &request.corpus_path})
     if (!request.html_path.empty() && flywheel::same_file(request.html_path, *input))
@@ -231,7 +268,10 @@ VerbResult build_report_document(const ReportRequest& request) {
   std::vector<flywheel::CorpusRecord> records;
   for (auto& r : corpus.records)
     if (keep(r.model, r.target)) records.push_back(std::move(r));
+  const VerbResult plan = plan_section(request, records);
+  if (plan.exit_code != kExitOk) return plan;
   nlohmann::json report = flywheel::build_report(rows, records);
+  report["plan"] = plan.document;
   report["sources"] = {{"results", request.results_path},
                        {"corpus", corpus.exists ? request.corpus_path : ""}};
   nlohmann::json problems = results.problems;

@@ -71,7 +71,10 @@ struct ReportRequest {
   std::string html_path = "workspace/report.html";
   std::string model;   // "": every model
   std::string target;  // "": every target
+  std::string plan;    // the plan whose buckets the report plots over positions (read_plan_arg);
+                       // "": the newest runs/<run id>/plan.json beside results_path, if any
 };
+/// A bad or unreadable plan: its exit code (2 or 3) and a message with a hint.
 VerbResult build_report_document(const ReportRequest& request);
 
 /// `loop`: the flags of one loop, and the hooks of whoever runs it.

@@ -316,6 +316,9 @@ const Row kRows[] = {
     {"report --results {dir}/results.tsv --corpus {dir}/corpus.jsonl --out /dev/full", 3,
      "--out: cannot write '/dev/full'"},
     {"report --results {dir}/nonexistent.tsv", 3, "no results file"},
+    {"report --results {dir}/results.tsv --corpus {dir}/corpus.jsonl --out '' --plan "
+     "{dir}/dup.json",
+     2, "appears twice"},
     // prior
     {"prior --compare --seeds 0", 2, "--seeds: must be an integer in [1,"},        // segfault
     {"prior --compare --work-dir {dir}/a_file", 2, "is a file, not a directory"},  // abort
