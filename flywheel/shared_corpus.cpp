@@ -84,10 +84,22 @@ std::string timed_key(const CorpusRecord& record) {
                            : "obj" + objective;
 }
 
+CorpusRecord compact_for_sharing(CorpusRecord record) {
+  nlohmann::json failing = nlohmann::json::array();
+  for (const nlohmann::json& c : record.verdict.checks)
+    if (c.is_object() && !c.value("pass", true)) failing.push_back(c);
+  record.verdict.checks = std::move(failing);
+  if (record.verdict.kernel.is_object())
+    for (const char* detail : {"checks", "baseline", "baselines"})
+      record.verdict.kernel.erase(detail);
+  return record;
+}
+
 bool append_shared(const std::string& dir, CorpusRecord record, const std::string& source,
                    bool* appended, std::string* error) {
   *appended = false;
   if (!flywheel_enabled(dir) || record.device != "gpu") return true;
+  record = compact_for_sharing(std::move(record));
   record.source = source;
   if (!append_corpus(shared_corpus_path(dir, record.target), record, error)) return false;
   *appended = true;

@@ -55,8 +55,17 @@ bool is_stale(const CorpusRecord& record, const std::string& build);
 /// its timed position ("p1024").
 std::string timed_key(const CorpusRecord& record);
 
-/// Appends `record` (its `source` set to `source`) to the file of its target in `dir`, when it was
-/// measured on a GPU (record.device == "gpu"); a CPU record and a disabled `dir` append nothing.
+/// What a shared row keeps of a trial record: everything but the detail a run's own corpus has for
+/// its readers, which is most of a GPU verdict's bytes (~29 KB of a llama-1b row): the verdict's
+/// per-position check entries (their worst is the verdict's rel_err / max_abs_err / argmax_match;
+/// failing entries are kept) and, in its `kernel`, the kernel's own check entries and the
+/// baselines' details (their latency is the verdict's baseline_us). The config, status, latency
+/// with its samples, floor, notes and kernel resources stay.
+CorpusRecord compact_for_sharing(CorpusRecord record);
+
+/// Appends `record` (its `source` set to `source`, compact_for_sharing) to the file of its target
+/// in `dir`, when it was measured on a GPU (record.device == "gpu"); a CPU record and a disabled
+/// `dir` append nothing.
 /// *appended says whether a line was written. False with *error on an I/O failure.
 bool append_shared(const std::string& dir, CorpusRecord record, const std::string& source,
                    bool* appended, std::string* error);

@@ -108,6 +108,37 @@ TEST_F(SharedCorpus, GpuRowsAreAppendedWithTheirSourceAndReadBackByTarget) {
   EXPECT_EQ(all.records[1].source, "promote");
 }
 
+// A shared row keeps the config, the latency with its samples and the kernel's resources, and
+// leaves the per-position check entries (but failing ones) and the baselines' details to the run's
+// own corpus.
+TEST_F(SharedCorpus, RowsAreAppendedWithoutThePerPositionDetail) {
+  CorpusRecord r = gpu_record("a", 0);
+  r.verdict.samples_us = {100.0, 101.0, 99.5};
+  r.verdict.checks = nlohmann::json::array();
+  for (int p = 0; p < 40; ++p)
+    r.verdict.checks.push_back({{"position", p}, {"rel_err", 1e-3}, {"pass", true}});
+  r.verdict.checks.push_back({{"position", 40}, {"rel_err", 0.5}, {"pass", false}});
+  r.verdict.kernel = {{"registers", 128},
+                      {"spill_store_bytes", 0},
+                      {"checks", nlohmann::json::array({{{"position", 0}}})},
+                      {"baseline", {{"median_us", 4000.0}}},
+                      {"baselines", {{"cublas", {{"median_us", 4000.0}}}}}};
+  append(r);
+  const SharedCorpusRead read = read_shared(dir_, filter());
+  ASSERT_EQ(read.records.size(), 1u);
+  const CorpusRecord& back = read.records[0];
+  EXPECT_EQ(back.config, r.config);
+  ASSERT_TRUE(back.verdict.latency_us);
+  EXPECT_EQ(*back.verdict.latency_us, 100.0);
+  EXPECT_EQ(back.verdict.samples_us, r.verdict.samples_us);
+  ASSERT_EQ(back.verdict.checks.size(), 1u);  // the failing entry
+  EXPECT_EQ(back.verdict.checks[0]["position"], 40);
+  EXPECT_EQ(back.verdict.kernel["registers"], 128);
+  EXPECT_FALSE(back.verdict.kernel.contains("checks"));
+  EXPECT_FALSE(back.verdict.kernel.contains("baseline"));
+  EXPECT_FALSE(back.verdict.kernel.contains("baselines"));
+}
+
 TEST_F(SharedCorpus, CpuTrialsAreNeverAppended) {
   CorpusRecord cpu = gpu_record("a", 0);
   cpu.device = "cpu";
