@@ -49,6 +49,15 @@ std::optional<GpuTarget> resolve_target(const std::string& gpu, std::string* err
   return live;
 }
 
+std::string gpu_target_mismatch(const std::string& live_name, const schedule::GpuTarget& named) {
+  std::string ignored;
+  const auto live = schedule::find_target_named(live_name, &ignored, false);
+  if (!live || live->name == named.name) return "";
+  return "--gpu " + named.name + " names another GPU than this machine's " + live_name + " (" +
+         live->name + "): the latency was timed on the " + live_name + " and is labelled " +
+         named.name + " (hint: --gpu auto or --gpu " + live->name + ")";
+}
+
 std::vector<int32_t> trial_tokens(int vocab, int count, uint64_t seed) {
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 0x5eedull);
   std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
@@ -115,6 +124,13 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
   auto target = resolve_target(options.gpu, &why);
   if (!target) return fail(why, options.gpu == "auto");
   ev->target_ = *target;
+  if (options.device == "gpu" && options.gpu != "auto") {
+    if (const auto live = live_target(&why)) {
+      ev->target_mismatch_ = gpu_target_mismatch(live->name, *target);
+      if (!ev->target_mismatch_.empty() && options.progress)
+        options.progress("warning: " + ev->target_mismatch_);
+    }
+  }
   auto weights = schedule::load_weights(options.model, options.seed, &why);
   if (!weights) return fail(why);
   ev->weights_ = std::move(*weights);
@@ -302,6 +318,7 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
   v.timed_position = timed_positions().front();
   v.floor_us = floor.floor_us;
   v.floor_datasheet_us = floor.floor_datasheet_us;
+  if (!target_mismatch_.empty()) v.notes.push_back(target_mismatch_);
   if (!floor.measured_bandwidth)
     v.notes.push_back("floor_us uses the datasheet bandwidth of " + target_.name +
                       " (run `megasched doctor --measure` on the GPU for the measured figure)");

@@ -122,7 +122,13 @@ class TrialEvaluator : public Evaluator {
   schedule::GpuTarget target_;
   std::vector<int> checked_;                 // --positions and the timed position(s), ascending
   std::optional<TrialReference> reference_;  // the windows, the tokens fed, their origins
+  std::string target_mismatch_;  // a GPU run whose --gpu names another GPU than the live one
 };
+
+/// Why timing on the live GPU named `live_name` under the registry target `named` (a named --gpu)
+/// labels the timings with another GPU's name ("" when the live GPU is that target, or is no
+/// registry target to compare with): one note every verdict of such a run carries.
+std::string gpu_target_mismatch(const std::string& live_name, const schedule::GpuTarget& named);
 
 /// The schedule id TrialEvaluator::schedule_id gives `config` for this model name, weight seed,
 /// target name, device, timed position and objective: a pure function, so a coordinator that only

@@ -12,6 +12,7 @@
 
 #include "schedule/checkpoint.h"
 #include "schedule/cost_model.h"
+#include "schedule/lookup.h"
 #include "schedule/lower.h"
 
 namespace megasched::eval {
@@ -27,6 +28,20 @@ std::unique_ptr<TrialEvaluator> toy_evaluator(const std::string& model = "toy") 
   auto ev = TrialEvaluator::create(o, &error);
   EXPECT_TRUE(ev) << error;
   return ev;
+}
+
+// A named --gpu on a machine with another GPU times that machine's GPU: every verdict says so.
+TEST(TrialEvaluator, ANamedTargetOtherThanTheLiveGpuIsNamedInANote) {
+  std::string error;
+  const auto h100 = schedule::find_target_named("h100", &error);
+  ASSERT_TRUE(h100) << error;
+  const std::string note = gpu_target_mismatch("NVIDIA H200", *h100);
+  EXPECT_NE(note.find("--gpu h100 names another GPU than this machine's NVIDIA H200 (h200)"),
+            std::string::npos)
+      << note;
+  EXPECT_NE(note.find("hint: --gpu auto or --gpu h200"), std::string::npos) << note;
+  EXPECT_EQ(gpu_target_mismatch("NVIDIA H100 80GB HBM3", *h100), "");
+  EXPECT_EQ(gpu_target_mismatch("a GPU the registry does not know", *h100), "");
 }
 
 TEST(TrialEvaluator, DefaultToyIsCorrectAndPredictedAboveTheFloor) {
