@@ -48,6 +48,8 @@
 #        stage "scaleout" runs bench/scaleout_bench.sh (SCALEOUT_STAGES, default "cpu gpu1": CPU-path
 #        trials/min with 1 vs 8 worker ranks, and `loop --gpus all` vs one worker on one GPU) into
 #        scaleout/cpu.json, scaleout/gpu1.json;
+#        stage "landscape" records or resumes LANDSCAPES (FILE@POSITION@NEIGHBOURS_OF ...) on every
+#        GPU with compile-ahead for LANDSCAPE_SECONDS each (default 300), copied to OUT/landscapes/;
 #        stage "peers" runs the PyTorch peer (bench/peers/torch_peer.py: CUDA-graph decode step,
 #        eager and torch.compile, and transformers' generate; greedy tokens compared with
 #        megasched's) into torch_peer.json when python3 can import torch and transformers (skipped
@@ -412,6 +414,30 @@ if has_stage scaleout; then
     log "scaleout FAILED (or below its targets): see scaleout/*.json"
     status=1
   fi
+fi
+
+if has_stage landscape; then
+  # Records (or resumes) measured landscapes with every GPU of the host and compile-ahead, each
+  # stopped cleanly after LANDSCAPE_SECONDS (default 300; SIGINT: the rows so far stay) and copied
+  # back under OUT/landscapes/. LANDSCAPES: space-separated FILE@POSITION@NEIGHBOURS_OF (a
+  # committed file of search/landscapes/ or dev/landscapes/ to resume, or a new path; the
+  # target is the live GPU's, so a file of another GPU is refused, not mixed).
+  mkdir -p "$OUT/landscapes"
+  for spec in ${LANDSCAPES:-}; do
+    IFS=@ read -r lfile lpos lnear <<< "$spec"
+    log "landscape: $lfile at position $lpos (neighbours of $lnear first), ${LANDSCAPE_SECONDS:-300} s"
+    timeout -s INT "${LANDSCAPE_SECONDS:-300}" "$BUILD/megasched" landscape record \
+      --model "${LANDSCAPE_MODEL:-llama-1b}" --gpu auto --device gpu --gpus all --positions "$lpos" \
+      --neighbours-of "$lnear" --sample "${LANDSCAPE_SAMPLE:-600}" --out "$lfile" \
+      > "$OUT/landscapes/$(basename "$lfile").summary.json" 2>> "$LOG"
+    rc=$?
+    cp "$lfile" "$OUT/landscapes/" 2>/dev/null
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 130 ]; then
+      log "landscape: $(($(wc -l < "$lfile") - 1)) rows in $lfile"
+    else
+      log "landscape FAILED (exit $rc)"; status=1
+    fi
+  done
 fi
 
 if has_stage peers; then
