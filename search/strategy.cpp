@@ -71,7 +71,7 @@ class HillclimbStrategy : public Strategy {
         neighbours_.pop_back();
         if (state.is_new && !state.is_new(c)) continue;
         if (!taken.insert(schedule::canonical_string(c)).second) continue;
-        out.push_back({c, "hillclimb: " + describe_change(*base_, c), *base_});
+        out.push_back({c, name() + ": " + describe_change(*base_, c), *base_});
       }
     }
     const std::string why = since_improvement_ >= restart_after_
@@ -89,7 +89,7 @@ class HillclimbStrategy : public Strategy {
         out.push_back({*c, name() + " restart (" + why + "): " + from, std::nullopt});
       } else {
         out.push_back(
-            {*c, "hillclimb: random config while the restart point is judged", std::nullopt});
+            {*c, name() + ": random config while the restart point is judged", std::nullopt});
       }
     }
     return out;
