@@ -241,4 +241,23 @@ std::string working_commit() {
   return modified ? commit + "+modified" : commit;
 }
 
+void add_bandit_flags(CLI::App* cmd, search::StrategyOptions* strategy) {
+  cmd->add_option("--bandit-window", strategy->bandit_window,
+                  "bandit: a technique's credit is over its last this many uses")
+      ->check(integer_in(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--bandit-c", strategy->bandit_c,
+                  "bandit: exploration constant of the upper-confidence pick")
+      ->check(finite_number_in(0.0, 1000.0))
+      ->capture_default_str();
+  std::vector<std::string> techniques;
+  for (const std::string& name : search::strategy_names())
+    if (name != "bandit" && name != "proposer") techniques.push_back(name);
+  cmd->add_option("--bandit-techniques", strategy->bandit_techniques,
+                  "bandit: the strategies it picks from, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember(techniques))
+      ->capture_default_str();
+}
+
 }  // namespace megasched::harness

@@ -83,4 +83,8 @@ bool write_text_file(const std::string& path, const std::string& text, std::stri
 /// differ from it (a copied tree can carry an older checkout's .git), or "unknown".
 std::string working_commit();
 
+/// --bandit-window, --bandit-c, --bandit-techniques: the bandit strategy's options (loop and
+/// search-bench; search/bandit_strategy.h).
+void add_bandit_flags(CLI::App* cmd, search::StrategyOptions* strategy);
+
 }  // namespace megasched::harness

@@ -76,7 +76,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategy.name,
-                  "random | hillclimb | elite | guided | prior | proposer")
+                  "random | hillclimb | elite | guided | prior | bandit | proposer")
       ->check(CLI::IsMember(search::strategy_names()))
       ->capture_default_str();
   cmd->add_option("--proposer", opt->strategy.proposer_command,
@@ -109,6 +109,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--pool", opt->strategy.pool_size, "prior: random candidates ranked per trial")
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
+  add_bandit_flags(cmd, &opt->strategy);
   cmd->add_flag("--resume", opt->loop.resume,
                 "Continue the last run of this model, target and device");
   cmd->add_flag("--warm-start", opt->loop.warm_start,

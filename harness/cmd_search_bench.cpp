@@ -71,6 +71,7 @@ void add_search_bench_command(CLI::App& app, CliContext& ctx) {
                   "guided: predicted slowdown over the incumbent measured only as exploration")
       ->check(finite_number_in(1.0))
       ->capture_default_str();
+  add_bandit_flags(cmd, &opt->bench.strategy);
   cmd->add_option("--work-dir", opt->bench.work_dir,
                   "Scratch folder for the replays' logs (default: a temporary one, removed)");
   cmd->add_flag("--json", opt->json, "Print the JSON document instead of the table");

@@ -230,7 +230,7 @@ const json& loop_schema() {
                                     loop.plateau, 0, 1000)},
        {"strategy", enum_property("Search strategy (the external proposer is the CLI's: through "
                                   "MCP, propose and evaluate yourself)",
-                                  {"random", "hillclimb", "elite", "guided", "prior"},
+                                  {"random", "hillclimb", "elite", "guided", "prior", "bandit"},
                                   search::StrategyOptions{}.name)},
        {"seed", integer_property("Strategy seed", strategy.seed, 0, kMaxSeed)},
        {"restart_after", integer_property("hillclimb: restart after this many trials without a "

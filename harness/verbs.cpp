@@ -488,7 +488,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
 
   opt.strategy.shape = *shape;
   opt.loop.flywheel_dir = opt.flywheel_dir;
-  if (opt.strategy.name == "prior" || opt.strategy.name == "guided") {
+  if (search::strategy_trains(opt.strategy)) {
     flywheel::TrainingRequest request;
     request.target = identity.value("target", target->name);
     request.model = identity.value("model", shape->name);

@@ -8,6 +8,7 @@
 
 #include "flywheel/prior.h"
 #include "schedule/search.h"
+#include "search/bandit_strategy.h"
 #include "search/child_process.h"
 #include "search/guided_strategy.h"
 #include "search/moves.h"
@@ -313,9 +314,16 @@ class ProposerStrategy : public Strategy {
 }  // namespace
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"random", "hillclimb", "elite",
-                                                 "guided", "prior",     "proposer"};
+  static const std::vector<std::string> names = {"random", "hillclimb", "elite",   "guided",
+                                                 "prior",  "bandit",    "proposer"};
   return names;
+}
+
+bool strategy_trains(const StrategyOptions& options) {
+  auto trains = [](const std::string& name) { return name == "prior" || name == "guided"; };
+  if (options.name == "bandit")
+    return std::any_of(options.bandit_techniques.begin(), options.bandit_techniques.end(), trains);
+  return trains(options.name);
 }
 
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::string* error) {
@@ -325,6 +333,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::str
                                                options.name == "elite" ? options.elite_size : 0);
   if (options.name == "guided") return make_guided_strategy(options);
   if (options.name == "prior") return std::make_unique<PriorStrategy>(options);
+  if (options.name == "bandit") return make_bandit_strategy(options, error);
   if (options.name == "proposer") {
     if (options.proposer_command.empty()) {
       if (error)
@@ -335,7 +344,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::str
   }
   if (error) {
     *error = "unknown strategy '" + options.name +
-             "'; choose one of random, hillclimb, elite, guided, prior, proposer";
+             "'; choose one of random, hillclimb, elite, guided, prior, bandit, proposer";
     std::string near = schedule::nearest(options.name, strategy_names());
     if (!near.empty()) *error += " (did you mean '" + near + "'?)";
   }

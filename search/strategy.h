@@ -1,4 +1,4 @@
-// Search strategies: where the loop's next candidate comes from. One interface, six
+// Search strategies: where the loop's next candidate comes from. One interface, seven
 // implementations:
 //   random     a fresh random config from the search space each trial (the yardstick)
 //   hillclimb  one-knob moves around a local base; the base moves on every improvement beyond 1%;
@@ -13,6 +13,9 @@
 //   prior      the learned prior (flywheel/prior.h) ranks a pool of the incumbent's neighbours,
 //              2-4 knob mutations of it and random configs; an `exploration` share of trials is
 //              random; retrained after each trial
+//   bandit     each proposal from one of several of the above (random, hillclimb, elite, guided),
+//              picked by an upper-confidence rule on each one's recent new bests, after
+//              OpenTuner's AUC bandit (search/bandit_strategy.h)
 //   proposer   an external command (an agent): the search context as JSON on its stdin, candidate
 //              configs on its stdout (HARNESS.md, "The proposer seam")
 // The loop owns keep/revert and dedup; a strategy only proposes and learns from outcomes. A loop
@@ -91,7 +94,8 @@ class Strategy {
 };
 
 struct StrategyOptions {
-  std::string name = "elite";  // random | hillclimb | elite (default) | guided | prior | proposer
+  std::string name = "elite";  // random | hillclimb | elite (default) | guided | prior | bandit |
+                               // proposer
   uint64_t seed = 0;
   int restart_after = 8;      // hillclimb, elite: trials without a local improvement
   int elite_size = 8;         // elite, guided: the fastest configs kept to restart or breed from
@@ -110,10 +114,16 @@ struct StrategyOptions {
   std::string proposer_command;     // proposer: run with /bin/sh -c
   double proposer_timeout_s = 120;  // proposer: per call
   int recent_trials = 20;           // proposer: trials sent in the context
+  std::vector<std::string> bandit_techniques = {"random", "hillclimb", "elite", "guided"};
+  int bandit_window = 20;  // bandit: a technique's last uses its credit is computed over
+  double bandit_c = 0.05;  // bandit: exploration constant of the upper-confidence pick
 };
 
 /// The strategy names make_strategy accepts.
 const std::vector<std::string>& strategy_names();
+/// True when the strategy ranks by the learned prior, so the loop passes it training records
+/// (prior, guided, and a bandit with either among its techniques).
+bool strategy_trains(const StrategyOptions& options);
 /// nullptr (with *error naming the valid strategies) for an unknown name or a missing option.
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::string* error);
 
