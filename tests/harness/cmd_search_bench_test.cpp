@@ -28,7 +28,8 @@ TEST(CmdSearchBench, ReplaysEveryStrategyOnTheCommittedSyntheticLandscape) {
   ASSERT_EQ(o.exit_code, kExitOk) << o.err;
   const auto doc = nlohmann::json::parse(o.out);
   EXPECT_DOUBLE_EQ(doc["optimum_us"].get<double>(), 100.0);
-  ASSERT_EQ(doc["strategies"].size(), 4u);
+  ASSERT_EQ(doc["strategies"].size(), 5u);  // random, hillclimb, elite, guided, bandit
+  EXPECT_EQ(doc["strategies"][4]["name"], "bandit");
   for (const auto& s : doc["strategies"]) {
     EXPECT_EQ(s["budgets"].size(), 2u);
     EXPECT_EQ(s["trials_to_within"]["runs"], 3);
@@ -50,6 +51,14 @@ TEST(CmdSearchBench, RefusesAMalformedLandscapeWithExitCode2) {
   std::remove(path.c_str());
   EXPECT_EQ(run({"search-bench", "--landscape", kSynthetic, "--strategies", "hilclimb"}).exit_code,
             kExitUsage);
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--bandit-window", "0"},
+                                              {"--bandit-c", "-1"},
+                                              {"--bandit-techniques", "random,proposer"}}) {
+    std::vector<std::string> args = {"search-bench", "--landscape", kSynthetic, "--strategies",
+                                     "bandit"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    EXPECT_EQ(run(args).exit_code, kExitUsage) << bad[0];
+  }
 }
 
 TEST(CmdLandscape, RecordsAPredictedLandscapeThatSearchBenchReplays) {
