@@ -62,19 +62,19 @@ constexpr u32 kErrHopData = 2;  // a hop link read bytes other than the previous
 
 /// The kernel's one argument (by value). Addresses are device pointers as integers.
 struct GateArgs {
-  u64 w;              // copy 0 of the weights (the design's layout)
-  u64 copy_stride;    // bytes between two copies of the weights
-  u64 x;              // K fp32 inputs
-  u64 y;              // R fp32 outputs
-  u64 hop_flag;       // u32: links stored so far
-  u64 hop_data;       // u32[(hop_links) * 32]: each link's 128 bytes
-  u64 times;          // u64[2 + grid] or 0: chain start, chain end, each block's end (globaltimer)
-  u64 error;          // u32: kErr* bits
-  u64 spin_bound_ns;  // a wait longer than this is an error
-  u32 copies;         // copies streamed one after the other (all blocks, same rows)
-  u32 rows;           // R
-  u32 first_block;    // blocks below this one run the hop chain (0 and 1) or nothing
-  u32 hop_links;      // links of the chain; 0: no chain
+  u64 w;               // copy 0 of the weights (the design's layout)
+  u64 copy_stride;     // bytes between two copies of the weights
+  u64 x;               // K fp32 inputs
+  u64 y;               // R fp32 outputs
+  u64 hop_flag;        // u32: links stored so far
+  u64 hop_data;        // u32[(hop_links) * 32]: each link's 128 bytes
+  u64 times;           // u64[2 + grid] or 0: chain start, chain end, each block's end (globaltimer)
+  u64 error;           // u32: kErr* bits
+  u64 spin_bound_ns;   // a wait longer than this is an error
+  u32 copies;          // copies streamed one after the other (all blocks, same rows)
+  u32 rows;            // R
+  u32 first_block;     // blocks below this one run the hop chain (0 and 1) or nothing
+  u32 hop_links;       // links of the chain; 0: no chain
   u32 inflight_pages;  // the loader's cap on pages requested and not yet landed; 0: the ring's
 };
 
