@@ -222,6 +222,28 @@ std::string recording_run_id() {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
+/// The plan indexes not yet in the landscape, in plan order.
+std::deque<size_t> pending(const std::vector<PlannedConfig>& plan,
+                           const std::set<std::string>& done) {
+  std::deque<size_t> out;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (!done.count(schedule::canonical_string(plan[i].config))) out.push_back(i);
+  return out;
+}
+
+/// One measured config: its row appended to the landscape (false with result->error when it
+/// cannot be), shared, counted and reported.
+bool record_row(const RecordOptions& options, const std::string& run_id,
+                const PlannedConfig& planned, const eval::Verdict& verdict,
+                const nlohmann::json& identity, RecordResult* result) {
+  const LandscapeRow row = landscape_row(planned, verdict);
+  if (!append_landscape_row(options.path, row, &result->error)) return result->ok = false;
+  share_row(options, run_id, result->recorded, planned, verdict, identity);
+  ++result->recorded;
+  report(options, *result, row);
+  return true;
+}
+
 }  // namespace
 
 RecordResult record_landscape(eval::Evaluator& evaluator, const std::vector<PlannedConfig>& plan,
@@ -231,9 +253,7 @@ RecordResult record_landscape(eval::Evaluator& evaluator, const std::vector<Plan
   std::set<std::string> done;
   if (!(result.ok = open_landscape(options, &done, &result))) return result;
   const std::string run_id = recording_run_id();
-  std::deque<size_t> upcoming;
-  for (size_t i = 0; i < plan.size(); ++i)
-    if (!done.count(schedule::canonical_string(plan[i].config))) upcoming.push_back(i);
+  std::deque<size_t> upcoming = pending(plan, done);
   while (!upcoming.empty()) {
     if (options.stop && options.stop->load()) break;
     const PlannedConfig& p = plan[upcoming.front()];
@@ -246,11 +266,7 @@ RecordResult record_landscape(eval::Evaluator& evaluator, const std::vector<Plan
       result.error = "the evaluator failed on the harness side: " + why;
       return result;
     }
-    const LandscapeRow row = landscape_row(p, v);
-    if (!append_landscape_row(options.path, row, &result.error)) return result.ok = false, result;
-    share_row(options, run_id, result.recorded, p, v, evaluator.identity());
-    ++result.recorded;
-    report(options, result, row);
+    if (!record_row(options, run_id, p, v, evaluator.identity(), &result)) return result;
   }
   return result;
 }
@@ -262,9 +278,7 @@ RecordResult record_landscape_on_pool(TrialPool& pool, const std::vector<Planned
   std::set<std::string> done;
   if (!(result.ok = open_landscape(options, &done, &result))) return result;
   const std::string run_id = recording_run_id();
-  std::deque<size_t> queue;
-  for (size_t i = 0; i < plan.size(); ++i)
-    if (!done.count(schedule::canonical_string(plan[i].config))) queue.push_back(i);
+  std::deque<size_t> queue = pending(plan, done);
   std::map<uint64_t, int> losses;                        // plan index -> times its slot was lost
   std::vector<std::optional<size_t>> busy(pool.size());  // slot -> plan index in flight
   auto in_flight = [&] {
@@ -295,11 +309,8 @@ RecordResult record_landscape_on_pool(TrialPool& pool, const std::vector<Planned
                           << (e->lost ? e->lost_reason : e->harness_failure) << ")\n";
       continue;
     }
-    const LandscapeRow row = landscape_row(plan[index], e->verdict);
-    if (!append_landscape_row(options.path, row, &result.error)) return result.ok = false, result;
-    share_row(options, run_id, result.recorded, plan[index], e->verdict, pool.identity(e->slot));
-    ++result.recorded;
-    report(options, result, row);
+    if (!record_row(options, run_id, plan[index], e->verdict, pool.identity(e->slot), &result))
+      return result;
   }
   return result;
 }
