@@ -15,8 +15,11 @@ namespace megasched::eval {
 
 namespace {
 
-/// One decode step of whichever VM generates: logits for (token, position).
-using StepFn = std::function<std::optional<std::vector<float>>(int32_t, int32_t, std::string*)>;
+/// What one step gives the loop: the greedy next token, and the logits when asked for.
+struct StepResult {
+  int32_t next = -1;
+  std::vector<float> logits;
+};
 
 /// The VMs of a plan's buckets, built before the first step; step() runs the bucket that holds
 /// the position, handing the KV cache to the next bucket's VM when a step crosses into it.
@@ -46,15 +49,20 @@ class PlanVms {
     return "";
   }
 
-  std::optional<std::vector<float>> step(int32_t token, int32_t pos, std::string* why,
-                                         std::vector<int>* switches) {
+  /// One step's next token and, when `want_logits` (always on the CPU), its logits. On the GPU
+  /// without logits only the kernel's own argmax comes back (GpuVm::step_argmax).
+  std::optional<StepResult> step(int32_t token, int32_t pos, bool want_logits, std::string* why,
+                                 std::vector<int>* switches) {
     const size_t bucket = schedule::plan_bucket_index(*plan_, pos);
     if (!gpus_.empty()) {
       // The VMs share one KV cache: switching program is running another kernel, no copy.
       if (bucket != current_) current_ = bucket, switches->push_back(pos);
-      auto s = gpus_[current_]->step(token, pos);
+      auto s = want_logits ? gpus_[current_]->step(token, pos)
+                           : gpus_[current_]->step_argmax(token, pos);
       if (s.status != "ok") return *why = s.status + ": " + s.message, std::nullopt;
-      return std::move(s.logits);
+      if (!want_logits) return StepResult{s.argmax, {}};
+      const int32_t next = argmax(s.logits);
+      return StepResult{next, std::move(s.logits)};
     }
     if (bucket != current_) {
       // The cache of positions [0, pos) as the previous bucket's program wrote it.
@@ -67,7 +75,8 @@ class PlanVms {
     }
     auto s = refs_[current_]->step(token, pos);
     if (!s.completed) return *why = "the program did not finish: " + s.stuck, std::nullopt;
-    return std::move(s.logits);
+    const int32_t next = argmax(s.logits);
+    return StepResult{next, std::move(s.logits)};
   }
 
  private:
@@ -164,18 +173,21 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
 
   int32_t token = options.prompt[0];
   double generating_us = 0.0;
+  // Logits come back to the host only for someone who reads them; greedy tokens alone take the
+  // kernel's argmax (on the GPU, 4 bytes instead of the vocabulary's logits each step).
+  const bool want_logits = options.verify || static_cast<bool>(options.on_logits);
   for (int pos = 0; pos < total_steps; ++pos) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto logits = vms.step(token, pos, &error, &r.switch_positions);
+    auto out = vms.step(token, pos, want_logits, &error, &r.switch_positions);
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (!logits) return r.error = "step " + std::to_string(pos) + ": " + error, r;
+    if (!out) return r.error = "step " + std::to_string(pos) + ": " + error, r;
     r.step_us.push_back(us);
-    const int32_t next = argmax(*logits);
-    if (options.on_logits) options.on_logits(pos, *logits);
+    const int32_t next = out->next;
+    if (options.on_logits) options.on_logits(pos, out->logits);
     if (eager) {
       const auto expect = eager->step(token, pos);
-      const Comparison c = compare_logits(*logits, expect, shape.dtype);
+      const Comparison c = compare_logits(out->logits, expect, shape.dtype);
       r.max_rel_err = std::max(r.max_rel_err, c.rel_err);
       ++r.steps_verified;
       if (!c.pass && r.first_mismatch_step < 0) r.first_mismatch_step = pos;

@@ -5,7 +5,8 @@
 // bucket's begin runs that bucket's program on the KV cache the steps before it wrote: the plans'
 // programs must lay the cache out alike (kv_layout_difference), and the tokens and logits are
 // those each config gives alone. With verify, every step's logits and token are checked against
-// the eager reference.
+// the eager reference. On a GPU, a step's logits are copied to the host only when something reads
+// them (verify, on_logits); otherwise the next token is the kernel's own argmax, read back alone.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@ struct GenerateResult {
   bool ok = false;                    // ran to the end (and, with verify, every step matched)
   std::string error;                  // one line when !ok
   std::vector<int32_t> tokens;        // generated tokens (excluding the prompt)
-  std::vector<double> step_us;        // wall time of each step (prompt steps included)
+  std::vector<double> step_us;        // host wall time of each step (prompt steps included)
   std::vector<int> switch_positions;  // with a plan: the positions where a bucket's program began
   double tokens_per_s = 0.0;          // generated tokens over the time of the generating steps
   int steps_verified = 0;

@@ -86,6 +86,10 @@ class GpuVm {
 
   /// One decode step, synchronously: logits and argmax, or a hang dump.
   StepOutput step(int32_t token, int32_t position);
+  /// As step, but only the argmax comes back (no logits): what greedy generation feeds to the
+  /// next step. The host learns of the step's end by polling without sleeping, so the per-token
+  /// wall time is the kernel plus a launch and a 20-byte copy.
+  StepOutput step_argmax(int32_t token, int32_t position);
 
   /// Overwrites the device KV cache rows of positions [0, kv.positions) with `kv` (one strided
   /// copy), so a step at position kv.positions runs from the reference's history without the steps

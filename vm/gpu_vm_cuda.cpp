@@ -38,6 +38,12 @@ struct GpuVm::Impl {
   double watchdog_s = 10.0;
   cudaEvent_t ev_start = nullptr, ev_stop = nullptr;
   ms_abi::StepCell* host_cell = nullptr;  // pinned
+  // Pinned: what step_argmax reads back, the step cell and the abort flag, in one place.
+  struct Readback {
+    ms_abi::StepCell cell;
+    int32_t abort_flag;
+  };
+  Readback* host_readback = nullptr;
 
   /// Builds (cached) and loads the kernel; its resources go into *info. False with *error.
   bool build_kernel(const GpuVmOptions& options, const DeviceInfo& dev, json* info,
@@ -57,6 +63,7 @@ struct GpuVm::Impl {
     if (ev_start) cudaEventDestroy(ev_start);
     if (ev_stop) cudaEventDestroy(ev_stop);
     if (host_cell) cudaFreeHost(host_cell);
+    if (host_readback) cudaFreeHost(host_readback);
   }
 
   void write_cell(int32_t token, int32_t position) {
@@ -77,8 +84,10 @@ struct GpuVm::Impl {
   }
 
   /// Waits for the stream with a host-side watchdog (the device spin bound should always fire
-  /// first; this catches a kernel that loops without waiting).
-  bool sync_with_watchdog() {
+  /// first; this catches a kernel that loops without waiting). Between polls the thread sleeps
+  /// 50 us, or with `spin` only yields: a step that feeds the next one (generation) then learns of
+  /// its end within a poll, not up to a sleep (~60-110 us on Linux) later.
+  bool sync_with_watchdog(bool spin = false) {
     const auto t0 = std::chrono::steady_clock::now();
     while (true) {
       const cudaError_t rc = cudaStreamQuery(stream);
@@ -86,7 +95,10 @@ struct GpuVm::Impl {
       if (rc != cudaErrorNotReady) MS_CHECK_CUDA(rc);
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > watchdog_s)
         return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (spin)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
@@ -231,6 +243,7 @@ void GpuVm::Impl::upload_program(const schedule::Weights& weights,
                            inv_freq.data(), inv_freq.size() * sizeof(float),
                            cudaMemcpyHostToDevice));
   MS_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_cell), sizeof(ms_abi::StepCell)));
+  MS_CHECK_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_readback), sizeof(Readback)));
   MS_CHECK_CUDA(cudaEventCreate(&ev_start));
   MS_CHECK_CUDA(cudaEventCreate(&ev_stop));
   weights_ptr = reinterpret_cast<const void*>(device_weights(weights));
@@ -368,6 +381,37 @@ StepOutput GpuVm::step(int32_t token, int32_t position) {
   ms_abi::StepCell cell{};
   MS_CHECK_CUDA(cudaMemcpy(&cell, m.step->ptr, sizeof cell, cudaMemcpyDeviceToHost));
   out.argmax = cell.argmax;
+  out.status = "ok";
+  return out;
+}
+
+StepOutput GpuVm::step_argmax(int32_t token, int32_t position) {
+  Impl& m = *impl_;
+  StepOutput out;
+  m.write_cell(token, position);
+  m.launch();
+  // The cell and the abort flag come back behind the kernel on its stream: one wait, no copy of
+  // the logits.
+  MS_CHECK_CUDA(cudaMemcpyAsync(&m.host_readback->cell, m.step->ptr, sizeof(ms_abi::StepCell),
+                                cudaMemcpyDeviceToHost, m.stream));
+  MS_CHECK_CUDA(cudaMemcpyAsync(&m.host_readback->abort_flag, m.abort_flag->ptr, sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, m.stream));
+  if (!m.sync_with_watchdog(/*spin=*/true)) {
+    out.status = "timeout";
+    out.message = "the megakernel did not finish within " + std::to_string(m.watchdog_s) +
+                  " s (host watchdog); the worker process must be restarted";
+    return out;
+  }
+  MS_CHECK_CUDA(cudaGetLastError());
+  if (m.host_readback->abort_flag != 0) {
+    out.status = "hang";
+    out.hang_dump = m.read_dump();
+    out.message = "hang at position " + std::to_string(position) + "; " +
+                  std::to_string(out.hang_dump.size()) +
+                  " block(s) did not drain their queue (see the dump)";
+    return out;
+  }
+  out.argmax = m.host_readback->cell.argmax;
   out.status = "ok";
   return out;
 }

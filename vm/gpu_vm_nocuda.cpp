@@ -28,6 +28,7 @@ std::unique_ptr<GpuVm> GpuVm::create_sharing_kv(const schedule::Program&, const 
 StepOutput GpuVm::step(int32_t, int32_t) {
   return {"crash", kNoCuda, {}, -1, nlohmann::json::array()};
 }
+StepOutput GpuVm::step_argmax(int32_t token, int32_t position) { return step(token, position); }
 ProfileOutput GpuVm::profile_step(int32_t token, int32_t position) {
   ProfileOutput out;
   out.step = step(token, position);

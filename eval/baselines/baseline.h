@@ -43,6 +43,9 @@ class Baseline {
   virtual std::vector<float> step(int32_t token, int32_t position) = 0;
   /// The argmax the graph's last kernel wrote in the latest step.
   virtual int32_t last_argmax() = 0;
+  /// One step by graph replay that copies back only its argmax (the step cell), not the logits:
+  /// what greedy generation feeds to the next step.
+  virtual int32_t step_argmax(int32_t token, int32_t position) = 0;
   /// One timed graph replay (events around the replay only), microseconds.
   virtual double time_step_us(int32_t token, int32_t position, bool flush_l2) = 0;
   /// Graph nodes, kernel build key and what the kind adds.
@@ -76,6 +79,7 @@ class CublasBaseline : public Baseline {
   const char* kind() const override { return "cublas"; }
   std::vector<float> step(int32_t token, int32_t position) override;
   int32_t last_argmax() override;
+  int32_t step_argmax(int32_t token, int32_t position) override;
   double time_step_us(int32_t token, int32_t position, bool flush_l2) override;
   /// Graph nodes, cuBLAS version, kernel build key.
   const nlohmann::json& info() const override { return info_; }
@@ -103,6 +107,7 @@ class GraphPdlBaseline : public Baseline {
   const char* kind() const override { return "graph-pdl"; }
   std::vector<float> step(int32_t token, int32_t position) override;
   int32_t last_argmax() override;
+  int32_t step_argmax(int32_t token, int32_t position) override;
   double time_step_us(int32_t token, int32_t position, bool flush_l2) override;
   /// Graph nodes, kernels per step, whether PDL is on, the attention splits, the GEMV geometry
   /// and its tuning, the build key.

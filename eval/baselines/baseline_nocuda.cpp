@@ -14,6 +14,7 @@ std::unique_ptr<CublasBaseline> CublasBaseline::create(const schedule::Weights&,
 }
 std::vector<float> CublasBaseline::step(int32_t, int32_t) { return {}; }
 int32_t CublasBaseline::last_argmax() { return -1; }
+int32_t CublasBaseline::step_argmax(int32_t, int32_t) { return -1; }
 double CublasBaseline::time_step_us(int32_t, int32_t, bool) { return 0.0; }
 
 struct GraphPdlBaseline::Impl {};
@@ -26,6 +27,7 @@ std::unique_ptr<GraphPdlBaseline> GraphPdlBaseline::create(const schedule::Weigh
 }
 std::vector<float> GraphPdlBaseline::step(int32_t, int32_t) { return {}; }
 int32_t GraphPdlBaseline::last_argmax() { return -1; }
+int32_t GraphPdlBaseline::step_argmax(int32_t, int32_t) { return -1; }
 double GraphPdlBaseline::time_step_us(int32_t, int32_t, bool) { return 0.0; }
 
 }  // namespace megasched::eval

@@ -391,6 +391,12 @@ std::optional<nlohmann::json> GraphPdlBaseline::timeline(int32_t token, int32_t 
 
 int32_t GraphPdlBaseline::last_argmax() { return read_step_argmax(impl_->step->ptr); }
 
+int32_t GraphPdlBaseline::step_argmax(int32_t token, int32_t position) {
+  Impl& m = *impl_;
+  m.write_cell(token, position);
+  return replay_argmax(m.exec, m.stream, m.host_cell, m.step->ptr);
+}
+
 double GraphPdlBaseline::time_step_us(int32_t token, int32_t position, bool flush) {
   Impl& m = *impl_;
   if (flush) vm::flush_l2();

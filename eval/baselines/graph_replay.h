@@ -37,6 +37,11 @@ void write_step_cell(void* host_cell, void* step_cell, cudaStream_t stream, int3
 std::vector<float> replay_logits(cudaGraphExec_t exec, cudaStream_t stream, const void* logits,
                                  int vocab);
 
+/// Replays `exec` on `stream`, copies the step cell at `step_cell` back into pinned `host_cell`
+/// behind it, waits, and returns the argmax the replay wrote (no logits are copied).
+int32_t replay_argmax(cudaGraphExec_t exec, cudaStream_t stream, void* host_cell,
+                      const void* step_cell);
+
 /// The argmax the last replay wrote into the step cell at `step_cell` (ms_abi::StepCell).
 int32_t read_step_argmax(const void* step_cell);
 

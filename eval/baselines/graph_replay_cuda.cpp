@@ -45,6 +45,15 @@ std::vector<float> replay_logits(cudaGraphExec_t exec, cudaStream_t stream, cons
   return out;
 }
 
+int32_t replay_argmax(cudaGraphExec_t exec, cudaStream_t stream, void* host_cell,
+                      const void* step_cell) {
+  auto* cell = static_cast<ms_abi::StepCell*>(host_cell);
+  MS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  MS_CHECK_CUDA(cudaMemcpyAsync(cell, step_cell, sizeof *cell, cudaMemcpyDeviceToHost, stream));
+  MS_CHECK_CUDA(cudaStreamSynchronize(stream));
+  return cell->argmax;
+}
+
 int32_t read_step_argmax(const void* step_cell) {
   ms_abi::StepCell cell{};
   MS_CHECK_CUDA(cudaMemcpy(&cell, step_cell, sizeof cell, cudaMemcpyDeviceToHost));
