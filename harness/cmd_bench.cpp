@@ -23,6 +23,7 @@
 #include "harness/trial_flags.h"
 #include "schedule/lookup.h"
 #include "schedule/named_configs.h"
+#include "search/plan_fit.h"
 
 namespace megasched::harness {
 
@@ -43,6 +44,8 @@ struct BenchOptionsCli {
   int warmup = 10;
   int iterations = 100;
   uint64_t seed = 0;
+  std::string fit_plan;     // a file: the plan fitted to the config rows (search/plan_fit.h)
+  double fit_margin = 0.01;  // its tie margin
 };
 
 /// The arguments checked on any machine; the exit code and message of the first bad one.
@@ -100,6 +103,12 @@ std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* e
     }
   }
   p.bench.positions = *positions;
+  if (!o.fit_plan.empty() &&
+      std::find(positions->begin(), positions->end(), 0) == positions->end()) {
+    *error = "--fit-plan needs position 0 among --positions (a plan covers every position from 0; "
+             "hint: --positions 0,256,1024,4096)";
+    return std::nullopt;
+  }
   p.bench.configs.push_back({"default", schedule::ScheduleConfig{}});
   for (const std::string& arg : o.configs) {
     auto plan = read_plan_arg(arg, error, exit_code);
@@ -271,6 +280,59 @@ void append_to_shared_corpus(const eval::BenchResult& r, const Parsed& parsed,
               << flywheel::shared_corpus_path(o.flywheel_dir, r.device) << "\n";
 }
 
+/// The plan fitted to the config rows of `r` (search/plan_fit.h): each config of --config and the
+/// default with a checked median at every position; a config that failed somewhere is left out
+/// (named in *left_out).
+std::optional<search::PlanFit> fit_plan_to(const eval::BenchResult& r, const Parsed& parsed,
+                                           double margin, std::vector<std::string>* left_out,
+                                           std::string* error) {
+  search::PlanFitInput in;
+  in.positions = r.positions;
+  std::sort(in.positions.begin(), in.positions.end());
+  in.tie_margin = margin;
+  for (const auto& [label, config] : parsed.bench.configs) {
+    search::MeasuredConfig m{label, config, {}};
+    for (int pos : in.positions) {
+      const auto row = std::find_if(r.rows.begin(), r.rows.end(), [&](const eval::BenchRow& x) {
+        return x.kind == "config" && x.name == label && x.position == pos;
+      });
+      if (row == r.rows.end() || row->status != "ok" || !row->median_us) break;
+      m.median_us.push_back(*row->median_us);
+    }
+    if (m.median_us.size() == in.positions.size())
+      in.configs.push_back(std::move(m));
+    else
+      left_out->push_back(label);
+  }
+  return search::fit_plan(in, error);
+}
+
+/// `bench --fit-plan FILE`: fits the plan, writes it to FILE and its explanation to
+/// OUT/plan_fit.json, and says what it chose on stderr. False with *error.
+bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed,
+                       const BenchOptionsCli& o, std::string* error) {
+  std::vector<std::string> left_out;
+  auto fit = fit_plan_to(r, parsed, o.fit_margin, &left_out, error);
+  if (!fit) return *error = "--fit-plan: " + *error, false;
+  nlohmann::json explain = fit->explain;
+  explain["left_out"] = left_out;
+  explain["plan_file"] = o.fit_plan;
+  if (!write_text_file(o.fit_plan, schedule::to_json(fit->plan).dump(1) + "\n", error) ||
+      !write_text_file((std::filesystem::path(o.out) / "plan_fit.json").string(),
+                       explain.dump(1) + "\n", error))
+    return false;
+  std::string buckets;
+  for (size_t i = 0; i < fit->plan.buckets.size(); ++i)
+    buckets += (i ? ", " : "") + schedule::bucket_label(fit->plan.buckets[i]) + " " +
+               fit->labels[i];
+  std::cerr << "bench: fitted plan (" << fit->plan.buckets.size() << " bucket(s)): " << buckets
+            << " -> " << o.fit_plan << "\n";
+  for (const std::string& label : left_out)
+    std::cerr << "bench: --fit-plan left out " << label
+              << ": it has no checked median at every position\n";
+  return true;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, CliContext& ctx) {
@@ -321,9 +383,26 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--iterations", opt->iterations, "Timed steps per row")
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
+  cmd->add_option("--fit-plan", opt->fit_plan,
+                  "Write to this file the plan that runs at each position the config measured "
+                  "fastest (the default and each --config; --positions must include 0): "
+                  "boundaries where two configs' latencies cross between measured positions, "
+                  "noise within --fit-margin no boundary; its reasoning in OUT/plan_fit.json");
+  cmd->add_option("--fit-margin", opt->fit_margin,
+                  "With --fit-plan: a config already running keeps its place while within this "
+                  "share of the fastest")
+      ->check(CLI::Range(0.0, 0.5))
+      ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
   add_flywheel_flag(cmd, &opt->flywheel_dir);
   cmd->callback([&ctx, opt] {
+    if (!opt->fit_plan.empty() && !opt->generate.empty()) {
+      print_error("bench",
+                  "--fit-plan fits a plan to single steps: run bench --positions ... --fit-plan "
+                  "FILE first, then bench --generate ... --plan FILE");
+      ctx.exit_code = kExitUsage;
+      return;
+    }
     if (!opt->generate.empty()) {
       ctx.exit_code = run_generate_bench_cli(*opt);
       return;
@@ -371,6 +450,11 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       return;
     }
     append_to_shared_corpus(*result, *parsed, *opt);
+    if (!opt->fit_plan.empty() && !write_fitted_plan(*result, *parsed, *opt, &error)) {
+      print_error("bench", error);
+      ctx.exit_code = kExitEnvironment;
+      return;
+    }
     if (opt->format == "json")
       print_json(eval::bench_to_json(*result));
     else
