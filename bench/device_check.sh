@@ -58,6 +58,12 @@
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
 #        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
 #        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names);
+#        stage "planfit" times the default and PLANFIT_CONFIGS (default the three llama-1b record
+#        configs) at PLANFIT_POSITIONS (default 0,128,256,512,1024,2048,4096) with
+#        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
+#        config, boundaries where latencies cross; plan_fit.json: why), then benches that plan
+#        beside them at PLAN_POSITIONS (default 0,512,1024,2048,4096) into plan_table/ and
+#        plan_table.md; the plan is the generate stage's GENERATE_PLAN unless one is given;
 #        stage "generate" times whole greedy generations with `megasched bench --generate` for
 #        each of GENERATE (PROMPT_LEN:NEW_TOKENS list, default 128:512) on GENERATE_MODEL (default
 #        llama-1b): GENERATE_PLAN (a plan file or name, optional), GENERATE_CONFIGS (space-separated
@@ -419,16 +425,21 @@ fi
 if has_stage landscape; then
   # Records (or resumes) measured landscapes with every GPU of the host and compile-ahead, each
   # stopped cleanly after LANDSCAPE_SECONDS (default 300; SIGINT: the rows so far stay) and copied
-  # back under OUT/landscapes/. LANDSCAPES: space-separated FILE@POSITION@NEIGHBOURS_OF (a
+  # back under OUT/landscapes/. LANDSCAPES: space-separated FILE@POSITION@NEIGHBOURS_OF (POSITION
+  # checked and timed; NEIGHBOURS_OF one config or several, comma-separated; FILE a
   # committed file of search/landscapes/ or dev/landscapes/ to resume, or a new path; the
   # target is the live GPU's, so a file of another GPU is refused, not mixed).
   mkdir -p "$OUT/landscapes"
   for spec in ${LANDSCAPES:-}; do
     IFS=@ read -r lfile lpos lnear <<< "$spec"
+    IFS=, read -ra lnears <<< "$lnear"  # NEIGHBOURS_OF: one config or several, comma-separated
+    nargs=()
+    for n in "${lnears[@]}"; do nargs+=(--neighbours-of "$n"); done
     log "landscape: $lfile at position $lpos (neighbours of $lnear first), ${LANDSCAPE_SECONDS:-300} s"
     timeout -s INT "${LANDSCAPE_SECONDS:-300}" "$BUILD/megasched" landscape record \
       --model "${LANDSCAPE_MODEL:-llama-1b}" --gpu auto --device gpu --gpus all --positions "$lpos" \
-      --neighbours-of "$lnear" --sample "${LANDSCAPE_SAMPLE:-600}" --out "$lfile" \
+      --timed-position "$lpos" \
+      "${nargs[@]}" --sample "${LANDSCAPE_SAMPLE:-600}" --out "$lfile" \
       > "$OUT/landscapes/$(basename "$lfile").summary.json" 2>> "$LOG"
     rc=$?
     cp "$lfile" "$OUT/landscapes/" 2>/dev/null
@@ -480,6 +491,36 @@ if has_stage compare; then
       status=1
     fi
   done
+fi
+
+if has_stage planfit; then
+  # The plan fitted to measurements (megasched bench --fit-plan): the default and PLANFIT_CONFIGS
+  # timed at PLANFIT_POSITIONS, the fastest config at each position, boundaries where two
+  # configs' latencies cross; then the fitted plan benched beside them at PLAN_POSITIONS. The
+  # plan becomes the generate stage's GENERATE_PLAN unless one is given.
+  PLANFIT_POSITIONS=${PLANFIT_POSITIONS:-0,128,256,512,1024,2048,4096}
+  PLAN_POSITIONS=${PLAN_POSITIONS:-0,512,1024,2048,4096}
+  PLANFIT_CONFIGS=${PLANFIT_CONFIGS:-bench/configs/stream_r2u4_pairs_am.json bench/configs/stream_r2u4_g4p8_pairs_am_st.json bench/configs/stream_r2u4_g4p16_pairs_am_st.json}
+  pcargs=()
+  for c in $PLANFIT_CONFIGS; do pcargs+=(--config "$c"); done
+  log "planfit: megasched bench --positions $PLANFIT_POSITIONS ${pcargs[*]} --fit-plan $OUT/planfit/plan.json"
+  if timeout 900 "$BUILD/megasched" bench --model llama-1b --positions "$PLANFIT_POSITIONS" \
+       "${pcargs[@]}" --baseline graph-pdl --iterations "$ITERATIONS" \
+       --fit-plan "$OUT/planfit/plan.json" --out "$OUT/planfit" > "$OUT/planfit.md" 2>> "$LOG"; then
+    log "planfit: fitted $OUT/planfit/plan.json"
+    cat "$OUT/planfit.md" >> "$LOG"
+    GENERATE_PLAN=${GENERATE_PLAN:-$OUT/planfit/plan.json}
+    log "planfit: the plan beside its configs at $PLAN_POSITIONS"
+    if timeout 900 "$BUILD/megasched" bench --model llama-1b --positions "$PLAN_POSITIONS" \
+         --config "$OUT/planfit/plan.json" "${pcargs[@]}" --baseline graph-pdl \
+         --iterations "$ITERATIONS" --out "$OUT/plan_table" > "$OUT/plan_table.md" 2>> "$LOG"; then
+      cat "$OUT/plan_table.md" >> "$LOG"
+    else
+      log "planfit: the plan table FAILED"; status=1
+    fi
+  else
+    log "planfit FAILED"; status=1
+  fi
 fi
 
 if has_stage generate; then
