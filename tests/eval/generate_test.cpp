@@ -10,6 +10,8 @@
 #include <cmath>
 
 #include "eval/device.h"
+#include "eval/eager.h"
+#include "eval/oracle.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/target.h"
@@ -85,24 +87,32 @@ void expect_plan_matches_each_config(const std::string& model, const std::vector
   EXPECT_EQ(both.result.switch_positions, boundaries);
   EXPECT_TRUE(alone[0].result.switch_positions.empty());
   std::vector<bool> differs_from_next(configs.size() - 1, false);
+  // The eager forward's logits of the tokens every run fed: the prompt, then the generated ones.
+  std::vector<std::vector<float>> eager_logits;
+  if (device == "gpu") {
+    EagerModel eager(w);
+    for (size_t pos = 0; pos < steps; ++pos) {
+      const int32_t token = pos < prompt.size() ? prompt[pos]
+                                                : both.result.tokens[pos - prompt.size()];
+      eager_logits.push_back(eager.step(token, static_cast<int32_t>(pos)));
+    }
+  }
   for (size_t pos = 0; pos < steps; ++pos) {
     size_t bucket = 0;
     while (bucket < boundaries.size() && static_cast<int>(pos) >= boundaries[bucket]) ++bucket;
     // Bit for bit while the KV history was written by this bucket's own config. After a boundary
     // of a model of several layers it was not: the layers past the first take their K and V from
     // hidden states the earlier bucket's attention summed in its own order, so the cache differs
-    // from the config alone's in its last bits (a GPU's order, not the CPU twin's) and so do the
-    // logits: there they agree to rounding (1e-5 of the largest logit) with the same tokens.
+    // from the config alone's in its last bits (a GPU's order, not the CPU twin's), and through
+    // the layers so do the logits (measured on an H100: up to 1.3e-4 of the largest logit on
+    // small). There the plan's logits must pass the check every program passes, against the
+    // eager forward of the same tokens, with the same greedy tokens.
     if (device == "cpu" || bucket == 0) {
       EXPECT_EQ(both.logits[pos], alone[bucket].logits[pos]) << "position " << pos;
     } else {
-      float worst = 0.0f, scale = 0.0f;
-      ASSERT_EQ(both.logits[pos].size(), alone[bucket].logits[pos].size());
-      for (size_t v = 0; v < both.logits[pos].size(); ++v) {
-        worst = std::max(worst, std::fabs(both.logits[pos][v] - alone[bucket].logits[pos][v]));
-        scale = std::max(scale, std::fabs(alone[bucket].logits[pos][v]));
-      }
-      EXPECT_LE(worst, 1e-5f * scale) << "position " << pos;
+      const Comparison c = compare_logits(both.logits[pos], eager_logits[pos], w.shape.dtype);
+      EXPECT_TRUE(c.pass) << "position " << pos << ": max abs error " << c.max_abs_err
+                          << ", rel error " << c.rel_err;
     }
     for (size_t i = 0; i + 1 < alone.size(); ++i)
       differs_from_next[i] =
