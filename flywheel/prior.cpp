@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 
+#include "flywheel/shared_corpus.h"
 #include "schedule/config.h"
 
 namespace megasched::flywheel {
@@ -95,7 +96,7 @@ std::vector<PriorSample> prior_samples(const std::vector<CorpusRecord>& records,
   std::vector<PriorSample> samples;
   const std::string kind = device == "gpu" ? "measured-gpu" : device == "cpu" ? "predicted" : "";
   for (const CorpusRecord& r : records) {
-    if (!target.empty() && r.target != target) continue;
+    if (!target.empty() && target_file_key(r.target) != target_file_key(target)) continue;
     if (!device.empty() && r.device != device) continue;
     PriorSample s;
     s.config = r.config;
@@ -263,12 +264,16 @@ PriorEvaluation evaluate_prior(const std::vector<PriorSample>& samples, int fold
 nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& records,
                                          const std::string& target, const std::string& device,
                                          int folds, uint64_t seed) {
+  // One GPU under one name: a row of `--gpu auto` names the live device ("NVIDIA H200"), one of
+  // `--gpu h200` the registry's target; both are the target file's key (shared_corpus.h).
   std::vector<std::pair<std::string, std::string>> pairs;
   for (const auto& r : records) {
-    if ((!target.empty() && r.target != target) || (!device.empty() && r.device != device))
+    const std::string key = target_file_key(r.target);
+    if ((!target.empty() && key != target_file_key(target)) ||
+        (!device.empty() && r.device != device))
       continue;
-    if (std::find(pairs.begin(), pairs.end(), std::make_pair(r.target, r.device)) == pairs.end())
-      pairs.emplace_back(r.target, r.device);
+    if (std::find(pairs.begin(), pairs.end(), std::make_pair(key, r.device)) == pairs.end())
+      pairs.emplace_back(key, r.device);
   }
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [t, d] : pairs) {

@@ -31,7 +31,8 @@ struct PriorSample {
   std::string model;                 // for per-model evaluation
 };
 
-/// Samples from corpus records of `target` and `device` ("" matches any); latencies only from
+/// Samples from corpus records of `target` and `device` ("" matches any; a target matches by its
+/// shared-corpus key, so "NVIDIA H200" and "h200" are one GPU); latencies only from
 /// correct trials of one latency kind (a device of "gpu" takes measured-gpu, "cpu" predicted).
 std::vector<PriorSample> prior_samples(const std::vector<CorpusRecord>& records,
                                        const std::string& target, const std::string& device);
@@ -79,7 +80,8 @@ struct PriorEvaluation {
 /// folds (folds assigned by a seeded shuffle).
 PriorEvaluation evaluate_prior(const std::vector<PriorSample>& samples, int folds, uint64_t seed);
 
-/// evaluate_prior for each (target, device) of the corpus in first-seen order (only `target` /
+/// evaluate_prior for each (target, device) of the corpus in first-seen order, a target named by
+/// its shared-corpus key (target_file_key: the registry's name of a known GPU) (only `target` /
 /// `device` when not empty): [{"target", "device", "samples", "failures" (records without a
 /// latency), "spearman" (null below 2 x folds samples), "per_model"}].
 nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& records,

@@ -106,5 +106,30 @@ TEST(Prior, SamplesKeepOnlyTheRequestedTargetAndLatencyKind) {
   EXPECT_FALSE(samples[1].latency_us.has_value());  // a failure: the failure model's negative
 }
 
+// A row of `--gpu auto` names the live device, one of `--gpu h200` the registry's target: one GPU,
+// one group in the per-target evaluation and in the samples of either name.
+TEST(Prior, TheLiveNameAndTheTargetNameOfAGpuAreOneTarget) {
+  std::vector<CorpusRecord> rows;
+  for (int i = 0; i < 24; ++i) {
+    CorpusRecord r;
+    r.target = i % 2 ? "NVIDIA H200" : "h200";
+    r.device = "gpu";
+    r.model = "toy";
+    r.status = kStatusKept;
+    r.verdict.correct = true;
+    r.verdict.latency_kind = "measured-gpu";
+    r.config = {{"tiling", {{"attn_kv_partitions", 1 << (i % 4)}}}};
+    r.verdict.latency_us = 100.0 + 10.0 * (i % 4) + 0.1 * i;
+    rows.push_back(r);
+  }
+  EXPECT_EQ(prior_samples(rows, "NVIDIA H200", "gpu").size(), 24u);
+  EXPECT_EQ(prior_samples(rows, "h200", "gpu").size(), 24u);
+  const nlohmann::json per_target = evaluate_prior_per_target(rows, "", "", 3, 0);
+  ASSERT_EQ(per_target.size(), 1u) << per_target.dump();
+  EXPECT_EQ(per_target[0]["target"], "h200");
+  EXPECT_EQ(per_target[0]["samples"], 24);
+  EXPECT_EQ(evaluate_prior_per_target(rows, "NVIDIA H200", "gpu", 3, 0).size(), 1u);
+}
+
 }  // namespace
 }  // namespace megasched::flywheel
