@@ -152,7 +152,7 @@ bool GpuVm::Impl::build_kernel(const GpuVmOptions& options, const DeviceInfo& de
   *info = {{"build_key", build.key},
            {"cache_hit", build.cache_hit},
            {"compile_ms", build.compile_ms},
-           {"arch", "sm_" + std::to_string(dev.sm_arch)},
+           {"arch", arch_name(dev.sm_arch)},
            {"defines", req.defines},
            {"registers", registers},
            {"local_bytes", local},

@@ -104,8 +104,29 @@ std::string build_identity() {
   return identity;
 }
 
+std::string arch_name(int sm_arch) {
+  // Hopper builds for its architecture-specific target: setmaxnreg and wgmma exist only there,
+  // and a 9.0 device is the only one either cubin loads on.
+  return "sm_" + std::to_string(sm_arch) + (sm_arch == 90 ? "a" : "");
+}
+
+std::string ptxas_refusal(const std::string& log) {
+  // ptxas says it ignored a register-count change as info, not as an error: a kernel whose roles
+  // were sized by setmaxnreg would silently run with the entry count, so the build fails.
+  const size_t at = log.find("(C7508)");
+  if (at == std::string::npos) return "";
+  const size_t begin = log.rfind('\n', at);
+  const size_t end = log.find('\n', at);
+  const std::string line = log.substr(begin == std::string::npos ? 0 : begin + 1,
+                                      end == std::string::npos ? std::string::npos
+                                                               : end - (begin + 1));
+  return "ptxas ignored a setmaxnreg: " + line +
+         " (hint: a kernel that resizes its warps' registers needs __launch_bounds__ with its "
+         "thread count, so ptxas knows the count at entry)";
+}
+
 std::vector<std::string> compile_options(const BuildRequest& request) {
-  std::vector<std::string> opts = {"--std=c++17", "-arch=sm_" + std::to_string(request.sm_arch),
+  std::vector<std::string> opts = {"--std=c++17", "-arch=" + arch_name(request.sm_arch),
                                    "--ptxas-options=-v", "-default-device"};
   for (const std::string& d : request.defines) opts.push_back("-D" + d);
   // For profiling only (ncu source counters map SASS back to the device sources); the option is

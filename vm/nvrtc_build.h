@@ -44,6 +44,16 @@ struct BuildResult {
   std::vector<KernelResources> kernels;  // parsed from the log (empty on a cache hit unless stored)
 };
 
+/// The -arch target of a compute capability: "sm_90a" for Hopper (its architecture-specific
+/// instructions, setmaxnreg and wgmma, need it), else "sm_NN". Part of every build key through
+/// compile_options.
+std::string arch_name(int sm_arch);
+
+/// Why a successful build must still fail, from its ptxas log: "" or a message with a hint when
+/// ptxas ignored a setmaxnreg (info C7508: the kernel would run every warp at its entry register
+/// count).
+std::string ptxas_refusal(const std::string& log);
+
 /// The whole -D option list of the megakernel for a program, sorted: its kernel build knobs
 /// (program.build.knobs, by macro), the launch shape the kernel is specialised for (threads per
 /// block; the weight ring's pages and page bytes; the blocks per SM the registers must allow, as

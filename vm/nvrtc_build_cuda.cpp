@@ -159,8 +159,8 @@ void compile(const BuildRequest& request, BuildResult* result) {
   if (rc != NVRTC_SUCCESS) {
     std::string opt_line;
     for (const std::string& o : opts) opt_line += " " + o;
-    result->error = std::string("NVRTC failed to compile ") + request.entry + " for sm_" +
-                    std::to_string(request.sm_arch) + " (" + nvrtcGetErrorString(rc) +
+    result->error = std::string("NVRTC failed to compile ") + request.entry + " for " +
+                    arch_name(request.sm_arch) + " (" + nvrtcGetErrorString(rc) +
                     "; options:" + opt_line + ")\n" + log;
     nvrtcDestroyProgram(&prog);
     return;
@@ -170,6 +170,12 @@ void compile(const BuildRequest& request, BuildResult* result) {
   if (rc != NVRTC_SUCCESS || cubin_size == 0) {
     result->error =
         std::string("nvrtcGetCUBINSize failed: ") + nvrtcGetErrorString(rc) + "\n" + log;
+    nvrtcDestroyProgram(&prog);
+    return;
+  }
+  if (const std::string refusal = ptxas_refusal(log); !refusal.empty()) {
+    result->error = "NVRTC built " + request.entry + " for " + arch_name(request.sm_arch) +
+                    " but " + refusal + "\n" + log;
     nvrtcDestroyProgram(&prog);
     return;
   }

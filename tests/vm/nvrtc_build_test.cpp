@@ -1,6 +1,7 @@
 // The NVRTC build of the device code, on the CPU (no GPU needed; runs in CI wherever the CUDA
-// toolkit is installed): every value of every kernel build knob compiles for sm_90 and sm_80, the
-// cache returns the same cubin without compiling, and a failed build carries the whole log.
+// toolkit is installed): every value of every kernel build knob compiles for sm_90a (Hopper's
+// architecture-specific target) and sm_80, the cache returns the same cubin without compiling, a
+// failed build carries the whole log, and a setmaxnreg ptxas ignores fails the build.
 #include "vm/nvrtc_build.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,9 @@
 #include "schedule/model.h"
 #include "schedule/target.h"
 #include "vm/embedded_sources.h"
+#if MS_HAVE_CUDA
+#include <nvrtc.h>
+#endif
 
 namespace megasched::vm {
 namespace {
@@ -546,6 +550,75 @@ TEST(NvrtcBuild, FailedBuildCarriesTheWholeLog) {
       << r.error;  // the static_assert text
   EXPECT_NE(r.error.find(r.log), std::string::npos);
   EXPECT_FALSE(r.log.empty());
+}
+
+TEST(NvrtcBuild, HopperBuildsForItsArchitectureSpecificTarget) {
+  EXPECT_EQ(arch_name(90), "sm_90a");
+  EXPECT_EQ(arch_name(80), "sm_80");
+  BuildRequest hopper{"vm/device/megakernel.cuh", {}, 90, ""};
+  const std::vector<std::string> opts = compile_options(hopper);
+  EXPECT_NE(std::find(opts.begin(), opts.end(), "-arch=sm_90a"), opts.end());
+  BuildRequest ampere = hopper;
+  ampere.sm_arch = 80;
+  EXPECT_NE(build_key(hopper), build_key(ampere));
+}
+
+/// NVRTC's log of `source` built with compile_options' arch and ptxas flags for sm_90a.
+std::string hopper_log(const std::string& source) {
+#if MS_HAVE_CUDA
+  nvrtcProgram prog = nullptr;
+  EXPECT_EQ(nvrtcCreateProgram(&prog, source.c_str(), "setmaxnreg.cu", 0, nullptr, nullptr),
+            NVRTC_SUCCESS);
+  const std::string arch = "-arch=" + arch_name(90);
+  const char* opts[] = {arch.c_str(), "--ptxas-options=-v"};
+  EXPECT_EQ(nvrtcCompileProgram(prog, 2, opts), NVRTC_SUCCESS);
+  size_t size = 0;
+  nvrtcGetProgramLogSize(prog, &size);
+  std::string log(size, '\0');
+  nvrtcGetProgramLog(prog, log.data());
+  nvrtcDestroyProgram(&prog);
+  return log;
+#else
+  (void)source;
+  return "";
+#endif
+}
+
+TEST(NvrtcBuild, ASetmaxnregPtxasIgnoresFailsTheBuild) {
+  EXPECT_EQ(ptxas_refusal("ptxas info    : Used 10 registers, used 0 barriers\n"), "");
+  const std::string refusal = ptxas_refusal(
+      "ptxas info    : 0 bytes gmem\nptxas info    : (C7508) Potential Performance Loss: "
+      "'setmaxnreg' ignored; unable to determine register count at entry.\nptxas info    : x\n");
+  EXPECT_NE(refusal.find("ptxas ignored a setmaxnreg: ptxas info    : (C7508) Potential"),
+            std::string::npos)
+      << refusal;
+  EXPECT_EQ(refusal.find("ptxas info    : x"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("hint: a kernel that resizes its warps' registers needs "
+                         "__launch_bounds__"),
+            std::string::npos);
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  // The producer / consumer split of megakernel v3: with its thread count as a launch bound
+  // ptxas honours the register changes; without one it ignores them (C7508) and the build fails.
+  const std::string roles = R"(
+extern "C" __global__ void BOUNDS roles(float* out) {
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    out[threadIdx.x] = 1.0f;
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    out[threadIdx.x] = 2.0f;
+  }
+})";
+  auto with = [&](const std::string& bounds) {
+    std::string src = roles;
+    src.replace(src.find("BOUNDS"), 6, bounds);
+    return src;
+  };
+  const std::string bounded = hopper_log(with("__launch_bounds__(384, 1)"));
+  EXPECT_NE(bounded.find("roles"), std::string::npos) << bounded;
+  EXPECT_EQ(ptxas_refusal(bounded), "") << bounded;
+  const std::string unbounded = hopper_log(with(""));
+  EXPECT_NE(ptxas_refusal(unbounded).find("C7508"), std::string::npos) << unbounded;
 }
 
 TEST(NvrtcBuild, ProfileBuildWithoutTheRingCompilesUnderItsOwnKey) {
