@@ -58,6 +58,12 @@
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
 #        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
 #        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names);
+#        stage "search" runs the search of record: `loop --device gpu` of llama-1b from the
+#        default config for SEARCH_MINUTES (default 15) in SEARCH_DIR (default
+#        workspace/search_of_record; a second call on the same warm machine resumes it, so 15
+#        minutes fit two calls of 7.5), its best benched beside best:llama-1b:<GPU> and graph-pdl
+#        at position 0 into search_bench.md, and its report into search_report.html (SEARCH_FLAGS:
+#        more loop flags, e.g. "--flywheel none");
 #        stage "planfit" times the default and PLANFIT_CONFIGS (default the three llama-1b record
 #        configs) at PLANFIT_POSITIONS (default 0,128,256,512,1024,2048,4096) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
@@ -491,6 +497,47 @@ if has_stage compare; then
       status=1
     fi
   done
+fi
+
+if has_stage search; then
+  # The search of record: a fresh `loop --device gpu` of llama-1b from the default config (the
+  # default strategy, compile-ahead, its own kernel cache) for SEARCH_MINUTES (default 15). The
+  # loop's logs live in SEARCH_DIR (default workspace/search_of_record, which a warm GPU machine
+  # keeps between calls: the tree that travels replaces only tracked files), so a second call
+  # continues the same search with --resume: a 15-minute search fits two calls of
+  # SEARCH_MINUTES=7.5. Then its best config is benched beside best:llama-1b:<this GPU> and
+  # graph-pdl at position 0 in one process (search_bench.md: the within-3% test), and the
+  # report with its trajectory is written (search_report.html). SEARCH_FLAGS adds loop flags,
+  # e.g. "--flywheel none" for a search that learns nothing from the shared corpus.
+  SEARCH_MINUTES=${SEARCH_MINUTES:-15}
+  SEARCH_DIR=${SEARCH_DIR:-$ROOT/workspace/search_of_record}
+  sgpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
+  case "$sgpu" in *H200*) skey=h200 ;; *H100*) skey=h100 ;; *) skey="" ;; esac
+  mkdir -p "$SEARCH_DIR"
+  sresume=()
+  [ -s "$SEARCH_DIR/results.tsv" ] && sresume=(--resume)
+  log "search: loop --model llama-1b --device gpu --minutes $SEARCH_MINUTES ${sresume[*]} ${SEARCH_FLAGS:-} in $SEARCH_DIR ($sgpu)"
+  # shellcheck disable=SC2086  # SEARCH_FLAGS is a list of flags
+  MEGASCHED_KERNEL_CACHE="$SEARCH_DIR/kernels" timeout 3600 "$BUILD/megasched" loop \
+    --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes "$SEARCH_MINUTES" \
+    --results "$SEARCH_DIR/results.tsv" --corpus "$SEARCH_DIR/corpus.jsonl" "${sresume[@]}" \
+    ${SEARCH_FLAGS:-} > "$OUT/search_summary.json" 2> "$OUT/search_progress.log"
+  log "search: loop exit $? ($(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d.get("best") or {}; print(d.get("trials"), "trials, best", b.get("latency_us"), "us")' "$OUT/search_summary.json" 2>/dev/null))"
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); json.dump(d["best"]["config"], open(sys.argv[2], "w"), indent=1)' \
+       "$OUT/search_summary.json" "$OUT/search_best.json" 2>> "$LOG"; then
+    sargs=(--config "$OUT/search_best.json")
+    [ -n "$skey" ] && sargs+=(--config "best:llama-1b:$skey")
+    if "$BUILD/megasched" bench --model llama-1b --positions 0 "${sargs[@]}" --baseline graph-pdl \
+         --iterations "$ITERATIONS" --out "$OUT/search_bench" > "$OUT/search_bench.md" 2>> "$LOG"; then
+      cat "$OUT/search_bench.md" >> "$LOG"
+    else
+      log "search: the bench of its best FAILED"; status=1
+    fi
+  else
+    log "search: no best config in the loop's summary"; status=1
+  fi
+  "$BUILD/megasched" report --results "$SEARCH_DIR/results.tsv" --html "$OUT/search_report.html" \
+    > "$OUT/search_report.txt" 2>> "$LOG" || log "search: report FAILED"
 fi
 
 if has_stage planfit; then
