@@ -431,7 +431,7 @@ fi
 if has_stage landscape; then
   # Records (or resumes) measured landscapes with every GPU of the host and compile-ahead, each
   # stopped cleanly after LANDSCAPE_SECONDS (default 300; SIGINT: the rows so far stay) and copied
-  # back under OUT/landscapes/. LANDSCAPES: space-separated FILE@POSITION@NEIGHBOURS_OF (POSITION
+  # back under OUT/landscapes/; a second call on the same warm machine resumes the workspace copy. LANDSCAPES: space-separated FILE@POSITION@NEIGHBOURS_OF (POSITION
   # checked and timed; NEIGHBOURS_OF one config or several, comma-separated; FILE a
   # committed file of search/landscapes/ or dev/landscapes/ to resume, or a new path; the
   # target is the live GPU's, so a file of another GPU is refused, not mixed).
@@ -441,16 +441,23 @@ if has_stage landscape; then
     IFS=, read -ra lnears <<< "$lnear"  # NEIGHBOURS_OF: one config or several, comma-separated
     nargs=()
     for n in "${lnears[@]}"; do nargs+=(--neighbours-of "$n"); done
-    log "landscape: $lfile at position $lpos (neighbours of $lnear first), ${LANDSCAPE_SECONDS:-300} s"
+    # The rows are recorded into workspace/landscapes/ (not copied over by the next call's tree,
+    # which would put back the committed file's rows), seeded from FILE when that has more rows.
+    lwork="$MEGASCHED_WORKSPACE/landscapes/$(basename "$lfile")"
+    mkdir -p "$(dirname "$lwork")"
+    if [ -f "$lfile" ] && { [ ! -f "$lwork" ] || [ "$(wc -l < "$lfile")" -gt "$(wc -l < "$lwork")" ]; }; then
+      cp "$lfile" "$lwork"
+    fi
+    log "landscape: $lwork (from $lfile) at position $lpos (neighbours of $lnear first), ${LANDSCAPE_SECONDS:-300} s"
     timeout -s INT "${LANDSCAPE_SECONDS:-300}" "$BUILD/megasched" landscape record \
       --model "${LANDSCAPE_MODEL:-llama-1b}" --gpu auto --device gpu --gpus all --positions "$lpos" \
       --timed-position "$lpos" \
-      "${nargs[@]}" --sample "${LANDSCAPE_SAMPLE:-600}" --out "$lfile" \
+      "${nargs[@]}" --sample "${LANDSCAPE_SAMPLE:-600}" --out "$lwork" \
       > "$OUT/landscapes/$(basename "$lfile").summary.json" 2>> "$LOG"
     rc=$?
-    cp "$lfile" "$OUT/landscapes/" 2>/dev/null
+    cp "$lwork" "$OUT/landscapes/" 2>/dev/null
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 130 ]; then
-      log "landscape: $(($(wc -l < "$lfile") - 1)) rows in $lfile"
+      log "landscape: $(($(wc -l < "$lwork") - 1)) rows in $lwork (copy it over $lfile to keep them)"
     else
       log "landscape FAILED (exit $rc)"; status=1
     fi

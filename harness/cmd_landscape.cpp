@@ -13,6 +13,7 @@
 
 #include "eval/evaluate.h"
 #include "flywheel/corpus.h"
+#include "flywheel/shared_corpus.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
@@ -75,7 +76,9 @@ VerbResult run_record(RecordCommand& c) {
   search::RecordOptions ro;
   search::LandscapeHeader& h = ro.header;
   h.model = shape->name;
-  h.target = target->name;
+  // The registry's name of the GPU (h200), whether --gpu named it or auto read the live device
+  // ("NVIDIA H200"): one GPU's landscape is one file and one header either way.
+  h.target = flywheel::target_file_key(target->name);
   h.device = ev.device;
   h.device_name = identity.value("device_name", "");
   if (h.device_name.empty() && ev.device == "gpu") {

@@ -196,6 +196,36 @@ TEST_F(LandscapeFiles, RecorderRefusesToResumeAMeasuredLandscapeOnAnotherGpu) {
   EXPECT_NE(r.error.find("runs on NVIDIA H200"), std::string::npos) << r.error;
 }
 
+// A landscape recorded with `--gpu h200` resumes under `--gpu auto` on that GPU, whose target
+// reads "NVIDIA H200": both are the h200 target (flywheel::target_file_key).
+TEST_F(LandscapeFiles, RecorderResumesALandscapeOfTheSameGpuUnderItsLiveName) {
+  eval::EvaluatorOptions ev;
+  ev.model = "toy";
+  ev.positions = {0};
+  std::string error;
+  auto evaluator = eval::TrialEvaluator::create(ev, &error);
+  ASSERT_TRUE(evaluator) << error;
+  const schedule::ModelShape shape = *schedule::find_preset("toy");
+  const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
+                                   {{"default", schedule::ScheduleConfig()}}, 3);
+  RecordOptions options;
+  options.path = (dir_ / "named.landscape.jsonl").string();
+  options.header.model = "toy";
+  options.header.target = "h200";
+  options.header.device = "cpu";
+  options.header.latency_kind = "predicted";
+  options.header.build = vm::build_identity();
+  ASSERT_TRUE(write_landscape_header(options.path, options.header, &error)) << error;
+  options.header.target = "NVIDIA H200";
+  const RecordResult live = record_landscape(*evaluator, plan, options);
+  EXPECT_TRUE(live.ok) << live.error;
+  EXPECT_GT(live.recorded, 0);
+  options.header.target = "h100";
+  const RecordResult other = record_landscape(*evaluator, plan, options);
+  EXPECT_FALSE(other.ok);
+  EXPECT_NE(other.error.find("not of this recording"), std::string::npos) << other.error;
+}
+
 TEST_F(LandscapeFiles, RecorderAppendsGpuRowsToTheSharedCorpusAndNoCpuRow) {
   const schedule::ModelShape shape = *schedule::find_preset("toy");
   const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
