@@ -59,7 +59,8 @@ VerbResult run_record(RecordCommand& c) {
   std::vector<std::pair<std::string, schedule::ScheduleConfig>> named;
   for (const std::string& name : c.neighbours_of) {
     int config_code = kExitUsage;
-    auto config = read_config_arg(name, &error, &config_code);
+    // A plan (best:MODEL:GPU) gives the config of the bucket that holds the timed position.
+    auto config = read_config_arg(name, &error, &config_code, ev.timed_position);
     if (!config) return failed(config_code, "--neighbours-of: " + error);
     named.emplace_back(name, *config);
   }

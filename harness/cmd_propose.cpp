@@ -5,6 +5,7 @@
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
+#include "schedule/lookup.h"
 
 namespace megasched::harness {
 namespace {
@@ -52,6 +53,7 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
     std::string gpu = "h100";
     std::string config;
     std::string verdict;
+    int position = 0;
     bool config_only = false;
   };
   auto opt = std::make_shared<Options>();
@@ -64,6 +66,11 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
                   "Incumbent config file, - for stdin, default, or a name such as "
                   "best:llama-1b:h100; "
                   "default: the default config");
+  cmd->add_option("--position", opt->position,
+                  "With a plan as --config (best:llama-1b:h100 is one): the incumbent is the "
+                  "config of the bucket that holds this position")
+      ->check(integer_in(0, kMaxInt))
+      ->capture_default_str();
   cmd->add_option("--verdict", opt->verdict,
                   "The incumbent's Verdict (evaluate's output): adds next_axis, the knob axis its "
                   "bottleneck class points to");
@@ -74,7 +81,14 @@ void add_propose_command(CLI::App& app, CliContext& ctx) {
   cmd->callback([&ctx, opt] {
     std::string error;
     int code = kExitUsage;
-    auto config = read_config_arg(opt->config, &error, &code);
+    if (auto shape = schedule::resolve_shape(opt->model, &error);
+        shape && opt->position >= shape->max_seq)
+      return print_error("propose", "--position " + std::to_string(opt->position) +
+                                        " is past the last position " +
+                                        std::to_string(shape->max_seq - 1) + " of model " +
+                                        shape->name),
+             void(ctx.exit_code = kExitUsage);
+    auto config = read_config_arg(opt->config, &error, &code, opt->position);
     if (!config) return print_error("propose", error), void(ctx.exit_code = code);
     VerbResult result = propose_incumbent(opt->model, opt->gpu, *config);
     if (result.exit_code == kExitOk && opt->config_only)

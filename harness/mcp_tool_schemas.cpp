@@ -68,8 +68,9 @@ json config_property(const std::string& what, bool described = false) {
   return {{"description",
            what + ": a ScheduleConfig object (any knob to any listed choice; a missing key takes "
                   "its default; schemas/schedule_config.schema.json), or a string: a named "
-                  "config such as best:llama-1b:h100, `default`, or a config file path. Absent: "
-                  "the default config."},
+                  "config such as best:llama-1b:h100 (a plan over positions: a tool of one "
+                  "config takes the bucket that holds its timed position), `default`, or a config "
+                  "file path. Absent: the default config."},
           {"anyOf", {config_schema(described), {{"type", "string"}, {"minLength", 1}}}}};
 }
 
@@ -136,7 +137,12 @@ json objective_property() {
 const json& propose_schema() {
   static const json schema = object_schema({{"model", model_property()},
                                             {"gpu", gpu_property("h100")},
-                                            {"config", config_property("The incumbent")}});
+                                            {"config", config_property("The incumbent")},
+                                            {"position", integer_property(
+                                                             "With a plan as config: the incumbent "
+                                                             "is the config of the bucket that "
+                                                             "holds this position",
+                                                             0, 0, 1 << 20)}});
   return schema;
 }
 

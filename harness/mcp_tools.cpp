@@ -84,9 +84,10 @@ class Arguments {
   const json& schema_;
 };
 
-/// A config argument: an object, or a name or file path (not "-": stdin is the protocol).
+/// A config argument: an object, or a name or file path (not "-": stdin is the protocol); a plan
+/// (best:MODEL:GPU) gives the config of the bucket that holds `position` (-1: a plan is refused).
 std::optional<schedule::ScheduleConfig> config_argument(const Arguments& a, const std::string& key,
-                                                        std::string* error) {
+                                                        std::string* error, int position = -1) {
   if (!a.has(key)) return schedule::ScheduleConfig{};
   const json& value = a.get(key);
   std::string why;
@@ -102,7 +103,7 @@ std::optional<schedule::ScheduleConfig> config_argument(const Arguments& a, cons
              "object itself";
     return std::nullopt;
   }
-  auto config = read_config_arg(ref, &why);
+  auto config = read_config_arg(ref, &why, nullptr, position);
   if (!config) *error = key + ": " + why;
   return config;
 }
@@ -248,7 +249,7 @@ std::string report_summary(const json& doc) {
 ToolResult propose_tool(const ToolCall& call, McpContext&) {
   const Arguments a(call.arguments, propose_schema());
   std::string error;
-  auto config = config_argument(a, "config", &error);
+  auto config = config_argument(a, "config", &error, a.integer("position"));
   if (!config) return tool_error(kExitUsage, "megasched propose: " + error);
   return from_verb("propose", propose_incumbent(a.text("model"), a.text("gpu"), *config),
                    propose_summary);
@@ -282,7 +283,7 @@ ToolResult validate_tool(const ToolCall& call, McpContext&) {
 ToolResult evaluate_tool(const ToolCall& call, McpContext& context) {
   const Arguments a(call.arguments, evaluate_schema());
   std::string error;
-  auto config = config_argument(a, "config", &error);
+  auto config = config_argument(a, "config", &error, a.integer("timed_position"));
   if (!config) return tool_error(kExitUsage, "megasched evaluate: " + error);
   TrialFlags flags;
   flags.ev.model = a.text("model");
@@ -358,7 +359,8 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.loop.corpus_path = context.options().corpus_path;
   std::string error;
   if (a.has("start")) {
-    command.start_config = config_argument(a, "start", &error);
+    command.start_config =
+        config_argument(a, "start", &error, command.trial.ev.timed_position);
     if (!command.start_config) return tool_error(kExitUsage, "megasched loop: " + error);
   }
   // Every trial in a worker: a crash costs the trial, a cancellation kills the trial in flight.

@@ -138,7 +138,8 @@ VerbResult run_plan_loop_command(LoopCommand& command, const PlanLoopFlags& flag
   o.buckets = *buckets;
   o.use_configs = !flags.plan.empty();
   if (!command.start.empty() && !command.start_config) {
-    command.start_config = read_config_arg(command.start, &error, &code);
+    // Bucket 0's seed: a plan's config at position 0.
+    command.start_config = read_config_arg(command.start, &error, &code, 0);
     if (!command.start_config) return {code, nullptr, "--start: " + error};
   }
   o.start = command.start_config;

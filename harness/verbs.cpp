@@ -446,7 +446,8 @@ VerbResult run_loop_command(LoopCommand& opt) {
       return failed(kExitUsage, "--start and --warm-start both choose trial 0; give one");
     if (!opt.start_config) {
       int code = kExitUsage;
-      opt.start_config = read_config_arg(opt.start, &error, &code);
+      // A plan (best:MODEL:GPU) starts from its config at the timed position.
+      opt.start_config = read_config_arg(opt.start, &error, &code, ev.timed_position);
       if (!opt.start_config) return failed(code, "--start: " + error);
     }
     opt.loop.start = *opt.start_config;

@@ -2,15 +2,32 @@
 
 namespace megasched::schedule {
 
+namespace {
+
+/// `base` with `patch` merged in (objects key by key).
+nlohmann::json patched(nlohmann::json base, const nlohmann::json& patch) {
+  base.merge_patch(patch);
+  return base;
+}
+
+/// The plan document of three buckets: `first` on [0, to_second), `second` on
+/// [to_second, to_third), `third` on [to_third, max).
+nlohmann::json three_buckets(const nlohmann::json& first, int to_second, const nlohmann::json& second,
+                             int to_third, const nlohmann::json& third) {
+  return {{"buckets",
+           {{{"begin", 0}, {"end", to_second}, {"config", first}},
+            {{"begin", to_second}, {"end", to_third}, {"config", second}},
+            {{"begin", to_third}, {"end", "max"}, {"config", third}}}}};
+}
+
+}  // namespace
+
 const std::vector<NamedConfig>& named_configs() {
   // The streamed GEMV of registers builds (vm/device/stream.cuh) with QKV in tiles of RoPE pairs
   // over every block and the argmax folded into the LM-head tiles
   // (bench/configs/stream_r2u4_pairs_am.json): no ring, each warp's first weight chunks loaded
-  // before its dependency wait; the fastest row at position 0 on both GPUs (measured 2026-11-26
-  // 09:26-09:56 UTC, dev/benchmarks_history.md). (At position 4096 the fastest row is the same with
-  // the whole KV group per attention task, 16 history partitions, the KV history staged in 5 x 16
-  // KiB of shared memory: bench/configs/stream_r2u4_g4p16_pairs_am_st.json; at 1024 the same with 8
-  // partitions, stream_r2u4_g4p8_pairs_am_st.json; H100, 2026-11-26 14:17-15:20 UTC.)
+  // before its dependency wait; the fastest config at position 0 on both GPUs (measured 2026-11-26
+  // 09:26-09:56 UTC, dev/benchmarks_history.md).
   static const nlohmann::json stream = {{"kernel",
                                          {{"weight_stream", "registers"},
                                           {"vector_bytes", 16},
@@ -25,17 +42,31 @@ const std::vector<NamedConfig>& named_configs() {
                                           {"attn_q_heads_per_task", 1},
                                           {"qkv_rope_pairs", true}}},
                                         {"fusion", {{"argmax_into_lm_head", true}}}};
+  // The same with the whole KV group per attention task and the KV history in 8 or 16 partitions
+  // staged in 5 x 16 KiB of shared memory (bench/configs/stream_r2u4_g4p8_pairs_am_st.json,
+  // stream_r2u4_g4p16_pairs_am_st.json): the fastest configs from about position 128 on.
+  static const nlohmann::json staged = patched(
+      stream, {{"kernel", {{"attention", "staged"}}},
+               {"smem", {{"pages", 5}, {"page_bytes", 16384}}},
+               {"tiling", {{"attn_q_heads_per_task", 0}, {"attn_kv_partitions", 8}}}});
+  static const nlohmann::json g4p16 = patched(staged, {{"tiling", {{"attn_kv_partitions", 16}}}});
+  // The records are plans over positions: the three configs on the buckets `bench --fit-plan`
+  // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
       {"best:llama-1b:h100", "llama-1b", "h100",
-       "bench/results/h100-2026-11-26-0926-llama-1b.json (config stream_r2u4_pairs_am)",
-       "1113.9 us median at position 0 on an H100, where the previous best (stream_r2u4_pairs, "
-       "the same with the argmax in its own task) measured 1123.8 us in the same call",
-       stream},
+       "bench/results/h100-2026-11-27-1619-plan-table.md and "
+       "h100-2026-11-27-1630-generate-128-4096.md (plan bench/plans/llama-1b-h100-fitted.json)",
+       "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
+       "on an H100 (1114.9 us at 0, 1266.9 us at 4096), generating 128:4096 in 5277.7 ms where "
+       "its position-0 config alone took 9742.6 ms",
+       three_buckets(stream, 129, staged, 2049, g4p16)},
       {"best:llama-1b:h200", "llama-1b", "h200",
-       "bench/results/h200-2026-11-26-0926-table.json (config stream_r2u4_pairs_am)",
-       "925.8 us median at position 0 on an H200, where the previous best (stream_r2u4_pairs, the "
-       "same with the argmax in its own task) measured 936.1 us in the same call",
-       stream},
+       "bench/results/h200-2026-11-27-1647-plan-table.md and "
+       "h200-2026-11-27-1649-generate-128-4096.md (plan bench/plans/llama-1b-h200-fitted.json)",
+       "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
+       "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
+       "its position-0 config alone took 8912.8 ms",
+       three_buckets(stream, 129, staged, 1505, g4p16)},
   };
   return table;
 }

@@ -1,7 +1,9 @@
-// Named configs: the best config a GPU search found for a model on a device, kept in the binary so
-// anyone can re-evaluate it by name (`megasched evaluate --config best:llama-1b:h200`). Each entry
-// names the run that found it (results file and trial) and the figure that run measured; the
-// figure is a record of that run, not a promise: re-evaluating re-measures.
+// Named configs: the record of a model on a device, a config or a plan over positions
+// (schedule/plan.h), kept in the binary so anyone can re-evaluate it by name (`megasched evaluate
+// --config best:llama-1b:h200`; a verb of one config at one position takes the bucket that holds
+// it). Each entry names the run that measured it and the figure that run measured; the figure is a
+// record of that run, not a promise: re-evaluating re-measures. A promoted registry entry of the
+// same name comes first (flywheel/registry.h).
 #pragma once
 
 #include <optional>
@@ -18,7 +20,7 @@ struct NamedConfig {
   std::string gpu;        // target name of the device it was measured on
   std::string source;     // where the measurement lives (results file, trial id)
   std::string measured;   // what that run measured, in words ("2648 us median at position 0")
-  nlohmann::json config;  // the ScheduleConfig patch (parse_config accepts it)
+  nlohmann::json config;  // a ScheduleConfig patch, or a plan document of such patches (parse_plan)
 };
 
 /// Every named config, in a fixed order.

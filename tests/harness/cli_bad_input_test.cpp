@@ -382,6 +382,8 @@ const Row kRows[] = {
     {"bench --model toy --generate 4:4,x:2", 2, "got 'x:2'"},
     {"bench --model toy --generate 4:4 --positions 0", 2, "pass one of them"},
     {"bench --model toy --plan default", 2, "--plan times a whole generation"},
+    {"propose --model llama-1b --config best:llama-1b:h100 --position 99999", 2,
+     "--position 99999 is past the last position 8191 of model llama-1b"},
     {"bench --model toy --generate 4:4 --fit-plan {dir}/p.json", 2,
      "--fit-plan fits a plan to single steps"},
     {"bench --model toy --positions 5,10 --fit-plan {dir}/p.json", 2,

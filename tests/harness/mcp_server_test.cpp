@@ -255,17 +255,30 @@ TEST_F(McpServer, PromoteOnTheCpuThenRegistryListAndShow) {
   ::setenv("MEGASCHED_REGISTRY", registry.c_str(), 1);
   McpPipeClient client(options_);
   client.initialize();
+  // The position-0 record's config (bench/configs/stream_r2u4_pairs_am.json) as an object.
+  const json candidate = {{"kernel",
+                           {{"weight_stream", "registers"},
+                            {"vector_bytes", 16},
+                            {"rows_per_warp", 2},
+                            {"unroll", 4},
+                            {"weight_load", "ldg_stream"}}},
+                          {"pipeline", {{"prefetch_depth", 0}}},
+                          {"launch", {{"threads_per_block", 256}}},
+                          {"tiling",
+                           {{"gemv_rows_per_task", 0},
+                            {"lm_head_rows_per_task", 0},
+                            {"attn_q_heads_per_task", 1},
+                            {"qkv_rope_pairs", true}}},
+                          {"fusion", {{"argmax_into_lm_head", true}}}};
   const json promoted = client.call(
-      "promote",
-      {{"model", "toy"}, {"device", "cpu"}, {"config", "best:llama-1b:h100"}, {"tokens", 8}});
+      "promote", {{"model", "toy"}, {"device", "cpu"}, {"config", candidate}, {"tokens", 8}});
   const json& doc = promoted["structuredContent"];
   EXPECT_TRUE(doc.value("promoted", false)) << promoted.dump();
   const std::string id = doc["entry"].value("id", "");
   EXPECT_EQ(doc["entry"]["latency_kind"], "predicted");
   EXPECT_TRUE(std::filesystem::exists(dir_ / "runs" / doc.value("run_id", "x") / "promotion.json"));
   const json again = client.call(
-      "promote",
-      {{"model", "toy"}, {"device", "cpu"}, {"config", "best:llama-1b:h100"}, {"tokens", 8}});
+      "promote", {{"model", "toy"}, {"device", "cpu"}, {"config", candidate}, {"tokens", 8}});
   EXPECT_EQ(again["_meta"]["dev.megasched/exit_code"], 1) << again.dump();
   EXPECT_EQ(again["structuredContent"]["failed_gate"], "benchmark");
   const json list = client.call("registry_list", json::object());

@@ -237,5 +237,31 @@ TEST_F(PlanLoopCli, PromoteTakesOneCandidate) {
   EXPECT_NE(empty.out.find("a directory without plan.json"), std::string::npos) << empty.out;
 }
 
+// The built-in records are plans: with no registry entry best:llama-1b:h100 is the H100's fitted
+// plan, and a verb of one config reads the bucket that holds its position (propose --position,
+// loop --start at --timed-position, landscape --neighbours-of).
+TEST(NamedPlans, AVerbOfOneConfigTakesTheBucketOfItsPosition) {
+  ::setenv("MEGASCHED_REGISTRY", "/nonexistent/verified.jsonl", 1);
+  std::string error;
+  int code = 0;
+  const auto plan = harness::read_plan_arg("best:llama-1b:h100", &error, &code);
+  const auto at0 = harness::read_config_arg("best:llama-1b:h100", &error, &code, 0);
+  const auto at200 = harness::read_config_arg("best:llama-1b:h100", &error, &code, 200);
+  const auto at4096 = harness::read_config_arg("best:llama-1b:h100", &error, &code, 4096);
+  const auto none = harness::read_config_arg("best:llama-1b:h100", &error, &code);
+  ::unsetenv("MEGASCHED_REGISTRY");
+  ASSERT_TRUE(plan && at0 && at200 && at4096) << error;
+  ASSERT_EQ(plan->buckets.size(), 3u);
+  EXPECT_EQ(at0->tiling.attn_kv_partitions, 1);
+  EXPECT_EQ(at200->tiling.attn_kv_partitions, 8);
+  EXPECT_EQ(at4096->tiling.attn_kv_partitions, 16);
+  EXPECT_FALSE(none);
+  EXPECT_NE(error.find("is a plan of 3 buckets"), std::string::npos) << error;
+  const test::RunResult r = test::run_megasched(
+      "propose --model llama-1b --config best:llama-1b:h100 --position 4096 --config-only", false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["tiling"]["attn_kv_partitions"], 16);
+}
+
 }  // namespace
 }  // namespace megasched

@@ -38,6 +38,7 @@
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/named_configs.h"
+#include "schedule/plan.h"
 #include "schedule/search.h"
 #include "schedule/target.h"
 #include "schedule/validate.h"
@@ -106,8 +107,14 @@ std::vector<nlohmann::json> listed_configs() {
 /// config files.
 std::vector<std::string> required_configs() {
   std::vector<std::string> out = {nlohmann::json::object().dump()};
-  for (const NamedConfig& named : named_configs())
-    out.push_back(patch_of(*parse_config(named.config, nullptr)));
+  for (const NamedConfig& named : named_configs()) {
+    const std::optional<Plan> plan = parse_plan(named.config, nullptr);  // a config or a plan
+    if (!plan) continue;  // SearchMoves.CommittedBenchConfigsAndNamedConfigsParseAndFit says why
+    for (const PlanBucket& bucket : plan->buckets) {
+      const std::string patch = patch_of(bucket.config);
+      if (std::find(out.begin(), out.end(), patch) == out.end()) out.push_back(patch);
+    }
+  }
   for (const nlohmann::json& j : listed_configs())
     if (const std::optional<ScheduleConfig> c = parse_config(j, nullptr))
       out.push_back(patch_of(*c));

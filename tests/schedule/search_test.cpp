@@ -8,6 +8,7 @@
 
 #include "schedule/lower.h"
 #include "schedule/named_configs.h"
+#include "schedule/plan.h"
 #include "schedule/validate.h"
 
 namespace megasched::schedule {
@@ -83,10 +84,36 @@ TEST(SearchMoves, CommittedBenchConfigsAndNamedConfigsParseAndFit) {
   EXPECT_GE(files, 3);
   for (const NamedConfig& n : named_configs()) {
     std::string why;
-    const auto c = parse_config(n.config, &why);
-    ASSERT_TRUE(c) << n.name << ": " << why;
-    EXPECT_TRUE(config_fits(*c, *find_preset(n.model), *find_target(n.gpu), &why))
-        << n.name << ": " << why;
+    const auto plan = parse_plan(n.config, &why);  // a config is the one-bucket plan
+    ASSERT_TRUE(plan) << n.name << ": " << why;
+    const ModelShape shape = *find_preset(n.model);
+    EXPECT_TRUE(check_plan_covers(*plan, shape.max_seq, &why)) << n.name << ": " << why;
+    for (const PlanBucket& b : plan->buckets)
+      EXPECT_TRUE(config_fits(b.config, shape, *find_target(n.gpu), &why))
+          << n.name << " bucket " << bucket_label(b) << ": " << why;
+  }
+}
+
+// The llama-1b records are the plans `bench --fit-plan` wrote on each GPU (bench/plans/), bucket
+// for bucket: the name and the measured file cannot drift apart.
+TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
+  for (const char* gpu : {"h100", "h200"}) {
+    const std::string name = std::string("best:llama-1b:") + gpu;
+    const auto named = find_named_config(name, nullptr);
+    ASSERT_TRUE(named) << name;
+    std::string why;
+    const auto preset = parse_plan(named->config, &why);
+    ASSERT_TRUE(preset) << name << ": " << why;
+    const std::string path =
+        std::string(MS_SOURCE_DIR) + "/bench/plans/llama-1b-" + gpu + "-fitted.json";
+    std::ifstream in(path);
+    ASSERT_TRUE(in.good()) << path;
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto fitted = parse_plan_text(text.str(), &why);
+    ASSERT_TRUE(fitted) << path << ": " << why;
+    EXPECT_EQ(to_json(*preset), to_json(*fitted)) << name;
+    EXPECT_EQ(preset->buckets.size(), 3u) << name;
   }
 }
 
