@@ -394,8 +394,10 @@ std::string generate_bench_table(const GenerateBenchResult& r) {
   std::ostringstream md;
   md << "model " << r.model << " on " << r.device
      << "; greedy generation, one token per step from position 0 (the prompt included); per-token "
-        "times are host wall time of the generating steps, each row feeding back its own argmax read "
-        "back alone (the megakernel's and the graphs' step cell, the PyTorch peers' argmax().item()); "
+        "times are host wall time of the generating steps, each row feeding back its own argmax "
+        "read "
+        "back alone (the megakernel's and the graphs' step cell, the PyTorch peers' "
+        "argmax().item()); "
         "tokens compared with "
      << (r.reference.empty() ? "-" : r.reference) << "\n\n";
   md << "| prompt:new | row | kind | p50 us/token | p90 us/token | tokens/s | prompt ms | total ms "

@@ -44,7 +44,7 @@ struct BenchOptionsCli {
   int warmup = 10;
   int iterations = 100;
   uint64_t seed = 0;
-  std::string fit_plan;     // a file: the plan fitted to the config rows (search/plan_fit.h)
+  std::string fit_plan;      // a file: the plan fitted to the config rows (search/plan_fit.h)
   double fit_margin = 0.01;  // its tie margin
 };
 
@@ -105,8 +105,9 @@ std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* e
   p.bench.positions = *positions;
   if (!o.fit_plan.empty() &&
       std::find(positions->begin(), positions->end(), 0) == positions->end()) {
-    *error = "--fit-plan needs position 0 among --positions (a plan covers every position from 0; "
-             "hint: --positions 0,256,1024,4096)";
+    *error =
+        "--fit-plan needs position 0 among --positions (a plan covers every position from 0; "
+        "hint: --positions 0,256,1024,4096)";
     return std::nullopt;
   }
   p.bench.configs.push_back({"default", schedule::ScheduleConfig{}});
@@ -309,8 +310,8 @@ std::optional<search::PlanFit> fit_plan_to(const eval::BenchResult& r, const Par
 
 /// `bench --fit-plan FILE`: fits the plan, writes it to FILE and its explanation to
 /// OUT/plan_fit.json, and says what it chose on stderr. False with *error.
-bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed,
-                       const BenchOptionsCli& o, std::string* error) {
+bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const BenchOptionsCli& o,
+                       std::string* error) {
   std::vector<std::string> left_out;
   auto fit = fit_plan_to(r, parsed, o.fit_margin, &left_out, error);
   if (!fit) return *error = "--fit-plan: " + *error, false;
@@ -323,8 +324,8 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed,
     return false;
   std::string buckets;
   for (size_t i = 0; i < fit->plan.buckets.size(); ++i)
-    buckets += (i ? ", " : "") + schedule::bucket_label(fit->plan.buckets[i]) + " " +
-               fit->labels[i];
+    buckets +=
+        (i ? ", " : "") + schedule::bucket_label(fit->plan.buckets[i]) + " " + fit->labels[i];
   std::cerr << "bench: fitted plan (" << fit->plan.buckets.size() << " bucket(s)): " << buckets
             << " -> " << o.fit_plan << "\n";
   for (const std::string& label : left_out)

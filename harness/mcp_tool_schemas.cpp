@@ -135,14 +135,14 @@ json objective_property() {
 }  // namespace
 
 const json& propose_schema() {
-  static const json schema = object_schema({{"model", model_property()},
-                                            {"gpu", gpu_property("h100")},
-                                            {"config", config_property("The incumbent")},
-                                            {"position", integer_property(
-                                                             "With a plan as config: the incumbent "
-                                                             "is the config of the bucket that "
-                                                             "holds this position",
-                                                             0, 0, 1 << 20)}});
+  static const json schema =
+      object_schema({{"model", model_property()},
+                     {"gpu", gpu_property("h100")},
+                     {"config", config_property("The incumbent")},
+                     {"position", integer_property("With a plan as config: the incumbent "
+                                                   "is the config of the bucket that "
+                                                   "holds this position",
+                                                   0, 0, 1 << 20)}});
   return schema;
 }
 

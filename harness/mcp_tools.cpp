@@ -359,8 +359,7 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.loop.corpus_path = context.options().corpus_path;
   std::string error;
   if (a.has("start")) {
-    command.start_config =
-        config_argument(a, "start", &error, command.trial.ev.timed_position);
+    command.start_config = config_argument(a, "start", &error, command.trial.ev.timed_position);
     if (!command.start_config) return tool_error(kExitUsage, "megasched loop: " + error);
   }
   // Every trial in a worker: a crash costs the trial, a cancellation kills the trial in flight.

@@ -12,8 +12,9 @@ nlohmann::json patched(nlohmann::json base, const nlohmann::json& patch) {
 
 /// The plan document of three buckets: `first` on [0, to_second), `second` on
 /// [to_second, to_third), `third` on [to_third, max).
-nlohmann::json three_buckets(const nlohmann::json& first, int to_second, const nlohmann::json& second,
-                             int to_third, const nlohmann::json& third) {
+nlohmann::json three_buckets(const nlohmann::json& first, int to_second,
+                             const nlohmann::json& second, int to_third,
+                             const nlohmann::json& third) {
   return {{"buckets",
            {{{"begin", 0}, {"end", to_second}, {"config", first}},
             {{"begin", to_second}, {"end", to_third}, {"config", second}},
@@ -45,10 +46,10 @@ const std::vector<NamedConfig>& named_configs() {
   // The same with the whole KV group per attention task and the KV history in 8 or 16 partitions
   // staged in 5 x 16 KiB of shared memory (bench/configs/stream_r2u4_g4p8_pairs_am_st.json,
   // stream_r2u4_g4p16_pairs_am_st.json): the fastest configs from about position 128 on.
-  static const nlohmann::json staged = patched(
-      stream, {{"kernel", {{"attention", "staged"}}},
-               {"smem", {{"pages", 5}, {"page_bytes", 16384}}},
-               {"tiling", {{"attn_q_heads_per_task", 0}, {"attn_kv_partitions", 8}}}});
+  static const nlohmann::json staged =
+      patched(stream, {{"kernel", {{"attention", "staged"}}},
+                       {"smem", {{"pages", 5}, {"page_bytes", 16384}}},
+                       {"tiling", {{"attn_q_heads_per_task", 0}, {"attn_kv_partitions", 8}}}});
   static const nlohmann::json g4p16 = patched(staged, {{"tiling", {{"attn_kv_partitions", 16}}}});
   // The records are plans over positions: the three configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).

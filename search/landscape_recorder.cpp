@@ -63,9 +63,10 @@ bool open_landscape(const RecordOptions& options, std::set<std::string>* done,
   const LandscapeHeader& a = existing->header;
   const LandscapeHeader& b = options.header;
   // Targets compare by the shared corpus's key: "NVIDIA H200" (a header of --gpu auto) is h200.
-  const bool same_target = flywheel::target_file_key(a.target) == flywheel::target_file_key(b.target);
-  if (a.model != b.model || !same_target || a.device != b.device ||
-      a.position != b.position || a.build != b.build || a.objective != b.objective) {
+  const bool same_target =
+      flywheel::target_file_key(a.target) == flywheel::target_file_key(b.target);
+  if (a.model != b.model || !same_target || a.device != b.device || a.position != b.position ||
+      a.build != b.build || a.objective != b.objective) {
     result->error = options.path + " is a landscape of " + a.model + " on " + a.target + " (" +
                     a.device + ", position " + std::to_string(a.position) + ", build " +
                     a.build.substr(0, 12) + "), not of this recording (" + b.model + " on " +

@@ -26,8 +26,8 @@ std::string input_error(const PlanFitInput& input) {
     return "the tie margin must be in [0, 1), got " + std::to_string(input.tie_margin);
   for (const MeasuredConfig& c : input.configs) {
     if (c.median_us.size() != input.positions.size())
-      return "config " + c.label + " has " + std::to_string(c.median_us.size()) +
-             " medians for " + std::to_string(input.positions.size()) + " positions";
+      return "config " + c.label + " has " + std::to_string(c.median_us.size()) + " medians for " +
+             std::to_string(input.positions.size()) + " positions";
     for (double us : c.median_us)
       if (!std::isfinite(us) || us <= 0.0)
         return "config " + c.label + " has a median that is not a positive number";

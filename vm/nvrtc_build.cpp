@@ -117,9 +117,9 @@ std::string ptxas_refusal(const std::string& log) {
   if (at == std::string::npos) return "";
   const size_t begin = log.rfind('\n', at);
   const size_t end = log.find('\n', at);
-  const std::string line = log.substr(begin == std::string::npos ? 0 : begin + 1,
-                                      end == std::string::npos ? std::string::npos
-                                                               : end - (begin + 1));
+  const std::string line =
+      log.substr(begin == std::string::npos ? 0 : begin + 1,
+                 end == std::string::npos ? std::string::npos : end - (begin + 1));
   return "ptxas ignored a setmaxnreg: " + line +
          " (hint: a kernel that resizes its warps' registers needs __launch_bounds__ with its "
          "thread count, so ptxas knows the count at entry)";

@@ -92,8 +92,8 @@ void expect_plan_matches_each_config(const std::string& model, const std::vector
   if (device == "gpu") {
     EagerModel eager(w);
     for (size_t pos = 0; pos < steps; ++pos) {
-      const int32_t token = pos < prompt.size() ? prompt[pos]
-                                                : both.result.tokens[pos - prompt.size()];
+      const int32_t token =
+          pos < prompt.size() ? prompt[pos] : both.result.tokens[pos - prompt.size()];
       eager_logits.push_back(eager.step(token, static_cast<int32_t>(pos)));
     }
   }

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "harness/cli_util.h"
 #include "harness/json_schema.h"
+#include "schedule/config.h"
 #include "tests/harness/run_cli.h"
 
 namespace {
@@ -118,17 +120,29 @@ TEST(PlanCli, GenerateSwitchesAtTheBoundary) {
   EXPECT_EQ(j["tokens"].size(), 6u);
 }
 
-TEST(PlanCli, VerbsOfOneConfigTakeAOneBucketPlanAndRefuseSeveral) {
+TEST(PlanCli, VerbsOfOneConfigTakeAOneBucketPlanAndTheBucketOfTheirPosition) {
   const json one = {{"buckets", {{{"begin", 0}, {"end", "max"}, {"config", json::object()}}}}};
   RunResult r = run("propose --model toy --config " + write_plan(one, "one"));
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  r = run("propose --model toy --config " + write_plan(two_buckets(), "propose"), true);
-  EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.out.find("is a plan of 2 buckets ([0, 64) [64, max))"), std::string::npos) << r.out;
+  // propose takes the bucket that holds --position (default 0); the buckets' configs differ.
+  const std::string two = write_plan(two_buckets(), "propose");
+  r = run("propose --model toy --config-only --config " + two);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json at0 = json::parse(r.out);
+  r = run("propose --model toy --config-only --position 64 --config " + two);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json at64 = json::parse(r.out);
+  EXPECT_NE(at0, at64);
+  EXPECT_EQ(at64, megasched::schedule::to_json(*megasched::schedule::parse_config(
+                      two_buckets()["buckets"][1]["config"], nullptr)));
+  // A verb of one config without a position refuses a plan of several buckets, naming them.
+  std::string error;
+  EXPECT_FALSE(megasched::harness::read_config_arg(two, &error));
+  EXPECT_NE(error.find("is a plan of 2 buckets ([0, 64) [64, max))"), std::string::npos) << error;
   EXPECT_NE(
-      r.out.find("validate, evaluate, generate, bench, bench --generate, promote and loop --plan"),
+      error.find("validate, evaluate, generate, bench, bench --generate, promote and loop --plan"),
       std::string::npos)
-      << r.out;
+      << error;
 }
 
 }  // namespace

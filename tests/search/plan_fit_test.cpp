@@ -36,9 +36,9 @@ TEST(PlanFit, OneConfigIsTheOneBucketPlan) {
 TEST(PlanFit, TheBoundaryIsWhereTheLinesCross) {
   // a grows 0.5 us per position from 1000, b is flat at 1100: they cross at position 200.
   const std::vector<int> at = {0, 256, 1024};
-  PlanFitInput in{at,
-                  {linear("a", ScheduleConfig{}, 1000, 0.5, at),
-                   linear("b", partitions(4), 1100, 0.0, at)}};
+  PlanFitInput in{
+      at,
+      {linear("a", ScheduleConfig{}, 1000, 0.5, at), linear("b", partitions(4), 1100, 0.0, at)}};
   std::string error;
   auto fit = fit_plan(in, &error);
   ASSERT_TRUE(fit) << error;
