@@ -317,6 +317,8 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const B
   if (!fit) return *error = "--fit-plan: " + *error, false;
   nlohmann::json explain = fit->explain;
   explain["left_out"] = left_out;
+  explain["plans_not_fitted"] = nlohmann::json::array();
+  for (const auto& plan : parsed.bench.plans) explain["plans_not_fitted"].push_back(plan.first);
   explain["plan_file"] = o.fit_plan;
   if (!write_text_file(o.fit_plan, schedule::to_json(fit->plan).dump(1) + "\n", error) ||
       !write_text_file((std::filesystem::path(o.out) / "plan_fit.json").string(),
@@ -331,6 +333,9 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const B
   for (const std::string& label : left_out)
     std::cerr << "bench: --fit-plan left out " << label
               << ": it has no checked median at every position\n";
+  for (const auto& plan : parsed.bench.plans)
+    std::cerr << "bench: --fit-plan left out " << plan.first
+              << ": it is a plan, not a candidate config (pass its buckets' config files)\n";
   return true;
 }
 
