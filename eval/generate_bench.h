@@ -2,7 +2,8 @@
 // each case, a greedy generation of NEW_TOKENS tokens after a PROMPT_LEN-token prompt (the token
 // ids eval::trial_tokens gives for the seed) by every row on the live GPU, one token per step from
 // position 0 (the prompt included: no prefill), each step timed on the host clock from token and
-// position in to the logits on the host (the argmax is taken on the host, untimed, and fed back).
+// position in to the next token on the host (each row's own argmax, read back alone: no logits
+// are copied to the host).
 // Rows: megasched's (a plan switching kernel at its bucket boundaries and single configs, each
 // through eval/generate.h, every kernel built before the first token), each baseline kind
 // (eval/baselines/baseline.h, its graph replayed per step) and the PyTorch peer
