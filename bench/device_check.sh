@@ -557,17 +557,18 @@ if has_stage planfit; then
   PLANFIT_CONFIGS=${PLANFIT_CONFIGS:-bench/configs/stream_r2u4_pairs_am.json bench/configs/stream_r2u4_g4p8_pairs_am_st.json bench/configs/stream_r2u4_g4p16_pairs_am_st.json}
   pcargs=()
   for c in $PLANFIT_CONFIGS; do pcargs+=(--config "$c"); done
+  # Both benches: llama-1b, the configs and graph-pdl, ITERATIONS steps each.
+  planfit_bench() { timeout 900 "$BUILD/megasched" bench --model llama-1b "${pcargs[@]}" \
+    --baseline graph-pdl --iterations "$ITERATIONS" "$@"; }
   log "planfit: megasched bench --positions $PLANFIT_POSITIONS ${pcargs[*]} --fit-plan $OUT/planfit/plan.json"
-  if timeout 900 "$BUILD/megasched" bench --model llama-1b --positions "$PLANFIT_POSITIONS" \
-       "${pcargs[@]}" --baseline graph-pdl --iterations "$ITERATIONS" \
-       --fit-plan "$OUT/planfit/plan.json" --out "$OUT/planfit" > "$OUT/planfit.md" 2>> "$LOG"; then
+  if planfit_bench --positions "$PLANFIT_POSITIONS" --fit-plan "$OUT/planfit/plan.json" \
+       --out "$OUT/planfit" > "$OUT/planfit.md" 2>> "$LOG"; then
     log "planfit: fitted $OUT/planfit/plan.json"
     cat "$OUT/planfit.md" >> "$LOG"
     GENERATE_PLAN=${GENERATE_PLAN:-$OUT/planfit/plan.json}
     log "planfit: the plan beside its configs at $PLAN_POSITIONS"
-    if timeout 900 "$BUILD/megasched" bench --model llama-1b --positions "$PLAN_POSITIONS" \
-         --config "$OUT/planfit/plan.json" "${pcargs[@]}" --baseline graph-pdl \
-         --iterations "$ITERATIONS" --out "$OUT/plan_table" > "$OUT/plan_table.md" 2>> "$LOG"; then
+    if planfit_bench --positions "$PLAN_POSITIONS" --config "$OUT/planfit/plan.json" \
+         --out "$OUT/plan_table" > "$OUT/plan_table.md" 2>> "$LOG"; then
       cat "$OUT/plan_table.md" >> "$LOG"
     else
       log "planfit: the plan table FAILED"; status=1

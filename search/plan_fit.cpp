@@ -76,22 +76,18 @@ std::optional<PlanFit> fit_plan(const PlanFitInput& input, std::string* error) {
     const size_t w = winner_at(input, k, running);
     winners.push_back(input.configs[w].label);
     if (running && w == *running) continue;
-    schedule::PlanBucket bucket;
-    bucket.begin = running ? crossover(input, k - 1, *running, w) : 0;
-    bucket.config = input.configs[w].config;
-    if (!fit.plan.buckets.empty()) fit.plan.buckets.back().end = bucket.begin;
-    json b = {{"begin", bucket.begin}, {"config", input.configs[w].label}};
-    if (running) b["crossover_between"] = {input.positions[k - 1], input.positions[k]};
-    // Two configs with one config's JSON (labels differ) are one bucket, as merge would make them.
-    if (!fit.plan.buckets.empty() &&
-        schedule::to_json(fit.plan.buckets.back().config) == schedule::to_json(bucket.config)) {
-      fit.plan.buckets.back().end = schedule::kPlanEndOfModel;
-    } else {
-      fit.plan.buckets.push_back(bucket);
-      fit.labels.push_back(input.configs[w].label);
-      buckets.push_back(b);
-    }
+    const int begin = running ? crossover(input, k - 1, *running, w) : 0;
     running = w;
+    // Two labels of one config's JSON are one bucket, as merge_equal_buckets would make them.
+    if (!fit.plan.buckets.empty() && schedule::to_json(fit.plan.buckets.back().config) ==
+                                         schedule::to_json(input.configs[w].config))
+      continue;
+    if (!fit.plan.buckets.empty()) fit.plan.buckets.back().end = begin;
+    fit.plan.buckets.push_back({begin, schedule::kPlanEndOfModel, input.configs[w].config});
+    fit.labels.push_back(input.configs[w].label);
+    json b = {{"begin", begin}, {"config", input.configs[w].label}};
+    if (k > 0) b["crossover_between"] = {input.positions[k - 1], input.positions[k]};
+    buckets.push_back(b);
   }
   for (size_t i = 0; i < buckets.size(); ++i)
     buckets[i]["end"] = i + 1 < buckets.size() ? json(buckets[i + 1]["begin"]) : json("max");

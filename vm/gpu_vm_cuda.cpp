@@ -352,29 +352,40 @@ bool GpuVm::hung() {
   return flag != 0;
 }
 
+namespace {
+
+/// The step output of a launch the host watchdog gave up on.
+StepOutput timeout_output(double watchdog_s) {
+  StepOutput out;
+  out.status = "timeout";
+  out.message = "the megakernel did not finish within " + std::to_string(watchdog_s) +
+                " s (host watchdog); the worker process must be restarted";
+  return out;
+}
+
+/// The step output of a launch that hit the spin bound at `position`, with the blocks' dump.
+StepOutput hang_output(nlohmann::json dump, int32_t position) {
+  StepOutput out;
+  out.status = "hang";
+  out.hang_dump = std::move(dump);
+  size_t timed_out = 0;
+  for (const auto& r : out.hang_dump) timed_out += r["state"] == "timed_out";
+  out.message = "hang: " + std::to_string(timed_out) + " block(s) hit the spin bound at position " +
+                std::to_string(position) + "; " + std::to_string(out.hang_dump.size()) +
+                " block(s) did not drain their queue (see the dump)";
+  return out;
+}
+
+}  // namespace
+
 StepOutput GpuVm::step(int32_t token, int32_t position) {
   Impl& m = *impl_;
   StepOutput out;
   m.write_cell(token, position);
   m.launch();
-  if (!m.sync_with_watchdog()) {
-    out.status = "timeout";
-    out.message = "the megakernel did not finish within " + std::to_string(m.watchdog_s) +
-                  " s (host watchdog); the worker process must be restarted";
-    return out;
-  }
+  if (!m.sync_with_watchdog()) return timeout_output(m.watchdog_s);
   MS_CHECK_CUDA(cudaGetLastError());
-  if (hung()) {
-    out.status = "hang";
-    out.hang_dump = m.read_dump();
-    size_t timed_out = 0;
-    for (const auto& r : out.hang_dump) timed_out += r["state"] == "timed_out";
-    out.message = "hang: " + std::to_string(timed_out) +
-                  " block(s) hit the spin bound at position " + std::to_string(position) + "; " +
-                  std::to_string(out.hang_dump.size()) +
-                  " block(s) did not drain their queue (see the dump)";
-    return out;
-  }
+  if (hung()) return hang_output(m.read_dump(), position);
   out.logits.resize(m.logits_end - m.logits_begin);
   MS_CHECK_CUDA(cudaMemcpy(out.logits.data(), static_cast<float*>(m.act->ptr) + m.logits_begin,
                            out.logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -396,21 +407,9 @@ StepOutput GpuVm::step_argmax(int32_t token, int32_t position) {
                                 cudaMemcpyDeviceToHost, m.stream));
   MS_CHECK_CUDA(cudaMemcpyAsync(&m.host_readback->abort_flag, m.abort_flag->ptr, sizeof(int32_t),
                                 cudaMemcpyDeviceToHost, m.stream));
-  if (!m.sync_with_watchdog(/*spin=*/true)) {
-    out.status = "timeout";
-    out.message = "the megakernel did not finish within " + std::to_string(m.watchdog_s) +
-                  " s (host watchdog); the worker process must be restarted";
-    return out;
-  }
+  if (!m.sync_with_watchdog(/*spin=*/true)) return timeout_output(m.watchdog_s);
   MS_CHECK_CUDA(cudaGetLastError());
-  if (m.host_readback->abort_flag != 0) {
-    out.status = "hang";
-    out.hang_dump = m.read_dump();
-    out.message = "hang at position " + std::to_string(position) + "; " +
-                  std::to_string(out.hang_dump.size()) +
-                  " block(s) did not drain their queue (see the dump)";
-    return out;
-  }
+  if (m.host_readback->abort_flag != 0) return hang_output(m.read_dump(), position);
   out.argmax = m.host_readback->cell.argmax;
   out.status = "ok";
   return out;

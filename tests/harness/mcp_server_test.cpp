@@ -255,21 +255,9 @@ TEST_F(McpServer, PromoteOnTheCpuThenRegistryListAndShow) {
   ::setenv("MEGASCHED_REGISTRY", registry.c_str(), 1);
   McpPipeClient client(options_);
   client.initialize();
-  // The position-0 record's config (bench/configs/stream_r2u4_pairs_am.json) as an object.
-  const json candidate = {{"kernel",
-                           {{"weight_stream", "registers"},
-                            {"vector_bytes", 16},
-                            {"rows_per_warp", 2},
-                            {"unroll", 4},
-                            {"weight_load", "ldg_stream"}}},
-                          {"pipeline", {{"prefetch_depth", 0}}},
-                          {"launch", {{"threads_per_block", 256}}},
-                          {"tiling",
-                           {{"gemv_rows_per_task", 0},
-                            {"lm_head_rows_per_task", 0},
-                            {"attn_q_heads_per_task", 1},
-                            {"qkv_rope_pairs", true}}},
-                          {"fusion", {{"argmax_into_lm_head", true}}}};
+  // The position-0 record's config: a file path, as an agent would name it.
+  const std::string candidate =
+      std::string(MS_SOURCE_DIR) + "/bench/configs/stream_r2u4_pairs_am.json";
   const json promoted = client.call(
       "promote", {{"model", "toy"}, {"device", "cpu"}, {"config", candidate}, {"tokens", 8}});
   const json& doc = promoted["structuredContent"];

@@ -59,6 +59,20 @@ class LandscapeFiles : public ::testing::Test {
 
 std::string header_line() { return to_json(synthetic_landscape().header).dump() + "\n"; }
 
+/// A CPU evaluator of toy at position 0 (nullptr with *error when it cannot be made).
+std::unique_ptr<eval::TrialEvaluator> toy_evaluator(std::string* error) {
+  eval::EvaluatorOptions ev;
+  ev.model = "toy";
+  ev.positions = {0};
+  return eval::TrialEvaluator::create(ev, error);
+}
+
+/// The landscape plan of toy on the H100 target: the default, its neighbours and a sample of 2.
+std::vector<PlannedConfig> toy_plan() {
+  return plan_landscape(*schedule::find_preset("toy"), ::megasched::testing_support::h100_target(),
+                        2, {{"default", schedule::ScheduleConfig()}}, 3);
+}
+
 TEST_F(LandscapeFiles, CommittedSyntheticLandscapeIsTheGeneratorsOutput) {
   if (std::getenv("MS_WRITE_SYNTHETIC_LANDSCAPE"))
     std::ofstream(kSyntheticPath, std::ios::trunc) << testing_support::synthetic_landscape_text();
@@ -169,15 +183,10 @@ TEST_F(LandscapeFiles, RecorderWritesTheKernelIdentityAndResumes) {
 // A measured landscape resumed on another GPU model (a `--gpu h100` recording on an H200 host)
 // is refused: its rows would mix two devices' timings under one header.
 TEST_F(LandscapeFiles, RecorderRefusesToResumeAMeasuredLandscapeOnAnotherGpu) {
-  eval::EvaluatorOptions ev;
-  ev.model = "toy";
-  ev.positions = {0};
   std::string error;
-  auto evaluator = eval::TrialEvaluator::create(ev, &error);
+  auto evaluator = toy_evaluator(&error);
   ASSERT_TRUE(evaluator) << error;
-  const schedule::ModelShape shape = *schedule::find_preset("toy");
-  const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
-                                   {{"default", schedule::ScheduleConfig()}}, 3);
+  const auto plan = toy_plan();
   RecordOptions options;
   options.path = (dir_ / "gpu.landscape.jsonl").string();
   options.header.model = "toy";
@@ -199,15 +208,10 @@ TEST_F(LandscapeFiles, RecorderRefusesToResumeAMeasuredLandscapeOnAnotherGpu) {
 // A landscape recorded with `--gpu h200` resumes under `--gpu auto` on that GPU, whose target
 // reads "NVIDIA H200": both are the h200 target (flywheel::target_file_key).
 TEST_F(LandscapeFiles, RecorderResumesALandscapeOfTheSameGpuUnderItsLiveName) {
-  eval::EvaluatorOptions ev;
-  ev.model = "toy";
-  ev.positions = {0};
   std::string error;
-  auto evaluator = eval::TrialEvaluator::create(ev, &error);
+  auto evaluator = toy_evaluator(&error);
   ASSERT_TRUE(evaluator) << error;
-  const schedule::ModelShape shape = *schedule::find_preset("toy");
-  const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
-                                   {{"default", schedule::ScheduleConfig()}}, 3);
+  const auto plan = toy_plan();
   RecordOptions options;
   options.path = (dir_ / "named.landscape.jsonl").string();
   options.header.model = "toy";
@@ -227,13 +231,11 @@ TEST_F(LandscapeFiles, RecorderResumesALandscapeOfTheSameGpuUnderItsLiveName) {
 }
 
 TEST_F(LandscapeFiles, RecorderAppendsGpuRowsToTheSharedCorpusAndNoCpuRow) {
-  const schedule::ModelShape shape = *schedule::find_preset("toy");
-  const auto plan = plan_landscape(shape, ::megasched::testing_support::h100_target(), 2,
-                                   {{"default", schedule::ScheduleConfig()}}, 3);
+  const auto plan = toy_plan();
   const std::vector<PlannedConfig> three(plan.begin(), plan.begin() + 3);
   RecordOptions options;
   options.flywheel_dir = (dir_ / "flywheel").string();
-  options.shape = shape;
+  options.shape = *schedule::find_preset("toy");
   options.header.model = "toy";
   options.header.target = "h100";
   options.header.latency_kind = "measured-gpu";
