@@ -196,10 +196,11 @@ const json& loop_schema() {
        {"plateau", integer_property("Stop after this many trials in a row without a keep (0: "
                                     "never)",
                                     loop.plateau, 0, 1000)},
-       {"strategy", enum_property("Search strategy (the external proposer is the CLI's: through "
-                                  "MCP, propose and evaluate yourself)",
-                                  {"random", "hillclimb", "elite", "guided", "prior", "bandit"},
-                                  search::StrategyOptions{}.name)},
+       {"strategy",
+        enum_property("Search strategy (the external proposer is the CLI's: through "
+                      "MCP, propose and evaluate yourself)",
+                      {"random", "hillclimb", "elite", "sweep", "guided", "prior", "bandit"},
+                      search::StrategyOptions{}.name)},
        {"seed", integer_property("Strategy seed", strategy.seed, 0, kMaxSeed)},
        {"restart_after", integer_property("hillclimb: restart after this many trials without a "
                                           "local gain",

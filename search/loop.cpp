@@ -79,6 +79,7 @@ class LoopRun : public TrialSink {
       const std::string id = ctx_.evaluator.schedule_id(c);
       return !logs_.known(id) && !(queued && queued->count(id));
     };
+    state.pending = queued ? static_cast<int>(queued->size()) : 0;
     return state;
   }
 

@@ -55,7 +55,7 @@ class SerialQueue {
 
   /// Drops the proposals made against an earlier incumbent (and their queued builds).
   void drop_stale() {
-    if (ahead_ == 0) return;
+    if (ahead_ == 0 || ctx_.strategy.proposals_outlive_incumbent()) return;
     const std::string now = sink_.incumbent_id();
     if (now == incumbent_) return;
     incumbent_ = now;

@@ -12,6 +12,7 @@
 #include "search/child_process.h"
 #include "search/guided_strategy.h"
 #include "search/moves.h"
+#include "search/sweep_strategy.h"
 
 namespace megasched::search {
 namespace {
@@ -56,8 +57,12 @@ class HillclimbStrategy : public Strategy {
       base_ = state.incumbent;
       base_latency_ = state.incumbent_latency_us;
     }
+    // A restart point the loop no longer holds (dropped: already evaluated, or stale) will never
+    // be observed: draw another instead of waiting for it forever.
+    if (pending_restart_ && state.pending == 0) pending_restart_.reset();
     // A batch: the base's untried neighbours, one per slot; when they run out (or on a plateau)
-    // the rest of the batch are random configs, the first of them the restart point.
+    // the rest of the batch are restart candidates (elite: perturbed elites; hillclimb: random
+    // configs), the first of them the restart point.
     std::vector<Proposal> out;
     std::set<std::string> taken;
     const int want = std::max(1, count);
@@ -81,8 +86,7 @@ class HillclimbStrategy : public Strategy {
     while (static_cast<int>(out.size()) < want) {
       std::string from = "random config";
       std::optional<ScheduleConfig> c;
-      if (!pending_restart_ && use_elite_ && !elite_.empty())
-        c = perturbed_elite(state, &taken, &from);
+      if (use_elite_ && !elite_.empty()) c = perturbed_elite(state, &taken, &from);
       if (!c) c = new_random(state, rng_, &taken);
       if (!c) break;
       if (!pending_restart_) {
@@ -90,7 +94,7 @@ class HillclimbStrategy : public Strategy {
         out.push_back({*c, name() + " restart (" + why + "): " + from, std::nullopt});
       } else {
         out.push_back(
-            {*c, name() + ": random config while the restart point is judged", std::nullopt});
+            {*c, name() + ": " + from + " while the restart point is judged", std::nullopt});
       }
     }
     return out;
@@ -314,8 +318,8 @@ class ProposerStrategy : public Strategy {
 }  // namespace
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"random", "hillclimb", "elite",   "guided",
-                                                 "prior",  "bandit",    "proposer"};
+  static const std::vector<std::string> names = {"random", "hillclimb", "elite",  "sweep",
+                                                 "guided", "prior",     "bandit", "proposer"};
   return names;
 }
 
@@ -331,6 +335,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::str
   if (options.name == "hillclimb" || options.name == "elite")
     return std::make_unique<HillclimbStrategy>(options.seed, std::max(1, options.restart_after),
                                                options.name == "elite" ? options.elite_size : 0);
+  if (options.name == "sweep") return make_sweep_strategy(options);
   if (options.name == "guided") return make_guided_strategy(options);
   if (options.name == "prior") return std::make_unique<PriorStrategy>(options);
   if (options.name == "bandit") return make_bandit_strategy(options, error);
@@ -344,7 +349,7 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, std::str
   }
   if (error) {
     *error = "unknown strategy '" + options.name +
-             "'; choose one of random, hillclimb, elite, guided, prior, bandit, proposer";
+             "'; choose one of random, hillclimb, elite, sweep, guided, prior, bandit, proposer";
     std::string near = schedule::nearest(options.name, strategy_names());
     if (!near.empty()) *error += " (did you mean '" + near + "'?)";
   }

@@ -1,11 +1,15 @@
-// Search strategies: where the loop's next candidate comes from. One interface, seven
+// Search strategies: where the loop's next candidate comes from. One interface, eight
 // implementations:
 //   random     a fresh random config from the search space each trial (the yardstick)
 //   hillclimb  one-knob moves around a local base; the base moves on every improvement beyond 1%;
 //              after `restart_after` trials without one (or when every neighbour is tried) it
 //              restarts from a random config
 //   elite      hillclimb whose restarts are 2-3 knob perturbations of an elite (one of the
-//              `elite_size` fastest configs seen, the fastest likeliest) instead of random configs
+//              `elite_size` fastest configs seen, the fastest likeliest) instead of random configs,
+//              and so are the proposals that fill a batch while the restart point is judged
+//   sweep      screen, combine, move (search/sweep_strategy.h): every one-knob neighbour of the
+//              base is measured, then the base with its best 2, 3, ... faster moves applied
+//              together; the fastest config of the round is the next base
 //   guided     model-guided, after TVM's auto-scheduler (search/guided_strategy.h): the prior,
 //              refit on this run's trials, ranks `candidates` mutations and crossovers of the
 //              elites; the best few are measured, an `exploration` share are random picks, and a
@@ -71,6 +75,10 @@ struct SearchState {
   int trials_left = 0;
   /// False when the config's schedule id is already known (any run) or queued.
   std::function<bool(const schedule::ScheduleConfig&)> is_new;
+  /// Proposals the loop holds that are not yet observed (queued, building or running). A
+  /// strategy waiting for its outcomes may return nothing while this is above 0; at 0 nothing it
+  /// proposed is still coming (the loop may have dropped a proposal: already evaluated, stale).
+  int pending = 0;
 };
 
 class Strategy {
@@ -91,11 +99,15 @@ class Strategy {
   virtual bool skipped_all() const { return false; }
   /// Proposals in a row that may all be already-evaluated schedules before the loop gives up.
   virtual int duplicate_patience() const { return 50; }
+  /// False (the default): a proposal is a move from the incumbent it was made against, so the
+  /// serial loop drops queued proposals once the incumbent changes. True for a strategy that
+  /// walks from a base of its own and needs every outcome it asked for (sweep).
+  virtual bool proposals_outlive_incumbent() const { return false; }
 };
 
 struct StrategyOptions {
-  std::string name = "elite";  // random | hillclimb | elite (default) | guided | prior | bandit |
-                               // proposer
+  std::string name = "elite";  // random | hillclimb | elite (default) | sweep | guided | prior |
+                               // bandit | proposer
   uint64_t seed = 0;
   int restart_after = 8;      // hillclimb, elite: trials without a local improvement
   int elite_size = 8;         // elite, guided: the fastest configs kept to restart or breed from
