@@ -17,6 +17,8 @@ constexpr double kDisasterRatio = 1.5;  // a screened move at least this slow is
 constexpr double kCombineGain = 0.003;  // a move joins the combinations when this much faster
 constexpr double kRoundGain = 0.005;    // a round moves the base when its best is this much faster
 constexpr int kMaxCombined = 8;         // the most moves applied together
+constexpr int kMaxSwaps = 16;           // the most configs of one swap stage
+constexpr int kMaxStages = 4;           // combining stages a round: the chain, then swap stages
 
 /// One knob change (or the few a neighbour changes together), as "path=value" pairs.
 struct Move {
@@ -75,17 +77,18 @@ class SweepStrategy : public Strategy {
       }
       if (phase_ == Phase::kCombine) {
         while (!combos_.empty() && static_cast<int>(out.size()) < want) {
-          auto [c, moves] = std::move(combos_.front());
+          Combo combo = std::move(combos_.front());
           combos_.erase(combos_.begin());
-          if (!admit(state, c, &taken)) continue;
-          ask(c, Kind::kCombine, {});
-          out.push_back({c,
-                         "sweep: round " + std::to_string(round_) + ", its best " +
-                             std::to_string(moves) +
-                             " moves together: " + describe_change(*base_, c),
+          if (!admit(state, combo.config, &taken)) continue;
+          ask(combo.config, Kind::kCombine, {});
+          asked_combos_[schedule::canonical_string(combo.config)] = combo.members;
+          out.push_back({combo.config,
+                         "sweep: round " + std::to_string(round_) + ", " + combo.what + ": " +
+                             describe_change(*base_, combo.config),
                          *base_});
         }
         if (!out.empty() || waiting(state)) break;
+        if (begin_swaps(state)) continue;
         end_round();
         continue;
       }
@@ -180,34 +183,97 @@ class SweepStrategy : public Strategy {
     screen_ready_ = true;
   }
 
-  /// The base with its best 2, 3, ... faster moves, one per knob, fastest first.
+  /// The base with `members` (indexes into faster_) applied, in order; nullopt when two of them
+  /// change one knob or the result does not fit.
+  std::optional<ScheduleConfig> combined(const std::vector<int>& members,
+                                         const SearchState& state) const {
+    ScheduleConfig c = *base_;
+    std::set<std::string> knobs_used;
+    std::string ignored;
+    for (int i : members)
+      for (const auto& [path, value] : faster_[i].move.knobs) {
+        if (!knobs_used.insert(path).second) return std::nullopt;
+        schedule::set_knob(&c, path, value, &ignored);
+      }
+    if (!schedule::config_fits(c, *state.shape, *state.target)) return std::nullopt;
+    return c;
+  }
+
+  /// Stage 1: the base with its best 2, 3, ... faster moves, one per knob, fastest first (a move
+  /// that clashes with the chain or does not fit is left out of it).
   void begin_combine(const SearchState& state) {
     phase_ = Phase::kCombine;
+    combine_stage_ = 1;
     combos_.clear();
-    std::vector<Screened> faster;
+    asked_combos_.clear();
+    faster_.clear();
     for (const Screened& s : screened_)
       if (!base_latency_ || s.latency_us < *base_latency_ * (1.0 - kCombineGain))
-        faster.push_back(s);
-    std::stable_sort(faster.begin(), faster.end(), [](const Screened& a, const Screened& b) {
+        faster_.push_back(s);
+    std::stable_sort(faster_.begin(), faster_.end(), [](const Screened& a, const Screened& b) {
       return a.latency_us < b.latency_us;
     });
-    ScheduleConfig combined = *base_;
-    std::set<std::string> knobs_used;
-    int applied = 0;
-    std::string ignored;
-    for (const Screened& s : faster) {
-      if (applied == kMaxCombined) break;
-      bool clash = false;
-      for (const auto& [path, value] : s.move.knobs) clash = clash || knobs_used.count(path);
-      if (clash) continue;
-      ScheduleConfig next = combined;
-      for (const auto& [path, value] : s.move.knobs)
-        schedule::set_knob(&next, path, value, &ignored);
-      if (!schedule::config_fits(next, *state.shape, *state.target)) continue;
-      combined = next;
-      for (const auto& [path, value] : s.move.knobs) knobs_used.insert(path);
-      if (++applied >= 2) combos_.emplace_back(combined, applied);
+    std::vector<int> chain;
+    for (int i = 0; i < static_cast<int>(faster_.size()); ++i) {
+      if (static_cast<int>(chain.size()) == kMaxCombined) break;
+      chain.push_back(i);
+      std::optional<ScheduleConfig> c = combined(chain, state);
+      if (!c) {
+        chain.pop_back();
+        continue;
+      }
+      if (chain.size() >= 2)
+        combos_.push_back(
+            {*c, chain, "its best " + std::to_string(chain.size()) + " moves together"});
     }
+  }
+
+  /// Stage 2 and on, once the previous stage is measured: from the fastest set of moves measured
+  /// so far (a chain, a swap or a single move), each faster move left out of it is tried added
+  /// to it and in place of each of its moves, up to kMaxSwaps configs; again while the fastest
+  /// set gets faster, at most kMaxStages stages a round. A move that made the chain slower often
+  /// clashes with one earlier move of it (more rows per warp and a deeper unroll, each faster
+  /// alone); a swap finds which.
+  bool begin_swaps(const SearchState& state) {
+    if (combine_stage_ >= kMaxStages) return false;
+    ++combine_stage_;
+    std::vector<int> best_set;
+    double best_us = 0.0;
+    for (int i = 0; i < static_cast<int>(faster_.size()); ++i)
+      if (best_set.empty() || faster_[i].latency_us < best_us) {
+        best_set = {i};
+        best_us = faster_[i].latency_us;
+      }
+    for (const Measured& m : round_results_) {
+      auto it = asked_combos_.find(schedule::canonical_string(m.config));
+      if (it != asked_combos_.end() && m.latency_us < best_us) {
+        best_set = it->second;
+        best_us = m.latency_us;
+      }
+    }
+    if (best_set.empty()) return false;
+    if (combine_stage_ > 2 && best_us >= set_us_ * (1.0 - kCombineGain)) return false;
+    set_us_ = best_us;
+    std::set<std::string> seen;
+    auto offer = [&](std::vector<int> members, const std::string& what) {
+      if (static_cast<int>(combos_.size()) >= kMaxSwaps || members.size() < 2) return;
+      std::optional<ScheduleConfig> c = combined(members, state);
+      if (!c || !seen.insert(schedule::canonical_string(*c)).second) return;
+      if (asked_combos_.count(schedule::canonical_string(*c))) return;
+      combos_.push_back({*c, std::move(members), what});
+    };
+    for (int m = 0; m < static_cast<int>(faster_.size()); ++m) {
+      if (std::find(best_set.begin(), best_set.end(), m) != best_set.end()) continue;
+      std::vector<int> added = best_set;
+      added.push_back(m);
+      offer(added, "its best set with one more move");
+      for (size_t e = 0; e < best_set.size(); ++e) {
+        std::vector<int> swapped = best_set;
+        swapped[e] = m;
+        offer(swapped, "its best set with one move swapped");
+      }
+    }
+    return !combos_.empty();
   }
 
   void end_round() {
@@ -258,8 +324,17 @@ class SweepStrategy : public Strategy {
   std::map<std::string, Asked> outstanding_;  // canonical config -> why it was asked
   std::vector<Screened> screened_;            // this round's screened moves with a latency
   std::vector<Measured> round_results_;       // every latency this round asked for
-  std::vector<std::pair<ScheduleConfig, int>> combos_;  // (config, moves applied) to hand out
-  std::set<std::string> disasters_;                     // move keys not screened again
+  struct Combo {
+    ScheduleConfig config;
+    std::vector<int> members;  // indexes into faster_
+    std::string what;
+  };
+  std::vector<Screened> faster_;  // this round's faster moves, fastest first
+  int combine_stage_ = 1;         // 1: the chain, 2 and on: additions and swaps
+  double set_us_ = 0.0;           // the fastest set's latency when the last swap stage began
+  std::vector<Combo> combos_;     // to hand out
+  std::map<std::string, std::vector<int>> asked_combos_;  // canonical config -> members
+  std::set<std::string> disasters_;                       // move keys not screened again
   std::string why_restart_;
 };
 

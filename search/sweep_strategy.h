@@ -8,6 +8,10 @@
 //   - Combine: the screened moves that made the base faster (by more than 0.3%), fastest first,
 //     one per knob; the base with the best 2, 3, ... up to 8 of them applied together is measured,
 //     all at once (a combination that does not fit the shape leaves that move out).
+//   - Swap: from the fastest set of moves measured so far (a chain or a single move), each faster
+//     move left out of it is measured added to it and in place of each of its moves (up to 16
+//     configs a stage; again while the fastest set gets faster, 3 stages at most). A move that
+//     made the chain slower usually clashes with one move of it: a swap finds which.
 //   - Move: the fastest config measured in the round becomes the next base. A round with nothing
 //     faster than its base by more than 0.5% ends the climb: the next base is a 2-3 knob
 //     perturbation of an elite (one of the `elite_size` fastest configs seen), measured first.

@@ -105,7 +105,8 @@ class SweepDirect : public ::testing::Test {
 };
 
 // The screen is every neighbour at once; while one is outstanding nothing else is proposed; once
-// the loop holds none (pending 0) the round goes on to the combinations, best moves first.
+// the loop holds none (pending 0) the round goes on to the combinations, best moves first, then
+// to the swaps around the fastest set.
 TEST_F(SweepDirect, WaitsForItsScreenThenCombinesTheMovesThatPaid) {
   StrategyOptions so;
   so.name = "sweep";
@@ -130,13 +131,63 @@ TEST_F(SweepDirect, WaitsForItsScreenThenCombinesTheMovesThatPaid) {
       << combos[0].description;
   EXPECT_NE(combos[0].description.find("best 2 moves together"), std::string::npos);
   for (const Proposal& p : combos) EXPECT_TRUE(schedule::config_fits(p.config, shape, target));
-  // The round's best (the combination, 100 us) is the next base: its screen follows.
+  // Then, from the fastest set (unroll 4 and 32-row tiles), each other faster move added and in
+  // place of each of its moves: smem_ring with either.
   for (const Proposal& p : combos) sweep->observe(outcome(p.config));
+  const std::vector<Proposal> swaps = sweep->propose(state, 100);
+  ASSERT_EQ(swaps.size(), 2u);
+  for (const Proposal& p : swaps) {
+    EXPECT_NE(p.description.find("one move swapped"), std::string::npos) << p.description;
+    EXPECT_EQ(schedule::get_knob(p.config, "kernel.weight_stream"), "smem_ring") << p.description;
+    sweep->observe(outcome(p.config));
+  }
+  // The round's best (the first combination, 100 us) is the next base: its screen follows.
   const std::vector<Proposal> next = sweep->propose(state, 1);
   ASSERT_EQ(next.size(), 1u);
   EXPECT_NE(next[0].description.find("round 2 screen"), std::string::npos) << next[0].description;
   ASSERT_TRUE(next[0].parent);
   EXPECT_EQ(schedule::canonical_string(*next[0].parent), schedule::canonical_string(both));
+}
+
+// Two moves each faster alone but slow together (more rows per warp and a deeper unroll), and the
+// deeper unroll pays more with 32-row tiles: the chain of the best moves takes the rows per warp
+// first and every longer chain pays the clash; the swap stages find the set without it.
+TEST_F(SweepDirect, SwapsOutAMoveThatClashesWithTheChain) {
+  auto latency = [](const ScheduleConfig& c) {
+    double us = 200.0;
+    const bool rpw4 = c.kernel.rows_per_warp == 4, u4 = c.kernel.unroll == 4,
+               rows32 = c.tiling.gemv_rows_per_task == 32;
+    us *= rpw4 ? 0.80 : 1.0;
+    us *= u4 ? 0.82 : 1.0;
+    us *= rows32 ? 0.85 : 1.0;
+    us *= rpw4 && u4 ? 2.0 : 1.0;
+    us *= u4 && rows32 ? 0.9 : 1.0;
+    return us;
+  };
+  state.incumbent_latency_us = latency(state.incumbent);
+  StrategyOptions so;
+  so.name = "sweep";
+  auto sweep = make_sweep_strategy(so);
+  bool swapped = false;
+  for (int call = 0; call < 20; ++call) {
+    const std::vector<Proposal> batch = sweep->propose(state, 10000);
+    ASSERT_FALSE(batch.empty());
+    if (batch[0].description.find("round 2 screen") != std::string::npos) {
+      ASSERT_TRUE(batch[0].parent);
+      const ScheduleConfig want =
+          with_knob(with_knob({}, "kernel.unroll", 4), "tiling.gemv_rows_per_task", 32);
+      EXPECT_EQ(schedule::canonical_string(*batch[0].parent), schedule::canonical_string(want));
+      EXPECT_TRUE(swapped) << "the chain alone found it: the test shows nothing";
+      return;
+    }
+    for (const Proposal& p : batch) {
+      swapped = swapped || p.description.find("one move swapped") != std::string::npos;
+      TrialOutcome o = outcome(p.config);
+      o.latency_us = latency(p.config);
+      sweep->observe(o);
+    }
+  }
+  FAIL() << "round 2 never began";
 }
 
 // A move that ran 1.5x its base is not screened again from the next base.
@@ -157,10 +208,14 @@ TEST_F(SweepDirect, DoesNotScreenADisasterTwice) {
     sweep->observe(o);
   }
   ASSERT_FALSE(disaster.empty());
-  std::vector<Proposal> combos = sweep->propose(state, 100);
-  for (const Proposal& p : combos) sweep->observe(outcome(p.config));
-  const std::vector<Proposal> next = sweep->propose(state, 10000);
-  ASSERT_FALSE(next.empty());
+  std::vector<Proposal> next;
+  for (int call = 0; call < 10; ++call) {  // the combining stages, then round 2's screen
+    next = sweep->propose(state, 10000);
+    ASSERT_FALSE(next.empty());
+    if (next[0].description.find("round 2 screen") != std::string::npos) break;
+    for (const Proposal& p : next) sweep->observe(outcome(p.config));
+  }
+  ASSERT_NE(next[0].description.find("round 2 screen"), std::string::npos);
   for (const Proposal& p : next) {
     ASSERT_TRUE(p.parent);
     for (const std::string& path : schedule::changed_knobs(*p.parent, p.config))
