@@ -56,7 +56,7 @@ void install_stop_handlers() {
 
 void add_loop_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<LoopCommand>();
-  opt->strategy.name = search::StrategyOptions{}.name;  // elite: BENCHMARKS.md, the strategy replay
+  opt->strategy.name = search::StrategyOptions{}.name;  // sweep: BENCHMARKS.md, the GPU searches
   auto* cmd = app.add_subcommand(
       "loop", "Search schedules: propose, evaluate, keep or revert, log every trial");
   add_model_flag(cmd, &opt->trial.ev.model);
@@ -76,7 +76,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--strategy", opt->strategy.name,
-                  "random | hillclimb | elite | guided | prior | bandit | proposer")
+                  "random | hillclimb | elite | sweep | guided | prior | bandit | proposer")
       ->check(CLI::IsMember(search::strategy_names()))
       ->capture_default_str();
   cmd->add_option("--proposer", opt->strategy.proposer_command,
@@ -90,7 +90,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
   cmd->add_option("--elite", opt->strategy.elite_size,
-                  "elite, guided: the fastest configs kept to restart or breed from")
+                  "elite, sweep, guided: the fastest configs kept to restart or breed from")
       ->check(integer_in(1, 4096))
       ->capture_default_str();
   cmd->add_option("--candidates", opt->strategy.candidates,

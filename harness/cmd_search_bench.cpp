@@ -56,7 +56,8 @@ void add_search_bench_command(CLI::App& app, CliContext& ctx) {
                   "hillclimb, elite: restart after this many trials without a local gain")
       ->check(integer_in(1, kMaxInt))
       ->capture_default_str();
-  cmd->add_option("--elite", opt->bench.strategy.elite_size, "elite, guided: elite pool size")
+  cmd->add_option("--elite", opt->bench.strategy.elite_size,
+                  "elite, sweep, guided: elite pool size")
       ->check(integer_in(1, 4096))
       ->capture_default_str();
   cmd->add_option("--exploration", opt->bench.strategy.exploration,

@@ -209,7 +209,7 @@ const json& loop_schema() {
        {"pool", integer_property("prior: random candidates ranked per trial", strategy.pool_size, 1,
                                  1000000)},
        {"elite",
-        integer_property("elite, guided: the fastest configs kept to restart or breed from",
+        integer_property("elite, sweep, guided: the fastest configs kept to restart or breed from",
                          strategy.elite_size, 1, 4096)},
        {"candidates", integer_property("guided: candidates the model ranks per proposal",
                                        strategy.candidates, 1, 1 << 20)},

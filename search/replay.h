@@ -56,7 +56,8 @@ std::optional<ReplayRun> replay_once(const Landscape& landscape, const ReplayOpt
 double random_expected_best_us(const Landscape& landscape, int n);
 
 struct BenchOptions {
-  std::vector<std::string> strategies = {"random", "hillclimb", "elite", "guided", "bandit"};
+  std::vector<std::string> strategies = {"random", "hillclimb", "elite",
+                                         "sweep",  "guided",    "bandit"};
   std::vector<int> budgets = {25, 50, 100, 200};
   int seeds = 20;
   uint64_t first_seed = 1;

@@ -106,11 +106,11 @@ class Strategy {
 };
 
 struct StrategyOptions {
-  std::string name = "elite";  // random | hillclimb | elite (default) | sweep | guided | prior |
+  std::string name = "sweep";  // random | hillclimb | elite | sweep (default) | guided | prior |
                                // bandit | proposer
   uint64_t seed = 0;
-  int restart_after = 8;      // hillclimb, elite: trials without a local improvement
-  int elite_size = 8;         // elite, guided: the fastest configs kept to restart or breed from
+  int restart_after = 8;  // hillclimb, elite: trials without a local improvement
+  int elite_size = 8;     // elite, sweep, guided: the fastest configs kept to restart or breed from
   double exploration = 0.1;   // prior, guided: share of random trials
   int candidates = 2048;      // guided: candidates the model ranks per proposal
   double guard = 1.5;         // guided: predicted latency over the incumbent's beyond which a

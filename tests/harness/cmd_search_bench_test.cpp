@@ -28,8 +28,9 @@ TEST(CmdSearchBench, ReplaysEveryStrategyOnTheCommittedSyntheticLandscape) {
   ASSERT_EQ(o.exit_code, kExitOk) << o.err;
   const auto doc = nlohmann::json::parse(o.out);
   EXPECT_DOUBLE_EQ(doc["optimum_us"].get<double>(), 100.0);
-  ASSERT_EQ(doc["strategies"].size(), 5u);  // random, hillclimb, elite, guided, bandit
-  EXPECT_EQ(doc["strategies"][4]["name"], "bandit");
+  ASSERT_EQ(doc["strategies"].size(), 6u);  // random, hillclimb, elite, sweep, guided, bandit
+  EXPECT_EQ(doc["strategies"][3]["name"], "sweep");
+  EXPECT_EQ(doc["strategies"][5]["name"], "bandit");
   for (const auto& s : doc["strategies"]) {
     EXPECT_EQ(s["budgets"].size(), 2u);
     EXPECT_EQ(s["trials_to_within"]["runs"], 3);

@@ -32,7 +32,7 @@ int trials_to_optimum(const ReplayRun& run, int budget) {
 
 TEST(Replay, ReproducesItsTrajectoryForAFixedSeed) {
   const Landscape land = synthetic_landscape();
-  for (const std::string strategy : {"hillclimb", "elite", "guided", "random", "bandit"}) {
+  for (const std::string strategy : {"hillclimb", "elite", "sweep", "guided", "random", "bandit"}) {
     const ReplayRun a = replay(land, strategy, 7, 30), b = replay(land, strategy, 7, 30);
     ASSERT_EQ(a.schedule_ids.size(), 30u) << strategy;
     EXPECT_EQ(a.schedule_ids, b.schedule_ids) << strategy;
