@@ -15,6 +15,7 @@ namespace megasched::harness {
 void add_search_bench_command(CLI::App& app, CliContext& ctx) {
   struct Options {
     std::string landscape;
+    std::string rows = "all";
     std::vector<std::string> strategies;
     std::vector<int> budgets;
     bool json = false;
@@ -31,6 +32,12 @@ void add_search_bench_command(CLI::App& app, CliContext& ctx) {
                   "Landscape file (search/landscapes/*.landscape.jsonl, `megasched landscape "
                   "record`)")
       ->required();
+  cmd->add_option("--rows", opt->rows,
+                  "all: every row answers; sample: only the space-filling sample's rows (the "
+                  "named configs and their neighbours left out, so nearest-row answers are not "
+                  "drawn towards the records)")
+      ->check(CLI::IsMember({"all", "sample"}))
+      ->capture_default_str();
   cmd->add_option("--strategies", opt->strategies, "Strategies to replay")
       ->delimiter(',')
       ->check(CLI::IsMember(search::strategy_names()))
@@ -83,12 +90,17 @@ void add_search_bench_command(CLI::App& app, CliContext& ctx) {
     std::string error;
     auto landscape = search::read_landscape(opt->landscape, &error);
     if (!landscape) return print_error("search-bench", error), void(ctx.exit_code = kExitUsage);
+    if (opt->rows == "sample") {
+      landscape = search::sampled_rows_only(*landscape, &error);
+      if (!landscape) return print_error("search-bench", error), void(ctx.exit_code = kExitUsage);
+    }
     opt->bench.strategies = opt->strategies;
     opt->bench.budgets = opt->budgets;
     if (opt->trace) opt->bench.trace = &std::cerr;
     auto doc = search::run_search_bench(*landscape, opt->bench, &error);
     if (!doc) return print_error("search-bench", error), void(ctx.exit_code = kExitUsage);
     (*doc)["landscape_path"] = opt->landscape;
+    (*doc)["rows_replayed"] = opt->rows;
     if (opt->json)
       print_json(*doc);
     else

@@ -57,6 +57,26 @@ const LandscapeRow* Landscape::optimum() const {
   return best;
 }
 
+std::optional<Landscape> sampled_rows_only(const Landscape& landscape, std::string* error) {
+  Landscape out;
+  out.header = landscape.header;
+  for (const LandscapeRow& r : landscape.rows) {
+    if (r.origin != "sample") continue;
+    out.by_config[schedule::canonical_string(r.config)] = out.rows.size();
+    out.rows.push_back(r);
+  }
+  if (!out.optimum()) {
+    if (error)
+      *error = "the landscape has no sampled row with a latency (" +
+               std::to_string(out.rows.size()) + " sampled rows of " +
+               std::to_string(landscape.rows.size()) +
+               "); replay all its rows (--rows all) or record a sample (`megasched landscape "
+               "record --sample N`)";
+    return std::nullopt;
+  }
+  return out;
+}
+
 json to_json(const LandscapeHeader& h) {
   return {{"landscape", kLandscapeVersion},
           {"model", h.model},

@@ -68,6 +68,11 @@ struct Landscape {
   const LandscapeRow* optimum() const;
 };
 
+/// The landscape with only its sampled rows (origin "sample"): the named configs and their
+/// neighbours left out, so a replay's nearest-row answers are not drawn towards the records whose
+/// every neighbour was measured. nullopt with *error when no sampled row is ok.
+std::optional<Landscape> sampled_rows_only(const Landscape& landscape, std::string* error);
+
 /// The statuses a row may have.
 const std::vector<std::string>& landscape_statuses();
 

@@ -39,6 +39,15 @@ TEST(CmdSearchBench, ReplaysEveryStrategyOnTheCommittedSyntheticLandscape) {
                              "25", "--strategies", "random,elite"});
   ASSERT_EQ(table.exit_code, kExitOk) << table.err;
   EXPECT_NE(table.out.find("elite"), std::string::npos) << table.out;
+  // Every synthetic row is sampled: --rows sample replays the same surface.
+  const Outcome sampled =
+      run({"search-bench", "--landscape", kSynthetic, "--seeds", "1", "--budgets", "10",
+           "--strategies", "sweep", "--rows", "sample", "--json"});
+  ASSERT_EQ(sampled.exit_code, kExitOk) << sampled.err;
+  const auto sdoc = nlohmann::json::parse(sampled.out);
+  EXPECT_EQ(sdoc["rows_replayed"], "sample");
+  EXPECT_DOUBLE_EQ(sdoc["optimum_us"].get<double>(), 100.0);
+  EXPECT_NE(run({"search-bench", "--landscape", kSynthetic, "--rows", "named"}).exit_code, kExitOk);
 }
 
 TEST(CmdSearchBench, RefusesAMalformedLandscapeWithExitCode2) {

@@ -389,5 +389,29 @@ TEST(LandscapeEvaluatorTest, DrawsSeededNoiseAroundTheMedian) {
   EXPECT_EQ(a.evaluations(), 20);
 }
 
+// --rows sample: the named config and its neighbours leave; the sample's best is the optimum, and
+// every config is answered by a sampled row.
+TEST(LandscapeTest, SampledRowsOnlyLeavesTheNamedConfigsAndTheirNeighboursOut) {
+  Landscape land = synthetic_landscape();
+  ASSERT_GE(land.rows.size(), 3u);
+  land.rows[0].origin = "named:best:toy:h100";
+  land.rows[0].latency_us = 50.0;  // faster than any sampled row
+  land.rows[1].origin = "neighbour:best:toy:h100";
+  std::string error;
+  const std::optional<Landscape> sampled = sampled_rows_only(land, &error);
+  ASSERT_TRUE(sampled) << error;
+  EXPECT_EQ(sampled->rows.size(), land.rows.size() - 2);
+  EXPECT_EQ(sampled->by_config.size(), sampled->rows.size());
+  EXPECT_EQ(sampled->find(land.rows[0].config), nullptr);
+  ASSERT_NE(sampled->find(land.rows[2].config), nullptr);
+  EXPECT_DOUBLE_EQ(*sampled->optimum()->latency_us, 100.0);
+  LandscapeEvaluator ev(*sampled, 1);
+  EXPECT_NE(ev.answer(land.rows[0].config).row->origin, "named:best:toy:h100");
+
+  for (LandscapeRow& r : land.rows) r.origin = "neighbour:best:toy:h100";
+  EXPECT_FALSE(sampled_rows_only(land, &error));
+  EXPECT_NE(error.find("--rows all"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace megasched::search

@@ -141,6 +141,27 @@ TEST_F(PoolLoop, DecisionsDoNotDependOnTheOrderVerdictsArriveIn) {
   }
 }
 
+// sweep waits for each phase's outcomes (state.pending) before the next phase: over a pool it still
+// runs the whole budget (the screen, its combinations, the next round) with every slot busy while
+// a phase lasts, each schedule once, whatever order the verdicts come in.
+TEST_F(PoolLoop, SweepRunsRoundAfterRoundOnEverySlotToTheBudget) {
+  options.budget = 100;  // more than toy's screen of the default and its combinations
+  const auto fifo = trace("sweep", 3, /*lifo=*/false);
+  std::filesystem::remove(options.results_path);
+  std::filesystem::remove(options.corpus_path);
+  const auto lifo = trace("sweep", 3, /*lifo=*/true);
+  ASSERT_EQ(fifo.size(), 100u);
+  EXPECT_EQ(fifo, lifo);
+  std::set<std::string> ids;
+  for (const auto& [id, status] : fifo) ids.insert(id);
+  EXPECT_EQ(ids.size(), fifo.size()) << "a schedule ran twice";
+  const auto log = rows();
+  bool round2 = false;
+  for (const auto& row : log)
+    round2 = round2 || row.description.find("round 2 screen") != std::string::npos;
+  EXPECT_TRUE(round2) << "the budget ended inside round 1: the test shows nothing of the waits";
+}
+
 TEST_F(PoolLoop, EveryRowNamesTheSlotThatTimedItAndTheSummaryCountsPerSlot) {
   options.budget = 9;
   FakeEvaluator a(&clock), b(&clock);
