@@ -16,6 +16,11 @@
 # machine with the checkout: `megasched corpus import OUT_DIR/flywheel/*.corpus.jsonl` (it appends
 # each row once, whatever the checkout gained meanwhile), then commit flywheel/data/.
 #
+# OUT_DIR keeps at most 8 files (what the device machine returns): with more at the end, or when the
+# script is stopped by a signal, everything but check.log is packed into OUT_DIR/bundle.tgz. The
+# landscape and search stages copy their growing logs under OUT_DIR every COPY_EVERY s (20), so a call killed at
+# its time limit still returns the rows recorded so far.
+#
 # usage: bench/device_check.sh OUT_DIR
 # env:   STAGES (default "build tests doctor evaluate bench"; "ctest" runs the whole suite, CPU and
 #        GPU tests, with ctest on every core into ctest.log (CTEST_FILTER, a ctest -R regex;
@@ -62,8 +67,9 @@
 #        default config for SEARCH_MINUTES (default 15) in SEARCH_DIR (default
 #        workspace/search_of_record; a second call on the same warm machine resumes it, so 15
 #        minutes fit two calls of 7.5), its best benched beside best:llama-1b:<GPU> and graph-pdl
-#        at position 0 into search_bench.md, and its report into search_report.html (SEARCH_FLAGS:
-#        more loop flags, e.g. "--flywheel none");
+#        at position 0 into search_bench.md, its report into search_report.html, and its
+#        results.tsv and corpus.jsonl into search_results.tsv and search_corpus.jsonl (SEARCH_FLAGS:
+#        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100");
 #        stage "planfit" times the default and PLANFIT_CONFIGS (default the three llama-1b record
 #        configs) at PLANFIT_POSITIONS (default 0,128,256,512,1024,2048,4096) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
@@ -142,6 +148,46 @@ done
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+# Long stages keep a copy of what they record under OUT every 20 s, so a call killed at its time
+# limit (or by a spent device budget) still brings back every row so far: keep_copying SRC DEST
+# starts a background copier (replaced atomically each time; it ignores TERM and INT, so a signal
+# to the whole process group leaves it copying while the stage's recorder writes its last rows,
+# and it ends with this script), stop_copying ends them all.
+COPIERS=()
+MAIN_PID=$$
+keep_copying() {
+  local src=$1 dest=$2
+  ( trap '' TERM INT
+    while sleep "${COPY_EVERY:-20}" && kill -0 "$MAIN_PID" 2>/dev/null; do
+      [ -f "$src" ] && cp "$src" "$dest.part" 2>/dev/null && mv -f "$dest.part" "$dest"
+    done ) &
+  COPIERS+=($!)
+}
+stop_copying() {
+  for pid in "${COPIERS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  COPIERS=()
+}
+
+# The device machine returns at most 8 files from OUT: when there are more, everything but
+# check.log is packed into OUT/bundle.tgz (`tar xzf bundle.tgz` gives the same paths). Runs at
+# the end, and on a kill (TERM, INT) with what is there.
+finished=0
+finish() {
+  [ "$finished" = 1 ] && return
+  finished=1
+  stop_copying
+  local n
+  n=$(find "$OUT" -type f | wc -l)
+  if [ "$n" -gt 8 ]; then
+    (cd "$OUT" && find . -type f ! -name check.log ! -name bundle.tgz ! -name '*.part' -print0 |
+       tar czf bundle.tgz --null -T - --remove-files) &&
+      echo "[$(date -u +%H:%M:%S)] $n files in OUT: all but check.log packed into bundle.tgz" >> "$LOG"
+    find "$OUT" -mindepth 1 -type d -empty -delete 2>/dev/null
+  fi
+}
+trap finish EXIT
+trap 'log "device_check: stopped by a signal"; finish; exit 143' TERM INT
 
 log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
 {
@@ -449,12 +495,14 @@ if has_stage landscape; then
       cp "$lfile" "$lwork"
     fi
     log "landscape: $lwork (from $lfile) at position $lpos (neighbours of $lnear first), ${LANDSCAPE_SECONDS:-300} s"
+    keep_copying "$lwork" "$OUT/landscapes/$(basename "$lfile")"
     timeout -s INT "${LANDSCAPE_SECONDS:-300}" "$BUILD/megasched" landscape record \
       --model "${LANDSCAPE_MODEL:-llama-1b}" --gpu auto --device gpu --gpus all --positions "$lpos" \
       --timed-position "$lpos" \
       "${nargs[@]}" --sample "${LANDSCAPE_SAMPLE:-600}" --out "$lwork" \
       > "$OUT/landscapes/$(basename "$lfile").summary.json" 2>> "$LOG"
     rc=$?
+    stop_copying
     cp "$lwork" "$OUT/landscapes/" 2>/dev/null
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 130 ]; then
       log "landscape: $(($(wc -l < "$lwork") - 1)) rows in $lwork (copy it over $lfile to keep them)"
@@ -524,12 +572,20 @@ if has_stage search; then
   sresume=()
   [ -s "$SEARCH_DIR/results.tsv" ] && sresume=(--resume)
   log "search: loop --model llama-1b --device gpu --minutes $SEARCH_MINUTES ${sresume[*]} ${SEARCH_FLAGS:-} in $SEARCH_DIR ($sgpu)"
+  # The loop's logs, kept under OUT as they grow (results.tsv for the trajectory, corpus.jsonl for
+  # `megasched corpus import`).
+  keep_copying "$SEARCH_DIR/results.tsv" "$OUT/search_results.tsv"
+  keep_copying "$SEARCH_DIR/corpus.jsonl" "$OUT/search_corpus.jsonl"
   # shellcheck disable=SC2086  # SEARCH_FLAGS is a list of flags
   MEGASCHED_KERNEL_CACHE="$SEARCH_DIR/kernels" timeout 3600 "$BUILD/megasched" loop \
     --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes "$SEARCH_MINUTES" \
     --results "$SEARCH_DIR/results.tsv" --corpus "$SEARCH_DIR/corpus.jsonl" "${sresume[@]}" \
     ${SEARCH_FLAGS:-} > "$OUT/search_summary.json" 2> "$OUT/search_progress.log"
-  log "search: loop exit $? ($(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d.get("best") or {}; print(d.get("trials"), "trials, best", b.get("latency_us"), "us")' "$OUT/search_summary.json" 2>/dev/null))"
+  search_rc=$?
+  stop_copying
+  cp "$SEARCH_DIR/results.tsv" "$OUT/search_results.tsv" 2>/dev/null
+  cp "$SEARCH_DIR/corpus.jsonl" "$OUT/search_corpus.jsonl" 2>/dev/null
+  log "search: loop exit $search_rc ($(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d.get("best") or {}; print(d.get("trials"), "trials, best", b.get("latency_us"), "us")' "$OUT/search_summary.json" 2>/dev/null))"
   if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); json.dump(d["best"]["config"], open(sys.argv[2], "w"), indent=1)' \
        "$OUT/search_summary.json" "$OUT/search_best.json" 2>> "$LOG"; then
     sargs=(--config "$OUT/search_best.json")

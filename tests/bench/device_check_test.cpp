@@ -2,9 +2,12 @@
 // skip. Its default filter (GPU_TESTS) must name every test that needs or branches on a device, or
 // on NVRTC, or that test never runs anywhere. A test counts as one when its body calls
 // eval::gpu_available or checks for NVRTC, or its file defines MS_REQUIRE_GPU (all of that file's
-// tests then).
+// tests then). And what the script returns: at most 8 files (bundle.tgz beyond), and a landscape's
+// rows so far when the call is killed at its limit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -100,6 +103,57 @@ TEST(DeviceCheck, TheFilterGlobMatchesAsGtestDoes) {
   EXPECT_FALSE(glob_match("PromoteCli.Gpu*", "PromoteCli.WithoutAGpu"));
   EXPECT_FALSE(glob_match("GpuVm.*", "GpuVmX.A"));
   EXPECT_TRUE(glob_match("A?c.*", "Abc.d"));
+}
+
+std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
+
+int count_files(const std::filesystem::path& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) n += e.is_regular_file();
+  return n;
+}
+
+TEST(DeviceCheckScript, PacksMoreThanEightFilesIntoOneBundle) {
+  const std::filesystem::path out = std::filesystem::path(testing::TempDir()) / "dc_bundle";
+  std::filesystem::remove_all(out);
+  std::filesystem::create_directories(out / "sub");
+  for (int i = 0; i < 9; ++i) std::ofstream(out / "sub" / ("f" + std::to_string(i))) << i;
+  const std::string cmd = "STAGES=none MEGASCHED_FLYWHEEL_DIR=none bash " +
+                          shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
+                          shell_quote(out.string()) + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_TRUE(std::filesystem::exists(out / "check.log"));
+  EXPECT_TRUE(std::filesystem::exists(out / "bundle.tgz"));
+  EXPECT_EQ(count_files(out), 2);
+  std::filesystem::remove_all(out);
+}
+
+// A stand-in recorder writes a row a second; the call is stopped (TERM to its process group, as
+// `timeout` does) long before the stage's own time: the rows copied so far are under OUT.
+TEST(DeviceCheckScript, AKilledLandscapeStageLeavesItsRowsSoFar) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_kill";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "build");
+  {
+    std::ofstream fake(dir / "build" / "megasched");
+    fake << "#!/bin/bash\nout=\"\"; while [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; "
+            "done\ntrap 'exit 130' INT TERM\nwhile true; do echo row >> \"$out\"; sleep 0.2; "
+            "done\n";
+  }
+  std::filesystem::permissions(dir / "build" / "megasched", std::filesystem::perms::owner_all);
+  const std::string cmd =
+      "BUILD=" + shell_quote((dir / "build").string()) +
+      " MEGASCHED_WORKSPACE=" + shell_quote((dir / "ws").string()) +
+      " MEGASCHED_FLYWHEEL_DIR=none STAGES=landscape COPY_EVERY=1 LANDSCAPE_SECONDS=6 "
+      "LANDSCAPES=" +
+      shell_quote((dir / "new.landscape.jsonl").string() + "@0@default") + " timeout 3 bash " +
+      shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
+      shell_quote((dir / "out").string()) + " > /dev/null 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);  // stopped
+  const std::string rows = slurp(dir / "out" / "landscapes" / "new.landscape.jsonl");
+  EXPECT_GE(std::count(rows.begin(), rows.end(), '\n'), 5) << "rows copied back: " << rows.size();
+  EXPECT_NE(slurp(dir / "out" / "check.log").find("stopped by a signal"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
