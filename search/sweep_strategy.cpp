@@ -71,7 +71,7 @@ class SweepStrategy : public Strategy {
                              std::to_string(screen_size_) + "): " + describe_change(*base_, c),
                          *base_});
         }
-        if (!out.empty() || waiting(state)) break;
+        if (!out.empty() || !screen_nearly_done(state)) break;
         begin_combine(state);
         continue;
       }
@@ -113,7 +113,13 @@ class SweepStrategy : public Strategy {
     if (outcome.latency_us) round_results_.push_back({outcome.config, *outcome.latency_us});
     switch (asked.kind) {
       case Kind::kScreen:
-        if (outcome.latency_us) screened_.push_back({asked.move, *outcome.latency_us});
+        if (outcome.latency_us) {
+          screened_.push_back({asked.move, *outcome.latency_us});
+          // Late for the chain (it began with the last few screens in flight): the swap stages
+          // still try it. Appended, so the chain's member indexes keep their meaning.
+          if (phase_ == Phase::kCombine && faster(*outcome.latency_us))
+            faster_.push_back(screened_.back());
+        }
         if (!outcome.latency_us ||
             (base_latency_ && *outcome.latency_us >= kDisasterRatio * *base_latency_))
           disasters_.insert(asked.move.key());
@@ -154,6 +160,20 @@ class SweepStrategy : public Strategy {
 
   void ask(const ScheduleConfig& c, Kind kind, Move move) {
     outstanding_[schedule::canonical_string(c)] = {kind, std::move(move)};
+  }
+
+  /// A screened latency that makes the move one to combine.
+  bool faster(double latency_us) const {
+    return !base_latency_ || latency_us < *base_latency_ * (1.0 - kCombineGain);
+  }
+
+  /// The screen is as good as done when nothing more is coming, or only its last few trials
+  /// (max(4, an eighth of the screen)) are still queued or running: the chain is built from the
+  /// rest, so its kernels build while those run instead of after (the GPUs would idle through the
+  /// builds); the late ones join the swap stages.
+  bool screen_nearly_done(const SearchState& state) {
+    if (!waiting(state)) return true;
+    return static_cast<int>(outstanding_.size()) <= std::max(4, screen_size_ / 8);
   }
 
   /// True while outcomes this phase asked for may still come.
@@ -208,8 +228,7 @@ class SweepStrategy : public Strategy {
     asked_combos_.clear();
     faster_.clear();
     for (const Screened& s : screened_)
-      if (!base_latency_ || s.latency_us < *base_latency_ * (1.0 - kCombineGain))
-        faster_.push_back(s);
+      if (faster(s.latency_us)) faster_.push_back(s);
     std::stable_sort(faster_.begin(), faster_.end(), [](const Screened& a, const Screened& b) {
       return a.latency_us < b.latency_us;
     });

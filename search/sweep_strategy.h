@@ -15,7 +15,9 @@
 //   - Move: the fastest config measured in the round becomes the next base. A round with nothing
 //     faster than its base by more than 0.5% ends the climb: the next base is a 2-3 knob
 //     perturbation of an elite (one of the `elite_size` fastest configs seen), measured first.
-// While a phase waits for its trials (state.pending > 0) it proposes nothing; when the loop holds
+// While a phase waits for its trials (state.pending > 0) it proposes nothing, except that the chain
+// does not wait for the screen's last few (max(4, an eighth of it): they join the swap stages), so
+// the chain's kernels build while those run; when the loop holds
 // none of them any more (pending 0: a proposal was dropped as already evaluated) it goes on with
 // what it has. Its proposals are moves from its own base, so they outlive the loop's incumbent.
 #pragma once

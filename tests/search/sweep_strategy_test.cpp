@@ -117,10 +117,12 @@ TEST_F(SweepDirect, WaitsForItsScreenThenCombinesTheMovesThatPaid) {
     EXPECT_EQ(schedule::changed_knobs(state.incumbent, p.config).size(), 1u) << p.description;
     EXPECT_NE(p.description.find("round 1 screen"), std::string::npos) << p.description;
   }
-  for (size_t i = 1; i < screen.size(); ++i) sweep->observe(outcome(screen[i].config));
-  state.pending = 1;  // screen[0] is still queued
+  const size_t half = screen.size() / 2;
+  for (size_t i = half; i < screen.size(); ++i) sweep->observe(outcome(screen[i].config));
+  state.pending = static_cast<int>(half);  // the first half is still queued or running
   EXPECT_TRUE(sweep->propose(state, 4).empty());
-  state.pending = 0;  // ... and now dropped by the loop: the round goes on without it
+  for (size_t i = 1; i < half; ++i) sweep->observe(outcome(screen[i].config));
+  state.pending = 0;  // screen[0] was dropped by the loop: the round goes on without it
   std::vector<Proposal> combos = sweep->propose(state, 100);
   ASSERT_FALSE(combos.empty());
   // The two moves that paid, unroll 4 (120 us) and 32-row tiles (130 us), fastest first; smem_ring
@@ -188,6 +190,33 @@ TEST_F(SweepDirect, SwapsOutAMoveThatClashesWithTheChain) {
     }
   }
   FAIL() << "round 2 never began";
+}
+
+// The chain does not wait for the screen's last few trials (their kernels would build while the
+// GPUs idle): it is built from the rest, and a late faster move joins the swap stages.
+TEST_F(SweepDirect, BuildsTheChainBeforeTheLastScreensAndSwapsInALateOne) {
+  StrategyOptions so;
+  so.name = "sweep";
+  auto sweep = make_sweep_strategy(so);
+  const std::vector<Proposal> screen = sweep->propose(state, 10000);
+  size_t late = screen.size();
+  for (size_t i = 0; i < screen.size(); ++i)
+    if (screen[i].config.tiling.gemv_rows_per_task == 32) late = i;
+  ASSERT_LT(late, screen.size());
+  for (size_t i = 0; i < screen.size(); ++i)
+    if (i != late) sweep->observe(outcome(screen[i].config));
+  state.pending = 1;  // 32-row tiles still running
+  const std::vector<Proposal> chain = sweep->propose(state, 100);
+  ASSERT_FALSE(chain.empty()) << "the chain waited for the last screen";
+  for (const Proposal& p : chain)
+    EXPECT_NE(p.config.tiling.gemv_rows_per_task, 32) << "a move not measured yet is in the chain";
+  sweep->observe(outcome(screen[late].config));  // 130 us: faster than the base (156)
+  for (const Proposal& p : chain) sweep->observe(outcome(p.config));
+  state.pending = 0;
+  const std::vector<Proposal> swaps = sweep->propose(state, 100);
+  bool with_late = false;
+  for (const Proposal& p : swaps) with_late = with_late || p.config.tiling.gemv_rows_per_task == 32;
+  EXPECT_TRUE(with_late) << "the late faster move was not tried in a swap stage";
 }
 
 // A move that ran 1.5x its base is not screened again from the next base.
