@@ -153,20 +153,22 @@ has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 # limit (or by a spent device budget) still brings back every row so far: keep_copying SRC DEST
 # starts a background copier (replaced atomically each time; it ignores TERM and INT, so a signal
 # to the whole process group leaves it copying while the stage's recorder writes its last rows,
-# and it ends with this script), stop_copying ends them all.
+# and it ends with this script), stop_copying ends them all with one last copy each.
 COPIERS=()
+COPIED=()  # SRC and DEST of each copier, in turn
 MAIN_PID=$$
+copy_once() { [ -f "$1" ] && cp "$1" "$2.part" 2>/dev/null && mv -f "$2.part" "$2"; }
 keep_copying() {
-  local src=$1 dest=$2
   ( trap '' TERM INT
-    while sleep "${COPY_EVERY:-20}" && kill -0 "$MAIN_PID" 2>/dev/null; do
-      [ -f "$src" ] && cp "$src" "$dest.part" 2>/dev/null && mv -f "$dest.part" "$dest"
-    done ) &
+    while sleep "${COPY_EVERY:-20}" && kill -0 "$MAIN_PID" 2>/dev/null; do copy_once "$1" "$2"; done ) &
   COPIERS+=($!)
+  COPIED+=("$1" "$2")
 }
 stop_copying() {
   for pid in "${COPIERS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  for ((i = 0; i < ${#COPIED[@]}; i += 2)); do copy_once "${COPIED[i]}" "${COPIED[i + 1]}"; done
   COPIERS=()
+  COPIED=()
 }
 
 # The device machine returns at most 8 files from OUT: when there are more, everything but
@@ -503,7 +505,6 @@ if has_stage landscape; then
       > "$OUT/landscapes/$(basename "$lfile").summary.json" 2>> "$LOG"
     rc=$?
     stop_copying
-    cp "$lwork" "$OUT/landscapes/" 2>/dev/null
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 130 ]; then
       log "landscape: $(($(wc -l < "$lwork") - 1)) rows in $lwork (copy it over $lfile to keep them)"
     else
@@ -583,8 +584,6 @@ if has_stage search; then
     ${SEARCH_FLAGS:-} > "$OUT/search_summary.json" 2> "$OUT/search_progress.log"
   search_rc=$?
   stop_copying
-  cp "$SEARCH_DIR/results.tsv" "$OUT/search_results.tsv" 2>/dev/null
-  cp "$SEARCH_DIR/corpus.jsonl" "$OUT/search_corpus.jsonl" 2>/dev/null
   log "search: loop exit $search_rc ($(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d.get("best") or {}; print(d.get("trials"), "trials, best", b.get("latency_us"), "us")' "$OUT/search_summary.json" 2>/dev/null))"
   if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); json.dump(d["best"]["config"], open(sys.argv[2], "w"), indent=1)' \
        "$OUT/search_summary.json" "$OUT/search_best.json" 2>> "$LOG"; then

@@ -165,20 +165,12 @@ class GuidedStrategy : public Strategy {
     const std::string why = prior_.trained() ? "exploration"
                                              : "exploring until " + std::to_string(min_samples_) +
                                                    " latencies are known";
-    std::uniform_int_distribution<int> knobs(1, 3);
-    for (int attempt = 0; attempt < 50 && !elite_.empty(); ++attempt) {
-      const size_t rank = elite_.pick(rng_);
-      const int n = knobs(rng_);
-      const ScheduleConfig& base = elite_.members()[rank].config;
-      const std::optional<ScheduleConfig> mutant =
-          quick_mutation(base, *state.shape, *state.target, rng_, n);
-      if (!mutant) continue;
-      const ScheduleConfig& c = *mutant;
-      if (state.is_new && !state.is_new(c)) continue;
-      if (!taken->insert(schedule::canonical_string(c)).second) continue;
-      return Proposal{c,
-                      "guided: " + why + ", " + std::to_string(n) + "-knob mutation of elite #" +
-                          std::to_string(rank + 1) + " (" + describe_change(base, c) + ")",
+    if (std::optional<ElitePerturbation> p = perturb_elite(elite_, state, rng_, 1, 3, taken)) {
+      const ScheduleConfig& base = elite_.members()[p->rank].config;
+      return Proposal{p->config,
+                      "guided: " + why + ", " + std::to_string(p->knobs) +
+                          "-knob mutation of elite #" + std::to_string(p->rank + 1) + " (" +
+                          describe_change(base, p->config) + ")",
                       base};
     }
     auto c = new_random(state, rng_, taken);

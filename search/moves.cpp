@@ -115,4 +115,21 @@ size_t ElitePool::pick(std::mt19937_64& rng) const {
   return draw(rng);
 }
 
+std::optional<ElitePerturbation> perturb_elite(const ElitePool& elite, const SearchState& state,
+                                               std::mt19937_64& rng, int min_knobs, int max_knobs,
+                                               std::set<std::string>* taken) {
+  std::uniform_int_distribution<int> knobs(min_knobs, max_knobs);
+  for (int attempt = 0; attempt < 50 && !elite.empty(); ++attempt) {
+    const size_t rank = elite.pick(rng);
+    const int k = knobs(rng);
+    std::optional<schedule::ScheduleConfig> c =
+        quick_mutation(elite.members()[rank].config, *state.shape, *state.target, rng, k);
+    if (!c) continue;
+    if (state.is_new && !state.is_new(*c)) continue;
+    if (!taken->insert(schedule::canonical_string(*c)).second) continue;
+    return ElitePerturbation{std::move(*c), rank, k};
+  }
+  return std::nullopt;
+}
+
 }  // namespace megasched::search

@@ -1,6 +1,7 @@
-// Candidate moves the built-in strategies share (search/strategy.cpp, search/guided_strategy.cpp):
-// describing a change, drawing an untried random config, crossing two configs, and the elite pool
-// (the best configs a run has seen, to restart or breed from instead of uniform random configs).
+// Candidate moves the built-in strategies share (search/strategy.cpp, search/guided_strategy.cpp,
+// search/sweep_strategy.cpp): describing a change, drawing an untried random config, crossing two
+// configs, the elite pool (the best configs a run has seen, to restart or breed from instead of
+// uniform random configs) and perturbing one of its members.
 #pragma once
 
 #include <optional>
@@ -53,6 +54,7 @@ class ElitePool {
     schedule::ScheduleConfig config;
     double latency_us = 0.0;
   };
+
   /// Offers a correct trial's config and latency (a config seen again keeps its faster time).
   void offer(const schedule::ScheduleConfig& config, double latency_us);
   const std::vector<Member>& members() const { return members_; }
@@ -64,5 +66,19 @@ class ElitePool {
   int capacity_;
   std::vector<Member> members_;
 };
+
+/// A mutation of an elite: `knobs` knobs of the pool member at `rank`.
+struct ElitePerturbation {
+  schedule::ScheduleConfig config;
+  size_t rank = 0;
+  int knobs = 0;
+};
+
+/// A `min_knobs`-`max_knobs` knob quick_mutation of an elite (the fastest likeliest) that the
+/// loop has not seen and `taken` does not hold (it joins `taken`); nullopt after 50 draws or with
+/// no elite. Each draw takes the rank, then the knob count, then the mutation from `rng`.
+std::optional<ElitePerturbation> perturb_elite(const ElitePool& elite, const SearchState& state,
+                                               std::mt19937_64& rng, int min_knobs, int max_knobs,
+                                               std::set<std::string>* taken);
 
 }  // namespace megasched::search

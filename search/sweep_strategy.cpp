@@ -310,20 +310,16 @@ class SweepStrategy : public Strategy {
   }
 
   std::optional<Proposal> restart(const SearchState& state, std::set<std::string>* taken) {
-    std::uniform_int_distribution<int> knobs(2, 3);
-    for (int attempt = 0; attempt < 50 && !elite_.empty(); ++attempt) {
-      const size_t rank = elite_.pick(rng_);
-      const int k = knobs(rng_);
-      const ScheduleConfig& from = elite_.members()[rank].config;
-      std::optional<ScheduleConfig> c = quick_mutation(from, *state.shape, *state.target, rng_, k);
-      if (!c || !admit(state, *c, taken)) continue;
-      ask(*c, Kind::kRestart, {});
+    if (std::optional<ElitePerturbation> p = perturb_elite(elite_, state, rng_, 2, 3, taken)) {
+      const ElitePool::Member& from = elite_.members()[p->rank];
+      ask(p->config, Kind::kRestart, {});
       char text[128];
-      std::snprintf(text, sizeof text, "%d-knob perturbation of elite #%zu (%.1f us)", k, rank + 1,
-                    elite_.members()[rank].latency_us);
-      return Proposal{
-          *c, "sweep restart (" + why_restart_ + "): " + text + ": " + describe_change(from, *c),
-          from};
+      std::snprintf(text, sizeof text, "%d-knob perturbation of elite #%zu (%.1f us)", p->knobs,
+                    p->rank + 1, from.latency_us);
+      return Proposal{p->config,
+                      "sweep restart (" + why_restart_ + "): " + text + ": " +
+                          describe_change(from.config, p->config),
+                      from.config};
     }
     std::optional<ScheduleConfig> c = new_random(state, rng_, taken);
     if (!c) return std::nullopt;

@@ -44,6 +44,18 @@ class LandscapeFiles : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
+  /// A recording of toy into FILE under the test's folder, by the current kernel build.
+  RecordOptions toy_recording(const std::string& file, const std::string& target,
+                              const std::string& device, const std::string& latency_kind) const {
+    RecordOptions options;
+    options.path = (dir_ / file).string();
+    options.header.model = "toy";
+    options.header.target = target;
+    options.header.device = device;
+    options.header.latency_kind = latency_kind;
+    options.header.build = vm::build_identity();
+    return options;
+  }
   std::string write(const std::string& text) {
     const std::string path = (dir_ / "l.landscape.jsonl").string();
     std::ofstream(path, std::ios::trunc) << text;
@@ -187,14 +199,8 @@ TEST_F(LandscapeFiles, RecorderRefusesToResumeAMeasuredLandscapeOnAnotherGpu) {
   auto evaluator = toy_evaluator(&error);
   ASSERT_TRUE(evaluator) << error;
   const auto plan = toy_plan();
-  RecordOptions options;
-  options.path = (dir_ / "gpu.landscape.jsonl").string();
-  options.header.model = "toy";
-  options.header.target = "h100";
-  options.header.device = "gpu";
+  RecordOptions options = toy_recording("gpu.landscape.jsonl", "h100", "gpu", "measured-gpu");
   options.header.device_name = "NVIDIA H100 80GB HBM3";
-  options.header.latency_kind = "measured-gpu";
-  options.header.build = vm::build_identity();
   ASSERT_TRUE(write_landscape_header(options.path, options.header, &error)) << error;
   options.header.device_name = "NVIDIA H200";
   const RecordResult r = record_landscape(*evaluator, plan, options);
@@ -212,13 +218,7 @@ TEST_F(LandscapeFiles, RecorderResumesALandscapeOfTheSameGpuUnderItsLiveName) {
   auto evaluator = toy_evaluator(&error);
   ASSERT_TRUE(evaluator) << error;
   const auto plan = toy_plan();
-  RecordOptions options;
-  options.path = (dir_ / "named.landscape.jsonl").string();
-  options.header.model = "toy";
-  options.header.target = "h200";
-  options.header.device = "cpu";
-  options.header.latency_kind = "predicted";
-  options.header.build = vm::build_identity();
+  RecordOptions options = toy_recording("named.landscape.jsonl", "h200", "cpu", "predicted");
   ASSERT_TRUE(write_landscape_header(options.path, options.header, &error)) << error;
   options.header.target = "NVIDIA H200";
   const RecordResult live = record_landscape(*evaluator, plan, options);
