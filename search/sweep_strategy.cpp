@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "schedule/search.h"
@@ -98,6 +99,11 @@ class SweepStrategy : public Strategy {
       if (p) out.push_back(std::move(*p));
       break;
     }
+    // A combining stage waits for its trials: the slots it leaves idle screen the round's best so
+    // far, the likeliest next base, ahead of its round.
+    if (phase_ == Phase::kCombine && combos_.empty() && static_cast<int>(out.size()) < want &&
+        !outstanding_.empty() && state.pending > 0)
+      speculate(state, want - static_cast<int>(out.size()), &taken, &out);
     return out;
   }
 
@@ -107,7 +113,10 @@ class SweepStrategy : public Strategy {
     if (base_ && !base_latency_ && outcome.latency_us && key == schedule::canonical_string(*base_))
       base_latency_ = outcome.latency_us;
     auto it = outstanding_.find(key);
-    if (it == outstanding_.end()) return;
+    if (it == outstanding_.end()) {
+      observe_speculation(key, outcome);
+      return;
+    }
     const Asked asked = it->second;
     outstanding_.erase(it);
     if (outcome.latency_us) round_results_.push_back({outcome.config, *outcome.latency_us});
@@ -192,15 +201,95 @@ class SweepStrategy : public Strategy {
     screened_.clear();
     round_results_.clear();
     combos_.clear();
+    carried_ = 0;
+    carried_moves_.clear();
+    // The new base's neighbours screened ahead of the round count as its screen (those still
+    // running are waited for like the rest); a speculation about any other config is dropped.
+    auto it = speculation_.find(schedule::canonical_string(*base_));
+    if (it != speculation_.end()) {
+      screened_ = std::move(it->second.results);
+      for (auto& [key, move] : it->second.running) outstanding_[key] = {Kind::kScreen, move};
+      carried_ = static_cast<int>(screened_.size() + it->second.running.size());
+      for (const Screened& sc : screened_) carried_moves_.insert(sc.move.key());
+      for (const auto& [key, move] : it->second.running) carried_moves_.insert(move.key());
+    }
+    speculation_.clear();
+    speculated_by_.clear();
   }
 
   void build_screen(const SearchState& state) {
     if (round_ == 0) ++round_;
     to_screen_ = schedule::neighbours(*base_, *state.shape, *state.target);
+    std::erase_if(to_screen_, [&](const ScheduleConfig& c) {
+      return carried_moves_.count(move_between(*base_, c).key()) > 0;
+    });
     std::shuffle(to_screen_.begin(), to_screen_.end(), rng_);
-    screen_size_ = static_cast<int>(to_screen_.size());
-    screened_asked_ = 0;
+    screen_size_ = static_cast<int>(to_screen_.size()) + carried_;
+    screened_asked_ = carried_;
     screen_ready_ = true;
+  }
+
+  /// The round's fastest measured config when it beats the base by the round's margin: the
+  /// config the round will most likely move to.
+  const Measured* likely_next_base() const {
+    const Measured* best = nullptr;
+    for (const Measured& m : round_results_)
+      if (!best || m.latency_us < best->latency_us) best = &m;
+    if (!best || (base_latency_ && best->latency_us >= *base_latency_ * (1.0 - kRoundGain)))
+      return nullptr;
+    return best;
+  }
+
+  /// Up to `count` one-knob neighbours of the likely next base, screened ahead of its round
+  /// (moves known as disasters left out). When the round does move there they are its screen's
+  /// first results; when it moves elsewhere they were measurements of a fast config's
+  /// neighbourhood (the elite pool and the corpus keep them).
+  void speculate(const SearchState& state, int count, std::set<std::string>* taken,
+                 std::vector<Proposal>* out) {
+    const Measured* next = likely_next_base();
+    if (!next) return;
+    const std::string key = schedule::canonical_string(next->config);
+    Speculation& spec = speculation_[key];
+    if (!spec.base) {
+      spec.base = next->config;
+      spec.base_latency_us = next->latency_us;
+      spec.queue = schedule::neighbours(next->config, *state.shape, *state.target);
+      std::shuffle(spec.queue.begin(), spec.queue.end(), rng_);
+      spec.size = static_cast<int>(spec.queue.size());
+    }
+    while (!spec.queue.empty() && count > 0) {
+      ScheduleConfig c = std::move(spec.queue.back());
+      spec.queue.pop_back();
+      const Move m = move_between(*spec.base, c);
+      if (disasters_.count(m.key())) continue;
+      if (!admit(state, c, taken)) continue;
+      const std::string ck = schedule::canonical_string(c);
+      spec.running[ck] = m;
+      speculated_by_[ck] = key;
+      --count;
+      out->push_back({c,
+                      "sweep: round " + std::to_string(round_) + ", ahead of round " +
+                          std::to_string(round_ + 1) + ": screen of the round's best so far (" +
+                          std::to_string(++spec.asked) + " of " + std::to_string(spec.size) +
+                          "): " + describe_change(*spec.base, c),
+                      *spec.base});
+    }
+  }
+
+  void observe_speculation(const std::string& key, const TrialOutcome& outcome) {
+    auto by = speculated_by_.find(key);
+    if (by == speculated_by_.end()) return;
+    Speculation& spec = speculation_.at(by->second);
+    speculated_by_.erase(by);
+    auto run = spec.running.find(key);
+    const Move move = run->second;
+    spec.running.erase(run);
+    if (outcome.latency_us) {
+      spec.results.push_back({move, *outcome.latency_us});
+      round_results_.push_back({outcome.config, *outcome.latency_us});
+    }
+    if (!outcome.latency_us || *outcome.latency_us >= kDisasterRatio * spec.base_latency_us)
+      disasters_.insert(move.key());
   }
 
   /// The base with `members` (indexes into faster_) applied, in order; nullopt when two of them
@@ -350,6 +439,19 @@ class SweepStrategy : public Strategy {
   std::vector<Combo> combos_;     // to hand out
   std::map<std::string, std::vector<int>> asked_combos_;  // canonical config -> members
   std::set<std::string> disasters_;                       // move keys not screened again
+  /// A screen run ahead of its round, of a config the round may move to.
+  struct Speculation {
+    std::optional<ScheduleConfig> base;
+    double base_latency_us = 0.0;
+    std::vector<ScheduleConfig> queue;    // its neighbours not yet handed out
+    std::map<std::string, Move> running;  // canonical config -> move, handed out, not observed
+    std::vector<Screened> results;        // measured
+    int size = 0, asked = 0;
+  };
+  std::map<std::string, Speculation> speculation_;    // canonical base -> its screen ahead
+  std::map<std::string, std::string> speculated_by_;  // canonical config -> its base's key
+  int carried_ = 0;  // the new round's neighbours already screened or running ahead of it
+  std::set<std::string> carried_moves_;  // their move keys
   std::string why_restart_;
 };
 

@@ -156,10 +156,13 @@ TEST_F(PoolLoop, SweepRunsRoundAfterRoundOnEverySlotToTheBudget) {
   for (const auto& [id, status] : fifo) ids.insert(id);
   EXPECT_EQ(ids.size(), fifo.size()) << "a schedule ran twice";
   const auto log = rows();
-  bool round2 = false;
-  for (const auto& row : log)
+  bool round2 = false, ahead = false;
+  for (const auto& row : log) {
     round2 = round2 || row.description.find("round 2 screen") != std::string::npos;
+    ahead = ahead || row.description.find("ahead of round 2") != std::string::npos;
+  }
   EXPECT_TRUE(round2) << "the budget ended inside round 1: the test shows nothing of the waits";
+  EXPECT_TRUE(ahead) << "the combining stages' idle slots stayed idle";
 }
 
 TEST_F(PoolLoop, EveryRowNamesTheSlotThatTimedItAndTheSummaryCountsPerSlot) {
