@@ -160,7 +160,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "GPU trials: proposals kept queued behind the trial in flight, their kernels "
                   "built meanwhile by --compile-threads CPU threads into the cubin cache (a "
                   "queued proposal made against an earlier incumbent is dropped unrun); with "
-                  "--gpus/--mpi, that many more tickets queued. Default " +
+                  "--gpus/--mpi, that many more tickets queued per worker. Default " +
                       std::to_string(kDefaultCompileAhead) +
                       " with --device gpu; 0: off; not for --device cpu")
       ->check(integer_in(0, 1024));

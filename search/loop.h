@@ -79,8 +79,9 @@ struct LoopOptions {
   /// Compile-ahead (search/compile_ahead.h; the caller's, nullptr: none): the serial loop keeps
   /// `compile_ahead` proposals queued behind the trial in flight and their kernels building here,
   /// drops a queued proposal made against an earlier incumbent (stale) before it runs and
-  /// proposes afresh; a pool keeps ceil(compile_ahead / live slots) more batches queued and builds
-  /// every queued ticket's kernel. 0 or no compile_pool: one proposal at a time, as without it.
+  /// proposes afresh; a pool keeps compile_ahead more batches queued (that many tickets per slot)
+  /// and builds every queued ticket's kernel. 0 or no compile_pool: one proposal at a time, as
+  /// without it.
   int compile_ahead = 0;
   CompileAhead* compile_pool = nullptr;
 };

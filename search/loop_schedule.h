@@ -53,8 +53,8 @@ void search_serially(LoopContext& ctx, TrialSink& sink);
 // Proposals get a ticket (their sequence number) and are dispatched to idle slots in ticket
 // order; verdicts are decided (keep rule, log) in ticket order as they arrive, so the decisions do
 // not depend on which worker finished first. The strategy proposes a batch (one candidate per
-// live slot) at the start, a second one right after (with compile-ahead, ceil(compile_ahead /
-// live slots) more, their kernels building meanwhile), and a new one each time every ticket of a
+// live slot) at the start, a second one right after (with compile-ahead, compile_ahead more,
+// their kernels building meanwhile), and a new one each time every ticket of a
 // batch is decided, before any later ticket is: what it sees at each call is a function of the
 // seed and the verdicts, not of the timing, while the batch queued behind keeps every slot busy.
 class PoolSchedule {

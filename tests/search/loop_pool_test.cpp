@@ -253,7 +253,7 @@ TEST_F(PoolLoop, WithCompileAheadEveryTicketIsPrebuiltAndASilentSlotsTrialIsStil
   EXPECT_EQ(ids.size(), 12u);
   const json& s = r.summary["compile_ahead"];
   EXPECT_EQ(s["ahead"], 4);
-  // Two batches of tickets are queued at once, plus ceil(4 / 2) more: the pool sees tickets
+  // Two batches of tickets are queued at once, plus 4 more (4 per slot): the pool sees tickets
   // before their slots free up (those dispatched before a thread took them are withdrawn).
   EXPECT_GT(s["queued"].get<int>(), 2) << s.dump();
   EXPECT_EQ(s["queued"].get<int>(),
