@@ -170,9 +170,8 @@ void PoolSchedule::search() {
   // proposals behind it, and with fewer tickets ahead the other workers ran dry (four H200s with
   // one batch ahead spent a third of their time in builds: 2.6x one GPU's rate).
   const int ahead = ctx_.options.compile_pool ? std::max(ctx_.options.compile_ahead, 0) : 0;
-  const int batches = 2 + ahead;
-  for (int b = 0; b < batches; ++b)
-    if (ctx_.stop_condition().empty()) propose_batch();
+  depth_ = static_cast<size_t>(2 + ahead);
+  if (ctx_.stop_condition().empty()) refill();
   while (ctx_.result.ok) {
     if (ctx_.cancelled()) {
       ctx_.stop_reason = "cancelled";
@@ -195,7 +194,7 @@ void PoolSchedule::search() {
                   " trials are left untried (run again with --resume)");
         break;
       }
-      if (pending_.empty() && !propose_batch()) break;
+      if (pending_.empty() && !(propose_batch() && refill())) break;
       continue;
     }
     std::optional<PoolEvent> event = pool_.wait(0.5);
@@ -271,6 +270,15 @@ bool PoolSchedule::propose_batch() {
   return true;
 }
 
+bool PoolSchedule::refill() {
+  while (batch_ends_.size() < depth_ && ctx_.result.ok && ctx_.stop_condition().empty()) {
+    const size_t before = batch_ends_.size();
+    if (!propose_batch()) return false;
+    if (batch_ends_.size() == before) break;  // nothing now: the strategy waits for verdicts
+  }
+  return true;
+}
+
 void PoolSchedule::dispatch() {
   for (int s = 0; s < pool_.size() && !pending_.empty(); ++s) {
     if (busy_[s] || !pool_.alive(s)) continue;
@@ -342,7 +350,7 @@ void PoolSchedule::decide_ready() {
            (tickets_.empty() || tickets_.begin()->first >= batch_ends_.front())) {
       batch_ends_.pop_front();
       print_rates();
-      if (!stopping_ && ctx_.stop_condition().empty()) propose_batch();
+      if (!stopping_ && ctx_.stop_condition().empty()) refill();
     }
   }
 }

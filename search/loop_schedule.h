@@ -91,6 +91,10 @@ class PoolSchedule {
   /// Queues up to one candidate per live slot (never past the budget). False when the strategy
   /// has nothing and nothing is outstanding: the loop stops (ctx.stop_reason says why).
   bool propose_batch();
+  /// Proposes batches until depth_ are outstanding, or the strategy has nothing now (it waits for
+  /// verdicts): after a wait the pipeline is refilled, not left one batch deep. False as
+  /// propose_batch.
+  bool refill();
   /// Hands queued tickets to idle live slots, lowest ticket first.
   void dispatch();
   /// A stop: queued tickets are dropped (never tried, so a later run may propose them again).
@@ -120,6 +124,7 @@ class PoolSchedule {
   int rates_printed_at_ = -1;  // ctx.next_trial at the last progress: line
   std::optional<PoolEvent> remeasure_event_;
   bool stopping_ = false;
+  size_t depth_ = 2;  // batches to keep outstanding: 2, plus compile_ahead
   std::vector<int> slot_trials_;
 };
 

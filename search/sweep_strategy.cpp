@@ -93,16 +93,21 @@ class SweepStrategy : public Strategy {
         end_round();
         continue;
       }
-      // kRestart: one perturbed elite at a time; it becomes the base once measured.
+      // kRestart: perturbed elites, one per slot asked for; the first measured becomes the base.
       if (waiting(state)) break;
-      std::optional<Proposal> p = restart(state, &taken);
-      if (p) out.push_back(std::move(*p));
+      while (static_cast<int>(out.size()) < want) {
+        std::optional<Proposal> p = restart(state, &taken);
+        if (!p) break;
+        out.push_back(std::move(*p));
+      }
       break;
     }
-    // A combining stage waits for its trials: the slots it leaves idle screen the round's best so
-    // far, the likeliest next base, ahead of its round.
-    if (phase_ == Phase::kCombine && combos_.empty() && static_cast<int>(out.size()) < want &&
-        !outstanding_.empty() && state.pending > 0)
+    // The screen's last trials or a combining stage still run: the slots the phase leaves idle
+    // screen the round's best so far, the likeliest next base, ahead of its round.
+    const bool phase_waits = (phase_ == Phase::kScreen && screen_ready_ && to_screen_.empty()) ||
+                             (phase_ == Phase::kCombine && combos_.empty());
+    if (phase_waits && static_cast<int>(out.size()) < want && !outstanding_.empty() &&
+        state.pending > 0)
       speculate(state, want - static_cast<int>(out.size()), &taken, &out);
     return out;
   }
@@ -136,9 +141,13 @@ class SweepStrategy : public Strategy {
       case Kind::kCombine:
         break;
       case Kind::kRestart:
-        if (!outcome.latency_us) break;  // a failed restart point: the next call draws another
+        // A failed restart point: the next call draws another. Of several, the first measured is
+        // the base; the later ones were measurements of an elite's surroundings.
+        if (!outcome.latency_us || phase_ != Phase::kRestart) break;
         base_ = outcome.config;
         base_latency_ = outcome.latency_us;
+        std::erase_if(outstanding_,
+                      [](const auto& entry) { return entry.second.kind == Kind::kRestart; });
         start_round();
         break;
     }

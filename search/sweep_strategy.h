@@ -14,15 +14,17 @@
 //     made the chain slower usually clashes with one move of it: a swap finds which.
 //   - Move: the fastest config measured in the round becomes the next base. A round with nothing
 //     faster than its base by more than 0.5% ends the climb: the next base is a 2-3 knob
-//     perturbation of an elite (one of the `elite_size` fastest configs seen), measured first.
+//     perturbation of an elite (one of the `elite_size` fastest configs seen), measured first
+//     (one per slot the loop asks for: the first measured is the base).
 // While a phase waits for its trials (state.pending > 0) it proposes nothing, except that the chain
 // does not wait for the screen's last few (max(4, an eighth of it): they join the swap stages), so
-// the chain's kernels build while those run, and that a combining stage's idle slots (more GPUs
-// than its configs, or a queue to keep full while the next stage cannot be known) screen the
-// round's fastest config so far ahead of its round: if the round moves there, those outcomes are
-// the next screen's first (so stages no longer leave GPUs idle); when the loop holds
-// none of them any more (pending 0: a proposal was dropped as already evaluated) it goes on with
-// what it has. Its proposals are moves from its own base, so they outlive the loop's incumbent.
+// the chain's kernels build while those run, and that the idle slots of a screen's last trials or
+// of a combining stage (more GPUs than its configs, or a queue to keep full while the next stage
+// cannot be known) screen the round's fastest config so far ahead of its round: if the round moves
+// there, those outcomes are the next screen's first (so stages no longer leave GPUs idle); when the
+// loop holds none of them any more (pending 0: a proposal was dropped as already evaluated) it goes
+// on with what it has. Its proposals are moves from its own base, so they outlive the loop's
+// incumbent.
 #pragma once
 
 #include <memory>

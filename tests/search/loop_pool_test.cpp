@@ -59,6 +59,7 @@ class FakePool : public TrialPool {
   }
   std::optional<PoolEvent> wait(double) override {
     if (running_.empty()) return std::nullopt;
+    busy_at_events.push_back(static_cast<int>(running_.size()));
     Job job = lifo_ ? running_.back() : running_.front();
     if (lifo_)
       running_.pop_back();
@@ -82,6 +83,7 @@ class FakePool : public TrialPool {
   std::function<bool(int, int)> silent;
   std::vector<std::pair<int, std::string>> evaluated;  // slot, config, in evaluation order
   int max_in_flight = 0;
+  std::vector<int> busy_at_events;  // slots busy when each verdict came back
 
  private:
   struct Job {
@@ -163,6 +165,37 @@ TEST_F(PoolLoop, SweepRunsRoundAfterRoundOnEverySlotToTheBudget) {
   }
   EXPECT_TRUE(round2) << "the budget ended inside round 1: the test shows nothing of the waits";
   EXPECT_TRUE(ahead) << "the combining stages' idle slots stayed idle";
+}
+
+// Verdicts come back while every slot is busy: sweep's phases wait for their outcomes, and a slot
+// they would leave idle (a GPU doing nothing) gets a proposal worth measuring instead (the next
+// base's screen ahead of its round, one restart point per slot), and after a wait the pool
+// refills its queue to its depth. Four slots, as `loop --gpus all` on a 4-GPU host. Left idle: a
+// round with nothing faster drains the pool at its screen's end (no next base to screen) and
+// while its restart points are judged (about 3 verdicts each); before, a slot was idle at 75 of
+// 240 verdicts. The last 12 verdicts, at the budget's end, are left out.
+TEST_F(PoolLoop, SweepKeepsEverySlotBusy) {
+  options.budget = 240;
+  std::vector<std::unique_ptr<FakeEvaluator>> owned;
+  std::vector<eval::Evaluator*> evaluators;
+  for (int i = 0; i < 4; ++i) {
+    owned.push_back(std::make_unique<FakeEvaluator>(&clock));
+    evaluators.push_back(owned.back().get());
+  }
+  FakePool pool(evaluators, false);
+  StrategyOptions so;
+  so.name = "sweep";
+  so.seed = 3;
+  so.shape = shape;
+  auto strategy = make_strategy(so, nullptr);
+  LoopResult r = run_loop_on_pool(pool, shape, target, *strategy, clock, options);
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_EQ(r.summary["trials"], 240);
+  const std::vector<int>& busy = pool.busy_at_events;
+  ASSERT_GT(busy.size(), 200u);
+  int idle_events = 0;
+  for (size_t i = 1; i + 12 < busy.size(); ++i) idle_events += busy[i] < 4;  // 0: the baseline
+  EXPECT_LE(idle_events, 8) << "verdicts that came back with a slot idle";
 }
 
 TEST_F(PoolLoop, EveryRowNamesTheSlotThatTimedItAndTheSummaryCountsPerSlot) {
