@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -37,6 +38,93 @@ Move move_between(const ScheduleConfig& from, const ScheduleConfig& to) {
     m.knobs.emplace_back(path, schedule::get_knob(to, path));
   return m;
 }
+
+/// A screened move and its latency.
+struct Screened {
+  Move move;
+  double latency_us;
+};
+
+/// Screens run ahead of their round: one-knob neighbours of a config the round may move to,
+/// measured in the slots the round's own phase leaves idle while it waits for its trials.
+class ScreensAhead {
+ public:
+  /// Hands out up to `count` neighbours of `base` (measured at base_us) not yet handed out, moves
+  /// in `disasters` left out and configs `admit` refuses skipped.
+  void hand_out(const ScheduleConfig& base, double base_us, int count, const SearchState& state,
+                const std::set<std::string>& disasters,
+                const std::function<bool(const ScheduleConfig&)>& admit, std::mt19937_64& rng,
+                int round, std::vector<Proposal>* out) {
+    const std::string key = schedule::canonical_string(base);
+    Ahead& ahead = by_base_[key];
+    if (!ahead.base) {
+      ahead.base = base;
+      ahead.base_us = base_us;
+      ahead.queue = schedule::neighbours(base, *state.shape, *state.target);
+      std::shuffle(ahead.queue.begin(), ahead.queue.end(), rng);
+      ahead.size = static_cast<int>(ahead.queue.size());
+    }
+    while (!ahead.queue.empty() && count > 0) {
+      ScheduleConfig c = std::move(ahead.queue.back());
+      ahead.queue.pop_back();
+      const Move m = move_between(base, c);
+      if (disasters.count(m.key()) || !admit(c)) continue;
+      const std::string ck = schedule::canonical_string(c);
+      ahead.running[ck] = m;
+      base_of_[ck] = key;
+      --count;
+      out->push_back({c,
+                      "sweep: round " + std::to_string(round) + ", ahead of round " +
+                          std::to_string(round + 1) + ": screen of the round's best so far (" +
+                          std::to_string(++ahead.asked) + " of " + std::to_string(ahead.size) +
+                          "): " + describe_change(base, c),
+                      base});
+    }
+  }
+
+  /// The outcome of a config handed out here: its move, latency and whether it was a disaster
+  /// (failed, or at least kDisasterRatio its base's latency). Nullopt for any other config.
+  struct Outcome {
+    Move move;
+    std::optional<double> latency_us;
+    bool disaster;
+  };
+  std::optional<Outcome> observe(const std::string& key, const TrialOutcome& outcome) {
+    auto by = base_of_.find(key);
+    if (by == base_of_.end()) return std::nullopt;
+    Ahead& ahead = by_base_.at(by->second);
+    base_of_.erase(by);
+    auto run = ahead.running.find(key);
+    Outcome o{run->second, outcome.latency_us,
+              !outcome.latency_us || *outcome.latency_us >= kDisasterRatio * ahead.base_us};
+    ahead.running.erase(run);
+    if (outcome.latency_us) ahead.measured.push_back({o.move, *outcome.latency_us});
+    return o;
+  }
+
+  /// What was screened ahead of `base` (measured, and handed out but not yet observed: canonical
+  /// config -> move); every other screen ahead is forgotten.
+  std::pair<std::vector<Screened>, std::map<std::string, Move>> take(const ScheduleConfig& base) {
+    std::pair<std::vector<Screened>, std::map<std::string, Move>> out;
+    auto it = by_base_.find(schedule::canonical_string(base));
+    if (it != by_base_.end()) out = {std::move(it->second.measured), std::move(it->second.running)};
+    by_base_.clear();
+    base_of_.clear();
+    return out;
+  }
+
+ private:
+  struct Ahead {
+    std::optional<ScheduleConfig> base;
+    double base_us = 0.0;
+    std::vector<ScheduleConfig> queue;    // its neighbours not yet handed out
+    std::map<std::string, Move> running;  // canonical config -> move, handed out, not observed
+    std::vector<Screened> measured;
+    int size = 0, asked = 0;
+  };
+  std::map<std::string, Ahead> by_base_;        // canonical base -> its screen ahead
+  std::map<std::string, std::string> base_of_;  // canonical config -> its base's key
+};
 
 class SweepStrategy : public Strategy {
  public:
@@ -160,10 +248,6 @@ class SweepStrategy : public Strategy {
     Kind kind;
     Move move;
   };
-  struct Screened {
-    Move move;
-    double latency_us;
-  };
   struct Measured {
     ScheduleConfig config;
     double latency_us;
@@ -213,17 +297,13 @@ class SweepStrategy : public Strategy {
     carried_ = 0;
     carried_moves_.clear();
     // The new base's neighbours screened ahead of the round count as its screen (those still
-    // running are waited for like the rest); a speculation about any other config is dropped.
-    auto it = speculation_.find(schedule::canonical_string(*base_));
-    if (it != speculation_.end()) {
-      screened_ = std::move(it->second.results);
-      for (auto& [key, move] : it->second.running) outstanding_[key] = {Kind::kScreen, move};
-      carried_ = static_cast<int>(screened_.size() + it->second.running.size());
-      for (const Screened& sc : screened_) carried_moves_.insert(sc.move.key());
-      for (const auto& [key, move] : it->second.running) carried_moves_.insert(move.key());
-    }
-    speculation_.clear();
-    speculated_by_.clear();
+    // running are waited for like the rest); a screen ahead of any other config is dropped.
+    auto [measured, running] = ahead_.take(*base_);
+    screened_ = std::move(measured);
+    for (auto& [key, move] : running) outstanding_[key] = {Kind::kScreen, move};
+    carried_ = static_cast<int>(screened_.size() + running.size());
+    for (const Screened& sc : screened_) carried_moves_.insert(sc.move.key());
+    for (const auto& [key, move] : running) carried_moves_.insert(move.key());
   }
 
   void build_screen(const SearchState& state) {
@@ -249,56 +329,24 @@ class SweepStrategy : public Strategy {
     return best;
   }
 
-  /// Up to `count` one-knob neighbours of the likely next base, screened ahead of its round
-  /// (moves known as disasters left out). When the round does move there they are its screen's
-  /// first results; when it moves elsewhere they were measurements of a fast config's
-  /// neighbourhood (the elite pool and the corpus keep them).
+  /// Up to `count` one-knob neighbours of the likely next base, screened ahead of its round.
+  /// When the round does move there they are its screen's first results; when it moves
+  /// elsewhere they were measurements of a fast config's neighbourhood (the elite pool and the
+  /// corpus keep them).
   void speculate(const SearchState& state, int count, std::set<std::string>* taken,
                  std::vector<Proposal>* out) {
     const Measured* next = likely_next_base();
     if (!next) return;
-    const std::string key = schedule::canonical_string(next->config);
-    Speculation& spec = speculation_[key];
-    if (!spec.base) {
-      spec.base = next->config;
-      spec.base_latency_us = next->latency_us;
-      spec.queue = schedule::neighbours(next->config, *state.shape, *state.target);
-      std::shuffle(spec.queue.begin(), spec.queue.end(), rng_);
-      spec.size = static_cast<int>(spec.queue.size());
-    }
-    while (!spec.queue.empty() && count > 0) {
-      ScheduleConfig c = std::move(spec.queue.back());
-      spec.queue.pop_back();
-      const Move m = move_between(*spec.base, c);
-      if (disasters_.count(m.key())) continue;
-      if (!admit(state, c, taken)) continue;
-      const std::string ck = schedule::canonical_string(c);
-      spec.running[ck] = m;
-      speculated_by_[ck] = key;
-      --count;
-      out->push_back({c,
-                      "sweep: round " + std::to_string(round_) + ", ahead of round " +
-                          std::to_string(round_ + 1) + ": screen of the round's best so far (" +
-                          std::to_string(++spec.asked) + " of " + std::to_string(spec.size) +
-                          "): " + describe_change(*spec.base, c),
-                      *spec.base});
-    }
+    ahead_.hand_out(
+        next->config, next->latency_us, count, state, disasters_,
+        [&](const ScheduleConfig& c) { return admit(state, c, taken); }, rng_, round_, out);
   }
 
   void observe_speculation(const std::string& key, const TrialOutcome& outcome) {
-    auto by = speculated_by_.find(key);
-    if (by == speculated_by_.end()) return;
-    Speculation& spec = speculation_.at(by->second);
-    speculated_by_.erase(by);
-    auto run = spec.running.find(key);
-    const Move move = run->second;
-    spec.running.erase(run);
-    if (outcome.latency_us) {
-      spec.results.push_back({move, *outcome.latency_us});
-      round_results_.push_back({outcome.config, *outcome.latency_us});
-    }
-    if (!outcome.latency_us || *outcome.latency_us >= kDisasterRatio * spec.base_latency_us)
-      disasters_.insert(move.key());
+    std::optional<ScreensAhead::Outcome> o = ahead_.observe(key, outcome);
+    if (!o) return;
+    if (o->latency_us) round_results_.push_back({outcome.config, *o->latency_us});
+    if (o->disaster) disasters_.insert(o->move.key());
   }
 
   /// The base with `members` (indexes into faster_) applied, in order; nullopt when two of them
@@ -448,18 +496,8 @@ class SweepStrategy : public Strategy {
   std::vector<Combo> combos_;     // to hand out
   std::map<std::string, std::vector<int>> asked_combos_;  // canonical config -> members
   std::set<std::string> disasters_;                       // move keys not screened again
-  /// A screen run ahead of its round, of a config the round may move to.
-  struct Speculation {
-    std::optional<ScheduleConfig> base;
-    double base_latency_us = 0.0;
-    std::vector<ScheduleConfig> queue;    // its neighbours not yet handed out
-    std::map<std::string, Move> running;  // canonical config -> move, handed out, not observed
-    std::vector<Screened> results;        // measured
-    int size = 0, asked = 0;
-  };
-  std::map<std::string, Speculation> speculation_;    // canonical base -> its screen ahead
-  std::map<std::string, std::string> speculated_by_;  // canonical config -> its base's key
-  int carried_ = 0;  // the new round's neighbours already screened or running ahead of it
+  ScreensAhead ahead_;  // neighbours of the likely next base, screened in idle slots
+  int carried_ = 0;     // the new round's neighbours already screened or running ahead of it
   std::set<std::string> carried_moves_;  // their move keys
   std::string why_restart_;
 };
