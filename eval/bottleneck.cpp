@@ -91,7 +91,7 @@ std::optional<AxisSuggestion> suggest_axis(const std::string& c) {
     return AxisSuggestion{
         "kernel",
         {"kernel.weight_stream", "kernel.vector_bytes", "kernel.unroll", "kernel.weight_load",
-         "pipeline.prefetch_depth", "smem.pages", "smem.page_bytes"},
+         "pipeline.prefetch_depth", "smem.pages", "smem.page_bytes", "smem.inflight_pages"},
         "the step streams near the floor: only the weight stream's shape "
         "(ring, vector width, loads in flight) moves it closer"};
   if (c == "latency-sync")

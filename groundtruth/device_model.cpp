@@ -41,6 +41,7 @@ DeviceBuild device_build(const Program& program) {
   take("MS_WEIGHT_RING", &ring);
   take("MS_RING_PAGES", &b.ring_pages);
   take("MS_RING_PAGE_BYTES", &b.ring_page_bytes);
+  take("MS_RING_INFLIGHT", &b.ring_inflight);
   take("MS_X_FLOATS", &b.x_floats);
   take("MS_SEG_VECS", &b.seg_vecs);
   take("MS_HEAD_DIM", &b.head_dim);
@@ -65,6 +66,8 @@ std::vector<std::string> device_build_errors(const DeviceBuild& b) {
   check(!b.weight_ring || (b.threads >= 64 && b.ring_pages >= 1 && b.ring_page_bytes % 16 == 0 &&
                            b.x_floats % 4 == 0),
         "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");
+  check(b.ring_inflight >= 0 && (!b.weight_ring || b.ring_inflight < b.ring_pages),
+        "MS_RING_INFLIGHT: pages in flight, below the ring's pages (0: no cap)");
   check(b.seg_vecs == 0 || b.seg_vecs == 1 || b.seg_vecs == 2 || b.seg_vecs == 4 || b.seg_vecs == 8,
         "MS_SEG_VECS");
   check(b.head_dim >= 2 && b.head_dim <= 256 && b.head_dim % 2 == 0, "MS_HEAD_DIM");

@@ -32,6 +32,7 @@ struct DeviceBuild {
   bool weight_ring = false;                // MS_WEIGHT_RING
   int ring_pages = 1;                      // MS_RING_PAGES
   int ring_page_bytes = 16;                // MS_RING_PAGE_BYTES
+  int ring_inflight = 0;                   // MS_RING_INFLIGHT
   int x_floats = 0;                        // MS_X_FLOATS
   int seg_vecs = 0;                        // MS_SEG_VECS
   int head_dim = 64;                       // MS_HEAD_DIM

@@ -724,7 +724,10 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     row.name = name;
     ++row.generated;
     const GroundTruth truth = truth_over_positions(*program, target, options);
-    if (!truth.complete) {
+    // A hazard found is a verdict even when the exploration then hit its state limit (a launch
+    // the grid cannot hold is found before any state is explored): only a limit hit with no
+    // finding leaves the program undecided.
+    if (!truth.complete && truth.kinds.empty()) {
       ++row.inconclusive;
       continue;
     }
@@ -740,15 +743,20 @@ Scorecard run_scorecard(const ScorecardOptions& options) {
     if (!unsafe && !report.ok()) {
       ++row.rejected_safe;
       std::string why = occupancy_explanation(*program, options);
-      if (why.rfind("ordered", 0) == 0) ++row.rejected_safe_occupancy;
-      if (why.empty()) {
-        why = documented_rejection(*program, report);
-        row.rejected_safe_documented += !why.empty();
+      const bool ordered = why.rfind("ordered", 0) == 0;
+      row.rejected_safe_occupancy += ordered;
+      if (!ordered) {
+        // Not ordered by occupancy, or undecided there (the re-check with one worker per task hit
+        // the explorer's state limit): a documented rule, or unexplained.
+        if (std::string documented = documented_rejection(*program, report); !documented.empty())
+          why = std::move(documented);
+        row.rejected_safe_documented += why.rfind("documented", 0) == 0;
       }
-      row.rejected_safe_unexplained += why.empty();
+      const bool unexplained = why.empty() || why.rfind("unexplained", 0) == 0;
+      row.rejected_safe_unexplained += unexplained;
       if (options.on_rejected_safe) options.on_rejected_safe(i, name, *program);
       // Unexplained cases are kept past the first few, so the table always shows some.
-      if (row.rejected_safe_reasons.size() < (why.empty() ? 2 : 1) * kReasonsKept)
+      if (row.rejected_safe_reasons.size() < (unexplained ? 2 : 1) * kReasonsKept)
         row.rejected_safe_reasons.push_back(
             "program " + std::to_string(i) + " (" +
             (program->launch.dynamic_queue

@@ -110,7 +110,8 @@ struct ScorecardRow {
   uint64_t rejected_safe_documented = 0;   // of those: by a documented rule
                                            // (dev/validator_notes.md)
   uint64_t rejected_safe_unexplained = 0;  // of those: neither (must be 0)
-  uint64_t inconclusive = 0;  // the ground truth hit its state limit (not counted above)
+  uint64_t inconclusive = 0;  // the ground truth hit its state limit before finding a hazard
+                              // (not counted above)
   std::vector<std::string>
       rejected_safe_reasons;  // validate()'s rules, "rule: first message", first few
   std::vector<std::string> accepted_unsafe_cases;  // ground-truth finding, first few

@@ -224,6 +224,15 @@ std::vector<BuildMisfit> build_misfits(const Program& p, size_t max_task_misfits
   stream_task_misfits(p, max_task_misfits, more_tasks, &out);
   if (!p.build.weight_ring()) return out;
   const LaunchShape& l = p.launch;
+  // ring_claim's cap on the pages in flight: vm/device/common.cuh's static_assert refuses a cap at
+  // or above the ring's pages (it would cap nothing).
+  const int inflight = p.build.knob("MS_RING_INFLIGHT");
+  if (inflight > 0 && inflight >= l.smem_pages)
+    out.push_back({"the kernel build sets MS_RING_INFLIGHT=" + std::to_string(inflight) +
+                   " with a weight ring of " + std::to_string(l.smem_pages) +
+                   " pages: the device compiles a cap on the pages in flight only below the "
+                   "ring's pages (a static_assert); hint: smem.inflight_pages below smem.pages, "
+                   "or 0"});
   bool geometry_ok = true;
   if (p.build.x_floats < 0 || p.build.x_floats % 4 != 0) {
     out.push_back({"the weight ring's x_floats " + std::to_string(p.build.x_floats) +

@@ -15,7 +15,9 @@
 //     input into the first x_floats floats (ring_x_extent of its columns must fit, or the staging
 //     writes into ring page 0 while a bulk copy fills it) and streams its weights in pages of
 //     ring_pieces row pieces (a page must hold one piece, or the loader's row step is zero and the
-//     kernel never ends); a segment-path task needs a page of whole segments.
+//     kernel never ends); a segment-path task needs a page of whole segments. The loader's cap on
+//     the pages in flight (MS_RING_INFLIGHT, smem.inflight_pages) must be below the ring's pages
+//     (MS_RING_PAGES), or the kernel does not build.
 //   - a task of RoPE pairs (kFlagRopePairs): only the registers build's streamed GEMV maps its
 //     rows (abi/ring.h stream_misfit, which vm/device/stream.cuh stream_fits evaluates: whole
 //     rows, at most the epilogue rows, aligned weights and input, the input within the dynamic

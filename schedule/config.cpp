@@ -172,6 +172,12 @@ const std::vector<KnobEntry>& knob_table() {
     add("smem.page_bytes", ints({4096, 8192, 16384, 32768, 65536}), 16384,
         "bytes per shared-memory page",
         field_access(&ScheduleConfig::smem, &SmemConfig::page_bytes));
+    add("smem.inflight_pages", ints({0, 1, 2, 3, 4}), 0,
+        "weight ring: the loader requests page k only once page k - this many has landed, so at "
+        "most this many pages of weights are in flight per block whatever the ring holds (a hop "
+        "behind a large ring waits for the bytes ahead of it); 0: as many as the ring has free. "
+        "Needs kernel.weight_stream smem_ring and fewer than smem.pages",
+        field_access(&ScheduleConfig::smem, &SmemConfig::inflight_pages), "MS_RING_INFLIGHT");
     add("launch.threads_per_block", ints({128, 160, 256, 288, 384, 512, 544, 1024}), 256,
         "threads per block (160, 288, 544: 4, 8, 16 compute warps beside the weight ring's loader)",
         field_access(&ScheduleConfig::launch, &LaunchConfig::threads_per_block));
@@ -577,6 +583,14 @@ bool knob_value_fits(const std::string& path, const json& value, const ModelShap
 }
 
 std::string knob_conflict(const ScheduleConfig& config) {
+  if (config.smem.inflight_pages > 0 && config.kernel.weight_stream != WeightStream::kSmemRing)
+    return "smem.inflight_pages = " + std::to_string(config.smem.inflight_pages) +
+           " needs kernel.weight_stream = smem_ring (it caps the ring loader's copies in flight; "
+           "the registers stream has no loader); hint: set smem.inflight_pages back to 0";
+  if (config.smem.inflight_pages > 0 && config.smem.inflight_pages >= config.smem.pages)
+    return "smem.inflight_pages = " + std::to_string(config.smem.inflight_pages) +
+           " must be below smem.pages = " + std::to_string(config.smem.pages) +
+           " (a cap at or above the ring's pages caps nothing); hint: 0, or fewer pages in flight";
   if (config.tiling.qkv_rope_pairs && !config.fusion.rope_kv_into_qkv)
     return "tiling.qkv_rope_pairs = true needs fusion.rope_kv_into_qkv = true (the pairs are "
            "RoPE's; unfused, the QKV rows have no pairing); hint: set one of them back";

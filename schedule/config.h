@@ -114,6 +114,7 @@ struct PipelineConfig {
 struct SmemConfig {
   int pages;
   int page_bytes;
+  int inflight_pages;  // weight ring: pages requested ahead of the oldest not yet landed (0: all)
 
   bool operator==(const SmemConfig&) const = default;
 };

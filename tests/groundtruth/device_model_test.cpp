@@ -69,6 +69,40 @@ TEST(DeviceModel, StaticSharedMemoryIsWhatPtxasReports) {
   std::printf("ptxas reported static shared memory for %d of 6 builds\n", reports);
 }
 
+// The cap on the ring's pages in flight (MS_RING_INFLIGHT) builds below the ring's pages and in a
+// registers build (where it is inert), and nowhere else: the model's static_assert, the validator's
+// build rule and NVRTC agree.
+TEST(DeviceModel, TheInflightCapBuildsExactlyWhereTheModelSaysItDoes) {
+  struct Case {
+    bool ring;
+    int pages, inflight;
+    bool builds;
+  };
+  const bool nvrtc = vm::nvrtc_version() != "none";
+  for (const Case& c :
+       {Case{true, 2, 1, true}, Case{true, 2, 2, false}, Case{true, 4, 3, true},
+        Case{true, 4, 4, false}, Case{true, 1, 1, false}, Case{false, 2, 4, true}}) {
+    Program p = build_only(256, 64, c.ring);
+    p.build.knobs["MS_RING_INFLIGHT"] = c.inflight;
+    if (c.ring) p.launch.smem_pages = c.pages;
+    const std::string what =
+        (c.ring ? "ring of " + std::to_string(c.pages) : std::string("registers")) + ", cap " +
+        std::to_string(c.inflight);
+    const std::vector<std::string> errors = device_build_errors(device_build(p));
+    EXPECT_EQ(errors.empty(), c.builds) << what;
+    size_t more = 0;
+    bool refused = false;
+    for (const BuildMisfit& m : build_misfits(p, 8, &more))
+      refused |= m.message.find("MS_RING_INFLIGHT") != std::string::npos;
+    EXPECT_EQ(refused, !c.builds) << what;
+    if (!nvrtc || c.builds) continue;  // the builds that compile: NvrtcBuild.CompilesTheWeightRing*
+    const vm::BuildResult r =
+        vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
+    EXPECT_FALSE(r.ok) << what;
+    EXPECT_NE(r.error.find("MS_RING_INFLIGHT"), std::string::npos) << what << ": " << r.error;
+  }
+}
+
 TEST(DeviceModel, StagingExtentFormulaIsTheLargestStagedSlot) {
   for (uint32_t vec_elems : {1u, 2u, 4u, 8u}) {
     uint32_t largest = 0;
@@ -148,7 +182,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
   const GpuTarget target = fuzz_target(4);
   std::mt19937_64 rng(12);
   int ring_programs = 0, pair_programs = 0, record_programs = 0, combine_programs = 0;
-  int attend_programs = 0, tagged_programs = 0;
+  int attend_programs = 0, tagged_programs = 0, capped_programs = 0;
   int wide_gamma = 0;  // ring tasks reading the gamma beyond their columns
   for (int i = 0; i < 40; ++i) {
     ScheduleConfig cfg = random_config(shape, target, rng);
@@ -159,6 +193,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.kernel.weight_stream = WeightStream::kRegisters;
       cfg.kernel.attention = AttentionPath::kStaged;  // the same KV rows, staged
       cfg.fusion.attention_into_o = false;            // staged attention tasks
+      cfg.smem.inflight_pages = 0;                    // only the ring's loader has a cap
       if (i % 8 == 1) {  // and the combine in the O projection's input load
         cfg.fusion.combine_into_o = true;
         cfg.tiling.attn_kv_partitions = std::max(cfg.tiling.attn_kv_partitions, 2);
@@ -173,12 +208,14 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.tiling.attn_q_heads_per_task = 0;
       cfg.fusion.combine_into_o = false;
       cfg.dependencies.attention_to_o = Granularity::kPerOp;
+      cfg.smem.inflight_pages = 0;
     }
     if (i % 8 == 5) {  // tagged inputs on the GEMV joins: the same elements, read as words
       cfg.pipeline.tagged_inputs = true;
       cfg.kernel.weight_stream = WeightStream::kRegisters;
       cfg.tiling.gemv_k_split = 1;
       cfg.fusion.silu_mul_into_down = true;
+      cfg.smem.inflight_pages = 0;
     }
     if (i % 3 == 0) cfg.fusion.argmax_into_lm_head = true;
     if (i % 2 == 0) {
@@ -196,6 +233,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
     const std::optional<Program> p = lower(shape, target, cfg, &error);
     ASSERT_TRUE(p) << error;
     ring_programs += p->build.weight_ring();
+    capped_programs += p->build.weight_ring() && p->build.knob("MS_RING_INFLIGHT") > 0;
     pair_programs += cfg.tiling.qkv_rope_pairs;
     record_programs += cfg.fusion.argmax_into_lm_head;
     combine_programs += cfg.fusion.combine_into_o && cfg.tiling.attn_kv_partitions > 1;
@@ -240,6 +278,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
     }
   }
   EXPECT_GE(ring_programs, 15);
+  EXPECT_GT(capped_programs, 0) << "no weight ring with a cap on its pages in flight was drawn";
   EXPECT_GT(pair_programs, 0) << "no registers build with tiles of RoPE pairs was drawn";
   EXPECT_GT(record_programs, 0) << "no program with argmax records was drawn";
   EXPECT_GT(combine_programs, 0) << "no program with the combine in O was drawn";

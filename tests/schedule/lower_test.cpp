@@ -78,15 +78,26 @@ TEST(Lowering, EveryKnobChangesProgramOrBuild) {
       // fusion.combine_into_o acts on the combine of KV partitions: compare with partitions on.
       const bool partitioned = spec.path == "fusion.combine_into_o";
       if (partitioned) config.tiling.attn_kv_partitions = 2;
+      // smem.inflight_pages caps the weight ring's loader: compare with a ring of more pages than
+      // any cap.
+      const bool ringed = spec.path == "smem.inflight_pages";
+      if (ringed) {
+        config.kernel.weight_stream = WeightStream::kSmemRing;
+        config.smem.pages = 5;
+      }
       std::string error;
       ASSERT_TRUE(set_knob(&config, spec.path, choice, &error)) << error;
       std::optional<Program> p = lower(shape, target, config, &error);
       ASSERT_TRUE(p.has_value()) << spec.path << "=" << choice.dump() << ": " << error;
       ScheduleConfig reference;
       if (partitioned) reference.tiling.attn_kv_partitions = 2;
+      if (ringed) {
+        reference.kernel.weight_stream = WeightStream::kSmemRing;
+        reference.smem.pages = 5;
+      }
       const bool differs =
           to_json(*p).dump() !=
-          (partitioned ? to_json(lower_ok(shape, reference, target)).dump() : base_json);
+          (partitioned || ringed ? to_json(lower_ok(shape, reference, target)).dump() : base_json);
       EXPECT_TRUE(differs) << spec.path << "=" << choice.dump() << " lowers like the default";
       ++checked;
     }
@@ -649,6 +660,33 @@ TEST(Lowering, TaggedInputsNeedTheRegistersBuildAndAGemvJoin) {
   EXPECT_EQ(error_of([](ScheduleConfig* c) { c->fusion.residual_into_gemv = false; }), "");
 }
 
+// smem.inflight_pages: only the weight ring has a loader to cap, and a cap at or above the ring's
+// pages would cap nothing; both refused with a hint, the same sentence from lowering and
+// config_fits. Below the ring's pages every cap lowers, into the build (MS_RING_INFLIGHT).
+TEST(Lowering, InflightPagesNeedTheRingAndFewerPagesThanItHolds) {
+  ScheduleConfig config;
+  config.smem.inflight_pages = 2;
+  std::string e = refusal(config);
+  EXPECT_NE(e.find("smem.inflight_pages = 2 needs kernel.weight_stream = smem_ring"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("hint: set smem.inflight_pages back to 0"), std::string::npos) << e;
+  config.kernel.weight_stream = WeightStream::kSmemRing;
+  config.smem.pages = 4;
+  EXPECT_EQ(knob_conflict(config), "");
+  config.smem.pages = 2;
+  e = refusal(config);
+  EXPECT_NE(e.find("smem.inflight_pages = 2 must be below smem.pages = 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("hint: 0, or fewer pages in flight"), std::string::npos) << e;
+  config.smem.inflight_pages = 0;
+  EXPECT_EQ(knob_conflict(config), "");
+  config.smem.pages = 8;
+  for (int cap : {0, 1, 2, 3, 4}) {
+    config.smem.inflight_pages = cap;
+    EXPECT_EQ(lower_ok(*find_preset("toy"), config).build.knob("MS_RING_INFLIGHT"), cap);
+  }
+}
+
 // fusion.attention_into_o: refused with a hint, the same sentence from lowering and config_fits,
 // with the weight ring, a k-split, or any knob of the attention tasks it removes set.
 TEST(Lowering, AttentionIntoONeedsTheRegistersBuildAndNoAttentionKnobs) {
@@ -737,6 +775,7 @@ TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
   EXPECT_EQ(p.launch.smem_bytes, 32768);
   EXPECT_EQ(p.launch.prefetch_depth, 3);
   EXPECT_EQ(p.build.knobs, (std::map<std::string, int>{{"MS_ATTN_STAGED", 0},
+                                                       {"MS_RING_INFLIGHT", 0},
                                                        {"MS_ROWS_PER_WARP", 2},
                                                        {"MS_UNROLL", 2},
                                                        {"MS_VECTOR_BYTES", 8},
@@ -750,6 +789,13 @@ TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
   EXPECT_EQ(r.launch.smem_bytes, 32768 + x * 4 + 4 * 16);
   EXPECT_TRUE(r.build.weight_ring());
   EXPECT_EQ(r.build.x_floats, x);
+  EXPECT_EQ(r.build.knob("MS_RING_INFLIGHT"), 0);
+  // The cap on the ring's pages in flight is a build knob: the launch is the same ring's.
+  config.smem.inflight_pages = 3;
+  const Program capped = lower_ok(*find_preset("toy"), config, test_target(10));
+  EXPECT_EQ(capped.build.knob("MS_RING_INFLIGHT"), 3);
+  EXPECT_EQ(capped.launch.smem_bytes, r.launch.smem_bytes);
+  EXPECT_EQ(capped.tasks.size(), r.tasks.size());
 }
 
 TEST(Lowering, MarksInputsAndPlacesTheRopeTable) {

@@ -42,6 +42,38 @@ TEST(SearchMoves, NeighboursDifferInExactlyOneKnob) {
   for (const auto& c : n) EXPECT_EQ(changed_knobs(ScheduleConfig{}, c).size(), 1u);
 }
 
+// The search's moves come from the knob table, so they see smem.inflight_pages where it lowers:
+// a ring of 4 pages has the caps 1-3 as neighbours, a registers build none; a capped ring's
+// neighbours keep the cap below the pages and the ring on.
+TEST(SearchMoves, NeighboursMoveTheRingsInflightCapBelowItsPages) {
+  for (const ScheduleConfig& c : neighbours(ScheduleConfig{}, toy_like(), h100_like()))
+    EXPECT_EQ(c.smem.inflight_pages, 0) << canonical_string(c);
+  ScheduleConfig ring;
+  ring.kernel.weight_stream = WeightStream::kSmemRing;
+  ring.smem.pages = 4;
+  std::vector<ScheduleConfig> n = neighbours(ring, toy_like(), h100_like());
+  std::set<int> moved;
+  for (const ScheduleConfig& c : n)
+    if (changed_knobs(ring, c) == std::vector<std::string>{"smem.inflight_pages"})
+      moved.insert(c.smem.inflight_pages);
+  EXPECT_EQ(moved, (std::set<int>{1, 2, 3}));
+  ring.smem.inflight_pages = 3;
+  n = neighbours(ring, toy_like(), h100_like());
+  EXPECT_FALSE(n.empty());
+  for (const ScheduleConfig& c : n) {
+    EXPECT_TRUE(c.smem.inflight_pages == 0 || c.smem.inflight_pages < c.smem.pages)
+        << canonical_string(c);
+    EXPECT_TRUE(c.smem.inflight_pages == 0 || c.kernel.weight_stream == WeightStream::kSmemRing)
+        << canonical_string(c);
+  }
+  // Random configs draw it too.
+  std::mt19937_64 rng(5);
+  std::set<int> drawn;
+  for (int i = 0; i < 200; ++i)
+    drawn.insert(random_config(toy_like(), h100_like(), rng).smem.inflight_pages);
+  EXPECT_EQ(drawn, (std::set<int>{0, 1, 2, 3, 4}));
+}
+
 TEST(SearchMoves, WeightRingSmemHoldsPagesStagingAndBarriers) {
   const ModelShape llama = *find_preset("llama-1b");
   ScheduleConfig c;

@@ -402,6 +402,29 @@ TEST(ScheduleValidator, RejectsRingPagesSmallerThanOneRowPiece) {
   EXPECT_EQ(truth_kinds(p).count("hang"), 1u);
 }
 
+// The ring loader's cap on its pages in flight (smem.inflight_pages, MS_RING_INFLIGHT) builds only
+// below the ring's pages (a static_assert of vm/device/common.cuh): a program that sets it at the
+// ring's pages is refused, below them accepted, and in a registers build (no loader) it is inert.
+TEST(ScheduleValidator, RejectsAnInflightCapAtOrAboveTheRingsPages) {
+  Program p = toy_program(true);
+  ASSERT_EQ(p.launch.smem_pages, 2);
+  p.build.knobs["MS_RING_INFLIGHT"] = 1;
+  EXPECT_TRUE(validate(p, fuzz_target(4)).ok()) << validate(p, fuzz_target(4)).rules();
+  EXPECT_TRUE(truth_kinds(p).empty());
+  p.build.knobs["MS_RING_INFLIGHT"] = 2;
+  const ValidationReport r = validate(p, fuzz_target(4));
+  EXPECT_EQ(r.rules(), "launch");
+  const std::string m = first_message(r, "launch");
+  EXPECT_NE(m.find("sets MS_RING_INFLIGHT=2 with a weight ring of 2 pages"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("hint: smem.inflight_pages below smem.pages"), std::string::npos) << m;
+  EXPECT_EQ(truth_kinds(p), (std::set<std::string>{"build"}));
+  Program registers = toy_program(false);
+  registers.build.knobs["MS_RING_INFLIGHT"] = 4;
+  EXPECT_TRUE(validate(registers, fuzz_target(4)).ok());
+  EXPECT_TRUE(truth_kinds(registers).empty());
+}
+
 // Every build field the device code divides by, indexes with or loops on is range-checked.
 TEST(ScheduleValidator, RejectsKernelBuildsTheDeviceCannotRun) {
   ProgramBuilder b(fuzz_target());

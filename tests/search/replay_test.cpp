@@ -60,10 +60,11 @@ TEST(Replay, RandomExpectedBestIsTheOrderStatistic) {
 }
 
 // The known optimum of the synthetic landscape (1 in 336 configs; 4 of the ~35 knobs matter) within
-// 200 trials, seeds 1-6 (replays are exact for a seed, so these counts are fixed until a strategy
-// or the loop changes): elite's restarts from perturbed elites find it in 4 of 6, random search
-// in 1; hillclimb (restarts at random) and guided find it too, if rarely on this landscape
-// (HARNESS.md section 3b has the full table).
+// 200 trials, seeds 1-6 (replays are exact for a seed, so these counts are fixed until a strategy,
+// the loop or the knob table changes: a knob reshuffles every random draw): elite's restarts from
+// perturbed elites find it in 4 of 6, random search in 3; hillclimb (restarts at random) and guided
+// find it too (HARNESS.md section 3b has the full table; over seeds 1-20 elite finds it in 13,
+// random search in 8, hillclimb in 6, guided in 5).
 TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
   const Landscape land = synthetic_landscape();
   constexpr int kBudget = 200, kSeeds = 6;
@@ -75,8 +76,10 @@ TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
     }
     return found;
   };
-  EXPECT_EQ(found_in("elite", false), 4);
-  EXPECT_EQ(found_in("random", false), 1);
+  const int elite = found_in("elite", false), random = found_in("random", false);
+  EXPECT_EQ(elite, 4);
+  EXPECT_EQ(random, 3);
+  EXPECT_GT(elite, random);
   EXPECT_EQ(found_in("hillclimb", true), 1);
   EXPECT_EQ(found_in("guided", true), 1);
 }

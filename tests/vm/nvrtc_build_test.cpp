@@ -361,16 +361,18 @@ TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
     bool bf16, profile;
     uint32_t hidden, ffn;  // the whole-row segment width follows from these (abi/ring.h)
     int seg_vecs;          // what it must come to
+    int inflight = 0;      // smem.inflight_pages (MS_RING_INFLIGHT), below pages
   };
   // Every ring page size with the thread counts at both ends, fp32 and bf16, profiled and not,
-  // and every segment width of the whole-row path (0: rows too short, row pieces only).
-  const std::vector<Variant> variants = {{16, 128, 2, 4096, 64, true, false, 2048, 8192, 8},
-                                         {16, 1024, 8, 32768, 64, true, true, 2048, 8192, 8},
-                                         {8, 256, 4, 8192, 128, false, false, 512, 1536, 4},
+  // every segment width of the whole-row path (0: rows too short, row pieces only), and every cap
+  // on the pages in flight (smem.inflight_pages).
+  const std::vector<Variant> variants = {{16, 128, 2, 4096, 64, true, false, 2048, 8192, 8, 1},
+                                         {16, 1024, 8, 32768, 64, true, true, 2048, 8192, 8, 4},
+                                         {8, 256, 4, 8192, 128, false, false, 512, 1536, 4, 3},
                                          {4, 512, 1, 16384, 64, true, false, 64, 128, 0},
                                          {16, 384, 2, 16384, 128, false, true, 2048, 8192, 8},
                                          {16, 256, 2, 16384, 64, true, true, 512, 1536, 2},
-                                         {16, 288, 4, 32768, 64, true, false, 2048, 5632, 2},
+                                         {16, 288, 4, 32768, 64, true, false, 2048, 5632, 2, 2},
                                          {16, 544, 2, 65536, 64, true, false, 4096, 14336, 8},
                                          {16, 160, 2, 4096, 64, true, true, 256, 768, 1}};
   for (int arch : {90, 80}) {
@@ -380,6 +382,7 @@ TEST(NvrtcBuild, CompilesTheWeightRingAndProfileVariants) {
       p.model.ffn = v.ffn;
       p.model.heads = v.hidden / static_cast<uint32_t>(v.head_dim);
       p.build.knobs["MS_WEIGHT_RING"] = 1;
+      p.build.knobs["MS_RING_INFLIGHT"] = v.inflight;
       p.launch.smem_pages = v.pages;
       p.launch.smem_page_bytes = v.page_bytes;
       p.build.x_floats = 8192;

@@ -68,6 +68,9 @@
 #ifndef MS_WEIGHT_RING
 #define MS_WEIGHT_RING 0  // 1: a loader warp streams GEMV weight tiles into a shared-memory ring
 #endif
+#ifndef MS_RING_INFLIGHT
+#define MS_RING_INFLIGHT 0  // smem.inflight_pages: the loader's cap on pages in flight (0: none)
+#endif
 // The weight ring's shape: vm::kernel_defines passes these to every ring build (their defaults and
 // ranges are the knob table's, abi/ring.h's for the segment width); a build without the ring
 // compiles the ring's code but never runs it, so it gets inert values.
@@ -111,6 +114,7 @@ constexpr int kLoaderWarp = kWarps - 1;
 constexpr int kComputeWarps = kRing ? kWarps - 1 : kWarps;
 constexpr int kComputeThreads = kComputeWarps * 32;
 constexpr int kRingPages = MS_RING_PAGES;
+constexpr uint32_t kRingInflight = MS_RING_INFLIGHT;
 constexpr int kRingPageBytes = MS_RING_PAGE_BYTES;
 constexpr int kXFloats = MS_X_FLOATS;
 constexpr int kVectorBytes = MS_VECTOR_BYTES;
@@ -141,6 +145,8 @@ static_assert(MS_UNROLL >= 1 && MS_UNROLL <= 8, "MS_UNROLL");
 static_assert(!kRing || (MS_THREADS >= 64 && kRingPages >= 1 && kRingPageBytes % 16 == 0 &&
                          kXFloats % 4 == 0),
               "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");
+static_assert(MS_RING_INFLIGHT >= 0 && (!kRing || MS_RING_INFLIGHT < MS_RING_PAGES),
+              "MS_RING_INFLIGHT: pages in flight, below the ring's pages (0: no cap)");
 static_assert(MS_SEG_VECS == 0 || MS_SEG_VECS == 1 || MS_SEG_VECS == 2 || MS_SEG_VECS == 4 ||
                   MS_SEG_VECS == 8,
               "MS_SEG_VECS");

@@ -476,8 +476,18 @@ __device__ __noinline__ bool gemv_ring_seg(const KernelArgs& a, const Instr& in,
 
 // ---- The loader ----
 
-/// The loader's wait for a free page, `seq`-th of the block: false when the launch is aborting.
+/// The loader's wait before page `seq` of the block: for a free slot and, with a cap on the pages
+/// in flight (smem.inflight_pages), for page seq - cap to have landed, so no more than `cap`
+/// pages' copies are outstanding whatever the ring holds. Page seq - cap still owns its slot and
+/// its full barrier's phase (the slot is refilled only at seq - cap + kRingPages > seq), and its
+/// copies land without any other warp, so the wait cannot deadlock. False when the launch is
+/// aborting.
 __device__ __forceinline__ bool ring_claim(const KernelArgs& a, const Ring& r, uint32_t seq) {
+  if (kRingInflight > 0 && seq >= kRingInflight) {
+    const uint32_t landed = seq - kRingInflight;
+    if (!mbar_wait(a, r.full + landed % kRingPages, (landed / kRingPages) & 1u, false))
+      return false;
+  }
   return mbar_wait(a, r.empty + seq % kRingPages, ((seq / kRingPages) & 1u) ^ 1u, false);
 }
 
