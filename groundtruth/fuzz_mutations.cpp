@@ -13,8 +13,6 @@ using schedule::Program;
 
 namespace {
 
-uint64_t pick(std::mt19937_64& rng, uint64_t n) { return n == 0 ? 0 : rng() % n; }
-
 uint32_t weight_bytes(const Program& p) {
   return p.model.weight_dtype == ms_abi::kDTypeBF16 ? 2u : 4u;
 }

@@ -6,6 +6,7 @@
 // dispatches to these.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <random>
 
@@ -13,6 +14,13 @@
 #include "schedule/target.h"
 
 namespace megasched::groundtruth {
+
+/// The fuzzer's draws (program_fuzz.cpp, fuzz_mutations.cpp, scorecard.cpp): an index below n
+/// (0 when n is 0), and true with probability p. The scorecard's pinned figures depend on them.
+inline uint64_t pick(std::mt19937_64& rng, uint64_t n) { return n == 0 ? 0 : rng() % n; }
+inline bool chance(std::mt19937_64& rng, double p) {
+  return std::uniform_real_distribution<double>(0, 1)(rng) < p;
+}
 
 /// Every increment and threshold of one counter scaled so that its per-step total passes 2^31.
 std::optional<schedule::Program> mutate_counter_total_wrap(schedule::Program p,

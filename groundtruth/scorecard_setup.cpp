@@ -3,6 +3,7 @@
 #include <random>
 
 #include "groundtruth/ground_truth.h"
+#include "groundtruth/program_fuzz.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "groundtruth/program_fuzz.h"
+#include "groundtruth/scorecard.h"
 #include "schedule/model.h"
 
 namespace megasched::groundtruth {

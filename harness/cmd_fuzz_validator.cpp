@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "groundtruth/ground_truth.h"
-#include "groundtruth/program_fuzz.h"
+#include "groundtruth/scorecard.h"
 #include "groundtruth/scorecard_setup.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"

@@ -1,4 +1,5 @@
 #include "groundtruth/program_fuzz.h"
+#include "groundtruth/scorecard.h"
 
 #include <gtest/gtest.h>
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "groundtruth/program_fuzz.h"
+#include "groundtruth/scorecard.h"
 #include "groundtruth/scorecard_setup.h"
 
 namespace megasched::groundtruth {
