@@ -194,7 +194,7 @@ void PoolSchedule::search() {
                   " trials are left untried (run again with --resume)");
         break;
       }
-      if (pending_.empty() && !(propose_batch() && refill())) break;
+      if (pending_.empty() && !refill()) break;
       continue;
     }
     std::optional<PoolEvent> event = pool_.wait(0.5);

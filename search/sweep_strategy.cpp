@@ -294,14 +294,12 @@ class SweepStrategy : public Strategy {
     screened_.clear();
     round_results_.clear();
     combos_.clear();
-    carried_ = 0;
     carried_moves_.clear();
     // The new base's neighbours screened ahead of the round count as its screen (those still
     // running are waited for like the rest); a screen ahead of any other config is dropped.
     auto [measured, running] = ahead_.take(*base_);
     screened_ = std::move(measured);
     for (auto& [key, move] : running) outstanding_[key] = {Kind::kScreen, move};
-    carried_ = static_cast<int>(screened_.size() + running.size());
     for (const Screened& sc : screened_) carried_moves_.insert(sc.move.key());
     for (const auto& [key, move] : running) carried_moves_.insert(move.key());
   }
@@ -313,8 +311,9 @@ class SweepStrategy : public Strategy {
       return carried_moves_.count(move_between(*base_, c).key()) > 0;
     });
     std::shuffle(to_screen_.begin(), to_screen_.end(), rng_);
-    screen_size_ = static_cast<int>(to_screen_.size()) + carried_;
-    screened_asked_ = carried_;
+    const int carried = static_cast<int>(carried_moves_.size());
+    screen_size_ = static_cast<int>(to_screen_.size()) + carried;
+    screened_asked_ = carried;
     screen_ready_ = true;
   }
 
@@ -442,12 +441,9 @@ class SweepStrategy : public Strategy {
   }
 
   void end_round() {
-    const Measured* best = nullptr;
-    for (const Measured& m : round_results_)
-      if (!best || m.latency_us < best->latency_us) best = &m;
-    if (best && (!base_latency_ || best->latency_us < *base_latency_ * (1.0 - kRoundGain))) {
-      base_ = best->config;
-      base_latency_ = best->latency_us;
+    if (const Measured* next = likely_next_base()) {
+      base_ = next->config;
+      base_latency_ = next->latency_us;
       start_round();
       return;
     }
@@ -497,8 +493,7 @@ class SweepStrategy : public Strategy {
   std::map<std::string, std::vector<int>> asked_combos_;  // canonical config -> members
   std::set<std::string> disasters_;                       // move keys not screened again
   ScreensAhead ahead_;  // neighbours of the likely next base, screened in idle slots
-  int carried_ = 0;     // the new round's neighbours already screened or running ahead of it
-  std::set<std::string> carried_moves_;  // their move keys
+  std::set<std::string> carried_moves_;  // the new round's moves screened or running ahead of it
   std::string why_restart_;
 };
 
