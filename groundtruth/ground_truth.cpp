@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "groundtruth/closure.h"
 #include "groundtruth/device_model.h"
 #include "vm/reference_vm.h"
 
@@ -341,7 +342,27 @@ class Explorer {
 
   bool done(const std::vector<uint64_t>& s, size_t t) const { return (s[t / 64] >> (t % 64)) & 1; }
 
+  // Decides the step at `epoch` by closures (groundtruth/closure.h); false when it is not
+  // persistent there.
+  bool decide_by_closure(uint32_t epoch) {
+    const auto hazards = closure_hazards(
+        p_, epoch, chained_,
+        [&](uint32_t x, uint32_t w) { return (conflict_[x * words_ + w / 64] >> (w % 64)) & 1; },
+        opt_.stop_at_first);
+    if (!hazards) return false;
+    for (const ClosureHazard& h : *hazards) find(h.kind, h.message);
+    out_.by_closure = true;
+    return true;
+  }
+
   void explore(uint32_t epoch) {
+    if (opt_.closure_only) {
+      if (!decide_by_closure(epoch)) {
+        out_.complete = false;
+        out_.findings.push_back("not persistent: the closures do not decide");
+      }
+      return;
+    }
     const bool dynamic = p_.launch.dynamic_queue;
     std::vector<uint64_t> added(p_.counter_totals.size(), 0);  // what the producers add per step
     for (const auto& in : p_.tasks)
@@ -364,6 +385,7 @@ class Explorer {
       stack.pop_back();
       ++out_.states;
       if (out_.states > opt_.max_states) {
+        if (opt_.closure_at_limit && decide_by_closure(epoch)) return;
         out_.complete = false;
         out_.findings.push_back("state limit reached");
         return;

@@ -76,11 +76,12 @@ bool record_accesses(const schedule::Program& program, const schedule::Weights& 
 std::vector<int32_t> ground_truth_positions(const schedule::Program& program);
 
 struct GroundTruth {
-  bool complete = true;               // false: the state limit was hit before every state was seen
-  uint64_t states = 0;                // distinct states explored
-  std::set<std::string> kinds;        // "deadlock", "race", "stale_read", "uninitialized_read",
-                                      // "double_write", "epoch", "launch", "malformed", "build",
-                                      // "smem_overflow", "hang", "out_of_bounds"
+  bool complete = true;         // false: the state limit was hit and the closures could not decide
+  bool by_closure = false;      // the state limit was hit and the closures decided (closure.h)
+  uint64_t states = 0;          // distinct states explored
+  std::set<std::string> kinds;  // "deadlock", "race", "stale_read", "uninitialized_read",
+                                // "double_write", "epoch", "launch", "malformed", "build",
+                                // "smem_overflow", "hang", "out_of_bounds"
   std::vector<std::string> findings;  // one line each (first few)
   bool safe() const { return complete && kinds.empty(); }
 };
@@ -90,6 +91,9 @@ struct GroundTruthOptions {
   size_t max_tasks = 128;
   bool stop_at_first = true;  // stop exploring at the first hazard found in a state
   bool wrap_epoch = true;     // explore again at the epoch where the largest counter wraps
+  // At the state limit, decide by closures when the step is persistent (groundtruth/closure.h).
+  bool closure_at_limit = true;
+  bool closure_only = false;  // tests: decide every epoch by closures, exploring nothing
 };
 
 /// Decides safety of `program` by exhaustive exploration, with `accesses` from record_accesses.
