@@ -342,25 +342,20 @@ class Explorer {
 
   bool done(const std::vector<uint64_t>& s, size_t t) const { return (s[t / 64] >> (t % 64)) & 1; }
 
-  // Decides the step at `epoch` by closures (groundtruth/closure.h); false when it is not
-  // persistent there.
+  // Decides the step at `epoch` by closures (groundtruth/closure.h); false when not persistent.
   bool decide_by_closure(uint32_t epoch) {
-    const auto hazards = closure_hazards(
-        p_, epoch, chained_,
-        [&](uint32_t x, uint32_t w) { return (conflict_[x * words_ + w / 64] >> (w % 64)) & 1; },
-        opt_.stop_at_first);
+    const auto conflicts = [&](uint32_t x, uint32_t w) {
+      return ((conflict_[x * words_ + w / 64] >> (w % 64)) & 1) != 0;
+    };
+    const auto hazards = closure_hazards(p_, epoch, chained_, conflicts, opt_.stop_at_first);
     if (!hazards) return false;
     for (const ClosureHazard& h : *hazards) find(h.kind, h.message);
-    out_.by_closure = true;
-    return true;
+    return out_.by_closure = true;
   }
 
   void explore(uint32_t epoch) {
     if (opt_.closure_only) {
-      if (!decide_by_closure(epoch)) {
-        out_.complete = false;
-        out_.findings.push_back("not persistent: the closures do not decide");
-      }
+      out_.complete = out_.complete && decide_by_closure(epoch);
       return;
     }
     const bool dynamic = p_.launch.dynamic_queue;
