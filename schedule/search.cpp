@@ -78,16 +78,53 @@ std::vector<nlohmann::json> fitting_choices(const KnobSpec& spec, const ModelSha
   return out;
 }
 
+// Whether a knob acts only under another knob's value: some non-default choice of it alone, on the
+// default config, is refused by knob_conflict (smem.inflight_pages without the weight ring,
+// fusion.combine_into_o without KV partitions).
+bool conditional_knob(const KnobSpec& spec) {
+  for (const auto& c : spec.choices) {
+    if (c == spec.default_value) continue;
+    ScheduleConfig config;
+    set_knob(&config, spec.path, c, nullptr);
+    if (!knob_conflict(config).empty()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
+// Each knob uniformly among its fitting choices, the conditional ones last, each uniformly among
+// the choices the others allow (knob_conflict), so a knob that acts only under one value of
+// another does not tilt that other knob's draw (rejecting whole configs did: a cap on the ring's
+// pages in flight, refused without the ring, made 4 of 5 registers draws fail). Configs that still
+// do not fit are drawn again.
 ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target,
                              std::mt19937_64& rng) {
+  static const std::vector<char> conditional = [] {
+    std::vector<char> out;
+    for (const auto& spec : knob_specs()) out.push_back(conditional_knob(spec) ? 1 : 0);
+    return out;
+  }();
+  const auto& specs = knob_specs();
   for (;;) {
     ScheduleConfig config;
-    for (const auto& spec : knob_specs()) {
-      const auto choices = fitting_choices(spec, shape);
+    for (size_t k = 0; k < specs.size(); ++k) {
+      if (conditional[k]) continue;
+      const auto choices = fitting_choices(specs[k], shape);
       std::uniform_int_distribution<size_t> pick(0, choices.size() - 1);
-      set_knob(&config, spec.path, choices[pick(rng)], nullptr);
+      set_knob(&config, specs[k].path, choices[pick(rng)], nullptr);
+    }
+    for (size_t k = 0; k < specs.size(); ++k) {
+      if (!conditional[k]) continue;
+      std::vector<nlohmann::json> allowed;
+      for (const auto& c : fitting_choices(specs[k], shape)) {
+        ScheduleConfig trial = config;
+        set_knob(&trial, specs[k].path, c, nullptr);
+        if (knob_conflict(trial).empty()) allowed.push_back(c);
+      }
+      if (allowed.empty()) continue;  // the default stays (it conflicts too: redrawn below)
+      std::uniform_int_distribution<size_t> pick(0, allowed.size() - 1);
+      set_knob(&config, specs[k].path, allowed[pick(rng)], nullptr);
     }
     if (config_fits(config, shape, target)) return config;
   }

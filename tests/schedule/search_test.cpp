@@ -74,6 +74,51 @@ TEST(SearchMoves, NeighboursMoveTheRingsInflightCapBelowItsPages) {
   EXPECT_EQ(drawn, (std::set<int>{0, 1, 2, 3, 4}));
 }
 
+// A knob that acts only under another knob's value (smem.inflight_pages: only with the weight
+// ring; fusion.combine_into_o: only with KV partitions) is drawn last, among the values the rest
+// allows, so it does not tilt the other knob's draw: the weight ring comes up as often as when the
+// cap is left at its default (21% and 20% of llama-1b draws; rejecting whole configs made it 40%).
+TEST(SearchMoves, RandomConfigsDrawConditionalKnobsWithoutTiltingTheirParents) {
+  const ModelShape llama = *find_preset("llama-1b");
+  const GpuTarget target = h100_like();
+  std::mt19937_64 rng(9);
+  int rings = 0, capped = 0, partitioned = 0, combined = 0;
+  const int n = 3000;
+  for (int i = 0; i < n; ++i) {
+    const ScheduleConfig c = random_config(llama, target, rng);
+    const bool ring = c.kernel.weight_stream == WeightStream::kSmemRing;
+    rings += ring;
+    capped += c.smem.inflight_pages > 0;
+    EXPECT_TRUE(ring || c.smem.inflight_pages == 0) << canonical_string(c);
+    partitioned += c.tiling.attn_kv_partitions > 1;
+    combined += c.fusion.combine_into_o;
+  }
+  // The reference: the same draw with the conditional knobs left at their defaults.
+  std::mt19937_64 ref_rng(9);
+  int ref_rings = 0;
+  for (int i = 0; i < n; ++i) {
+    ScheduleConfig c;
+    for (;;) {
+      c = ScheduleConfig{};
+      for (const KnobSpec& spec : knob_specs()) {
+        if (spec.path == "smem.inflight_pages" || spec.path == "fusion.combine_into_o") continue;
+        std::vector<nlohmann::json> fit;
+        for (const auto& v : spec.choices)
+          if (knob_value_fits(spec.path, v, llama)) fit.push_back(v);
+        std::uniform_int_distribution<size_t> pick(0, fit.size() - 1);
+        set_knob(&c, spec.path, fit[pick(ref_rng)], nullptr);
+      }
+      if (config_fits(c, llama, target)) break;
+    }
+    ref_rings += c.kernel.weight_stream == WeightStream::kSmemRing;
+  }
+  EXPECT_NEAR(double(rings) / n, double(ref_rings) / n, 0.04) << rings << " vs " << ref_rings;
+  EXPECT_LT(double(rings) / n, 0.30);
+  EXPECT_GT(capped, rings / 3);           // most rings of 2+ pages draw a cap
+  EXPECT_GT(combined, partitioned / 10);  // it also needs the registers stream and no K split
+  EXPECT_LE(combined, partitioned);
+}
+
 TEST(SearchMoves, WeightRingSmemHoldsPagesStagingAndBarriers) {
   const ModelShape llama = *find_preset("llama-1b");
   ScheduleConfig c;
