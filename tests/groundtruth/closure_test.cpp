@@ -12,16 +12,14 @@
 #include "groundtruth/program_fuzz.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
+#include "tests/toy_weights.h"
 
 namespace megasched::groundtruth {
 namespace {
 
 using namespace schedule;
 
-const Weights& toy_weights() {
-  static const Weights w = generate_weights(*find_preset("toy"), 1, 1);
-  return w;
-}
+using testing_support::toy_weights;
 
 GroundTruth truth_of(const Program& p, const GpuTarget& t, const GroundTruthOptions& o) {
   GroundTruth all;

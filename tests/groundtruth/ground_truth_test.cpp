@@ -8,6 +8,7 @@
 #include "schedule/lower.h"
 #include "schedule/search.h"
 #include "schedule/validate.h"
+#include "tests/toy_weights.h"
 
 namespace megasched::groundtruth {
 namespace {
@@ -16,10 +17,7 @@ using namespace schedule;
 
 constexpr uint32_t kIn = 0, kA = 256, kB = 264, kC = 272;
 
-const Weights& toy_weights() {
-  static const Weights w = generate_weights(*find_preset("toy"), 1, 1);
-  return w;
-}
+using testing_support::toy_weights;
 
 // The verdict over every position that matters (an unsafe position makes the program unsafe).
 GroundTruth truth_of(const Program& p, const GpuTarget& t = fuzz_target()) {

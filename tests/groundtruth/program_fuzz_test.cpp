@@ -6,16 +6,14 @@
 #include "groundtruth/ground_truth.h"
 #include "schedule/lower.h"
 #include "schedule/validate.h"
+#include "tests/toy_weights.h"
 
 namespace megasched::groundtruth {
 namespace {
 
 using namespace schedule;
 
-const Weights& toy_weights() {
-  static const Weights w = generate_weights(*find_preset("toy"), 1, 1);
-  return w;
-}
+using testing_support::toy_weights;
 
 Program toy_base() {
   std::string error;
