@@ -10,10 +10,7 @@ namespace {
 class Closure {
  public:
   Closure(const schedule::Program& p, uint32_t epoch, const std::vector<char>& chained)
-      : p_(p), epoch_(epoch), chained_(chained), n_(p.tasks.size()) {
-    added_.assign(p.counter_totals.size(), 0);
-    for (const auto& in : p.tasks)
-      if (in.signal_increment > 0) added_[in.signal_counter] += in.signal_increment;
+      : p_(p), epoch_(epoch), chained_(chained), n_(p.tasks.size()), added_(step_increments(p)) {
     dynamic_ = p.launch.dynamic_queue;
     workers_ = static_cast<size_t>(std::max(1, p.launch.grid_blocks));
     live_queues_ = dynamic_ ? 1 : std::min(p.queues.size(), workers_);
@@ -42,16 +39,7 @@ class Closure {
     const std::vector<uint32_t> empty;
     const std::vector<uint32_t>& q = dynamic_ && !p_.queues.empty() ? p_.queues[0] : empty;
     size_t cursor = dynamic_ && workers_ >= q.size() ? q.size() : 0;
-    auto can_start = [&](uint32_t t) {
-      const ms_abi::Instr& in = p_.tasks[t];
-      for (uint32_t i = 0; i < in.wait_count; ++i) {
-        const ms_abi::Wait& w = p_.waits[in.wait_begin + i];
-        if (!device_wait_holds(epoch_, value[w.counter], added_[w.counter],
-                               p_.counter_totals[w.counter], w.threshold))
-          return false;
-      }
-      return true;
-    };
+    auto can_start = [&](uint32_t t) { return device_waits_hold(p_, t, epoch_, value, added_); };
     std::vector<uint32_t> candidates;
     auto collect = [&] {
       candidates.clear();
@@ -100,7 +88,7 @@ class Closure {
   const uint32_t epoch_;
   const std::vector<char>& chained_;
   const size_t n_;
-  std::vector<uint64_t> added_;
+  const std::vector<uint64_t> added_;  // step_increments
   bool dynamic_ = false;
   size_t workers_ = 1, live_queues_ = 0;
 };

@@ -13,8 +13,8 @@
 // These are the explorer's hazards (a deadlock, and an access by an enabled x to what an
 // unfinished w writes: a race when both are enabled, else a stale read), decided in a few
 // closures per writer instead of every interleaving. It shares nothing with the explorer but the
-// wait test of groundtruth/device_model.h; tests/groundtruth/closure_test.cpp holds it to the
-// explorer on every program the explorer completes.
+// wait model of groundtruth/device_model.h (device_waits_hold); tests/groundtruth/closure_test.cpp
+// holds it to the explorer on every program the explorer completes.
 #pragma once
 
 #include <cstdint>

@@ -111,6 +111,25 @@ bool device_wait_holds(uint32_t epoch, uint64_t done, uint64_t added_per_step,
   return static_cast<int32_t>(value - target) >= 0;            // counter_reached
 }
 
+std::vector<uint64_t> step_increments(const Program& p) {
+  std::vector<uint64_t> added(p.counter_totals.size(), 0);
+  for (const auto& in : p.tasks)
+    if (in.signal_increment > 0) added[in.signal_counter] += in.signal_increment;
+  return added;
+}
+
+bool device_waits_hold(const Program& p, uint32_t task, uint32_t epoch,
+                       const std::vector<uint64_t>& done, const std::vector<uint64_t>& added) {
+  const ms_abi::Instr& in = p.tasks[task];
+  for (uint32_t i = 0; i < in.wait_count; ++i) {
+    const ms_abi::Wait& w = p.waits[in.wait_begin + i];
+    if (!device_wait_holds(epoch, done[w.counter], added[w.counter], p.counter_totals[w.counter],
+                           w.threshold))
+      return false;
+  }
+  return true;
+}
+
 namespace {
 
 // vm/device/ops.cuh x_slot with kVecElems = e.

@@ -60,6 +60,15 @@ int64_t device_static_smem_bytes(const DeviceBuild& build);
 bool device_wait_holds(uint32_t epoch, uint64_t done, uint64_t added_per_step,
                        uint32_t declared_total, uint32_t threshold);
 
+/// Per counter, what the program's producers add to it in one step (their signal increments).
+std::vector<uint64_t> step_increments(const schedule::Program& program);
+
+/// wait_all for task `task` (vm/device/common.cuh): every wait of it holds (device_wait_holds),
+/// with `done[c]` this step's increments of counter c so far and `added[c]` from step_increments.
+/// The task's waits and counters must be in range.
+bool device_waits_hold(const schedule::Program& program, uint32_t task, uint32_t epoch,
+                       const std::vector<uint64_t>& done, const std::vector<uint64_t>& added);
+
 /// One element range [begin, end) of a buffer.
 struct DeviceRange {
   uint32_t buffer = 0;

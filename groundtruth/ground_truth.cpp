@@ -273,9 +273,7 @@ class Explorer {
   }
 
   void epoch_facts() {
-    std::vector<uint64_t> sum(p_.counter_totals.size(), 0);
-    for (const auto& in : p_.tasks)
-      if (in.signal_increment > 0) sum[in.signal_counter] += in.signal_increment;
+    const std::vector<uint64_t> sum = step_increments(p_);
     for (size_t c = 0; c < sum.size(); ++c)
       if (sum[c] != p_.counter_totals[c])
         find("epoch", "counter " + std::to_string(c) + " receives " + std::to_string(sum[c]) +
@@ -359,9 +357,7 @@ class Explorer {
       return;
     }
     const bool dynamic = p_.launch.dynamic_queue;
-    std::vector<uint64_t> added(p_.counter_totals.size(), 0);  // what the producers add per step
-    for (const auto& in : p_.tasks)
-      if (in.signal_increment > 0) added[in.signal_counter] += in.signal_increment;
+    const std::vector<uint64_t> added = step_increments(p_);
     const std::string at = epoch == 0 ? "" : " at step epoch " + std::to_string(epoch);
     const size_t workers = static_cast<size_t>(std::max(1, p_.launch.grid_blocks));
     const size_t live_queues = dynamic ? 1 : std::min(p_.queues.size(), workers);
@@ -393,16 +389,7 @@ class Explorer {
           if (p_.tasks[t].signal_increment > 0)
             value[p_.tasks[t].signal_counter] += p_.tasks[t].signal_increment;
         }
-      auto can_start = [&](uint32_t t) {
-        const ms_abi::Instr& in = p_.tasks[t];
-        for (uint32_t w = 0; w < in.wait_count; ++w) {
-          const ms_abi::Wait& wt = p_.waits[in.wait_begin + w];
-          if (!device_wait_holds(epoch, value[wt.counter], added[wt.counter],
-                                 p_.counter_totals[wt.counter], wt.threshold))
-            return false;
-        }
-        return true;
-      };
+      auto can_start = [&](uint32_t t) { return device_waits_hold(p_, t, epoch, value, added); };
       enabled.clear();
       bool can_claim = false;
       if (dynamic) {
