@@ -38,7 +38,7 @@ double latency_sigma_us(const eval::Verdict& v) {
 
 KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexity,
                          const eval::Verdict& incumbent, int incumbent_complexity, double min_gain,
-                         double sigmas) {
+                         double sigmas, std::optional<double> fastest_us) {
   KeepDecision d;
   const double cand = *candidate.latency_us, inc = *incumbent.latency_us;
   const double sc = latency_sigma_us(candidate), si = latency_sigma_us(incumbent);
@@ -52,6 +52,13 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
   if (d.gain_us > d.margin_us) {
     d.keep = true;
     d.reason = "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") > margin " + margin;
+  } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity &&
+             fastest_us && cand - *fastest_us > d.margin_us) {
+    // Each near-tie may give up a margin; chained, they would walk the incumbent away from the
+    // fastest config the run found. A trade stays within one margin of it.
+    d.reason = "near-tie (" + pct + ", margin " + margin + "), simpler, but " +
+               fmt("%.3f us", cand - *fastest_us) + " slower than the run's fastest kept (" +
+               fmt("%.3f us", *fastest_us) + "), beyond the margin";
   } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity) {
     d.keep = true;
     d.reason = "near-tie (" + pct + ", margin " + margin +
@@ -89,7 +96,7 @@ std::string KeepRule::judge(const eval::Verdict& v, flywheel::CorpusRecord* r,
     r->keep = {{"incumbent_id", incumbent_.id}, {"incumbent_us", nullptr}, {"reason", decision}};
   } else if (status.empty()) {
     KeepDecision d = decide_keep(v, r->complexity, *incumbent_.verdict, incumbent_.complexity,
-                                 min_gain_, sigmas_);
+                                 min_gain_, sigmas_, incumbent_.fastest_us);
     r->keep = {{"incumbent_id", incumbent_.id},
                {"incumbent_us", *incumbent_.latency()},
                {"margin_us", d.margin_us},
@@ -114,7 +121,8 @@ KeepDecision KeepRule::judge_again(const eval::Verdict& v, flywheel::CorpusRecor
   if (has_latency(again)) {
     r.keep["remeasured_incumbent_us"] = *again.latency_us;
     incumbent_.verdict = again;
-    d = decide_keep(v, r.complexity, again, incumbent_.complexity, min_gain_, sigmas_);
+    d = decide_keep(v, r.complexity, again, incumbent_.complexity, min_gain_, sigmas_,
+                    incumbent_.fastest_us);
     r.keep["margin_us"] = d.margin_us;
     r.keep["gain_us"] = d.gain_us;
     d.reason += " (against the incumbent re-measured at " + fmt("%.3f us", *again.latency_us) + ")";
@@ -131,6 +139,9 @@ void KeepRule::adopt(const schedule::ScheduleConfig& config, const std::string& 
   incumbent_.id = id;
   incumbent_.verdict = verdict;
   incumbent_.complexity = complexity;
+  if (verdict && verdict->latency_us &&
+      (!incumbent_.fastest_us || *verdict->latency_us < *incumbent_.fastest_us))
+    incumbent_.fastest_us = verdict->latency_us;
 }
 
 std::string KeepRule::best_text() const {

@@ -30,6 +30,7 @@ struct Incumbent {
   std::string id;
   std::optional<eval::Verdict> verdict;  // with a latency, once one is known
   int complexity = 0;
+  std::optional<double> fastest_us;  // the fastest latency kept in this run (bounds near-ties)
   std::optional<double> latency() const { return verdict ? verdict->latency_us : std::nullopt; }
 };
 
@@ -45,7 +46,7 @@ class KeepRule {
   /// against the incumbent re-measured back to back.
   std::string judge(const eval::Verdict& v, flywheel::CorpusRecord* r, const Remeasure& remeasure);
 
-  /// The record's config becomes the incumbent.
+  /// The record's config becomes the incumbent (and its latency the run's fastest, if it is).
   void adopt(const schedule::ScheduleConfig& config, const std::string& id,
              const std::optional<eval::Verdict>& verdict, int complexity);
 

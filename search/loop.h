@@ -8,7 +8,9 @@
 //   3. on measured latencies the incumbent is re-measured back to back first and the rule is
 //      applied again against that fresh time;
 //   4. a near-tie (the difference within the margin either way) goes to the config with fewer
-//      knobs off the default.
+//      knobs off the default, unless the candidate is slower than the fastest latency this run has
+//      kept by more than the margin: chained trades to simpler configs cannot carry the incumbent
+//      more than one margin from the fastest config the run found.
 // Every trial becomes a corpus record and then a results row (flywheel/). No schedule is
 // evaluated twice: candidates whose schedule id any run already logged are skipped before they
 // run, and --resume continues the last run of this model, target and device where it stopped.
@@ -99,9 +101,10 @@ struct KeepDecision {
 double latency_sigma_us(const eval::Verdict& verdict);
 
 /// The keep rule for a correct candidate with a latency against an incumbent with one.
+/// `fastest_us`: the fastest latency kept so far in this run (none: no bound on near-ties).
 KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexity,
                          const eval::Verdict& incumbent, int incumbent_complexity, double min_gain,
-                         double sigmas);
+                         double sigmas, std::optional<double> fastest_us = std::nullopt);
 
 struct LoopResult {
   bool ok = true;  // false: the loop could not start or could not write its logs

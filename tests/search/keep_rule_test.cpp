@@ -129,5 +129,23 @@ TEST(KeepRule, NearTieWithEqualComplexityKeepsTheIncumbent) {
   EXPECT_FALSE(more.keep) << more.reason;
 }
 
+TEST(KeepRule, NearTieBeyondOneMarginOfTheRunsFastestIsRefused) {
+  // Incumbent 100 us (margin 1 us): a simpler candidate at 100.9 us is a near-tie. Kept while the
+  // run's fastest kept latency is within a margin of it (99.95), refused when the fastest is 99.5:
+  // chained trades cannot move the incumbent more than one margin from the fastest config.
+  const KeepDecision close =
+      decide_keep(predicted(100.9), 1, predicted(100.0), 2, kMinGain, kSigmas, 99.95);
+  EXPECT_TRUE(close.keep) << close.reason;
+  const KeepDecision drift =
+      decide_keep(predicted(100.9), 1, predicted(100.0), 2, kMinGain, kSigmas, 99.5);
+  EXPECT_FALSE(drift.keep) << drift.reason;
+  EXPECT_TRUE(contains(drift.reason, "1.400 us slower than the run's fastest kept (99.500 us)"))
+      << drift.reason;
+  // The bound acts on near-ties only: a candidate faster beyond the margin is kept whatever the
+  // fastest, and without a fastest (none kept yet) a near-tie is judged as before.
+  EXPECT_TRUE(decide_keep(predicted(98.5), 2, predicted(100.0), 2, kMinGain, kSigmas, 90.0).keep);
+  EXPECT_TRUE(decide_keep(predicted(100.9), 1, predicted(100.0), 2, kMinGain, kSigmas).keep);
+}
+
 }  // namespace
 }  // namespace megasched::search
