@@ -69,7 +69,8 @@
 #        minutes fit two calls of 7.5), its best benched beside best:llama-1b:<GPU> and graph-pdl
 #        at position 0 into search_bench.md, its report into search_report.html, and its
 #        results.tsv and corpus.jsonl into search_results.tsv and search_corpus.jsonl (SEARCH_FLAGS:
-#        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100");
+#        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_POSITION,
+#        default 0: the position the loop checks and times and the bench measures);
 #        stage "planfit" times the default and PLANFIT_CONFIGS (default the three llama-1b record
 #        configs) at PLANFIT_POSITIONS (default 0,128,256,512,1024,2048,4096) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
@@ -562,17 +563,20 @@ if has_stage search; then
   # keeps between calls: the tree that travels replaces only tracked files), so a second call
   # continues the same search with --resume: a 15-minute search fits two calls of
   # SEARCH_MINUTES=7.5. Then its best config is benched beside best:llama-1b:<this GPU> and
-  # graph-pdl at position 0 in one process (search_bench.md: the within-3% test), and the
+  # graph-pdl at SEARCH_POSITION (default 0) in one process (search_bench.md: the within-3% test), and the
   # report with its trajectory is written (search_report.html). SEARCH_FLAGS adds loop flags,
   # e.g. "--flywheel none" for a search that learns nothing from the shared corpus.
   SEARCH_MINUTES=${SEARCH_MINUTES:-15}
   SEARCH_DIR=${SEARCH_DIR:-$ROOT/workspace/search_of_record}
+  SEARCH_POSITION=${SEARCH_POSITION:-0}
+  spos=()
+  [ "$SEARCH_POSITION" != 0 ] && spos=(--timed-position "$SEARCH_POSITION" --positions "$SEARCH_POSITION")
   sgpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
   case "$sgpu" in *H200*) skey=h200 ;; *H100*) skey=h100 ;; *) skey="" ;; esac
   mkdir -p "$SEARCH_DIR"
   sresume=()
   [ -s "$SEARCH_DIR/results.tsv" ] && sresume=(--resume)
-  log "search: loop --model llama-1b --device gpu --minutes $SEARCH_MINUTES ${sresume[*]} ${SEARCH_FLAGS:-} in $SEARCH_DIR ($sgpu)"
+  log "search: loop --model llama-1b --device gpu --minutes $SEARCH_MINUTES ${spos[*]} ${sresume[*]} ${SEARCH_FLAGS:-} in $SEARCH_DIR ($sgpu)"
   # The loop's logs, kept under OUT as they grow (results.tsv for the trajectory, corpus.jsonl for
   # `megasched corpus import`).
   keep_copying "$SEARCH_DIR/results.tsv" "$OUT/search_results.tsv"
@@ -580,7 +584,7 @@ if has_stage search; then
   # shellcheck disable=SC2086  # SEARCH_FLAGS is a list of flags
   MEGASCHED_KERNEL_CACHE="$SEARCH_DIR/kernels" timeout 3600 "$BUILD/megasched" loop \
     --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes "$SEARCH_MINUTES" \
-    --results "$SEARCH_DIR/results.tsv" --corpus "$SEARCH_DIR/corpus.jsonl" "${sresume[@]}" \
+    --results "$SEARCH_DIR/results.tsv" --corpus "$SEARCH_DIR/corpus.jsonl" "${spos[@]}" "${sresume[@]}" \
     ${SEARCH_FLAGS:-} > "$OUT/search_summary.json" 2> "$OUT/search_progress.log"
   search_rc=$?
   stop_copying
@@ -589,7 +593,7 @@ if has_stage search; then
        "$OUT/search_summary.json" "$OUT/search_best.json" 2>> "$LOG"; then
     sargs=(--config "$OUT/search_best.json")
     [ -n "$skey" ] && sargs+=(--config "best:llama-1b:$skey")
-    if "$BUILD/megasched" bench --model llama-1b --positions 0 "${sargs[@]}" --baseline graph-pdl \
+    if "$BUILD/megasched" bench --model llama-1b --positions "$SEARCH_POSITION" "${sargs[@]}" --baseline graph-pdl \
          --iterations "$ITERATIONS" --out "$OUT/search_bench" > "$OUT/search_bench.md" 2>> "$LOG"; then
       cat "$OUT/search_bench.md" >> "$LOG"
     else
