@@ -15,6 +15,7 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
     std::string program;
     int random_configs = 0;
     uint64_t seed = 1;
+    bool kernel = false;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("validate",
@@ -34,6 +35,9 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
                   "Instead: lower and validate this many random configs of the search space (exit "
                   "0 if all accepted)")
       ->check(integer_in(1, kMaxInt));
+  cmd->add_flag("--kernel", opt->kernel,
+                "Also build the megakernel with NVRTC for the target (no GPU needed) and report "
+                "its registers, spills and stack under \"kernel\" (exit 1 if it does not build)");
   cmd->add_option("--seed", opt->seed, "Seed of --random-configs")
       ->check(unsigned_integer())
       ->capture_default_str();
@@ -49,6 +53,11 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
     request.gpu = opt->gpu;
     request.random_configs = opt->random_configs;
     request.seed = opt->seed;
+    request.kernel = opt->kernel;
+    if (opt->kernel && opt->random_configs > 0)
+      return usage(
+          "--kernel builds one config's kernel: give --config or --program, not "
+          "--random-configs");
     int code = kExitUsage;
     if (opt->random_configs == 0 && !opt->program.empty()) {
       if (!opt->config.empty()) return usage("give --config or --program, not both");

@@ -163,6 +163,44 @@ VerbResult propose_incumbent(const std::string& model, const std::string& gpu,
   return succeeded(out);
 }
 
+namespace {
+
+/// The megakernel of `program` built by NVRTC for the target's arch, uncached so that ptxas
+/// reports its resources: what the GPU would load, known before any device time is spent (a
+/// kernel that spills or whose ptxas ignored a setmaxnreg shows here).
+nlohmann::json kernel_resources(const schedule::Program& program,
+                                const schedule::GpuTarget& target) {
+  vm::BuildRequest request = vm::megakernel_request(program, target.sm_arch, "");
+  request.cache_dir.clear();  // a fresh build: a cache hit carries no ptxas report
+  const vm::BuildResult build = vm::build_cubin(request);
+  nlohmann::json k = {{"ok", build.ok},
+                      {"arch", vm::arch_name(target.sm_arch)},
+                      {"build_key", build.key},
+                      {"compile_ms", build.compile_ms},
+                      {"defines", request.defines}};
+  if (!build.ok) {
+    k["error"] = build.error.substr(0, build.error.find('\n'));
+    return k;
+  }
+  for (const vm::KernelResources& r : build.kernels) {
+    if (r.name != "ms_megakernel") continue;
+    k["registers"] = r.registers;
+    k["spill_store_bytes"] = r.spill_store_bytes;
+    k["spill_load_bytes"] = r.spill_load_bytes;
+    k["stack_bytes"] = r.stack_bytes;
+    k["smem_static_bytes"] = r.smem_static_bytes;
+    if (r.spill_store_bytes > 0 || r.spill_load_bytes > 0)
+      k["note"] =
+          "the kernel spills registers to local memory, and every task of the step pays for "
+          "it (fewer threads per block leave more registers per thread; a smaller "
+          "kernel.unroll or kernel.rows_per_warp needs fewer)";
+  }
+  if (!k.contains("registers")) k["note"] = "ptxas reported no resources for ms_megakernel";
+  return k;
+}
+
+}  // namespace
+
 VerbResult validate_schedule(const ValidateRequest& request) {
   std::string error;
   auto target = eval::resolve_target(request.gpu, &error);
@@ -190,8 +228,16 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   } else {
     auto shape = schedule::resolve_shape(request.model, &error);
     if (!shape) return failed(kExitUsage, error + presets_hint);
-    if (request.plan && !request.plan->single())
+    if (request.plan && !request.plan->single()) {
+      if (request.kernel)
+        return failed(kExitUsage,
+                      "--kernel builds one config's kernel and a plan has " +
+                          std::to_string(request.plan->buckets.size()) +
+                          " buckets (hint: `megasched propose --model M --config PLAN "
+                          "--position P --config-only` prints the config of the bucket that "
+                          "holds position P)");
       return validate_plan(*shape, *target, *request.plan);
+    }
     program = schedule::lower(*shape, *target, request.config.value_or(schedule::ScheduleConfig{}),
                               &error);
     if (!program)
@@ -206,7 +252,16 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   out["tasks"] = program->tasks.size();
   out["validate_seconds"] = seconds;
   out.update(schedule::to_json(report));
-  return succeeded(out, report.ok() ? kExitOk : kExitFailure);
+  bool built = true;
+  if (request.kernel) {
+    if (!vm::nvrtc_available())
+      return failed(kExitEnvironment,
+                    "validate --kernel: this megasched was built without the CUDA toolkit (no "
+                    "NVRTC); rebuild with -DMEGASCHED_CUDA=ON");
+    out["kernel"] = kernel_resources(*program, *target);
+    built = out["kernel"]["ok"].get<bool>();
+  }
+  return succeeded(out, report.ok() && built ? kExitOk : kExitFailure);
 }
 
 namespace {

@@ -60,6 +60,8 @@ struct ValidateRequest {
   std::string program_label;
   int random_configs = 0;  // > 0: lower and validate this many random configs instead
   uint64_t seed = 1;       // of the random configs
+  bool kernel = false;     // also build the megakernel with NVRTC (no GPU) and report its
+                           // resources: registers, spills, stack (a config or a program only)
 };
 VerbResult validate_schedule(const ValidateRequest& request);
 

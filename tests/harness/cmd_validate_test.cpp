@@ -11,6 +11,7 @@
 #include "groundtruth/program_fuzz.h"
 #include "harness/commands.h"
 #include "tests/harness/run_in_process.h"
+#include "vm/nvrtc_build.h"
 
 namespace megasched::harness {
 namespace {
@@ -52,6 +53,48 @@ TEST(CmdValidate, UsageErrorsExitTwoAndUnreadableFilesThree) {
   EXPECT_EQ(run({"validate", "--model", "no-such-model"}).exit_code, kExitUsage);
   EXPECT_EQ(run({"validate", "--program", "/nonexistent/program.json"}).exit_code,
             kExitEnvironment);
+}
+
+TEST(CmdValidate, KernelReportsTheBuiltMegakernelsRegistersAndSpills) {
+  if (!vm::nvrtc_available()) {
+    EXPECT_EQ(run({"validate", "--model", "toy", "--kernel"}).exit_code, kExitEnvironment);
+    GTEST_SKIP() << "built without the CUDA toolkit";
+  }
+  // The default toy kernel fits its registers; at 1024 threads a thread has 64 registers, and
+  // unroll 8 over 4 rows per warp needs more: ptxas spills, and the report says so.
+  const Outcome fits = run({"validate", "--model", "toy", "--gpu", "h100", "--kernel"});
+  ASSERT_EQ(fits.exit_code, kExitOk) << fits.out << fits.err;
+  const auto k = nlohmann::json::parse(fits.out)["kernel"];
+  EXPECT_TRUE(k["ok"].get<bool>()) << k.dump();
+  EXPECT_EQ(k["arch"], "sm_90a");
+  EXPECT_GT(k["registers"].get<int>(), 64);
+  EXPECT_LE(k["registers"].get<int>(), 255);
+  EXPECT_EQ(k["spill_store_bytes"], 0);
+  EXPECT_FALSE(k.contains("note")) << k.dump();
+  bool threads = false;
+  for (const auto& d : k["defines"]) threads = threads || d == "MS_THREADS=256";
+  EXPECT_TRUE(threads) << k["defines"].dump();
+
+  const std::string path = testing::TempDir() + "cmd_validate_1024.json";
+  std::ofstream(path) << R"({"launch": {"threads_per_block": 1024},
+                            "kernel": {"unroll": 8, "rows_per_warp": 4}})";
+  const Outcome spills = run({"validate", "--model", "toy", "--config", path, "--kernel"});
+  ASSERT_EQ(spills.exit_code, kExitOk) << spills.out << spills.err;  // spills are not unsafe
+  const auto s = nlohmann::json::parse(spills.out)["kernel"];
+  EXPECT_EQ(s["registers"], 64);
+  EXPECT_GT(s["spill_store_bytes"].get<int>(), 0);
+  EXPECT_NE(s["note"].get<std::string>().find("spills"), std::string::npos);
+}
+
+TEST(CmdValidate, KernelTakesOneConfig) {
+  // Random configs, or a plan of several buckets, have no one kernel to build.
+  const Outcome random = run({"validate", "--random-configs", "3", "--kernel"});
+  EXPECT_EQ(random.exit_code, kExitUsage);
+  EXPECT_NE(random.err.find("--kernel"), std::string::npos) << random.err;
+  const Outcome plan =
+      run({"validate", "--model", "llama-1b", "--config", "best:llama-1b:h100", "--kernel"});
+  EXPECT_EQ(plan.exit_code, kExitUsage);
+  EXPECT_NE(plan.err.find("--config-only"), std::string::npos) << plan.err;
 }
 
 TEST(CmdFuzzValidator, PrintsAScorecardWithNoAcceptedUnsafe) {
