@@ -54,10 +54,6 @@ void add_validate_command(CLI::App& app, CliContext& ctx) {
     request.random_configs = opt->random_configs;
     request.seed = opt->seed;
     request.kernel = opt->kernel;
-    if (opt->kernel && opt->random_configs > 0)
-      return usage(
-          "--kernel builds one config's kernel: give --config or --program, not "
-          "--random-configs");
     int code = kExitUsage;
     if (opt->random_configs == 0 && !opt->program.empty()) {
       if (!opt->config.empty()) return usage("give --config or --program, not both");

@@ -176,7 +176,11 @@ const json& validate_schema() {
        {"random_configs", integer_property("Instead: lower and validate this many random configs "
                                            "of the search space (0: none)",
                                            0, 0, 10000)},
-       {"seed", integer_property("Seed of random_configs", 1, 0, kMaxSeed)}});
+       {"seed", integer_property("Seed of random_configs", 1, 0, kMaxSeed)},
+       {"kernel", boolean_property("Also build the megakernel of the config or program with NVRTC "
+                                   "for the target (no GPU needed) and report its registers, "
+                                   "spills and stack under kernel",
+                                   false)}});
   return schema;
 }
 

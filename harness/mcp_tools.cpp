@@ -178,20 +178,32 @@ std::string propose_summary(const json& doc) {
          "`config`.";
 }
 
+/// "; kernel: 255 registers, no spills" (or its spills, or why it did not build); "" without one.
+std::string kernel_summary(const json& doc) {
+  if (!doc.contains("kernel")) return "";
+  const json& k = doc["kernel"];
+  if (!k.value("ok", false)) return "; kernel build failed: " + k.value("error", std::string());
+  if (!k.contains("registers")) return "; kernel built, " + k.value("note", std::string());
+  const int spilled = k.value("spill_store_bytes", 0) + k.value("spill_load_bytes", 0);
+  return "; kernel: " + std::to_string(k.value("registers", 0)) + " registers, " +
+         (spilled > 0 ? std::to_string(k.value("spill_store_bytes", 0)) + " bytes spilled"
+                      : std::string("no spills"));
+}
+
 std::string validate_summary(const json& doc) {
   if (doc.contains("configs"))
     return "accepted " + std::to_string(doc.value("accepted", 0)) + " of " +
            std::to_string(doc.value("configs", 0)) + " random configs (" +
            std::to_string(doc.value("not_lowered", 0)) + " did not lower)";
   const std::string size = std::to_string(doc.value("tasks", 0)) + " tasks";
-  if (doc.value("ok", false)) return "safe: " + size + ", no diagnostics";
+  if (doc.value("ok", false)) return "safe: " + size + ", no diagnostics" + kernel_summary(doc);
   std::string rules;
   for (const json& r : doc.value("rules", json::array()))
     rules += (rules.empty() ? "" : ", ") + r.get<std::string>();
   std::string s = "unsafe (" + rules + "): " + size + ", " +
                   std::to_string(doc["diagnostics"].size()) + " diagnostics";
   if (!doc["diagnostics"].empty()) s += "; " + doc["diagnostics"][0].value("message", "");
-  return s;
+  return s + kernel_summary(doc);
 }
 
 std::string loop_summary(const json& doc) {
@@ -263,6 +275,7 @@ ToolResult validate_tool(const ToolCall& call, McpContext&) {
   request.gpu = a.text("gpu");
   request.random_configs = a.integer("random_configs");
   request.seed = a.seed("seed");
+  request.kernel = a.flag("kernel");
   const int given =
       (a.has("config") ? 1 : 0) + (a.has("program") ? 1 : 0) + (request.random_configs > 0 ? 1 : 0);
   if (given > 1) return invalid_params("validate takes one of config, program, random_configs");

@@ -206,6 +206,10 @@ VerbResult validate_schedule(const ValidateRequest& request) {
   auto target = eval::resolve_target(request.gpu, &error);
   if (!target) return failed(target_error_code(request.gpu), error);
   const std::string presets_hint = " (hint: `megasched models` lists the presets)";
+  if (request.kernel && request.random_configs > 0)
+    return failed(kExitUsage,
+                  "kernel builds one config's kernel: give a config or a program, not "
+                  "random configs");
   if (request.random_configs > 0) {
     auto shape = schedule::resolve_shape(request.model, &error);
     if (!shape) return failed(kExitUsage, error + presets_hint);
@@ -231,7 +235,7 @@ VerbResult validate_schedule(const ValidateRequest& request) {
     if (request.plan && !request.plan->single()) {
       if (request.kernel)
         return failed(kExitUsage,
-                      "--kernel builds one config's kernel and a plan has " +
+                      "kernel builds one config's kernel and a plan has " +
                           std::to_string(request.plan->buckets.size()) +
                           " buckets (hint: `megasched propose --model M --config PLAN "
                           "--position P --config-only` prints the config of the bucket that "

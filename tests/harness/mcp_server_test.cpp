@@ -28,6 +28,7 @@
 #include "search/child_process.h"
 #include "tests/harness/mcp_client.h"
 #include "tests/harness/run_cli.h"
+#include "vm/nvrtc_build.h"
 
 namespace megasched::harness {
 namespace {
@@ -242,6 +243,16 @@ TEST_F(McpServer, ValidateAndReportReturnTheCliDocuments) {
   EXPECT_EQ(random["structuredContent"]["configs"], 3);
   const json both = client.call("validate", {{"random_configs", 3}, {"config", "default"}});
   EXPECT_EQ(error_code(both), kInvalidParams) << both.dump();
+  // kernel: the CLI's --kernel, the build's resources in the document and the summary.
+  if (vm::nvrtc_available()) {
+    const json built = client.call("validate", {{"config", "default"}, {"kernel", true}});
+    EXPECT_TRUE(built["structuredContent"]["kernel"]["ok"]) << built.dump();
+    EXPECT_GT(built["structuredContent"]["kernel"]["registers"].get<int>(), 0);
+    EXPECT_NE(built["content"][1]["text"].get<std::string>().find("; kernel: "), std::string::npos)
+        << built.dump();
+  }
+  const json no_kernel = client.call("validate", {{"random_configs", 3}, {"kernel", true}});
+  EXPECT_EQ(no_kernel["_meta"]["dev.megasched/exit_code"], 2) << no_kernel.dump();
   // No results yet: the report is a tool error, as `megasched report` exits 3.
   const json empty = client.call("report", json::object());
   EXPECT_TRUE(empty["isError"]) << empty.dump();
