@@ -209,6 +209,32 @@ TEST_F(HarnessLoop, ChainedNearTiesStayWithinOneMarginOfTheFastestKept) {
   EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(two));
 }
 
+TEST_F(HarnessLoop, TheNearTieBoundIsRebuiltOnResume) {
+  // The same chain split by a resume: the resumed run learns the fastest kept latency (80.0)
+  // from the logs, so 81.4 is refused after the restart as it is in one run.
+  FakeEvaluator ev(&clock);
+  const ScheduleConfig three =
+      with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}, {"pipeline.prefetch_depth", 3}});
+  const ScheduleConfig two = with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}});
+  const ScheduleConfig one = with({{"kernel.unroll", 4}});
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
+  ev.script(three, ok_verdict(80.0, 0, "predicted"));
+  ev.script(two, ok_verdict(80.7, 0, "predicted"));
+  ev.script(one, ok_verdict(81.4, 0, "predicted"));
+  ScriptedStrategy first({three, two});
+  ASSERT_TRUE(run(ev, first).ok);
+  options.resume = true;
+  ScriptedStrategy second({one});
+  LoopResult r = run(ev, second);
+  ASSERT_TRUE(r.ok) << r.error;
+  auto log = rows();
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_EQ(log[2].status, "kept");
+  EXPECT_EQ(log[3].status, "discarded");
+  EXPECT_NE(log[3].description.find("run's fastest kept (80.000 us)"), std::string::npos)
+      << log[3].description;
+}
+
 TEST_F(HarnessLoop, SkipsSchedulesAlreadyEvaluatedInEarlierRunsFailuresIncluded) {
   FakeEvaluator ev(&clock);
   const ScheduleConfig a = with({{"kernel.unroll", 4}});
