@@ -182,21 +182,32 @@ TEST_F(HarnessLoop, NearTieGoesToTheSimplerConfig) {
   EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(one_knob));
 }
 
+// A chain of near-ties, each config one knob simpler than the last: three knobs at 80.0 us, two
+// at 80.7 (within 1% of 80.0), one at 81.4 (within 1% of 80.7, 1.75% from 80.0). Scripted on `ev`.
+struct NearTieChain {
+  ScheduleConfig three, two, one;
+};
+NearTieChain script_near_tie_chain(FakeEvaluator& ev) {
+  NearTieChain c;
+  c.three =
+      with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}, {"pipeline.prefetch_depth", 3}});
+  c.two = with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}});
+  c.one = with({{"kernel.unroll", 4}});
+  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
+  ev.script(c.three, ok_verdict(80.0, 0, "predicted"));
+  ev.script(c.two, ok_verdict(80.7, 0, "predicted"));
+  ev.script(c.one, ok_verdict(81.4, 0, "predicted"));
+  return c;
+}
+
 TEST_F(HarnessLoop, ChainedNearTiesStayWithinOneMarginOfTheFastestKept) {
   // Seen on two H200s (2026-11-28): near-ties of 0.98% then 0.68% slower, each simpler, walked
   // the incumbent from 926.8 to 945.4 us. A trade may give up at most one margin from the fastest
   // config the run kept: 80.7 is a near-tie of 80.0 (kept), 81.4 a near-tie of 80.7 but 1.4 us
   // from 80.0, beyond the 0.807 us margin (refused), so the run ends within 1% of its fastest.
   FakeEvaluator ev(&clock);
-  const ScheduleConfig three =
-      with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}, {"pipeline.prefetch_depth", 3}});
-  const ScheduleConfig two = with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}});
-  const ScheduleConfig one = with({{"kernel.unroll", 4}});
-  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
-  ev.script(three, ok_verdict(80.0, 0, "predicted"));
-  ev.script(two, ok_verdict(80.7, 0, "predicted"));  // within 1% of 80.0, simpler: kept
-  ev.script(one, ok_verdict(81.4, 0, "predicted"));  // within 1% of 80.7, 1.75% from 80.0
-  ScriptedStrategy strategy({three, two, one});
+  const NearTieChain c = script_near_tie_chain(ev);
+  ScriptedStrategy strategy({c.three, c.two, c.one});
   LoopResult r = run(ev, strategy);
   auto log = rows();
   ASSERT_EQ(log.size(), 4u);
@@ -206,25 +217,18 @@ TEST_F(HarnessLoop, ChainedNearTiesStayWithinOneMarginOfTheFastestKept) {
   EXPECT_NE(log[3].description.find("slower than the run's fastest kept (80.000 us)"),
             std::string::npos)
       << log[3].description;
-  EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(two));
+  EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(c.two));
 }
 
 TEST_F(HarnessLoop, TheNearTieBoundIsRebuiltOnResume) {
   // The same chain split by a resume: the resumed run learns the fastest kept latency (80.0)
   // from the logs, so 81.4 is refused after the restart as it is in one run.
   FakeEvaluator ev(&clock);
-  const ScheduleConfig three =
-      with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}, {"pipeline.prefetch_depth", 3}});
-  const ScheduleConfig two = with({{"kernel.unroll", 4}, {"kernel.rows_per_warp", 4}});
-  const ScheduleConfig one = with({{"kernel.unroll", 4}});
-  ev.script(ScheduleConfig{}, ok_verdict(100.0, 0, "predicted"));
-  ev.script(three, ok_verdict(80.0, 0, "predicted"));
-  ev.script(two, ok_verdict(80.7, 0, "predicted"));
-  ev.script(one, ok_verdict(81.4, 0, "predicted"));
-  ScriptedStrategy first({three, two});
+  const NearTieChain c = script_near_tie_chain(ev);
+  ScriptedStrategy first({c.three, c.two});
   ASSERT_TRUE(run(ev, first).ok);
   options.resume = true;
-  ScriptedStrategy second({one});
+  ScriptedStrategy second({c.one});
   LoopResult r = run(ev, second);
   ASSERT_TRUE(r.ok) << r.error;
   auto log = rows();
