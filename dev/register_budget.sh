@@ -6,7 +6,9 @@
 # input-staging batches (kStreamStageBatch of vm/device/stream.cuh, 8 in the tree), each a copy of
 # the tree's device sources in a scratch folder; then the graph-pdl baseline's kernels (the same
 # warp GEMV, launched at two blocks per SM) for comparison. Prints one line per build: the spill
-# stores ptxas reports for ms_megakernel and for gemv_stream (a non-inlined function).
+# stores ptxas reports for ms_megakernel and for gemv_stream (a non-inlined function), and the
+# local-memory stores / loads dev/sass_spills.py finds in the streamed GEMV's hot loop (WarpStream
+# and stream_run of vm/device/stream.cuh): spills there are paid on every chunk of weights.
 #
 # usage: dev/register_budget.sh [BUILD_DIR]   (BUILD_DIR/megasched gives the record's defines;
 #                                              default build)
@@ -35,13 +37,22 @@ echo "defines: $defines"
 echo '#include "vm/device/megakernel.cuh"' > "$WORK/mk.cu"
 echo '#include "eval/baselines/pdl_baseline.cuh"' > "$WORK/pdl.cu"
 
-spills() {  # the "N bytes spill stores" of each function ptxas reports, as NAME=N
-  "$NVCC" -std=c++17 -arch=sm_90a -cubin -Xptxas -v "$@" -I"$WORK" -o "$WORK/k.cubin" 2>&1 |
+S="$WORK/vm/device/stream.cuh"
+# The hot loop's source lines: WarpStream (its load and fma) and stream_run.
+hot="stream.cuh:$(grep -n '^struct WarpStream {' "$S" | cut -d: -f1)-$(grep -n '^/// Elements \[at, at + 4)' "$S" | cut -d: -f1)"
+hot2="stream.cuh:$(grep -n 'void stream_run(' "$S" | cut -d: -f1)-$(grep -n '^/// The streamed GEMV task' "$S" | cut -d: -f1)"
+
+spills() {  # the "N bytes spill stores" of each function ptxas reports, as NAME=N; the hot loop's
+  "$NVCC" -std=c++17 -arch=sm_90a -cubin -lineinfo -Xptxas -v "$@" -I"$WORK" -o "$WORK/k.cubin" 2>&1 |
     awk '/Function properties for/ {f = $NF; sub(/^_ZN6ms_dev[0-9]+/, "", f); sub(/E.*/, "", f)}
          /Used [0-9]+ registers/ {regs[f] = $5}
          /bytes spill stores/ {sp[f] = $5; order[++n] = f}
          END {for (i = 1; i <= n; ++i) printf "%s=%s%s ", order[i], sp[order[i]],
               (order[i] in regs) ? "(" regs[order[i]] " regs)" : ""}'
+  [[ "${*: -1}" == */mk.cu ]] && python3 "$ROOT/dev/sass_spills.py" "$WORK/k.cubin" --lines "$hot" \
+    --lines "$hot2" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["ranges"]
+print("hot loop STL/LDL %d/%d" % (sum(x["stl"] for x in r), sum(x["ldl"] for x in r)), end="")'
+  rm -f "$WORK/k.cubin"
 }
 
 for batch in 8 2 1; do
