@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 
+#include "eval/objective.h"
 #include "flywheel/shared_corpus.h"
 #include "schedule/config.h"
 
@@ -265,27 +266,50 @@ nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& record
                                          const std::string& target, const std::string& device,
                                          int folds, uint64_t seed) {
   // One GPU under one name: a row of `--gpu auto` names the live device ("NVIDIA H200"), one of
-  // `--gpu h200` the registry's target; both are the target file's key (shared_corpus.h).
-  std::vector<std::pair<std::string, std::string>> pairs;
+  // `--gpu h200` the registry's target; both are the target file's key (shared_corpus.h). Rows
+  // judged differently (another timed position, or an objective) measure another latency, so
+  // they are another group, as the loop's training keeps only rows judged as it judges.
+  struct Group {
+    std::string target, device, objective;
+    int position = 0;
+    bool operator==(const Group& o) const {
+      return target == o.target && device == o.device && objective == o.objective &&
+             (!objective.empty() || position == o.position);
+    }
+  };
+  auto group_of = [](const CorpusRecord& r) {
+    Group g{target_file_key(r.target), r.device,
+            eval::objective_text(eval::objective_of_entries(r.verdict.objective)),
+            r.verdict.timed_position};
+    if (!g.objective.empty()) g.position = 0;
+    return g;
+  };
+  std::vector<Group> groups;
   for (const auto& r : records) {
-    const std::string key = target_file_key(r.target);
-    if ((!target.empty() && key != target_file_key(target)) ||
+    const Group g = group_of(r);
+    if ((!target.empty() && g.target != target_file_key(target)) ||
         (!device.empty() && r.device != device))
       continue;
-    if (std::find(pairs.begin(), pairs.end(), std::make_pair(key, r.device)) == pairs.end())
-      pairs.emplace_back(key, r.device);
+    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
   }
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& [t, d] : pairs) {
-    const std::vector<PriorSample> samples = prior_samples(records, t, d);
+  for (const Group& g : groups) {
+    std::vector<CorpusRecord> mine;
+    for (const auto& r : records)
+      if (group_of(r) == g) mine.push_back(r);
+    const std::vector<PriorSample> samples = prior_samples(mine, g.target, g.device);
     const PriorEvaluation e = evaluate_prior(samples, folds, seed);
-    out.push_back({{"target", t},
-                   {"device", d},
-                   {"samples", e.samples},
-                   {"failures", static_cast<int>(samples.size()) - e.samples},
-                   {"spearman",
-                    e.samples >= 2 * folds ? nlohmann::json(e.spearman) : nlohmann::json(nullptr)},
-                   {"per_model", e.per_model}});
+    nlohmann::json entry = {{"target", g.target}, {"device", g.device}};
+    if (g.objective.empty())
+      entry["timed_position"] = g.position;
+    else
+      entry["objective"] = g.objective;
+    entry.update({{"samples", e.samples},
+                  {"failures", static_cast<int>(samples.size()) - e.samples},
+                  {"spearman",
+                   e.samples >= 2 * folds ? nlohmann::json(e.spearman) : nlohmann::json(nullptr)},
+                  {"per_model", e.per_model}});
+    out.push_back(std::move(entry));
   }
   return out;
 }

@@ -80,9 +80,11 @@ struct PriorEvaluation {
 /// folds (folds assigned by a seeded shuffle).
 PriorEvaluation evaluate_prior(const std::vector<PriorSample>& samples, int folds, uint64_t seed);
 
-/// evaluate_prior for each (target, device) of the corpus in first-seen order, a target named by
-/// its shared-corpus key (target_file_key: the registry's name of a known GPU) (only `target` /
-/// `device` when not empty): [{"target", "device", "samples", "failures" (records without a
+/// evaluate_prior for each (target, device, how the latency was judged) of the corpus in
+/// first-seen order, a target named by its shared-corpus key (target_file_key: the registry's name
+/// of a known GPU) (only `target` / `device` when not empty); a row timed at another position, or
+/// under an objective, is another group (its latency is another quantity): [{"target", "device",
+/// "timed_position" or "objective" (its canonical text), "samples", "failures" (records without a
 /// latency), "spearman" (null below 2 x folds samples), "per_model"}].
 nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& records,
                                          const std::string& target, const std::string& device,

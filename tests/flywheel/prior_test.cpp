@@ -131,5 +131,41 @@ TEST(Prior, TheLiveNameAndTheTargetNameOfAGpuAreOneTarget) {
   EXPECT_EQ(evaluate_prior_per_target(rows, "NVIDIA H200", "gpu", 3, 0).size(), 1u);
 }
 
+// A latency at position 4096, or under an objective, is another quantity than one at position 0:
+// the held-out evaluation ranks each group on its own rows (as the loop trains on rows judged as
+// it judges), so rows of one config at two positions cannot pass for a config the prior misranks.
+TEST(Prior, EvaluationGroupsRowsByTheirTimedPositionAndObjective) {
+  std::vector<CorpusRecord> rows;
+  for (int i = 0; i < 36; ++i) {
+    CorpusRecord r;
+    r.target = "h100";
+    r.device = "gpu";
+    r.model = "toy";
+    r.status = kStatusKept;
+    r.verdict.correct = true;
+    r.verdict.latency_kind = "measured-gpu";
+    r.config = {{"tiling", {{"attn_kv_partitions", 1 << (i % 4)}}}};
+    const int kind = i % 3;  // position 0, position 4096, an objective over both
+    r.verdict.timed_position = kind == 1 ? 4096 : 0;
+    if (kind == 2)
+      r.verdict.objective = nlohmann::json::array(
+          {{{"position", 0}, {"weight", 1.0}}, {{"position", 4096}, {"weight", 1.0}}});
+    // Position 4096 reverses position 0's order: mixed, no ranking fits both.
+    const double rank = kind == 1 ? 3 - i % 4 : i % 4;
+    r.verdict.latency_us = (kind == 1 ? 400.0 : 100.0) + 10.0 * rank + 0.01 * i;
+    rows.push_back(r);
+  }
+  const nlohmann::json per = evaluate_prior_per_target(rows, "", "", 3, 0);
+  ASSERT_EQ(per.size(), 3u) << per.dump();
+  EXPECT_EQ(per[0]["timed_position"], 0);
+  EXPECT_EQ(per[1]["timed_position"], 4096);
+  EXPECT_EQ(per[2]["objective"], "0:1,4096:1");
+  EXPECT_FALSE(per[2].contains("timed_position"));
+  for (const auto& g : per) {
+    EXPECT_EQ(g["samples"], 12) << g.dump();
+    EXPECT_GT(g["spearman"].get<double>(), 0.9) << g.dump();  // each group alone is easy to rank
+  }
+}
+
 }  // namespace
 }  // namespace megasched::flywheel
