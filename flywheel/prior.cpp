@@ -270,40 +270,38 @@ nlohmann::json evaluate_prior_per_target(const std::vector<CorpusRecord>& record
   // judged differently (another timed position, or an objective) measure another latency, so
   // they are another group, as the loop's training keeps only rows judged as it judges.
   struct Group {
-    std::string target, device, objective;
-    int position = 0;
-    bool operator==(const Group& o) const {
-      return target == o.target && device == o.device && objective == o.objective &&
-             (!objective.empty() || position == o.position);
-    }
-  };
-  auto group_of = [](const CorpusRecord& r) {
-    Group g{target_file_key(r.target), r.device,
-            eval::objective_text(eval::objective_of_entries(r.verdict.objective)),
-            r.verdict.timed_position};
-    if (!g.objective.empty()) g.position = 0;
-    return g;
+    std::string target, device;
+    int position;               // the timed position, without an objective
+    eval::Objective objective;  // empty: judged at `position` alone
+    std::vector<CorpusRecord> records;
   };
   std::vector<Group> groups;
   for (const auto& r : records) {
-    const Group g = group_of(r);
-    if ((!target.empty() && g.target != target_file_key(target)) ||
+    const std::string key = target_file_key(r.target);
+    if ((!target.empty() && key != target_file_key(target)) ||
         (!device.empty() && r.device != device))
       continue;
-    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+      return x.target == key && x.device == r.device &&
+             eval::judged_alike(r.verdict.timed_position, r.verdict.objective, x.position,
+                                x.objective);
+    });
+    if (g == groups.end()) {
+      eval::Objective objective = eval::objective_of_entries(r.verdict.objective);
+      const int position = objective.empty() ? r.verdict.timed_position : 0;
+      g = groups.insert(groups.end(), {key, r.device, position, std::move(objective), {}});
+    }
+    g->records.push_back(r);
   }
   nlohmann::json out = nlohmann::json::array();
   for (const Group& g : groups) {
-    std::vector<CorpusRecord> mine;
-    for (const auto& r : records)
-      if (group_of(r) == g) mine.push_back(r);
-    const std::vector<PriorSample> samples = prior_samples(mine, g.target, g.device);
+    const std::vector<PriorSample> samples = prior_samples(g.records, g.target, g.device);
     const PriorEvaluation e = evaluate_prior(samples, folds, seed);
     nlohmann::json entry = {{"target", g.target}, {"device", g.device}};
     if (g.objective.empty())
       entry["timed_position"] = g.position;
     else
-      entry["objective"] = g.objective;
+      entry["objective"] = eval::objective_text(g.objective);
     entry.update({{"samples", e.samples},
                   {"failures", static_cast<int>(samples.size()) - e.samples},
                   {"spearman",
