@@ -159,8 +159,9 @@ def main():
     except OSError as e:
         fail(f"cannot read {args.cubin}: {e.strerror}")
     secs = sections(data)
-    if cubin_arch(data) != 90:
-        fail(f"sm_{cubin_arch(data)} cubin: only sm_90 opcodes are known (build with -arch=sm_90a)")
+    arch = cubin_arch(data)
+    if arch != 90:
+        fail(f"sm_{arch} cubin: only sm_90 opcodes are known (build with -arch=sm_90a)")
     text = secs.get(".text." + args.function)
     if text is None:
         have = sorted(k[6:] for k in secs if k.startswith(".text."))
