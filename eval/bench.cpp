@@ -249,7 +249,7 @@ BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget&
   o.iterations = options.iterations;
   o.warmup = options.warmup;
   o.timed_position = position;
-  o.time_baseline = false;  // the baselines have rows of their own
+  o.baselines.clear();  // the baselines have rows of their own
   const GpuTrialResult t =
       run_gpu_trial(*prepared.program, weights, refs.tokens, refs.logits, refs.checked, o);
   row.detail = {{"max_abs_err", t.max_abs_err}, {"rel_err", t.rel_err}, {"kernel", t.kernel}};

@@ -26,8 +26,9 @@ namespace megasched::eval {
 struct GpuTrialOptions {
   int warmup = 10;       // untimed iterations
   int iterations = 100;  // timed iterations (>= 100 for a reported latency)
-  bool time_baseline =
-      true;  // also time every baseline kind (eval/baselines/baseline.h), interleaved
+  // The baselines timed beside the megakernel, interleaved with it (eval/baselines/baseline.h
+  // parse_baseline_selection: kinds, or "auto"); empty: none.
+  std::vector<std::string> baselines = {"cublas", "graph-pdl"};
   double hang_timeout_s = 5.0;  // device-side spin bound
   bool force_launch = false;    // test-only: launch even when not co-resident / not validated
   int timed_position = -1;      // position timed; -1: the last position of the last window. It

@@ -189,15 +189,14 @@ class GpuTrial {
     return c.pass && argmax_task_ok;
   }
 
-  /// Every baseline kind (their own accuracy is reported, not gated): each walks the first window
-  /// when that starts at 0 and is compared there; its timing at the timed position reads a KV
-  /// cache filled only that far, which changes no work (attention reads every position up to it
+  /// The selected baseline kinds (their own accuracy is reported, not gated): each walks the first
+  /// window when that starts at 0 and is compared there; its timing at the timed position reads a
+  /// KV cache filled only that far, which changes no work (attention reads every position up to it
   /// either way).
   void start_baseline() {
-    if (!options_.time_baseline) return;
     const ReferenceWindow& first = windows_.front();
     const int filled = first.start == 0 ? static_cast<int>(first.logits.size()) : 0;
-    for (const std::string& kind : baseline_kinds()) {
+    for (const std::string& kind : baselines_for(options_.baselines, weights_.shape)) {
       std::string error;
       auto base = create_baseline(kind, weights_, &error);
       if (!base) {

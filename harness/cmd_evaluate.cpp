@@ -61,7 +61,7 @@ int run_evaluate(Options& opt) {
   if (!opt.trial.parse_positions(&error)) return fail(kExitUsage, error + " (e.g. 0,3,7)");
   if (!opt.trial.parse_objective(&error)) return fail(kExitUsage, error);
   eval::EvaluatorOptions& ev = opt.trial.ev;
-  ev.gpu_options.time_baseline = !opt.no_baseline;
+  if (opt.no_baseline) ev.gpu_options.baselines.clear();
   if (!opt.program.empty() && (!opt.config.empty() || !opt.save_program.empty()))
     return fail(kExitUsage, "--program runs a saved program: give no --config or --save-program");
   std::optional<schedule::ScheduleConfig> config;
@@ -148,7 +148,9 @@ void add_evaluate_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--warmup", ev.gpu_options.warmup, "Untimed GPU iterations")
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
-  cmd->add_flag("--no-baseline", opt->no_baseline, "Skip the cuBLAS CUDA-graph baseline (GPU)");
+  auto* baselines = add_baselines_flag(cmd, &ev.gpu_options.baselines, "all");
+  cmd->add_flag("--no-baseline", opt->no_baseline, "Time no baseline (GPU): --baselines none")
+      ->excludes(baselines);
   cmd->add_option("--save-program", opt->save_program,
                   "Write the lowered program JSON to this file");
   add_runs_dir_flags(cmd, &opt->runs_dir, &opt->no_run_dir);

@@ -135,6 +135,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       "POS:WEIGHT,POS:WEIGHT,... (e.g. 0:1,1024:1,4096:2; a bare POS weighs 1), each timed (or "
       "predicted) in turn; the keep rule compares these means, and --warm-start adopts only "
       "records of the same objective. Instead of --timed-position");
+  add_baselines_flag(cmd, &opt->trial.ev.gpu_options.baselines, "auto");
   cmd->add_flag("--isolate", opt->isolate,
                 "Run CPU trials in a worker process too (GPU trials always are)");
   cmd->add_option("--gpus", opt->gpus,

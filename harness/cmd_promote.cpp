@@ -76,7 +76,7 @@ GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candid
   ev.model = opt.model, ev.gpu = opt.gpu, ev.seed = opt.seed;
   ev.positions = {0};
   ev.device = opt.device;
-  ev.gpu_options.time_baseline = false;  // the gate compares the two configs, not the baselines
+  ev.gpu_options.baselines.clear();  // the gate compares the two configs, not the baselines
   ev.progress = progress_on_stderr("promote");
   std::string error;
   auto timer = eval::TrialEvaluator::create(ev, &error);
@@ -141,7 +141,7 @@ GateOutcome benchmark_plan(const Options& opt, const schedule::Plan& candidate,
     ev.positions = {b.timed_position};
     ev.timed_position = b.timed_position;
     ev.device = opt.device;
-    ev.gpu_options.time_baseline = false;
+    ev.gpu_options.baselines.clear();
     ev.progress = progress_on_stderr("promote");
     timers.push_back(eval::TrialEvaluator::create(ev, &error));
     if (!timers.back()) return {false, "benchmark gate: " + error, {}};

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "eval/baselines/baseline.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 
@@ -67,6 +68,31 @@ CLI::Option* add_corpus_stale_flag(CLI::App* cmd, bool* include) {
       ->check(CLI::IsMember({"exclude", "include"}));
 }
 
+CLI::Option* add_baselines_flag(CLI::App* cmd, std::vector<std::string>* selection,
+                                const std::string& default_text) {
+  std::string error;
+  *selection = *eval::parse_baseline_selection(default_text, &error);
+  CLI::Validator valid(
+      [](std::string& text) {
+        std::string why;
+        return eval::parse_baseline_selection(text, &why) ? std::string() : why;
+      },
+      "all|none|auto|KIND,...");
+  return cmd
+      ->add_option_function<std::string>(
+          "--baselines",
+          [selection](const std::string& text) {
+            std::string why;
+            *selection = *eval::parse_baseline_selection(text, &why);
+          },
+          "GPU trials: the CUDA-graph baselines timed beside the megakernel, interleaved with it: "
+          "all, none, auto (graph-pdl, or cublas where graph-pdl cannot run the model) or kinds "
+          "comma-separated (cublas, graph-pdl); speedup_vs_baseline is against the fastest one "
+          "timed")
+      ->check(valid)
+      ->default_str(default_text);
+}
+
 int target_error_code(const std::string& gpu) {
   return gpu == "auto" ? kExitEnvironment : kExitUsage;
 }
@@ -105,7 +131,8 @@ std::string TrialFlags::worker_arguments() const {
   return "--model " + search::shell_quote(ev.model) + " --gpu " + search::shell_quote(ev.gpu) +
          " --device " + ev.device + " --positions " + positions + " --weight-seed " +
          std::to_string(ev.seed) + " --timed-position " + std::to_string(ev.timed_position) +
-         (ev.objective.empty() ? "" : " --objective " + eval::objective_text(ev.objective));
+         (ev.objective.empty() ? "" : " --objective " + eval::objective_text(ev.objective)) +
+         " --baselines " + eval::baseline_selection_text(ev.gpu_options.baselines);
 }
 
 }  // namespace megasched::harness

@@ -64,13 +64,19 @@ CLI::Option* add_flywheel_flag(CLI::App* cmd, std::string* dir);
 /// build (stale: a kernel change moves latencies) train the prior. Default exclude.
 CLI::Option* add_corpus_stale_flag(CLI::App* cmd, bool* include);
 
+/// --baselines all|none|auto|KIND,...: the baselines a GPU trial times beside the megakernel
+/// (eval/baselines/baseline.h parse_baseline_selection), parsed into *selection; `default_text` is
+/// what *selection holds unless the flag is given (shown by --help).
+CLI::Option* add_baselines_flag(CLI::App* cmd, std::vector<std::string>* selection,
+                                const std::string& default_text);
+
 /// The exit code of a --gpu that does not resolve: 3 for auto (no usable GPU here: the machine's
 /// fault), 2 for a name that is no target (the argument's).
 int target_error_code(const std::string& gpu);
 
 /// The evaluator's trial flags with --positions still as text.
 struct TrialFlags {
-  eval::EvaluatorOptions ev;        // model, gpu, device, seed, timed_position, objective
+  eval::EvaluatorOptions ev;  // model, gpu, device, seed, timed_position, objective, baselines
   std::string positions = "0,3,7";  // --positions as given
   std::string objective;            // --objective as given; "": none
 

@@ -27,6 +27,57 @@ std::unique_ptr<Baseline> create_baseline(const std::string& kind, const schedul
   return nullptr;
 }
 
+std::optional<std::vector<std::string>> parse_baseline_selection(const std::string& text,
+                                                                 std::string* error) {
+  const std::vector<std::string>& kinds = baseline_kinds();
+  std::string known;
+  for (const std::string& k : kinds) known += ", " + k;
+  auto fail = [&](const std::string& why) -> std::optional<std::vector<std::string>> {
+    if (error)
+      *error = "'" + text + "': " + why + " (choices: all, none, auto" + known +
+               "; kinds comma-separated)";
+    return std::nullopt;
+  };
+  if (text == "all") return kinds;
+  if (text == "none") return std::vector<std::string>{};
+  if (text == "auto") return std::vector<std::string>{"auto"};
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    const std::string item =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    if (item.empty()) return fail("an empty kind");
+    if (std::find(kinds.begin(), kinds.end(), item) == kinds.end())
+      return fail(item == "all" || item == "none" || item == "auto"
+                      ? "'" + item + "' stands alone, not in a list"
+                      : "unknown baseline kind '" + item + "'");
+    if (std::find(out.begin(), out.end(), item) != out.end())
+      return fail("'" + item + "' named twice");
+    out.push_back(item);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return out;
+}
+
+std::string baseline_selection_text(const std::vector<std::string>& selection) {
+  std::string out;
+  for (const std::string& k : selection) out += (out.empty() ? "" : ",") + k;
+  return out.empty() ? "none" : out;
+}
+
+std::vector<std::string> baselines_for(const std::vector<std::string>& selection,
+                                       const schedule::ModelShape& shape) {
+  std::vector<std::string> out;
+  for (const std::string& k : selection) {
+    const std::string kind =
+        k != "auto" ? k : (graph_pdl_misfit(shape).empty() ? "graph-pdl" : "cublas");
+    if (std::find(out.begin(), out.end(), kind) == out.end()) out.push_back(kind);
+  }
+  return out;
+}
+
 std::optional<BaselineMedian> strongest_baseline(const std::vector<BaselineMedian>& measured) {
   std::optional<BaselineMedian> best;
   for (const BaselineMedian& m : measured) {

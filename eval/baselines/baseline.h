@@ -132,6 +132,21 @@ class GraphPdlBaseline : public Baseline {
 /// 16-byte vectors and its input fits in shared memory.
 std::string graph_pdl_misfit(const schedule::ModelShape& shape);
 
+/// Which baselines a GPU trial times beside the megakernel (`--baselines`): a comma-separated list
+/// of baseline_kinds(), or "all", "none", or "auto" (graph-pdl, or cuBLAS where graph-pdl cannot
+/// run the model's shape: graph-pdl has been the faster of the two in every measurement,
+/// BENCHMARKS.md, and speedup_vs_baseline is against the faster one timed). nullopt with *error
+/// (naming the text and the choices) for anything else. "auto" stays as written: it is resolved per
+/// model by baselines_for.
+std::optional<std::vector<std::string>> parse_baseline_selection(const std::string& text,
+                                                                 std::string* error);
+/// The selection's text as `--baselines` takes it ("none" when empty).
+std::string baseline_selection_text(const std::vector<std::string>& selection);
+/// The kinds a trial of `shape` times: the selection with "auto" resolved (graph-pdl, or cublas
+/// when graph_pdl_misfit(shape) says why not).
+std::vector<std::string> baselines_for(const std::vector<std::string>& selection,
+                                       const schedule::ModelShape& shape);
+
 /// One baseline kind's median latency in a run.
 struct BaselineMedian {
   std::string kind;

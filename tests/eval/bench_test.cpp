@@ -146,6 +146,37 @@ TEST(GraphPdlMisfit, NamesTheDimensionTheKernelsCannotServe) {
   EXPECT_NE(graph_pdl_misfit(narrow).find("ffn 5636"), std::string::npos);
 }
 
+TEST(BaselineSelection, ParsesKindsAndTheNamedSelections) {
+  std::string err;
+  EXPECT_EQ(*parse_baseline_selection("all", &err), baseline_kinds());
+  EXPECT_TRUE(parse_baseline_selection("none", &err)->empty());
+  EXPECT_EQ(*parse_baseline_selection("auto", &err), std::vector<std::string>{"auto"});
+  EXPECT_EQ(*parse_baseline_selection("graph-pdl,cublas", &err),
+            (std::vector<std::string>{"graph-pdl", "cublas"}));
+  for (const char* bad : {"", "cudnn", "cublas,", ",cublas", "cublas,cublas", "auto,cublas"}) {
+    EXPECT_FALSE(parse_baseline_selection(bad, &err)) << bad;
+    EXPECT_NE(err.find("choices: all, none, auto, cublas, graph-pdl"), std::string::npos) << err;
+  }
+  // The text round-trips (what the loop hands its workers).
+  for (const char* text : {"none", "auto", "cublas", "graph-pdl,cublas"})
+    EXPECT_EQ(baseline_selection_text(*parse_baseline_selection(text, &err)), text);
+  EXPECT_EQ(*parse_baseline_selection(baseline_selection_text(baseline_kinds()), &err),
+            baseline_kinds());
+}
+
+TEST(BaselineSelection, AutoIsGraphPdlWhereItRunsTheShapeAndCublasElsewhere) {
+  const schedule::ModelShape llama = *schedule::find_preset("llama-1b");
+  EXPECT_EQ(baselines_for({"auto"}, llama), std::vector<std::string>{"graph-pdl"});
+  schedule::ModelShape wide = *schedule::find_preset("small");
+  wide.ffn = 60000;  // graph_pdl_misfit: the down input exceeds its shared memory
+  ASSERT_NE(graph_pdl_misfit(wide), "");
+  EXPECT_EQ(baselines_for({"auto"}, wide), std::vector<std::string>{"cublas"});
+  EXPECT_EQ(baselines_for({"cublas", "auto"}, wide), std::vector<std::string>{"cublas"});
+  EXPECT_EQ(baselines_for({"cublas", "graph-pdl"}, wide),
+            (std::vector<std::string>{"cublas", "graph-pdl"}));  // named kinds stay as named
+  EXPECT_TRUE(baselines_for({}, llama).empty());
+}
+
 TEST(BaselineKinds, UnknownKindNamesTheKnownOnes) {
   std::string err;
   const schedule::Weights w = schedule::generate_weights(*schedule::find_preset("toy"), 0);

@@ -50,7 +50,7 @@ Verdict trial(const std::vector<std::string>& fault, std::vector<int> positions,
   o.timed_position = timed;
   o.gpu_options.warmup = 2;
   o.gpu_options.iterations = 5;
-  o.gpu_options.time_baseline = false;
+  o.gpu_options.baselines.clear();
   o.gpu_options.test_kernel_defines = fault;
   o.reference_cache_dir = testing::TempDir() + "ms_planted_bug_cache_" + std::to_string(::getpid());
   std::string error;

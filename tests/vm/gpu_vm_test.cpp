@@ -72,7 +72,7 @@ GpuTrialOptions quick() {
   GpuTrialOptions o;
   o.warmup = 2;
   o.iterations = 5;
-  o.time_baseline = false;
+  o.baselines.clear();
   o.hang_timeout_s = 2.0;
   return o;
 }
@@ -614,12 +614,32 @@ TEST(GraphPdlBaseline, TheTrialTimesEveryBaselineKind) {
   const Refs refs = eager_refs(w, positions);
   const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
   eval::GpuTrialOptions o = quick();
-  o.time_baseline = true;
+  o.baselines = eval::baseline_kinds();
   const GpuTrialResult r = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
   ASSERT_EQ(r.status, "ok") << r.message;
   ASSERT_EQ(r.baselines.size(), eval::baseline_kinds().size()) << r.kernel.dump(1);
   for (const auto& b : r.baselines) EXPECT_EQ(b.samples_us.size(), r.samples_us.size()) << b.kind;
   EXPECT_TRUE(r.kernel["baselines"].contains("graph-pdl"));
+}
+
+// `--baselines auto` (the loop's default): the trial times graph-pdl alone beside the megakernel
+// on a shape graph-pdl runs, and cuBLAS is neither built nor timed.
+TEST(GraphPdlBaseline, AutoTimesGraphPdlAlone) {
+  MS_REQUIRE_GPU();
+  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
+  ASSERT_EQ(eval::graph_pdl_misfit(w.shape), "");
+  const std::vector<int> positions = {0, 2};
+  const Refs refs = eager_refs(w, positions);
+  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+  eval::GpuTrialOptions o = quick();
+  o.baselines = {"auto"};
+  const GpuTrialResult r = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  ASSERT_EQ(r.status, "ok") << r.message;
+  ASSERT_EQ(r.baselines.size(), 1u) << r.kernel.dump(1);
+  EXPECT_EQ(r.baselines[0].kind, "graph-pdl");
+  EXPECT_EQ(r.baselines[0].samples_us.size(), r.samples_us.size());
+  EXPECT_FALSE(r.kernel["baselines"].contains("cublas"));
+  EXPECT_TRUE(r.baseline_samples_us.empty());  // the cuBLAS samples: not timed
 }
 
 TEST(Doctor, StreamReadBandwidthIsPlausible) {
