@@ -44,6 +44,9 @@ namespace megasched::eval {
 /// the timed position alone (with an objective, each of its positions), from the reference KV
 /// cache (the verdict's reference.reference_vm).
 constexpr int64_t kReferenceVmWalkElements = int64_t{1} << 24;
+/// The most threads an automatic (reference_vm_threads 0) sampled ReferenceVm check takes: it runs
+/// beside the GPU phases of a trial while compile-ahead threads build the next kernels.
+constexpr int kReferenceVmAutoThreads = 8;
 
 struct EvaluatorOptions {
   std::string model = "toy";               // preset name or checkpoint directory
@@ -61,6 +64,10 @@ struct EvaluatorOptions {
                                     // gpu, else cpu) | cpu (eval/eager.h) | gpu (gpu_reference.h)
   std::string reference_cache_dir;  // empty: default_reference_cache_dir(); "none": no disk cache
   int64_t reference_vm_walk_elements = kReferenceVmWalkElements;  // see the constant
+  /// The threads of the sampled ReferenceVm check (its step in waves, vm::RunOrder::kWaves: the
+  /// same logits as in queue order); 0: auto, the hardware threads up to
+  /// kReferenceVmAutoThreads. The walk of a small model stays in queue order on one thread.
+  int reference_vm_threads = 0;
   /// Test-only seam in the timing path: when set, the latency the timing step gives at a position
   /// (measured or predicted, before the floor guard) is replaced by what it returns, so a test
   /// can put a sub-floor time in front of the guard. No config, flag or worker message sets it.

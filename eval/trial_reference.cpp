@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "eval/eager.h"
 #include "eval/evaluate.h"
@@ -69,6 +70,11 @@ bool TrialReference::load(const EvaluatorOptions& options, std::string* error) {
       {"reference_vm",
        weights_->layout.total_elements <= options.reference_vm_walk_elements ? "walk" : "sampled"},
       {"windows", listed}};
+  reference_vm_threads_ = options.reference_vm_threads > 0
+                              ? options.reference_vm_threads
+                              : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1,
+                                           kReferenceVmAutoThreads);
+  if (sampled()) info_["reference_vm_threads"] = reference_vm_threads_;
   if (!cross_check_gpu_window(error)) return false;
   for (const ReferenceWindow& w : windows_)
     for (size_t i = 0; i < w.logits.size(); ++i)
@@ -150,9 +156,11 @@ bool TrialReference::check_reference_vm(const schedule::Program& program,
                                         const std::vector<int>& timed, Verdict* v) const {
   vm::ReferenceVm ref(program, *weights_);
   // Sampled: the timed position alone (each objective position), from the reference KV cache
-  // (a large model's ReferenceVm step takes most of a second). Loading a later position's KV
+  // (a large model's ReferenceVm step takes most of a second on one thread: it runs in waves on
+  // reference_vm_threads_, the same logits as in queue order). Loading a later position's KV
   // overwrites every row the earlier step read or wrote.
   if (info_.value("reference_vm", "") == "sampled") {
+    ref.set_threads(reference_vm_threads_);
     bool ok = true;
     for (const int p : timed) {
       const ReferenceWindow* w = window_at(p);
@@ -160,7 +168,7 @@ bool TrialReference::check_reference_vm(const schedule::Program& program,
         v->notes.push_back("the reference KV cache does not fit the program's model");
         return false;
       }
-      const auto step = ref.step(tokens_[static_cast<size_t>(p)], p);
+      const auto step = ref.step(tokens_[static_cast<size_t>(p)], p, vm::RunOrder::kWaves);
       if (!step.completed) {
         v->notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
                            step.stuck);

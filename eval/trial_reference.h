@@ -62,6 +62,7 @@ class TrialReference {
   std::vector<int32_t> tokens_;
   std::vector<int> checked_;
   std::vector<ReferenceWindow> windows_;  // one per checked position, ascending
+  int reference_vm_threads_ = 1;          // the sampled check's threads (load() resolves auto)
   nlohmann::json info_ = nlohmann::json::object();
 };
 

@@ -3,13 +3,19 @@
 #include "vm/reference_vm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "vm/reference_machine.h"
 
@@ -46,13 +52,20 @@ void ReferenceVm::set_step(int32_t token, int32_t position) {
 }
 
 void ReferenceVm::execute(uint32_t task, const std::function<void(const ElementAccess&)>* record) {
+  execute_with(task, scratch_, record);
+}
+
+void ReferenceVm::set_threads(int threads) { threads_ = std::clamp(threads, 1, 256); }
+
+void ReferenceVm::execute_with(uint32_t task, std::vector<float>& scratch,
+                               const std::function<void(const ElementAccess&)>* record) {
   const Instr& t = program_.tasks[task];
   float* kv_f32 = kv_f32_.empty() ? nullptr : kv_f32_.data();
   uint16_t* kv_bf16 = kv_bf16_.empty() ? nullptr : kv_bf16_.data();
   const auto run = [&](const auto* weights) {
     using W = std::remove_cv_t<std::remove_pointer_t<decltype(weights)>>;
     Machine<W> machine{
-        {{program_, program_.model, weights, act_.data(), kv_f32, kv_bf16, cell_, scratch_}}};
+        {{program_, program_.model, weights, act_.data(), kv_f32, kv_bf16, cell_, scratch}}};
     if (record != nullptr)
       machine.execute(t, FnRecord{*record});
     else
@@ -137,11 +150,130 @@ std::string join_stuck(const std::vector<std::string>& items) {
 
 }  // namespace
 
+/// The threads of one kWaves step: run(n, fn) calls fn(i, worker) for every i in [0, n), spread
+/// over the pool's threads and the caller (worker 0), and returns when every call has returned.
+class WavePool {
+ public:
+  explicit WavePool(int threads) {
+    for (int w = 1; w < threads; ++w) threads_.emplace_back([this, w] { serve(w); });
+  }
+  ~WavePool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  WavePool(const WavePool&) = delete;
+  WavePool& operator=(const WavePool&) = delete;
+
+  void run(size_t n, const std::function<void(size_t, int)>& fn) {
+    if (threads_.empty() || n <= 1) {
+      for (size_t i = 0; i < n; ++i) fn(i, 0);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0);
+      busy_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    work(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return busy_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void work(int worker) {
+    for (size_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) (*fn_)(i, worker);
+  }
+  void serve(int worker) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work(worker);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(size_t, int)>* fn_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  int busy_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+uint64_t ReferenceVm::run_wave(const std::vector<uint32_t>& wave) {
+  // No task of a wave waits on another's signal (each was ready before any ran), and a race-free
+  // program's unordered tasks touch disjoint elements where one writes, so running them at once
+  // computes what any serial order of them computes.
+  WavePool* pool = wave_pool_;
+  const auto run_all = [&](const std::vector<uint32_t>& tasks) {
+    const std::function<void(size_t, int)> fn = [&](size_t i, int worker) {
+      execute_with(tasks[i], wave_scratch_[static_cast<size_t>(worker)], nullptr);
+    };
+    pool->run(tasks.size(), fn);
+  };
+  run_all(wave);
+  // The signals in wave order, as run_task gives them; a signal that completes a chained task's
+  // wait queues it (one level, as run_task).
+  std::vector<uint32_t> chained;
+  for (const uint32_t task : wave) {
+    const Instr& t = program_.tasks[task];
+    if (t.signal_increment == 0) continue;
+    const uint32_t before = counters_[t.signal_counter];
+    counters_[t.signal_counter] += t.signal_increment;
+    if (t.chain == 0 || t.chain > program_.tasks.size()) continue;
+    const Instr& k = program_.tasks[t.chain - 1];
+    if (k.wait_count != 1 || k.wait_begin >= program_.waits.size()) continue;
+    const ms_abi::Wait& w = program_.waits[k.wait_begin];
+    if (w.counter != t.signal_counter) continue;
+    if (ms_abi::arrival_completes(before, t.signal_increment, wait_target(w)))
+      chained.push_back(t.chain - 1);
+  }
+  run_all(chained);
+  for (const uint32_t task : chained) {
+    const Instr& k = program_.tasks[task];
+    if (k.signal_increment != 0) counters_[k.signal_counter] += k.signal_increment;
+  }
+  return wave.size() + chained.size();
+}
+
 bool ReferenceVm::run_static(RunOrder order, uint64_t seed, uint64_t* tasks_run,
                              std::string* stuck) {
   const auto& queues = program_.queues;
   std::vector<size_t> head(queues.size(), 0);
-  if (order == RunOrder::kQueueOrder) {
+  if (order == RunOrder::kWaves) {
+    std::vector<uint32_t> wave;
+    std::vector<size_t> blocks;
+    for (;;) {
+      wave.clear();
+      blocks.clear();
+      for (size_t b = 0; b < queues.size(); ++b)
+        if (head[b] < queues[b].size() && ready(queues[b][head[b]])) {
+          wave.push_back(queues[b][head[b]]);
+          blocks.push_back(b);
+        }
+      if (wave.empty()) break;
+      *tasks_run += run_wave(wave);
+      for (const size_t b : blocks) ++head[b];
+    }
+  } else if (order == RunOrder::kQueueOrder) {
     bool progress = true;
     while (progress) {
       progress = false;
@@ -182,8 +314,24 @@ bool ReferenceVm::run_dynamic(RunOrder order, uint64_t seed, uint64_t* tasks_run
   size_t next_ticket = 0;
   std::mt19937_64 rng(seed);
   std::vector<size_t> candidates;
+  std::vector<uint32_t> wave;
   for (;;) {
     while (claimed.size() < workers && next_ticket < queue.size()) claimed.push_back(next_ticket++);
+    if (order == RunOrder::kWaves) {
+      // Every ready claimed task at once; their workers then claim the next tickets.
+      wave.clear();
+      std::vector<size_t> still;
+      for (const size_t ticket : claimed) {
+        if (ready(queue[ticket]))
+          wave.push_back(queue[ticket]);
+        else
+          still.push_back(ticket);
+      }
+      if (wave.empty()) break;
+      *tasks_run += run_wave(wave);
+      claimed = std::move(still);
+      continue;
+    }
     candidates.clear();
     for (size_t i = 0; i < claimed.size(); ++i) {
       if (ready(queue[claimed[i]])) {
@@ -217,9 +365,16 @@ ReferenceVm::StepResult ReferenceVm::step(int32_t token, int32_t position, RunOr
   cell_.token = token;
   cell_.position = position;
   cell_.argmax = -1;
+  std::optional<WavePool> pool;
+  if (order == RunOrder::kWaves) {
+    pool.emplace(threads_);
+    wave_pool_ = &*pool;
+    wave_scratch_.resize(static_cast<size_t>(threads_));
+  }
   result.completed = program_.launch.dynamic_queue
                          ? run_dynamic(order, seed, &result.tasks_run, &result.stuck)
                          : run_static(order, seed, &result.tasks_run, &result.stuck);
+  wave_pool_ = nullptr;
   if (result.completed && result.tasks_run < program_.tasks.size()) {
     // The queues drained but a chained task never ran: no chainer's signal crossed its wait.
     result.completed = false;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -167,6 +168,37 @@ TEST(TrialEvaluator, LargeModelsSampleTheReferenceVmAtTheTimedPositionFromTheRef
   EXPECT_EQ(v.reference["reference_vm"], "sampled");
   EXPECT_EQ(checks_on(v, "reference_vm"), (std::vector<std::pair<int, int>>{{60, 60}}));
   EXPECT_EQ(v.positions_checked, (std::vector<int>{0, 3, 60}));
+}
+
+// The sampled check runs its step in waves on reference_vm_threads threads (auto: the hardware's,
+// at most kReferenceVmAutoThreads) and finds what one thread finds: the same logits, bit for bit.
+TEST(TrialEvaluator, TheSampledCheckOnManyThreadsFindsWhatOneThreadFinds) {
+  std::vector<nlohmann::json> checks;
+  for (const int threads : {1, 4, 0}) {
+    EvaluatorOptions o;
+    o.positions = {0};
+    o.timed_position = 40;
+    o.reference_vm_walk_elements = 0;
+    o.reference_vm_threads = threads;
+    std::string error;
+    auto ev = TrialEvaluator::create(o, &error);
+    ASSERT_TRUE(ev) << error;
+    schedule::ScheduleConfig config;
+    config.tiling.attn_kv_partitions = 4;
+    config.fusion.reduce_by_last_arriver = true;
+    const Verdict v = ev->evaluate(config);
+    ASSERT_TRUE(v.correct) << to_json(v).dump();
+    const int want = threads > 0 ? threads
+                                 : std::clamp(static_cast<int>(std::thread::hardware_concurrency()),
+                                              1, kReferenceVmAutoThreads);
+    EXPECT_EQ(v.reference["reference_vm_threads"], want);
+    ASSERT_EQ(checks_on(v, "reference_vm"), (std::vector<std::pair<int, int>>{{40, 40}}));
+    for (const nlohmann::json& c : v.checks)
+      if (c["path"] == "reference_vm") checks.push_back(c);
+  }
+  ASSERT_EQ(checks.size(), 3u);
+  EXPECT_EQ(checks[1], checks[0]);  // rel_err, max_abs_err, worst logit: bit-identical logits
+  EXPECT_EQ(checks[2], checks[0]);
 }
 
 TEST(TrialEvaluator, UnsafeProgramIsRejectedWithRuleNamesAndNoLatency) {

@@ -122,8 +122,9 @@ TEST(ReferenceVm, Bf16ModelMatchesEagerWithinBf16Tolerance) {
 
 // Runs positions 0..7 and returns the logits of every step.
 std::vector<std::vector<float>> run_steps(const Program& program, const Weights& weights,
-                                          RunOrder order, uint64_t seed) {
+                                          RunOrder order, uint64_t seed, int threads = 1) {
   ReferenceVm vm(program, weights);
+  vm.set_threads(threads);
   std::vector<std::vector<float>> out;
   for (int pos = 0; pos < 8; ++pos) {
     ReferenceVm::StepResult r = vm.step(token_at(pos, weights.shape), pos, order, seed + pos);
@@ -161,6 +162,46 @@ TEST(ReferenceVm, RandomValidOrdersAreBitIdentical) {
         ASSERT_EQ(other[s].size(), base[s].size());
         EXPECT_EQ(std::memcmp(other[s].data(), base[s].data(), base[s].size() * sizeof(float)), 0)
             << schedule::canonical_string(config) << " seed " << seed << " step " << s;
+      }
+    }
+  }
+}
+
+// kWaves (the sampled trial check's order): every ready queue head at once on several threads,
+// then their signals. On programs with split-K, KV partitions, per-slice waits, the dynamic
+// queue, last-arriver chains, combine and attention in O, RoPE pairs and argmax records, the
+// logits of eight steps are bit-identical to queue order's on 1, 3 and 8 threads.
+TEST(ReferenceVm, WavesOnManyThreadsAreBitIdenticalToQueueOrder) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  const Weights& weights = reference(shape).weights;
+  std::vector<ScheduleConfig> configs(6);
+  configs[1].tiling.gemv_k_split = 4;
+  configs[1].tiling.attn_kv_partitions = 4;
+  configs[1].dependencies.residual = Granularity::kPerSlice;
+  configs[1].dependencies.gate_up_to_down = Granularity::kPerSlice;
+  configs[2].assignment.policy = AssignPolicy::kDynamic;
+  configs[2].tiling.attn_q_heads_per_task = 1;
+  configs[3].tiling.attn_kv_partitions = 4;
+  configs[3].tiling.lm_head_rows_per_task = 64;
+  configs[3].fusion.argmax_into_lm_head = true;
+  configs[3].fusion.reduce_by_last_arriver = true;
+  configs[3].assignment.policy = AssignPolicy::kLoadBalance;
+  configs[4].tiling.attn_kv_partitions = 2;
+  configs[4].fusion.combine_into_o = true;
+  configs[4].tiling.qkv_rope_pairs = true;
+  configs[4].dependencies.qkv_to_attention = Granularity::kPerSlice;
+  configs[5].fusion.attention_into_o = true;
+  configs[5].fusion.reduce_by_last_arriver = true;
+  configs[5].assignment.policy = AssignPolicy::kDynamic;
+  for (const ScheduleConfig& config : configs) {
+    const Program program = lower_ok(shape, config, 4);
+    const auto base = run_steps(program, weights, RunOrder::kQueueOrder, 0);
+    for (const int threads : {1, 3, 8}) {
+      const auto waves = run_steps(program, weights, RunOrder::kWaves, 0, threads);
+      for (size_t s = 0; s < base.size(); ++s) {
+        ASSERT_EQ(waves[s].size(), base[s].size());
+        EXPECT_EQ(std::memcmp(waves[s].data(), base[s].data(), base[s].size() * sizeof(float)), 0)
+            << schedule::canonical_string(config) << " threads " << threads << " step " << s;
       }
     }
   }
@@ -410,8 +451,9 @@ TEST(ReferenceVm, DetectsDeadlockAndNamesTheStuckTasks) {
   p.counter_names = {"a", "b"};
   p.queues = {{0}, {1}};
   p.launch.grid_blocks = 2;
-  for (RunOrder order : {RunOrder::kQueueOrder, RunOrder::kRandomOrder}) {
+  for (RunOrder order : {RunOrder::kQueueOrder, RunOrder::kRandomOrder, RunOrder::kWaves}) {
     ReferenceVm vm(p, reference(shape).weights);
+    vm.set_threads(4);
     const ReferenceVm::StepResult r = vm.step(1, 0, order, 3);
     EXPECT_FALSE(r.completed);
     EXPECT_EQ(r.tasks_run, 0u);
@@ -440,6 +482,9 @@ TEST(ReferenceVm, DynamicQueueDeadlocksWhenAClaimWaitsOnALaterTicket) {
   p.queues = {reversed};
   ReferenceVm vm(p, reference(shape).weights);
   EXPECT_FALSE(vm.step(1, 0).completed);
+  ReferenceVm waves(p, reference(shape).weights);
+  waves.set_threads(4);
+  EXPECT_FALSE(waves.step(1, 0, RunOrder::kWaves).completed);
   p.queues = {{}};
   for (uint32_t i = 0; i < p.tasks.size(); ++i) p.queues[0].push_back(i);
   ReferenceVm in_order(p, reference(shape).weights);
