@@ -122,6 +122,16 @@ json timed_position_property() {
       0, 0, 1 << 20);
 }
 
+json baselines_property(const std::string& fallback) {
+  return {{"type", "string"},
+          {"default", fallback},
+          {"description",
+           "GPU trials: the CUDA-graph baselines timed beside the megakernel, as the CLI's "
+           "--baselines takes them: \"all\", \"none\", \"auto\" (graph-pdl, or cublas where "
+           "graph-pdl cannot run the model) or kinds comma-separated (\"cublas,graph-pdl\"); "
+           "speedup_vs_baseline is against the fastest one timed"}};
+}
+
 json objective_property() {
   return {{"type", "string"},
           {"default", ""},
@@ -157,6 +167,7 @@ const json& evaluate_schema() {
        {"positions", positions_property()},
        {"timed_position", timed_position_property()},
        {"objective", objective_property()},
+       {"baselines", baselines_property("all")},
        {"seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
        {"trial_timeout", number_property("Seconds the trial may take before its worker is killed "
                                          "(status timeout)",
@@ -239,6 +250,7 @@ const json& loop_schema() {
           "midpoint and checked at its ends, the budget split evenly; gives the per-bucket "
           "summaries and the merged plan (written to plan.json in the run directory). Empty: "
           "one config"}}},
+       {"baselines", baselines_property("auto")},
        {"weight_seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
        {"trial_timeout", number_property("Seconds a trial may take before its worker is killed "
                                          "(status timeout)",

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "eval/baselines/baseline.h"
 #include "eval/evaluate.h"
 #include "eval/profile.h"
 #include "eval/profile_run.h"
@@ -308,6 +309,9 @@ ToolResult evaluate_tool(const ToolCall& call, McpContext& context) {
   flags.objective = a.text("objective");
   if (!flags.parse_positions(&error) || !flags.parse_objective(&error, "objective"))
     return tool_error(kExitUsage, "megasched evaluate: " + error);
+  const auto baselines = eval::parse_baseline_selection(a.text("baselines"), &error);
+  if (!baselines) return tool_error(kExitUsage, "megasched evaluate: baselines " + error);
+  flags.ev.gpu_options.baselines = *baselines;
   // The model and the target here, for the CLI's messages; the worker loads them.
   const auto shape = schedule::resolve_shape(flags.ev.model, &error);
   if (!shape) return tool_error(kExitUsage, "megasched evaluate: " + error);
@@ -354,6 +358,10 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.trial.positions = a.int_list("positions");
   command.trial.objective = a.text("objective");
   command.objective_flag = "objective";
+  std::string error;
+  const auto baselines = eval::parse_baseline_selection(a.text("baselines"), &error);
+  if (!baselines) return tool_error(kExitUsage, "megasched loop: baselines " + error);
+  command.trial.ev.gpu_options.baselines = *baselines;
   command.device = a.text("device");
   command.strategy.name = a.text("strategy");
   command.strategy.seed = a.seed("seed");
@@ -370,7 +378,6 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.loop.warm_start = a.flag("warm_start");
   command.loop.results_path = context.options().results_path;
   command.loop.corpus_path = context.options().corpus_path;
-  std::string error;
   if (a.has("start")) {
     command.start_config = config_argument(a, "start", &error, command.trial.ev.timed_position);
     if (!command.start_config) return tool_error(kExitUsage, "megasched loop: " + error);

@@ -81,6 +81,7 @@ VerbResult build_report_document(const ReportRequest& request);
 
 /// `loop`: the flags of one loop, and the hooks of whoever runs it.
 struct LoopCommand {
+  LoopCommand() { trial.ev.gpu_options.baselines = {"auto"}; }  // --baselines auto (HARNESS.md)
   TrialFlags trial;
   search::LoopOptions loop;  // its stop, cancel, progress and on_trial hooks are the caller's
   search::StrategyOptions strategy;

@@ -397,6 +397,17 @@ TEST_F(McpServer, ToolFailuresAreResultsWithIsError) {
   EXPECT_FALSE(model.contains("structuredContent"));
   const json stdin_config = client.call("evaluate", {{"config", "-"}});
   EXPECT_TRUE(stdin_config["isError"]);
+  for (const char* tool : {"evaluate", "loop"}) {
+    json args = {{"model", "toy"}, {"device", "cpu"}, {"baselines", "cublas,cudnn"}};
+    if (std::string(tool) == "loop") args["budget"] = 1;
+    const json baselines = client.call(tool, args);
+    EXPECT_TRUE(baselines["isError"]) << tool << " " << baselines.dump();
+    EXPECT_EQ(baselines["_meta"]["dev.megasched/exit_code"], 2) << tool;
+    EXPECT_NE(baselines["content"][0]["text"].get<std::string>().find(
+                  "baselines 'cublas,cudnn': unknown baseline kind 'cudnn'"),
+              std::string::npos)
+        << baselines.dump();
+  }
   const json missing = client.call("propose", {{"config", (dir_ / "nope.json").string()}});
   EXPECT_TRUE(missing["isError"]);
   std::string why;
