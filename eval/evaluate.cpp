@@ -101,6 +101,9 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
     return fail("unknown reference engine '" + options.reference + "'; use auto, cpu or gpu");
   std::unique_ptr<TrialEvaluator> ev(new TrialEvaluator());
   ev->options_ = options;
+  // Its trials share one set of baselines: built and checked by the first, timed by every one.
+  if (!ev->options_.gpu_options.baseline_cache)
+    ev->options_.gpu_options.baseline_cache = make_baseline_cache();
   std::sort(ev->options_.objective.begin(), ev->options_.objective.end(),
             [](const ObjectiveTerm& a, const ObjectiveTerm& b) { return a.position < b.position; });
   std::sort(ev->options_.positions.begin(), ev->options_.positions.end());

@@ -3,13 +3,14 @@
 // positions before the window is loaded into the kernel's KV buffer, then a few consecutive steps
 // run, so the kernel's own KV writes are read back) and compare with the reference logits, then
 // time it (CUDA events, warm-up, many iterations, L2 flushed when the model fits in L2), re-check
-// correctness after timing, and time the cuBLAS CUDA-graph baseline interleaved with it.
+// correctness after timing, and time the selected CUDA-graph baselines interleaved with it.
 // Implemented in eval/gpu_trial_cuda.cpp; without the CUDA toolkit eval/gpu_trial_nocuda.cpp
 // reports that no GPU is available. The device itself (is there one, its limits, its bandwidth) is
 // eval/device.h.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,12 +24,21 @@
 
 namespace megasched::eval {
 
+/// The baselines one evaluator's trials share (one model's weights): each kind built and checked
+/// against the first window once, then timed in every trial that selects it. Trials that share
+/// one run one at a time. Opaque; make_baseline_cache() creates an empty one.
+struct BaselineCache;
+std::shared_ptr<BaselineCache> make_baseline_cache();
+
 struct GpuTrialOptions {
   int warmup = 10;       // untimed iterations
   int iterations = 100;  // timed iterations (>= 100 for a reported latency)
   // The baselines timed beside the megakernel, interleaved with it (eval/baselines/baseline.h
   // parse_baseline_selection: kinds, or "auto"); empty: none.
   std::vector<std::string> baselines = {"cublas", "graph-pdl"};
+  // Where the baselines are kept between trials of the same weights (null: each trial builds and
+  // checks its own); eval::TrialEvaluator gives its trials one.
+  std::shared_ptr<BaselineCache> baseline_cache;
   double hang_timeout_s = 5.0;  // device-side spin bound
   bool force_launch = false;    // test-only: launch even when not co-resident / not validated
   int timed_position = -1;      // position timed; -1: the last position of the last window. It

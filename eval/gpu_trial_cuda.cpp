@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "eval/baselines/baseline.h"
 #include "eval/eager.h"
@@ -20,6 +21,20 @@ namespace megasched::eval {
 
 using json = nlohmann::json;
 using schedule::fmt;
+
+/// One kind's baseline as built and checked by the first trial that selected it: the baseline
+/// (null when it could not be built) with its info, or the error.
+struct CachedBaseline {
+  std::unique_ptr<Baseline> base;
+  json info;
+  std::string error;
+};
+
+struct BaselineCache {
+  std::map<std::string, CachedBaseline> kinds;
+};
+
+std::shared_ptr<BaselineCache> make_baseline_cache() { return std::make_shared<BaselineCache>(); }
 
 namespace {
 
@@ -189,39 +204,55 @@ class GpuTrial {
     return c.pass && argmax_task_ok;
   }
 
-  /// The selected baseline kinds (their own accuracy is reported, not gated): each walks the first
-  /// window when that starts at 0 and is compared there; its timing at the timed position reads a
-  /// KV cache filled only that far, which changes no work (attention reads every position up to it
-  /// either way).
+  /// The selected baseline kinds (their own accuracy is reported, not gated), from the options'
+  /// cache when an earlier trial built them, else built and checked here (build_baseline).
   void start_baseline() {
-    const ReferenceWindow& first = windows_.front();
-    const int filled = first.start == 0 ? static_cast<int>(first.logits.size()) : 0;
     for (const std::string& kind : baselines_for(options_.baselines, weights_.shape)) {
-      std::string error;
-      auto base = create_baseline(kind, weights_, &error);
-      if (!base) {
-        r_.kernel["baseline_errors"][kind] = error;
+      CachedBaseline built;
+      CachedBaseline* b = &built;
+      bool reused = false;
+      if (options_.baseline_cache) {
+        auto& kinds = options_.baseline_cache->kinds;
+        reused = kinds.count(kind) > 0;
+        b = &kinds[kind];
+      }
+      if (!reused) build_baseline(kind, b);
+      if (!b->base) {
+        r_.kernel["baseline_errors"][kind] = b->error;
         continue;
       }
-      json checks = json::array();
-      for (int p = 0; p < filled; ++p) {
-        const std::vector<float> logits = base->step(token_at(p), p);
-        const std::vector<float>& ref = first.logits[static_cast<size_t>(p)];
-        if (ref.empty()) continue;
-        const Comparison c = compare_logits(logits, ref, weights_.shape.dtype);
-        checks.push_back({{"position", p},
-                          {"rel_err", c.rel_err},
-                          {"max_abs_err", c.max_abs_err},
-                          {"argmax_match", c.argmax_match}});
-      }
-      json info = base->info();
-      info["checks"] = checks;
-      info["kv_filled_to"] = filled;
+      json info = b->info;
+      info["reused"] = reused;  // built and checked by an earlier trial of these weights
       if (kind == "cublas") r_.kernel["baseline"] = info;
       r_.kernel["baselines"][kind] = info;
       r_.baselines.push_back({kind, {}});
-      bases_.push_back(std::move(base));
+      bases_.push_back(b->base.get());
+      if (b == &built) owned_.push_back(std::move(built.base));
     }
+  }
+
+  /// Builds the baseline of `kind` into *b and checks it over the first window when that starts
+  /// at 0; its timing at the timed position later reads a KV cache filled only that far, which
+  /// changes no work (attention reads every position up to it either way).
+  void build_baseline(const std::string& kind, CachedBaseline* b) {
+    const ReferenceWindow& first = windows_.front();
+    const int filled = first.start == 0 ? static_cast<int>(first.logits.size()) : 0;
+    b->base = create_baseline(kind, weights_, &b->error);
+    if (!b->base) return;
+    json checks = json::array();
+    for (int p = 0; p < filled; ++p) {
+      const std::vector<float> logits = b->base->step(token_at(p), p);
+      const std::vector<float>& ref = first.logits[static_cast<size_t>(p)];
+      if (ref.empty()) continue;
+      const Comparison c = compare_logits(logits, ref, weights_.shape.dtype);
+      checks.push_back({{"position", p},
+                        {"rel_err", c.rel_err},
+                        {"max_abs_err", c.max_abs_err},
+                        {"argmax_match", c.argmax_match}});
+    }
+    b->info = b->base->info();
+    b->info["checks"] = checks;
+    b->info["kv_filled_to"] = filled;
   }
 
   /// Warm-up, then interleaved megakernel / baseline iterations, L2 flushed between iterations
@@ -300,7 +331,8 @@ class GpuTrial {
   const GpuTrialOptions& options_;
   GpuTrialResult r_;
   std::unique_ptr<vm::GpuVm> gvm_;
-  std::vector<std::unique_ptr<Baseline>> bases_;  // in r_.baselines order
+  std::vector<Baseline*> bases_;                  // in r_.baselines order
+  std::vector<std::unique_ptr<Baseline>> owned_;  // those built for this trial alone (no cache)
   int timed_ = 0;                                 // the position timed
   std::vector<float> timed_logits_;
 };

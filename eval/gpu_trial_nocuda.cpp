@@ -7,6 +7,10 @@ namespace {
 constexpr const char* kNoCuda = "this megasched was built without the CUDA toolkit";
 }
 
+struct BaselineCache {};
+
+std::shared_ptr<BaselineCache> make_baseline_cache() { return std::make_shared<BaselineCache>(); }
+
 GpuTrialResult run_gpu_trial(const schedule::Program&, const schedule::Weights&,
                              const std::vector<int32_t>&, const std::vector<ReferenceWindow>&,
                              const GpuTrialOptions&) {

@@ -642,6 +642,33 @@ TEST(GraphPdlBaseline, AutoTimesGraphPdlAlone) {
   EXPECT_TRUE(r.baseline_samples_us.empty());  // the cuBLAS samples: not timed
 }
 
+// Trials that share a baseline cache (one evaluator's) build and check each baseline once: the
+// second trial reuses them, still times them beside its kernel, and reports the first's checks.
+TEST(GraphPdlBaseline, TrialsSharingACacheBuildTheBaselinesOnce) {
+  MS_REQUIRE_GPU();
+  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
+  const std::vector<int> positions = {0, 2};
+  const Refs refs = eager_refs(w, positions);
+  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+  eval::GpuTrialOptions o = quick();
+  o.baselines = eval::baseline_kinds();
+  o.baseline_cache = eval::make_baseline_cache();
+  const GpuTrialResult first = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  const GpuTrialResult second = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  for (const GpuTrialResult* r : {&first, &second}) {
+    ASSERT_EQ(r->status, "ok") << r->message;
+    ASSERT_EQ(r->baselines.size(), eval::baseline_kinds().size()) << r->kernel.dump(1);
+    for (const auto& b : r->baselines)
+      EXPECT_EQ(b.samples_us.size(), r->samples_us.size()) << b.kind;
+  }
+  for (const std::string& kind : eval::baseline_kinds()) {
+    EXPECT_FALSE(first.kernel["baselines"][kind]["reused"].get<bool>()) << kind;
+    EXPECT_TRUE(second.kernel["baselines"][kind]["reused"].get<bool>()) << kind;
+    EXPECT_EQ(second.kernel["baselines"][kind]["checks"],
+              first.kernel["baselines"][kind]["checks"]);
+  }
+}
+
 TEST(Doctor, StreamReadBandwidthIsPlausible) {
   MS_REQUIRE_GPU();
   std::vector<double> samples;
