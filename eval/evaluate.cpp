@@ -368,6 +368,21 @@ Verdict TrialEvaluator::judge(const schedule::Program& program,
   v.pct_of_floor = 100.0 * floor.floor_us / *latency;
   if (floor.floor_datasheet_us > 0)
     v.pct_of_datasheet = 100.0 * floor.floor_datasheet_us / *latency;
+  // The fastest correct measurement at each timed position bounds later trials' timing there
+  // (EvaluatorOptions::stop_slower).
+  if (v.latency_kind == "measured-gpu") {
+    const auto faster = [&](int position, double us) {
+      auto [it, fresh] = fastest_us_.emplace(position, us);
+      if (!fresh) it->second = std::min(it->second, us);
+    };
+    if (options_.objective.empty()) {
+      faster(options_.timed_position, *latency);
+    } else {
+      for (size_t i = 0; i < options_.objective.size() && i < v.objective.size(); ++i)
+        if (v.objective[i].contains("latency_us") && v.objective[i]["latency_us"].is_number())
+          faster(options_.objective[i].position, v.objective[i]["latency_us"].get<double>());
+    }
+  }
   return v;
 }
 
@@ -383,7 +398,8 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
       v->status = "incorrect";
       return std::nullopt;
     }
-    return TrialTimer(options_, weights_, target_, *reference_).time(program, floor, v);
+    return TrialTimer(options_, weights_, target_, *reference_, &fastest_us_)
+        .time(program, floor, v);
   }
   // The sampled check is one ReferenceVm step of a large model on one CPU core (most of a
   // second); the GPU phases do not depend on it, so the two run at once. The verdict is the one
@@ -398,7 +414,7 @@ std::optional<double> TrialEvaluator::check_and_measure(const schedule::Program&
   });
   Verdict out = *v;
   const std::optional<double> latency =
-      TrialTimer(options_, weights_, target_, *reference_).time(program, floor, &out);
+      TrialTimer(options_, weights_, target_, *reference_, &fastest_us_).time(program, floor, &out);
   const auto [program_ok, ref_ms] = ref.get();
   json checks = v->checks;
   for (const json& c : ref_v.checks) checks.push_back(c);

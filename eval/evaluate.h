@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,6 +69,10 @@ struct EvaluatorOptions {
   /// same logits as in queue order); 0: auto, the hardware threads up to
   /// kReferenceVmAutoThreads. The walk of a small model stays in queue order on one thread.
   int reference_vm_threads = 0;
+  /// GPU trials: a trial's timing stops after GpuTrialOptions::stop_check_iterations steps when
+  /// their median is above this many times the fastest latency this evaluator has measured at that
+  /// position in a correct trial (stop_bound_us); 0: every trial times all its iterations.
+  double stop_slower = 0.0;
   /// Test-only seam in the timing path: when set, the latency the timing step gives at a position
   /// (measured or predicted, before the floor guard) is replaced by what it returns, so a test
   /// can put a sub-floor time in front of the guard. No config, flag or worker message sets it.
@@ -129,7 +134,8 @@ class TrialEvaluator : public Evaluator {
   schedule::GpuTarget target_;
   std::vector<int> checked_;                 // --positions and the timed position(s), ascending
   std::optional<TrialReference> reference_;  // the windows, the tokens fed, their origins
-  std::string target_mismatch_;  // a GPU run whose --gpu names another GPU than the live one
+  std::map<int, double> fastest_us_;  // per timed position: the fastest correct measured latency
+  std::string target_mismatch_;       // a GPU run whose --gpu names another GPU than the live one
 };
 
 /// Why timing on the live GPU named `live_name` under the registry target `named` (a named --gpu)

@@ -36,6 +36,11 @@ struct GpuTrialOptions {
   // The baselines timed beside the megakernel, interleaved with it (eval/baselines/baseline.h
   // parse_baseline_selection: kinds, or "auto"); empty: none.
   std::vector<std::string> baselines = {"cublas", "graph-pdl"};
+  // Timing stops after stop_check_iterations timed steps when their median is above
+  // stop_above_us (0: never): a trial that slow is timed well enough to be judged, and its other
+  // steps would cost seconds (kernel.timing_stopped says when and why).
+  double stop_above_us = 0.0;
+  int stop_check_iterations = 10;
   // Where the baselines are kept between trials of the same weights (null: each trial builds and
   // checks its own); eval::TrialEvaluator gives its trials one.
   std::shared_ptr<BaselineCache> baseline_cache;

@@ -274,6 +274,17 @@ class GpuTrial {
       r_.samples_us.push_back(gvm_->time_step_us(tok, timed_, flush));
       for (size_t b = 0; b < bases_.size(); ++b)
         r_.baselines[b].samples_us.push_back(bases_[b]->time_step_us(tok, timed_, flush));
+      if (options_.stop_above_us > 0.0 && i + 1 == options_.stop_check_iterations &&
+          i + 1 < options_.iterations) {
+        const double median = sample_stats(r_.samples_us).median;
+        if (median > options_.stop_above_us) {
+          r_.kernel["timing_stopped"] = {{"after_iterations", i + 1},
+                                         {"median_us", median},
+                                         {"above_us", options_.stop_above_us}};
+          r_.kernel["iterations"] = i + 1;
+          break;
+        }
+      }
     }
     for (const auto& b : r_.baselines)
       if (b.kind == "cublas") r_.baseline_samples_us = b.samples_us;

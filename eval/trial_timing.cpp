@@ -156,11 +156,18 @@ std::optional<double> TrialTimer::time_objective(const schedule::Program& progra
   return latency;
 }
 
+double stop_bound_us(double stop_slower, const std::map<int, double>& fastest_us, int position) {
+  const auto it = fastest_us.find(position);
+  return stop_slower > 0.0 && it != fastest_us.end() ? stop_slower * it->second : 0.0;
+}
+
 std::optional<double> TrialTimer::measure_on_gpu(const schedule::Program& program, int position,
                                                  Verdict* v,
                                                  std::vector<BaselineMedian>* medians_out) {
   GpuTrialOptions gpu_options = options_.gpu_options;
   gpu_options.timed_position = position;  // the floor refers to this position
+  if (fastest_us_)
+    gpu_options.stop_above_us = stop_bound_us(options_.stop_slower, *fastest_us_, position);
   const vm::CubinCacheStats before = vm::cubin_cache_stats();
   const GpuTrialResult g =
       run_gpu_trial(program, weights_, reference_.tokens(), reference_.windows(), gpu_options);
@@ -204,6 +211,12 @@ std::optional<double> TrialTimer::measure_on_gpu(const schedule::Program& progra
   }
   const SampleStats s = sample_stats(g.samples_us);
   v->samples_us = g.samples_us;
+  if (g.kernel.contains("timing_stopped"))
+    v->notes.push_back("timing stopped after " + std::to_string(g.samples_us.size()) + " of " +
+                       std::to_string(gpu_options.iterations) + " iterations: their median " +
+                       schedule::fmt("%.1f us", s.median) + " is above " +
+                       schedule::fmt("%.1f us", gpu_options.stop_above_us) + " (--stop-slower " +
+                       schedule::fmt("%g", options_.stop_slower) + " x the fastest measured here)");
   v->latency_p90_us = s.p90;
   v->latency_spread_us = s.p90 - s.p10;
   v->latency_kind = "measured-gpu";

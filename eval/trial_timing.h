@@ -4,6 +4,7 @@
 // guard (EvaluatorOptions::latency_for_testing).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -19,11 +20,23 @@ namespace megasched::eval {
 
 struct EvaluatorOptions;  // eval/evaluate.h
 
+/// The latency above which a GPU trial at `position` stops timing early
+/// (GpuTrialOptions::stop_above_us): `stop_slower` x the fastest latency measured there so far;
+/// 0 (time every iteration) when stop_slower is 0 or nothing was measured there yet.
+double stop_bound_us(double stop_slower, const std::map<int, double>& fastest_us, int position);
+
 class TrialTimer {
  public:
+  /// `fastest_us` (per position, the evaluator's fastest correct latencies) sets each GPU trial's
+  /// early stop with options.stop_slower; null: none.
   TrialTimer(const EvaluatorOptions& options, const schedule::Weights& weights,
-             const schedule::GpuTarget& target, const TrialReference& reference)
-      : options_(options), weights_(weights), target_(target), reference_(reference) {}
+             const schedule::GpuTarget& target, const TrialReference& reference,
+             const std::map<int, double>* fastest_us = nullptr)
+      : options_(options),
+        weights_(weights),
+        target_(target),
+        reference_(reference),
+        fastest_us_(fastest_us) {}
 
   /// The latency, measured or predicted, at the timed position or over the objective (nullopt: a
   /// failure status or a cost model that did not drain; the verdict says which).
@@ -45,6 +58,7 @@ class TrialTimer {
   const schedule::Weights& weights_;
   const schedule::GpuTarget& target_;
   const TrialReference& reference_;
+  const std::map<int, double>* fastest_us_;
 };
 
 }  // namespace megasched::eval

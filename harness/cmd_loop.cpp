@@ -136,6 +136,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
       "predicted) in turn; the keep rule compares these means, and --warm-start adopts only "
       "records of the same objective. Instead of --timed-position");
   add_baselines_flag(cmd, &opt->trial.ev.gpu_options.baselines, "auto");
+  add_stop_slower_flag(cmd, &opt->trial.ev.stop_slower, opt->trial.ev.stop_slower);
   cmd->add_flag("--isolate", opt->isolate,
                 "Run CPU trials in a worker process too (GPU trials always are)");
   cmd->add_option("--gpus", opt->gpus,

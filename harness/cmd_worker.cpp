@@ -24,6 +24,7 @@ void add_worker_command(CLI::App& app, CliContext& ctx) {
   add_timed_position_flag(cmd, &opt->ev.timed_position);
   add_objective_flag(cmd, &opt->objective);
   add_baselines_flag(cmd, &opt->ev.gpu_options.baselines, "all");
+  add_stop_slower_flag(cmd, &opt->ev.stop_slower, 0.0);
   cmd->callback([&ctx, opt] {
     std::string why;
     const bool positions_ok = opt->parse_positions(&why);

@@ -251,6 +251,11 @@ const json& loop_schema() {
           "summaries and the merged plan (written to plan.json in the run directory). Empty: "
           "one config"}}},
        {"baselines", baselines_property("auto")},
+       {"stop_slower",
+        number_property("GPU trials: stop timing after 10 steps when their median is above this "
+                        "many times the fastest latency measured at that position (as the CLI's "
+                        "--stop-slower: 0, or 1.05 and up); 0: time every iteration",
+                        2.0, 0)},
        {"weight_seed", integer_property("Weight and token seed for presets", 0, 0, kMaxSeed)},
        {"trial_timeout", number_property("Seconds a trial may take before its worker is killed "
                                          "(status timeout)",

@@ -362,6 +362,10 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   const auto baselines = eval::parse_baseline_selection(a.text("baselines"), &error);
   if (!baselines) return tool_error(kExitUsage, "megasched loop: baselines " + error);
   command.trial.ev.gpu_options.baselines = *baselines;
+  command.trial.ev.stop_slower = a.number("stop_slower");
+  if (command.trial.ev.stop_slower != 0.0 && command.trial.ev.stop_slower < 1.05)
+    return tool_error(kExitUsage, "megasched loop: stop_slower must be 0 (off) or >= 1.05, not " +
+                                      schedule::fmt("%g", command.trial.ev.stop_slower));
   command.device = a.text("device");
   command.strategy.name = a.text("strategy");
   command.strategy.seed = a.seed("seed");

@@ -1,10 +1,13 @@
 #include "harness/trial_flags.h"
 
+#include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "eval/baselines/baseline.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
+#include "schedule/format.h"
 
 namespace megasched::harness {
 
@@ -93,6 +96,33 @@ CLI::Option* add_baselines_flag(CLI::App* cmd, std::vector<std::string>* selecti
       ->default_str(default_text);
 }
 
+CLI::Option* add_stop_slower_flag(CLI::App* cmd, double* factor, double default_value) {
+  *factor = default_value;
+  CLI::Validator valid(
+      [](std::string& text) {
+        double x = 0.0;
+        try {
+          size_t used = 0;
+          x = std::stod(text, &used);
+          if (used != text.size()) return "'" + text + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a number";
+        }
+        if (!std::isfinite(x) || (x != 0.0 && x < 1.05))
+          return std::string("must be 0 (off) or a finite number >= 1.05, not '") + text + "'";
+        return std::string();
+      },
+      "0|X>=1.05");
+  return cmd
+      ->add_option("--stop-slower", *factor,
+                   "GPU trials: stop timing after 10 steps when their median is above this many "
+                   "times the fastest latency the worker has measured at that position (the "
+                   "verdict's kernel.timing_stopped says so; its latency is those steps' median); "
+                   "0: time every iteration")
+      ->check(valid)
+      ->default_str(schedule::fmt("%g", default_value));
+}
+
 int target_error_code(const std::string& gpu) {
   return gpu == "auto" ? kExitEnvironment : kExitUsage;
 }
@@ -132,7 +162,8 @@ std::string TrialFlags::worker_arguments() const {
          " --device " + ev.device + " --positions " + positions + " --weight-seed " +
          std::to_string(ev.seed) + " --timed-position " + std::to_string(ev.timed_position) +
          (ev.objective.empty() ? "" : " --objective " + eval::objective_text(ev.objective)) +
-         " --baselines " + eval::baseline_selection_text(ev.gpu_options.baselines);
+         " --baselines " + eval::baseline_selection_text(ev.gpu_options.baselines) +
+         " --stop-slower " + schedule::fmt("%g", ev.stop_slower);
 }
 
 }  // namespace megasched::harness

@@ -70,6 +70,11 @@ CLI::Option* add_corpus_stale_flag(CLI::App* cmd, bool* include);
 CLI::Option* add_baselines_flag(CLI::App* cmd, std::vector<std::string>* selection,
                                 const std::string& default_text);
 
+/// --stop-slower X: GPU trials stop timing after 10 steps when their median is above X times the
+/// fastest latency the worker has measured at that position (eval::EvaluatorOptions::stop_slower);
+/// 0 or a number from 1.05 up. `default_value` is what *factor holds unless the flag is given.
+CLI::Option* add_stop_slower_flag(CLI::App* cmd, double* factor, double default_value);
+
 /// The exit code of a --gpu that does not resolve: 3 for auto (no usable GPU here: the machine's
 /// fault), 2 for a name that is no target (the argument's).
 int target_error_code(const std::string& gpu);

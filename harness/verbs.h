@@ -81,7 +81,10 @@ VerbResult build_report_document(const ReportRequest& request);
 
 /// `loop`: the flags of one loop, and the hooks of whoever runs it.
 struct LoopCommand {
-  LoopCommand() { trial.ev.gpu_options.baselines = {"auto"}; }  // --baselines auto (HARNESS.md)
+  LoopCommand() {  // --baselines auto, --stop-slower 2 (HARNESS.md section 2)
+    trial.ev.gpu_options.baselines = {"auto"};
+    trial.ev.stop_slower = 2.0;
+  }
   TrialFlags trial;
   search::LoopOptions loop;  // its stop, cancel, progress and on_trial hooks are the caller's
   search::StrategyOptions strategy;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "eval/baselines/baseline.h"
+#include "eval/trial_timing.h"
 
 namespace megasched::eval {
 namespace {
@@ -175,6 +176,15 @@ TEST(BaselineSelection, AutoIsGraphPdlWhereItRunsTheShapeAndCublasElsewhere) {
   EXPECT_EQ(baselines_for({"cublas", "graph-pdl"}, wide),
             (std::vector<std::string>{"cublas", "graph-pdl"}));  // named kinds stay as named
   EXPECT_TRUE(baselines_for({}, llama).empty());
+}
+
+TEST(StopBound, IsTheFactorTimesTheFastestAtThatPositionOnceOneIsKnown) {
+  const std::map<int, double> fastest = {{0, 1000.0}, {4096, 1200.0}};
+  EXPECT_EQ(stop_bound_us(2.0, fastest, 0), 2000.0);
+  EXPECT_EQ(stop_bound_us(1.5, fastest, 4096), 1800.0);
+  EXPECT_EQ(stop_bound_us(2.0, fastest, 1024), 0.0);  // nothing measured there yet: time it all
+  EXPECT_EQ(stop_bound_us(0.0, fastest, 0), 0.0);     // off
+  EXPECT_EQ(stop_bound_us(2.0, {}, 0), 0.0);
 }
 
 TEST(BaselineKinds, UnknownKindNamesTheKnownOnes) {

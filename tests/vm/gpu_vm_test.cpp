@@ -669,6 +669,32 @@ TEST(GraphPdlBaseline, TrialsSharingACacheBuildTheBaselinesOnce) {
   }
 }
 
+// GpuTrialOptions::stop_above_us: a trial whose first stop_check_iterations steps have a median
+// above the bound stops timing there and says so; one below it times every iteration.
+TEST(GpuVm, TimingStopsEarlyAboveTheBoundAndNotBelowIt) {
+  MS_REQUIRE_GPU();
+  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
+  const std::vector<int> positions = {0, 2};
+  const Refs refs = eager_refs(w, positions);
+  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+  eval::GpuTrialOptions o = quick();
+  o.iterations = 40;
+  o.baselines = {"graph-pdl"};
+  o.stop_above_us = 0.001;  // every step is slower than a nanosecond
+  const GpuTrialResult stopped = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  ASSERT_EQ(stopped.status, "ok") << stopped.message;
+  EXPECT_EQ(stopped.samples_us.size(), static_cast<size_t>(o.stop_check_iterations));
+  EXPECT_EQ(stopped.baselines[0].samples_us.size(), stopped.samples_us.size());
+  ASSERT_TRUE(stopped.kernel.contains("timing_stopped")) << stopped.kernel.dump(1);
+  EXPECT_EQ(stopped.kernel["timing_stopped"]["after_iterations"], o.stop_check_iterations);
+  EXPECT_EQ(stopped.kernel["iterations"], o.stop_check_iterations);
+  o.stop_above_us = 1e9;  // no step is that slow
+  const GpuTrialResult full = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  ASSERT_EQ(full.status, "ok") << full.message;
+  EXPECT_EQ(full.samples_us.size(), 40u);
+  EXPECT_FALSE(full.kernel.contains("timing_stopped"));
+}
+
 TEST(Doctor, StreamReadBandwidthIsPlausible) {
   MS_REQUIRE_GPU();
   std::vector<double> samples;
