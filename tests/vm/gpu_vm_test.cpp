@@ -607,15 +607,24 @@ TEST(GraphPdlBaseline, MatchesEagerOnSmall) {
                                  {0, 3, 200});
 }
 
+/// The default program of a toy bf16 model with the eager logits at positions 0 and 2: the inputs
+/// of the trials below, which differ in their options alone.
+struct ToyTrial {
+  schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
+  std::vector<int> positions = {0, 2};
+  Refs refs = eager_refs(w, positions);
+  schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+
+  GpuTrialResult run(const eval::GpuTrialOptions& o) const {
+    return eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  }
+};
+
 TEST(GraphPdlBaseline, TheTrialTimesEveryBaselineKind) {
   MS_REQUIRE_GPU();
-  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
-  const std::vector<int> positions = {0, 2};
-  const Refs refs = eager_refs(w, positions);
-  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
   eval::GpuTrialOptions o = quick();
   o.baselines = eval::baseline_kinds();
-  const GpuTrialResult r = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  const GpuTrialResult r = ToyTrial{}.run(o);
   ASSERT_EQ(r.status, "ok") << r.message;
   ASSERT_EQ(r.baselines.size(), eval::baseline_kinds().size()) << r.kernel.dump(1);
   for (const auto& b : r.baselines) EXPECT_EQ(b.samples_us.size(), r.samples_us.size()) << b.kind;
@@ -626,14 +635,11 @@ TEST(GraphPdlBaseline, TheTrialTimesEveryBaselineKind) {
 // on a shape graph-pdl runs, and cuBLAS is neither built nor timed.
 TEST(GraphPdlBaseline, AutoTimesGraphPdlAlone) {
   MS_REQUIRE_GPU();
-  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
-  ASSERT_EQ(eval::graph_pdl_misfit(w.shape), "");
-  const std::vector<int> positions = {0, 2};
-  const Refs refs = eager_refs(w, positions);
-  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+  const ToyTrial toy;
+  ASSERT_EQ(eval::graph_pdl_misfit(toy.w.shape), "");
   eval::GpuTrialOptions o = quick();
   o.baselines = {"auto"};
-  const GpuTrialResult r = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  const GpuTrialResult r = toy.run(o);
   ASSERT_EQ(r.status, "ok") << r.message;
   ASSERT_EQ(r.baselines.size(), 1u) << r.kernel.dump(1);
   EXPECT_EQ(r.baselines[0].kind, "graph-pdl");
@@ -646,15 +652,12 @@ TEST(GraphPdlBaseline, AutoTimesGraphPdlAlone) {
 // second trial reuses them, still times them beside its kernel, and reports the first's checks.
 TEST(GraphPdlBaseline, TrialsSharingACacheBuildTheBaselinesOnce) {
   MS_REQUIRE_GPU();
-  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
-  const std::vector<int> positions = {0, 2};
-  const Refs refs = eager_refs(w, positions);
-  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+  const ToyTrial toy;
   eval::GpuTrialOptions o = quick();
   o.baselines = eval::baseline_kinds();
   o.baseline_cache = eval::make_baseline_cache();
-  const GpuTrialResult first = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
-  const GpuTrialResult second = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  const GpuTrialResult first = toy.run(o);
+  const GpuTrialResult second = toy.run(o);
   for (const GpuTrialResult* r : {&first, &second}) {
     ASSERT_EQ(r->status, "ok") << r->message;
     ASSERT_EQ(r->baselines.size(), eval::baseline_kinds().size()) << r->kernel.dump(1);
@@ -673,15 +676,12 @@ TEST(GraphPdlBaseline, TrialsSharingACacheBuildTheBaselinesOnce) {
 // above the bound stops timing there and says so; one below it times every iteration.
 TEST(GpuVm, TimingStopsEarlyAboveTheBoundAndNotBelowIt) {
   MS_REQUIRE_GPU();
-  const schedule::Weights w = schedule::generate_weights(toy_shape(schedule::DType::kBF16), 3);
-  const std::vector<int> positions = {0, 2};
-  const Refs refs = eager_refs(w, positions);
-  const schedule::Program p = lower_or_die(w.shape, schedule::ScheduleConfig{});
+  const ToyTrial toy;
   eval::GpuTrialOptions o = quick();
   o.iterations = 40;
   o.baselines = {"graph-pdl"};
   o.stop_above_us = 0.001;  // every step is slower than a nanosecond
-  const GpuTrialResult stopped = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  const GpuTrialResult stopped = toy.run(o);
   ASSERT_EQ(stopped.status, "ok") << stopped.message;
   EXPECT_EQ(stopped.samples_us.size(), static_cast<size_t>(o.stop_check_iterations));
   EXPECT_EQ(stopped.baselines[0].samples_us.size(), stopped.samples_us.size());
@@ -689,7 +689,7 @@ TEST(GpuVm, TimingStopsEarlyAboveTheBoundAndNotBelowIt) {
   EXPECT_EQ(stopped.kernel["timing_stopped"]["after_iterations"], o.stop_check_iterations);
   EXPECT_EQ(stopped.kernel["iterations"], o.stop_check_iterations);
   o.stop_above_us = 1e9;  // no step is that slow
-  const GpuTrialResult full = eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, o);
+  const GpuTrialResult full = toy.run(o);
   ASSERT_EQ(full.status, "ok") << full.message;
   EXPECT_EQ(full.samples_us.size(), 40u);
   EXPECT_FALSE(full.kernel.contains("timing_stopped"));

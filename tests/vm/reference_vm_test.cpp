@@ -135,9 +135,9 @@ std::vector<std::vector<float>> run_steps(const Program& program, const Weights&
   return out;
 }
 
-TEST(ReferenceVm, RandomValidOrdersAreBitIdentical) {
-  const ModelShape shape = *schedule::find_preset("toy-2L");
-  const Weights& weights = reference(shape).weights;
+/// The default and three configs that reorder much (split-K, KV partitions, per-slice waits, the
+/// dynamic queue, unfused ops, load balance): the programs the run-order tests run.
+std::vector<ScheduleConfig> reordering_configs() {
   std::vector<ScheduleConfig> configs(4);
   configs[1].tiling.gemv_k_split = 4;
   configs[1].tiling.attn_kv_partitions = 4;
@@ -153,7 +153,13 @@ TEST(ReferenceVm, RandomValidOrdersAreBitIdentical) {
   configs[3].fusion.residual_into_gemv = false;
   configs[3].dependencies.qkv_to_attention = Granularity::kPerSlice;
   configs[3].dependencies.attention_to_o = Granularity::kPerSlice;
-  for (const ScheduleConfig& config : configs) {
+  return configs;
+}
+
+TEST(ReferenceVm, RandomValidOrdersAreBitIdentical) {
+  const ModelShape shape = *schedule::find_preset("toy-2L");
+  const Weights& weights = reference(shape).weights;
+  for (const ScheduleConfig& config : reordering_configs()) {
     const Program program = lower_ok(shape, config, 2);
     const auto base = run_steps(program, weights, RunOrder::kQueueOrder, 0);
     for (uint64_t seed = 1; seed <= 5; ++seed) {
@@ -174,25 +180,23 @@ TEST(ReferenceVm, RandomValidOrdersAreBitIdentical) {
 TEST(ReferenceVm, WavesOnManyThreadsAreBitIdenticalToQueueOrder) {
   const ModelShape shape = *schedule::find_preset("toy-2L");
   const Weights& weights = reference(shape).weights;
-  std::vector<ScheduleConfig> configs(6);
-  configs[1].tiling.gemv_k_split = 4;
-  configs[1].tiling.attn_kv_partitions = 4;
-  configs[1].dependencies.residual = Granularity::kPerSlice;
-  configs[1].dependencies.gate_up_to_down = Granularity::kPerSlice;
-  configs[2].assignment.policy = AssignPolicy::kDynamic;
-  configs[2].tiling.attn_q_heads_per_task = 1;
-  configs[3].tiling.attn_kv_partitions = 4;
-  configs[3].tiling.lm_head_rows_per_task = 64;
-  configs[3].fusion.argmax_into_lm_head = true;
-  configs[3].fusion.reduce_by_last_arriver = true;
-  configs[3].assignment.policy = AssignPolicy::kLoadBalance;
-  configs[4].tiling.attn_kv_partitions = 2;
-  configs[4].fusion.combine_into_o = true;
-  configs[4].tiling.qkv_rope_pairs = true;
-  configs[4].dependencies.qkv_to_attention = Granularity::kPerSlice;
-  configs[5].fusion.attention_into_o = true;
-  configs[5].fusion.reduce_by_last_arriver = true;
-  configs[5].assignment.policy = AssignPolicy::kDynamic;
+  std::vector<ScheduleConfig> configs = reordering_configs();
+  ScheduleConfig chained;  // last arrivers: the combines and the argmax run on the arriving block
+  chained.tiling.attn_kv_partitions = 4;
+  chained.tiling.lm_head_rows_per_task = 64;
+  chained.fusion.argmax_into_lm_head = true;
+  chained.fusion.reduce_by_last_arriver = true;
+  chained.assignment.policy = AssignPolicy::kLoadBalance;
+  ScheduleConfig combine_in_o;
+  combine_in_o.tiling.attn_kv_partitions = 2;
+  combine_in_o.fusion.combine_into_o = true;
+  combine_in_o.tiling.qkv_rope_pairs = true;
+  combine_in_o.dependencies.qkv_to_attention = Granularity::kPerSlice;
+  ScheduleConfig attention_in_o;
+  attention_in_o.fusion.attention_into_o = true;
+  attention_in_o.fusion.reduce_by_last_arriver = true;
+  attention_in_o.assignment.policy = AssignPolicy::kDynamic;
+  configs.insert(configs.end(), {chained, combine_in_o, attention_in_o});
   for (const ScheduleConfig& config : configs) {
     const Program program = lower_ok(shape, config, 4);
     const auto base = run_steps(program, weights, RunOrder::kQueueOrder, 0);
