@@ -97,23 +97,33 @@ void ReferenceVm::resume_at_epoch(uint32_t epoch) {
     counters_[c] = ms_abi::wait_target(epoch, program_.counter_totals[c], 0);
 }
 
-uint32_t ReferenceVm::run_task(uint32_t task) {
-  execute(task);
+std::optional<uint32_t> ReferenceVm::signal(uint32_t task) {
   const Instr& t = program_.tasks[task];
-  if (t.signal_increment == 0) return 1;
+  if (t.signal_increment == 0) return std::nullopt;
   const uint32_t before = counters_[t.signal_counter];
   counters_[t.signal_counter] += t.signal_increment;
   // A last arriver (abi/abi.h): the signal that takes the counter to the chained task's wait
-  // target runs that task here, as the kernel runs it on the arriving block; one level only.
-  if (t.chain == 0 || t.chain > program_.tasks.size()) return 1;
+  // target runs that task, as the kernel runs it on the arriving block.
+  if (t.chain == 0 || t.chain > program_.tasks.size()) return std::nullopt;
   const Instr& k = program_.tasks[t.chain - 1];
-  if (k.wait_count != 1 || k.wait_begin >= program_.waits.size()) return 1;
+  if (k.wait_count != 1 || k.wait_begin >= program_.waits.size()) return std::nullopt;
   const ms_abi::Wait& w = program_.waits[k.wait_begin];
-  if (w.counter != t.signal_counter) return 1;
-  const uint32_t target = wait_target(w);
-  if (!ms_abi::arrival_completes(before, t.signal_increment, target)) return 1;
-  execute(t.chain - 1);
+  if (w.counter != t.signal_counter) return std::nullopt;
+  if (!ms_abi::arrival_completes(before, t.signal_increment, wait_target(w))) return std::nullopt;
+  return t.chain - 1;
+}
+
+void ReferenceVm::signal_chained(uint32_t task) {
+  const Instr& k = program_.tasks[task];
   if (k.signal_increment != 0) counters_[k.signal_counter] += k.signal_increment;
+}
+
+uint32_t ReferenceVm::run_task(uint32_t task) {
+  execute(task);
+  const std::optional<uint32_t> chained = signal(task);
+  if (!chained) return 1;
+  execute(*chained);  // one level only: a chained task's own signal chains nothing
+  signal_chained(*chained);
   return 2;
 }
 
@@ -230,27 +240,13 @@ uint64_t ReferenceVm::run_wave(const std::vector<uint32_t>& wave) {
     pool->run(tasks.size(), fn);
   };
   run_all(wave);
-  // The signals in wave order, as run_task gives them; a signal that completes a chained task's
-  // wait queues it (one level, as run_task).
+  // The signals in wave order, as run_task gives them; the chained tasks they complete run
+  // together after them (one level, as run_task).
   std::vector<uint32_t> chained;
-  for (const uint32_t task : wave) {
-    const Instr& t = program_.tasks[task];
-    if (t.signal_increment == 0) continue;
-    const uint32_t before = counters_[t.signal_counter];
-    counters_[t.signal_counter] += t.signal_increment;
-    if (t.chain == 0 || t.chain > program_.tasks.size()) continue;
-    const Instr& k = program_.tasks[t.chain - 1];
-    if (k.wait_count != 1 || k.wait_begin >= program_.waits.size()) continue;
-    const ms_abi::Wait& w = program_.waits[k.wait_begin];
-    if (w.counter != t.signal_counter) continue;
-    if (ms_abi::arrival_completes(before, t.signal_increment, wait_target(w)))
-      chained.push_back(t.chain - 1);
-  }
+  for (const uint32_t task : wave)
+    if (const std::optional<uint32_t> k = signal(task)) chained.push_back(*k);
   run_all(chained);
-  for (const uint32_t task : chained) {
-    const Instr& k = program_.tasks[task];
-    if (k.signal_increment != 0) counters_[k.signal_counter] += k.signal_increment;
-  }
+  for (const uint32_t task : chained) signal_chained(task);
   return wave.size() + chained.size();
 }
 

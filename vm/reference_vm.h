@@ -97,6 +97,11 @@ class ReferenceVm {
   /// Runs a task and signals; when its signal is the last arrival a chained task waits for, runs
   /// and signals that one too (abi/abi.h, Last arrivers). Returns the tasks run (1 or 2).
   uint32_t run_task(uint32_t task);
+  /// Adds `task`'s signal to its counter; returns the chained task whose one wait this arrival
+  /// completes (abi/abi.h, Last arrivers), if any.
+  std::optional<uint32_t> signal(uint32_t task);
+  /// A chained task's signal (its own chain field is not followed: one level only).
+  void signal_chained(uint32_t task);
   /// execute() with the scratch vector `scratch` (one per thread of a wave).
   void execute_with(uint32_t task, std::vector<float>& scratch,
                     const std::function<void(const ElementAccess&)>* record);
