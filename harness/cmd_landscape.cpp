@@ -137,7 +137,8 @@ void add_landscape_command(CLI::App& app, CliContext& ctx) {
   add_positions_flag(rec, &c->loop.trial.positions);
   add_timed_position_flag(rec, &c->loop.trial.ev.timed_position);
   add_seed_flag(rec, &c->loop.trial.ev.seed, "--weight-seed");
-  add_baselines_flag(rec, &c->loop.trial.ev.gpu_options.baselines, "auto");
+  // A landscape row holds the kernel's latency alone: no baseline is timed unless asked for.
+  add_baselines_flag(rec, &c->loop.trial.ev.gpu_options.baselines, "none");
   add_stop_slower_flag(rec, &c->loop.trial.ev.stop_slower, c->loop.trial.ev.stop_slower);
   rec->add_option("--sample", c->sample, "Configs in the space-filling sample")
       ->check(integer_in(0, 1000000))

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -196,6 +197,27 @@ TEST(Cli, HelpOfEvaluateLoopAndWorkerDescribesObjective) {
     EXPECT_NE(r.out.find("--objective"), std::string::npos) << verb << r.out;
     EXPECT_NE(r.out.find("POS:WEIGHT"), std::string::npos) << verb << r.out;
     EXPECT_NE(r.out.find("weighted mean"), std::string::npos) << verb << r.out;
+  }
+}
+
+// The trial-pace defaults as each verb's help states them: evaluate and worker time every
+// baseline and every iteration; loop times graph-pdl and stops slow trials early; landscape
+// record, whose rows hold the kernel's latency alone, times no baseline.
+TEST(Cli, HelpGivesEachVerbsBaselinesAndEarlyStop) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> verbs = {
+      {"evaluate", "=all", ""},
+      {"worker", "=all", "=0"},
+      {"loop", "=auto", "=2"},
+      {"landscape record", "=none", "=2"}};
+  for (const auto& [verb, baselines, stop] : verbs) {
+    auto r = run(verb + " --help");
+    EXPECT_EQ(r.exit_code, 0) << verb;
+    EXPECT_NE(r.out.find("--baselines TEXT:all|none|auto|KIND,..." + baselines), std::string::npos)
+        << verb << r.out;
+    if (!stop.empty()) {
+      EXPECT_NE(r.out.find("--stop-slower FLOAT:0|X>=1.05" + stop), std::string::npos)
+          << verb << r.out;
+    }
   }
 }
 
