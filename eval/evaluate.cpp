@@ -97,6 +97,8 @@ std::unique_ptr<TrialEvaluator> TrialEvaluator::create_unguarded(const Evaluator
         "(an objective of one position, e.g. --objective 1024, times at 1024 alone)");
   if (const std::string why = objective_error(options.objective); !why.empty()) return fail(why);
   if (options.check_steps < 1) return fail("check_steps must be >= 1");
+  if (const std::string why = stop_slower_error(options.stop_slower); !why.empty())
+    return fail("stop_slower " + why);
   if (options.reference != "auto" && options.reference != "cpu" && options.reference != "gpu")
     return fail("unknown reference engine '" + options.reference + "'; use auto, cpu or gpu");
   std::unique_ptr<TrialEvaluator> ev(new TrialEvaluator());

@@ -156,6 +156,13 @@ std::optional<double> TrialTimer::time_objective(const schedule::Program& progra
   return latency;
 }
 
+std::string stop_slower_error(double stop_slower) {
+  if (stop_slower == 0.0 || (std::isfinite(stop_slower) && stop_slower >= kStopSlowerMin))
+    return "";
+  return "must be 0 (off) or a finite number >= " + schedule::fmt("%g", kStopSlowerMin) + ", not " +
+         schedule::fmt("%g", stop_slower);
+}
+
 double stop_bound_us(double stop_slower, const std::map<int, double>& fastest_us, int position) {
   const auto it = fastest_us.find(position);
   return stop_slower > 0.0 && it != fastest_us.end() ? stop_slower * it->second : 0.0;

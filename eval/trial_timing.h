@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "eval/baselines/baseline.h"
@@ -19,6 +20,12 @@
 namespace megasched::eval {
 
 struct EvaluatorOptions;  // eval/evaluate.h
+
+/// The smallest early-stop factor other than 0 (off): below it a trial as fast as the fastest
+/// within the noise could be cut short.
+constexpr double kStopSlowerMin = 1.05;
+/// Why `stop_slower` is no early-stop factor ("" when it is: 0, or finite and >= kStopSlowerMin).
+std::string stop_slower_error(double stop_slower);
 
 /// The latency above which a GPU trial at `position` stops timing early
 /// (GpuTrialOptions::stop_above_us): `stop_slower` x the fastest latency measured there so far;

@@ -7,6 +7,7 @@
 #include "eval/evaluate.h"
 #include "eval/profile.h"
 #include "eval/profile_run.h"
+#include "eval/trial_timing.h"
 #include "flywheel/registry.h"
 #include "harness/cli_util.h"
 #include "harness/json_schema.h"
@@ -363,9 +364,8 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   if (!baselines) return tool_error(kExitUsage, "megasched loop: baselines " + error);
   command.trial.ev.gpu_options.baselines = *baselines;
   command.trial.ev.stop_slower = a.number("stop_slower");
-  if (command.trial.ev.stop_slower != 0.0 && command.trial.ev.stop_slower < 1.05)
-    return tool_error(kExitUsage, "megasched loop: stop_slower must be 0 (off) or >= 1.05, not " +
-                                      schedule::fmt("%g", command.trial.ev.stop_slower));
+  if (const std::string why = eval::stop_slower_error(command.trial.ev.stop_slower); !why.empty())
+    return tool_error(kExitUsage, "megasched loop: stop_slower " + why);
   command.device = a.text("device");
   command.strategy.name = a.text("strategy");
   command.strategy.seed = a.seed("seed");

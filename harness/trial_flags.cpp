@@ -1,10 +1,10 @@
 #include "harness/trial_flags.h"
 
-#include <cmath>
 #include <limits>
 #include <stdexcept>
 
 #include "eval/baselines/baseline.h"
+#include "eval/trial_timing.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
 #include "schedule/format.h"
@@ -108,11 +108,9 @@ CLI::Option* add_stop_slower_flag(CLI::App* cmd, double* factor, double default_
         } catch (const std::exception&) {
           return "'" + text + "' is not a number";
         }
-        if (!std::isfinite(x) || (x != 0.0 && x < 1.05))
-          return std::string("must be 0 (off) or a finite number >= 1.05, not '") + text + "'";
-        return std::string();
+        return eval::stop_slower_error(x);
       },
-      "0|X>=1.05");
+      "0|X>=" + schedule::fmt("%g", eval::kStopSlowerMin));
   return cmd
       ->add_option("--stop-slower", *factor,
                    "GPU trials: stop timing after 10 steps when their median is above this many "

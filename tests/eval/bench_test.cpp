@@ -2,6 +2,8 @@
 // the strongest baseline (eval/baselines/baseline.h): host code, no GPU.
 #include "eval/bench.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "eval/baselines/baseline.h"
@@ -185,6 +187,14 @@ TEST(StopBound, IsTheFactorTimesTheFastestAtThatPositionOnceOneIsKnown) {
   EXPECT_EQ(stop_bound_us(2.0, fastest, 1024), 0.0);  // nothing measured there yet: time it all
   EXPECT_EQ(stop_bound_us(0.0, fastest, 0), 0.0);     // off
   EXPECT_EQ(stop_bound_us(2.0, {}, 0), 0.0);
+}
+
+TEST(StopBound, AFactorIsZeroOrAtLeastTheMinimum) {
+  for (const double ok : {0.0, kStopSlowerMin, 2.0, 100.0}) EXPECT_EQ(stop_slower_error(ok), "");
+  for (const double bad : {1.0, 1.04, -2.0, std::nan(""), HUGE_VAL})
+    EXPECT_NE(stop_slower_error(bad).find("must be 0 (off) or a finite number >= 1.05"),
+              std::string::npos)
+        << bad;
 }
 
 TEST(BaselineKinds, UnknownKindNamesTheKnownOnes) {

@@ -259,6 +259,11 @@ TEST(TrialEvaluator, BadInputsAreErrorsWithHints) {
   EXPECT_FALSE(TrialEvaluator::create(o, &error));
   EXPECT_NE(error.find("unknown model 'tiny'"), std::string::npos) << error;
   o = EvaluatorOptions{};
+  o.stop_slower = 1.0;  // would cut short trials as fast as the fastest within the noise
+  EXPECT_FALSE(TrialEvaluator::create(o, &error));
+  EXPECT_NE(error.find("stop_slower must be 0 (off) or a finite number >= 1.05"), std::string::npos)
+      << error;
+  o = EvaluatorOptions{};
   o.gpu = "h1000";
   EXPECT_FALSE(TrialEvaluator::create(o, &error));
   EXPECT_NE(error.find("did you mean 'h100'"), std::string::npos) << error;

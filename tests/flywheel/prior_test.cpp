@@ -106,22 +106,27 @@ TEST(Prior, SamplesKeepOnlyTheRequestedTargetAndLatencyKind) {
   EXPECT_FALSE(samples[1].latency_us.has_value());  // a failure: the failure model's negative
 }
 
+/// A kept, correct GPU measurement of toy on `target`: its config has 2^(i % 4) KV partitions.
+CorpusRecord measured_row(const std::string& target, int i, double latency_us) {
+  CorpusRecord r;
+  r.target = target;
+  r.device = "gpu";
+  r.model = "toy";
+  r.status = kStatusKept;
+  r.verdict.correct = true;
+  r.verdict.latency_kind = "measured-gpu";
+  r.config = {{"tiling", {{"attn_kv_partitions", 1 << (i % 4)}}}};
+  r.verdict.latency_us = latency_us;
+  return r;
+}
+
 // A row of `--gpu auto` names the live device, one of `--gpu h200` the registry's target: one GPU,
 // one group in the per-target evaluation and in the samples of either name.
 TEST(Prior, TheLiveNameAndTheTargetNameOfAGpuAreOneTarget) {
   std::vector<CorpusRecord> rows;
-  for (int i = 0; i < 24; ++i) {
-    CorpusRecord r;
-    r.target = i % 2 ? "NVIDIA H200" : "h200";
-    r.device = "gpu";
-    r.model = "toy";
-    r.status = kStatusKept;
-    r.verdict.correct = true;
-    r.verdict.latency_kind = "measured-gpu";
-    r.config = {{"tiling", {{"attn_kv_partitions", 1 << (i % 4)}}}};
-    r.verdict.latency_us = 100.0 + 10.0 * (i % 4) + 0.1 * i;
-    rows.push_back(r);
-  }
+  for (int i = 0; i < 24; ++i)
+    rows.push_back(
+        measured_row(i % 2 ? "NVIDIA H200" : "h200", i, 100.0 + 10.0 * (i % 4) + 0.1 * i));
   EXPECT_EQ(prior_samples(rows, "NVIDIA H200", "gpu").size(), 24u);
   EXPECT_EQ(prior_samples(rows, "h200", "gpu").size(), 24u);
   const nlohmann::json per_target = evaluate_prior_per_target(rows, "", "", 3, 0);
@@ -137,22 +142,14 @@ TEST(Prior, TheLiveNameAndTheTargetNameOfAGpuAreOneTarget) {
 TEST(Prior, EvaluationGroupsRowsByTheirTimedPositionAndObjective) {
   std::vector<CorpusRecord> rows;
   for (int i = 0; i < 36; ++i) {
-    CorpusRecord r;
-    r.target = "h100";
-    r.device = "gpu";
-    r.model = "toy";
-    r.status = kStatusKept;
-    r.verdict.correct = true;
-    r.verdict.latency_kind = "measured-gpu";
-    r.config = {{"tiling", {{"attn_kv_partitions", 1 << (i % 4)}}}};
     const int kind = i % 3;  // position 0, position 4096, an objective over both
+    // Position 4096 reverses position 0's order: mixed, no ranking fits both.
+    const double rank = kind == 1 ? 3 - i % 4 : i % 4;
+    CorpusRecord r = measured_row("h100", i, (kind == 1 ? 400.0 : 100.0) + 10.0 * rank + 0.01 * i);
     r.verdict.timed_position = kind == 1 ? 4096 : 0;
     if (kind == 2)
       r.verdict.objective = nlohmann::json::array(
           {{{"position", 0}, {"weight", 1.0}}, {{"position", 4096}, {"weight", 1.0}}});
-    // Position 4096 reverses position 0's order: mixed, no ranking fits both.
-    const double rank = kind == 1 ? 3 - i % 4 : i % 4;
-    r.verdict.latency_us = (kind == 1 ? 400.0 : 100.0) + 10.0 * rank + 0.01 * i;
     rows.push_back(r);
   }
   const nlohmann::json per = evaluate_prior_per_target(rows, "", "", 3, 0);

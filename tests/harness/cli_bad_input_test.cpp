@@ -285,7 +285,7 @@ const Row kRows[] = {
     {"evaluate --model toy --baselines none --no-baseline", 2, "excludes"},
     {"worker --model toy --device cpu --baselines ,", 2, "an empty kind"},
     {"loop --model toy --device cpu --stop-slower 1", 2,
-     "--stop-slower: must be 0 (off) or a finite number >= 1.05, not '1'"},
+     "--stop-slower: must be 0 (off) or a finite number >= 1.05, not 1"},
     {"landscape record --model toy --device cpu --stop-slower nan", 2, "--stop-slower"},
     {"worker --model toy --device cpu --stop-slower x2", 2, "'x2' is not a number"},
     {"loop --model toy --device cpu --timed-position -3", 2, "--timed-position"},
