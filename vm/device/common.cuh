@@ -22,6 +22,9 @@
 #ifndef MS_UNROLL
 #define MS_UNROLL 2  // independent weight vectors in flight per row
 #endif
+#ifndef MS_STREAM_DEPTH
+#define MS_STREAM_DEPTH 2  // streamed GEMV: weight chunks a warp holds in flight in registers
+#endif
 #ifndef MS_WEIGHT_LOAD
 #define MS_WEIGHT_LOAD 0  // 0: ld.global; 1: ld.global.nc.L1::no_allocate
 #endif
@@ -120,6 +123,7 @@ constexpr int kXFloats = MS_X_FLOATS;
 constexpr int kVectorBytes = MS_VECTOR_BYTES;
 constexpr int kRowsPerWarp = MS_ROWS_PER_WARP;
 constexpr int kUnroll = MS_UNROLL;
+constexpr int kStreamDepth = MS_STREAM_DEPTH;
 constexpr int kHeadDim = MS_HEAD_DIM;
 constexpr int kHeadDimPerLane = (MS_HEAD_DIM + 31) / 32;  // head dims a lane owns (d = lane + 32 j)
 constexpr int kAttnHeadBatch = 8;  // query heads an attention warp carries at once
@@ -142,6 +146,7 @@ static_assert(MS_VECTOR_BYTES == 4 || MS_VECTOR_BYTES == 8 || MS_VECTOR_BYTES ==
               "MS_VECTOR_BYTES");
 static_assert(MS_ROWS_PER_WARP >= 1 && MS_ROWS_PER_WARP <= 8, "MS_ROWS_PER_WARP");
 static_assert(MS_UNROLL >= 1 && MS_UNROLL <= 8, "MS_UNROLL");
+static_assert(MS_STREAM_DEPTH >= 2 && MS_STREAM_DEPTH <= 4, "MS_STREAM_DEPTH");
 static_assert(!kRing || (MS_THREADS >= 64 && kRingPages >= 1 && kRingPageBytes % 16 == 0 &&
                          kXFloats % 4 == 0),
               "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");

@@ -1,16 +1,17 @@
 // The streamed GEMV of a registers build (kernel.weight_stream "registers"): the way of streaming
-// that the graph-pdl baseline (eval/baselines/pdl_baseline.cuh) showed reaches the HBM floor, done inside the
-// megakernel's task loop (ARCHITECTURE.md, "Where each concept lives").
+// that the graph-pdl baseline (eval/baselines/pdl_baseline.cuh) showed reaches the HBM floor, done
+// inside the megakernel's task loop (ARCHITECTURE.md, "Where each concept lives").
 //
 // A task's rows are cut into groups of kRowsPerWarp rows; warp w of the block owns groups
 // w, w + kComputeWarps, ... and streams each group's rows in chunks of kUnroll vectors per lane and
-// row, double-buffered in registers (while one chunk is multiplied, the next is in flight), across
-// group boundaries. Weights depend on nothing, so every warp issues its first two chunks BEFORE
-// the task's dependency wait: a block that reaches a task early streams its weights while the
-// producers finish. After the wait the input is staged once, in fp32, in
-// column order, with its prologue (RMSNorm with the scale applied to the dot products at the end,
-// or SiLU(gate) * up); the residual row a thread will add is read beside it. Each group's sums go
-// to Shared::u.rows, and the usual epilogue (residual, RoPE + KV append, plain) writes them.
+// row, kStreamDepth chunks in registers (kernel.stream_depth: while one chunk is multiplied, the
+// next kStreamDepth - 1 are in flight), across group boundaries. Weights depend on nothing, so
+// every warp issues its first kStreamDepth chunks BEFORE the task's dependency wait: a block that
+// reaches a task early streams its weights while the producers finish. After the wait the input is
+// staged once, in fp32, in column order, with its prologue (RMSNorm with the scale applied to the
+// dot products at the end, or SiLU(gate) * up); the residual row a thread will add is read beside
+// it. Each group's sums go to Shared::u.rows, and the usual epilogue (residual, RoPE + KV append,
+// plain) writes them.
 //
 // It takes GEMV tasks of whole rows (col_begin 0, col_end ld) with at most kEpilogueRows rows
 // (task_rows: a task of RoPE pairs has two rows per pair, mapped by task_row),
@@ -126,8 +127,11 @@ __device__ __forceinline__ float4 gamma4(const KernelArgs& a, uint64_t at) {
 }
 
 /// Float4 groups of the input a thread stages per batch (all loads of a batch issued before any is
-/// used: one L2 round trip per batch).
-constexpr int kStreamStageBatch = 8;
+/// used: one L2 round trip per batch). Fewer as kStreamDepth grows: a batch's float4 pairs are live
+/// beside the kStreamDepth chunks in flight, and at depth >= 3 a batch of 8 spills the staging
+/// (ptxas, the position-0 record's build at 255 registers: 128 B of spill stores in gemv_stream at
+/// depth 3 with 8 and at depth 4 with 4; none at depth 3 with 4 or at depth 4 with 2).
+constexpr int kStreamStageBatch = kStreamDepth == 2 ? 8 : kStreamDepth == 3 ? 4 : 2;
 
 /// After the wait: x[i] = the input after its prologue (the norm's gamma is read in the same batch
 /// as the activations, and its rsqrt is applied to the dot products later). Returns the thread's
@@ -399,21 +403,23 @@ __device__ __forceinline__ void stream_stage_attention(const KernelArgs& a, cons
   }
 }
 
-/// Streams every item of the warp; each group's sums, times `scale`, go to s.u.rows. With `peek`
-/// (kFlagTagIn: lane i of warp 0 and its wait i's counter), *seen gets the counter's value, read
-/// with no ordering once the warp has issued its last weight load (about one HBM round trip before
-/// its stream ends).
-__device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk& c0, StreamChunk& c1,
+/// Streams every item of the warp; each group's sums, times `scale`, go to s.u.rows. c holds items
+/// 0 .. kStreamDepth - 1 (loaded before the wait); item i + kStreamDepth is loaded into the chunk
+/// of item i as soon as i is multiplied. With `peek` (kFlagTagIn: lane i of warp 0 and its wait
+/// i's counter), *seen gets the counter's value, read with no ordering once the warp has issued its
+/// last weight load (about one HBM round trip before its stream ends).
+__device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk (&c)[kStreamDepth],
                                            const float* x, float scale, Shared& s,
                                            const uint32_t* peek, uint32_t* seen) {
   float acc[kRowsPerWarp];
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; ++j) acc[j] = 0.0f;
-  const uint32_t peek_item = ws.items > 2 ? ws.items - 2 : 0;
-  auto step = [&](StreamChunk& c, uint32_t i) {
+  const uint32_t depth = kStreamDepth;
+  const uint32_t peek_item = ws.items > depth ? ws.items - depth : 0;
+  auto step = [&](StreamChunk& chunk, uint32_t i) {
     if (MS_TAGGED && peek != nullptr && i == peek_item) *seen = counter_peek(peek);
-    ws.fma(c, i, x, acc);
-    if (i + 2 < ws.items) ws.load(c, i + 2);
+    ws.fma(chunk, i, x, acc);
+    if (i + depth < ws.items) ws.load(chunk, i + depth);
     if (i % ws.chunks == ws.chunks - 1) {
       const uint32_t r0 = ws.group_row(i);
 #pragma unroll
@@ -424,9 +430,10 @@ __device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk& c0
       }
     }
   };
-  for (uint32_t i = 0; i < ws.items; i += 2) {
-    step(c0, i);
-    if (i + 1 < ws.items) step(c1, i + 1);
+  for (uint32_t i = 0; i < ws.items; i += depth) {
+#pragma unroll
+    for (uint32_t d = 0; d < depth; ++d)
+      if (i + d < ws.items) step(c[d], i + d);
   }
 }
 
@@ -437,9 +444,10 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
                                                 uint32_t epoch, const WaitHead& head) {
   extern __shared__ __align__(16) float stream_x[];  // the dynamic shared memory: the input
   const WarpStream ws(a, in);
-  StreamChunk c0, c1;
-  if (ws.items > 0) ws.load(c0, 0);
-  if (ws.items > 1) ws.load(c1, 1);
+  StreamChunk c[kStreamDepth];
+#pragma unroll
+  for (uint32_t d = 0; d < uint32_t(kStreamDepth); ++d)
+    if (d < ws.items) ws.load(c[d], d);
   // kFlagTagIn: the waits to within their slack now, in full before the first write (below).
   const bool tag_in = MS_TAGGED && (in.flags & kFlagTagIn) != 0;
   const uint32_t tag = tagged_word_tag(epoch);
@@ -487,7 +495,7 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   uint32_t seen = 0;
   const bool heads_only = in.wait_count <= kWaitHeads;
   const bool peeks = tag_in && heads_only && threadIdx.x < in.wait_count;
-  stream_run(ws, c0, c1, stream_x, scale, s, peeks ? a.counters + head.counter : nullptr, &seen);
+  stream_run(ws, c, stream_x, scale, s, peeks ? a.counters + head.counter : nullptr, &seen);
   if (peeks && ws.items == 0) seen = counter_peek(a.counters + head.counter);
   if (tag_in) {
     if (threadIdx.x < 32) {
