@@ -37,6 +37,7 @@ DeviceBuild device_build(const Program& program) {
   take("MS_VECTOR_BYTES", &b.vector_bytes);
   take("MS_ROWS_PER_WARP", &b.rows_per_warp);
   take("MS_UNROLL", &b.unroll);
+  take("MS_STREAM_DEPTH", &b.stream_depth);
   take("MS_WEIGHT_LOAD", &b.weight_load);
   take("MS_WEIGHT_RING", &ring);
   take("MS_RING_PAGES", &b.ring_pages);
@@ -63,6 +64,7 @@ std::vector<std::string> device_build_errors(const DeviceBuild& b) {
   check(b.vector_bytes == 4 || b.vector_bytes == 8 || b.vector_bytes == 16, "MS_VECTOR_BYTES");
   check(b.rows_per_warp >= 1 && b.rows_per_warp <= 8, "MS_ROWS_PER_WARP");
   check(b.unroll >= 1 && b.unroll <= 8, "MS_UNROLL");
+  check(b.stream_depth >= 2 && b.stream_depth <= 4, "MS_STREAM_DEPTH");
   check(!b.weight_ring || (b.threads >= 64 && b.ring_pages >= 1 && b.ring_page_bytes % 16 == 0 &&
                            b.x_floats % 4 == 0),
         "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");

@@ -28,6 +28,7 @@ struct DeviceBuild {
   int vector_bytes = 16;                   // MS_VECTOR_BYTES
   int rows_per_warp = 2;                   // MS_ROWS_PER_WARP
   int unroll = 2;                          // MS_UNROLL
+  int stream_depth = 2;                    // MS_STREAM_DEPTH
   int weight_load = 0;                     // MS_WEIGHT_LOAD
   bool weight_ring = false;                // MS_WEIGHT_RING
   int ring_pages = 1;                      // MS_RING_PAGES

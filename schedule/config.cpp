@@ -191,6 +191,12 @@ const std::vector<KnobEntry>& knob_table() {
     add("kernel.unroll", ints({1, 2, 4, 8}), 2,
         "independent weight-load batches in flight per warp",
         field_access(&ScheduleConfig::kernel, &KernelConfig::unroll), "MS_UNROLL");
+    add("kernel.stream_depth", ints({2, 3, 4}), 2,
+        "streamed GEMV (registers weight stream): weight chunks (kernel.unroll vectors x "
+        "kernel.rows_per_warp rows per lane) each warp keeps in flight in registers, the first "
+        "ones issued before the task's dependency wait; 3 and 4 hold 1.5x and 2x today's bytes in "
+        "flight per SM. Needs kernel.weight_stream registers",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::stream_depth), "MS_STREAM_DEPTH");
     add("kernel.weight_load", {"ldg", "ldg_stream"}, "ldg",
         "weight load instruction: ld.global, or ld.global.nc.L1::no_allocate (streaming)",
         enum_access(&ScheduleConfig::kernel, &KernelConfig::weight_load,
@@ -591,6 +597,11 @@ std::string knob_conflict(const ScheduleConfig& config) {
     return "smem.inflight_pages = " + std::to_string(config.smem.inflight_pages) +
            " must be below smem.pages = " + std::to_string(config.smem.pages) +
            " (a cap at or above the ring's pages caps nothing); hint: 0, or fewer pages in flight";
+  if (config.kernel.stream_depth != 2 && config.kernel.weight_stream != WeightStream::kRegisters)
+    return "kernel.stream_depth = " + std::to_string(config.kernel.stream_depth) +
+           " needs kernel.weight_stream = registers (it sets the chunks the streamed GEMV keeps in "
+           "flight in registers; the weight ring's GEMVs do not stream into registers); hint: set "
+           "kernel.stream_depth back to 2";
   if (config.tiling.qkv_rope_pairs && !config.fusion.rope_kv_into_qkv)
     return "tiling.qkv_rope_pairs = true needs fusion.rope_kv_into_qkv = true (the pairs are "
            "RoPE's; unfused, the QKV rows have no pairing); hint: set one of them back";

@@ -42,7 +42,7 @@ enum class AssignPolicy : uint8_t {
 
 /// Who moves GEMV weights into the SMs (a kernel build knob).
 enum class WeightStream : uint8_t {
-  kRegisters,  // every compute warp loads its rows into registers (double-buffered batches)
+  kRegisters,  // every compute warp loads its rows into registers (kernel.stream_depth chunks)
   kSmemRing,   // a loader warp streams weight tiles into the smem page ring with bulk async copies
                // completing on mbarriers, running ahead across tasks (it never waits on
                // dependencies); the other warps compute from the ring (static queues only)
@@ -130,6 +130,7 @@ struct KernelConfig {
   int vector_bytes;
   int rows_per_warp;
   int unroll;
+  int stream_depth;  // registers weight stream: weight chunks each warp keeps in flight
   WeightLoad weight_load;
   WeightStream weight_stream;
   AttentionPath attention;

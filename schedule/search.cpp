@@ -80,8 +80,11 @@ std::vector<nlohmann::json> fitting_choices(const KnobSpec& spec, const ModelSha
 
 // Whether a knob acts only under another knob's value: some non-default choice of it alone, on the
 // default config, is refused by knob_conflict (smem.inflight_pages without the weight ring,
-// fusion.combine_into_o without KV partitions).
+// fusion.combine_into_o without KV partitions). kernel.stream_depth is the ring cap's mirror: it
+// acts only under the default weight stream (registers), so the default config accepts every
+// depth, but drawn with the rest it would refuse two of three ring draws; it is named here.
 bool conditional_knob(const KnobSpec& spec) {
+  if (spec.path == "kernel.stream_depth") return true;
   for (const auto& c : spec.choices) {
     if (c == spec.default_value) continue;
     ScheduleConfig config;

@@ -103,6 +103,29 @@ TEST(DeviceModel, TheInflightCapBuildsExactlyWhereTheModelSaysItDoes) {
   }
 }
 
+// The streamed GEMV's chunks in flight (MS_STREAM_DEPTH) build from 2 to 4 and nowhere else: the
+// model's static_assert, the validator's build rule (the knob table's choices) and NVRTC agree.
+TEST(DeviceModel, TheStreamDepthBuildsExactlyWhereTheModelSaysItDoes) {
+  const bool nvrtc = vm::nvrtc_version() != "none";
+  for (int depth : {1, 2, 3, 4, 5}) {
+    Program p = build_only(256, 64, false);
+    p.build.knobs["MS_STREAM_DEPTH"] = depth;
+    const bool builds = depth >= 2 && depth <= 4;
+    EXPECT_EQ(device_build(p).stream_depth, depth);
+    EXPECT_EQ(device_build_errors(device_build(p)).empty(), builds) << "depth " << depth;
+    size_t more = 0;
+    bool refused = false;
+    for (const BuildMisfit& m : build_misfits(p, 8, &more))
+      refused |= m.message.find("MS_STREAM_DEPTH") != std::string::npos;
+    EXPECT_EQ(refused, !builds) << "depth " << depth;
+    if (!nvrtc || builds) continue;  // the builds that compile: NvrtcBuild.CompilesEveryBuild*
+    const vm::BuildResult r =
+        vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
+    EXPECT_FALSE(r.ok) << "depth " << depth;
+    EXPECT_NE(r.error.find("MS_STREAM_DEPTH"), std::string::npos) << depth << ": " << r.error;
+  }
+}
+
 TEST(DeviceModel, StagingExtentFormulaIsTheLargestStagedSlot) {
   for (uint32_t vec_elems : {1u, 2u, 4u, 8u}) {
     uint32_t largest = 0;
@@ -225,6 +248,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.fusion.combine_into_o = false;    // and the combine in O
       cfg.fusion.attention_into_o = false;  // and the attention in O
       cfg.pipeline.tagged_inputs = false;   // and tagged words
+      cfg.kernel.stream_depth = 2;          // and weight chunks in flight in registers
       cfg.assignment.policy = AssignPolicy::kRoundRobin;
       cfg.launch.threads_per_block = std::max(cfg.launch.threads_per_block, 128);
       cfg.launch.blocks_per_sm = 1;

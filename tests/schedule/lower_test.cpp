@@ -687,6 +687,32 @@ TEST(Lowering, InflightPagesNeedTheRingAndFewerPagesThanItHolds) {
   }
 }
 
+// kernel.stream_depth: only the registers stream keeps weight chunks in flight in registers, so a
+// depth other than 2 is refused beside the weight ring, with a hint, the same sentence from
+// lowering and config_fits. With the registers stream every depth lowers, into the build
+// (MS_STREAM_DEPTH).
+TEST(Lowering, StreamDepthNeedsTheRegistersStream) {
+  ScheduleConfig config;
+  config.kernel.weight_stream = WeightStream::kSmemRing;
+  EXPECT_EQ(knob_conflict(config), "");
+  EXPECT_EQ(lower_ok(*find_preset("toy"), config).build.knob("MS_STREAM_DEPTH"), 2);
+  for (int depth : {3, 4}) {
+    config.kernel.stream_depth = depth;
+    const std::string e = refusal(config);
+    EXPECT_NE(e.find("kernel.stream_depth = " + std::to_string(depth) +
+                     " needs kernel.weight_stream = registers"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("hint: set kernel.stream_depth back to 2"), std::string::npos) << e;
+  }
+  config.kernel.weight_stream = WeightStream::kRegisters;
+  for (int depth : {2, 3, 4}) {
+    config.kernel.stream_depth = depth;
+    EXPECT_EQ(knob_conflict(config), "");
+    EXPECT_EQ(lower_ok(*find_preset("toy"), config).build.knob("MS_STREAM_DEPTH"), depth);
+  }
+}
+
 // fusion.attention_into_o: refused with a hint, the same sentence from lowering and config_fits,
 // with the weight ring, a k-split, or any knob of the attention tasks it removes set.
 TEST(Lowering, AttentionIntoONeedsTheRegistersBuildAndNoAttentionKnobs) {
@@ -777,6 +803,7 @@ TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
   EXPECT_EQ(p.build.knobs, (std::map<std::string, int>{{"MS_ATTN_STAGED", 0},
                                                        {"MS_RING_INFLIGHT", 0},
                                                        {"MS_ROWS_PER_WARP", 2},
+                                                       {"MS_STREAM_DEPTH", 2},
                                                        {"MS_UNROLL", 2},
                                                        {"MS_VECTOR_BYTES", 8},
                                                        {"MS_WEIGHT_LOAD", 1},

@@ -230,6 +230,8 @@ TEST(ProgramFitsModel, RefusesEveryFieldThatDiffersFromTheModelOrTheKnobTable) {
       {"reads weights at element", [](Program& p) { p.tasks[0].weight = uint64_t{1} << 62; }},
       {"MS_UNROLL (kernel.unroll) is 3; allowed values: 1, 2, 4, 8",
        [](Program& p) { p.build.knobs["MS_UNROLL"] = 3; }},
+      {"MS_STREAM_DEPTH (kernel.stream_depth) is 5; allowed values: 2, 3, 4",
+       [](Program& p) { p.build.knobs["MS_STREAM_DEPTH"] = 5; }},
       {"MS_VECTOR_BYTES (kernel.vector_bytes) is 32",
        [](Program& p) { p.build.knobs["MS_VECTOR_BYTES"] = 32; }},
       {"MS_ROWS_PER_WARP (kernel.rows_per_warp) is 0",

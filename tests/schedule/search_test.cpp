@@ -74,15 +74,49 @@ TEST(SearchMoves, NeighboursMoveTheRingsInflightCapBelowItsPages) {
   EXPECT_EQ(drawn, (std::set<int>{0, 1, 2, 3, 4}));
 }
 
+// kernel.stream_depth, the ring cap's mirror: only the registers stream has chunks in flight to
+// deepen, so the default config moves to depths 3 and 4, the weight ring to none, a deeper stream
+// never to the ring; random configs draw every depth, and depth 2 beside every ring.
+TEST(SearchMoves, NeighboursMoveTheStreamDepthOnlyWithTheRegistersStream) {
+  std::set<int> moved;
+  for (const ScheduleConfig& c : neighbours(ScheduleConfig{}, toy_like(), h100_like()))
+    if (changed_knobs(ScheduleConfig{}, c) == std::vector<std::string>{"kernel.stream_depth"})
+      moved.insert(c.kernel.stream_depth);
+  EXPECT_EQ(moved, (std::set<int>{3, 4}));
+  ScheduleConfig ring;
+  ring.kernel.weight_stream = WeightStream::kSmemRing;
+  for (const ScheduleConfig& c : neighbours(ring, toy_like(), h100_like()))
+    EXPECT_TRUE(c.kernel.stream_depth == 2 || c.kernel.weight_stream == WeightStream::kRegisters)
+        << canonical_string(c);
+  ScheduleConfig deep;
+  deep.kernel.stream_depth = 3;
+  const std::vector<ScheduleConfig> n = neighbours(deep, toy_like(), h100_like());
+  EXPECT_FALSE(n.empty());
+  for (const ScheduleConfig& c : n)
+    EXPECT_TRUE(c.kernel.weight_stream == WeightStream::kRegisters || c.kernel.stream_depth == 2)
+        << canonical_string(c);
+  std::mt19937_64 rng(5);
+  std::set<int> drawn;
+  for (int i = 0; i < 200; ++i) {
+    const ScheduleConfig c = random_config(toy_like(), h100_like(), rng);
+    drawn.insert(c.kernel.stream_depth);
+    EXPECT_TRUE(c.kernel.stream_depth == 2 || c.kernel.weight_stream == WeightStream::kRegisters)
+        << canonical_string(c);
+  }
+  EXPECT_EQ(drawn, (std::set<int>{2, 3, 4}));
+}
+
 // A knob that acts only under another knob's value (smem.inflight_pages: only with the weight
-// ring; fusion.combine_into_o: only with KV partitions) is drawn last, among the values the rest
-// allows, so it does not tilt the other knob's draw: the weight ring comes up as often as when the
-// cap is left at its default (21% and 20% of llama-1b draws; rejecting whole configs made it 40%).
+// ring; kernel.stream_depth: only without it; fusion.combine_into_o: only with KV partitions) is
+// drawn last, among the values the rest allows, so it does not tilt the other knob's draw: the
+// weight ring comes up as often as when these knobs are left at their defaults (rejecting whole
+// configs made the cap's share 40%, and a deeper stream, refused beside 2 of 3 rings, would cut
+// the ring's share by about two thirds).
 TEST(SearchMoves, RandomConfigsDrawConditionalKnobsWithoutTiltingTheirParents) {
   const ModelShape llama = *find_preset("llama-1b");
   const GpuTarget target = h100_like();
   std::mt19937_64 rng(9);
-  int rings = 0, capped = 0, partitioned = 0, combined = 0;
+  int rings = 0, capped = 0, partitioned = 0, combined = 0, deep = 0;
   const int n = 3000;
   for (int i = 0; i < n; ++i) {
     const ScheduleConfig c = random_config(llama, target, rng);
@@ -90,6 +124,8 @@ TEST(SearchMoves, RandomConfigsDrawConditionalKnobsWithoutTiltingTheirParents) {
     rings += ring;
     capped += c.smem.inflight_pages > 0;
     EXPECT_TRUE(ring || c.smem.inflight_pages == 0) << canonical_string(c);
+    EXPECT_TRUE(!ring || c.kernel.stream_depth == 2) << canonical_string(c);
+    deep += c.kernel.stream_depth > 2;
     partitioned += c.tiling.attn_kv_partitions > 1;
     combined += c.fusion.combine_into_o;
   }
@@ -101,7 +137,9 @@ TEST(SearchMoves, RandomConfigsDrawConditionalKnobsWithoutTiltingTheirParents) {
     for (;;) {
       c = ScheduleConfig{};
       for (const KnobSpec& spec : knob_specs()) {
-        if (spec.path == "smem.inflight_pages" || spec.path == "fusion.combine_into_o") continue;
+        if (spec.path == "smem.inflight_pages" || spec.path == "kernel.stream_depth" ||
+            spec.path == "fusion.combine_into_o")
+          continue;
         std::vector<nlohmann::json> fit;
         for (const auto& v : spec.choices)
           if (knob_value_fits(spec.path, v, llama)) fit.push_back(v);
@@ -115,6 +153,7 @@ TEST(SearchMoves, RandomConfigsDrawConditionalKnobsWithoutTiltingTheirParents) {
   EXPECT_NEAR(double(rings) / n, double(ref_rings) / n, 0.04) << rings << " vs " << ref_rings;
   EXPECT_LT(double(rings) / n, 0.30);
   EXPECT_GT(capped, rings / 3);           // most rings of 2+ pages draw a cap
+  EXPECT_GT(deep, (n - rings) / 2);       // two thirds of the registers draws are deeper
   EXPECT_GT(combined, partitioned / 10);  // it also needs the registers stream and no K split
   EXPECT_LE(combined, partitioned);
 }

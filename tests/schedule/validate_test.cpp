@@ -437,6 +437,11 @@ TEST(ScheduleValidator, RejectsKernelBuildsTheDeviceCannotRun) {
                 .find("sets MS_UNROLL=3, not one of 1, 2, 4, 8 (kernel.unroll)"),
             std::string::npos);
   p = base;
+  p.build.knobs["MS_STREAM_DEPTH"] = 5;
+  EXPECT_NE(first_message(validate(p, fuzz_target()), "launch")
+                .find("sets MS_STREAM_DEPTH=5, not one of 2, 3, 4 (kernel.stream_depth)"),
+            std::string::npos);
+  p = base;
   p.build.knobs.erase("MS_VECTOR_BYTES");
   EXPECT_NE(
       first_message(validate(p, fuzz_target()), "launch").find("does not set MS_VECTOR_BYTES"),

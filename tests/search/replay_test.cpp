@@ -62,7 +62,7 @@ TEST(Replay, RandomExpectedBestIsTheOrderStatistic) {
 // The known optimum of the synthetic landscape (1 in 336 configs; 4 of the ~35 knobs matter) within
 // 200 trials, seeds 1-6 (replays are exact for a seed, so these counts are fixed until a strategy,
 // the loop or the knob table changes: a knob reshuffles every random draw): elite's restarts from
-// perturbed elites find it in 4 of 6, random search in 1; hillclimb (restarts at random) and guided
+// perturbed elites find it in 5 of 6, random search in 2; hillclimb (restarts at random) and guided
 // find it too (HARNESS.md section 3b has the full table: over seeds 1-20 elite comes within 2% of
 // it in 13, random search in 8, hillclimb in 4, guided in 7).
 TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
@@ -77,8 +77,8 @@ TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
     return found;
   };
   const int elite = found_in("elite", false), random = found_in("random", false);
-  EXPECT_EQ(elite, 4);
-  EXPECT_EQ(random, 1);
+  EXPECT_EQ(elite, 5);
+  EXPECT_EQ(random, 2);
   EXPECT_GT(elite, random);
   EXPECT_EQ(found_in("hillclimb", true), 1);
   EXPECT_EQ(found_in("guided", true), 1);
