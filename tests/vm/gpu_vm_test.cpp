@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
+#include <set>
 
 #include "abi/ring.h"
 #include "eval/baselines/baseline.h"
@@ -105,6 +107,25 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
   size_t n = 0;
   for (const auto& k : schedule::knob_specs()) n = std::max(n, k.choices.size());
   int ran = 0;
+  // Lowers, validates and runs one variant; false when it does not lower, validate or launch.
+  auto run = [&](const schedule::ScheduleConfig& c) {
+    auto p = schedule::lower(w.shape, target, c, &err);
+    if (!p) return false;
+    if (!schedule::validate(*p, target).ok()) return false;
+    const GpuTrialResult r =
+        eval::run_gpu_trial(*p, w, refs.tokens, refs.logits, positions, quick());
+    if (r.status == "rejected") return false;
+    ++ran;
+    EXPECT_EQ(r.status, "ok") << schedule::canonical_string(c) << "\n"
+                              << r.message << "\n"
+                              << r.kernel.dump(1);
+    return true;
+  };
+  // kernel.stream_depth acts only with the registers stream: every depth runs with it (a depth the
+  // rotation pairs only with variants that do not lower runs on the first registers variant that
+  // ran).
+  std::set<int> depths_ran;
+  std::optional<schedule::ScheduleConfig> registers_ran;
   for (size_t i = 0; i < n; ++i) {
     for (size_t shift = 0; shift < 2; ++shift) {  // a second pass pairs the values differently
       schedule::ScheduleConfig c;
@@ -120,6 +141,7 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
         c.kernel.attention = schedule::AttentionPath::kRegisters;
         c.fusion.combine_into_o = false;    // likewise
         c.fusion.attention_into_o = false;  // likewise
+        c.kernel.stream_depth = 2;          // likewise (the ring keeps no chunks in registers)
       }
       // The attention in O removes the attention tasks, so their knobs must be at their defaults
       // (schedule::knob_conflict): the second pass sets them so, the first turns the fusion off.
@@ -146,19 +168,20 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
       // The cap on the ring's pages in flight needs the ring and stays below its pages.
       if (c.kernel.weight_stream != schedule::WeightStream::kSmemRing) c.smem.inflight_pages = 0;
       if (c.smem.inflight_pages >= c.smem.pages) c.smem.inflight_pages = c.smem.pages - 1;
-      auto p = schedule::lower(w.shape, target, c, &err);
-      if (!p) continue;
-      if (!schedule::validate(*p, target).ok()) continue;
-      const GpuTrialResult r =
-          eval::run_gpu_trial(*p, w, refs.tokens, refs.logits, positions, quick());
-      if (r.status == "rejected") continue;
-      ++ran;
-      EXPECT_EQ(r.status, "ok") << schedule::canonical_string(c) << "\n"
-                                << r.message << "\n"
-                                << r.kernel.dump(1);
+      if (!run(c) || c.kernel.weight_stream != schedule::WeightStream::kRegisters) continue;
+      depths_ran.insert(c.kernel.stream_depth);
+      if (!registers_ran) registers_ran = c;
     }
   }
+  ASSERT_TRUE(registers_ran.has_value());
+  for (int depth : {2, 3, 4}) {
+    if (depths_ran.count(depth)) continue;
+    schedule::ScheduleConfig c = *registers_ran;
+    c.kernel.stream_depth = depth;
+    if (run(c)) depths_ran.insert(depth);
+  }
   EXPECT_GE(ran, 3);
+  EXPECT_EQ(depths_ran, (std::set<int>{2, 3, 4}));
 }
 
 /// A toy model with a wider head (heads x head_dim = hidden): a lane owns 2 or 4 head dims, and a

@@ -16,6 +16,8 @@
 #include "schedule/config.h"
 #include "schedule/lower.h"
 #include "schedule/model.h"
+#include "schedule/named_configs.h"
+#include "schedule/plan.h"
 #include "schedule/target.h"
 #include "vm/embedded_sources.h"
 #if MS_HAVE_CUDA
@@ -494,6 +496,43 @@ TEST(NvrtcBuild, StagedAttentionBuildSpillsNoMoreThanMeasured) {
     EXPECT_EQ(b.stream, 0) << "unroll " << unroll << "\n" << b.log;
     EXPECT_GE(b.kernel, 0) << b.log;
     EXPECT_LE(b.kernel, unroll == 2 ? 0 : 36) << "unroll " << unroll;
+  }
+}
+
+/// The llama-1b H100 record's config at `position` (the built-in plan `best:llama-1b:h100`) with
+/// kernel.stream_depth `depth`, lowered.
+schedule::Program record_program(int position, int depth) {
+  std::string error;
+  const auto named = schedule::find_named_config("best:llama-1b:h100", &error);
+  EXPECT_TRUE(named.has_value()) << error;
+  if (!named) return {};
+  const auto plan = schedule::parse_plan(named->config, &error);
+  EXPECT_TRUE(plan.has_value()) << error;
+  if (!plan) return {};
+  schedule::ScheduleConfig c = schedule::plan_config_for(*plan, position);
+  c.kernel.stream_depth = depth;
+  const auto p = schedule::lower(*schedule::find_preset("llama-1b"), *schedule::find_target("h100"),
+                                 c, &error);
+  EXPECT_TRUE(p.has_value()) << error;
+  return p ? *p : schedule::Program{};
+}
+
+// kernel.stream_depth on the position-0 record (255 registers a thread at 256 threads): the input
+// staging's batch shrinks with the depth (vm/device/stream.cuh kStreamStageBatch), so at depth 3
+// neither the kernel nor the streamed GEMV spills, and at depth 4 the streamed GEMV does not and
+// the kernel spills at most the 116 B it spilled when written (a staging batch of 8 spilled at
+// depth 3); a change that raises them is measured on the GPU before these bounds move.
+TEST(NvrtcBuild, ADeeperStreamOnThePositionZeroRecordKeepsTheStreamedGemvFreeOfSpills) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  for (int depth : {3, 4}) {
+    const schedule::Program p = record_program(0, depth);
+    ASSERT_FALSE(p.tasks.empty());
+    const std::vector<std::string> d = kernel_defines(p);
+    EXPECT_EQ(define_value(d, "MS_STREAM_DEPTH"), depth);
+    const BuildSpills b = registers_build_spills(p);
+    EXPECT_EQ(b.stream, 0) << "depth " << depth << "\n" << b.log;
+    EXPECT_GE(b.kernel, 0) << b.log;
+    EXPECT_LE(b.kernel, depth == 3 ? 0 : 116) << "depth " << depth << "\n" << b.log;
   }
 }
 
