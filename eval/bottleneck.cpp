@@ -88,12 +88,12 @@ json classify_profile(const json& analysis, const json& kernel_info, double floo
 
 std::optional<AxisSuggestion> suggest_axis(const std::string& c) {
   if (c == "memory")
-    return AxisSuggestion{
-        "kernel",
-        {"kernel.weight_stream", "kernel.vector_bytes", "kernel.unroll", "kernel.weight_load",
-         "pipeline.prefetch_depth", "smem.pages", "smem.page_bytes", "smem.inflight_pages"},
-        "the step streams near the floor: only the weight stream's shape "
-        "(ring, vector width, loads in flight) moves it closer"};
+    return AxisSuggestion{"kernel",
+                          {"kernel.weight_stream", "kernel.vector_bytes", "kernel.unroll",
+                           "kernel.stream_depth", "kernel.weight_load", "pipeline.prefetch_depth",
+                           "smem.pages", "smem.page_bytes", "smem.inflight_pages"},
+                          "the step streams near the floor: only the weight stream's shape "
+                          "(ring, vector width, loads in flight) moves it closer"};
   if (c == "latency-sync")
     return AxisSuggestion{
         "dependencies+fusion",
