@@ -64,7 +64,7 @@ TEST(Replay, RandomExpectedBestIsTheOrderStatistic) {
 // the loop or the knob table changes: a knob reshuffles every random draw): elite's restarts from
 // perturbed elites find it in 5 of 6, random search in 2; hillclimb (restarts at random) and guided
 // find it too (HARNESS.md section 3b has the full table: over seeds 1-20 elite comes within 2% of
-// it in 13, random search in 8, hillclimb in 4, guided in 7).
+// it in 13, random search in 10, hillclimb in 2, guided in 4).
 TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
   const Landscape land = synthetic_landscape();
   constexpr int kBudget = 200, kSeeds = 6;
