@@ -190,7 +190,8 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
       const Comparison c = compare_logits(out->logits, expect, shape.dtype);
       r.max_rel_err = std::max(r.max_rel_err, c.rel_err);
       ++r.steps_verified;
-      if (!c.pass && r.first_mismatch_step < 0) r.first_mismatch_step = pos;
+      if (!step_verified(c) && r.first_mismatch_step < 0) r.first_mismatch_step = pos;
+      if (c.near_tie) r.near_ties.push_back({pos, c.argmax_gap, c.max_abs_err});
     }
     const bool in_prompt = pos + 1 < static_cast<int>(options.prompt.size());
     if (in_prompt) {
@@ -211,6 +212,14 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
   return r;
 }
 
+nlohmann::json near_ties_json(const GenerateResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const GenerateResult::NearTie& t : r.near_ties)
+    out.push_back(
+        {{"step", t.step}, {"argmax_gap", t.argmax_gap}, {"max_abs_err", t.max_abs_err}});
+  return out;
+}
+
 nlohmann::json to_json(const GenerateResult& r) {
   nlohmann::json j = {{"ok", r.ok},
                       {"tokens", r.tokens},
@@ -221,6 +230,7 @@ nlohmann::json to_json(const GenerateResult& r) {
   if (!r.error.empty()) j["error"] = r.error;
   if (r.first_mismatch_step >= 0) j["first_mismatch_step"] = r.first_mismatch_step;
   if (!r.switch_positions.empty()) j["switch_positions"] = r.switch_positions;
+  if (!r.near_ties.empty()) j["near_ties"] = near_ties_json(r);
   return j;
 }
 

@@ -43,6 +43,15 @@ struct GenerateResult {
   int steps_verified = 0;
   double max_rel_err = 0.0;      // worst over verified steps
   int first_mismatch_step = -1;  // step whose token or logits differ from eager (-1: none)
+  // Verified steps whose argmax differed from eager's by a near tie (eval/oracle.h
+  // Comparison::near_tie): accepted; eager goes on with the kernel's token. Each with the
+  // reference's gap between the two tokens and the step's max_abs_err.
+  struct NearTie {
+    int step = 0;
+    double argmax_gap = 0.0;
+    double max_abs_err = 0.0;
+  };
+  std::vector<NearTie> near_ties;
 };
 
 /// Why `options` cannot be decoded on `shape` (a prompt token outside the vocabulary, a prompt
@@ -66,5 +75,8 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
 std::string kv_layout_difference(const schedule::Program& a, const schedule::Program& b);
 
 nlohmann::json to_json(const GenerateResult& result);
+
+/// The result's near ties as [{"step", "argmax_gap", "max_abs_err"}] (empty when none).
+nlohmann::json near_ties_json(const GenerateResult& result);
 
 }  // namespace megasched::eval

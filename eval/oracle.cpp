@@ -7,13 +7,14 @@ namespace megasched::eval {
 Tolerance tolerance_for(schedule::DType dtype) {
   switch (dtype) {
     case schedule::DType::kF32:
-      return {1e-4, 1e-3};
+      return {1e-4, 1e-3, 1e-4};
     case schedule::DType::kBF16:
       // Weights are identical bf16 on both sides; the differences come from bf16 KV storage of
-      // values computed in a different fp32 summation order, so a few ulps of bf16 per layer.
-      return {2e-2, 0.25};
+      // values computed in a different fp32 summation order, so a few ulps of bf16 per layer. A
+      // near tie: within 0.02 of a logit (llama-1b's logits span ~20; a bf16 ulp at 8 is 0.03).
+      return {2e-2, 0.25, 2e-2};
   }
-  return {0.0, 0.0};
+  return {0.0, 0.0, 0.0};
 }
 
 Comparison compare_logits(const std::vector<float>& out, const std::vector<float>& ref,
@@ -42,8 +43,10 @@ Comparison compare_logits(const std::vector<float>& out, const std::vector<float
   c.rel_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0);
   c.argmax_match = out_arg == ref_arg;
   const Tolerance tol = tolerance_for(dtype);
-  c.pass =
-      c.finite && c.argmax_match && c.rel_err <= tol.rel_err && c.max_abs_err <= tol.max_abs_err;
+  const bool within = c.finite && c.rel_err <= tol.rel_err && c.max_abs_err <= tol.max_abs_err;
+  c.pass = within && c.argmax_match;
+  c.argmax_gap = static_cast<double>(ref[ref_arg]) - ref[out_arg];
+  c.near_tie = within && !c.argmax_match && c.argmax_gap <= tol.argmax_tie;
   return c;
 }
 

@@ -157,7 +157,8 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
                           {"ok", r.ok},
                           {"steps_verified", r.steps_verified},
                           {"max_rel_err", r.max_rel_err},
-                          {"first_mismatch_step", r.first_mismatch_step}};
+                          {"first_mismatch_step", r.first_mismatch_step},
+                          {"near_ties", eval::near_ties_json(r)}};
   if (!r.ok) {
     g.message = "verify gate failed: generate --verify of " + std::to_string(gen.max_tokens) +
                 " tokens: " + r.error;

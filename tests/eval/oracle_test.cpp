@@ -27,6 +27,41 @@ TEST(Oracle, DifferentArgmaxFailsEvenWithinTolerance) {
   auto c = compare_logits(out, ref, schedule::DType::kBF16);
   EXPECT_FALSE(c.argmax_match);
   EXPECT_FALSE(c.pass);
+  EXPECT_TRUE(c.near_tie) << "a swap of two logits 1e-5 apart";
+  EXPECT_TRUE(step_verified(c));
+}
+
+// A generation step's near tie: the argmaxes differ on two tokens the reference all but ties
+// (gap <= Tolerance::argmax_tie), every logit within tolerance. A wider gap is no tie, even within
+// tolerance, and neither is a swap whose logits are out of tolerance.
+TEST(Oracle, ANearTieIsAnArgmaxSwapTheErrorExplains) {
+  const std::vector<float> ref = {8.4825f, 8.4797f, 1.0f};  // gap 0.0028 (llama-1b, step 10)
+  std::vector<float> out = {8.4790f, 8.4830f, 1.0f};        // each off by <= 0.0035
+  Comparison c = compare_logits(out, ref, schedule::DType::kBF16);
+  EXPECT_FALSE(c.pass);
+  EXPECT_TRUE(c.near_tie);
+  EXPECT_NEAR(c.argmax_gap, 0.0028, 1e-5);
+  EXPECT_TRUE(step_verified(c));
+
+  const std::vector<float> wide = {8.4825f, 8.4325f, 1.0f};  // gap 0.05 > bf16's tie bound
+  out = {8.45f, 8.46f, 1.0f};  // each within bf16's tolerance (0.25); out's argmax: 1
+  c = compare_logits(out, wide, schedule::DType::kBF16);
+  EXPECT_FALSE(c.argmax_match);
+  EXPECT_NEAR(c.argmax_gap, 0.05, 1e-5);
+  EXPECT_LE(c.max_abs_err, tolerance_for(schedule::DType::kBF16).max_abs_err);
+  EXPECT_FALSE(c.near_tie);
+  EXPECT_FALSE(step_verified(c));
+
+  out = {8.4790f, 8.4830f, 1.5f};  // the third logit 0.5 off: out of bf16's tolerance
+  c = compare_logits(out, ref, schedule::DType::kBF16);
+  EXPECT_FALSE(c.near_tie);
+  EXPECT_FALSE(step_verified(c));
+
+  out = ref;  // agreeing argmaxes: no tie to report
+  c = compare_logits(out, ref, schedule::DType::kBF16);
+  EXPECT_TRUE(c.pass);
+  EXPECT_FALSE(c.near_tie);
+  EXPECT_EQ(c.argmax_gap, 0.0);
 }
 
 TEST(Oracle, NanNeverPasses) {
