@@ -51,16 +51,24 @@ const std::vector<NamedConfig>& named_configs() {
                        {"smem", {{"pages", 5}, {"page_bytes", 16384}}},
                        {"tiling", {{"attn_q_heads_per_task", 0}, {"attn_kv_partitions", 8}}}});
   static const nlohmann::json g4p16 = patched(staged, {{"tiling", {{"attn_kv_partitions", 16}}}});
+  // The H100's position-0 config with three weight chunks in flight per warp
+  // (kernel.stream_depth 3): the loop's pick from the record on an H100 (2026-11-28), promoted.
+  static const nlohmann::json stream_d3 = patched(stream, {{"kernel", {{"stream_depth", 3}}}});
   // The records are plans over positions: the three configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
       {"best:llama-1b:h100", "llama-1b", "h100",
        "bench/results/h100-2026-11-27-1619-plan-table.md and "
-       "h100-2026-11-27-1630-generate-128-4096.md (plan bench/plans/llama-1b-h100-fitted.json)",
+       "h100-2026-11-27-1630-generate-128-4096.md (plan bench/plans/llama-1b-h100-fitted.json); "
+       "its position-0 bucket's kernel.stream_depth 3: "
+       "h100-2026-11-28-0846-stream-depth.md, h100-2026-11-28-0850-search-from-record.results.tsv.gz "
+       "and h100-2026-11-28-0904-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H100 (1114.9 us at 0, 1266.9 us at 4096), generating 128:4096 in 5277.7 ms where "
-       "its position-0 config alone took 9742.6 ms",
-       three_buckets(stream, 129, staged, 2049, g4p16)},
+       "its position-0 config alone took 9742.6 ms; its position-0 config with three weight chunks "
+       "in flight per warp, which a loop from the record kept, ran 1097.8 us against 1114.5 "
+       "(2026-11-28, side by side)",
+       three_buckets(stream_d3, 129, staged, 2049, g4p16)},
       {"best:llama-1b:h200", "llama-1b", "h200",
        "bench/results/h200-2026-11-27-1647-plan-table.md and "
        "h200-2026-11-27-1649-generate-128-4096.md (plan bench/plans/llama-1b-h200-fitted.json)",
