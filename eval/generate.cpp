@@ -215,8 +215,7 @@ GenerateResult generate(const schedule::Weights& weights, const schedule::GpuTar
 nlohmann::json near_ties_json(const GenerateResult& r) {
   nlohmann::json out = nlohmann::json::array();
   for (const GenerateResult::NearTie& t : r.near_ties)
-    out.push_back(
-        {{"step", t.step}, {"argmax_gap", t.argmax_gap}, {"max_abs_err", t.max_abs_err}});
+    out.push_back({{"step", t.step}, {"argmax_gap", t.argmax_gap}, {"max_abs_err", t.max_abs_err}});
   return out;
 }
 

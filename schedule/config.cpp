@@ -194,8 +194,8 @@ const std::vector<KnobEntry>& knob_table() {
     add("kernel.stream_depth", ints({2, 3, 4}), 2,
         "streamed GEMV (registers weight stream): weight chunks (kernel.unroll vectors x "
         "kernel.rows_per_warp rows per lane) each warp keeps in flight in registers, the first "
-        "ones issued before the task's dependency wait; 3 and 4 hold 1.5x and 2x depth 2's bytes in "
-        "flight per SM. Needs kernel.weight_stream registers",
+        "ones issued before the task's dependency wait; 3 and 4 hold 1.5x and 2x depth 2's "
+        "bytes in flight per SM. Needs kernel.weight_stream registers",
         field_access(&ScheduleConfig::kernel, &KernelConfig::stream_depth), "MS_STREAM_DEPTH");
     add("kernel.weight_load", {"ldg", "ldg_stream"}, "ldg",
         "weight load instruction: ld.global, or ld.global.nc.L1::no_allocate (streaming)",

@@ -61,7 +61,8 @@ const std::vector<NamedConfig>& named_configs() {
        "bench/results/h100-2026-11-27-1619-plan-table.md and "
        "h100-2026-11-27-1630-generate-128-4096.md (plan bench/plans/llama-1b-h100-fitted.json); "
        "its position-0 bucket's kernel.stream_depth 3: "
-       "h100-2026-11-28-0846-stream-depth.md, h100-2026-11-28-0850-search-from-record.results.tsv.gz "
+       "h100-2026-11-28-0846-stream-depth.md, "
+       "h100-2026-11-28-0850-search-from-record.results.tsv.gz "
        "and h100-2026-11-28-0904-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H100 (1114.9 us at 0, 1266.9 us at 4096), generating 128:4096 in 5277.7 ms where "
