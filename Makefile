@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 # OpenMPI builds and tests `loop --mpi` (-DMEGASCHED_MPI=ON); a plain cmake build needs no MPI.
 CMAKE_FLAGS ?= -DMEGASCHED_MPI=ON
 PKGS := cmake g++ make nlohmann-json3-dev libeigen3-dev libcli11-dev libgtest-dev libbenchmark-dev \
-        libopenmpi-dev openmpi-bin
+        zlib1g-dev libopenmpi-dev openmpi-bin
 
 .PHONY: all deps configure build test demo bench clean format
 

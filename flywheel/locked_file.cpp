@@ -16,15 +16,29 @@ namespace {
 // Holds an open descriptor and its flock until destruction.
 class LockedFd {
  public:
+  /// Opens `path` and takes `lock_op` on it. When the file was replaced while this waited for the
+  /// lock (rewrite_lines_locked renames a new file over the path while it holds the lock), the
+  /// lock is on the old file, which no reader sees any more: it opens the path again.
   LockedFd(const std::string& path, int flags, int lock_op) {
-    fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-    if (fd_ < 0) return;
-    while (::flock(fd_, lock_op) != 0) {
-      if (errno != EINTR) {
-        ::close(fd_);
-        fd_ = -1;
-        return;
+    // Each retry follows a replacement, which is another writer's progress: no bound is needed.
+    for (;;) {
+      fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+      if (fd_ < 0) return;
+      while (::flock(fd_, lock_op) != 0) {
+        if (errno != EINTR) {
+          ::close(fd_);
+          fd_ = -1;
+          return;
+        }
       }
+      struct stat held {
+      }, now{};
+      if (::fstat(fd_, &held) != 0 || ::stat(path.c_str(), &now) != 0 ||
+          (held.st_dev == now.st_dev && held.st_ino == now.st_ino))
+        return;
+      ::flock(fd_, LOCK_UN);
+      ::close(fd_);
+      fd_ = -1;
     }
   }
   ~LockedFd() {
@@ -271,6 +285,68 @@ bool append_lines_locked_after_read(const std::string& path, const LinesFromExis
     if (::ftruncate(file.fd(), size) != 0) { /* the next append quarantines it */
     }
     return false;
+  }
+  return true;
+}
+
+bool rewrite_lines_locked(const std::string& path, const LinesFromExisting& keep_lines,
+                          std::string* error) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (error) *error = "cannot rewrite " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    if (error) *error = "cannot rewrite " + not_a_log(path, st);
+    return false;
+  }
+  LockedFd file(path, O_RDWR, LOCK_EX);
+  if (file.fd() < 0 || ::fstat(file.fd(), &st) != 0) {
+    if (error) *error = "cannot open " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  off_t size = st.st_size;
+  char last = '\n';
+  if (size > 0 && ::pread(file.fd(), &last, 1, size - 1) == 1 && last != '\n') {
+    size = quarantine_torn_tail(file.fd(), path, size, error);
+    if (size < 0) return false;
+  }
+  std::string content(static_cast<size_t>(size), '\0');
+  if (size > 0 && ::pread(file.fd(), content.data(), content.size(), 0) != size) {
+    if (error) *error = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::vector<std::string> existing;
+  for (size_t start = 0; start < content.size();) {
+    const size_t end = content.find('\n', start);
+    existing.push_back(content.substr(start, end - start));
+    start = end + 1;
+  }
+  const std::optional<std::vector<std::string>> lines = keep_lines(existing, error);
+  if (!lines) return false;
+  if (*lines == existing) return true;  // nothing to replace
+  std::string out;
+  for (const std::string& line : *lines) out += line + "\n";
+  const std::string temp = path + ".rewrite.tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 0777);
+  if (fd < 0) {
+    if (error) *error = "cannot create " + temp + ": " + std::strerror(errno);
+    return false;
+  }
+  const bool written = write_all(fd, out) && ::fsync(fd) == 0;
+  const int code = errno;
+  ::close(fd);
+  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
+    if (error) *error = "cannot replace " + path + ": " + std::strerror(written ? errno : code);
+    ::unlink(temp.c_str());
+    return false;
+  }
+  // The rename itself reaches the disk with the folder's entry.
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  const int dir = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
   }
   return true;
 }

@@ -40,6 +40,16 @@ using LinesFromExisting = std::function<std::optional<std::vector<std::string>>(
 bool append_lines_locked_after_read(const std::string& path, const LinesFromExisting& make_lines,
                                     std::string* error);
 
+/// Replaces the lines of the existing file `path` by those `keep_lines` makes from them, under the
+/// same exclusive lock as the appends (a torn last line is quarantined first): the new content is
+/// written to `<path>.rewrite.tmp`, fsync'd and renamed over `path` before the lock is released,
+/// so a reader sees the old file or the new one, a kill leaves the old one whole, and an appender
+/// that was waiting for the lock opens the new file (LockedFd checks). nullopt from `keep_lines`
+/// (with *error) and the same lines change nothing. False with *error when `path` is missing or not
+/// a regular file.
+bool rewrite_lines_locked(const std::string& path, const LinesFromExisting& keep_lines,
+                          std::string* error);
+
 /// The quarantine file of a log: where append_lines_locked moves its torn lines.
 std::string quarantine_path(const std::string& path);
 

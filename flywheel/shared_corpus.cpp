@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "flywheel/gzip_lines.h"
 #include "flywheel/locked_file.h"
 #include "schedule/target.h"
 
@@ -44,6 +45,11 @@ std::vector<std::string> files_to_read(const std::string& dir, const SharedCorpu
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+/// The archive of the live file `live` in `dir` (archive_path).
+std::string archive_of(const std::string& dir, const std::string& live) {
+  return (fs::path(dir) / "archive" / (fs::path(live).filename().string() + ".gz")).string();
 }
 
 }  // namespace
@@ -206,8 +212,99 @@ SharedCorpusRead read_shared(const std::string& dir, const SharedCorpusFilter& f
       }
       out.records.push_back(std::move(r));
     }
+    if (!filter.include_stale) continue;
+    // The file's archive: rows of other builds moved out of it (archive_stale).
+    const std::string archive = archive_of(dir, path);
+    const LinesRead lines = read_gz_lines(archive);
+    if (!lines.exists) continue;
+    if (!lines.error.empty()) {
+      out.problems.push_back(lines.error + " (its rows are left out)");
+      continue;
+    }
+    out.archives.push_back(archive);
+    for (CorpusRecord& r :
+         decode_json_lines<CorpusRecord>(archive, lines, corpus_record_from_json, &out.problems)) {
+      if (!key.empty() && target_file_key(r.target) != key) continue;
+      if (!filter.model.empty() && r.model != filter.model) continue;
+      ++out.stale;
+      out.records.push_back(std::move(r));
+    }
   }
   if (filter.dedupe) out.records = dedupe_records(std::move(out.records), &out.duplicates);
+  return out;
+}
+
+std::string archive_path(const std::string& dir, const std::string& target) {
+  return archive_of(dir, shared_corpus_path(dir, target));
+}
+
+ArchiveResult archive_stale(const std::string& dir, const std::string& target,
+                            const std::string& build, bool dry_run) {
+  ArchiveResult out;
+  if (!flywheel_enabled(dir)) {
+    out.error = "the shared corpus is off (" + std::string(kFlywheelDirEnv) +
+                " or --flywheel is none): name its folder";
+    return out;
+  }
+  SharedCorpusFilter filter;
+  filter.target = target;
+  for (const std::string& path : files_to_read(dir, filter, &out.error)) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    ArchiveFileResult file;
+    file.file = path;
+    file.archive = archive_of(dir, path);
+    // Which lines stay: every line that is no record of another build.
+    auto split = [&](const std::vector<std::string>& existing, std::vector<std::string>* kept,
+                     std::vector<std::string>* stale) {
+      for (const std::string& line : existing) {
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        std::string own;
+        if (j.is_object() && j.contains("versions") && j["versions"].is_object())
+          own = j["versions"].value("build", std::string());
+        const bool record = j.is_object() && j.contains("schedule_id");
+        (record && (own.empty() || own != build) ? stale : kept)->push_back(line);
+      }
+    };
+    if (dry_run) {
+      const LinesRead lines = read_lines_shared(path);
+      if (!lines.error.empty()) {
+        out.error = lines.error;
+        return out;
+      }
+      std::vector<std::string> kept, stale;
+      split(lines.lines, &kept, &stale);
+      file.kept = static_cast<int>(kept.size());
+      file.moved = static_cast<int>(stale.size());
+      out.files.push_back(file);
+      continue;
+    }
+    const bool ok = rewrite_lines_locked(
+        path,
+        [&](const std::vector<std::string>& existing,
+            std::string* error) -> std::optional<std::vector<std::string>> {
+          std::vector<std::string> kept, stale;
+          split(existing, &kept, &stale);
+          file.kept = static_cast<int>(kept.size());
+          file.moved = static_cast<int>(stale.size());
+          if (stale.empty()) return kept;
+          const LinesRead archived = read_gz_lines(file.archive);
+          if (!archived.error.empty()) {
+            *error = archived.error;
+            return std::nullopt;
+          }
+          const std::set<std::string> held(archived.lines.begin(), archived.lines.end());
+          std::vector<std::string> fresh;
+          for (const std::string& line : stale)
+            if (!held.count(line)) fresh.push_back(line);
+          if (!fresh.empty() && !append_gz_lines(file.archive, fresh, error)) return std::nullopt;
+          file.written = static_cast<int>(fresh.size());
+          return kept;
+        },
+        &out.error);
+    if (!ok) return out;
+    out.files.push_back(file);
+  }
   return out;
 }
 

@@ -1,14 +1,20 @@
-// `megasched corpus show|import`: the shared corpus (flywheel/shared_corpus.h), one
+// `megasched corpus show|import|archive`: the shared corpus (flywheel/shared_corpus.h), one
 // <target>.corpus.jsonl per GPU target in flywheel/data/ (--flywheel, $MEGASCHED_FLYWHEEL_DIR).
-//   show    per file: rows, rows of the current kernel build and stale rows, by source and model
+//   show    per file: rows, rows of the current kernel build and stale rows (its archive's
+//           included), by source and model
 //   import  appends the GPU records of corpus.jsonl files (a loop's --corpus, or older runs' kept
 //           in git) as they are: their build identities stay, so rows of an older kernel show as
 //           stale and train no prior unless `--corpus-stale include` asks. Importing twice adds
 //           nothing the second time.
+//   archive moves the stale rows of each file into flywheel/data/archive/<target>.corpus.jsonl.gz
+//           (gzip), where `--corpus-stale include` and `prior --eval --corpus-stale include` still
+//           read them, so the live files, which every GPU machine receives, hold the current
+//           kernel's rows.
 #include <filesystem>
 #include <map>
 #include <memory>
 
+#include "flywheel/gzip_lines.h"
 #include "flywheel/shared_corpus.h"
 #include "harness/cli_util.h"
 #include "harness/commands.h"
@@ -22,6 +28,8 @@ struct CorpusOptions {
   std::string flywheel_dir = flywheel::default_flywheel_dir();
   std::vector<std::string> files;  // import
   std::string model;               // show: only this model
+  std::string target;              // archive: only this target's file
+  bool dry_run = false;            // archive: count, change nothing
 };
 
 /// The summary of one shared file: counts of every row, the current build's, and by source and
@@ -41,9 +49,18 @@ nlohmann::json file_summary(const std::string& dir, const std::string& file,
     ++by_model[r.model];
     ++by_build[r.versions.value("build", std::string("?"))];
   }
+  // The live file's rows (read again without its archive): the rest are the archive's.
+  flywheel::SharedCorpusFilter live_only = every;
+  live_only.include_stale = false;
+  const flywheel::SharedCorpusRead live = flywheel::read_shared(dir, live_only);
+  const int archived =
+      static_cast<int>(read.records.size()) - (static_cast<int>(live.records.size()) + live.stale);
   return {{"rows", read.records.size()},
           {"current_build_rows", static_cast<int>(read.records.size()) - read.stale},
           {"stale_rows", read.stale},
+          {"archived_rows", archived},
+          {"archive",
+           read.archives.empty() ? nlohmann::json(nullptr) : nlohmann::json(read.archives.front())},
           {"by_source", by_source},
           {"by_model", by_model},
           {"by_build", by_build},
@@ -75,6 +92,39 @@ int show(const CorpusOptions& o) {
   return kExitOk;
 }
 
+int archive(const CorpusOptions& o) {
+  if (!flywheel::flywheel_enabled(o.flywheel_dir)) {
+    print_error("corpus", "the shared corpus is off (--flywheel none); name its folder");
+    return kExitUsage;
+  }
+  const std::string build = vm::build_identity();
+  const flywheel::ArchiveResult r =
+      flywheel::archive_stale(o.flywheel_dir, o.target, build, o.dry_run);
+  nlohmann::json files = nlohmann::json::array();
+  for (const flywheel::ArchiveFileResult& f : r.files)
+    files.push_back({{"file", f.file},
+                     {"archive", f.archive},
+                     {"kept", f.kept},
+                     {"stale_moved", f.moved},
+                     {"appended_to_archive", f.written}});
+  if (!r.error.empty()) {
+    print_error("corpus",
+                "archive: " + r.error +
+                    (flywheel::zlib_available()
+                         ? ""
+                         : " (hint: `corpus archive --dry-run` counts without zlib; the live files "
+                           "are unchanged)"));
+    print_json({{"flywheel", o.flywheel_dir}, {"build", build}, {"files", files}});
+    return kExitEnvironment;
+  }
+  if (r.files.empty())
+    print_error("corpus", "no shared corpus file in " + o.flywheel_dir +
+                              (o.target.empty() ? "" : " for target " + o.target));
+  print_json(
+      {{"flywheel", o.flywheel_dir}, {"build", build}, {"dry_run", o.dry_run}, {"files", files}});
+  return kExitOk;
+}
+
 int import(const CorpusOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string& file : o.files) {
@@ -102,7 +152,8 @@ void add_corpus_command(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<CorpusOptions>();
   auto* cmd = app.add_subcommand(
       "corpus",
-      "The shared corpus of GPU trials (flywheel/data/<target>.corpus.jsonl): show, import");
+      "The shared corpus of GPU trials (flywheel/data/<target>.corpus.jsonl): show, import, "
+      "archive");
   cmd->require_subcommand(1);
   auto* show_cmd = cmd->add_subcommand(
       "show", "Per target file: rows, rows of the current kernel build, stale rows, by source");
@@ -116,6 +167,16 @@ void add_corpus_command(CLI::App& app, CliContext& ctx) {
   import_cmd->add_option("files", opt->files, "corpus.jsonl files")->required();
   add_flywheel_flag(import_cmd, &opt->flywheel_dir);
   import_cmd->callback([&ctx, opt] { ctx.exit_code = import(*opt); });
+  auto* archive_cmd = cmd->add_subcommand(
+      "archive",
+      "Move the rows of other kernel builds (stale rows) of each target file into "
+      "<folder>/archive/<target>.corpus.jsonl.gz, keeping the live files to the current build's "
+      "rows; `--corpus-stale include` still reads them");
+  archive_cmd->add_option("--target", opt->target,
+                          "Only this GPU target's file (h100, h200, or a GPU name)");
+  archive_cmd->add_flag("--dry-run", opt->dry_run, "Count what would move; change nothing");
+  add_flywheel_flag(archive_cmd, &opt->flywheel_dir);
+  archive_cmd->callback([&ctx, opt] { ctx.exit_code = archive(*opt); });
 }
 
 }  // namespace megasched::harness

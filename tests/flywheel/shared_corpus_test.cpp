@@ -4,12 +4,15 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "flywheel/gzip_lines.h"
 #include "schedule/config.h"
 
 namespace megasched::flywheel {
@@ -233,6 +236,149 @@ TEST_F(SharedCorpus, TwoWritersAtOnceLoseNoLine) {
   SharedCorpusRead read = read_shared(dir_, filter());
   EXPECT_TRUE(read.problems.empty());
   EXPECT_EQ(read.records.size(), 2u * kPerThread);
+}
+
+// The archive (corpus archive): stale rows leave the live file for archive/<file>.gz, the current
+// build's stay; readers asking for stale rows get both, others only the live file's; a second move
+// and a second import of the same rows add nothing.
+TEST_F(SharedCorpus, ArchivingMovesStaleRowsOutAndStaleReadersStillSeeThem) {
+  if (!zlib_available()) GTEST_SKIP() << "built without zlib";
+  append(gpu_record("a", 0));
+  append(gpu_record("b", 1, "kernel-sources-old"));
+  append(gpu_record("c", 2, "kernel-sources-older"));
+  const std::string live = shared_corpus_path(dir_, "h100");
+  const std::string before = read_lines_shared(live).lines.at(1);
+
+  ArchiveResult dry = archive_stale(dir_, "", kBuild, /*dry_run=*/true);
+  ASSERT_TRUE(dry.error.empty()) << dry.error;
+  ASSERT_EQ(dry.files.size(), 1u);
+  EXPECT_EQ(dry.files[0].moved, 2);
+  EXPECT_EQ(read_lines_shared(live).lines.size(), 3u) << "a dry run changes nothing";
+  EXPECT_FALSE(std::filesystem::exists(archive_path(dir_, "h100")));
+
+  ArchiveResult moved = archive_stale(dir_, "h100", kBuild, false);
+  ASSERT_TRUE(moved.error.empty()) << moved.error;
+  ASSERT_EQ(moved.files.size(), 1u);
+  EXPECT_EQ(moved.files[0].kept, 1);
+  EXPECT_EQ(moved.files[0].moved, 2);
+  EXPECT_EQ(moved.files[0].written, 2);
+  EXPECT_EQ(moved.files[0].archive, archive_path(dir_, "NVIDIA H100 80GB HBM3"));
+  EXPECT_EQ(read_lines_shared(live).lines.size(), 1u);
+  const LinesRead archived = read_gz_lines(archive_path(dir_, "h100"));
+  ASSERT_TRUE(archived.error.empty()) << archived.error;
+  ASSERT_EQ(archived.lines.size(), 2u);
+  EXPECT_EQ(archived.lines[0], before) << "rows move byte for byte";
+
+  SharedCorpusRead current = read_shared(dir_, filter());
+  EXPECT_EQ(current.records.size(), 1u);
+  EXPECT_EQ(current.stale, 0);
+  EXPECT_TRUE(current.archives.empty()) << "the archive stays closed unless stale rows are asked";
+  SharedCorpusFilter all = filter();
+  all.include_stale = true;
+  SharedCorpusRead every = read_shared(dir_, all);
+  EXPECT_EQ(every.records.size(), 3u);
+  EXPECT_EQ(every.stale, 2);
+  EXPECT_EQ(every.archives.size(), 1u);
+
+  ArchiveResult again = archive_stale(dir_, "", kBuild, false);
+  ASSERT_TRUE(again.error.empty()) << again.error;
+  EXPECT_EQ(again.files.at(0).moved, 0);
+  EXPECT_EQ(read_gz_lines(archive_path(dir_, "h100")).lines.size(), 2u);
+
+  // Importing a corpus that holds the archived rows appends none of them again.
+  const std::string file = dir_ + "/run_corpus.jsonl";
+  std::string error;
+  ASSERT_TRUE(append_lines_locked(file, "", archived.lines, &error)) << error;
+  const ImportResult imported = import_corpus(dir_, file);
+  ASSERT_TRUE(imported.error.empty()) << imported.error;
+  EXPECT_EQ(imported.imported, 0);
+  EXPECT_EQ(imported.already, 2);
+}
+
+// A kill after the archive's append and before the live file's rewrite leaves the rows in both;
+// the next move finds them in the archive and does not append them twice.
+TEST_F(SharedCorpus, AMoveCutShortIsFinishedWithoutWritingARowTwice) {
+  if (!zlib_available()) GTEST_SKIP() << "built without zlib";
+  append(gpu_record("a", 0));
+  append(gpu_record("b", 1, "kernel-sources-old"));
+  const std::string live = shared_corpus_path(dir_, "h100");
+  const std::vector<std::string> lines = read_lines_shared(live).lines;
+  std::string error;
+  ASSERT_TRUE(append_gz_lines(archive_path(dir_, "h100"), {lines[1]}, &error)) << error;
+  ArchiveResult moved = archive_stale(dir_, "", kBuild, false);
+  ASSERT_TRUE(moved.error.empty()) << moved.error;
+  EXPECT_EQ(moved.files.at(0).moved, 1);
+  EXPECT_EQ(moved.files.at(0).written, 0);
+  EXPECT_EQ(read_gz_lines(archive_path(dir_, "h100")).lines, std::vector<std::string>{lines[1]});
+  EXPECT_EQ(read_lines_shared(live).lines, std::vector<std::string>{lines[0]});
+}
+
+// Writers append while the archive rewrites the live file under them: every row ends up exactly
+// once, live (the current build's) or archived (the stale ones). An appender that waited for the
+// lock on the file the rewrite replaced opens the new one (LockedFd).
+TEST_F(SharedCorpus, ArchivingWhileTwoWritersAppendLosesNoRow) {
+  if (!zlib_available()) GTEST_SKIP() << "built without zlib";
+  constexpr int kPerThread = 150;
+  auto writer = [this](const std::string& prefix, const std::string& build) {
+    for (int i = 0; i < kPerThread; ++i) {
+      bool appended = false;
+      std::string error;
+      EXPECT_TRUE(append_shared(dir_, gpu_record(prefix + std::to_string(i), i, build), kSourceLoop,
+                                &appended, &error))
+          << error;
+    }
+  };
+  append(gpu_record("first", 0));
+  std::atomic<bool> done{false};
+  int moves = 0;
+  std::thread archiver([&] {
+    while (!done.load()) {
+      const ArchiveResult r = archive_stale(dir_, "", kBuild, false);
+      EXPECT_TRUE(r.error.empty()) << r.error;
+      ++moves;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::thread a(writer, "a", kBuild), b(writer, "b", "kernel-sources-old");
+  a.join();
+  b.join();
+  done = true;
+  archiver.join();
+  ASSERT_TRUE(archive_stale(dir_, "", kBuild, false).error.empty());
+  EXPECT_GT(moves, 0);
+  SharedCorpusRead live = read_shared(dir_, filter());
+  EXPECT_TRUE(live.problems.empty());
+  EXPECT_EQ(live.records.size(), kPerThread + 1u);
+  EXPECT_EQ(live.stale, 0);
+  EXPECT_EQ(read_gz_lines(archive_path(dir_, "h100")).lines.size(), size_t(kPerThread));
+}
+
+// The gzip files: several members read as one stream; damaged or foreign data is an error, not
+// rows.
+TEST(GzipLines, MembersReadAsOneAndDamageIsAnError) {
+  if (!zlib_available()) GTEST_SKIP() << "built without zlib";
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ms_gzip_lines_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  const std::string path = dir + "/sub/lines.gz";
+  std::string error;
+  EXPECT_FALSE(read_gz_lines(path).exists);
+  ASSERT_TRUE(append_gz_lines(path, {"one", "two"}, &error)) << error;
+  ASSERT_TRUE(append_gz_lines(path, {"three"}, &error)) << error;
+  const LinesRead read = read_gz_lines(path);
+  ASSERT_TRUE(read.error.empty()) << read.error;
+  EXPECT_EQ(read.lines, (std::vector<std::string>{"one", "two", "three"}));
+  EXPECT_EQ(read.line_numbers, (std::vector<int>{1, 2, 3}));
+
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 6);
+  EXPECT_FALSE(read_gz_lines(path).error.empty()) << "a file cut short";
+  const std::string plain = dir + "/plain.gz";
+  ASSERT_TRUE(append_lines_locked(plain, "", {"not gzip"}, &error)) << error;
+  const LinesRead foreign = read_gz_lines(plain);
+  EXPECT_FALSE(foreign.error.empty()) << "no rows from foreign bytes";
+  EXPECT_TRUE(foreign.lines.empty());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
