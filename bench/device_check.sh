@@ -14,7 +14,8 @@
 # with it off (a test's trials are no measurements to keep). At the end the rows this run appended
 # are copied, new rows only, to OUT_DIR/flywheel/<target>.corpus.jsonl; to keep them, on the
 # machine with the checkout: `megasched corpus import OUT_DIR/flywheel/*.corpus.jsonl` (it appends
-# each row once, whatever the checkout gained meanwhile), then commit flywheel/data/.
+# each row once, whatever the checkout gained meanwhile), then commit flywheel/data/ (after a kernel
+# change, `megasched corpus archive` first: it moves the older kernels' rows into flywheel/data/archive/).
 #
 # OUT_DIR keeps at most 8 files (what the device machine returns): with more at the end, or when the
 # script is stopped by a signal, everything but check.log is packed into OUT_DIR/bundle.tgz. The
