@@ -24,31 +24,6 @@ constexpr const char* kNoZlib =
     "this megasched was built without zlib, so it cannot read or write the gzip files of the "
     "corpus archive (install zlib1g-dev and configure the build again)";
 
-/// An open file descriptor holding flock `op`, closed (and unlocked) on scope exit.
-class FlockedFd {
- public:
-  FlockedFd(const std::string& path, int flags, int op) {
-    fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-    if (fd_ < 0) return;
-    while (::flock(fd_, op) != 0) {
-      if (errno != EINTR) {
-        ::close(fd_);
-        fd_ = -1;
-        return;
-      }
-    }
-  }
-  ~FlockedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FlockedFd(const FlockedFd&) = delete;
-  FlockedFd& operator=(const FlockedFd&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
 }  // namespace
 
 bool zlib_available() { return MS_HAVE_ZLIB != 0; }
@@ -67,7 +42,7 @@ LinesRead read_gz_lines(const std::string& path) {
     return out;
   }
 #if MS_HAVE_ZLIB
-  FlockedFd file(path, O_RDONLY, LOCK_SH);
+  LockedFd file(path, O_RDONLY, LOCK_SH);
   if (file.fd() < 0) {
     out.error = "cannot read " + path + ": " + std::strerror(errno);
     return out;
@@ -128,7 +103,7 @@ bool append_gz_lines(const std::string& path, const std::vector<std::string>& li
     if (error) *error = "cannot append to " + path + ": not a regular file";
     return false;
   }
-  FlockedFd file(path, O_RDWR | O_CREAT | O_APPEND, LOCK_EX);
+  LockedFd file(path, O_RDWR | O_CREAT | O_APPEND, LOCK_EX);
   if (file.fd() < 0 || ::fstat(file.fd(), &st) != 0) {
     if (error) *error = "cannot open " + path + " for appending: " + std::strerror(errno);
     return false;

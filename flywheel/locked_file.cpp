@@ -13,48 +13,6 @@
 namespace megasched::flywheel {
 namespace {
 
-// Holds an open descriptor and its flock until destruction.
-class LockedFd {
- public:
-  /// Opens `path` and takes `lock_op` on it. When the file was replaced while this waited for the
-  /// lock (rewrite_lines_locked renames a new file over the path while it holds the lock), the
-  /// lock is on the old file, which no reader sees any more: it opens the path again.
-  LockedFd(const std::string& path, int flags, int lock_op) {
-    // Each retry follows a replacement, which is another writer's progress: no bound is needed.
-    for (;;) {
-      fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-      if (fd_ < 0) return;
-      while (::flock(fd_, lock_op) != 0) {
-        if (errno != EINTR) {
-          ::close(fd_);
-          fd_ = -1;
-          return;
-        }
-      }
-      struct stat held {
-      }, now{};
-      if (::fstat(fd_, &held) != 0 || ::stat(path.c_str(), &now) != 0 ||
-          (held.st_dev == now.st_dev && held.st_ino == now.st_ino))
-        return;
-      ::flock(fd_, LOCK_UN);
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~LockedFd() {
-    if (fd_ >= 0) {
-      ::flock(fd_, LOCK_UN);
-      ::close(fd_);
-    }
-  }
-  LockedFd(const LockedFd&) = delete;
-  LockedFd& operator=(const LockedFd&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
 bool write_all(int fd, const std::string& bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
@@ -121,6 +79,36 @@ off_t quarantine_torn_tail(int fd, const std::string& path, off_t size, std::str
 }
 
 }  // namespace
+
+LockedFd::LockedFd(const std::string& path, int flags, int lock_op) {
+  // Each retry follows a replacement, which is another writer's progress: no bound is needed.
+  for (;;) {
+    fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+    if (fd_ < 0) return;
+    while (::flock(fd_, lock_op) != 0) {
+      if (errno != EINTR) {
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+    }
+    struct stat held {
+    }, now{};
+    if (::fstat(fd_, &held) != 0 || ::stat(path.c_str(), &now) != 0 ||
+        (held.st_dev == now.st_dev && held.st_ino == now.st_ino))
+      return;
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+LockedFd::~LockedFd() {
+  if (fd_ >= 0) {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+}
 
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
@@ -244,6 +232,32 @@ bool append_lines_locked(const std::string& path, const std::string& header,
   return true;
 }
 
+namespace {
+
+/// The complete lines of the file open as `fd` (held under an exclusive lock) of *size bytes, its
+/// torn last line quarantined first (*size is then the whole lines' size). False with *error.
+bool read_whole_locked(int fd, const std::string& path, off_t* size,
+                       std::vector<std::string>* lines, std::string* error) {
+  char last = '\n';
+  if (*size > 0 && ::pread(fd, &last, 1, *size - 1) == 1 && last != '\n') {
+    *size = quarantine_torn_tail(fd, path, *size, error);
+    if (*size < 0) return false;
+  }
+  std::string content(static_cast<size_t>(*size), '\0');
+  if (*size > 0 && ::pread(fd, content.data(), content.size(), 0) != *size) {
+    if (error) *error = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  for (size_t start = 0; start < content.size();) {
+    const size_t end = content.find('\n', start);
+    lines->push_back(content.substr(start, end - start));
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool append_lines_locked_after_read(const std::string& path, const LinesFromExisting& make_lines,
                                     std::string* error) {
   std::error_code ec;
@@ -260,22 +274,8 @@ bool append_lines_locked_after_read(const std::string& path, const LinesFromExis
     return false;
   }
   off_t size = st.st_size;
-  char last = '\n';
-  if (size > 0 && ::pread(file.fd(), &last, 1, size - 1) == 1 && last != '\n') {
-    size = quarantine_torn_tail(file.fd(), path, size, error);
-    if (size < 0) return false;
-  }
-  std::string content(static_cast<size_t>(size), '\0');
-  if (size > 0 && ::pread(file.fd(), content.data(), content.size(), 0) != size) {
-    if (error) *error = "cannot read " + path + ": " + std::strerror(errno);
-    return false;
-  }
   std::vector<std::string> existing;
-  for (size_t start = 0; start < content.size();) {
-    const size_t end = content.find('\n', start);
-    existing.push_back(content.substr(start, end - start));
-    start = end + 1;
-  }
+  if (!read_whole_locked(file.fd(), path, &size, &existing, error)) return false;
   const std::optional<std::vector<std::string>> lines = make_lines(existing, error);
   if (!lines) return false;
   std::string out;
@@ -306,22 +306,8 @@ bool rewrite_lines_locked(const std::string& path, const LinesFromExisting& keep
     return false;
   }
   off_t size = st.st_size;
-  char last = '\n';
-  if (size > 0 && ::pread(file.fd(), &last, 1, size - 1) == 1 && last != '\n') {
-    size = quarantine_torn_tail(file.fd(), path, size, error);
-    if (size < 0) return false;
-  }
-  std::string content(static_cast<size_t>(size), '\0');
-  if (size > 0 && ::pread(file.fd(), content.data(), content.size(), 0) != size) {
-    if (error) *error = "cannot read " + path + ": " + std::strerror(errno);
-    return false;
-  }
   std::vector<std::string> existing;
-  for (size_t start = 0; start < content.size();) {
-    const size_t end = content.find('\n', start);
-    existing.push_back(content.substr(start, end - start));
-    start = end + 1;
-  }
+  if (!read_whole_locked(file.fd(), path, &size, &existing, error)) return false;
   const std::optional<std::vector<std::string>> lines = keep_lines(existing, error);
   if (!lines) return false;
   if (*lines == existing) return true;  // nothing to replace

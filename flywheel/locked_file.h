@@ -19,6 +19,22 @@
 
 namespace megasched::flywheel {
 
+/// An open descriptor holding a flock(2) until destruction. When the file was replaced while the
+/// lock was awaited (rewrite_lines_locked renames a new file over the path while it holds the
+/// lock), the lock would be on the old file, which no reader sees any more: it opens the path
+/// again. fd() < 0 (errno set) when the file cannot be opened or locked.
+class LockedFd {
+ public:
+  LockedFd(const std::string& path, int flags, int lock_op);
+  ~LockedFd();
+  LockedFd(const LockedFd&) = delete;
+  LockedFd& operator=(const LockedFd&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
 /// True when `a` and `b` name one file (the same path, or two paths to one existing file).
 bool same_file(const std::string& a, const std::string& b);
 
