@@ -111,6 +111,8 @@
 #        rounds (default 2), into ab_{SIDE}_N.md and ab.md (the rows of every round, then per
 #        position and config row, the default's included, each side's mean and the tree's
 #        difference to it); SIDE is base and tree with one base, else each base's directory name
+#        (AB_NCU, space-separated MODEL@POSITION@CONFIG: then each side's decode step of that config
+#        under ncu into ncu_ab_SIDE_N.txt, as NCU_STEPS does; AB_NCU_KEEP=1 keeps the .ncu-rep)
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -306,27 +308,28 @@ if has_stage gate; then
   fi
 fi
 
+# Every profile: the sampled source counters (ncu at the shortest warp-sampling interval maps stall
+# samples to SASS), stall reasons, scheduler, speed of light and memory sections of one launch;
+# bench/ncu_hotspots.py prints the stall reasons and the hottest instructions into TEXT.
+# usage: ncu_case LABEL REPORT TEXT HOTSPOT_ROWS NCU_OPTIONS_AND_COMMAND...
+ncu_case() {
+  local label=$1 report=$2 text=$3 rows=$4
+  shift 4
+  log "ncu $label"
+  if ncu --clock-control none --launch-count 1 --import-source no --warp-sampling-interval 0 \
+       --section SourceCounters --section WarpStateStats --section SchedulerStats \
+       --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/$report" "$@" \
+       > "$OUT/ncu_run.log" 2>&1; then
+    python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/$report.ncu-rep" $rows > "$OUT/$text" 2>&1
+    log "ncu $label ok"
+  else
+    log "ncu $label FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
+    status=1
+  fi
+  rm -f "$OUT/ncu_run.log"
+}
+
 if has_stage ncu; then
-  # Every profile: the sampled source counters (ncu at the shortest warp-sampling interval maps stall
-  # samples to SASS), stall reasons, scheduler, speed of light and memory sections of one launch;
-  # bench/ncu_hotspots.py prints the stall reasons and the hottest instructions into TEXT.
-  # usage: ncu_case LABEL REPORT TEXT HOTSPOT_ROWS NCU_OPTIONS_AND_COMMAND...
-  ncu_case() {
-    local label=$1 report=$2 text=$3 rows=$4
-    shift 4
-    log "ncu $label"
-    if ncu --clock-control none --launch-count 1 --import-source no --warp-sampling-interval 0 \
-         --section SourceCounters --section WarpStateStats --section SchedulerStats \
-         --section SpeedOfLight --section MemoryWorkloadAnalysis -f -o "$OUT/$report" "$@" \
-         > "$OUT/ncu_run.log" 2>&1; then
-      python3 "$ROOT/bench/ncu_hotspots.py" "$OUT/$report.ncu-rep" $rows > "$OUT/$text" 2>&1
-      log "ncu $label ok"
-    else
-      log "ncu $label FAILED"; tail -30 "$OUT/ncu_run.log" >> "$LOG"
-      status=1
-    fi
-    rm -f "$OUT/ncu_run.log"
-  }
   # ncu on ring_bench cases (NCU_FILTERS, space-separated; default 66 blocks streaming gate_up
   # tiles, then O tiles), built with -lineinfo so the source page maps to the device sources:
   # ncu_N.txt (the reports themselves: ring_N.ncu-rep).
@@ -778,6 +781,29 @@ if has_stage ab; then
             }
           }
         }' "$OUT/ab.md" | sort | tee -a "$OUT/ab.md" >> "$LOG"
+      # AB_NCU (space-separated MODEL@POSITION@CONFIG): each side's megakernel of one timed decode
+      # step under ncu, as NCU_STEPS does, into ncu_ab_SIDE_N.txt (stall reasons, scheduler, the
+      # hottest SASS instructions with their source lines): what a change did to the kernel, not
+      # only to its time. The reports are deleted unless AB_NCU_KEEP=1 (each can pass the 16 MiB
+      # a returned file may have).
+      n=0
+      for spec in ${AB_NCU:-}; do
+        n=$((n + 1))
+        IFS=@ read -r smodel spos scfg <<< "$spec"
+        for side in "${ab_sides[@]}"; do
+          bin="$BUILD/megasched"
+          [ "$side" = base ] && bin="$BUILD-ab-base/megasched"
+          [ "$side" != base ] && [ "$side" != tree ] && bin="$BUILD-ab-$side/megasched"
+          MEGASCHED_NVRTC_LINEINFO=1 ncu_case \
+            "ab $side $n: evaluate --model $smodel --positions $spos --config $scfg" \
+            "ab_${side}_$n" "ncu_ab_${side}_$n.txt" 80 --kernel-name ms_megakernel \
+            --launch-skip "${NCU_STEP_SKIP:-4}" \
+            --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+            "$bin" evaluate --model "$smodel" --gpu auto --device gpu --positions "$spos" \
+            --timed-position "$spos" --config "$scfg" --iterations 3 --warmup 2 --no-baseline
+          [ "${AB_NCU_KEEP:-0}" = 1 ] || rm -f "$OUT/ab_${side}_$n.ncu-rep"
+        done
+      done
     fi
   fi
 fi
