@@ -1,10 +1,11 @@
-// `megasched corpus import|show` (harness/cmd_corpus.cpp) end to end.
+// `megasched corpus import|show|archive` (harness/cmd_corpus.cpp) end to end.
 #include <unistd.h>
 
 #include <filesystem>
 
 #include <gtest/gtest.h>
 
+#include "flywheel/gzip_lines.h"
 #include "flywheel/shared_corpus.h"
 #include "schedule/config.h"
 #include "tests/harness/run_cli.h"
@@ -85,9 +86,49 @@ TEST_F(CorpusCli, ImportKeepsGpuRowsWithTheirBuildOnceAndShowCountsThemStale) {
   EXPECT_NE(r.out.find("no corpus at"), std::string::npos) << r.out;
 }
 
+// `corpus archive`: --dry-run counts, the move leaves the live file with no stale row and show
+// counts the archived ones; a folder that is no folder and the corpus turned off are errors with a
+// hint, and nothing moves.
+TEST_F(CorpusCli, ArchiveMovesTheStaleRowsAndShowStillCountsThem) {
+  if (!zlib_available()) GTEST_SKIP() << "built without zlib";
+  const std::string shared = (dir_ / "flywheel").string();
+  const std::string live = shared_corpus_path(shared, "h200");
+  for (const CorpusRecord& r : {record("a", 0, "gpu"), record("b", 1, "gpu")})
+    ASSERT_TRUE(append_corpus(live, r, nullptr));
+  auto r = test::run_megasched("corpus archive --dry-run --flywheel " + shared, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["dry_run"], true);
+  EXPECT_EQ(doc["files"][0]["stale_moved"], 2);
+  EXPECT_FALSE(fs::exists(archive_path(shared, "h200")));
+
+  r = test::run_megasched("corpus archive --target h200 --flywheel " + shared, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["files"][0]["appended_to_archive"], 2);
+  EXPECT_EQ(doc["files"][0]["kept"], 0);
+  EXPECT_TRUE(fs::exists(archive_path(shared, "h200")));
+  EXPECT_EQ(fs::file_size(live), 0u);
+
+  r = test::run_megasched("corpus show --flywheel " + shared, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["files"]["h200.corpus.jsonl"]["stale_rows"], 2);
+  EXPECT_EQ(doc["files"]["h200.corpus.jsonl"]["archived_rows"], 2);
+
+  r = test::run_megasched("corpus archive --flywheel none", true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("name its folder"), std::string::npos) << r.out;
+  const std::string not_a_folder = (dir_ / "plain").string();
+  ASSERT_TRUE(append_lines_locked(not_a_folder, "", {"x"}, nullptr));
+  r = test::run_megasched("corpus archive --flywheel " + not_a_folder, true);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("not a folder"), std::string::npos) << r.out;
+}
+
 TEST_F(CorpusCli, HelpOfEveryWriterAndReaderNamesTheSharedCorpusFolder) {
-  for (const char* verb :
-       {"loop", "bench", "promote", "landscape record", "prior", "corpus import", "corpus show"}) {
+  for (const char* verb : {"loop", "bench", "promote", "landscape record", "prior", "corpus import",
+                           "corpus show", "corpus archive"}) {
     auto r = test::run_megasched(std::string(verb) + " --help", false);
     EXPECT_EQ(r.exit_code, 0) << verb;
     EXPECT_NE(r.out.find("--flywheel"), std::string::npos) << verb << r.out;
