@@ -745,13 +745,19 @@ if has_stage ab; then
         if [ "${#ab_bases[@]}" -gt 1 ]; then ab_sides+=("$(basename "$b")"); else ab_sides+=(base); fi
       done
       ab_sides+=(tree)
+      # The CLI of a side: this tree's, the one base's, or the base named SIDE's.
+      ab_bin() {
+        case $1 in
+          tree) echo "$BUILD/megasched" ;;
+          base) echo "$BUILD-ab-base/megasched" ;;
+          *) echo "$BUILD-ab-$1/megasched" ;;
+        esac
+      }
       ab_args=()
       for c in $AB_CONFIG; do ab_args+=(--config "$c"); done
       for round in $(seq 1 "$AB_ROUNDS"); do
         for side in "${ab_sides[@]}"; do
-          bin="$BUILD/megasched"
-          [ "$side" = base ] && bin="$BUILD-ab-base/megasched"
-          [ "$side" != base ] && [ "$side" != tree ] && bin="$BUILD-ab-$side/megasched"
+          bin=$(ab_bin "$side")
           log "ab: round $round, $side: megasched bench ${ab_args[*]} --positions $AB_POSITIONS"
           if "$bin" bench --model llama-1b --positions "$AB_POSITIONS" "${ab_args[@]}" \
                --baseline graph-pdl --iterations "$ITERATIONS" --out "$OUT/ab_${side}_$round" \
@@ -791,9 +797,7 @@ if has_stage ab; then
         n=$((n + 1))
         IFS=@ read -r smodel spos scfg <<< "$spec"
         for side in "${ab_sides[@]}"; do
-          bin="$BUILD/megasched"
-          [ "$side" = base ] && bin="$BUILD-ab-base/megasched"
-          [ "$side" != base ] && [ "$side" != tree ] && bin="$BUILD-ab-$side/megasched"
+          bin=$(ab_bin "$side")
           MEGASCHED_NVRTC_LINEINFO=1 ncu_case \
             "ab $side $n: evaluate --model $smodel --positions $spos --config $scfg" \
             "ab_${side}_$n" "ncu_ab_${side}_$n.txt" 80 --kernel-name ms_megakernel \

@@ -203,15 +203,18 @@ SharedCorpusRead read_shared(const std::string& dir, const SharedCorpusFilter& f
     if (!file.exists) continue;
     out.files.push_back(path);
     out.problems.insert(out.problems.end(), file.problems.begin(), file.problems.end());
-    for (CorpusRecord& r : file.records) {
-      if (!key.empty() && target_file_key(r.target) != key) continue;
-      if (!filter.model.empty() && r.model != filter.model) continue;
+    // A record of the filter's target and model, from the live file or its archive.
+    auto take = [&](CorpusRecord& r, bool archived) {
+      if (!key.empty() && target_file_key(r.target) != key) return;
+      if (!filter.model.empty() && r.model != filter.model) return;
       if (is_stale(r, filter.build)) {
         ++out.stale;
-        if (!filter.include_stale) continue;
+        if (!filter.include_stale) return;
       }
+      out.archived += archived ? 1 : 0;
       out.records.push_back(std::move(r));
-    }
+    };
+    for (CorpusRecord& r : file.records) take(r, false);
     if (!filter.include_stale) continue;
     // The file's archive: rows of other builds moved out of it (archive_stale).
     const std::string archive = archive_of(dir, path);
@@ -223,12 +226,8 @@ SharedCorpusRead read_shared(const std::string& dir, const SharedCorpusFilter& f
     }
     out.archives.push_back(archive);
     for (CorpusRecord& r :
-         decode_json_lines<CorpusRecord>(archive, lines, corpus_record_from_json, &out.problems)) {
-      if (!key.empty() && target_file_key(r.target) != key) continue;
-      if (!filter.model.empty() && r.model != filter.model) continue;
-      ++out.stale;
-      out.records.push_back(std::move(r));
-    }
+         decode_json_lines<CorpusRecord>(archive, lines, corpus_record_from_json, &out.problems))
+      take(r, true);
   }
   if (filter.dedupe) out.records = dedupe_records(std::move(out.records), &out.duplicates);
   return out;
@@ -254,16 +253,14 @@ ArchiveResult archive_stale(const std::string& dir, const std::string& target,
     ArchiveFileResult file;
     file.file = path;
     file.archive = archive_of(dir, path);
-    // Which lines stay: every line that is no record of another build.
+    // Which lines stay: every line that is no stale record (is_stale, as the readers judge it).
     auto split = [&](const std::vector<std::string>& existing, std::vector<std::string>* kept,
                      std::vector<std::string>* stale) {
       for (const std::string& line : existing) {
         const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        std::string own;
-        if (j.is_object() && j.contains("versions") && j["versions"].is_object())
-          own = j["versions"].value("build", std::string());
-        const bool record = j.is_object() && j.contains("schedule_id");
-        (record && (own.empty() || own != build) ? stale : kept)->push_back(line);
+        const std::optional<CorpusRecord> r =
+            j.is_discarded() ? std::nullopt : corpus_record_from_json(j, nullptr);
+        (r && is_stale(*r, build) ? stale : kept)->push_back(line);
       }
     };
     if (dry_run) {

@@ -101,6 +101,7 @@ struct SharedCorpusRead {
   std::vector<std::string> files;     // the files read
   std::vector<std::string> archives;  // the archive files read (include_stale only)
   int stale = 0;                      // rows of another build (left out unless include_stale)
+  int archived = 0;                   // of the records, those read from archives
   int duplicates = 0;                 // older rows of a key dropped by dedupe
   std::vector<std::string> problems;  // torn or malformed lines (skipped)
   std::string error;                  // a file there but unreadable; the folder not a folder

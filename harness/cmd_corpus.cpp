@@ -49,16 +49,10 @@ nlohmann::json file_summary(const std::string& dir, const std::string& file,
     ++by_model[r.model];
     ++by_build[r.versions.value("build", std::string("?"))];
   }
-  // The live file's rows (read again without its archive): the rest are the archive's.
-  flywheel::SharedCorpusFilter live_only = every;
-  live_only.include_stale = false;
-  const flywheel::SharedCorpusRead live = flywheel::read_shared(dir, live_only);
-  const int archived =
-      static_cast<int>(read.records.size()) - (static_cast<int>(live.records.size()) + live.stale);
   return {{"rows", read.records.size()},
           {"current_build_rows", static_cast<int>(read.records.size()) - read.stale},
           {"stale_rows", read.stale},
-          {"archived_rows", archived},
+          {"archived_rows", read.archived},
           {"archive",
            read.archives.empty() ? nlohmann::json(nullptr) : nlohmann::json(read.archives.front())},
           {"by_source", by_source},
