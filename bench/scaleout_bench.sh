@@ -18,9 +18,10 @@
 #         COLD_MODEL (default llama-1b) from the default config, the default strategy, one seed,
 #         for COLD_MINUTES (default 1.5) each with --compile-ahead 0 and then 4 on GPU 0 (COLD_AHEADS,
 #         default "0 4": the depths run on one GPU, each its own run and its own key
-#         trials_per_min_aheadN), then `--gpus all` with --compile-ahead 4 when the host has more
-#         than one GPU. Targets: >= 30 trials/min on one GPU with compile-ahead 4; all GPUs >=
-#         0.925 x GPUs x that rate (2 GPUs >= 1.85x). -> OUT_DIR/scaleout/cold.json
+#         trials_per_min_aheadN), then `--gpus all` with --compile-ahead COLD_ALL_AHEAD (default
+#         4) per worker when the host has more than one GPU (one GPU runs that depth too, for the
+#         ratio). Targets: >= 30 trials/min on one GPU at that depth; all GPUs >= 0.925 x GPUs x
+#         that rate (2 GPUs >= 1.85x). -> OUT_DIR/scaleout/cold.json
 # Each run keeps its logs, summary and progress under OUT_DIR/scaleout/<stage>_<n>/.
 # usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1] [cold]      env: BUILD (default build-gpu)
 set -uo pipefail
@@ -138,7 +139,10 @@ if [[ " $STAGES " == *" cold "* ]]; then
   for n in $COLD_AHEADS; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_AHEADS holds '$n': give compile-ahead depths, e.g. \"0 4 8\"" >&2; exit 2; }
   done
-  [[ " $COLD_AHEADS " == *" 4 "* ]] || COLD_AHEADS="$COLD_AHEADS 4"  # the scaling's reference
+  COLD_ALL_AHEAD=${COLD_ALL_AHEAD:-4}
+  [[ "$COLD_ALL_AHEAD" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_ALL_AHEAD is '$COLD_ALL_AHEAD': give a compile-ahead depth per worker, e.g. 4" >&2; exit 2; }
+  # The scaling's reference: one GPU at the pool's depth per worker.
+  [[ " $COLD_AHEADS " == *" $COLD_ALL_AHEAD "* ]] || COLD_AHEADS="$COLD_AHEADS $COLD_ALL_AHEAD"
   log "cold: $COLD_MODEL, $COLD_MINUTES min each, compile-ahead ${COLD_AHEADS// / / } on one GPU, then all $gpus"
   w="$DIR/cold_warmup"
   rm -rf "$w" && mkdir -p "$w/kernels"
@@ -160,11 +164,11 @@ if [[ " $STAGES " == *" cold "* ]]; then
     rates="$rates \"trials_per_min_ahead$n\": $r,"
     said="$said ahead $n $r,"
   done
-  r4=$(rate "$DIR/cold_ahead4/summary.json")
+  r4=$(rate "$DIR/cold_ahead$COLD_ALL_AHEAD/summary.json")
   rall=null
   scale=null
   if [ "$gpus" -gt 1 ]; then
-    cold_run all --gpus all --compile-ahead 4
+    cold_run all --gpus all --compile-ahead "$COLD_ALL_AHEAD"
     rall=$(rate "$DIR/cold_all/summary.json")
     scale=$(ratio "$rall" "$r4")
   fi
@@ -173,10 +177,10 @@ if [[ " $STAGES " == *" cold "* ]]; then
   [ "$gpus" -gt 1 ] && ! at_least "$scale" "$(awk -v g="$gpus" 'BEGIN { print 0.925 * g }')" && pass=false
   cat >"$DIR/cold.json" <<EOF
 {"stage": "cold", "model": "$COLD_MODEL", "minutes": $COLD_MINUTES, "gpu": "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)", "gpus": $gpus,
- $rates "trials_per_min_all_gpus_ahead4": $rall,
+ $rates "trials_per_min_all_gpus_ahead$COLD_ALL_AHEAD": $rall,
  "scaling_all_gpus": $scale, "target_trials_per_min": 30, "pass": $pass}
 EOF
-  log "cold: trials/min on one GPU:$said all $gpus GPUs $rall (${scale}x); pass $pass"
+  log "cold: trials/min on one GPU:$said all $gpus GPUs at $COLD_ALL_AHEAD each $rall (${scale}x against one GPU at $COLD_ALL_AHEAD); pass $pass"
   [ "$pass" = true ] || status=1
 fi
 exit $status
