@@ -14,8 +14,9 @@
 # with it off (a test's trials are no measurements to keep). At the end the rows this run appended
 # are copied, new rows only, to OUT_DIR/flywheel/<target>.corpus.jsonl; to keep them, on the
 # machine with the checkout: `megasched corpus import OUT_DIR/flywheel/*.corpus.jsonl` (it appends
-# each row once, whatever the checkout gained meanwhile), then commit flywheel/data/ (after a kernel
-# change, `megasched corpus archive` first: it moves the older kernels' rows into flywheel/data/archive/).
+# each row once, whatever the checkout gained meanwhile), then `megasched corpus archive --all` (it
+# moves the rows, gzipped, into flywheel/data/archive/, which every reader reads too) and commit
+# flywheel/data/.
 #
 # OUT_DIR keeps at most 8 files (what the device machine returns): with more at the end, or when the
 # script is stopped by a signal, everything but check.log is packed into OUT_DIR/bundle.tgz. The
@@ -848,7 +849,7 @@ for f in "$MEGASCHED_FLYWHEEL_DIR"/*.corpus.jsonl; do
     mkdir -p "$OUT/flywheel"
     tail -n +"$((before + 1))" "$f" > "$OUT/flywheel/$name"
     log "flywheel: $((after - before)) new rows of $name in $OUT/flywheel/$name" \
-        "(keep them: megasched corpus import $OUT/flywheel/$name, then commit flywheel/data/)"
+        "(keep them: megasched corpus import $OUT/flywheel/$name, then megasched corpus archive --all and commit flywheel/data/)"
   fi
 done
 

@@ -24,27 +24,34 @@ std::string build_of(const CorpusRecord& record) {
   return it != record.versions.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-/// The files of `filter` in `dir`: one target's, or every *.corpus.jsonl by name.
+/// The files of `filter` in `dir`: one target's, or every *.corpus.jsonl by name, and the live
+/// name of every archive/*.corpus.jsonl.gz whose live file is gone.
 std::vector<std::string> files_to_read(const std::string& dir, const SharedCorpusFilter& filter,
                                        std::string* error) {
   if (!filter.target.empty()) return {shared_corpus_path(dir, filter.target)};
-  std::vector<std::string> out;
+  std::set<std::string> out;
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return out;
+  if (!fs::exists(dir, ec)) return {};
   if (!fs::is_directory(dir, ec)) {
     *error = "the shared corpus folder " + dir + " is not a folder (set " + kFlywheelDirEnv +
              " to a folder, or to none)";
-    return out;
+    return {};
   }
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > std::string(kFileSuffix).size() &&
-        name.compare(name.size() - std::string(kFileSuffix).size(), std::string::npos,
-                     kFileSuffix) == 0)
-      out.push_back(entry.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  const std::string suffix = kFileSuffix;
+  auto live_name = [&](const std::string& name, const std::string& tail) -> std::string {
+    const std::string ending = suffix + tail;
+    if (name.size() <= ending.size() ||
+        name.compare(name.size() - ending.size(), std::string::npos, ending) != 0)
+      return "";
+    return name.substr(0, name.size() - tail.size());
+  };
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (std::string name = live_name(entry.path().filename().string(), ""); !name.empty())
+      out.insert((fs::path(dir) / name).string());
+  for (const auto& entry : fs::directory_iterator(fs::path(dir) / "archive", ec))
+    if (std::string name = live_name(entry.path().filename().string(), ".gz"); !name.empty())
+      out.insert((fs::path(dir) / name).string());
+  return {out.begin(), out.end()};
 }
 
 /// The archive of the live file `live` in `dir` (archive_path).
@@ -200,9 +207,10 @@ SharedCorpusRead read_shared(const std::string& dir, const SharedCorpusFilter& f
       out.error = file.error;
       return out;
     }
-    if (!file.exists) continue;
-    out.files.push_back(path);
-    out.problems.insert(out.problems.end(), file.problems.begin(), file.problems.end());
+    // The file's archive: rows moved out of it (archive_rows), older than its own.
+    const std::string archive = archive_of(dir, path);
+    LinesRead lines = read_gz_lines(archive);
+    if (!file.exists && !lines.exists) continue;
     // A record of the filter's target and model, from the live file or its archive.
     auto take = [&](CorpusRecord& r, bool archived) {
       if (!key.empty() && target_file_key(r.target) != key) return;
@@ -214,20 +222,32 @@ SharedCorpusRead read_shared(const std::string& dir, const SharedCorpusFilter& f
       out.archived += archived ? 1 : 0;
       out.records.push_back(std::move(r));
     };
-    for (CorpusRecord& r : file.records) take(r, false);
-    if (!filter.include_stale) continue;
-    // The file's archive: rows of other builds moved out of it (archive_stale).
-    const std::string archive = archive_of(dir, path);
-    const LinesRead lines = read_gz_lines(archive);
-    if (!lines.exists) continue;
-    if (!lines.error.empty()) {
+    if (lines.exists && !lines.error.empty()) {
       out.problems.push_back(lines.error + " (its rows are left out)");
-      continue;
+    } else if (lines.exists) {
+      out.archives.push_back(archive);
+      if (!filter.include_stale && !filter.build.empty()) {
+        // A row of the build names it: the others need no parse (most of an archive is stale).
+        LinesRead named;
+        for (size_t i = 0; i < lines.lines.size(); ++i) {
+          if (lines.lines[i].find(filter.build) == std::string::npos) {
+            out.stale_unread += lines.lines[i].empty() ? 0 : 1;
+            continue;
+          }
+          named.lines.push_back(std::move(lines.lines[i]));
+          named.line_numbers.push_back(lines.line_numbers[i]);
+        }
+        lines.lines = std::move(named.lines);
+        lines.line_numbers = std::move(named.line_numbers);
+      }
+      for (CorpusRecord& r :
+           decode_json_lines<CorpusRecord>(archive, lines, corpus_record_from_json, &out.problems))
+        take(r, true);
     }
-    out.archives.push_back(archive);
-    for (CorpusRecord& r :
-         decode_json_lines<CorpusRecord>(archive, lines, corpus_record_from_json, &out.problems))
-      take(r, true);
+    if (!file.exists) continue;
+    out.files.push_back(path);
+    out.problems.insert(out.problems.end(), file.problems.begin(), file.problems.end());
+    for (CorpusRecord& r : file.records) take(r, false);
   }
   if (filter.dedupe) out.records = dedupe_records(std::move(out.records), &out.duplicates);
   return out;
@@ -237,8 +257,8 @@ std::string archive_path(const std::string& dir, const std::string& target) {
   return archive_of(dir, shared_corpus_path(dir, target));
 }
 
-ArchiveResult archive_stale(const std::string& dir, const std::string& target,
-                            const std::string& build, bool dry_run) {
+ArchiveResult archive_rows(const std::string& dir, const std::string& target,
+                           const std::string& build, ArchiveScope scope, bool dry_run) {
   ArchiveResult out;
   if (!flywheel_enabled(dir)) {
     out.error = "the shared corpus is off (" + std::string(kFlywheelDirEnv) +
@@ -253,14 +273,18 @@ ArchiveResult archive_stale(const std::string& dir, const std::string& target,
     ArchiveFileResult file;
     file.file = path;
     file.archive = archive_of(dir, path);
-    // Which lines stay: every line that is no stale record (is_stale, as the readers judge it).
+    // Which lines stay: every line that is no record, and with kStale every record of the
+    // build (is_stale, as the readers judge it).
     auto split = [&](const std::vector<std::string>& existing, std::vector<std::string>* kept,
-                     std::vector<std::string>* stale) {
+                     std::vector<std::string>* moved) {
+      file.stale = 0;
       for (const std::string& line : existing) {
         const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
         const std::optional<CorpusRecord> r =
             j.is_discarded() ? std::nullopt : corpus_record_from_json(j, nullptr);
-        (r && is_stale(*r, build) ? stale : kept)->push_back(line);
+        const bool stale = r && is_stale(*r, build);
+        file.stale += stale ? 1 : 0;
+        (r && (stale || scope == ArchiveScope::kEveryRecord) ? moved : kept)->push_back(line);
       }
     };
     if (dry_run) {

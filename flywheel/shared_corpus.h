@@ -99,44 +99,52 @@ struct SharedCorpusFilter {
 struct SharedCorpusRead {
   std::vector<CorpusRecord> records;  // in file order (files by name), after the filter
   std::vector<std::string> files;     // the files read
-  std::vector<std::string> archives;  // the archive files read (include_stale only)
-  int stale = 0;                      // rows of another build (left out unless include_stale)
-  int archived = 0;                   // of the records, those read from archives
-  int duplicates = 0;                 // older rows of a key dropped by dedupe
+  std::vector<std::string> archives;  // the archive files read
+  int stale = 0;         // rows of another build read and left out (kept with include_stale)
+  int stale_unread = 0;  // archived lines not parsed: they do not name the build (any model)
+  int archived = 0;      // of the records, those read from archives
+  int duplicates = 0;    // older rows of a key dropped by dedupe
   std::vector<std::string> problems;  // torn or malformed lines (skipped)
   std::string error;                  // a file there but unreadable; the folder not a folder
 };
 
-/// Reads the shared corpus of `dir` through `filter`. A missing folder or file reads as empty.
-/// With include_stale it reads the archive of each target file too (archive_path), whose rows are
-/// all stale; without, it does not open the archive.
+/// Reads the shared corpus of `dir` through `filter`: each target file's archive (archive_path),
+/// then the file itself, so older rows come first. A missing folder, file or archive reads as
+/// empty. Without include_stale, an archived line that does not contain filter.build is
+/// not parsed (it cannot be of that build) and counts in stale_unread.
 SharedCorpusRead read_shared(const std::string& dir, const SharedCorpusFilter& filter);
 
 /// The archive of a target's shared file: `<dir>/archive/<target_file_key>.corpus.jsonl.gz`,
-/// where archive_stale moves the rows of other kernel builds (flywheel/gzip_lines.h: gzip, one
-/// member per move). Readers leave it closed unless stale rows are asked for.
+/// where archive_rows moves rows out of the live file (flywheel/gzip_lines.h: gzip, one member
+/// per move).
 std::string archive_path(const std::string& dir, const std::string& target);
 
-/// What moving the stale rows of one shared file into its archive did.
+/// What moving rows of one shared file into its archive did.
 struct ArchiveFileResult {
   std::string file;     // the live file
   std::string archive;  // its archive
-  int kept = 0;         // rows of the current build (and lines that are no record) left live
-  int moved = 0;        // stale rows removed from the live file
+  int kept = 0;         // rows left live (with kStale: the current build's, and lines that are no
+                        // record)
+  int moved = 0;        // rows removed from the live file
+  int stale = 0;        // of those, rows of another build
   int written = 0;      // of those, appended to the archive (the others were there already)
 };
 struct ArchiveResult {
   std::vector<ArchiveFileResult> files;
   std::string error;  // the folder or a file cannot be read or written: that file is unchanged
 };
-/// Moves every stale row (is_stale against `build`) of the shared files of `dir` (one target's,
-/// or all of them) into their archives: the rows go to the archive first, fsync'd, then the live
-/// file is rewritten without them (rewrite_lines_locked), under the appenders' lock. A kill in
-/// between leaves a row in both, and the next move does not write it again (a row already in the
-/// archive, byte for byte, is not appended twice). Lines that are no record stay live. With
-/// `dry_run` it counts and changes nothing. Needs zlib unless nothing is stale (or dry_run).
-ArchiveResult archive_stale(const std::string& dir, const std::string& target,
-                            const std::string& build, bool dry_run);
+/// Which rows archive_rows moves: the stale ones (is_stale against the build), or every record,
+/// so that the live file starts empty and the whole corpus is kept compressed (readers read the
+/// archive as they read the live file).
+enum class ArchiveScope { kStale, kEveryRecord };
+/// Moves rows of the shared files of `dir` (one target's, or all of them) into their archives:
+/// the rows go to the archive first, fsync'd, then the live file is rewritten without them
+/// (rewrite_lines_locked), under the appenders' lock. A kill in between leaves a row in both, and
+/// the next move does not write it again (a row already in the archive, byte for byte, is not
+/// appended twice). Lines that are no record stay live. With `dry_run` it counts and changes
+/// nothing. Needs zlib unless nothing is moved (or dry_run).
+ArchiveResult archive_rows(const std::string& dir, const std::string& target,
+                           const std::string& build, ArchiveScope scope, bool dry_run);
 
 /// One row per (schedule_id, versions.build, timed key): the newest by timestamp, the later line
 /// on a tie. Keeps the survivors' order; *dropped (when given) counts the others.

@@ -30,6 +30,7 @@ struct CorpusOptions {
   std::string model;               // show: only this model
   std::string target;              // archive: only this target's file
   bool dry_run = false;            // archive: count, change nothing
+  bool all = false;                // archive: every row, not only the stale ones
 };
 
 /// The summary of one shared file: counts of every row, the current build's, and by source and
@@ -92,14 +93,16 @@ int archive(const CorpusOptions& o) {
     return kExitUsage;
   }
   const std::string build = vm::build_identity();
-  const flywheel::ArchiveResult r =
-      flywheel::archive_stale(o.flywheel_dir, o.target, build, o.dry_run);
+  const flywheel::ArchiveResult r = flywheel::archive_rows(
+      o.flywheel_dir, o.target, build,
+      o.all ? flywheel::ArchiveScope::kEveryRecord : flywheel::ArchiveScope::kStale, o.dry_run);
   nlohmann::json files = nlohmann::json::array();
   for (const flywheel::ArchiveFileResult& f : r.files)
     files.push_back({{"file", f.file},
                      {"archive", f.archive},
                      {"kept", f.kept},
-                     {"stale_moved", f.moved},
+                     {"moved", f.moved},
+                     {"stale_moved", f.stale},
                      {"appended_to_archive", f.written}});
   if (!r.error.empty()) {
     print_error("corpus",
@@ -163,12 +166,15 @@ void add_corpus_command(CLI::App& app, CliContext& ctx) {
   import_cmd->callback([&ctx, opt] { ctx.exit_code = import(*opt); });
   auto* archive_cmd = cmd->add_subcommand(
       "archive",
-      "Move the rows of other kernel builds (stale rows) of each target file into "
-      "<folder>/archive/<target>.corpus.jsonl.gz, keeping the live files to the current build's "
-      "rows; `--corpus-stale include` still reads them");
+      "Move the rows of other kernel builds (stale rows) of each target file, or with --all "
+      "every row, into <folder>/archive/<target>.corpus.jsonl.gz (gzip); every reader reads the "
+      "archive after the live file (stale rows still only with `--corpus-stale include`)");
   archive_cmd->add_option("--target", opt->target,
                           "Only this GPU target's file (h100, h200, or a GPU name)");
   archive_cmd->add_flag("--dry-run", opt->dry_run, "Count what would move; change nothing");
+  archive_cmd->add_flag("--all", opt->all,
+                        "Move every row, the current build's too, so the live files start empty "
+                        "and the corpus that travels with the checkout stays compressed");
   add_flywheel_flag(archive_cmd, &opt->flywheel_dir);
   archive_cmd->callback([&ctx, opt] { ctx.exit_code = archive(*opt); });
 }

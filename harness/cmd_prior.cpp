@@ -76,6 +76,7 @@ std::optional<std::vector<flywheel::CorpusRecord>> eval_records(const Options& o
              {"files", shared.files},
              {"build", filter.build},
              {"stale_rows", shared.stale},
+             {"stale_rows_unread", shared.stale_unread},
              {"stale", o.corpus_stale ? "included" : "excluded"},
              {"duplicates_dropped", shared.duplicates}};
   return std::move(shared.records);

@@ -487,7 +487,11 @@ std::vector<flywheel::CorpusRecord> loop_training(const LoopCommand& opt,
           opt.loop.corpus_path + ", " + std::to_string(shared_used) + " of the shared corpus" +
           (flywheel::flywheel_enabled(opt.flywheel_dir) ? " " + opt.flywheel_dir : " (off)") +
           " (" + std::to_string(shared.stale) + " stale rows of other kernel builds " +
-          (opt.corpus_stale ? "included" : "left out") + ")" +
+          (opt.corpus_stale ? "included" : "left out") +
+          (shared.stale_unread > 0
+               ? ", " + std::to_string(shared.stale_unread) + " more in its archives unread"
+               : "") +
+          ")" +
           (shared.error.empty() ? "" : "; shared corpus unreadable: " + shared.error);
   return training;
 }

@@ -249,14 +249,14 @@ TEST_F(SharedCorpus, ArchivingMovesStaleRowsOutAndStaleReadersStillSeeThem) {
   const std::string live = shared_corpus_path(dir_, "h100");
   const std::string before = read_lines_shared(live).lines.at(1);
 
-  ArchiveResult dry = archive_stale(dir_, "", kBuild, /*dry_run=*/true);
+  ArchiveResult dry = archive_rows(dir_, "", kBuild, ArchiveScope::kStale, /*dry_run=*/true);
   ASSERT_TRUE(dry.error.empty()) << dry.error;
   ASSERT_EQ(dry.files.size(), 1u);
   EXPECT_EQ(dry.files[0].moved, 2);
   EXPECT_EQ(read_lines_shared(live).lines.size(), 3u) << "a dry run changes nothing";
   EXPECT_FALSE(std::filesystem::exists(archive_path(dir_, "h100")));
 
-  ArchiveResult moved = archive_stale(dir_, "h100", kBuild, false);
+  ArchiveResult moved = archive_rows(dir_, "h100", kBuild, ArchiveScope::kStale, false);
   ASSERT_TRUE(moved.error.empty()) << moved.error;
   ASSERT_EQ(moved.files.size(), 1u);
   EXPECT_EQ(moved.files[0].kept, 1);
@@ -272,7 +272,8 @@ TEST_F(SharedCorpus, ArchivingMovesStaleRowsOutAndStaleReadersStillSeeThem) {
   SharedCorpusRead current = read_shared(dir_, filter());
   EXPECT_EQ(current.records.size(), 1u);
   EXPECT_EQ(current.stale, 0);
-  EXPECT_TRUE(current.archives.empty()) << "the archive stays closed unless stale rows are asked";
+  EXPECT_EQ(current.archives.size(), 1u);
+  EXPECT_EQ(current.stale_unread, 2) << "archived rows of other builds are skipped unparsed";
   SharedCorpusFilter all = filter();
   all.include_stale = true;
   SharedCorpusRead every = read_shared(dir_, all);
@@ -280,7 +281,7 @@ TEST_F(SharedCorpus, ArchivingMovesStaleRowsOutAndStaleReadersStillSeeThem) {
   EXPECT_EQ(every.stale, 2);
   EXPECT_EQ(every.archives.size(), 1u);
 
-  ArchiveResult again = archive_stale(dir_, "", kBuild, false);
+  ArchiveResult again = archive_rows(dir_, "", kBuild, ArchiveScope::kStale, false);
   ASSERT_TRUE(again.error.empty()) << again.error;
   EXPECT_EQ(again.files.at(0).moved, 0);
   EXPECT_EQ(read_gz_lines(archive_path(dir_, "h100")).lines.size(), 2u);
@@ -295,6 +296,52 @@ TEST_F(SharedCorpus, ArchivingMovesStaleRowsOutAndStaleReadersStillSeeThem) {
   EXPECT_EQ(imported.already, 2);
 }
 
+// corpus archive --all: every record leaves the live file, the current build's too, and readers
+// read them from the archive as they read the live file (stale ones only when asked); rows
+// appended later join them, and the next move adds only those.
+TEST_F(SharedCorpus, ArchivingEveryRowKeepsTheCurrentBuildsRowsReadable) {
+  if (!zlib_available()) GTEST_SKIP() << "built without zlib";
+  append(gpu_record("a", 0));
+  append(gpu_record("b", 1, "kernel-sources-old"));
+  CorpusRecord other_model = gpu_record("c", 2);
+  other_model.model = "small";
+  append(other_model);
+  const std::string live = shared_corpus_path(dir_, "h100");
+  ArchiveResult moved = archive_rows(dir_, "", kBuild, ArchiveScope::kEveryRecord, false);
+  ASSERT_TRUE(moved.error.empty()) << moved.error;
+  ASSERT_EQ(moved.files.size(), 1u);
+  EXPECT_EQ(moved.files[0].kept, 0);
+  EXPECT_EQ(moved.files[0].moved, 3);
+  EXPECT_EQ(moved.files[0].stale, 1);
+  EXPECT_EQ(moved.files[0].written, 3);
+  EXPECT_TRUE(read_lines_shared(live).lines.empty());
+
+  append(gpu_record("d", 3));
+  SharedCorpusFilter llama = filter();
+  llama.model = "llama-1b";
+  SharedCorpusRead current = read_shared(dir_, llama);
+  ASSERT_EQ(current.records.size(), 2u) << "a and d, the current build's llama-1b rows";
+  EXPECT_EQ(current.records[0].schedule_id, "a") << "the archive first, then the live file";
+  EXPECT_EQ(current.records[1].schedule_id, "d");
+  EXPECT_EQ(current.archived, 1);
+  EXPECT_EQ(current.stale_unread, 1);
+  SharedCorpusFilter all = filter();
+  all.include_stale = true;
+  EXPECT_EQ(read_shared(dir_, all).records.size(), 4u);
+
+  ArchiveResult again = archive_rows(dir_, "", kBuild, ArchiveScope::kEveryRecord, false);
+  ASSERT_TRUE(again.error.empty()) << again.error;
+  EXPECT_EQ(again.files.at(0).moved, 1);
+  EXPECT_EQ(again.files.at(0).written, 1);
+  EXPECT_EQ(read_gz_lines(archive_path(dir_, "h100")).lines.size(), 4u);
+  EXPECT_EQ(read_shared(dir_, llama).records.size(), 2u) << "nothing lost, nothing doubled";
+  // The live file gone (say, deleted by hand), its archive is still read, by target or not.
+  std::filesystem::remove(live);
+  EXPECT_EQ(read_shared(dir_, llama).records.size(), 2u);
+  llama.target = "";
+  EXPECT_EQ(read_shared(dir_, llama).records.size(), 2u);
+}
+
 // A kill after the archive's append and before the live file's rewrite leaves the rows in both;
 // the next move finds them in the archive and does not append them twice.
 TEST_F(SharedCorpus, AMoveCutShortIsFinishedWithoutWritingARowTwice) {
@@ -305,7 +352,7 @@ TEST_F(SharedCorpus, AMoveCutShortIsFinishedWithoutWritingARowTwice) {
   const std::vector<std::string> lines = read_lines_shared(live).lines;
   std::string error;
   ASSERT_TRUE(append_gz_lines(archive_path(dir_, "h100"), {lines[1]}, &error)) << error;
-  ArchiveResult moved = archive_stale(dir_, "", kBuild, false);
+  ArchiveResult moved = archive_rows(dir_, "", kBuild, ArchiveScope::kStale, false);
   ASSERT_TRUE(moved.error.empty()) << moved.error;
   EXPECT_EQ(moved.files.at(0).moved, 1);
   EXPECT_EQ(moved.files.at(0).written, 0);
@@ -333,7 +380,7 @@ TEST_F(SharedCorpus, ArchivingWhileTwoWritersAppendLosesNoRow) {
   int moves = 0;
   std::thread archiver([&] {
     while (!done.load()) {
-      const ArchiveResult r = archive_stale(dir_, "", kBuild, false);
+      const ArchiveResult r = archive_rows(dir_, "", kBuild, ArchiveScope::kStale, false);
       EXPECT_TRUE(r.error.empty()) << r.error;
       ++moves;
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -344,7 +391,7 @@ TEST_F(SharedCorpus, ArchivingWhileTwoWritersAppendLosesNoRow) {
   b.join();
   done = true;
   archiver.join();
-  ASSERT_TRUE(archive_stale(dir_, "", kBuild, false).error.empty());
+  ASSERT_TRUE(archive_rows(dir_, "", kBuild, ArchiveScope::kStale, false).error.empty());
   EXPECT_GT(moves, 0);
   SharedCorpusRead live = read_shared(dir_, filter());
   EXPECT_TRUE(live.problems.empty());
