@@ -491,8 +491,7 @@ std::vector<flywheel::CorpusRecord> loop_training(const LoopCommand& opt,
           (shared.stale_unread > 0
                ? ", " + std::to_string(shared.stale_unread) + " more in its archives unread"
                : "") +
-          ")" +
-          (shared.error.empty() ? "" : "; shared corpus unreadable: " + shared.error);
+          ")" + (shared.error.empty() ? "" : "; shared corpus unreadable: " + shared.error);
   return training;
 }
 
