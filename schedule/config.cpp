@@ -186,7 +186,7 @@ const std::vector<KnobEntry>& knob_table() {
         field_access(&ScheduleConfig::launch, &LaunchConfig::blocks_per_sm));
     add("kernel.vector_bytes", ints({4, 8, 16}), 16, "bytes per weight load per thread",
         field_access(&ScheduleConfig::kernel, &KernelConfig::vector_bytes), "MS_VECTOR_BYTES");
-    add("kernel.rows_per_warp", ints({1, 2, 4}), 2, "GEMV rows a warp computes at once",
+    add("kernel.rows_per_warp", ints({1, 2, 3, 4}), 2, "GEMV rows a warp computes at once",
         field_access(&ScheduleConfig::kernel, &KernelConfig::rows_per_warp), "MS_ROWS_PER_WARP");
     add("kernel.unroll", ints({1, 2, 4, 8}), 2,
         "independent weight-load batches in flight per warp",

@@ -319,6 +319,42 @@ TEST(GpuVm, AttentionInOMatchesEager) {
   }
 }
 
+// kernel.rows_per_warp 3 (groups of three rows, so a tile whose rows are not a multiple of three
+// ends in a short group that repeats its last row) on the streamed GEMV with RoPE pairs and the
+// argmax records, at stream depths 2 and 3, head dims 16 and 64: logits match the eager reference.
+TEST(GpuVm, ThreeRowsAWarpMatchEager) {
+  MS_REQUIRE_GPU();
+  const std::vector<int> positions = {0, 1, 9, 100};
+  for (const int head_dim : {16, 64}) {
+    const schedule::Weights w = schedule::generate_weights(
+        head_dim == 16 ? toy_shape(schedule::DType::kBF16) : wide_head_toy(head_dim), 23);
+    const Refs refs = eager_refs(w, positions);
+    for (const int depth : {2, 3}) {
+      schedule::ScheduleConfig c;
+      c.kernel.rows_per_warp = 3;
+      c.kernel.unroll = 4;
+      c.kernel.stream_depth = depth;
+      c.kernel.weight_load = schedule::WeightLoad::kLdgStream;
+      c.pipeline.prefetch_depth = 0;
+      c.tiling.gemv_rows_per_task = 0;
+      c.tiling.lm_head_rows_per_task = 0;
+      c.tiling.attn_q_heads_per_task = 1;
+      c.tiling.qkv_rope_pairs = true;
+      c.fusion.argmax_into_lm_head = true;
+      const schedule::Program p = lower_or_die(w.shape, c);
+      const std::string name = w.shape.name + " depth " + std::to_string(depth);
+      bool short_group = false;
+      for (const auto& t : p.tasks)
+        short_group |= t.opcode == ms_abi::kGemv && ms_abi::task_rows(t) % 3 != 0;
+      EXPECT_TRUE(short_group) << name;
+      const GpuTrialResult r =
+          eval::run_gpu_trial(p, w, refs.tokens, refs.logits, positions, quick());
+      EXPECT_EQ(r.status, "ok") << name << ": " << r.message << "\n" << r.kernel.dump(1);
+      EXPECT_TRUE(r.argmax_match) << name;
+    }
+  }
+}
+
 // pipeline.tagged_inputs on the device: gate/up, down, QKV past layer 0 and the LM head read
 // tagged words (abi/abi.h, Tagged words) written by O, gate/up and down, start at 7/8 of their
 // producers and acquire the rest before their writes; static and dynamic queues, with RoPE pairs

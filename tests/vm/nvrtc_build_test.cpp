@@ -152,9 +152,10 @@ int64_t define_value(const std::vector<std::string>& d, const std::string& name)
 }
 
 /// llama-1b lowered with the named position-0 config's knobs (bench/configs/stream_r2u4_pairs_am).
-schedule::Program pairs_am_program(bool tagged = false) {
+schedule::Program pairs_am_program(bool tagged = false, int rows_per_warp = 2) {
   schedule::ScheduleConfig c;
   c.pipeline.tagged_inputs = tagged;
+  c.kernel.rows_per_warp = rows_per_warp;
   c.kernel.unroll = 4;
   c.kernel.weight_load = schedule::WeightLoad::kLdgStream;
   c.pipeline.prefetch_depth = 0;
@@ -218,6 +219,26 @@ TEST(NvrtcBuild, ThePairsAmBuildDoesNotSpill) {
   const schedule::Program p = pairs_am_program();
   ASSERT_FALSE(p.tasks.empty());
   const BuildResult r = build_cubin({"vm/device/megakernel.cuh", kernel_defines(p), 90, ""});
+  ASSERT_TRUE(r.ok) << r.error;
+  int checked = 0;
+  for (const auto& k : r.kernels) {
+    if (k.name != "ms_megakernel" && k.name.find("gemv_stream") == std::string::npos) continue;
+    EXPECT_EQ(k.spill_store_bytes, 0) << k.name << "\n" << r.log;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2) << r.log;
+}
+
+// kernel.rows_per_warp 3 on the pairs_am config: three chunks of 2 KiB rows a warp (96 registers
+// of weights at kernel.stream_depth 2, as depth 3 at two rows) with the input staged in batches of
+// 4 (kStreamStageBatch, vm/device/stream.cuh): neither the kernel nor the streamed GEMV spills.
+TEST(NvrtcBuild, ThePairsAmBuildAtThreeRowsAWarpDoesNotSpill) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const schedule::Program p = pairs_am_program(false, 3);
+  ASSERT_FALSE(p.tasks.empty());
+  const std::vector<std::string> defines = kernel_defines(p);
+  EXPECT_EQ(define_value(defines, "MS_ROWS_PER_WARP"), 3);
+  const BuildResult r = build_cubin({"vm/device/megakernel.cuh", defines, 90, ""});
   ASSERT_TRUE(r.ok) << r.error;
   int checked = 0;
   for (const auto& k : r.kernels) {

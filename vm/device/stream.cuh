@@ -127,11 +127,14 @@ __device__ __forceinline__ float4 gamma4(const KernelArgs& a, uint64_t at) {
 }
 
 /// Float4 groups of the input a thread stages per batch (all loads of a batch issued before any is
-/// used: one L2 round trip per batch). Fewer as kStreamDepth grows: a batch's float4 pairs are live
-/// beside the kStreamDepth chunks in flight, and at depth >= 3 a batch of 8 spills the staging
-/// (ptxas, the position-0 record's build at 255 registers: 128 B of spill stores in gemv_stream at
-/// depth 3 with 8 and at depth 4 with 4; none at depth 3 with 4 or at depth 4 with 2).
-constexpr int kStreamStageBatch = kStreamDepth == 2 ? 8 : kStreamDepth == 3 ? 4 : 2;
+/// used: one L2 round trip per batch). Fewer as the chunks in flight hold more registers
+/// (kStreamChunkRegs: kStreamDepth chunks of kRowsPerWarp x kUnroll vectors): a batch's float4
+/// pairs are live beside them, and past 64 registers a batch of 8 spills the staging (ptxas, the
+/// position-0 record's build at 255 registers: 128 B of spill stores in gemv_stream at depth 3 with
+/// 8 and at depth 4 with 4; none at depth 3 with 4, at depth 4 with 2, or at three rows a warp and
+/// depth 2 with 4).
+constexpr int kStreamChunkRegs = kStreamDepth * kRowsPerWarp * kUnroll * kVectorBytes / 4;
+constexpr int kStreamStageBatch = kStreamChunkRegs <= 64 ? 8 : kStreamChunkRegs <= 96 ? 4 : 2;
 
 /// After the wait: x[i] = the input after its prologue (the norm's gamma is read in the same batch
 /// as the activations, and its rsqrt is applied to the dot products later). Returns the thread's
