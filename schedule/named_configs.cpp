@@ -54,6 +54,13 @@ const std::vector<NamedConfig>& named_configs() {
   // The H100's position-0 config with three weight chunks in flight per warp
   // (kernel.stream_depth 3): the loop's pick from the record on an H100 (2026-11-28), promoted.
   static const nlohmann::json stream_d3 = patched(stream, {{"kernel", {{"stream_depth", 3}}}});
+  // The H200's position-0 config: three rows a warp (a 24-row QKV tile wholly in flight before its
+  // wait), blocks assigned layer-affine and LM-head tiles of 1024 rows: the loop's pick from the
+  // record on an H200 (2026-11-28, dev/perf_log.md section 33), promoted.
+  static const nlohmann::json stream_r3 =
+      patched(stream, {{"kernel", {{"rows_per_warp", 3}}},
+                       {"assignment", {{"policy", "layer_affine"}}},
+                       {"tiling", {{"lm_head_rows_per_task", 1024}}}});
   // The records are plans over positions: the three configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
@@ -72,11 +79,16 @@ const std::vector<NamedConfig>& named_configs() {
        three_buckets(stream_d3, 129, staged, 2049, g4p16)},
       {"best:llama-1b:h200", "llama-1b", "h200",
        "bench/results/h200-2026-11-27-1647-plan-table.md and "
-       "h200-2026-11-27-1649-generate-128-4096.md (plan bench/plans/llama-1b-h200-fitted.json)",
+       "h200-2026-11-27-1649-generate-128-4096.md (plan bench/plans/llama-1b-h200-fitted.json); "
+       "its position-0 bucket's three rows a warp: h200-2026-11-28-1432-rows-per-warp.md, "
+       "h200-2026-11-28-1437-search-from-record.results.tsv.gz "
+       "and h200-2026-11-28-1445-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
-       "its position-0 config alone took 8912.8 ms",
-       three_buckets(stream, 129, staged, 1505, g4p16)},
+       "its position-0 config alone took 8912.8 ms; its position-0 config with three rows a warp, "
+       "layer-affine blocks and 1024-row LM-head tiles, which a loop from the record kept, ran "
+       "917.4 us against 931.7 (2026-11-28, side by side)",
+       three_buckets(stream_r3, 129, staged, 1505, g4p16)},
   };
   return table;
 }
