@@ -19,9 +19,16 @@
 #         for COLD_MINUTES (default 1.5) each with --compile-ahead 0 and then 4 on GPU 0 (COLD_AHEADS,
 #         default "0 4": the depths run on one GPU, each its own run and its own key
 #         trials_per_min_aheadN), then `--gpus all` with --compile-ahead COLD_ALL_AHEAD (default
-#         4) per worker when the host has more than one GPU (one GPU runs that depth too, for the
-#         ratio). Targets: >= 30 trials/min on one GPU at that depth; all GPUs >= 0.925 x GPUs x
-#         that rate (2 GPUs >= 1.85x). -> OUT_DIR/scaleout/cold.json
+#         4; several, e.g. "16 8 4", run one after another, each its own key
+#         trials_per_min_all_gpus_aheadN) per worker when the host has more than one GPU, each
+#         compared with one GPU at COLD_REF_AHEAD (default the first of COLD_ALL_AHEAD; one GPU
+#         runs that depth too): scaling_all_gpus_aheadN, scaling_all_gpus the best of them.
+#         cold.json's "runs" holds each run's trials, seconds, the seconds its verdicts waited for
+#         kernels (breakdown_ms.compile_and_load summed over its corpus), its kernels compiled
+#         ahead and its best correct latency. A run's kernel cache (cubins only) is removed when
+#         it ends, so that what comes back stays small. Targets: >= 30 trials/min on one GPU at
+#         COLD_REF_AHEAD; all GPUs >= 0.925 x GPUs x that rate (2 GPUs >= 1.85x) at the best
+#         depth. -> OUT_DIR/scaleout/cold.json
 # Each run keeps its logs, summary and progress under OUT_DIR/scaleout/<stage>_<n>/.
 # usage: bench/scaleout_bench.sh OUT_DIR [cpu] [gpu1] [cold]      env: BUILD (default build-gpu)
 set -uo pipefail
@@ -140,15 +147,22 @@ if [[ " $STAGES " == *" cold "* ]]; then
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_AHEADS holds '$n': give compile-ahead depths, e.g. \"0 4 8\"" >&2; exit 2; }
   done
   COLD_ALL_AHEAD=${COLD_ALL_AHEAD:-4}
-  [[ "$COLD_ALL_AHEAD" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_ALL_AHEAD is '$COLD_ALL_AHEAD': give a compile-ahead depth per worker, e.g. 4" >&2; exit 2; }
-  # The scaling's reference: one GPU at the pool's depth per worker.
-  [[ " $COLD_AHEADS " == *" $COLD_ALL_AHEAD "* ]] || COLD_AHEADS="$COLD_AHEADS $COLD_ALL_AHEAD"
-  log "cold: $COLD_MODEL, $COLD_MINUTES min each, compile-ahead ${COLD_AHEADS// / / } on one GPU, then all $gpus"
+  for n in $COLD_ALL_AHEAD; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_ALL_AHEAD holds '$n': give compile-ahead depths per worker, e.g. 4 or \"16 8 4\"" >&2; exit 2; }
+  done
+  [ -n "${COLD_ALL_AHEAD// /}" ] || { echo "scaleout: COLD_ALL_AHEAD is empty: give a compile-ahead depth per worker, e.g. 4" >&2; exit 2; }
+  read -r first_all _ <<<"$COLD_ALL_AHEAD"
+  COLD_REF_AHEAD=${COLD_REF_AHEAD:-$first_all}
+  [[ "$COLD_REF_AHEAD" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_REF_AHEAD is '$COLD_REF_AHEAD': give the one-GPU depth the pool is compared with, e.g. 16" >&2; exit 2; }
+  # The scaling's reference: one GPU at COLD_REF_AHEAD.
+  [[ " $COLD_AHEADS " == *" $COLD_REF_AHEAD "* ]] || COLD_AHEADS="$COLD_AHEADS $COLD_REF_AHEAD"
+  log "cold: $COLD_MODEL, $COLD_MINUTES min each, compile-ahead ${COLD_AHEADS// / / } on one GPU, then all $gpus at ${COLD_ALL_AHEAD// / / } each"
   w="$DIR/cold_warmup"
   rm -rf "$w" && mkdir -p "$w/kernels"
   CUDA_VISIBLE_DEVICES=0 MEGASCHED_KERNEL_CACHE="$w/kernels" "$BIN" loop --device gpu --gpu auto \
     --model "$COLD_MODEL" --seed 1 --budget 1 --results "$w/results.tsv" --corpus "$w/corpus.jsonl" \
     >"$w/summary.json" 2>"$w/progress.log" || log "cold: the warm-up run FAILED: $(tail -2 "$w/progress.log")"
+  rm -rf "$w/kernels"
   cold_run() {  # name, then the loop's where and compile-ahead flags
     local d="$DIR/cold_$1"
     shift
@@ -156,31 +170,67 @@ if [[ " $STAGES " == *" cold "* ]]; then
     MEGASCHED_KERNEL_CACHE="$d/kernels" "$BIN" loop "$@" --gpu auto --model "$COLD_MODEL" --seed 1 \
       --budget 1000 --minutes "$COLD_MINUTES" --results "$d/results.tsv" --corpus "$d/corpus.jsonl" \
       >"$d/summary.json" 2>"$d/progress.log" || { log "cold: the $d run FAILED: $(tail -2 "$d/progress.log")"; status=1; }
+    rm -rf "$d/kernels"
   }
-  rates="" said=""
+  # A run's facts as one JSON object (null without python3 or the files): trials and seconds from
+  # its summary, its verdicts' compile_and_load summed over its corpus, its compiles ahead, and the
+  # best correct latency it found.
+  run_facts() {
+    python3 -c '
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/summary.json"))
+wait_ms, rows = 0.0, 0
+for line in open(d + "/corpus.jsonl"):
+    if line.strip():
+        b = json.loads(line).get("verdict", {}).get("breakdown_ms", {})
+        wait_ms += float(b.get("compile_and_load", 0.0))
+        rows += 1
+n, t = s.get("trials_this_invocation"), s.get("elapsed_s")
+ca = s.get("compile_ahead") or {}
+best = s.get("best") or {}
+print(json.dumps({"trials": n, "elapsed_s": t,
+                  "trials_per_min": round(n * 60 / t, 4) if n is not None and t else None,
+                  "corpus_rows": rows, "compile_and_load_s": round(wait_ms / 1000, 3),
+                  "compiles": ca.get("compiles"), "compile_ms": ca.get("compile_ms"),
+                  "threads": ca.get("threads"), "dropped_stale": ca.get("dropped_stale"),
+                  "stale_proposals": ca.get("stale_proposals"),
+                  "best_us": best.get("latency_us"), "stop_reason": s.get("stop_reason")}))
+' "$1" 2>/dev/null || echo null
+  }
+  rates="" said="" runs=""
   for n in $COLD_AHEADS; do
     CUDA_VISIBLE_DEVICES=0 cold_run "ahead$n" --device gpu --compile-ahead "$n"
     r=$(rate "$DIR/cold_ahead$n/summary.json")
     rates="$rates \"trials_per_min_ahead$n\": $r,"
     said="$said ahead $n $r,"
+    runs="$runs \"ahead$n\": $(run_facts "$DIR/cold_ahead$n"),"
   done
-  r4=$(rate "$DIR/cold_ahead$COLD_ALL_AHEAD/summary.json")
-  rall=null
-  scale=null
+  rref=$(rate "$DIR/cold_ahead$COLD_REF_AHEAD/summary.json")
+  scale=null best_ahead=null alls=""
   if [ "$gpus" -gt 1 ]; then
-    cold_run all --gpus all --compile-ahead "$COLD_ALL_AHEAD"
-    rall=$(rate "$DIR/cold_all/summary.json")
-    scale=$(ratio "$rall" "$r4")
+    for n in $COLD_ALL_AHEAD; do
+      cold_run "all_ahead$n" --gpus all --compile-ahead "$n"
+      rall=$(rate "$DIR/cold_all_ahead$n/summary.json")
+      s=$(ratio "$rall" "$rref")
+      rates="$rates \"trials_per_min_all_gpus_ahead$n\": $rall, \"scaling_all_gpus_ahead$n\": $s,"
+      alls="$alls all $gpus GPUs at $n each $rall (${s}x),"
+      runs="$runs \"all_ahead$n\": $(run_facts "$DIR/cold_all_ahead$n"),"
+      if [ "$s" != null ] && { [ "$scale" = null ] || ! at_least "$scale" "$s"; }; then
+        scale=$s best_ahead=$n
+      fi
+    done
   fi
   pass=false
-  at_least "$r4" 30 && pass=true
+  at_least "$rref" 30 && pass=true
   [ "$gpus" -gt 1 ] && ! at_least "$scale" "$(awk -v g="$gpus" 'BEGIN { print 0.925 * g }')" && pass=false
   cat >"$DIR/cold.json" <<EOF
 {"stage": "cold", "model": "$COLD_MODEL", "minutes": $COLD_MINUTES, "gpu": "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)", "gpus": $gpus,
- $rates "trials_per_min_all_gpus_ahead$COLD_ALL_AHEAD": $rall,
- "scaling_all_gpus": $scale, "target_trials_per_min": 30, "pass": $pass}
+ $rates "scaling_reference_ahead": $COLD_REF_AHEAD, "scaling_all_gpus": $scale, "best_all_gpus_ahead": $best_ahead,
+ "runs": {${runs%,}},
+ "target_trials_per_min": 30, "pass": $pass}
 EOF
-  log "cold: trials/min on one GPU:$said all $gpus GPUs at $COLD_ALL_AHEAD each $rall (${scale}x against one GPU at $COLD_ALL_AHEAD); pass $pass"
+  log "cold: trials/min on one GPU:$said$alls against one GPU at $COLD_REF_AHEAD; best ${scale}x at $best_ahead each; pass $pass"
   [ "$pass" = true ] || status=1
 fi
 exit $status
