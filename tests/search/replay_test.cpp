@@ -60,28 +60,33 @@ TEST(Replay, RandomExpectedBestIsTheOrderStatistic) {
 }
 
 // The known optimum of the synthetic landscape (1 in 336 configs; 4 of the ~35 knobs matter) within
-// 200 trials, seeds 1-6 (replays are exact for a seed, so these counts are fixed until a strategy,
-// the loop or the knob table changes: a knob reshuffles every random draw): elite's restarts from
-// perturbed elites find it in 5 of 6, random search in 2; hillclimb (restarts at random) and guided
-// find it too (HARNESS.md section 3b has the full table: over seeds 1-20 elite comes within 2% of
-// it in 13, random search in 10, hillclimb in 2, guided in 4).
+// 200 trials (replays are exact for a seed, so these counts are fixed until a strategy, the loop or
+// the knob table changes: a knob or a knob's value reshuffles every random draw): over seeds 1-6
+// elite's restarts from perturbed elites find it in 6, random search in 2, hillclimb (restarts at
+// random) in 1; guided's first seed that finds it is 13 (HARNESS.md section 3b has the full table:
+// over seeds 1-20 elite comes within 2% of it in 18, random search in 10, hillclimb in 4, guided
+// in 7).
 TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
   const Landscape land = synthetic_landscape();
   constexpr int kBudget = 200, kSeeds = 6;
+  auto found = [&](const std::string& strategy, int seed) {
+    return trials_to_optimum(replay(land, strategy, seed, kBudget), kBudget) <= kBudget;
+  };
   auto found_in = [&](const std::string& strategy, bool stop_at_first) {
-    int found = 0;
+    int n = 0;
     for (int seed = 1; seed <= kSeeds; ++seed) {
-      found += trials_to_optimum(replay(land, strategy, seed, kBudget), kBudget) <= kBudget;
-      if (stop_at_first && found > 0) break;
+      n += found(strategy, seed);
+      if (stop_at_first && n > 0) break;
     }
-    return found;
+    return n;
   };
   const int elite = found_in("elite", false), random = found_in("random", false);
-  EXPECT_EQ(elite, 5);
+  EXPECT_EQ(elite, 6);
   EXPECT_EQ(random, 2);
   EXPECT_GT(elite, random);
   EXPECT_EQ(found_in("hillclimb", true), 1);
-  EXPECT_EQ(found_in("guided", true), 1);
+  EXPECT_FALSE(found("guided", 12));
+  EXPECT_TRUE(found("guided", 13));
 }
 
 TEST(SearchBench, ScoresStrategiesOnTheSyntheticLandscape) {
