@@ -69,9 +69,8 @@ VerbResult run_record(RecordCommand& c) {
     return *done;
   std::unique_ptr<search::CompileAhead> builds;
   c.loop.loop.progress = &std::cerr;  // where a warning that kernels cannot be built ahead goes
-  if (std::optional<VerbResult> refused =
-          start_compile_ahead(c.loop, ev.device, *shape, *target, &builds,
-                              backend.pool ? backend.pool->size() : 1, backend.pool != nullptr))
+  if (std::optional<VerbResult> refused = start_compile_ahead(
+          c.loop, ev.device, *shape, *target, &builds, backend.pool ? backend.pool->size() : 1))
     return *refused;
   const nlohmann::json identity =
       backend.pool ? backend.pool->identity(0) : backend.evaluator->identity();

@@ -163,9 +163,9 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "built meanwhile by --compile-threads CPU threads into the cubin cache (a "
                   "queued proposal made against an earlier incumbent is dropped unrun); with "
                   "--gpus/--mpi, that many more tickets queued per worker. Default " +
-                      std::to_string(kDefaultCompileAhead) + " with --device gpu, " +
-                      std::to_string(kDefaultPoolCompileAhead) +
-                      " per worker with --gpus/--mpi; 0: off; not for --device cpu")
+                      std::to_string(kDefaultCompileAhead) +
+                      " with --device gpu (per worker with --gpus/--mpi); 0: off; not for "
+                      "--device cpu")
       ->check(integer_in(0, 1024));
   auto runs = std::make_shared<std::pair<std::string, bool>>("", false);
   cmd->add_option("--runs-dir", runs->first,

@@ -435,7 +435,7 @@ std::optional<VerbResult> start_compile_ahead(LoopCommand& opt, const std::strin
                                               const schedule::ModelShape& shape,
                                               const schedule::GpuTarget& target,
                                               std::unique_ptr<search::CompileAhead>* pool,
-                                              int workers, bool pooled) {
+                                              int workers) {
   opt.loop.compile_ahead = 0;
   opt.loop.compile_pool = nullptr;
   const bool asked = opt.compile_ahead > 0;
@@ -446,7 +446,7 @@ std::optional<VerbResult> start_compile_ahead(LoopCommand& opt, const std::strin
                     "trials; CPU trials build none: drop them, or run with --device gpu");
     return std::nullopt;
   }
-  const int ahead = opt.compile_ahead < 0 ? default_compile_ahead(pooled) : opt.compile_ahead;
+  const int ahead = opt.compile_ahead < 0 ? kDefaultCompileAhead : opt.compile_ahead;
   if (ahead == 0) return std::nullopt;
   if (const std::string why = search::compile_ahead_unavailable(target); !why.empty()) {
     if (asked) return failed(kExitUsage, "--compile-ahead: " + why);
@@ -541,9 +541,8 @@ VerbResult run_loop_command(LoopCommand& opt) {
   std::unique_ptr<search::CompileAhead> builds;  // rank 0's only (an MPI rank serves and returns)
   LoopBackend backend;
   if (std::optional<VerbResult> done = start_loop_backend(opt, device, &backend)) return *done;
-  if (std::optional<VerbResult> refused =
-          start_compile_ahead(opt, device, *shape, *target, &builds,
-                              backend.pool ? backend.pool->size() : 1, backend.pool != nullptr)) {
+  if (std::optional<VerbResult> refused = start_compile_ahead(
+          opt, device, *shape, *target, &builds, backend.pool ? backend.pool->size() : 1)) {
     search::finish_mpi_loop(backend.pool.get(), kExitUsage);
     return *refused;
   }

@@ -100,7 +100,7 @@ struct LoopCommand {
   bool mpi = false;            // --mpi: under mpirun, rank 0 runs the loop, the others trials
   double rank_timeout_s = 60;  // --rank-timeout: an MPI rank's silence before it counts as lost
   // Compile-ahead (search/compile_ahead.h): proposals kept queued with their kernels building
-  // (-1: default_compile_ahead() on a GPU device, 0 on a CPU one; 0: off) and the CPU threads that
+  // (-1: kDefaultCompileAhead on a GPU device, 0 on a CPU one; 0: off) and the CPU threads that
   // build them (0: search::default_compile_threads()).
   int compile_ahead = -1;
   int compile_threads = 0;
@@ -133,20 +133,13 @@ std::string check_worker_flags(const LoopCommand& command);
 std::optional<VerbResult> start_loop_backend(LoopCommand& command, const std::string& device,
                                              LoopBackend* backend);
 
-/// Proposals a one-GPU loop keeps queued with their kernels building, unless --compile-ahead
-/// says. On one H200 (BENCHMARKS.md, "The search's throughput") a cold search ran 58.5 trials a
-/// minute at 4, 119.9 at 8 and 145.8 at 16: at 4 its trials waited 35 s of the minute for
-/// kernels, at 16 under 1 s.
+/// Proposals a GPU loop keeps queued with their kernels building (a pool: tickets per worker),
+/// unless --compile-ahead says. On one H200 (BENCHMARKS.md, "The search's throughput") a cold
+/// search ran 58.5 trials a minute at 4, 119.9 at 8 and 145.8 at 16: at 4 its trials waited 35 s
+/// of the minute for kernels, at 16 under 1 s. Two H200s at 16 per worker ran 2.20x one H200 at 16
+/// in the same call (309.4 against 140.4 trials a minute), although a pool's queued tickets run
+/// even when a keep made them stale (HARNESS.md section 13).
 constexpr int kDefaultCompileAhead = 16;
-/// Tickets per worker a pool (--gpus, --workers, --mpi) keeps queued, unless --compile-ahead says.
-/// A pool's queued tickets run even when a keep made them stale (HARNESS.md section 13), so a
-/// deeper queue there costs trials as well as compiles; 4 is what its scaling was measured at.
-constexpr int kDefaultPoolCompileAhead = 4;
-/// The compile-ahead depth of a loop without --compile-ahead: kDefaultPoolCompileAhead for a pool,
-/// kDefaultCompileAhead for one evaluator.
-constexpr int default_compile_ahead(bool pooled) {
-  return pooled ? kDefaultPoolCompileAhead : kDefaultCompileAhead;
-}
 
 /// The compile-ahead pool of a loop or landscape recording on `device` ("cpu" | "gpu", resolved)
 /// into *pool: none on a CPU device (a refusal, exit 2, when --compile-ahead or
@@ -155,12 +148,12 @@ constexpr int default_compile_ahead(bool pooled) {
 /// Sets command.loop's compile_ahead and compile_pool.
 /// Its threads: --compile-threads, else search::default_compile_threads(workers), `workers` the
 /// trial slots the loop runs (GPUs of a pool; 1 without one); its depth: --compile-ahead, else
-/// default_compile_ahead(pooled), `pooled` whether the trials run in a pool.
+/// kDefaultCompileAhead (a pool: per worker).
 std::optional<VerbResult> start_compile_ahead(LoopCommand& command, const std::string& device,
                                               const schedule::ModelShape& shape,
                                               const schedule::GpuTarget& target,
                                               std::unique_ptr<search::CompileAhead>* pool,
-                                              int workers, bool pooled);
+                                              int workers);
 /// What a prior or guided strategy of `command` trains on (flywheel::training_records): the records
 /// of its own corpus on this target and device, and the shared corpus's rows of this target and
 /// model, of the current kernel build unless command.corpus_stale. *note: one line saying so.
