@@ -16,10 +16,10 @@
 #   cold  a fresh search with cold kernel caches (each run its own empty MEGASCHED_KERNEL_CACHE;
 #         the reference cache filled first by an untimed 1-trial run): `loop --device gpu` on
 #         COLD_MODEL (default llama-1b) from the default config, the default strategy, one seed,
-#         for COLD_MINUTES (default 1.5) each with --compile-ahead 0 and then 4 on GPU 0 (COLD_AHEADS,
-#         default "0 4": the depths run on one GPU, each its own run and its own key
+#         for COLD_MINUTES (default 1.5) each with --compile-ahead 0 and then 16 on GPU 0 (COLD_AHEADS,
+#         default "0 16": the depths run on one GPU, each its own run and its own key
 #         trials_per_min_aheadN), then `--gpus all` with --compile-ahead COLD_ALL_AHEAD (default
-#         4; several, e.g. "16 8 4", run one after another, each its own key
+#         16, the loop's default; several, e.g. "16 8 4", run one after another, each its own key
 #         trials_per_min_all_gpus_aheadN) per worker when the host has more than one GPU, each
 #         compared with one GPU at COLD_REF_AHEAD (default the first of COLD_ALL_AHEAD; one GPU
 #         runs that depth too): scaling_all_gpus_aheadN, scaling_all_gpus the best of them.
@@ -142,11 +142,11 @@ if [[ " $STAGES " == *" cold "* ]]; then
   COLD_MODEL=${COLD_MODEL:-llama-1b}
   COLD_MINUTES=${COLD_MINUTES:-1.5}
   gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
-  COLD_AHEADS=${COLD_AHEADS:-0 4}
+  COLD_AHEADS=${COLD_AHEADS:-0 16}
   for n in $COLD_AHEADS; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_AHEADS holds '$n': give compile-ahead depths, e.g. \"0 4 8\"" >&2; exit 2; }
   done
-  COLD_ALL_AHEAD=${COLD_ALL_AHEAD:-4}
+  COLD_ALL_AHEAD=${COLD_ALL_AHEAD:-16}
   for n in $COLD_ALL_AHEAD; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "scaleout: COLD_ALL_AHEAD holds '$n': give compile-ahead depths per worker, e.g. 4 or \"16 8 4\"" >&2; exit 2; }
   done
