@@ -40,7 +40,9 @@
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies, `stream/OP/pairs_am` the streamed GEMV of
-#        the named config, `ring/OP/SHAPE` the whole-row ring; RING_FILTER narrows it) into ring.json;
+#        best:llama-1b:h100 at position 0, `stream/OP/h200_r3[_rowsN]` that of best:llama-1b:h200
+#        (gate/up at three tile sizes, the LM head), `ring/OP/SHAPE` the whole-row ring;
+#        RING_FILTER narrows it) into ring.json;
 #        stage "gate" runs bench/gate_bench.cpp (the gate before megakernel v3: a bulk-copy
 #        ring of 16-32 KiB pages with the copy-only, CUDA-core (C) and mma.sync (M) consumers on
 #        each llama-1b GEMV shape, one SM and all SMs, checked against an fp64 reference, and the

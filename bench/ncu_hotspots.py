@@ -18,7 +18,8 @@ def main():
     rep = sys.argv[1]
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 60
     details = ncu("-i", rep, "--page", "details", "--section", "WarpStateStats",
-                  "--section", "SchedulerStats", "--section", "SpeedOfLight")
+                  "--section", "SchedulerStats", "--section", "SpeedOfLight",
+                  "--section", "MemoryWorkloadAnalysis")
     print(details)
     raw = ncu("-i", rep, "--page", "raw", "--csv")
     rows = list(csv.reader(io.StringIO(raw)))

@@ -1,11 +1,12 @@
 // The megakernel's weight streams measured per SM, on the real VM (Google Benchmark; needs a GPU
 // and skips every case without one). Each case lowers llama-1b with one config (`ring/...`: the
-// whole-row ring of one ring shape; `stream/...`: the streamed GEMV of the named config
-// bench/configs/stream_r2u4_pairs_am.json, which the tables of record run), then keeps only one
-// op's GEMV tiles with their waits and signals removed: block b
-// runs tile b mod T of that op in each of kLayers layers, back to back, and every other block is
-// idle. A launch then times the loader, the consumer and the per-task cost (staging the input,
-// the epilogue) of `blocks` blocks streaming at once, with no dependency in the way:
+// whole-row ring of one ring shape; `stream/OP/pairs_am`: the streamed GEMV of the position-0
+// config of `best:llama-1b:h100`; `stream/OP/h200_r3[_rowsN]`: that of `best:llama-1b:h200`,
+// with gate/up tiles of N rows), then keeps only one op's GEMV tiles with their waits and
+// signals removed: block b runs tile b mod T of that op in each of kLayers layers (the LM head:
+// its one tile), back to back, and every other block is idle. A launch then times the loader, the
+// consumer and the per-task cost (staging the input, the epilogue) of `blocks` blocks streaming
+// at once, with no dependency in the way:
 //   GBps_per_block = bytes one block streams / launch time, GBps_total = that x blocks.
 // `hop/o_chain/pairs_am` measures the dependency hop under load instead: 32 O tiles of the named
 // config form a chain that alternates between blocks 0 and 1 (link i waits for link i - 1's
@@ -33,6 +34,7 @@
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/named_configs.h"
+#include "schedule/plan.h"
 #include "vm/gpu_vm.h"
 
 namespace {
@@ -55,11 +57,19 @@ nlohmann::json ring_config(int threads, int pages, int page_bytes) {
           {"tiling", {{"gemv_rows_per_task", 0}, {"lm_head_rows_per_task", 0}}}};
 }
 
-/// `best:llama-1b:h100` (bench/configs/stream_r2u4_pairs_am.json: the streamed GEMV of the named
-/// position-0 config, the same on both GPUs).
-nlohmann::json pairs_am_config() {
-  return schedule::find_named_config("best:llama-1b:h100", nullptr).value().config;
+/// The position-0 config of named plan `name` (`best:llama-1b:h100`: the streamed GEMV of
+/// bench/configs/stream_r2u4_pairs_am.json at three chunks in flight), with `patch` merged in.
+nlohmann::json position0_config(const std::string& name, const nlohmann::json& patch = {}) {
+  const nlohmann::json doc = schedule::find_named_config(name, nullptr).value().config;
+  nlohmann::json config = doc;
+  if (schedule::is_plan_document(doc))
+    config =
+        schedule::to_json(schedule::plan_config_for(schedule::parse_plan(doc, nullptr).value(), 0));
+  if (!patch.is_null()) config.merge_patch(patch);
+  return config;
 }
+
+nlohmann::json pairs_am_config() { return position0_config("best:llama-1b:h100"); }
 
 /// llama-1b lowered with `config_json`, every task's waits and signal removed and every queue
 /// emptied: the cases below queue the tasks they time.
@@ -78,16 +88,19 @@ std::optional<schedule::Program> stripped_program(const schedule::GpuTarget& tar
   return p;
 }
 
-/// The GEMV tiles of op `op` (e.g. "gate_up") in each of the first `layers` layers, in row order.
+/// The GEMV tiles of op `op` (e.g. "gate_up") in each of the first `layers` layers, in row order;
+/// for "lm_head" (one op, no layer) its tiles in the first list, the others empty.
 std::vector<std::vector<uint32_t>> op_tiles(const schedule::Program& p, const std::string& op,
                                             int layers) {
   std::vector<std::vector<uint32_t>> tiles(static_cast<size_t>(layers));
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
     const ms_abi::Instr& in = p.tasks[t];
+    if (in.opcode != ms_abi::kGemv) continue;
+    const std::string& name = p.ops[in.op_id].name;
     const int layer = static_cast<int>(in.layer);
-    if (in.opcode == ms_abi::kGemv && layer < layers &&
-        p.ops[in.op_id].name == "L" + std::to_string(layer) + "." + op)
-      tiles[static_cast<size_t>(layer)].push_back(t);
+    if (op == "lm_head" ? name == op
+                        : layer < layers && name == "L" + std::to_string(layer) + "." + op)
+      tiles[op == "lm_head" ? 0 : static_cast<size_t>(layer)].push_back(t);
   }
   return tiles;
 }
@@ -107,14 +120,15 @@ std::optional<schedule::Program> stream_program(const schedule::GpuTarget& targe
   if (!p) return std::nullopt;
   const auto tiles = op_tiles(*p, op, kLayers);
   if (tiles[0].empty()) {
-    *error = "no GEMV op named L0." + op;
+    *error = "no GEMV op named " + (op == "lm_head" ? op : "L0." + op);
     return std::nullopt;
   }
   // No tile twice in a launch (a second read would come from L2): at most one block per tile.
   *blocks = std::min<int>(*blocks, static_cast<int>(tiles[0].size()));
   *bytes_per_block = 0;
+  const int layers = op == "lm_head" ? 1 : kLayers;  // the LM head: one tile a block
   for (int b = 0; b < *blocks; ++b) {
-    for (int l = 0; l < kLayers; ++l) {
+    for (int l = 0; l < layers; ++l) {
       const uint32_t t = tiles[static_cast<size_t>(l)][static_cast<size_t>(b)];
       p->queues[static_cast<size_t>(b)].push_back(t);
       if (b == 0) *bytes_per_block += weight_bytes(p->tasks[t]);
@@ -275,6 +289,14 @@ void add(const std::string& name, const nlohmann::json& config, const std::strin
 void register_all() {
   const char* ops[] = {"gate_up", "down", "qkv", "o"};
   for (const char* op : ops) add(std::string("stream/") + op + "/pairs_am", pairs_am_config(), op);
+  // The H200's position-0 config (three rows a warp): its gate/up in tiles of 64, 128 (its own)
+  // and 256 rows, and its LM head (1024-row tiles, one a block): one stream at four task sizes,
+  // what a task's own start and end cost the stream when no dependency is in the way.
+  for (int rows : {0, 64, 256})
+    add("stream/gate_up/h200_r3" + (rows ? "_rows" + std::to_string(rows) : std::string()),
+        position0_config("best:llama-1b:h200", {{"tiling", {{"gemv_rows_per_task", rows}}}}),
+        "gate_up");
+  add("stream/lm_head/h200_r3", position0_config("best:llama-1b:h200"), "lm_head");
   benchmark::RegisterBenchmark("hop/o_chain/pairs_am", hop)
       ->ArgName("background")
       ->Arg(0)
