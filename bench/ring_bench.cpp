@@ -16,6 +16,8 @@
 //   time from one link's ready to the next's, bg_TBps what the background streams meanwhile.
 // bench/device_check.sh runs it in the `ring` stage:
 //   build-gpu/ring_bench --benchmark_min_time=0.05
+// `ring_bench --lower-only` lowers every case's program for the registry's H100 and H200 instead,
+// with no GPU (a CTest).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -276,7 +278,19 @@ void hop(benchmark::State& state) {
   state.counters["bg_TBps"] = eval::sample_stats(bg_tbps).median;
 }
 
+/// A stream or ring case as registered (for --lower-only).
+struct StreamCase {
+  std::string name;
+  nlohmann::json config;
+  std::string op;
+};
+std::vector<StreamCase>& stream_cases() {
+  static std::vector<StreamCase> cases;
+  return cases;
+}
+
 void add(const std::string& name, const nlohmann::json& config, const std::string& op) {
+  stream_cases().push_back({name, config, op});
   benchmark::RegisterBenchmark(name.c_str(), stream, config, op)
       ->ArgName("blocks")
       ->Arg(1)
@@ -318,9 +332,46 @@ void register_all() {
   }
 }
 
+/// --lower-only: every case's program lowered for the registry's H100 and H200 on all their SMs,
+/// no GPU needed (CTest RingBench.EveryCaseLowersWithoutAGpu): a case whose config stops lowering
+/// (as the records' did when they became plans) fails here instead of being skipped on the GPU.
+int lower_only() {
+  int failed = 0, lowered = 0;
+  for (const char* gpu : {"h100", "h200"}) {
+    const schedule::GpuTarget target = *schedule::find_target(gpu);
+    for (const StreamCase& c : stream_cases()) {
+      int blocks = target.num_sms;
+      uint64_t bytes = 0;
+      std::string why;
+      const auto p = stream_program(target, c.config, c.op, &blocks, &bytes, &why);
+      const bool ok = p.has_value() && bytes > 0;
+      std::printf("%s %s: %s\n", gpu, c.name.c_str(), ok ? "lowers" : ("FAILS: " + why).c_str());
+      failed += !ok;
+      ++lowered;
+    }
+    int background = target.num_sms - 2;
+    std::vector<uint32_t> chain;
+    uint64_t bg_bytes = 0;
+    std::string why;
+    const bool ok = hop_program(target, &background, &chain, &bg_bytes, &why).has_value() &&
+                    static_cast<int>(chain.size()) == kHopLinks;
+    std::printf("%s hop/o_chain/pairs_am: %s\n", gpu, ok ? "lowers" : ("FAILS: " + why).c_str());
+    failed += !ok;
+    ++lowered;
+  }
+  std::printf("ring_bench --lower-only: %d of %d cases lower\n", lowered - failed, lowered);
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--lower-only") {
+      register_all();
+      return lower_only();
+    }
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   // Every case runs on the GPU. Google Benchmark 1.7 (Debian 12) has no SkipWithMessage, and a
