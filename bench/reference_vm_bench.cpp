@@ -12,7 +12,6 @@
 
 #include "schedule/lower.h"
 #include "schedule/named_configs.h"
-#include "schedule/plan.h"
 #include "vm/reference_vm.h"
 
 namespace {
@@ -32,13 +31,12 @@ const schedule::Weights& weights_for(const std::string& model) {
 schedule::ScheduleConfig config_named(const std::string& name) {
   if (name.empty()) return schedule::ScheduleConfig{};
   std::string error;
-  const auto named = schedule::find_named_config(name, &error);
-  const auto plan = named ? schedule::parse_plan(named->config, &error) : std::nullopt;
-  if (!plan) {
+  const auto config = schedule::named_config_at(name, 0, &error);
+  if (!config) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(), error.c_str());
     std::abort();
   }
-  return plan->buckets.front().config;
+  return *config;
 }
 
 void vm_step_in(benchmark::State& state, const char* model, const std::string& config,

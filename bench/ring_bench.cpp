@@ -36,7 +36,6 @@
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/named_configs.h"
-#include "schedule/plan.h"
 #include "vm/gpu_vm.h"
 
 namespace {
@@ -62,11 +61,7 @@ nlohmann::json ring_config(int threads, int pages, int page_bytes) {
 /// The position-0 config of named plan `name` (`best:llama-1b:h100`: the streamed GEMV of
 /// bench/configs/stream_r2u4_pairs_am.json at three chunks in flight), with `patch` merged in.
 nlohmann::json position0_config(const std::string& name, const nlohmann::json& patch = {}) {
-  const nlohmann::json doc = schedule::find_named_config(name, nullptr).value().config;
-  nlohmann::json config = doc;
-  if (schedule::is_plan_document(doc))
-    config =
-        schedule::to_json(schedule::plan_config_for(schedule::parse_plan(doc, nullptr).value(), 0));
+  nlohmann::json config = schedule::to_json(schedule::named_config_at(name, 0, nullptr).value());
   if (!patch.is_null()) config.merge_patch(patch);
   return config;
 }

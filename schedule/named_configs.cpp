@@ -1,5 +1,7 @@
 #include "schedule/named_configs.h"
 
+#include "schedule/plan.h"
+
 namespace megasched::schedule {
 
 namespace {
@@ -101,6 +103,15 @@ std::optional<NamedConfig> find_named_config(const std::string& name, std::strin
   }
   if (error) *error = "no named config '" + name + "'; known: " + known;
   return std::nullopt;
+}
+
+std::optional<ScheduleConfig> named_config_at(const std::string& name, int position,
+                                              std::string* error) {
+  const auto named = find_named_config(name, error);
+  if (!named) return std::nullopt;
+  const auto plan = parse_plan(named->config, error);
+  if (!plan) return std::nullopt;
+  return plan_config_for(*plan, position);
 }
 
 bool is_config_name(const std::string& arg) { return arg.rfind("best:", 0) == 0; }

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schedule/config.h"
+
 namespace megasched::schedule {
 
 struct NamedConfig {
@@ -28,6 +30,11 @@ const std::vector<NamedConfig>& named_configs();
 
 /// The entry called `name`, or nullopt with *error naming the known ones.
 std::optional<NamedConfig> find_named_config(const std::string& name, std::string* error);
+
+/// The config entry `name` runs at `position`: its plan's bucket there (a plain config: itself).
+/// nullopt with *error for an unknown name.
+std::optional<ScheduleConfig> named_config_at(const std::string& name, int position,
+                                              std::string* error);
 
 /// True when `arg` is meant as a name ("best:..."), not a file path.
 bool is_config_name(const std::string& arg);

@@ -212,6 +212,26 @@ TEST(SearchMoves, CommittedBenchConfigsAndNamedConfigsParseAndFit) {
 
 // The llama-1b records are the plans `bench --fit-plan` wrote on each GPU (bench/plans/), bucket
 // for bucket: the name and the measured file cannot drift apart.
+// named_config_at: a named plan's config at a position is its bucket's there; an unknown name
+// says which names exist.
+TEST(NamedConfigs, AtAPositionIsThePlansBucketThere) {
+  for (const char* gpu : {"h100", "h200"}) {
+    const std::string name = std::string("best:llama-1b:") + gpu;
+    const auto plan = parse_plan(find_named_config(name, nullptr)->config, nullptr);
+    ASSERT_TRUE(plan) << name;
+    ASSERT_GE(plan->buckets.size(), 2u) << name;
+    for (const PlanBucket& b : plan->buckets) {
+      std::string why;
+      const auto at = named_config_at(name, b.begin, &why);
+      ASSERT_TRUE(at) << name << ": " << why;
+      EXPECT_EQ(*at, b.config) << name << " at " << b.begin;
+    }
+  }
+  std::string why;
+  EXPECT_FALSE(named_config_at("best:llama-1b:a100", 0, &why));
+  EXPECT_NE(why.find("best:llama-1b:h200"), std::string::npos) << why;
+}
+
 TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
   for (const char* gpu : {"h100", "h200"}) {
     const std::string name = std::string("best:llama-1b:") + gpu;

@@ -17,7 +17,6 @@
 #include "schedule/lower.h"
 #include "schedule/model.h"
 #include "schedule/named_configs.h"
-#include "schedule/plan.h"
 #include "schedule/target.h"
 #include "vm/embedded_sources.h"
 #if MS_HAVE_CUDA
@@ -524,16 +523,12 @@ TEST(NvrtcBuild, StagedAttentionBuildSpillsNoMoreThanMeasured) {
 /// kernel.stream_depth `depth`, lowered.
 schedule::Program record_program(int position, int depth) {
   std::string error;
-  const auto named = schedule::find_named_config("best:llama-1b:h100", &error);
-  EXPECT_TRUE(named.has_value()) << error;
-  if (!named) return {};
-  const auto plan = schedule::parse_plan(named->config, &error);
-  EXPECT_TRUE(plan.has_value()) << error;
-  if (!plan) return {};
-  schedule::ScheduleConfig c = schedule::plan_config_for(*plan, position);
-  c.kernel.stream_depth = depth;
+  auto c = schedule::named_config_at("best:llama-1b:h100", position, &error);
+  EXPECT_TRUE(c.has_value()) << error;
+  if (!c) return {};
+  c->kernel.stream_depth = depth;
   const auto p = schedule::lower(*schedule::find_preset("llama-1b"), *schedule::find_target("h100"),
-                                 c, &error);
+                                 *c, &error);
   EXPECT_TRUE(p.has_value()) << error;
   return p ? *p : schedule::Program{};
 }
