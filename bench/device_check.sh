@@ -105,7 +105,8 @@
 #        `registry verify` of the entry it wrote;
 #        stage "ab" times a kernel change against a base tree: it builds the megasched CLI of
 #        AB_BASE (one or several space-separated untracked source trees inside the checkout, built
-#        in parallel, each timed as its own side; so they travel with it to the GPU
+#        in parallel in the background from the call's start, beside the stages before it, each
+#        timed as its own side; so they travel with it to the GPU
 #        machine: `mkdir ab_base && git archive REV -- . ':(exclude)bench/results' | tar -x -C
 #        ab_base`; the stored results left out, as the tree that travels is limited to 64 MiB)
 #        beside this tree's, then runs `megasched bench` of AB_CONFIG (default
@@ -213,6 +214,31 @@ log "device_check: root $ROOT, build $BUILD, stages: $STAGES"
   g++ --version 2>&1 | head -1
   nproc
 } >> "$LOG" 2>&1
+
+# Stage "ab"'s base trees build in the background from the start, beside this tree's build and the
+# stages before "ab" (the GPU tests leave the CPU cores mostly idle), so a call that tests and
+# then times a change does not wait for the base builds at its end.
+AB_BASE=${AB_BASE:-}
+read -r -a ab_bases <<< "$AB_BASE"
+ab_ok=1
+[ "${#ab_bases[@]}" -gt 0 ] || ab_ok=0
+for b in "${ab_bases[@]}"; do [ -f "$b/CMakeLists.txt" ] || ab_ok=0; done
+ab_jobs=$(( $(nproc) / (${#ab_bases[@]} + 1) ))
+[ "$ab_jobs" -ge 1 ] || ab_jobs=1
+ab_pids=()
+if has_stage ab && [ "$ab_ok" = 1 ]; then
+  for b in "${ab_bases[@]}"; do
+    name=$(basename "$b")
+    # One base keeps the historical build directory and log names.
+    dir="$BUILD-ab-base" && blog="$OUT/build_ab_base.log"
+    [ "${#ab_bases[@]}" -gt 1 ] && dir="$BUILD-ab-$name" && blog="$OUT/build_ab_$name.log"
+    log "ab: building the base tree $b into $dir (-j$ab_jobs, in the background)"
+    { cmake -S "$b" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
+        -DMEGASCHED_WERROR=OFF && cmake --build "$dir" -j"$ab_jobs" --target megasched; } \
+      > "$blog" 2>&1 &
+    ab_pids+=($!)
+  done
+fi
 
 if has_stage build; then
   log "build"
@@ -704,39 +730,22 @@ if has_stage promote; then
 fi
 
 if has_stage ab; then
-  # AB_BASE may name several base trees (space-separated); each is built (in parallel, beside this
-  # tree's CLI) and timed in every round as its own side, named after its directory.
-  AB_BASE=${AB_BASE:-}
+  # AB_BASE may name several base trees (space-separated); each is built (in the background since
+  # the call began, above) and timed in every round as its own side, named after its directory.
   AB_CONFIG=${AB_CONFIG:-$ROOT/bench/configs/stream_r2u4.json}
   AB_POSITIONS=${AB_POSITIONS:-0}
   AB_ROUNDS=${AB_ROUNDS:-2}
-  read -r -a ab_bases <<< "$AB_BASE"
-  ab_ok=1
-  [ "${#ab_bases[@]}" -gt 0 ] || ab_ok=0
-  for b in "${ab_bases[@]}"; do [ -f "$b/CMakeLists.txt" ] || ab_ok=0; done
   if [ "$ab_ok" != 1 ]; then
     log "ab: AB_BASE must name source trees with a CMakeLists.txt (got '$AB_BASE')"
     status=1
   else
-    ab_jobs=$(( $(nproc) / (${#ab_bases[@]} + 1) ))
-    [ "$ab_jobs" -ge 1 ] || ab_jobs=1
-    ab_pids=()
-    for b in "${ab_bases[@]}"; do
-      name=$(basename "$b")
-      # One base keeps the historical build directory and log names.
-      dir="$BUILD-ab-base" && blog="$OUT/build_ab_base.log"
-      [ "${#ab_bases[@]}" -gt 1 ] && dir="$BUILD-ab-$name" && blog="$OUT/build_ab_$name.log"
-      log "ab: building the base tree $b into $dir (-j$ab_jobs)"
-      { cmake -S "$b" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
-          -DMEGASCHED_WERROR=OFF && cmake --build "$dir" -j"$ab_jobs" --target megasched; } \
-        > "$blog" 2>&1 &
-      ab_pids+=($!)
-    done
+    # This tree's CLI (built already when the build stage ran), then the base builds' end.
     { { [ -f "$BUILD/CMakeCache.txt" ] ||
         cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON \
           -DMEGASCHED_WERROR=OFF; } && cmake --build "$BUILD" -j"$ab_jobs" --target megasched; } \
       >> "$OUT/build.log" 2>&1
     ab_built=$?
+    [ "${#ab_pids[@]}" -gt 0 ] && log "ab: waiting for the base builds"
     for pid in "${ab_pids[@]}"; do wait "$pid" || ab_built=1; done
     if [ "$ab_built" != 0 ]; then
       log "ab: build FAILED (build_ab_*.log, build.log)"

@@ -3,7 +3,8 @@
 // on NVRTC, or that test never runs anywhere. A test counts as one when its body calls
 // eval::gpu_available or checks for NVRTC, or its file defines MS_REQUIRE_GPU (all of that file's
 // tests then). And what the script returns: at most 8 files (bundle.tgz beyond), and a landscape's
-// rows so far when the call is killed at its limit.
+// rows so far when the call is killed at its limit; and that stage "ab"'s base trees build while
+// the build stage runs, not after it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -153,6 +154,52 @@ TEST(DeviceCheckScript, AKilledLandscapeStageLeavesItsRowsSoFar) {
   const std::string rows = slurp(dir / "out" / "landscapes" / "new.landscape.jsonl");
   EXPECT_GE(std::count(rows.begin(), rows.end(), '\n'), 5) << "rows copied back: " << rows.size();
   EXPECT_NE(slurp(dir / "out" / "check.log").find("stopped by a signal"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// Stage "ab" starts its base tree's build at the call's start, beside the build stage. A stand-in
+// cmake: the base tree's configure leaves a marker, and the tree's own build (the build stage)
+// waits up to 5 s for it. Were the base built only when the ab stage comes, after the build stage,
+// the marker would not exist yet while the tree builds.
+TEST(DeviceCheckScript, TheAbStagesBaseBuildsBesideTheBuildStage) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_ab";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "bin");
+  std::filesystem::create_directories(dir / "base");
+  std::ofstream(dir / "base" / "CMakeLists.txt") << "# a base tree\n";
+  const std::string marker = (dir / "base_configured").string();
+  const std::string seen = (dir / "seen").string();
+  {
+    std::ofstream fake(dir / "bin" / "cmake");
+    fake << "#!/bin/bash\n"
+            "case \"$*\" in\n"
+            "  *\"-S "
+         << (dir / "base").string() << " \"*) touch " << shell_quote(marker)
+         << " ;;\n"
+            "  *\"--build "
+         << (dir / "build").string()
+         << " \"*)\n"
+            "    for i in $(seq 50); do [ -e "
+         << shell_quote(marker)
+         << " ] && break; sleep 0.1; done\n"
+            "    if [ -e "
+         << shell_quote(marker) << " ]; then echo yes; else echo no; fi >> " << shell_quote(seen)
+         << " ;;\n"
+            "esac\n"
+            "exit 0\n";
+  }
+  std::filesystem::permissions(dir / "bin" / "cmake", std::filesystem::perms::owner_all);
+  const std::string cmd = "PATH=" + shell_quote((dir / "bin").string()) +
+                          ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
+                          " MEGASCHED_FLYWHEEL_DIR=none STAGES='build ab' AB_BASE=" +
+                          shell_quote((dir / "base").string()) + " bash " +
+                          shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
+                          shell_quote((dir / "out").string()) + " > /dev/null 2>&1";
+  std::system(cmd.c_str());  // the stand-in builds nothing, so the ab stage's benches fail
+  const std::string lines = slurp(seen);
+  ASSERT_FALSE(lines.empty()) << "the build stage never built the tree";
+  EXPECT_EQ(lines.substr(0, 4), "yes\n") << "the tree built before the base tree was configured";
+  EXPECT_NE(slurp(dir / "out" / "check.log").find("in the background"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
