@@ -29,8 +29,10 @@ struct HangRecord {
 static_assert(sizeof(HangRecord) == 32, "HangRecord layout is shared with the host");
 
 /// Words per task in the profile buffer: start, ready, done, signalled (globaltimer ns), then
-/// (block << 32 | order in the block's run).
-constexpr uint32_t kStampWords = 5;
+/// (block << 32 | order in the block's run), then for a streamed GEMV (vm/device/stream.cuh) when
+/// its input was staged and when its weights were multiplied (before the epilogue), 0 for any
+/// other task: its exec time (done - ready) in staging, stream and epilogue.
+constexpr uint32_t kStampWords = 7;
 
 /// The first kWaitHeads waits of one task, with their counters' per-step totals, in one table
 /// indexed by task (GpuVm builds it from the program's waits and counter_totals). The kernel loads

@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 namespace megasched::eval {
@@ -50,13 +51,34 @@ struct Acc {
   json to_json() const { return {{"sum", us(sum)}, {"max", us(max)}}; }
 };
 
+/// A streamed GEMV's exec time in three parts (its staged and streamed stamps, made monotone inside
+/// [ready, done]); nullopt for a task without them.
+struct ExecParts {
+  uint64_t staging, stream, epilogue;
+};
+
+std::optional<ExecParts> exec_parts(const vm::TaskStamp& s, const Phases& p) {
+  if (s.staged_ns == 0 || s.streamed_ns == 0) return std::nullopt;
+  const uint64_t staged = std::clamp(s.staged_ns, p.ready, p.done);
+  const uint64_t streamed = std::clamp(s.streamed_ns, staged, p.done);
+  return ExecParts{staged - p.ready, streamed - staged, p.done - streamed};
+}
+
 struct OpAcc {
   int tasks = 0;
   Acc wait, exec, signal;
+  int streamed = 0;               // tasks with exec parts (streamed GEMVs)
+  Acc staging, stream, epilogue;  // their parts
   uint64_t first_start = UINT64_MAX;
   uint64_t last_signal = 0;
   std::vector<uint64_t> lags;  // ready lags of the tasks that have one (ready_lag)
-  void add(const Phases& p, int64_t lag) {
+  void add(const Phases& p, int64_t lag, const std::optional<ExecParts>& parts) {
+    if (parts) {
+      ++streamed;
+      staging.add(parts->staging);
+      stream.add(parts->stream);
+      epilogue.add(parts->epilogue);
+    }
     ++tasks;
     wait.add(p.wait());
     exec.add(p.exec());
@@ -64,6 +86,14 @@ struct OpAcc {
     first_start = std::min(first_start, p.start);
     last_signal = std::max(last_signal, p.signal);
     if (lag >= 0) lags.push_back(static_cast<uint64_t>(lag));
+  }
+  /// The streamed GEMVs' exec in parts: {tasks, staging_us, stream_us, epilogue_us} (sum and max
+  /// over those tasks; staging + stream + epilogue = their exec).
+  json parts_json() const {
+    return {{"tasks", streamed},
+            {"staging_us", staging.to_json()},
+            {"stream_us", stream.to_json()},
+            {"epilogue_us", epilogue.to_json()}};
   }
   /// {tasks, median, max} of the ready lags (median: the lower middle of an even count).
   json lag_json() const {
@@ -256,6 +286,51 @@ json critical_path(const schedule::Program& program, const std::vector<vm::TaskS
   return out;
 }
 
+/// Per op (program order) and per op kind (by exec time): {ops, kinds} of analyze_profile.
+std::pair<json, json> per_op_and_kind(const schedule::Program& program,
+                                      const std::vector<vm::TaskStamp>& stamps,
+                                      const std::vector<Phases>& ph, const Releasers& releasers,
+                                      const std::vector<uint32_t>& order) {
+  std::map<uint32_t, OpAcc> per_op;
+  std::map<std::string, OpAcc> per_kind;
+  for (uint32_t t : order) {
+    const int64_t lag = ready_lag(program, releasers, ph, t);
+    const std::optional<ExecParts> parts = exec_parts(stamps[t], ph[t]);
+    per_op[program.tasks[t].op_id].add(ph[t], lag, parts);
+    per_kind[kind_name(program, program.tasks[t].op_id)].add(ph[t], lag, parts);
+  }
+  json ops = json::array();
+  for (const auto& [op, a] : per_op) {
+    ops.push_back({{"op", op_name(program, op)},
+                   {"kind", kind_name(program, op)},
+                   {"layer", op < program.ops.size() ? program.ops[op].layer : -1},
+                   {"tasks", a.tasks},
+                   {"wait_us", a.wait.to_json()},
+                   {"exec_us", a.exec.to_json()},
+                   {"exec_parts", a.parts_json()},
+                   {"signal_us", a.signal.to_json()},
+                   {"ready_lag_us", a.lag_json()},
+                   {"first_start_us", us(a.first_start)},
+                   {"last_signal_us", us(a.last_signal)},
+                   {"span_us", us(a.last_signal - a.first_start)}});
+  }
+  std::vector<std::pair<std::string, OpAcc>> kinds(per_kind.begin(), per_kind.end());
+  std::stable_sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) {
+    return a.second.exec.sum > b.second.exec.sum;
+  });
+  json kinds_json = json::array();
+  for (const auto& [kind, a] : kinds)
+    kinds_json.push_back({{"kind", kind},
+                          {"tasks", a.tasks},
+                          {"wait_us", a.wait.to_json()},
+                          {"exec_us", a.exec.to_json()},
+                          {"exec_parts", a.parts_json()},
+                          {"signal_us", a.signal.to_json()},
+                          {"ready_lag_us", a.lag_json()}});
+
+  return {std::move(ops), std::move(kinds_json)};
+}
+
 }  // namespace
 
 json analyze_profile(const schedule::Program& program, const std::vector<vm::TaskStamp>& stamps,
@@ -308,42 +383,13 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
                         {"ready_us", us(ph[t].ready)},
                         {"done_us", us(ph[t].done)},
                         {"signal_us", us(ph[t].signal)}});
+    if (const auto parts = exec_parts(stamps[t], ph[t])) {
+      timeline.back()["staged_us"] = us(ph[t].ready + parts->staging);
+      timeline.back()["streamed_us"] = us(ph[t].ready + parts->staging + parts->stream);
+    }
   }
 
-  // Per op (program order) and per op kind.
-  std::map<uint32_t, OpAcc> per_op;
-  std::map<std::string, OpAcc> per_kind;
-  for (uint32_t t : order) {
-    const int64_t lag = ready_lag(program, releasers, ph, t);
-    per_op[program.tasks[t].op_id].add(ph[t], lag);
-    per_kind[kind_name(program, program.tasks[t].op_id)].add(ph[t], lag);
-  }
-  json ops = json::array();
-  for (const auto& [op, a] : per_op) {
-    ops.push_back({{"op", op_name(program, op)},
-                   {"kind", kind_name(program, op)},
-                   {"layer", op < program.ops.size() ? program.ops[op].layer : -1},
-                   {"tasks", a.tasks},
-                   {"wait_us", a.wait.to_json()},
-                   {"exec_us", a.exec.to_json()},
-                   {"signal_us", a.signal.to_json()},
-                   {"ready_lag_us", a.lag_json()},
-                   {"first_start_us", us(a.first_start)},
-                   {"last_signal_us", us(a.last_signal)},
-                   {"span_us", us(a.last_signal - a.first_start)}});
-  }
-  std::vector<std::pair<std::string, OpAcc>> kinds(per_kind.begin(), per_kind.end());
-  std::stable_sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) {
-    return a.second.exec.sum > b.second.exec.sum;
-  });
-  json kinds_json = json::array();
-  for (const auto& [kind, a] : kinds)
-    kinds_json.push_back({{"kind", kind},
-                          {"tasks", a.tasks},
-                          {"wait_us", a.wait.to_json()},
-                          {"exec_us", a.exec.to_json()},
-                          {"signal_us", a.signal.to_json()},
-                          {"ready_lag_us", a.lag_json()}});
+  auto [ops, kinds_json] = per_op_and_kind(program, stamps, ph, releasers, order);
 
   // Per block: the five phases of its step (they add up to the span).
   const int blocks = std::max(program.launch.grid_blocks, max_block + 1);
@@ -474,6 +520,22 @@ std::string format_profile(const json& a, int top_ops) {
                        op.value("span_us", 0.0), lag.value("median", 0.0), lag.value("max", 0.0));
   }
   if (shown < ops.size()) s += printf_string("(%zu more ops)\n", ops.size() - shown);
+
+  // The streamed GEMVs' exec by kind, in parts (means per task).
+  bool header = false;
+  for (const json& k : a.at("per_kind")) {
+    const json parts = k.value("exec_parts", json::object());
+    const int n = parts.value("tasks", 0);
+    if (n == 0) continue;
+    if (!header) {
+      s += printf_string("\n%-13s %5s %12s %12s %12s  (streamed GEMV exec, us a task)\n", "kind",
+                         "tasks", "staging", "stream", "epilogue");
+      header = true;
+    }
+    auto mean = [&](const char* key) { return parts.at(key).value("sum", 0.0) / n; };
+    s += printf_string("%-13s %5d %12.3f %12.3f %12.3f\n", k.value("kind", "?").c_str(), n,
+                       mean("staging_us"), mean("stream_us"), mean("epilogue_us"));
+  }
 
   // Blocks by idle time.
   std::vector<const json*> blocks;

@@ -9,7 +9,13 @@
 //           first task): taking the next task (the dynamic queue's claim, the next load)
 //   idle    a block's time after its last signal until the step's last signal
 // For every block wait + exec + signal + gap + idle = the step's span (the last signal; stamps
-// are relative to the earliest start), so the per-block fractions sum to 1.
+// are relative to the earliest start), so the per-block fractions sum to 1. A streamed GEMV's exec
+// splits further at its staged and streamed stamps (vm/device/stream.cuh, after the block
+// barriers that end each part):
+//   staging   staged - ready      its input loaded (with the norm's reduction, or the combine or
+//                                 attention prologue) while its first weight chunks land
+//   stream    streamed - staged   its weights multiplied, to the barrier after the last warp's rows
+//   epilogue  done - streamed     its writes (residual, RoPE and the KV append, argmax record)
 //
 // The critical path walks back from the task that signals last. The predecessor of a task is
 // whichever ended last of (a) the task before it in the same block (it ended at its signal) and
@@ -42,9 +48,12 @@ namespace megasched::eval {
 
 /// The analysis of one profiled step, as a JSON object:
 ///   tasks          the timeline, one entry per task that ran, by start time: {task, op, opcode,
-///                  layer, block, order, start_us, ready_us, done_us, signal_us}
+///                  layer, block, order, start_us, ready_us, done_us, signal_us, and for a
+///                  streamed GEMV staged_us and streamed_us}
 ///   per_op         per logical op, in program order: {op, kind, layer, tasks, wait_us, exec_us,
-///                  signal_us (each {sum, max} over its tasks), ready_lag_us ({tasks, median, max}
+///                  signal_us (each {sum, max} over its tasks), exec_parts ({tasks, staging_us,
+///                  stream_us, epilogue_us}: the streamed GEMVs among them, each part {sum, max};
+///                  tasks 0 for other ops), ready_lag_us ({tasks, median, max}
 ///                  of the ready lags, below), first_start_us, last_signal_us, span_us (first start
 ///                  to last signal)}
 ///   per_kind       the same sums and ready lags per op kind ("qkv", "attention", ...), by exec
@@ -64,7 +73,8 @@ nlohmann::json analyze_profile(const schedule::Program& program,
                                const std::vector<vm::TaskStamp>& stamps, double wall_us);
 
 /// A human summary of analyze_profile's output: the `top_ops` ops with the most exec time, the
-/// blocks with the most idle time, the totals and the critical path in one line each.
+/// streamed GEMVs' exec in parts per kind (means per task), the blocks with the most idle time,
+/// the totals and the critical path in one line each.
 std::string format_profile(const nlohmann::json& analysis, int top_ops);
 
 }  // namespace megasched::eval

@@ -86,7 +86,7 @@ int64_t device_static_smem_bytes(const DeviceBuild& b) {
   const int64_t red = 4 * warps;
   const int64_t wait_outcome = 5 * 4;
   const int64_t claim_last_arrival_tag_acquired_ring_failed = 4 * 4;
-  const int64_t ready_ns = 8;              // a uint64_t: 8-byte aligned
+  const int64_t ready_ns = 3 * 8;          // ready_ns, staged_ns, streamed_ns: 8-byte aligned
   const int64_t kv_bar_phase = 2 * 8 + 4;  // staged attention's two mbarriers and their parity
   // Ahead ahead[2]: 16-byte aligned (and so is the struct's size), an Instr and kWaitHeads heads.
   const int64_t ahead = 2 * (static_cast<int64_t>(sizeof(ms_abi::Instr)) +

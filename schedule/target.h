@@ -55,7 +55,9 @@ constexpr int kernel_static_smem_bound(int threads, int head_dim) {
   const int ahead =
       2 * static_cast<int>(sizeof(ms_abi::Instr) + sizeof(ms_abi::WaitHead) * ms_abi::kWaitHeads) +
       16;
-  return 2 * warps * 4 + 64 + ahead + (rows > attn ? rows : attn) + 64;
+  // The fixed fields: the wait outcome, four flags, three profile stamps, the staged attention's
+  // two mbarriers and their parity (80 bytes).
+  return 2 * warps * 4 + 80 + ahead + (rows > attn ? rows : attn) + 64;
 }
 
 struct GpuTarget {

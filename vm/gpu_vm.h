@@ -54,6 +54,10 @@ struct TaskStamp {
   uint64_t ready_ns = 0;
   uint64_t done_ns = 0;
   uint64_t signal_ns = 0;
+  // A streamed GEMV's input staged and weights multiplied (before its epilogue); 0 for any other
+  // task (abi/kernel_args.h kStampWords).
+  uint64_t staged_ns = 0;
+  uint64_t streamed_ns = 0;
 };
 
 /// A profiled step: the step's own output and one stamp per task (indexed by task id).

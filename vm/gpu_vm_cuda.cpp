@@ -465,6 +465,8 @@ ProfileOutput GpuVm::profile_step(int32_t token, int32_t position) {
     st.ready_ns = rel(w[1]);
     st.done_ns = rel(w[2]);
     st.signal_ns = rel(w[3]);
+    st.staged_ns = w[5] != 0 ? rel(w[5]) : 0;
+    st.streamed_ns = w[6] != 0 ? rel(w[6]) : 0;
     st.block = static_cast<int32_t>(w[4] >> 32);
     st.order = static_cast<int32_t>(w[4] & 0xffffffffu);
   }

@@ -400,5 +400,60 @@ TEST(Profile, RefusesStampsThatDoNotMatchTheProgram) {
   EXPECT_THROW(analyze_profile(p, s, 1.0), std::invalid_argument);
 }
 
+TEST(Profile, AStreamedGemvsExecSplitsIntoStagingStreamAndEpilogue) {
+  // A (QKV) and C (O) carry a streamed GEMV's staged and streamed stamps; B and D do not. C's
+  // staged stamp is before its ready one (a tick off): it is clamped to ready, so its staging is 0.
+  std::vector<vm::TaskStamp> s = b_late_stamps(410, 500);
+  s[0].staged_ns = 20, s[0].streamed_ns = 90;    // A: ready 0, done 100
+  s[2].staged_ns = 310, s[2].streamed_ns = 380;  // C: ready 320, done 400
+  const json a = analyze_profile(four_task_program(2, 1), s, 1.0);
+  auto op = [&](const std::string& name) {
+    for (const json& o : a["per_op"])
+      if (o["op"] == name) return o["exec_parts"];
+    return json();
+  };
+  EXPECT_EQ(op("A")["tasks"], 1);
+  EXPECT_DOUBLE_EQ(op("A")["staging_us"]["sum"].get<double>(), 0.020);
+  EXPECT_DOUBLE_EQ(op("A")["stream_us"]["sum"].get<double>(), 0.070);
+  EXPECT_DOUBLE_EQ(op("A")["epilogue_us"]["sum"].get<double>(), 0.010);
+  EXPECT_EQ(op("B")["tasks"], 0);  // no stamps: not a streamed GEMV
+  EXPECT_DOUBLE_EQ(op("B")["stream_us"]["sum"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(op("C")["staging_us"]["sum"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(op("C")["stream_us"]["sum"].get<double>(), 0.060);
+  EXPECT_DOUBLE_EQ(op("C")["epilogue_us"]["sum"].get<double>(), 0.020);
+  // The parts add up to the exec of the tasks that have them.
+  for (const json& o : a["per_op"]) {
+    const json& x = o["exec_parts"];
+    if (x["tasks"] != o["tasks"]) continue;
+    EXPECT_NEAR(x["staging_us"]["sum"].get<double>() + x["stream_us"]["sum"].get<double>() +
+                    x["epilogue_us"]["sum"].get<double>(),
+                o["exec_us"]["sum"].get<double>(), 1e-9)
+        << o["op"];
+  }
+  // Per kind: the QKV kind holds A's parts only (B has none), the O kind C's.
+  for (const json& k : a["per_kind"]) {
+    EXPECT_EQ(k["exec_parts"]["tasks"], 1) << k["kind"];
+    if (k["kind"] == "qkv") {
+      EXPECT_DOUBLE_EQ(k["exec_parts"]["stream_us"]["max"].get<double>(), 0.070);
+    }
+  }
+  // The timeline carries the two stamps where they exist (C's staged clamped to its ready).
+  for (const json& t : a["tasks"]) {
+    if (t["op"] == "A") {
+      EXPECT_DOUBLE_EQ(t["streamed_us"].get<double>(), 0.090);
+    } else if (t["op"] == "C") {
+      EXPECT_DOUBLE_EQ(t["staged_us"].get<double>(), 0.320);
+    } else if (t["op"] == "B") {
+      EXPECT_FALSE(t.contains("staged_us"));
+    }
+  }
+  const std::string text = format_profile(a, 4);
+  EXPECT_NE(text.find("streamed GEMV exec"), std::string::npos) << text;
+  // Without such stamps the table is left out.
+  const std::string plain =
+      format_profile(analyze_profile(four_task_program(2, 1), b_late_stamps(410, 500), 1.0), 4);
+  EXPECT_EQ(plain.find("streamed GEMV exec"), std::string::npos) << plain;
+}
+
 }  // namespace
 }  // namespace megasched::eval

@@ -87,10 +87,11 @@ __device__ __noinline__ void prefetch_task(const KernelArgs& a, uint32_t t, int 
   }
 }
 
-/// Profile builds: thread 0 writes task `task`'s stamps (start, ready, done, signalled, and the
-/// block with the task's place in its run order).
+/// Profile builds: thread 0 writes task `task`'s stamps (start, ready, done, signalled, the block
+/// with the task's place in its run order, then a streamed GEMV's staged and streamed, else 0).
 __device__ __forceinline__ void stamp_task(const KernelArgs& a, uint32_t task, uint64_t start,
-                                           uint64_t ready, uint64_t done, uint32_t order) {
+                                           uint64_t ready, uint64_t done, uint32_t order,
+                                           uint64_t staged = 0, uint64_t streamed = 0) {
   if (threadIdx.x != 0) return;
   uint64_t* st = a.stamps + uint64_t(task) * kStampWords;
   st[0] = start;
@@ -98,6 +99,8 @@ __device__ __forceinline__ void stamp_task(const KernelArgs& a, uint32_t task, u
   st[2] = done;
   st[3] = global_ns();
   st[4] = (uint64_t(blockIdx.x) << 32) | order;
+  st[5] = staged;
+  st[6] = streamed;
 }
 
 /// A static queue's look-ahead: the next task's instruction and wait heads are copied into shared
@@ -266,7 +269,8 @@ extern "C" __global__ void __launch_bounds__(MS_THREADS, MS_MIN_BLOCKS)
         MS_CHAINS && instr.chain != 0 && signal_arrive(a, instr, epoch, &s.last_arrival);
     if (!MS_CHAINS || instr.chain == 0) signal(a, instr);
 #if MS_PROFILE
-    stamp_task(a, task, t_start, t_ready, t_done, rec.tasks_run);
+    stamp_task(a, task, t_start, t_ready, t_done, rec.tasks_run, streamed ? s.staged_ns : 0,
+               streamed ? s.streamed_ns : 0);
 #endif
     ++rec.tasks_run;
     if (run_chain) {

@@ -33,7 +33,9 @@ struct Shared {
   uint32_t last_arrival;     // signal_arrive: 1 when this block runs the chained task
   uint32_t tag_acquired;     // kFlagTagIn: 1 when the early counter reads acquired the waits
   int32_t ring_failed;       // weight ring: a compute warp gave up waiting for a page (abort)
-  uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh)
+  uint64_t ready_ns;         // profile builds: when a streamed GEMV's wait ended (stream.cuh),
+  uint64_t staged_ns;        // its input was staged
+  uint64_t streamed_ns;      // and its weights multiplied (before the epilogue)
   uint64_t kv_bar;           // staged attention: the mbarrier its K copies complete on
   uint64_t kv_bar_v;         // staged attention: the mbarrier its V copies complete on
   uint32_t kv_phase;         // staged attention: the parity both bars' next phase completes with

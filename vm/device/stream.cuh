@@ -442,7 +442,9 @@ __device__ __forceinline__ void stream_run(const WarpStream& ws, StreamChunk (&c
 
 /// The streamed GEMV task, its dependency wait included (see the file comment). Returns the wait's
 /// outcome; the task ran when it is kExitRunning. Profile builds stamp the end of the wait in
-/// s.ready_ns. Ends with the epilogue's writes issued; the caller's signal() syncs.
+/// s.ready_ns, the staged input in s.staged_ns and the multiplied weights in s.streamed_ns (thread
+/// 0, after the block barriers that end each phase). Ends with the epilogue's writes issued; the
+/// caller's signal() syncs.
 __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr& in, Shared& s,
                                                 uint32_t epoch, const WaitHead& head) {
   extern __shared__ __align__(16) float stream_x[];  // the dynamic shared memory: the input
@@ -493,6 +495,9 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
       block_sync();
     }
   }
+#if MS_PROFILE
+  if (threadIdx.x == 0) s.staged_ns = global_ns();
+#endif
   // kFlagTagIn: lane i of warp 0 reads wait i's counter (relaxed) while its weights stream; when
   // every wait holds, a fence makes those reads the acquire, with no round trip after the stream.
   uint32_t seen = 0;
@@ -517,6 +522,9 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   } else {
     block_sync();
   }
+#if MS_PROFILE
+  if (threadIdx.x == 0) s.streamed_ns = global_ns();
+#endif
   if (residual) {
     const bool tag_out = MS_TAGGED && (in.flags & kFlagTagOut) != 0;
     for (uint32_t r = threadIdx.x; r < rows; r += kComputeThreads) {
