@@ -288,16 +288,16 @@ json critical_path(const schedule::Program& program, const std::vector<vm::TaskS
 
 /// Per op (program order) and per op kind (by exec time): {ops, kinds} of analyze_profile.
 std::pair<json, json> per_op_and_kind(const schedule::Program& program,
-                                      const std::vector<vm::TaskStamp>& stamps,
-                                      const std::vector<Phases>& ph, const Releasers& releasers,
+                                      const std::vector<Phases>& ph,
+                                      const std::vector<std::optional<ExecParts>>& parts,
+                                      const Releasers& releasers,
                                       const std::vector<uint32_t>& order) {
   std::map<uint32_t, OpAcc> per_op;
   std::map<std::string, OpAcc> per_kind;
   for (uint32_t t : order) {
     const int64_t lag = ready_lag(program, releasers, ph, t);
-    const std::optional<ExecParts> parts = exec_parts(stamps[t], ph[t]);
-    per_op[program.tasks[t].op_id].add(ph[t], lag, parts);
-    per_kind[kind_name(program, program.tasks[t].op_id)].add(ph[t], lag, parts);
+    per_op[program.tasks[t].op_id].add(ph[t], lag, parts[t]);
+    per_kind[kind_name(program, program.tasks[t].op_id)].add(ph[t], lag, parts[t]);
   }
   json ops = json::array();
   for (const auto& [op, a] : per_op) {
@@ -348,12 +348,14 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
                                   " (stamps are indexed by task id; orders start at 0)");
 
   std::vector<Phases> ph(n);
+  std::vector<std::optional<ExecParts>> parts(n);  // a streamed GEMV's exec in parts
   uint64_t span = 0;
   int32_t max_block = -1;
   size_t run = 0;
   for (size_t t = 0; t < n; ++t) {
     if (stamps[t].block < 0) continue;
     ph[t] = phases(stamps[t]);
+    parts[t] = exec_parts(stamps[t], ph[t]);
     span = std::max(span, ph[t].signal);
     max_block = std::max(max_block, stamps[t].block);
     ++run;
@@ -383,13 +385,13 @@ json analyze_profile(const schedule::Program& program, const std::vector<vm::Tas
                         {"ready_us", us(ph[t].ready)},
                         {"done_us", us(ph[t].done)},
                         {"signal_us", us(ph[t].signal)}});
-    if (const auto parts = exec_parts(stamps[t], ph[t])) {
-      timeline.back()["staged_us"] = us(ph[t].ready + parts->staging);
-      timeline.back()["streamed_us"] = us(ph[t].ready + parts->staging + parts->stream);
+    if (parts[t]) {
+      timeline.back()["staged_us"] = us(ph[t].ready + parts[t]->staging);
+      timeline.back()["streamed_us"] = us(ph[t].ready + parts[t]->staging + parts[t]->stream);
     }
   }
 
-  auto [ops, kinds_json] = per_op_and_kind(program, stamps, ph, releasers, order);
+  auto [ops, kinds_json] = per_op_and_kind(program, ph, parts, releasers, order);
 
   // Per block: the five phases of its step (they add up to the span).
   const int blocks = std::max(program.launch.grid_blocks, max_block + 1);
