@@ -23,6 +23,17 @@ nlohmann::json three_buckets(const nlohmann::json& first, int to_second,
             {{"begin", to_third}, {"end", "max"}, {"config", third}}}}};
 }
 
+/// `plan` with `config` on [0, end) in front: the first bucket starts at `end` instead.
+nlohmann::json with_first_bucket(nlohmann::json plan, const nlohmann::json& config, int end) {
+  plan["buckets"][0]["begin"] = end;
+  nlohmann::json first = nlohmann::json::object();
+  first["begin"] = 0;
+  first["end"] = end;
+  first["config"] = config;
+  plan["buckets"].insert(plan["buckets"].begin(), first);
+  return plan;
+}
+
 }  // namespace
 
 const std::vector<NamedConfig>& named_configs() {
@@ -63,7 +74,16 @@ const std::vector<NamedConfig>& named_configs() {
       patched(stream, {{"kernel", {{"rows_per_warp", 3}}},
                        {"assignment", {{"policy", "layer_affine"}}},
                        {"tiling", {{"lm_head_rows_per_task", 1024}}}});
-  // The records are plans over positions: the three configs on the buckets `bench --fit-plan`
+  // The H200's config for positions 0-2: four rows a warp, the attention in the O projection's
+  // input load (no attention tasks; every O tile reads the whole KV history, so it loses from
+  // position 4 on), blocks dealt round robin: what a 6-minute loop from the default config kept
+  // (2026-11-28, dev/perf_log.md section 37); `bench --fit-plan` placed it on [0, 3).
+  static const nlohmann::json search_r4_attn_in_o =
+      patched(stream_r3, {{"kernel", {{"rows_per_warp", 4}}},
+                          {"assignment", {{"policy", "round_robin"}}},
+                          {"fusion", {{"attention_into_o", true}}},
+                          {"tiling", {{"attn_q_heads_per_task", 0}}}});
+  // The records are plans over positions: the configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
       {"best:llama-1b:h100", "llama-1b", "h100",
@@ -84,13 +104,17 @@ const std::vector<NamedConfig>& named_configs() {
        "h200-2026-11-27-1649-generate-128-4096.md (plan bench/plans/llama-1b-h200-fitted.json); "
        "its position-0 bucket's three rows a warp: h200-2026-11-28-1432-rows-per-warp.md, "
        "h200-2026-11-28-1437-search-from-record.results.tsv.gz "
-       "and h200-2026-11-28-1445-promote-llama-1b.json",
+       "and h200-2026-11-28-1445-promote-llama-1b.json; its [0, 3) bucket, the loop's find "
+       "from the default: h200-2026-11-28-2159-planfit-search-p0.md and "
+       "h200-2026-11-28-2210-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
-       "its position-0 config alone took 8912.8 ms; its position-0 config with three rows a warp, "
-       "layer-affine blocks and 1024-row LM-head tiles, which a loop from the record kept, ran "
-       "917.4 us against 931.7 (2026-11-28, side by side)",
-       three_buckets(stream_r3, 129, staged, 1505, g4p16)},
+       "its position-0 config alone took 8912.8 ms; on [0, 3) the config a 6-minute loop from "
+       "the default kept (four rows a warp, the attention in the O projection), which "
+       "`bench --fit-plan` placed there: the plan ran 890.4 us at position 0 against 919.0 for "
+       "the three-rows config (2026-11-28, side by side)",
+       with_first_bucket(three_buckets(stream_r3, 129, staged, 1505, g4p16), search_r4_attn_in_o,
+                         3)},
   };
   return table;
 }

@@ -249,8 +249,33 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
     const auto fitted = parse_plan_text(text.str(), &why);
     ASSERT_TRUE(fitted) << path << ": " << why;
     EXPECT_EQ(to_json(*preset), to_json(*fitted)) << name;
-    EXPECT_EQ(preset->buckets.size(), 3u) << name;
+    EXPECT_EQ(preset->buckets.size(), std::string(gpu) == "h200" ? 4u : 3u) << name;
   }
+}
+
+// The H200 record's first bucket is what a loop from the default config kept
+// (dev/configs/search_h200_p0_r4_attn_in_o.json, the file the loop's best was saved as), on the
+// positions `bench --fit-plan` gave it: [0, 3), where it beat the three-rows config; from position
+// 3 on, whose O tiles read more keys each, the record's buckets before it.
+TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/dev/configs/search_h200_p0_r4_attn_in_o.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string why;
+  const auto found = parse_config_text(text.str(), &why);
+  ASSERT_TRUE(found) << why;
+  const auto at0 = named_config_at("best:llama-1b:h200", 0, &why);
+  const auto at2 = named_config_at("best:llama-1b:h200", 2, &why);
+  const auto at3 = named_config_at("best:llama-1b:h200", 3, &why);
+  const auto at129 = named_config_at("best:llama-1b:h200", 129, &why);
+  ASSERT_TRUE(at0 && at2 && at3 && at129) << why;
+  EXPECT_EQ(*at0, *found);
+  EXPECT_EQ(*at2, *found);
+  EXPECT_TRUE(at0->fusion.attention_into_o);
+  EXPECT_FALSE(at3->fusion.attention_into_o);
+  EXPECT_EQ(at3->kernel.rows_per_warp, 3);
+  EXPECT_EQ(at129->tiling.attn_kv_partitions, 8);
 }
 
 TEST(SearchMoves, ConfigFitsRejectsLaunchesThatCannotBeCoResident) {
