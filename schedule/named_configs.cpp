@@ -12,25 +12,28 @@ nlohmann::json patched(nlohmann::json base, const nlohmann::json& patch) {
   return base;
 }
 
-/// The plan document of three buckets: `first` on [0, to_second), `second` on
-/// [to_second, to_third), `third` on [to_third, max).
-nlohmann::json three_buckets(const nlohmann::json& first, int to_second,
-                             const nlohmann::json& second, int to_third,
-                             const nlohmann::json& third) {
-  return {{"buckets",
-           {{{"begin", 0}, {"end", to_second}, {"config", first}},
-            {{"begin", to_second}, {"end", to_third}, {"config", second}},
-            {{"begin", to_third}, {"end", "max"}, {"config", third}}}}};
-}
+/// One bucket of plan_of: `config` up to `end` (kToMax: the model's last position).
+struct Bucket {
+  const nlohmann::json& config;
+  int end;
+};
+constexpr int kToMax = 0;
 
-/// `plan` with `config` on [0, end) in front: the first bucket starts at `end` instead.
-nlohmann::json with_first_bucket(nlohmann::json plan, const nlohmann::json& config, int end) {
-  plan["buckets"][0]["begin"] = end;
-  nlohmann::json first = nlohmann::json::object();
-  first["begin"] = 0;
-  first["end"] = end;
-  first["config"] = config;
-  plan["buckets"].insert(plan["buckets"].begin(), first);
+/// The plan document of `buckets` in turn, the first from position 0, each next from the end of
+/// the one before.
+nlohmann::json plan_of(std::initializer_list<Bucket> buckets) {
+  nlohmann::json list = nlohmann::json::array();
+  int begin = 0;
+  for (const Bucket& b : buckets) {
+    nlohmann::json bucket = nlohmann::json::object();
+    bucket["begin"] = begin;
+    bucket["end"] = b.end == kToMax ? nlohmann::json("max") : nlohmann::json(b.end);
+    bucket["config"] = b.config;
+    list.push_back(std::move(bucket));
+    begin = b.end;
+  }
+  nlohmann::json plan = nlohmann::json::object();
+  plan["buckets"] = std::move(list);
   return plan;
 }
 
@@ -98,7 +101,7 @@ const std::vector<NamedConfig>& named_configs() {
        "its position-0 config alone took 9742.6 ms; its position-0 config with three weight chunks "
        "in flight per warp, which a loop from the record kept, ran 1097.8 us against 1114.5 "
        "(2026-11-28, side by side)",
-       three_buckets(stream_d3, 129, staged, 2049, g4p16)},
+       plan_of({{stream_d3, 129}, {staged, 2049}, {g4p16, kToMax}})},
       {"best:llama-1b:h200", "llama-1b", "h200",
        "bench/results/h200-2026-11-27-1647-plan-table.md and "
        "h200-2026-11-27-1649-generate-128-4096.md (plan bench/plans/llama-1b-h200-fitted.json); "
@@ -113,8 +116,7 @@ const std::vector<NamedConfig>& named_configs() {
        "the default kept (four rows a warp, the attention in the O projection), which "
        "`bench --fit-plan` placed there: the plan ran 890.4 us at position 0 against 919.0 for "
        "the three-rows config (2026-11-28, side by side)",
-       with_first_bucket(three_buckets(stream_r3, 129, staged, 1505, g4p16), search_r4_attn_in_o,
-                         3)},
+       plan_of({{search_r4_attn_in_o, 3}, {stream_r3, 129}, {staged, 1505}, {g4p16, kToMax}})},
   };
   return table;
 }
