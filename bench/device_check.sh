@@ -65,7 +65,8 @@
 #        with a message otherwise); PEER_SHAPE (default llama-1b);
 #        stage "compare" runs `megasched bench` for each of COMPARE (space-separated
 #        MODEL@POSITIONS, default "llama-1b@0,1024,4096 small@0,1024 llama-8b@0"; the peers' rows
-#        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md;
+#        join the PEER_SHAPE model) into compare_MODEL/bench.{json,md,svg} + compare_MODEL.md
+#        (a model named again: compare_MODEL_2, _3, ...);
 #        a third field MODEL@POSITIONS@CONFIG,CONFIG adds configs (files or best:MODEL:GPU names);
 #        stage "search" runs the search of record: `loop --device gpu` of llama-1b from the
 #        default config for SEARCH_MINUTES (default 15) in SEARCH_DIR (default
@@ -576,14 +577,18 @@ if has_stage compare; then
     [ "$cmodel" = "$PEER_SHAPE" ] && [ -f "$OUT/torch_peer.json" ] && peers=(--peers "$OUT/torch_peer.json")
     configs=()
     for c in ${cconfigs//,/ }; do configs+=(--config "$c"); done
+    # A model named twice (other positions or configs) writes compare_MODEL_2, _3, ...
+    cname=$cmodel
+    n=2
+    while [ -e "$OUT/compare_$cname.md" ]; do cname=${cmodel}_$n; n=$((n + 1)); done
     log "compare: megasched bench --model $cmodel --positions $cpositions ${configs[*]} ${peers[*]}"
     if timeout 1800 "$BUILD/megasched" bench --model "$cmodel" --positions "$cpositions" \
          "${configs[@]}" "${peers[@]}" \
-         --iterations "$ITERATIONS" --out "$OUT/compare_$cmodel" > "$OUT/compare_$cmodel.md" 2>> "$LOG"; then
-      log "compare $cmodel ok"
-      cat "$OUT/compare_$cmodel.md" >> "$LOG"
+         --iterations "$ITERATIONS" --out "$OUT/compare_$cname" > "$OUT/compare_$cname.md" 2>> "$LOG"; then
+      log "compare $cname ok"
+      cat "$OUT/compare_$cname.md" >> "$LOG"
     else
-      log "compare $cmodel FAILED"
+      log "compare $cname FAILED"
       status=1
     fi
   done
