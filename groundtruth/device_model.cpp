@@ -38,6 +38,8 @@ DeviceBuild device_build(const Program& program) {
   take("MS_ROWS_PER_WARP", &b.rows_per_warp);
   take("MS_UNROLL", &b.unroll);
   take("MS_STREAM_DEPTH", &b.stream_depth);
+  take("MS_STREAM_HELD", &b.stream_held);
+  take("MS_STREAM_HELD_EVERY", &b.stream_held_every);
   take("MS_WEIGHT_LOAD", &b.weight_load);
   take("MS_WEIGHT_RING", &ring);
   take("MS_RING_PAGES", &b.ring_pages);
@@ -65,6 +67,10 @@ std::vector<std::string> device_build_errors(const DeviceBuild& b) {
   check(b.rows_per_warp >= 1 && b.rows_per_warp <= 8, "MS_ROWS_PER_WARP");
   check(b.unroll >= 1 && b.unroll <= 8, "MS_UNROLL");
   check(b.stream_depth >= 2 && b.stream_depth <= 4, "MS_STREAM_DEPTH");
+  check(b.stream_held >= 0 && b.stream_held <= b.stream_depth,
+        "MS_STREAM_HELD: chunks held back, at most MS_STREAM_DEPTH");
+  check(b.stream_held_every == 1 || b.stream_held_every == 2 || b.stream_held_every == 4,
+        "MS_STREAM_HELD_EVERY: 1, 2 or 4");
   check(!b.weight_ring || (b.threads >= 64 && b.ring_pages >= 1 && b.ring_page_bytes % 16 == 0 &&
                            b.x_floats % 4 == 0),
         "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");

@@ -197,6 +197,20 @@ const std::vector<KnobEntry>& knob_table() {
         "ones issued before the task's dependency wait; 3 and 4 hold 1.5x and 2x depth 2's "
         "bytes in flight per SM. Needs kernel.weight_stream registers",
         field_access(&ScheduleConfig::kernel, &KernelConfig::stream_depth), "MS_STREAM_DEPTH");
+    add("kernel.stream_held", ints({0, 1, 2, 3, 4}), 0,
+        "streamed GEMV (registers weight stream): of the kernel.stream_depth chunks a warp keeps "
+        "in flight, the ones it issues only once the task's dependency wait holds instead of "
+        "before the wait: a block's poll queues behind fewer of its own weight bytes (a hop "
+        "behind 128 KiB a block took 2 us on an H200, behind 64 KiB 1.4), and fewer bytes "
+        "arrive while it waits; 0: every chunk before the wait. Needs "
+        "kernel.weight_stream registers and at most kernel.stream_depth",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held), "MS_STREAM_HELD");
+    add("kernel.stream_held_every", ints({1, 2, 4}), 1,
+        "the blocks that hold back kernel.stream_held chunks: 1 every block, N every Nth (block b "
+        "when b % N == N - 1), so that some blocks poll behind fewer bytes while the others keep "
+        "every chunk in flight during their waits. Needs kernel.stream_held > 0",
+        field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held_every),
+        "MS_STREAM_HELD_EVERY");
     add("kernel.weight_load", {"ldg", "ldg_stream"}, "ldg",
         "weight load instruction: ld.global, or ld.global.nc.L1::no_allocate (streaming)",
         enum_access(&ScheduleConfig::kernel, &KernelConfig::weight_load,
@@ -602,6 +616,21 @@ std::string knob_conflict(const ScheduleConfig& config) {
            " needs kernel.weight_stream = registers (it sets the chunks the streamed GEMV keeps in "
            "flight in registers; the weight ring's GEMVs do not stream into registers); hint: set "
            "kernel.stream_depth back to 2";
+  if (config.kernel.stream_held != 0 && config.kernel.weight_stream != WeightStream::kRegisters)
+    return "kernel.stream_held = " + std::to_string(config.kernel.stream_held) +
+           " needs kernel.weight_stream = registers (it holds back chunks of the streamed GEMV's "
+           "registers stream; the weight ring's loader has its own cap, smem.inflight_pages); "
+           "hint: set kernel.stream_held back to 0";
+  if (config.kernel.stream_held > config.kernel.stream_depth)
+    return "kernel.stream_held = " + std::to_string(config.kernel.stream_held) +
+           " is more than kernel.stream_depth = " + std::to_string(config.kernel.stream_depth) +
+           " (a warp holds back some of the chunks it keeps in flight, at most all of them); "
+           "hint: kernel.stream_held at most " +
+           std::to_string(config.kernel.stream_depth) + ", or a deeper kernel.stream_depth";
+  if (config.kernel.stream_held_every != 1 && config.kernel.stream_held == 0)
+    return "kernel.stream_held_every = " + std::to_string(config.kernel.stream_held_every) +
+           " needs kernel.stream_held > 0 (it picks the blocks that hold chunks back, and none "
+           "are held); hint: set kernel.stream_held_every back to 1, or kernel.stream_held to 1";
   if (config.tiling.qkv_rope_pairs && !config.fusion.rope_kv_into_qkv)
     return "tiling.qkv_rope_pairs = true needs fusion.rope_kv_into_qkv = true (the pairs are "
            "RoPE's; unfused, the QKV rows have no pairing); hint: set one of them back";

@@ -131,6 +131,8 @@ struct KernelConfig {
   int rows_per_warp;
   int unroll;
   int stream_depth;  // registers weight stream: weight chunks each warp keeps in flight
+  int stream_held;   // of those, the chunks a warp issues only after the task's dependency wait
+  int stream_held_every;  // the blocks that hold them back: every Nth
   WeightLoad weight_load;
   WeightStream weight_stream;
   AttentionPath attention;

@@ -126,6 +126,53 @@ TEST(DeviceModel, TheStreamDepthBuildsExactlyWhereTheModelSaysItDoes) {
   }
 }
 
+// The chunks held back until after the wait (MS_STREAM_HELD) build from 0 to MS_STREAM_DEPTH and
+// nowhere else: the model, the validator's build rule and NVRTC agree.
+TEST(DeviceModel, TheStreamHeldBuildsExactlyWhereTheModelSaysItDoes) {
+  const bool nvrtc = vm::nvrtc_version() != "none";
+  for (int held : {-1, 0, 1, 2, 3}) {
+    Program p = build_only(256, 64, false);
+    p.build.knobs["MS_STREAM_DEPTH"] = 2;
+    p.build.knobs["MS_STREAM_HELD"] = held;
+    const bool builds = held >= 0 && held <= 2;
+    EXPECT_EQ(device_build(p).stream_held, held);
+    EXPECT_EQ(device_build_errors(device_build(p)).empty(), builds) << "held " << held;
+    size_t more = 0;
+    bool refused = false;
+    for (const BuildMisfit& m : build_misfits(p, 8, &more))
+      refused |= m.message.find("MS_STREAM_HELD") != std::string::npos;
+    EXPECT_EQ(refused, !builds) << "held " << held;
+    if (!nvrtc || builds) continue;
+    const vm::BuildResult r =
+        vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
+    EXPECT_FALSE(r.ok) << "held " << held;
+    EXPECT_NE(r.error.find("MS_STREAM_HELD"), std::string::npos) << held << ": " << r.error;
+  }
+}
+
+// The blocks that hold chunks back (MS_STREAM_HELD_EVERY): every 1st, 2nd or 4th, nothing else.
+TEST(DeviceModel, TheHeldEveryBuildsExactlyWhereTheModelSaysItDoes) {
+  const bool nvrtc = vm::nvrtc_version() != "none";
+  for (int every : {0, 1, 2, 3, 4, 8}) {
+    Program p = build_only(256, 64, false);
+    p.build.knobs["MS_STREAM_HELD"] = 1;
+    p.build.knobs["MS_STREAM_HELD_EVERY"] = every;
+    const bool builds = every == 1 || every == 2 || every == 4;
+    EXPECT_EQ(device_build(p).stream_held_every, every);
+    EXPECT_EQ(device_build_errors(device_build(p)).empty(), builds) << "every " << every;
+    size_t more = 0;
+    bool refused = false;
+    for (const BuildMisfit& m : build_misfits(p, 8, &more))
+      refused |= m.message.find("MS_STREAM_HELD_EVERY") != std::string::npos;
+    EXPECT_EQ(refused, !builds) << "every " << every;
+    if (!nvrtc || builds) continue;
+    const vm::BuildResult r =
+        vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
+    EXPECT_FALSE(r.ok) << "every " << every;
+    EXPECT_NE(r.error.find("MS_STREAM_HELD_EVERY"), std::string::npos) << every << ": " << r.error;
+  }
+}
+
 TEST(DeviceModel, StagingExtentFormulaIsTheLargestStagedSlot) {
   for (uint32_t vec_elems : {1u, 2u, 4u, 8u}) {
     uint32_t largest = 0;
@@ -249,6 +296,8 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.fusion.attention_into_o = false;  // and the attention in O
       cfg.pipeline.tagged_inputs = false;   // and tagged words
       cfg.kernel.stream_depth = 2;          // and weight chunks in flight in registers
+      cfg.kernel.stream_held = 0;           // and the ones of them held back
+      cfg.kernel.stream_held_every = 1;
       cfg.assignment.policy = AssignPolicy::kRoundRobin;
       cfg.launch.threads_per_block = std::max(cfg.launch.threads_per_block, 128);
       cfg.launch.blocks_per_sm = 1;

@@ -83,7 +83,7 @@ TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths
     EXPECT_GE(k.choices.size(), 2u) << k.path << " has a single choice: a knob that does nothing";
     EXPECT_FALSE(k.description.empty()) << k.path;
   }
-  EXPECT_EQ(paths.size(), 35u);
+  EXPECT_EQ(paths.size(), 37u);
 }
 
 TEST(ScheduleConfigKnobs, DefaultConstructionTakesEveryDefaultOfTheTable) {
@@ -97,6 +97,8 @@ TEST(ScheduleConfigKnobs, KernelKnobsBecomeTheirMacrosWithNamedChoicesAsEnumValu
                                                                 {"MS_RING_INFLIGHT", 0},
                                                                 {"MS_ROWS_PER_WARP", 2},
                                                                 {"MS_STREAM_DEPTH", 2},
+                                                                {"MS_STREAM_HELD", 0},
+                                                                {"MS_STREAM_HELD_EVERY", 1},
                                                                 {"MS_UNROLL", 2},
                                                                 {"MS_VECTOR_BYTES", 16},
                                                                 {"MS_WEIGHT_LOAD", 0},

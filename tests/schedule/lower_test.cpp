@@ -85,19 +85,28 @@ TEST(Lowering, EveryKnobChangesProgramOrBuild) {
         config.kernel.weight_stream = WeightStream::kSmemRing;
         config.smem.pages = 5;
       }
+      // kernel.stream_held holds back some of the chunks in flight, and stream_held_every picks
+      // the blocks that hold one back: compare with the deepest stream and one chunk held.
+      const bool deep = spec.path == "kernel.stream_held";
+      const bool held = spec.path == "kernel.stream_held_every";
+      if (deep) config.kernel.stream_depth = 4;
+      if (held) config.kernel.stream_held = 1;
       std::string error;
       ASSERT_TRUE(set_knob(&config, spec.path, choice, &error)) << error;
       std::optional<Program> p = lower(shape, target, config, &error);
       ASSERT_TRUE(p.has_value()) << spec.path << "=" << choice.dump() << ": " << error;
       ScheduleConfig reference;
       if (partitioned) reference.tiling.attn_kv_partitions = 2;
+      if (deep) reference.kernel.stream_depth = 4;
+      if (held) reference.kernel.stream_held = 1;
       if (ringed) {
         reference.kernel.weight_stream = WeightStream::kSmemRing;
         reference.smem.pages = 5;
       }
       const bool differs =
-          to_json(*p).dump() !=
-          (partitioned || ringed ? to_json(lower_ok(shape, reference, target)).dump() : base_json);
+          to_json(*p).dump() != (partitioned || ringed || deep || held
+                                     ? to_json(lower_ok(shape, reference, target)).dump()
+                                     : base_json);
       EXPECT_TRUE(differs) << spec.path << "=" << choice.dump() << " lowers like the default";
       ++checked;
     }
@@ -713,6 +722,50 @@ TEST(Lowering, StreamDepthNeedsTheRegistersStream) {
   }
 }
 
+// kernel.stream_held: the chunks a warp issues only after its wait are some of the registers
+// stream's chunks in flight, so a held count is refused beside the weight ring and above
+// kernel.stream_depth, with a hint, and lowers into the build (MS_STREAM_HELD) otherwise.
+TEST(Lowering, StreamHeldNeedsTheRegistersStreamAndAtMostTheDepth) {
+  ScheduleConfig config;
+  EXPECT_EQ(lower_ok(*find_preset("toy"), config).build.knob("MS_STREAM_HELD"), 0);
+  config.kernel.weight_stream = WeightStream::kSmemRing;
+  config.kernel.stream_held = 1;
+  std::string e = refusal(config);
+  EXPECT_NE(e.find("kernel.stream_held = 1 needs kernel.weight_stream = registers"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("hint: set kernel.stream_held back to 0"), std::string::npos) << e;
+  config.kernel.weight_stream = WeightStream::kRegisters;
+  config.kernel.stream_held = 3;
+  e = refusal(config);
+  EXPECT_NE(e.find("kernel.stream_held = 3 is more than kernel.stream_depth = 2"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("hint: kernel.stream_held at most 2"), std::string::npos) << e;
+  for (int depth : {2, 3, 4}) {
+    for (int held = 0; held <= depth; ++held) {
+      config.kernel.stream_depth = depth;
+      config.kernel.stream_held = held;
+      EXPECT_EQ(knob_conflict(config), "") << depth << " " << held;
+      EXPECT_EQ(lower_ok(*find_preset("toy"), config).build.knob("MS_STREAM_HELD"), held);
+    }
+  }
+  // kernel.stream_held_every picks the blocks that hold chunks back: with none held it is refused.
+  config.kernel.stream_depth = 2;
+  config.kernel.stream_held = 0;
+  config.kernel.stream_held_every = 2;
+  e = refusal(config);
+  EXPECT_NE(e.find("kernel.stream_held_every = 2 needs kernel.stream_held > 0"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("hint: set kernel.stream_held_every back to 1"), std::string::npos) << e;
+  for (int every : {1, 2, 4}) {
+    config.kernel.stream_held = 1;
+    config.kernel.stream_held_every = every;
+    EXPECT_EQ(knob_conflict(config), "") << every;
+    EXPECT_EQ(lower_ok(*find_preset("toy"), config).build.knob("MS_STREAM_HELD_EVERY"), every);
+  }
+}
+
 // fusion.attention_into_o: refused with a hint, the same sentence from lowering and config_fits,
 // with the weight ring, a k-split, or any knob of the attention tasks it removes set.
 TEST(Lowering, AttentionIntoONeedsTheRegistersBuildAndNoAttentionKnobs) {
@@ -804,6 +857,8 @@ TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
                                                        {"MS_RING_INFLIGHT", 0},
                                                        {"MS_ROWS_PER_WARP", 2},
                                                        {"MS_STREAM_DEPTH", 2},
+                                                       {"MS_STREAM_HELD", 0},
+                                                       {"MS_STREAM_HELD_EVERY", 1},
                                                        {"MS_UNROLL", 2},
                                                        {"MS_VECTOR_BYTES", 8},
                                                        {"MS_WEIGHT_LOAD", 1},

@@ -107,7 +107,9 @@ TEST(SearchMoves, NeighboursMoveTheStreamDepthOnlyWithTheRegistersStream) {
 }
 
 // A knob that acts only under another knob's value (smem.inflight_pages: only with the weight
-// ring; kernel.stream_depth: only without it; fusion.combine_into_o: only with KV partitions) is
+// ring; kernel.stream_depth and kernel.stream_held: only without it, the held chunks at most the
+// depth; kernel.stream_held_every: only with chunks held; fusion.combine_into_o: only with KV
+// partitions) is
 // drawn last, among the values the rest allows, so it does not tilt the other knob's draw: the
 // weight ring comes up as often as when these knobs are left at their defaults (rejecting whole
 // configs made the cap's share 40%, and a deeper stream, refused beside 2 of 3 rings, would cut
@@ -138,6 +140,7 @@ TEST(SearchMoves, RandomConfigsDrawConditionalKnobsWithoutTiltingTheirParents) {
       c = ScheduleConfig{};
       for (const KnobSpec& spec : knob_specs()) {
         if (spec.path == "smem.inflight_pages" || spec.path == "kernel.stream_depth" ||
+            spec.path == "kernel.stream_held" || spec.path == "kernel.stream_held_every" ||
             spec.path == "fusion.combine_into_o")
           continue;
         std::vector<nlohmann::json> fit;

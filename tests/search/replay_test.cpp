@@ -59,13 +59,13 @@ TEST(Replay, RandomExpectedBestIsTheOrderStatistic) {
   EXPECT_DOUBLE_EQ(random_expected_best_us(land, 9), 1.0);
 }
 
-// The known optimum of the synthetic landscape (1 in 336 configs; 4 of the ~35 knobs matter) within
+// The known optimum of the synthetic landscape (1 in 336 configs; 4 of the ~37 knobs matter) within
 // 200 trials (replays are exact for a seed, so these counts are fixed until a strategy, the loop or
 // the knob table changes: a knob or a knob's value reshuffles every random draw): over seeds 1-6
-// elite's restarts from perturbed elites find it in 6, random search in 2, hillclimb (restarts at
-// random) in 1; guided's first seed that finds it is 13 (HARNESS.md section 3b has the full table:
-// over seeds 1-20 elite comes within 2% of it in 18, random search in 10, hillclimb in 4, guided
-// in 7).
+// elite's restarts from perturbed elites find it in 5, random search in 2, hillclimb (restarts at
+// random) in 1 (its first at seed 4); guided finds it at seed 1 (HARNESS.md section 3b has the
+// full table over seeds 1-20). Before kernel.stream_held and kernel.stream_held_every: elite 6,
+// random 2, hillclimb 1, guided's first seed 13.
 TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
   const Landscape land = synthetic_landscape();
   constexpr int kBudget = 200, kSeeds = 6;
@@ -81,12 +81,11 @@ TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
     return n;
   };
   const int elite = found_in("elite", false), random = found_in("random", false);
-  EXPECT_EQ(elite, 6);
+  EXPECT_EQ(elite, 5);
   EXPECT_EQ(random, 2);
   EXPECT_GT(elite, random);
   EXPECT_EQ(found_in("hillclimb", true), 1);
-  EXPECT_FALSE(found("guided", 12));
-  EXPECT_TRUE(found("guided", 13));
+  EXPECT_TRUE(found("guided", 1));
 }
 
 TEST(SearchBench, ScoresStrategiesOnTheSyntheticLandscape) {

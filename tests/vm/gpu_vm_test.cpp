@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <set>
@@ -121,10 +122,10 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
                               << r.kernel.dump(1);
     return true;
   };
-  // kernel.stream_depth acts only with the registers stream: every depth runs with it (a depth the
-  // rotation pairs only with variants that do not lower runs on the first registers variant that
-  // ran).
-  std::set<int> depths_ran;
+  // kernel.stream_depth and kernel.stream_held act only with the registers stream: every value runs
+  // with it (a value the rotation pairs only with variants that do not lower runs on the first
+  // registers variant that ran; a held count with a depth that holds it).
+  std::set<int> depths_ran, held_ran;
   std::optional<schedule::ScheduleConfig> registers_ran;
   for (size_t i = 0; i < n; ++i) {
     for (size_t shift = 0; shift < 2; ++shift) {  // a second pass pairs the values differently
@@ -142,7 +143,12 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
         c.fusion.combine_into_o = false;    // likewise
         c.fusion.attention_into_o = false;  // likewise
         c.kernel.stream_depth = 2;          // likewise (the ring keeps no chunks in registers)
+        c.kernel.stream_held = 0;           // likewise
+        c.kernel.stream_held_every = 1;     // likewise
       }
+      // The chunks held back until after the wait are some of those in flight.
+      c.kernel.stream_held = std::min(c.kernel.stream_held, c.kernel.stream_depth);
+      if (c.kernel.stream_held == 0) c.kernel.stream_held_every = 1;  // it picks held blocks
       // The attention in O removes the attention tasks, so their knobs must be at their defaults
       // (schedule::knob_conflict): the second pass sets them so, the first turns the fusion off.
       if (c.fusion.attention_into_o && shift == 0) c.fusion.attention_into_o = false;
@@ -170,6 +176,7 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
       if (c.smem.inflight_pages >= c.smem.pages) c.smem.inflight_pages = c.smem.pages - 1;
       if (!run(c) || c.kernel.weight_stream != schedule::WeightStream::kRegisters) continue;
       depths_ran.insert(c.kernel.stream_depth);
+      held_ran.insert(c.kernel.stream_held);
       if (!registers_ran) registers_ran = c;
     }
   }
@@ -180,8 +187,22 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
     c.kernel.stream_depth = depth;
     if (run(c)) depths_ran.insert(depth);
   }
+  for (int held : {0, 1, 2, 3, 4}) {
+    if (held_ran.count(held)) continue;
+    schedule::ScheduleConfig c = *registers_ran;
+    c.kernel.stream_depth = std::max(held, 2);
+    c.kernel.stream_held = held;
+    if (run(c)) held_ran.insert(held);
+  }
   EXPECT_GE(ran, 3);
   EXPECT_EQ(depths_ran, (std::set<int>{2, 3, 4}));
+  EXPECT_EQ(held_ran, (std::set<int>{0, 1, 2, 3, 4}));
+  for (int every : {2, 4}) {  // some blocks hold back, the others do not: the same logits
+    schedule::ScheduleConfig c = *registers_ran;
+    c.kernel.stream_held = 1;
+    c.kernel.stream_held_every = every;
+    EXPECT_TRUE(run(c)) << every;
+  }
 }
 
 /// A toy model with a wider head (heads x head_dim = hidden): a lane owns 2 or 4 head dims, and a

@@ -302,6 +302,10 @@ TEST(NvrtcBuild, CompilesEveryBuildKnobValueForSm90AndSm80) {
       p.build.knobs = schedule::kernel_knob_defines(schedule::ScheduleConfig{});
       for (const auto& [define, values] : knob_values)
         p.build.knobs[define] = values[i % values.size()];
+      // The chunks held back are some of the chunks in flight: a held count the cycle pairs with
+      // a shallower depth builds with that depth raised to it (every depth still comes round).
+      int& depth = p.build.knobs["MS_STREAM_DEPTH"];
+      depth = std::max(depth, p.build.knobs["MS_STREAM_HELD"]);
       BuildRequest req;
       req.entry = "vm/device/megakernel.cuh";
       req.defines = kernel_defines(p);

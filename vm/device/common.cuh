@@ -25,6 +25,12 @@
 #ifndef MS_STREAM_DEPTH
 #define MS_STREAM_DEPTH 2  // streamed GEMV: weight chunks a warp holds in flight in registers
 #endif
+#ifndef MS_STREAM_HELD
+#define MS_STREAM_HELD 0  // of those, the chunks issued only once the wait holds
+#endif
+#ifndef MS_STREAM_HELD_EVERY
+#define MS_STREAM_HELD_EVERY 1  // the blocks that hold them back: block b when b % N == N - 1
+#endif
 #ifndef MS_WEIGHT_LOAD
 #define MS_WEIGHT_LOAD 0  // 0: ld.global; 1: ld.global.nc.L1::no_allocate
 #endif
@@ -124,6 +130,8 @@ constexpr int kVectorBytes = MS_VECTOR_BYTES;
 constexpr int kRowsPerWarp = MS_ROWS_PER_WARP;
 constexpr int kUnroll = MS_UNROLL;
 constexpr int kStreamDepth = MS_STREAM_DEPTH;
+constexpr int kStreamHeld = MS_STREAM_HELD;
+constexpr uint32_t kStreamHeldEvery = MS_STREAM_HELD_EVERY;
 constexpr int kHeadDim = MS_HEAD_DIM;
 constexpr int kHeadDimPerLane = (MS_HEAD_DIM + 31) / 32;  // head dims a lane owns (d = lane + 32 j)
 constexpr int kAttnHeadBatch = 8;  // query heads an attention warp carries at once
@@ -147,6 +155,10 @@ static_assert(MS_VECTOR_BYTES == 4 || MS_VECTOR_BYTES == 8 || MS_VECTOR_BYTES ==
 static_assert(MS_ROWS_PER_WARP >= 1 && MS_ROWS_PER_WARP <= 8, "MS_ROWS_PER_WARP");
 static_assert(MS_UNROLL >= 1 && MS_UNROLL <= 8, "MS_UNROLL");
 static_assert(MS_STREAM_DEPTH >= 2 && MS_STREAM_DEPTH <= 4, "MS_STREAM_DEPTH");
+static_assert(MS_STREAM_HELD >= 0 && MS_STREAM_HELD <= MS_STREAM_DEPTH,
+              "MS_STREAM_HELD: chunks held back, at most MS_STREAM_DEPTH");
+static_assert(MS_STREAM_HELD_EVERY == 1 || MS_STREAM_HELD_EVERY == 2 || MS_STREAM_HELD_EVERY == 4,
+              "MS_STREAM_HELD_EVERY: 1, 2 or 4");
 static_assert(!kRing || (MS_THREADS >= 64 && kRingPages >= 1 && kRingPageBytes % 16 == 0 &&
                          kXFloats % 4 == 0),
               "MS_WEIGHT_RING needs a compute warp, whole 16-byte pages and a staging area");

@@ -7,11 +7,15 @@
 // row, kStreamDepth chunks in registers (kernel.stream_depth: while one chunk is multiplied, the
 // next kStreamDepth - 1 are in flight), across group boundaries. Weights depend on nothing, so
 // every warp issues its first kStreamDepth chunks BEFORE the task's dependency wait: a block that
-// reaches a task early streams its weights while the producers finish. After the wait the input is
-// staged once, in fp32, in column order, with its prologue (RMSNorm with the scale applied to the
-// dot products at the end, or SiLU(gate) * up); the residual row a thread will add is read beside
-// it. Each group's sums go to Shared::u.rows, and the usual epilogue (residual, RoPE + KV append,
-// plain) writes them.
+// reaches a task early streams its weights while the producers finish. kernel.stream_held
+// (kStreamHeld) of them wait until the wait holds instead, on every kernel.stream_held_every-th
+// block (kStreamHeldEvery): a block's poll and staging reads queue behind its weight requests, so
+// those blocks reach their stream sooner when they reach a task late, while the others keep every
+// chunk in flight as they wait (dev/perf_log.md section 42; ARCHITECTURE.md, "Where each concept
+// lives"). After the wait the input is staged once, in fp32, in column order, with its prologue
+// (RMSNorm with the scale applied to the dot products at the end, or SiLU(gate) * up); the
+// residual row a thread will add is read beside it. Each group's sums go to Shared::u.rows, and
+// the usual epilogue (residual, RoPE + KV append, plain) writes them.
 //
 // It takes GEMV tasks of whole rows (col_begin 0, col_end ld) with at most kEpilogueRows rows
 // (task_rows: a task of RoPE pairs has two rows per pair, mapped by task_row),
@@ -450,9 +454,14 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   extern __shared__ __align__(16) float stream_x[];  // the dynamic shared memory: the input
   const WarpStream ws(a, in);
   StreamChunk c[kStreamDepth];
+  // The blocks that hold chunks back (kernel.stream_held_every N): block b when b % N == N - 1.
+  const uint32_t held =
+      kStreamHeldEvery == 1 || blockIdx.x % kStreamHeldEvery == kStreamHeldEvery - 1
+          ? uint32_t(kStreamHeld)
+          : 0u;
 #pragma unroll
   for (uint32_t d = 0; d < uint32_t(kStreamDepth); ++d)
-    if (d < ws.items) ws.load(c[d], d);
+    if (d < uint32_t(kStreamDepth) - held && d < ws.items) ws.load(c[d], d);
   // kFlagTagIn: the waits to within their slack now, in full before the first write (below).
   const bool tag_in = MS_TAGGED && (in.flags & kFlagTagIn) != 0;
   const uint32_t tag = tagged_word_tag(epoch);
@@ -461,6 +470,10 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
 #if MS_PROFILE
   if (threadIdx.x == 0) s.ready_ns = global_ns();
 #endif
+    // The chunks held back (kernel.stream_held): issued once the poll has seen the waits hold.
+#pragma unroll
+  for (uint32_t d = 0; d < uint32_t(kStreamDepth); ++d)
+    if (d >= uint32_t(kStreamDepth) - held && d < ws.items) ws.load(c[d], d);
   const uint32_t rows = in.row_end - in.row_begin;
   const bool residual = (in.flags & kFlagResidual) && !(in.flags & kFlagPartial);
   float res = 0.0f;  // the residual of row row_begin + threadIdx.x, read beside the staging
