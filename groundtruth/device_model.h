@@ -30,7 +30,7 @@ struct DeviceBuild {
   int unroll = 2;                          // MS_UNROLL
   int stream_depth = 2;                    // MS_STREAM_DEPTH
   int stream_held = 0;                     // MS_STREAM_HELD
-  int stream_held_every = 1;               // MS_STREAM_HELD_EVERY
+  int stream_held_every = 2;               // MS_STREAM_HELD_EVERY
   int weight_load = 0;                     // MS_WEIGHT_LOAD
   bool weight_ring = false;                // MS_WEIGHT_RING
   int ring_pages = 1;                      // MS_RING_PAGES

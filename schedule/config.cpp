@@ -205,10 +205,12 @@ const std::vector<KnobEntry>& knob_table() {
         "arrive while it waits; 0: every chunk before the wait. Needs "
         "kernel.weight_stream registers and at most kernel.stream_depth",
         field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held), "MS_STREAM_HELD");
-    add("kernel.stream_held_every", ints({1, 2, 4}), 1,
-        "the blocks that hold back kernel.stream_held chunks: 1 every block, N every Nth (block b "
-        "when b % N == N - 1), so that some blocks poll behind fewer bytes while the others keep "
-        "every chunk in flight during their waits. Needs kernel.stream_held > 0",
+    add("kernel.stream_held_every", ints({1, 2, 4}), 2,
+        "the blocks that hold back kernel.stream_held chunks: N every Nth (block b when "
+        "b % N == N - 1), so that some blocks poll behind fewer bytes while the others keep every "
+        "chunk in flight during their waits; 1 every block. The default, 2, acts once "
+        "kernel.stream_held > 0 (one move of kernel.stream_held from the default reaches the "
+        "fastest setting measured); another value needs kernel.stream_held > 0",
         field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held_every),
         "MS_STREAM_HELD_EVERY");
     add("kernel.weight_load", {"ldg", "ldg_stream"}, "ldg",
@@ -627,10 +629,10 @@ std::string knob_conflict(const ScheduleConfig& config) {
            " (a warp holds back some of the chunks it keeps in flight, at most all of them); "
            "hint: kernel.stream_held at most " +
            std::to_string(config.kernel.stream_depth) + ", or a deeper kernel.stream_depth";
-  if (config.kernel.stream_held_every != 1 && config.kernel.stream_held == 0)
+  if (config.kernel.stream_held_every != 2 && config.kernel.stream_held == 0)
     return "kernel.stream_held_every = " + std::to_string(config.kernel.stream_held_every) +
            " needs kernel.stream_held > 0 (it picks the blocks that hold chunks back, and none "
-           "are held); hint: set kernel.stream_held_every back to 1, or kernel.stream_held to 1";
+           "are held); hint: set kernel.stream_held_every back to 2, or kernel.stream_held to 1";
   if (config.tiling.qkv_rope_pairs && !config.fusion.rope_kv_into_qkv)
     return "tiling.qkv_rope_pairs = true needs fusion.rope_kv_into_qkv = true (the pairs are "
            "RoPE's; unfused, the QKV rows have no pairing); hint: set one of them back";

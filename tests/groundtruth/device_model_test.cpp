@@ -297,7 +297,7 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       cfg.pipeline.tagged_inputs = false;   // and tagged words
       cfg.kernel.stream_depth = 2;          // and weight chunks in flight in registers
       cfg.kernel.stream_held = 0;           // and the ones of them held back
-      cfg.kernel.stream_held_every = 1;
+      cfg.kernel.stream_held_every = 2;
       cfg.assignment.policy = AssignPolicy::kRoundRobin;
       cfg.launch.threads_per_block = std::max(cfg.launch.threads_per_block, 128);
       cfg.launch.blocks_per_sm = 1;

@@ -98,7 +98,7 @@ TEST(ScheduleConfigKnobs, KernelKnobsBecomeTheirMacrosWithNamedChoicesAsEnumValu
                                                                 {"MS_ROWS_PER_WARP", 2},
                                                                 {"MS_STREAM_DEPTH", 2},
                                                                 {"MS_STREAM_HELD", 0},
-                                                                {"MS_STREAM_HELD_EVERY", 1},
+                                                                {"MS_STREAM_HELD_EVERY", 2},
                                                                 {"MS_UNROLL", 2},
                                                                 {"MS_VECTOR_BYTES", 16},
                                                                 {"MS_WEIGHT_LOAD", 0},

@@ -753,11 +753,11 @@ TEST(Lowering, StreamHeldNeedsTheRegistersStreamAndAtMostTheDepth) {
   // kernel.stream_held_every picks the blocks that hold chunks back: with none held it is refused.
   config.kernel.stream_depth = 2;
   config.kernel.stream_held = 0;
-  config.kernel.stream_held_every = 2;
+  config.kernel.stream_held_every = 4;
   e = refusal(config);
-  EXPECT_NE(e.find("kernel.stream_held_every = 2 needs kernel.stream_held > 0"), std::string::npos)
+  EXPECT_NE(e.find("kernel.stream_held_every = 4 needs kernel.stream_held > 0"), std::string::npos)
       << e;
-  EXPECT_NE(e.find("hint: set kernel.stream_held_every back to 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("hint: set kernel.stream_held_every back to 2"), std::string::npos) << e;
   for (int every : {1, 2, 4}) {
     config.kernel.stream_held = 1;
     config.kernel.stream_held_every = every;
@@ -858,7 +858,7 @@ TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
                                                        {"MS_ROWS_PER_WARP", 2},
                                                        {"MS_STREAM_DEPTH", 2},
                                                        {"MS_STREAM_HELD", 0},
-                                                       {"MS_STREAM_HELD_EVERY", 1},
+                                                       {"MS_STREAM_HELD_EVERY", 2},
                                                        {"MS_UNROLL", 2},
                                                        {"MS_VECTOR_BYTES", 8},
                                                        {"MS_WEIGHT_LOAD", 1},

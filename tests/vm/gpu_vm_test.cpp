@@ -144,11 +144,11 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
         c.fusion.attention_into_o = false;  // likewise
         c.kernel.stream_depth = 2;          // likewise (the ring keeps no chunks in registers)
         c.kernel.stream_held = 0;           // likewise
-        c.kernel.stream_held_every = 1;     // likewise
+        c.kernel.stream_held_every = 2;     // likewise (the default)
       }
       // The chunks held back until after the wait are some of those in flight.
       c.kernel.stream_held = std::min(c.kernel.stream_held, c.kernel.stream_depth);
-      if (c.kernel.stream_held == 0) c.kernel.stream_held_every = 1;  // it picks held blocks
+      if (c.kernel.stream_held == 0) c.kernel.stream_held_every = 2;  // it picks held blocks
       // The attention in O removes the attention tasks, so their knobs must be at their defaults
       // (schedule::knob_conflict): the second pass sets them so, the first turns the fusion off.
       if (c.fusion.attention_into_o && shift == 0) c.fusion.attention_into_o = false;
@@ -197,7 +197,7 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
   EXPECT_GE(ran, 3);
   EXPECT_EQ(depths_ran, (std::set<int>{2, 3, 4}));
   EXPECT_EQ(held_ran, (std::set<int>{0, 1, 2, 3, 4}));
-  for (int every : {2, 4}) {  // some blocks hold back, the others do not: the same logits
+  for (int every : {1, 2, 4}) {  // some or all blocks hold back: the same logits
     schedule::ScheduleConfig c = *registers_ran;
     c.kernel.stream_held = 1;
     c.kernel.stream_held_every = every;

@@ -29,7 +29,7 @@
 #define MS_STREAM_HELD 0  // of those, the chunks issued only once the wait holds
 #endif
 #ifndef MS_STREAM_HELD_EVERY
-#define MS_STREAM_HELD_EVERY 1  // the blocks that hold them back: block b when b % N == N - 1
+#define MS_STREAM_HELD_EVERY 2  // the blocks that hold them back: block b when b % N == N - 1
 #endif
 #ifndef MS_WEIGHT_LOAD
 #define MS_WEIGHT_LOAD 0  // 0: ld.global; 1: ld.global.nc.L1::no_allocate
