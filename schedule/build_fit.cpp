@@ -217,10 +217,11 @@ std::vector<BuildMisfit> build_misfits(const Program& p, size_t max_task_misfits
   *more_tasks = 0;
   knob_misfits(p, &out);
   // The streamed GEMV's chunks held back until after the wait are some of its chunks in flight
-  // (vm/device/common.cuh's static_assert; an absent MS_STREAM_DEPTH compiles as 2).
+  // (vm/device/common.cuh's static_assert; values outside the knob's choices, or a depth the
+  // build does not set, knob_misfits has reported).
   const int held = p.build.knob("MS_STREAM_HELD");
-  const int depth = p.build.knobs.count("MS_STREAM_DEPTH") ? p.build.knob("MS_STREAM_DEPTH") : 2;
-  if (held < 0 || held > depth)
+  const int depth = p.build.knob("MS_STREAM_DEPTH");
+  if (p.build.knobs.count("MS_STREAM_DEPTH") && held > depth)
     out.push_back({"the kernel build sets MS_STREAM_HELD=" + std::to_string(held) +
                    " with MS_STREAM_DEPTH=" + std::to_string(depth) +
                    ": the device holds back from 0 to MS_STREAM_DEPTH of the chunks in flight "

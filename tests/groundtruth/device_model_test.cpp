@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include "abi/ring.h"
@@ -103,74 +104,52 @@ TEST(DeviceModel, TheInflightCapBuildsExactlyWhereTheModelSaysItDoes) {
   }
 }
 
-// The streamed GEMV's chunks in flight (MS_STREAM_DEPTH) build from 2 to 4 and nowhere else: the
-// model's static_assert, the validator's build rule (the knob table's choices) and NVRTC agree.
+// One kernel build knob at one value, the others at `others`' values over a default build:
+// `field` of the model's DeviceBuild reads it back, and the model's static_asserts, the
+// validator's build rule and NVRTC agree on whether it builds (`builds`).
+void expect_builds_where_the_model_says(const std::string& define, int value, bool builds,
+                                        const std::map<std::string, int>& others,
+                                        int DeviceBuild::*field) {
+  Program p = build_only(256, 64, false);
+  for (const auto& [name, v] : others) p.build.knobs[name] = v;
+  p.build.knobs[define] = value;
+  const std::string what = define + "=" + std::to_string(value);
+  EXPECT_EQ(device_build(p).*field, value) << what;
+  EXPECT_EQ(device_build_errors(device_build(p)).empty(), builds) << what;
+  size_t more = 0;
+  bool refused = false;
+  for (const BuildMisfit& m : build_misfits(p, 8, &more))
+    refused |= m.message.find(define) != std::string::npos;
+  EXPECT_EQ(refused, !builds) << what;
+  // The builds that compile: NvrtcBuild.CompilesEveryBuild*.
+  if (vm::nvrtc_version() == "none" || builds) return;
+  const vm::BuildResult r =
+      vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
+  EXPECT_FALSE(r.ok) << what;
+  EXPECT_NE(r.error.find(define), std::string::npos) << what << ": " << r.error;
+}
+
+// The streamed GEMV's chunks in flight (MS_STREAM_DEPTH) build from 2 to 4 and nowhere else.
 TEST(DeviceModel, TheStreamDepthBuildsExactlyWhereTheModelSaysItDoes) {
-  const bool nvrtc = vm::nvrtc_version() != "none";
-  for (int depth : {1, 2, 3, 4, 5}) {
-    Program p = build_only(256, 64, false);
-    p.build.knobs["MS_STREAM_DEPTH"] = depth;
-    const bool builds = depth >= 2 && depth <= 4;
-    EXPECT_EQ(device_build(p).stream_depth, depth);
-    EXPECT_EQ(device_build_errors(device_build(p)).empty(), builds) << "depth " << depth;
-    size_t more = 0;
-    bool refused = false;
-    for (const BuildMisfit& m : build_misfits(p, 8, &more))
-      refused |= m.message.find("MS_STREAM_DEPTH") != std::string::npos;
-    EXPECT_EQ(refused, !builds) << "depth " << depth;
-    if (!nvrtc || builds) continue;  // the builds that compile: NvrtcBuild.CompilesEveryBuild*
-    const vm::BuildResult r =
-        vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
-    EXPECT_FALSE(r.ok) << "depth " << depth;
-    EXPECT_NE(r.error.find("MS_STREAM_DEPTH"), std::string::npos) << depth << ": " << r.error;
-  }
+  for (int depth : {1, 2, 3, 4, 5})
+    expect_builds_where_the_model_says("MS_STREAM_DEPTH", depth, depth >= 2 && depth <= 4, {},
+                                       &DeviceBuild::stream_depth);
 }
 
 // The chunks held back until after the wait (MS_STREAM_HELD) build from 0 to MS_STREAM_DEPTH and
-// nowhere else: the model, the validator's build rule and NVRTC agree.
+// nowhere else.
 TEST(DeviceModel, TheStreamHeldBuildsExactlyWhereTheModelSaysItDoes) {
-  const bool nvrtc = vm::nvrtc_version() != "none";
-  for (int held : {-1, 0, 1, 2, 3}) {
-    Program p = build_only(256, 64, false);
-    p.build.knobs["MS_STREAM_DEPTH"] = 2;
-    p.build.knobs["MS_STREAM_HELD"] = held;
-    const bool builds = held >= 0 && held <= 2;
-    EXPECT_EQ(device_build(p).stream_held, held);
-    EXPECT_EQ(device_build_errors(device_build(p)).empty(), builds) << "held " << held;
-    size_t more = 0;
-    bool refused = false;
-    for (const BuildMisfit& m : build_misfits(p, 8, &more))
-      refused |= m.message.find("MS_STREAM_HELD") != std::string::npos;
-    EXPECT_EQ(refused, !builds) << "held " << held;
-    if (!nvrtc || builds) continue;
-    const vm::BuildResult r =
-        vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
-    EXPECT_FALSE(r.ok) << "held " << held;
-    EXPECT_NE(r.error.find("MS_STREAM_HELD"), std::string::npos) << held << ": " << r.error;
-  }
+  for (int held : {-1, 0, 1, 2, 3})
+    expect_builds_where_the_model_says("MS_STREAM_HELD", held, held >= 0 && held <= 2,
+                                       {{"MS_STREAM_DEPTH", 2}}, &DeviceBuild::stream_held);
 }
 
 // The blocks that hold chunks back (MS_STREAM_HELD_EVERY): every 1st, 2nd or 4th, nothing else.
 TEST(DeviceModel, TheHeldEveryBuildsExactlyWhereTheModelSaysItDoes) {
-  const bool nvrtc = vm::nvrtc_version() != "none";
-  for (int every : {0, 1, 2, 3, 4, 8}) {
-    Program p = build_only(256, 64, false);
-    p.build.knobs["MS_STREAM_HELD"] = 1;
-    p.build.knobs["MS_STREAM_HELD_EVERY"] = every;
-    const bool builds = every == 1 || every == 2 || every == 4;
-    EXPECT_EQ(device_build(p).stream_held_every, every);
-    EXPECT_EQ(device_build_errors(device_build(p)).empty(), builds) << "every " << every;
-    size_t more = 0;
-    bool refused = false;
-    for (const BuildMisfit& m : build_misfits(p, 8, &more))
-      refused |= m.message.find("MS_STREAM_HELD_EVERY") != std::string::npos;
-    EXPECT_EQ(refused, !builds) << "every " << every;
-    if (!nvrtc || builds) continue;
-    const vm::BuildResult r =
-        vm::build_cubin({"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""});
-    EXPECT_FALSE(r.ok) << "every " << every;
-    EXPECT_NE(r.error.find("MS_STREAM_HELD_EVERY"), std::string::npos) << every << ": " << r.error;
-  }
+  for (int every : {0, 1, 2, 3, 4, 8})
+    expect_builds_where_the_model_says("MS_STREAM_HELD_EVERY", every,
+                                       every == 1 || every == 2 || every == 4,
+                                       {{"MS_STREAM_HELD", 1}}, &DeviceBuild::stream_held_every);
 }
 
 TEST(DeviceModel, StagingExtentFormulaIsTheLargestStagedSlot) {

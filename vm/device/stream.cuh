@@ -456,9 +456,7 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   StreamChunk c[kStreamDepth];
   // The blocks that hold chunks back (kernel.stream_held_every N): block b when b % N == N - 1.
   const uint32_t held =
-      kStreamHeldEvery == 1 || blockIdx.x % kStreamHeldEvery == kStreamHeldEvery - 1
-          ? uint32_t(kStreamHeld)
-          : 0u;
+      blockIdx.x % kStreamHeldEvery == kStreamHeldEvery - 1 ? uint32_t(kStreamHeld) : 0u;
 #pragma unroll
   for (uint32_t d = 0; d < uint32_t(kStreamDepth); ++d)
     if (d < uint32_t(kStreamDepth) - held && d < ws.items) ws.load(c[d], d);
