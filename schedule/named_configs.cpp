@@ -86,6 +86,13 @@ const std::vector<NamedConfig>& named_configs() {
                           {"assignment", {{"policy", "round_robin"}}},
                           {"fusion", {{"attention_into_o", true}}},
                           {"tiling", {{"attn_q_heads_per_task", 0}}}});
+  // The same with kernel.stream_held 1 (one weight chunk of each warp's two issued only once the
+  // wait holds, on every second block: kernel.stream_held_every's default) and LM-head tiles of
+  // 512 rows: what a 6-minute loop from the record kept on an H200 (2026-11-29, dev/perf_log.md
+  // section 42), promoted.
+  static const nlohmann::json search_held =
+      patched(search_r4_attn_in_o,
+              {{"kernel", {{"stream_held", 1}}}, {"tiling", {{"lm_head_rows_per_task", 512}}}});
   // The records are plans over positions: the configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
@@ -109,14 +116,20 @@ const std::vector<NamedConfig>& named_configs() {
        "h200-2026-11-28-1437-search-from-record.results.tsv.gz "
        "and h200-2026-11-28-1445-promote-llama-1b.json; its [0, 3) bucket, the loop's find "
        "from the default: h200-2026-11-28-2159-planfit-search-p0.md and "
-       "h200-2026-11-28-2210-promote-llama-1b.json",
+       "h200-2026-11-28-2210-promote-llama-1b.json; that bucket's held weight chunk and 512-row "
+       "LM-head tiles, a loop from the record's pick: "
+       "h200-2026-11-29-0325-search-from-record.bench.md, h200-2026-11-29-0349-held-l2.md and "
+       "h200-2026-11-29-0409-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
        "its position-0 config alone took 8912.8 ms; on [0, 3) the config a 6-minute loop from "
        "the default kept (four rows a warp, the attention in the O projection), which "
        "`bench --fit-plan` placed there: the plan ran 890.4 us at position 0 against 919.0 for "
-       "the three-rows config (2026-11-28, side by side)",
-       plan_of({{search_r4_attn_in_o, 3}, {stream_r3, 129}, {staged, 1505}, {g4p16, kToMax}})},
+       "the three-rows config (2026-11-28, side by side); with one weight chunk a warp held "
+       "back until the wait on every second block and 512-row LM-head tiles, which a 6-minute "
+       "loop from the record kept, that config ran 882.2 us against 889.8 (2026-11-29, side by "
+       "side)",
+       plan_of({{search_held, 3}, {stream_r3, 129}, {staged, 1505}, {g4p16, kToMax}})},
   };
   return table;
 }

@@ -257,11 +257,13 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
 }
 
 // The H200 record's first bucket is what a loop from the default config kept
-// (dev/configs/search_h200_p0_r4_attn_in_o.json, the file the loop's best was saved as), on the
+// (dev/configs/search_h200_p0_r4_attn_in_o.json), with what a loop from the record then kept
+// (kernel.stream_held 1 and LM-head tiles of 512 rows:
+// dev/configs/search_h200_p0_loop_held1_every2.json, the file the loop's best was saved as), on the
 // positions `bench --fit-plan` gave it: [0, 3), where it beat the three-rows config; from position
 // 3 on, whose O tiles read more keys each, the record's buckets before it.
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
-  std::ifstream in(std::string(MS_SOURCE_DIR) + "/dev/configs/search_h200_p0_r4_attn_in_o.json");
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/dev/configs/search_h200_p0_loop_held1_every2.json");
   ASSERT_TRUE(in.good());
   std::stringstream text;
   text << in.rdbuf();
@@ -277,6 +279,9 @@ TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   EXPECT_EQ(*at2, *found);
   EXPECT_TRUE(at0->fusion.attention_into_o);
   EXPECT_FALSE(at3->fusion.attention_into_o);
+  EXPECT_EQ(at0->kernel.stream_held, 1);
+  EXPECT_EQ(at0->kernel.stream_held_every, 2);
+  EXPECT_EQ(at3->kernel.stream_held, 0);
   EXPECT_EQ(at3->kernel.rows_per_warp, 3);
   EXPECT_EQ(at129->tiling.attn_kv_partitions, 8);
 }
