@@ -14,6 +14,14 @@
 //                                    requested and not landed (16, 32 or 48 in whole pages,
 //                                    below the ring's size)
 //   gate/hop/p16_n4/idle             the same chain with nothing else running
+//   gate/relay/p16_n4/MODE_ownNk     the chain between blocks 0 and 2 of a launch in clusters of
+//                                    two, behind C: `direct` (each polls the global flag),
+//                                    `flag` (its cluster peer polls and tells it through its
+//                                    shared memory; it loads the link's bytes itself), `data`
+//                                    (the peer also stores those bytes into its shared memory),
+//                                    while N KiB of each waiting block's own loads are in flight
+//                                    (0 or 56: the bytes a megakernel block puts in flight before
+//                                    its wait; vm/device/gate.cuh, relay_main)
 //
 // SHAPE is a llama-1b GEMV: gate_up 16384 x 2048, down 2048 x 8192, qkv 3072 x 2048, o 2048 x
 // 2048, lm_head 128256 x 2048. One timed launch streams `copies` distinct copies of the matrix one
@@ -104,6 +112,23 @@ std::string hop_case_name(const HopCase& hc) {
   if (hc.background && hc.inflight_pages > 0)
     tail += "_cap" + std::to_string(hc.inflight_pages * hc.geo.page_bytes / 1024) + "k";
   return "gate/hop/" + geometry_tag(hc.geo) + "/" + tail;
+}
+
+/// A relay case (vm/device/gate.cuh, relay_main): the chain between blocks 0 and 2 of a launch in
+/// clusters of two, each told of the link before its own by `mode`, with `self_warps` warps of its
+/// own loads in flight, behind every other SM streaming gate/up with C.
+struct RelayCase {
+  uint32_t mode;        // ms_gate::kHopDirect, kHopRelayFlag, kHopRelayData
+  uint32_t self_warps;  // 0 .. ms_gate::kSelfWarpsMax
+  /// KiB of its own loads a waiting block keeps in flight (two batches a lane, 16 bytes a load).
+  uint32_t own_kib() const { return self_warps * 2 * ms_gate::kSelfLoads * 16 * 32 / 1024; }
+};
+
+std::string relay_case_name(const RelayCase& rc) {
+  const char* mode = rc.mode == ms_gate::kHopDirect      ? "direct"
+                     : rc.mode == ms_gate::kHopRelayFlag ? "flag"
+                                                         : "data";
+  return std::string("gate/relay/p16_n4/") + mode + "_own" + std::to_string(rc.own_kib()) + "k";
 }
 
 /// Verdict lines by case name (the last run of a case wins), printed after the run.
@@ -353,6 +378,7 @@ struct GateLaunch {
   std::unique_ptr<vm::DeviceBuffer> x, y, hop, times, error;
   int registers = 0;
   int spill_bytes = 0;
+  unsigned cluster = 1;  // blocks a cluster (the relay kernel's launches: 2)
 
   /// Launches once and returns the kernel time in ms (CUDA events).
   double run_ms(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
@@ -362,13 +388,39 @@ struct GateLaunch {
     }
     void* params[] = {&args};
     MS_CHECK_CUDA(cudaEventRecord(e0, stream));
-    MS_CHECK_CUDA(cuLaunchKernel(fn, grid, 1, 1, ms_gate::kThreads, 1, 1, smem,
-                                 static_cast<CUstream>(stream), params, nullptr));
+    if (cluster > 1) {
+      CUlaunchAttribute attr{};
+      CUlaunchConfig cfg = config(static_cast<CUstream>(stream), &attr);
+      MS_CHECK_CUDA(cuLaunchKernelEx(&cfg, fn, params, nullptr));
+    } else {
+      MS_CHECK_CUDA(cuLaunchKernel(fn, grid, 1, 1, ms_gate::kThreads, 1, 1, smem,
+                                   static_cast<CUstream>(stream), params, nullptr));
+    }
     MS_CHECK_CUDA(cudaEventRecord(e1, stream));
     MS_CHECK_CUDA(cudaEventSynchronize(e1));
     float ms = 0.0f;
     MS_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     return ms;
+  }
+
+  /// The launch in clusters of `cluster` blocks (`attr` holds the cluster's shape).
+  CUlaunchConfig config(CUstream stream, CUlaunchAttribute* attr) const {
+    attr->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr->value.clusterDim.x = cluster;
+    attr->value.clusterDim.y = 1;
+    attr->value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = grid;
+    cfg.gridDimY = 1;
+    cfg.gridDimZ = 1;
+    cfg.blockDimX = ms_gate::kThreads;
+    cfg.blockDimY = 1;
+    cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = smem;
+    cfg.hStream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
   }
 
   uint32_t error_bits() const {
@@ -582,6 +634,73 @@ void run_hop(benchmark::State& state, const std::string& name, const schedule::G
                                  : std::string(", idle")));
 }
 
+void run_relay(benchmark::State& state, const std::string& name, const schedule::GpuTarget& t,
+               const RelayCase& rc) {
+  const Geometry& geo = kGeometries[0];
+  const HostMatrix& m = host_matrix(kShapes[0]);  // gate/up behind the chain
+  const uint32_t copies = copies_for(m.bytes(), kHopBackgroundBytes);
+  const DeviceWeights& w = device_weights(m, ms_gate::kCuda, copies);
+  auto l = make_launch(state, t, geo, "ms_gate_c_k2048_relay", static_cast<unsigned>(t.num_sms), m);
+  if (!l) return;
+  // As many clusters of two as can be resident at once (an SM count a GPC cannot pair leaves one
+  // SM out): every block runs from the start, as in the megakernel.
+  l->cluster = 2;
+  CUlaunchAttribute attr{};
+  CUlaunchConfig cfg = l->config(nullptr, &attr);
+  int clusters = 0;
+  MS_CHECK_CUDA(cuOccupancyMaxActiveClusters(&clusters, l->fn, &cfg));
+  if (clusters < 3) {
+    state.SkipWithError(("only " + std::to_string(clusters) +
+                         " clusters of two blocks fit at once; the relay needs 3")
+                            .c_str());
+    return;
+  }
+  l->grid = std::min<unsigned>(l->grid / 2, static_cast<unsigned>(clusters)) * 2;
+  l->args.w = dptr(w.buf);
+  l->args.copy_stride = w.bytes;
+  l->args.copies = copies;
+  l->args.first_block = 4;
+  l->args.hop_links = kHopLinks;
+  l->args.hop_mode = rc.mode;
+  l->args.hop_self_warps = rc.self_warps;
+  cudaStream_t stream = static_cast<cudaStream_t>(vm::shared_stream());
+  Events ev;
+  double rel_err = 0.0;
+  if (!check_output(state, *l, m, ms_gate::kCuda, stream, ev.e0, ev.e1, &rel_err)) return;
+  for (int i = 0; i < 2; ++i) l->run_ms(stream, ev.e0, ev.e1);  // warm-up
+  std::vector<double> link_us, bg_tbps, covered;
+  std::vector<uint64_t> times(2 + l->grid);
+  for (auto _ : state) {
+    const double ms = l->run_ms(stream, ev.e0, ev.e1);
+    state.SetIterationTime(ms * 1e-3);
+    MS_CHECK_CUDA(cudaMemcpy(times.data(), l->times->ptr, l->times->bytes, cudaMemcpyDeviceToHost));
+    link_us.push_back(double(times[1] - times[0]) * 1e-3 / kHopLinks);
+    const uint64_t first_done = *std::min_element(times.begin() + 2 + 4, times.end());
+    covered.push_back(times[1] <= first_done ? 1.0 : 0.0);
+    bg_tbps.push_back(double(m.bytes()) * copies / (ms * 1e9));
+  }
+  if (const uint32_t e = l->error_bits()) {
+    state.SkipWithError(("the relay chain or the ring reported error bits " + std::to_string(e) +
+                         " (1: a wait timed out, 2: a link read wrong bytes)")
+                            .c_str());
+    return;
+  }
+  const double us = eval::sample_stats(link_us).median;
+  const bool all_covered =
+      std::all_of(covered.begin(), covered.end(), [](double c) { return c > 0; });
+  state.counters["us_per_link"] = us;
+  state.counters["links"] = kHopLinks;
+  state.counters["blocks"] = l->grid;
+  state.counters["own_in_flight_KiB"] = rc.own_kib();
+  state.counters["bg_TBps"] = eval::sample_stats(bg_tbps).median;
+  state.counters["bg_covered"] = all_covered ? 1 : 0;
+  state.counters["rel_err"] = rel_err;
+  record_verdict(
+      state, name, us <= kHopGateUs && all_covered,
+      fmt("%.2f us per link (gate <= 1.5)", us) +
+          (all_covered ? ", background streaming throughout" : ", the background ended first"));
+}
+
 #endif  // MS_HAVE_CUDA
 
 void stream_case(benchmark::State& state, std::string name, uint32_t design, Shape shape,
@@ -611,6 +730,21 @@ void hop_case(benchmark::State& state, std::string name, HopCase hc) {
   }
 #else
   (void)name, (void)hc;
+  state.SkipWithError("built without the CUDA toolkit");
+#endif
+}
+
+void relay_case(benchmark::State& state, std::string name, RelayCase rc) {
+  const auto target = live_target_or_skip(state);
+  if (!target) return;
+#if MS_HAVE_CUDA
+  try {
+    run_relay(state, name, *target, rc);
+  } catch (const vm::GpuError& e) {
+    state.SkipWithError(e.what());
+  }
+#else
+  (void)name, (void)rc;
   state.SkipWithError("built without the CUDA toolkit");
 #endif
 }
@@ -653,6 +787,18 @@ void register_all() {
     }
   }
   add_hop({kGeometries[0], ms_gate::kCuda, 0, false});
+  // The relay chains: how a waiting block learns of the link before its own, with and without its
+  // own loads in flight.
+  for (uint32_t self_warps : {0u, ms_gate::kSelfWarpsMax}) {
+    for (uint32_t mode : {ms_gate::kHopDirect, ms_gate::kHopRelayFlag, ms_gate::kHopRelayData}) {
+      const RelayCase rc{mode, self_warps};
+      const std::string name = relay_case_name(rc);
+      benchmark::RegisterBenchmark(name.c_str(), relay_case, name, rc)
+          ->UseManualTime()
+          ->Iterations(20)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
 }
 
 void print_summary() {

@@ -38,6 +38,9 @@ MS_DRIVER_FORWARD(cuFuncSetAttribute, (CUfunction hfunc, CUfunction_attribute at
 MS_DRIVER_FORWARD(cuOccupancyMaxActiveBlocksPerMultiprocessor,
                   (int* num_blocks, CUfunction func, int block_size, size_t dynamic_smem),
                   (num_blocks, func, block_size, dynamic_smem))
+MS_DRIVER_FORWARD(cuOccupancyMaxActiveClusters,
+                  (int* num_clusters, CUfunction func, const CUlaunchConfig* config),
+                  (num_clusters, func, config))
 MS_DRIVER_FORWARD(cuLaunchKernel,
                   (CUfunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
                    unsigned block_x, unsigned block_y, unsigned block_z, unsigned smem,

@@ -26,8 +26,9 @@ struct Geometry {
 // The geometries bench/gate_bench.cpp registers.
 const Geometry kGeometries[] = {{16384, 4}, {16384, 8}, {32768, 4}, {32768, 6}};
 
-const char* const kKernels[] = {"ms_gate_copy_k2048", "ms_gate_copy_k8192", "ms_gate_c_k2048",
-                                "ms_gate_c_k8192",    "ms_gate_m_k2048",    "ms_gate_m_k8192"};
+const char* const kKernels[] = {"ms_gate_copy_k2048",   "ms_gate_copy_k8192", "ms_gate_c_k2048",
+                                "ms_gate_c_k8192",      "ms_gate_m_k2048",    "ms_gate_m_k8192",
+                                "ms_gate_c_k2048_relay"};
 
 /// NVRTC's log of gate.cuh built for `arch` and a geometry ("" and *ok false when it fails, with
 /// the log in the failure message).

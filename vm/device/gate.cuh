@@ -56,6 +56,16 @@ constexpr u32 kChunkRows = 128;                      // rows between two consume
 constexpr u32 kTileBytes = 512;                      // kMma: one 16 x 16 bf16 A tile
 constexpr u32 kGroupRows = 16;                       // kMma: rows of one tile
 
+/// The chains of ms_gate_c_k2048_relay (launched in clusters of two blocks; blocks 0 and 2 take
+/// the links, blocks 1 and 3 are their cluster peers; see relay_main).
+constexpr u32 kHopDirect = 1;     // each waiting block polls the global flag itself
+constexpr u32 kHopRelayFlag = 2;  // its peer polls and tells it through its shared memory; it then
+                                  // loads the previous link's bytes from global memory
+constexpr u32 kHopRelayData = 3;  // its peer polls, loads those bytes and stores them into its
+                                  // shared memory, then tells it
+constexpr u32 kSelfWarpsMax = 7;  // warps 1-7 of a waiting block (warp 0 runs the links)
+constexpr u32 kSelfLoads = 8;     // 16-byte loads a lane keeps in flight, twice over (8 KiB a warp)
+
 /// Bits of *error.
 constexpr u32 kErrTimeout = 1;  // a wait passed spin_bound_ns
 constexpr u32 kErrHopData = 2;  // a hop link read bytes other than the previous link's
@@ -76,6 +86,9 @@ struct GateArgs {
   u32 first_block;     // blocks below this one run the hop chain (0 and 1) or nothing
   u32 hop_links;       // links of the chain; 0: no chain
   u32 inflight_pages;  // the loader's cap on pages requested and not yet landed; 0: the ring's
+  u32 hop_mode;        // ms_gate_c_k2048_relay only (kHopDirect, kHopRelayFlag, kHopRelayData)
+  u32 hop_self_warps;  // ms_gate_c_k2048_relay: warps 1.. of each waiting block keeping loads of
+                       // their own in flight during the chain (0 to kSelfWarpsMax)
 };
 
 /// Dynamic shared memory: [pages | 2 x kChunkRows x kConsumerWarps fp32 partials | full bars |
@@ -503,12 +516,179 @@ __device__ __forceinline__ void hop_chain(const GateArgs& a, u32 me, u32 lane) {
   }
 }
 
-template <u32 Design, u32 K>
+/// Shared memory of a block of the relay chains (static, beside the ring's dynamic pages).
+struct RelaySlot {
+  u32 ready;        // kHopRelay*: the last link whose wait the peer has seen hold
+  u32 stop;         // the waiting block's own loads stop
+  u32 payload[32];  // kHopRelayData: the previous link's 128 bytes, stored by the peer
+};
+
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" :::
+                   "memory");
+}
+
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+/// The address of `local` (a shared::cta address) in the shared memory of cluster block `rank`.
+__device__ __forceinline__ u32 peer_address(u32 local, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+
+/// Warps 1.. of a waiting block: loads of their own in flight (two batches of kSelfLoads 16-byte
+/// loads a lane, one issued while the other is summed) from `src` on, until `stop` is set.
+__device__ __forceinline__ void self_stream(const GateArgs& a, const uint4* src, u64 vecs,
+                                            volatile u32* stop, u32 lane) {
+  uint4 v[2][kSelfLoads];
+  u32 acc = 0;
+  u64 at = lane;
+  auto issue = [&](uint4(&b)[kSelfLoads]) {
+#pragma unroll
+    for (u32 j = 0; j < kSelfLoads; ++j) {
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(b[j].x), "=r"(b[j].y), "=r"(b[j].z), "=r"(b[j].w)
+                   : "l"(src + at % vecs));
+      at += 32;
+    }
+  };
+  auto sum = [&](const uint4(&b)[kSelfLoads]) {
+#pragma unroll
+    for (u32 j = 0; j < kSelfLoads; ++j) acc += b[j].x ^ b[j].y ^ b[j].z ^ b[j].w;
+  };
+  issue(v[0]);
+  while (*stop == 0) {
+    issue(v[1]);
+    sum(v[0]);
+    issue(v[0]);
+    sum(v[1]);
+  }
+  sum(v[0]);
+  if (acc == 0x9e3779b9u) atomicOr(reinterpret_cast<u32*>(a.error), 0u);  // keeps the loads
+}
+
+/// Link i's bytes (lane L's word), as every chain writes and checks them.
+__device__ __forceinline__ u32 link_word(u32 i, u32 lane) { return i * 32 + lane + 1; }
+
+/// The relay chains on blocks 0-3 (two clusters of two): waiting block W (rank 0; blocks 0 and 2)
+/// runs link i when i % 2 == W / 2 (warp 0): it waits for link i - 1, checks its 128 bytes, stores
+/// its own and adds 1 to the global flag with red.release.gpu, as hop_chain does. How it learns
+/// that link i - 1 is done is the mode: kHopDirect polls the flag (acquire, gpu scope);
+/// kHopRelay* poll the block's own RelaySlot::ready (acquire, cluster scope), which its peer (rank
+/// 1; warp 0) stores with a cluster-scope release once its own acquire poll of the flag has seen
+/// the link; kHopRelayData's peer first stores the link's bytes into the waiting block's slot, so
+/// the waiting block reads nothing from global memory before its link. Meanwhile warps 1 to
+/// hop_self_warps of each waiting block keep loads of their own in flight (self_stream): the
+/// bytes a megakernel block puts in flight before its wait. Each pair syncs as a cluster before and
+/// after, so no block exits while its peer may still store into its shared memory.
+__device__ __forceinline__ void relay_main(const GateArgs& a, RelaySlot* slot) {
+  const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const u32 rank = cluster_rank(), pair = blockIdx.x / 2;
+  if (threadIdx.x == 0) {
+    slot->ready = 0;
+    slot->stop = 0;
+  }
+  __syncthreads();
+  cluster_sync_all();
+  u32* flag = reinterpret_cast<u32*>(a.hop_flag);
+  u32* data = reinterpret_cast<u32*>(a.hop_data);
+  u64* times = reinterpret_cast<u64*>(a.times);
+  const bool relay = a.hop_mode != kHopDirect;
+  if (rank == 0 && warp == 0) {
+    for (u32 i = pair; i <= a.hop_links; i += 2) {
+      if (i > 0) {
+        u64 start = 0;
+        bool ok = true;
+        for (u32 spins = 1; ok; ++spins) {
+          u32 seen;
+          if (relay) {
+            asm volatile("ld.acquire.cluster.shared::cluster.u32 %0, [%1];"
+                         : "=r"(seen)
+                         : "r"(smem_u32(&slot->ready))
+                         : "memory");
+          } else {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+          }
+          if (__all_sync(0xffffffffu, seen >= i)) break;
+          ok = !__any_sync(0xffffffffu, !keep_waiting(a, spins, &start));
+        }
+        if (!ok) break;
+        u32 v;
+        if (a.hop_mode == kHopRelayData) {
+          v = reinterpret_cast<volatile u32*>(slot->payload)[lane];
+        } else {
+          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                       : "=r"(v)
+                       : "l"(data + u64(i - 1) * 32 + lane)
+                       : "memory");
+        }
+        if (v != link_word(i - 1, lane)) atomicOr(reinterpret_cast<u32*>(a.error), kErrHopData);
+      }
+      if (i == a.hop_links) {
+        if (lane == 0 && times) times[1] = now_ns();
+        break;
+      }
+      if (i == 0 && lane == 0 && times) times[0] = now_ns();
+      data[u64(i) * 32 + lane] = link_word(i, lane);
+      __syncwarp();
+      if (lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flag) : "memory");
+    }
+    if (lane == 0) *reinterpret_cast<volatile u32*>(&slot->stop) = 1;
+  } else if (rank == 0 && warp >= 1 && warp <= a.hop_self_warps && warp <= kSelfWarpsMax) {
+    // Each waiting block's warps read their own part of the last quarter of the weights' copies
+    // (the streaming blocks start at the first), so their loads go to HBM.
+    const u64 vecs = u64(a.copy_stride) * a.copies / 16;
+    const u64 part = vecs / 4 / (2 * kSelfWarpsMax);
+    const uint4* src = reinterpret_cast<const uint4*>(a.w) + vecs - vecs / 4 +
+                       (pair * kSelfWarpsMax + warp - 1) * part;
+    self_stream(a, src, part, &slot->stop, lane);
+  } else if (rank == 1 && warp == 0 && relay) {
+    const u32 waiter_ready = peer_address(smem_u32(&slot->ready), 0);
+    const u32 waiter_payload = peer_address(smem_u32(&slot->payload[lane]), 0);
+    for (u32 i = pair == 0 ? 2 : 1; i <= a.hop_links; i += 2) {
+      u64 start = 0;
+      bool ok = true;
+      for (u32 spins = 1; ok; ++spins) {
+        u32 seen;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+        if (__all_sync(0xffffffffu, seen >= i)) break;
+        ok = !__any_sync(0xffffffffu, !keep_waiting(a, spins, &start));
+      }
+      if (!ok) break;
+      if (a.hop_mode == kHopRelayData) {
+        u32 v;
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                     : "=r"(v)
+                     : "l"(data + u64(i - 1) * 32 + lane)
+                     : "memory");
+        asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(waiter_payload), "r"(v) : "memory");
+      }
+      __syncwarp();
+      if (lane == 0)
+        asm volatile("st.release.cluster.shared::cluster.u32 [%0], %1;" ::"r"(waiter_ready), "r"(i)
+                     : "memory");
+    }
+  }
+  __syncthreads();
+  cluster_sync_all();
+}
+
+template <u32 Design, u32 K, bool Relay = false>
 __device__ __forceinline__ void gate_main(const GateArgs& a) {
   extern __shared__ __align__(128) char smem[];
   const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (blockIdx.x < a.first_block) {
-    if (warp == 0 && blockIdx.x < 2 && a.hop_links > 0) hop_chain(a, blockIdx.x, lane);
+    if constexpr (Relay) {
+      __shared__ RelaySlot slot;
+      if (blockIdx.x < 4) relay_main(a, &slot);
+    } else {
+      if (warp == 0 && blockIdx.x < 2 && a.hop_links > 0) hop_chain(a, blockIdx.x, lane);
+    }
     return;
   }
   const Ring ring = ring_layout(smem);
@@ -551,6 +731,11 @@ extern "C" __global__ void __launch_bounds__(ms_gate::kThreads, 1)
 extern "C" __global__ void __launch_bounds__(ms_gate::kThreads, 1)
     ms_gate_c_k8192(const ms_gate::GateArgs a) {
   ms_gate::gate_main<ms_gate::kCuda, 8192>(a);
+}
+// The relay chains (relay_main) behind C on gate/up; launched in clusters of two blocks.
+extern "C" __global__ void __launch_bounds__(ms_gate::kThreads, 1)
+    ms_gate_c_k2048_relay(const ms_gate::GateArgs a) {
+  ms_gate::gate_main<ms_gate::kCuda, 2048, true>(a);
 }
 extern "C" __global__ void __launch_bounds__(ms_gate::kThreads, 1)
     ms_gate_m_k2048(const ms_gate::GateArgs a) {
