@@ -275,6 +275,8 @@ uint32_t copies_for(uint64_t bytes, uint64_t target_bytes) {
 }
 constexpr uint64_t kAllSmBytes = 1ull << 30;
 constexpr uint64_t kHopBackgroundBytes = 2ull << 30;
+/// Behind the relay chains, whose links can take 2 us and more each: 8 GiB (about 1.8 ms).
+constexpr uint64_t kRelayBackgroundBytes = 8ull << 30;
 
 /// One NVRTC build of gate.cuh for a ring geometry: every kernel of the file.
 struct GateCubin {
@@ -638,7 +640,7 @@ void run_relay(benchmark::State& state, const std::string& name, const schedule:
                const RelayCase& rc) {
   const Geometry& geo = kGeometries[0];
   const HostMatrix& m = host_matrix(kShapes[0]);  // gate/up behind the chain
-  const uint32_t copies = copies_for(m.bytes(), kHopBackgroundBytes);
+  const uint32_t copies = copies_for(m.bytes(), kRelayBackgroundBytes);
   const DeviceWeights& w = device_weights(m, ms_gate::kCuda, copies);
   auto l = make_launch(state, t, geo, "ms_gate_c_k2048_relay", static_cast<unsigned>(t.num_sms), m);
   if (!l) return;
