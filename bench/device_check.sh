@@ -46,7 +46,8 @@
 #        stage "gate" runs bench/gate_bench.cpp (the gate before megakernel v3: a bulk-copy
 #        ring of 16-32 KiB pages with the copy-only, CUDA-core (C) and mma.sync (M) consumers on
 #        each llama-1b GEMV shape, one SM and all SMs, checked against an fp64 reference, and the
-#        hop chain between two SMs while the others stream; GATE_FILTER narrows it, e.g.
+#        hop chain between two SMs while the others stream, and the relay chains through a
+#        cluster's shared memory (gate/relay/...); GATE_FILTER narrows it, e.g.
 #        'gate/C/gate_up|gate/hop') into gate.json, with a short table of every case's GB/s,
 #        us per link and verdict at the end of check.log;
 #        stage "ncu" profiles ring_bench cases (NCU_FILTERS; set it empty for none) with ncu into
