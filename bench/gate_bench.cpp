@@ -577,6 +577,49 @@ void run_stream(benchmark::State& state, const std::string& name, const schedule
   }
 }
 
+/// A chain's timings over the benchmark's iterations: the median us per link, the background's
+/// median TB/s and whether it streamed throughout every chain (blocks from first_block on).
+struct ChainTimes {
+  double us_per_link = 0.0;
+  double bg_tbps = 0.0;
+  bool all_covered = true;
+};
+
+/// Times `l`'s chain (after two warm-up launches) for the benchmark's iterations; nullopt after
+/// marking `state` failed when the kernel reported an error (`what` names the chain).
+std::optional<ChainTimes> time_chain(benchmark::State& state, GateLaunch& l, const HostMatrix& m,
+                                     uint32_t copies, bool background, const char* what) {
+  cudaStream_t stream = static_cast<cudaStream_t>(vm::shared_stream());
+  Events ev;
+  for (int i = 0; i < 2; ++i) l.run_ms(stream, ev.e0, ev.e1);  // warm-up
+  std::vector<double> link_us, bg_tbps;
+  bool all_covered = true;
+  std::vector<uint64_t> times(2 + l.grid);
+  for (auto _ : state) {
+    const double ms = l.run_ms(stream, ev.e0, ev.e1);
+    state.SetIterationTime(ms * 1e-3);
+    MS_CHECK_CUDA(cudaMemcpy(times.data(), l.times->ptr, l.times->bytes, cudaMemcpyDeviceToHost));
+    link_us.push_back(double(times[1] - times[0]) * 1e-3 / kHopLinks);
+    if (background) {
+      const uint64_t first_done =
+          *std::min_element(times.begin() + 2 + l.args.first_block, times.end());
+      all_covered = all_covered && times[1] <= first_done;
+      bg_tbps.push_back(double(m.bytes()) * copies / (ms * 1e9));
+    }
+  }
+  if (const uint32_t e = l.error_bits()) {
+    state.SkipWithError((std::string("the ") + what + " or the ring reported error bits " +
+                         std::to_string(e) + " (1: a wait timed out, 2: a link read wrong bytes)")
+                            .c_str());
+    return std::nullopt;
+  }
+  ChainTimes out;
+  out.us_per_link = eval::sample_stats(link_us).median;
+  out.bg_tbps = background ? eval::sample_stats(bg_tbps).median : 0.0;
+  out.all_covered = all_covered;
+  return out;
+}
+
 void run_hop(benchmark::State& state, const std::string& name, const schedule::GpuTarget& t,
              const HopCase& hc) {
   const Geometry& geo = hc.geo;
@@ -597,35 +640,16 @@ void run_hop(benchmark::State& state, const std::string& name, const schedule::G
   Events ev;
   double rel_err = 0.0;
   if (background && !check_output(state, *l, m, hc.design, stream, ev.e0, ev.e1, &rel_err)) return;
-  for (int i = 0; i < 2; ++i) l->run_ms(stream, ev.e0, ev.e1);  // warm-up
-  std::vector<double> link_us, bg_tbps, covered;
-  std::vector<uint64_t> times(2 + grid);
-  for (auto _ : state) {
-    const double ms = l->run_ms(stream, ev.e0, ev.e1);
-    state.SetIterationTime(ms * 1e-3);
-    MS_CHECK_CUDA(cudaMemcpy(times.data(), l->times->ptr, l->times->bytes, cudaMemcpyDeviceToHost));
-    link_us.push_back(double(times[1] - times[0]) * 1e-3 / kHopLinks);
-    if (background) {
-      const uint64_t first_done = *std::min_element(times.begin() + 4, times.end());
-      covered.push_back(times[1] <= first_done ? 1.0 : 0.0);
-      bg_tbps.push_back(double(m.bytes()) * copies / (ms * 1e9));
-    }
-  }
-  if (const uint32_t e = l->error_bits()) {
-    state.SkipWithError(("the hop chain or the ring reported error bits " + std::to_string(e) +
-                         " (1: a wait timed out, 2: a link read wrong bytes)")
-                            .c_str());
-    return;
-  }
-  const double us = eval::sample_stats(link_us).median;
-  const bool all_covered =
-      std::all_of(covered.begin(), covered.end(), [](double c) { return c > 0; });
+  const auto chain = time_chain(state, *l, m, copies, background, "hop chain");
+  if (!chain) return;
+  const double us = chain->us_per_link;
+  const bool all_covered = chain->all_covered;
   state.counters["us_per_link"] = us;
   state.counters["links"] = kHopLinks;
   state.counters["blocks"] = grid;
   state.counters["in_flight_KiB"] = hc.in_flight_pages() * geo.page_bytes / 1024.0;
   if (background) {
-    state.counters["bg_TBps"] = eval::sample_stats(bg_tbps).median;
+    state.counters["bg_TBps"] = chain->bg_tbps;
     state.counters["bg_covered"] = all_covered ? 1 : 0;
     state.counters["rel_err"] = rel_err;
   }
@@ -669,32 +693,15 @@ void run_relay(benchmark::State& state, const std::string& name, const schedule:
   Events ev;
   double rel_err = 0.0;
   if (!check_output(state, *l, m, ms_gate::kCuda, stream, ev.e0, ev.e1, &rel_err)) return;
-  for (int i = 0; i < 2; ++i) l->run_ms(stream, ev.e0, ev.e1);  // warm-up
-  std::vector<double> link_us, bg_tbps, covered;
-  std::vector<uint64_t> times(2 + l->grid);
-  for (auto _ : state) {
-    const double ms = l->run_ms(stream, ev.e0, ev.e1);
-    state.SetIterationTime(ms * 1e-3);
-    MS_CHECK_CUDA(cudaMemcpy(times.data(), l->times->ptr, l->times->bytes, cudaMemcpyDeviceToHost));
-    link_us.push_back(double(times[1] - times[0]) * 1e-3 / kHopLinks);
-    const uint64_t first_done = *std::min_element(times.begin() + 2 + 4, times.end());
-    covered.push_back(times[1] <= first_done ? 1.0 : 0.0);
-    bg_tbps.push_back(double(m.bytes()) * copies / (ms * 1e9));
-  }
-  if (const uint32_t e = l->error_bits()) {
-    state.SkipWithError(("the relay chain or the ring reported error bits " + std::to_string(e) +
-                         " (1: a wait timed out, 2: a link read wrong bytes)")
-                            .c_str());
-    return;
-  }
-  const double us = eval::sample_stats(link_us).median;
-  const bool all_covered =
-      std::all_of(covered.begin(), covered.end(), [](double c) { return c > 0; });
+  const auto chain = time_chain(state, *l, m, copies, true, "relay chain");
+  if (!chain) return;
+  const double us = chain->us_per_link;
+  const bool all_covered = chain->all_covered;
   state.counters["us_per_link"] = us;
   state.counters["links"] = kHopLinks;
   state.counters["blocks"] = l->grid;
   state.counters["own_in_flight_KiB"] = rc.own_kib();
-  state.counters["bg_TBps"] = eval::sample_stats(bg_tbps).median;
+  state.counters["bg_TBps"] = chain->bg_tbps;
   state.counters["bg_covered"] = all_covered ? 1 : 0;
   state.counters["rel_err"] = rel_err;
   record_verdict(
