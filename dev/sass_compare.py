@@ -34,19 +34,7 @@ sass_spills.fail = fail  # the reader's errors under this tool's name
 
 def attributed(path, function, file, lo, hi):
     """(whole .text, [(offset, 16-byte word)] of the instructions of FILE:LO-HI in address order)."""
-    try:
-        data = open(path, "rb").read()
-    except OSError as e:
-        fail(f"cannot read {path}: {e.strerror}")
-    secs = sass_spills.sections(data)
-    if sass_spills.cubin_arch(data) != 90:
-        fail(f"{path}: only sm_90 cubins are read (build with -arch=sm_90a)")
-    text = secs.get(".text." + function)
-    if text is None:
-        fail(f"{path}: no function {function!r}")
-    if ".debug_line" not in secs:
-        fail(f"{path}: no line table: build it with -lineinfo")
-    rows = sass_spills.line_rows(secs[".debug_line"])
+    text, rows = sass_spills.read_function(path, function)
     addrs = [r[0] for r in rows]
     out = []
     for at in range(0, len(text) - 15, 16):

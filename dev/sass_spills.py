@@ -138,6 +138,26 @@ def line_rows(data):
     return sorted(rows)
 
 
+def read_function(path, function):
+    """(the .text bytes of `function`, its line table rows) of the sm_90 cubin at `path`; fail()s with
+    a hint when the file, the architecture, the function or the line table is not there."""
+    try:
+        data = open(path, "rb").read()
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror}")
+    secs = sections(data)
+    arch = cubin_arch(data)
+    if arch != 90:
+        fail(f"{path}: an sm_{arch} cubin; only the sm_90 encoding is known (build with -arch=sm_90a)")
+    text = secs.get(".text." + function)
+    if text is None:
+        have = sorted(k[6:] for k in secs if k.startswith(".text."))
+        fail(f"{path}: no function {function!r} in the cubin (it has: {', '.join(have)})")
+    if ".debug_line" not in secs:
+        fail(f"{path}: the cubin has no line table: build it with -lineinfo")
+    return text, line_rows(secs[".debug_line"])
+
+
 def parse_range(text):
     try:
         file, span = text.rsplit(":", 1)
@@ -154,21 +174,7 @@ def main():
     ap.add_argument("--lines", action="append", default=[], metavar="FILE:LO-HI")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = ap.parse_args()
-    try:
-        data = open(args.cubin, "rb").read()
-    except OSError as e:
-        fail(f"cannot read {args.cubin}: {e.strerror}")
-    secs = sections(data)
-    arch = cubin_arch(data)
-    if arch != 90:
-        fail(f"sm_{arch} cubin: only sm_90 opcodes are known (build with -arch=sm_90a)")
-    text = secs.get(".text." + args.function)
-    if text is None:
-        have = sorted(k[6:] for k in secs if k.startswith(".text."))
-        fail(f"no function {args.function!r} in the cubin (it has: {', '.join(have)})")
-    if ".debug_line" not in secs:
-        fail("the cubin has no line table: build it with -lineinfo")
-    rows = line_rows(secs[".debug_line"])
+    text, rows = read_function(args.cubin, args.function)
     addrs = [r[0] for r in rows]
     by_line = collections.Counter()
     for at in range(0, len(text) - 15, 16):

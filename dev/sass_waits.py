@@ -53,7 +53,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sass_spills  # noqa: E402  (the ELF and line-table reader)
-from sass_spills import cubin_arch, line_rows, sections  # noqa: E402
+from sass_spills import read_function  # noqa: E402
 
 
 def fail(msg):
@@ -188,21 +188,7 @@ def main():
     until_op = parse_op(args.until_op)
     stop_op = "instruction" if until_op is None else args.until_op
     where = [parse_at(f, t) for f, t in (("--from", args.from_), ("--until", args.until)) if t]
-    try:
-        data = open(args.cubin, "rb").read()
-    except OSError as e:
-        fail(f"cannot read {args.cubin}: {e.strerror}")
-    secs = sections(data)
-    arch = cubin_arch(data)
-    if arch != 90:
-        fail(f"sm_{arch} cubin: only the sm_90 encoding is known (build with -arch=sm_90a)")
-    text = secs.get(".text." + args.function)
-    if text is None:
-        have = sorted(k[6:] for k in secs if k.startswith(".text."))
-        fail(f"no function {args.function!r} in the cubin (it has: {', '.join(have)})")
-    if ".debug_line" not in secs:
-        fail("the cubin has no line table: build it with -lineinfo")
-    insts = decode(text, line_rows(secs[".debug_line"]))
+    insts = decode(*read_function(args.cubin, args.function))
     if where and not any((x["file"], x["line"]) == where[0] for x in insts):
         fail(f"no instruction of {args.function} is on {args.from_} (a file's base name and a "
              "line of its source; --dump lists them)")
