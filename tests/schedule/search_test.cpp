@@ -263,7 +263,8 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
 // positions `bench --fit-plan` gave it: [0, 3), where it beat the three-rows config; from position
 // 3 on, whose O tiles read more keys each, the record's buckets before it.
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
-  std::ifstream in(std::string(MS_SOURCE_DIR) + "/dev/configs/search_h200_p0_loop_held1_every2.json");
+  std::ifstream in(std::string(MS_SOURCE_DIR) +
+                   "/dev/configs/search_h200_p0_loop_held1_every2.json");
   ASSERT_TRUE(in.good());
   std::stringstream text;
   text << in.rdbuf();
