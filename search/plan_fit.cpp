@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace megasched::search {
 
@@ -35,30 +36,85 @@ std::string input_error(const PlanFitInput& input) {
   return "";
 }
 
-/// The winner at position index k: the fastest config, unless `running` is within the margin.
-size_t winner_at(const PlanFitInput& input, size_t k, std::optional<size_t> running) {
-  size_t best = 0;
-  for (size_t c = 1; c < input.configs.size(); ++c)
-    if (input.configs[c].median_us[k] < input.configs[best].median_us[k]) best = c;
-  if (running && input.configs[*running].median_us[k] <=
-                     input.configs[best].median_us[k] * (1.0 + input.tie_margin))
-    return *running;
-  return best;
+/// The straight lines through each config's medians (the header's "lines").
+class Lines {
+ public:
+  explicit Lines(const PlanFitInput& input) : in_(input) {}
+
+  /// The interval index k of position x: positions[k] <= x <= positions[k + 1], the interval to
+  /// the right at a measured position (the last interval from the last measured position on).
+  size_t interval(int x) const {
+    const auto& p = in_.positions;
+    if (p.size() < 2) return 0;
+    const size_t above = std::upper_bound(p.begin(), p.end(), x) - p.begin();
+    return std::min(above == 0 ? 0 : above - 1, p.size() - 2);
+  }
+  double slope(size_t c, int x) const {
+    const auto& p = in_.positions;
+    if (p.size() < 2) return 0.0;
+    const size_t k = interval(x);
+    const auto& m = in_.configs[c].median_us;
+    return (m[k + 1] - m[k]) / static_cast<double>(p[k + 1] - p[k]);
+  }
+  double at(size_t c, int x) const {
+    const size_t k = interval(x);
+    return in_.configs[c].median_us[k] + slope(c, x) * static_cast<double>(x - in_.positions[k]);
+  }
+  /// Whether config a is ahead of b at x: lower, or tied and falling faster (ahead just after x),
+  /// or tied both ways and listed first.
+  bool ahead(size_t a, size_t b, int x) const {
+    const double la = at(a, x), lb = at(b, x);
+    if (std::abs(la - lb) > 1e-9 * std::max(la, lb)) return la < lb;
+    const double sa = slope(a, x), sb = slope(b, x);
+    if (sa != sb) return sa < sb;
+    return a < b;
+  }
+
+ private:
+  const PlanFitInput& in_;
+};
+
+bool same_config(const PlanFitInput& input, size_t a, size_t b) {
+  return a == b ||
+         schedule::to_json(input.configs[a].config) == schedule::to_json(input.configs[b].config);
 }
 
-/// The first position of `to`'s bucket between measured positions index k and k + 1: where the
-/// lines through `from`'s and `to`'s medians cross, rounded up, inside (p, q].
-int crossover(const PlanFitInput& input, size_t k, size_t from, size_t to) {
-  const int p = input.positions[k];
-  const int q = input.positions[k + 1];
-  const double dp = input.configs[from].median_us[k] - input.configs[to].median_us[k];
-  const double dq = input.configs[from].median_us[k + 1] - input.configs[to].median_us[k + 1];
-  // from is ahead at p (dp <= 0 up to the margin) and behind at q (dq > 0): the share of the way
-  // from p to q where dp + t (dq - dp) = 0.
-  double t = dq - dp > 0.0 ? -dp / (dq - dp) : 1.0;
-  t = std::clamp(t, 0.0, 1.0);
-  const int at = p + static_cast<int>(std::ceil(t * static_cast<double>(q - p)));
-  return std::clamp(at, p + 1, q);
+/// The config in force at every position 0..last measured (the header's "envelope" and
+/// "margin"), by index into input.configs; `lowest` gets the config on the lowest line there.
+std::vector<size_t> configs_in_force(const PlanFitInput& input, std::vector<size_t>* lowest) {
+  const Lines lines(input);
+  const int last = input.positions.back();
+  lowest->assign(static_cast<size_t>(last) + 1, 0);
+  for (int x = 0; x <= last; ++x)
+    for (size_t c = 1; c < input.configs.size(); ++c)
+      if (lines.ahead(c, (*lowest)[x], x)) (*lowest)[x] = c;
+
+  std::vector<size_t> in_force(lowest->size());
+  size_t running = (*lowest)[0];
+  int kept_from = -1;  // where the running config began to be kept while another was lowest
+  for (int start = 0; start <= last;) {
+    const size_t c = (*lowest)[start];
+    int end = start;
+    while (end <= last && (*lowest)[end] == c) ++end;
+    double advantage = 0.0;  // the most c beats the running config by in [start, end)
+    for (int x = start; x < end; ++x)
+      advantage = std::max(advantage, lines.at(running, x) / lines.at(c, x) - 1.0);
+    if (same_config(input, c, running)) {
+      kept_from = -1;  // the running config (under any label) is lowest again
+    } else if (advantage > input.tie_margin) {
+      int begin = start;  // back to where c last crossed below the running config
+      while (kept_from >= 0 && begin - 1 >= kept_from && lines.ahead(c, running, begin - 1))
+        --begin;
+      std::fill(in_force.begin() + begin, in_force.begin() + start, c);
+      running = c;
+      kept_from = -1;
+    } else if (kept_from < 0) {
+      kept_from = start;
+    }
+    std::fill(in_force.begin() + start, in_force.begin() + end, running);
+    start = end;
+  }
+  return in_force;
 }
 
 }  // namespace
@@ -68,30 +124,40 @@ std::optional<PlanFit> fit_plan(const PlanFitInput& input, std::string* error) {
     if (error) *error = why;
     return std::nullopt;
   }
+  std::vector<size_t> lowest;
+  const std::vector<size_t> in_force = configs_in_force(input, &lowest);
+  const auto& positions = input.positions;
+
   PlanFit fit;
-  json winners = json::array();
   json buckets = json::array();
-  std::optional<size_t> running;
-  for (size_t k = 0; k < input.positions.size(); ++k) {
-    const size_t w = winner_at(input, k, running);
-    winners.push_back(input.configs[w].label);
-    if (running && w == *running) continue;
-    const int begin = running ? crossover(input, k - 1, *running, w) : 0;
-    running = w;
+  for (int x = 0; x < static_cast<int>(in_force.size()); ++x) {
+    const size_t c = in_force[x];
     // Two labels of one config's JSON are one bucket, as merge_equal_buckets would make them.
-    if (!fit.plan.buckets.empty() && schedule::to_json(fit.plan.buckets.back().config) ==
-                                         schedule::to_json(input.configs[w].config))
-      continue;
-    if (!fit.plan.buckets.empty()) fit.plan.buckets.back().end = begin;
-    fit.plan.buckets.push_back({begin, schedule::kPlanEndOfModel, input.configs[w].config});
-    fit.labels.push_back(input.configs[w].label);
-    json b = {{"begin", begin}, {"config", input.configs[w].label}};
-    if (k > 0) b["crossover_between"] = {input.positions[k - 1], input.positions[k]};
+    if (x > 0 && same_config(input, c, in_force[x - 1])) continue;
+    // A bucket after the first begins inside (p, q] of two measured positions.
+    if (!fit.plan.buckets.empty()) fit.plan.buckets.back().end = x;
+    fit.plan.buckets.push_back({x, schedule::kPlanEndOfModel, input.configs[c].config});
+    fit.labels.push_back(input.configs[c].label);
+    json b = {{"begin", x}, {"config", input.configs[c].label}, {"fastest_at", json::array()}};
+    if (x > 0) {
+      const size_t q = std::lower_bound(positions.begin(), positions.end(), x) - positions.begin();
+      b["crossover_between"] = {positions[q - 1], positions[q]};
+    }
     buckets.push_back(b);
+  }
+  json winners = json::array();
+  for (int p : positions) {
+    const size_t plan = in_force[p];
+    winners.push_back(input.configs[same_config(input, lowest[p], plan) ? lowest[p] : plan].label);
+    if (same_config(input, lowest[p], plan)) {
+      size_t i = 0;
+      while (i + 1 < fit.plan.buckets.size() && fit.plan.buckets[i + 1].begin <= p) ++i;
+      buckets[i]["fastest_at"].push_back(p);
+    }
   }
   for (size_t i = 0; i < buckets.size(); ++i)
     buckets[i]["end"] = i + 1 < buckets.size() ? json(buckets[i + 1]["begin"]) : json("max");
-  fit.explain = {{"positions", input.positions},
+  fit.explain = {{"positions", positions},
                  {"winners", winners},
                  {"buckets", buckets},
                  {"tie_margin", input.tie_margin}};

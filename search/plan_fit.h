@@ -1,16 +1,22 @@
 // A plan fitted to measurements (`bench --fit-plan`, HARNESS.md section "Plans"): given the
 // checked, timed medians of several configs at several positions, the plan that runs at every
-// position the config measured fastest there, its boundaries where the latencies cross.
-//   winner    at each measured position, the fastest config; the config already running keeps its
-//             place while it is within `tie_margin` (relative) of the fastest, so noise makes no
-//             boundary
-//   boundary  between measured positions p < q where the winner changes from A to B, the position
-//             where A's and B's latencies cross on the straight lines through their medians at p
-//             and q (a latency grows about linearly with the position between two measurements),
-//             rounded up, so the bucket of B begins inside (p, q]
-//   merge     adjacent buckets of one config are one bucket
+// position the config whose latency is lowest there, its boundaries where the latencies cross.
+//   lines     between two measured positions p < q a config's latency is the straight line
+//             through its medians at p and q (a latency grows about linearly with the position
+//             between two measurements); after the last measured position the config in force
+//             there runs on
+//   envelope  at every position the config on the lowest line; a config that is fastest at no
+//             measured position still gets the positions where its line is the lowest (between
+//             a config fast early and one fast late, a third can be lowest in the middle), and
+//             each boundary is where two lines cross, rounded up (a tie goes to the config whose
+//             line falls faster, the one ahead just after)
+//   margin    the config already running keeps its place over a stretch of the envelope where
+//             another is lowest by no more than `tie_margin` (relative) anywhere, so noise makes
+//             no boundary; where a config does beat the running one by more, its bucket begins
+//             where its line last crossed below the running config's
+//   merge     adjacent buckets of one config (two labels of the same JSON) are one bucket
 // The measurements must include position 0 (a plan covers every position from 0); the last
-// winner runs to the model's end.
+// bucket runs to the model's end.
 #pragma once
 
 #include <optional>
@@ -39,8 +45,11 @@ struct PlanFitInput {
 struct PlanFit {
   schedule::Plan plan;
   std::vector<std::string> labels;  // per bucket of plan: its config's label
-  /// {"positions", "winners": [label per position], "buckets": [{"begin", "end", "config"
-  /// (label), "crossover_between": [p, q] (buckets after the first)}], "tie_margin"}
+  /// {"positions", "winners": [label per measured position: the config the plan runs there],
+  /// "buckets": [{"begin", "end", "config" (label), "crossover_between": [p, q] (buckets after
+  /// the first: the measured positions around its begin), "fastest_at": [the measured positions
+  /// in the bucket where its config measured fastest; empty: chosen between measurements]}],
+  /// "tie_margin"}
   nlohmann::json explain;
 };
 

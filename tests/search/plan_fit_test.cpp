@@ -1,6 +1,7 @@
-// The plan fitted to measured medians (search/plan_fit.h): the fastest config at each measured
-// position, boundaries where the straight lines through two configs' medians cross, the running
-// config kept within the tie margin, equal configs merged, and bad input refused with a hint.
+// The plan fitted to measured medians (search/plan_fit.h): at each position the config on the
+// lowest of the straight lines through the configs' medians, boundaries where two lines cross (a
+// config fastest only between measured positions included), the running config kept within the
+// tie margin, equal configs merged, and bad input refused with a hint.
 #include "search/plan_fit.h"
 
 #include <gtest/gtest.h>
@@ -88,6 +89,35 @@ TEST(PlanFit, AConfigCanComeBackAndEqualConfigsAreOneBucket) {
   // At 300 "a-file" (a's config under another label) is fastest: still a's bucket.
   EXPECT_EQ(fit->plan.buckets[2].end, schedule::kPlanEndOfModel);
   EXPECT_EQ(fit->explain["winners"][3], "a-file");
+}
+
+TEST(PlanFit, AConfigFastestOnlyBetweenMeasuredPositionsGetsItsBucket) {
+  // a is fastest at 0 and c at 100, but b's line is the lowest from 50 (a = b) to 64 (b = c at
+  // 63.6): as on an H200 on 2026-11-29, where the three-rows-a-warp config measured fastest at
+  // neither 3 nor 128 and its line was the lowest from 5 to 88.
+  const std::vector<int> at = {0, 100};
+  MeasuredConfig a{"a", ScheduleConfig{}, {100, 300}};
+  MeasuredConfig b{"b", partitions(2), {150, 250}};
+  MeasuredConfig c{"c", partitions(4), {220, 210}};
+  std::string error;
+  auto fit = fit_plan(PlanFitInput{at, {a, b, c}}, &error);
+  ASSERT_TRUE(fit) << error;
+  ASSERT_EQ(fit->plan.buckets.size(), 3u);
+  EXPECT_EQ(fit->labels, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(fit->plan.buckets[1].begin, 50);  // a tie goes to b, whose line falls faster
+  EXPECT_EQ(fit->plan.buckets[2].begin, 64);
+  EXPECT_EQ(fit->explain["winners"], nlohmann::json({"a", "c"}));
+  EXPECT_EQ(fit->explain["buckets"][1]["fastest_at"], nlohmann::json::array());
+  EXPECT_EQ(fit->explain["buckets"][2]["fastest_at"], nlohmann::json({100}));
+  EXPECT_EQ(fit->explain["buckets"][2]["crossover_between"], nlohmann::json({0, 100}));
+  // Within a 10% margin b never beats a by enough (at most 226 / 213 at 63), so a runs until c,
+  // which beats a by 43% at 100; its bucket begins where its line crossed below a's (100 + 2x =
+  // 220 - 0.1x at 57.1), inside the stretch where a was kept.
+  auto wide = fit_plan(PlanFitInput{at, {a, b, c}, 0.10}, &error);
+  ASSERT_TRUE(wide) << error;
+  ASSERT_EQ(wide->plan.buckets.size(), 2u);
+  EXPECT_EQ(wide->labels, (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(wide->plan.buckets[1].begin, 58);
 }
 
 TEST(PlanFit, BadInputIsRefusedWithAHint) {
