@@ -106,6 +106,45 @@ json bench_to_json(const BenchResult& r) {
           {"rows", rows}};
 }
 
+std::optional<BenchResult> bench_from_json(const json& doc, std::string* error) {
+  const auto fail = [&](const std::string& why) -> std::optional<BenchResult> {
+    *error = "not a bench.json of megasched bench: " + why;
+    return std::nullopt;
+  };
+  if (!doc.is_object()) return fail("the document is not a JSON object");
+  for (const char* key : {"model", "device", "bandwidth_gbs", "positions", "rows"})
+    if (!doc.contains(key)) return fail(std::string("no \"") + key + "\" field");
+  BenchResult r;
+  try {
+    r.model = doc.at("model").get<std::string>();
+    r.device = doc.at("device").get<std::string>();
+    r.bandwidth_gbs = doc.at("bandwidth_gbs").get<double>();
+    r.measured_bandwidth = doc.value("bandwidth", "") == "measured";
+    r.positions = doc.at("positions").get<std::vector<int>>();
+    r.floor_us = doc.value("floor_us", std::vector<double>{});
+    const auto optional_us = [](const json& row, const char* key) -> std::optional<double> {
+      if (!row.contains(key) || row.at(key).is_null()) return std::nullopt;
+      return row.at(key).get<double>();
+    };
+    for (const json& row : doc.at("rows")) {
+      BenchRow b;
+      b.name = row.at("name").get<std::string>();
+      b.kind = row.at("kind").get<std::string>();
+      b.position = row.at("position").get<int>();
+      b.status = row.value("status", "ok");
+      b.message = row.value("message", "");
+      b.median_us = optional_us(row, "median_us");
+      b.p10_us = optional_us(row, "p10_us");
+      b.p90_us = optional_us(row, "p90_us");
+      b.detail = row.value("detail", json::object());
+      r.rows.push_back(std::move(b));
+    }
+  } catch (const json::exception& e) {
+    return fail(std::string("a field has the wrong type (") + e.what() + ")");
+  }
+  return r;
+}
+
 std::string bench_table(const BenchResult& r) {
   const std::vector<std::string> baselines = bench_baseline_names(r);
   std::ostringstream md;
@@ -345,6 +384,8 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
     r.rows.push_back(f);
     for (const auto& [label, config] : options.configs) {
       r.rows.push_back(config_row(weights, target, refs, label, config, position, options));
+      // The config itself: `bench --from-bench` fits a plan to this file later.
+      r.rows.back().detail["config"] = schedule::to_json(config);
       withhold_below_floor(&r.rows.back(), floor.floor_us);
       report(r.rows.back());
     }
@@ -352,6 +393,7 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
       const schedule::PlanBucket& b = plan.buckets[schedule::plan_bucket_index(plan, position)];
       r.rows.push_back(config_row(weights, target, refs, label, b.config, position, options));
       r.rows.back().detail["bucket"] = schedule::bucket_label(b);
+      r.rows.back().detail["config"] = schedule::to_json(b.config);
       withhold_below_floor(&r.rows.back(), floor.floor_us);
       report(r.rows.back());
     }

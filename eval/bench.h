@@ -52,6 +52,10 @@ std::optional<double> bench_baseline_us(const BenchResult& result, const std::st
 /// The whole result, each row with "pct_of_bandwidth" and "x_vs_<baseline>" (baseline median over
 /// the row's median: above 1 means faster than that baseline) where they apply.
 nlohmann::json bench_to_json(const BenchResult& result);
+/// A result read back from bench_to_json's document (a bench.json written earlier): the model,
+/// device, bandwidth, positions, floors and every row with its detail (the derived columns
+/// dropped). nullopt and *error naming the first missing or mistyped field.
+std::optional<BenchResult> bench_from_json(const nlohmann::json& doc, std::string* error);
 /// The Markdown table: one line per row, grouped by position.
 std::string bench_table(const BenchResult& result);
 /// An SVG bar chart of the medians: one group per position, one bar per row (the floor hatched).

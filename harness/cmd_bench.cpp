@@ -4,7 +4,8 @@
 // bench.json, bench.md and bench.svg written to --out. With --generate PROMPT_LEN:NEW_TOKENS it
 // times whole greedy generations instead (eval/generate_bench.h: a plan, configs, the baselines,
 // the PyTorch peer), into generate.json and generate.md. Measures only: without a GPU it fails with
-// exit 3 (`megasched evaluate --device cpu` predicts a config's latency instead).
+// exit 3 (`megasched evaluate --device cpu` predicts a config's latency instead). `--from-bench
+// bench.json --fit-plan FILE` fits a plan to a bench.json written earlier, on any machine.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -22,8 +23,10 @@
 #include "harness/commands.h"
 #include "harness/trial_flags.h"
 #include "schedule/lookup.h"
+#include "schedule/lower.h"
 #include "schedule/named_configs.h"
 #include "search/plan_fit.h"
+#include "vm/nvrtc_build.h"
 
 namespace megasched::harness {
 
@@ -46,6 +49,7 @@ struct BenchOptionsCli {
   uint64_t seed = 0;
   std::string fit_plan;      // a file: the plan fitted to the config rows (search/plan_fit.h)
   double fit_margin = 0.01;  // its tie margin
+  std::string from_bench;    // with fit_plan: a bench.json written earlier, fitted without a GPU
 };
 
 /// The arguments checked on any machine; the exit code and message of the first bad one.
@@ -311,15 +315,18 @@ std::optional<search::PlanFit> fit_plan_to(const eval::BenchResult& r, const Par
 /// `bench --fit-plan FILE`: fits the plan, writes it to FILE and its explanation to
 /// OUT/plan_fit.json, and says what it chose on stderr. False with *error.
 bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const BenchOptionsCli& o,
-                       std::string* error) {
+                       std::string* error, const nlohmann::json& more = nlohmann::json::object(),
+                       nlohmann::json* written = nullptr) {
   std::vector<std::string> left_out;
   auto fit = fit_plan_to(r, parsed, o.fit_margin, &left_out, error);
   if (!fit) return *error = "--fit-plan: " + *error, false;
   nlohmann::json explain = fit->explain;
+  explain.update(more);
   explain["left_out"] = left_out;
   explain["plans_not_fitted"] = nlohmann::json::array();
   for (const auto& plan : parsed.bench.plans) explain["plans_not_fitted"].push_back(plan.first);
   explain["plan_file"] = o.fit_plan;
+  if (written) *written = explain;
   if (!write_text_file(o.fit_plan, schedule::to_json(fit->plan).dump(1) + "\n", error) ||
       !write_text_file((std::filesystem::path(o.out) / "plan_fit.json").string(),
                        explain.dump(1) + "\n", error))
@@ -337,6 +344,151 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const B
     std::cerr << "bench: --fit-plan left out " << plan.first
               << ": it is a plan, not a candidate config (pass its buckets' config files)\n";
   return true;
+}
+
+/// The kernel build key this megasched gives `config` on the registry GPU named `device` (a
+/// bench.json's device), or "" with *why when it cannot tell (no NVRTC, an unknown GPU, a config
+/// that does not lower).
+std::string kernel_key_on(const schedule::ModelShape& shape, const std::string& device,
+                          const schedule::ScheduleConfig& config, std::string* why) {
+  if (!vm::nvrtc_available()) return *why = "this megasched has no NVRTC", "";
+  const auto target = schedule::find_target(device);
+  if (!target) return *why = "GPU " + device + " is not in the registry", "";
+  std::string error;
+  const auto program = schedule::lower(shape, *target, config, &error);
+  if (!program) return *why = "the config does not lower: " + error, "";
+  return vm::build_key(vm::megakernel_request(*program, target->sm_arch, ""));
+}
+
+/// `bench --from-bench FILE --fit-plan PLAN`: the plan fitted to the medians of a bench.json
+/// written earlier, no GPU. The file's config rows carry their configs (detail.config); a
+/// --config of the same label must be that config, and one the file measured without its config
+/// (a bench.json from before rows carried it) is fitted when --config names it. Each config's
+/// kernel must build to the key the file measured (detail.kernel.build_key) where this megasched
+/// can tell: a measurement of another kernel build is refused. Returns the exit code.
+int run_fit_from_bench(const BenchOptionsCli& o) {
+  const std::string file = "--from-bench " + o.from_bench;
+  const std::string again =
+      " (hint: measure again: bench --positions 0,128,512,1024,4096 --config ... --fit-plan "
+      "FILE)";
+  std::string error;
+  const auto text = read_text(o.from_bench, &error);
+  if (!text) return print_error("bench", file + ": " + error), kExitEnvironment;
+  const auto doc = nlohmann::json::parse(*text, nullptr, false);
+  auto measured = doc.is_discarded() ? std::nullopt : eval::bench_from_json(doc, &error);
+  if (!measured) {
+    print_error("bench", file + ": " + (doc.is_discarded() ? "not JSON" : error) +
+                             " (hint: pass the bench.json that `bench --out DIR` wrote)");
+    return kExitUsage;
+  }
+  BenchOptionsCli opts = o;
+  if (opts.positions.empty())
+    for (int p : measured->positions)
+      opts.positions += (opts.positions.empty() ? "" : ",") + std::to_string(p);
+  int code = kExitOk;
+  auto parsed = parse(opts, &error, &code);
+  if (!parsed) return print_error("bench", error), code;
+  if (measured->model != parsed->shape.name) {
+    print_error("bench", file + " measured model " + measured->model + ", not " +
+                             parsed->shape.name + " (hint: --model " + measured->model + ")");
+    return kExitUsage;
+  }
+  for (int p : parsed->bench.positions)
+    if (std::find(measured->positions.begin(), measured->positions.end(), p) ==
+        measured->positions.end()) {
+      print_error("bench", "--positions: " + std::to_string(p) + " was not measured in " +
+                               o.from_bench +
+                               " (hint: leave --positions out to fit every "
+                               "position the file measured)");
+      return kExitUsage;
+    }
+  measured->positions = parsed->bench.positions;
+
+  // The configs: the file's, checked against any --config of the same label.
+  auto& configs = parsed->bench.configs;
+  std::vector<std::string> labels;
+  for (const eval::BenchRow& row : measured->rows)
+    if (row.kind == "config" && !row.detail.contains("bucket") &&
+        std::find(labels.begin(), labels.end(), row.name) == labels.end())
+      labels.push_back(row.name);
+  for (const std::string& label : labels) {
+    const auto row = std::find_if(
+        measured->rows.begin(), measured->rows.end(),
+        [&](const eval::BenchRow& r) { return r.name == label && r.detail.contains("config"); });
+    auto given = std::find_if(configs.begin(), configs.end(),
+                              [&](const auto& c) { return c.first == label; });
+    if (row == measured->rows.end()) {
+      if (given == configs.end())
+        std::cerr << "bench: " << file << " measured " << label
+                  << " without its config (a bench.json from before its rows carried one): "
+                     "pass --config with that label to fit it\n";
+      continue;
+    }
+    auto config = schedule::parse_config(row->detail.at("config"), &error);
+    if (!config) {
+      print_error("bench", file + ": the config of " + label + " does not parse: " + error);
+      return kExitUsage;
+    }
+    if (given == configs.end()) {
+      configs.push_back({label, *config});
+    } else if (schedule::to_json(given->second) != schedule::to_json(*config)) {
+      print_error("bench", "--config " + label + " is not the config " + o.from_bench +
+                               " measured under that label (hint: leave that --config out to "
+                               "fit the file's own)");
+      return kExitUsage;
+    }
+  }
+  // The kernel each config builds today against the one measured.
+  nlohmann::json identity = nlohmann::json::object();
+  for (const auto& [label, config] : configs) {
+    const auto row =
+        std::find_if(measured->rows.begin(), measured->rows.end(), [&](const eval::BenchRow& r) {
+          return r.name == label && r.kind == "config" && r.detail.contains("kernel") &&
+                 r.detail["kernel"].contains("build_key");
+        });
+    if (row == measured->rows.end()) continue;
+    const std::string then = row->detail["kernel"]["build_key"].get<std::string>();
+    std::string why;
+    const std::string now = kernel_key_on(parsed->shape, measured->device, config, &why);
+    if (now.empty()) {
+      identity[label] = "not checked: " + why;
+      std::cerr << "bench: " << file << ": the kernel of " << label << " not checked: " << why
+                << "\n";
+    } else if (now != then) {
+      print_error("bench", file + " measured " + label + " with kernel build " + then +
+                               "; this megasched builds " + now +
+                               " for it (the kernel sources or the config changed since)" + again);
+      return kExitUsage;
+    } else {
+      identity[label] = "checked: " + now;
+    }
+  }
+  std::error_code made;
+  std::filesystem::create_directories(o.out, made);
+  if (const auto dir = std::filesystem::path(o.fit_plan).parent_path(); !dir.empty())
+    std::filesystem::create_directories(dir, made);
+  nlohmann::json explain;
+  if (!write_fitted_plan(
+          *measured, *parsed, o, &error,
+          {{"from_bench",
+            {{"file", o.from_bench}, {"device", measured->device}, {"kernel_identity", identity}}}},
+          &explain)) {
+    print_error("bench", error);
+    return kExitEnvironment;
+  }
+  if (o.format == "json") {
+    print_json(explain);
+  } else {
+    for (const auto& b : explain["buckets"])
+      std::cout << "[" << b["begin"].dump() << ", "
+                << (b["end"].is_string() ? "max" : b["end"].dump()) << ") "
+                << b["config"].get<std::string>() << " (measured fastest at "
+                << (b["fastest_at"].empty() ? std::string("no measured position")
+                                            : b["fastest_at"].dump())
+                << ")\n";
+    std::cout << "written: " << o.fit_plan << " and " << o.out << "/plan_fit.json\n";
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -394,6 +546,11 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
                   "fastest (the default and each --config; --positions must include 0): "
                   "boundaries where two configs' latencies cross between measured positions, "
                   "noise within --fit-margin no boundary; its reasoning in OUT/plan_fit.json");
+  cmd->add_option("--from-bench", opt->from_bench,
+                  "With --fit-plan: fit to the medians of a bench.json written earlier instead "
+                  "of measuring (no GPU): the configs its rows carry (or --config of the same "
+                  "label), at its positions (or those of --positions it measured); a config "
+                  "whose kernel builds differently today is refused");
   cmd->add_option("--fit-margin", opt->fit_margin,
                   "With --fit-plan: a config already running keeps its place while within this "
                   "share of the fastest")
@@ -407,6 +564,17 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
                   "--fit-plan fits a plan to single steps: run bench --positions ... --fit-plan "
                   "FILE first, then bench --generate ... --plan FILE");
       ctx.exit_code = kExitUsage;
+      return;
+    }
+    if (!opt->from_bench.empty()) {
+      if (opt->fit_plan.empty() || !opt->generate.empty()) {
+        print_error("bench",
+                    "--from-bench fits a plan to a saved bench.json: pass --fit-plan FILE (and "
+                    "no --generate)");
+        ctx.exit_code = kExitUsage;
+        return;
+      }
+      ctx.exit_code = run_fit_from_bench(*opt);
       return;
     }
     if (!opt->generate.empty()) {
