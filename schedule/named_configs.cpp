@@ -93,6 +93,12 @@ const std::vector<NamedConfig>& named_configs() {
   static const nlohmann::json search_held =
       patched(search_r4_attn_in_o,
               {{"kernel", {{"stream_held", 1}}}, {"tiling", {{"lm_head_rows_per_task", 512}}}});
+  // The H200's long-context config: the staged attention in 16 partitions with three weight
+  // chunks in flight per warp, all three held back until the wait on every second block: what a
+  // 6-minute loop from the record at position 4096 kept on an H200 (2026-11-29, dev/perf_log.md
+  // section 42), promoted.
+  static const nlohmann::json search_d3_held3 =
+      patched(g4p16, {{"kernel", {{"stream_depth", 3}, {"stream_held", 3}}}});
   // The records are plans over positions: the configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
@@ -119,7 +125,11 @@ const std::vector<NamedConfig>& named_configs() {
        "h200-2026-11-28-2210-promote-llama-1b.json; that bucket's held weight chunk and 512-row "
        "LM-head tiles, a loop from the record's pick: "
        "h200-2026-11-29-0325-search-from-record.bench.md, h200-2026-11-29-0349-held-l2.md and "
-       "h200-2026-11-29-0409-promote-llama-1b.json",
+       "h200-2026-11-29-0409-promote-llama-1b.json; the long-context config, a loop from the "
+       "record at 4096: h200-2026-11-29-0412-search-4096-from-record.bench.md and "
+       "h200-2026-11-29-0521-promote-llama-1b.json; the buckets refitted on the lower envelope: "
+       "h200-2026-11-29-0529-planfit.bench.json (`bench --from-bench`), "
+       "h200-2026-11-29-0546-envelope-table.md and h200-2026-11-29-0547-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
        "its position-0 config alone took 8912.8 ms; on [0, 3) the config a 6-minute loop from "
@@ -128,8 +138,15 @@ const std::vector<NamedConfig>& named_configs() {
        "the three-rows config (2026-11-28, side by side); with one weight chunk a warp held "
        "back until the wait on every second block and 512-row LM-head tiles, which a 6-minute "
        "loop from the record kept, that config ran 882.2 us against 889.8 (2026-11-29, side by "
-       "side)",
-       plan_of({{search_held, 3}, {stream_r3, 129}, {staged, 1505}, {g4p16, kToMax}})},
+       "side); with the long-context config a loop from the record kept at 4096 on [89, 356) and "
+       "from 874 on, where the lower envelope of the measured lines put it, the plan ran "
+       "1001.4 us at position 100 against 1024.3 and 1011.4 at 1200 against 1023.4 (2026-11-29, "
+       "side by side)",
+       plan_of({{search_held, 5},
+                {stream_r3, 89},
+                {search_d3_held3, 356},
+                {staged, 874},
+                {search_d3_held3, kToMax}})},
   };
   return table;
 }

@@ -252,7 +252,7 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
     const auto fitted = parse_plan_text(text.str(), &why);
     ASSERT_TRUE(fitted) << path << ": " << why;
     EXPECT_EQ(to_json(*preset), to_json(*fitted)) << name;
-    EXPECT_EQ(preset->buckets.size(), std::string(gpu) == "h200" ? 4u : 3u) << name;
+    EXPECT_EQ(preset->buckets.size(), std::string(gpu) == "h200" ? 5u : 3u) << name;
   }
 }
 
@@ -260,8 +260,8 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
 // (dev/configs/search_h200_p0_r4_attn_in_o.json), with what a loop from the record then kept
 // (kernel.stream_held 1 and LM-head tiles of 512 rows:
 // dev/configs/search_h200_p0_loop_held1_every2.json, the file the loop's best was saved as), on the
-// positions `bench --fit-plan` gave it: [0, 3), where it beat the three-rows config; from position
-// 3 on, whose O tiles read more keys each, the record's buckets before it.
+// positions `bench --fit-plan` gave it: [0, 5), where its line is below the three-rows config's;
+// from position 5 on, whose O tiles read more keys each, the record's buckets before it.
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   std::ifstream in(std::string(MS_SOURCE_DIR) +
                    "/dev/configs/search_h200_p0_loop_held1_every2.json");
@@ -272,9 +272,9 @@ TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   const auto found = parse_config_text(text.str(), &why);
   ASSERT_TRUE(found) << why;
   const auto at0 = named_config_at("best:llama-1b:h200", 0, &why);
-  const auto at2 = named_config_at("best:llama-1b:h200", 2, &why);
-  const auto at3 = named_config_at("best:llama-1b:h200", 3, &why);
-  const auto at129 = named_config_at("best:llama-1b:h200", 129, &why);
+  const auto at2 = named_config_at("best:llama-1b:h200", 4, &why);
+  const auto at3 = named_config_at("best:llama-1b:h200", 5, &why);
+  const auto at129 = named_config_at("best:llama-1b:h200", 356, &why);
   ASSERT_TRUE(at0 && at2 && at3 && at129) << why;
   EXPECT_EQ(*at0, *found);
   EXPECT_EQ(*at2, *found);
@@ -285,6 +285,36 @@ TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   EXPECT_EQ(at3->kernel.stream_held, 0);
   EXPECT_EQ(at3->kernel.rows_per_warp, 3);
   EXPECT_EQ(at129->tiling.attn_kv_partitions, 8);
+}
+
+// The H200 record's long-context config is what a loop from the record kept at position 4096
+// (dev/configs/search_h200_p4096_loop_d3_held3_every2.json), on the buckets the lower envelope of
+// the measured lines gave it: [89, 356) and from 874 on, the staged attention in 8 partitions
+// between them (its line lowest around position 512).
+TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFind) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) +
+                   "/dev/configs/search_h200_p4096_loop_d3_held3_every2.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string why;
+  const auto found = parse_config_text(text.str(), &why);
+  ASSERT_TRUE(found) << why;
+  for (int pos : {89, 355, 874, 4096, 8191}) {
+    const auto at = named_config_at("best:llama-1b:h200", pos, &why);
+    ASSERT_TRUE(at) << why;
+    EXPECT_EQ(*at, *found) << pos;
+  }
+  for (int pos : {88, 356, 873}) {
+    const auto at = named_config_at("best:llama-1b:h200", pos, &why);
+    ASSERT_TRUE(at) << why;
+    EXPECT_NE(*at, *found) << pos;
+  }
+  const auto at512 = named_config_at("best:llama-1b:h200", 512, &why);
+  ASSERT_TRUE(at512) << why;
+  EXPECT_EQ(at512->tiling.attn_kv_partitions, 8);
+  EXPECT_EQ(found->kernel.stream_depth, 3);
+  EXPECT_EQ(found->kernel.stream_held, 3);
 }
 
 TEST(SearchMoves, ConfigFitsRejectsLaunchesThatCannotBeCoResident) {
