@@ -102,9 +102,11 @@
 #        (default 20) trials, with fresh kernel and reference caches under OUT_DIR/trials_ws;
 #        stage "promote" runs `megasched promote` of PROMOTE_CONFIG for PROMOTE_MODEL on PROMOTE_GPU
 #        (default bench/configs/best_1b.json on llama-1b; verify gate at PROMOTE_POSITIONS,
-#        default 0,1024,4096, and generate --verify 64 tokens; PROMOTE_ROUNDS interleaved rounds) into
-#        OUT_DIR/verified.jsonl (promote.json, runs/ beside it), then `registry list` and
-#        `registry verify` of the entry it wrote;
+#        default 0,1024,4096, and generate --verify 64 tokens; PROMOTE_ROUNDS interleaved rounds
+#        against what best:MODEL:GPU resolves to, the built-in record where the fresh registry has
+#        no entry, needing PROMOTE_SPEEDUP, default 1.10) into OUT_DIR/verified.jsonl
+#        (promote.json, runs/ beside it), then `registry list` and `registry verify` of the entry
+#        it wrote;
 #        stage "ab" times a kernel change against a base tree: it builds the megasched CLI of
 #        AB_BASE (one or several space-separated untracked source trees inside the checkout, built
 #        in parallel in the background from the call's start, beside the stages before it, each
@@ -145,6 +147,7 @@ PROMOTE_GPU=${PROMOTE_GPU:-h100}
 PROMOTE_CONFIG=${PROMOTE_CONFIG:-$ROOT/bench/configs/best_1b.json}
 PROMOTE_POSITIONS=${PROMOTE_POSITIONS:-0,1024,4096}
 PROMOTE_ROUNDS=${PROMOTE_ROUNDS:-3}
+PROMOTE_SPEEDUP=${PROMOTE_SPEEDUP:-1.10}
 export MEGASCHED_WORKSPACE=${MEGASCHED_WORKSPACE:-$ROOT/workspace}
 # Absolute, so every stage appends to the checkout's shared corpus whatever its directory.
 export MEGASCHED_FLYWHEEL_DIR=${MEGASCHED_FLYWHEEL_DIR:-$ROOT/flywheel/data}
@@ -718,10 +721,10 @@ fi
 
 if has_stage promote; then
   log "promote --model $PROMOTE_MODEL --gpu $PROMOTE_GPU --config $PROMOTE_CONFIG" \
-    "--positions $PROMOTE_POSITIONS --rounds $PROMOTE_ROUNDS"
+    "--positions $PROMOTE_POSITIONS --rounds $PROMOTE_ROUNDS --speedup $PROMOTE_SPEEDUP"
   timeout 540 "$BUILD/megasched" promote --model "$PROMOTE_MODEL" --gpu "$PROMOTE_GPU" \
     --device gpu --config "$PROMOTE_CONFIG" --positions "$PROMOTE_POSITIONS" \
-    --rounds "$PROMOTE_ROUNDS" --registry "$OUT/verified.jsonl" --runs-dir "$OUT/runs" \
+    --rounds "$PROMOTE_ROUNDS" --speedup "$PROMOTE_SPEEDUP" --registry "$OUT/verified.jsonl" --runs-dir "$OUT/runs" \
     > "$OUT/promote.json" 2>> "$LOG"
   code=$?
   log "promote exit $code: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("message",""))' "$OUT/promote.json" 2>/dev/null)"

@@ -50,23 +50,17 @@ struct Workload {
   schedule::GpuTarget target;
 };
 
-/// The benchmark gate against the registry's newest entry for the workload (else the default).
+/// The benchmark gate against what best:MODEL:GPU resolves to (harness/promote.h, gate_incumbent):
+/// a plan's config at position 0, where the gate times both.
 GateOutcome benchmark(const Options& opt, const schedule::ScheduleConfig& candidate,
                       const Workload& probe, json* incumbent_doc) {
-  const flywheel::RegistryRead registry = flywheel::read_registry(opt.registry);
-  const std::optional<flywheel::RegistryEntry> newest = flywheel::newest_entry(
-      registry, probe.shape.name, probe.target.name, schedule::dtype_name(probe.shape.dtype));
-  schedule::ScheduleConfig incumbent;
-  *incumbent_doc = {{"id", "default"}, {"config", schedule::to_json(incumbent)}};
-  if (newest) {
-    std::string error;
-    // A plan entry's incumbent is its config at position 0, where the gate times both.
-    auto parsed = schedule::parse_plan(newest->config, &error);
-    if (!parsed) return {false, "benchmark gate: registry entry " + newest->id + ": " + error, {}};
-    incumbent = schedule::plan_config_for(*parsed, 0);
-    *incumbent_doc = {{"id", newest->id}, {"config", schedule::to_json(incumbent)}};
-    if (!parsed->single()) (*incumbent_doc)["plan"] = newest->config;
-  }
+  std::string why;
+  const auto inc = gate_incumbent(opt.registry, probe.shape, probe.target.name, &why);
+  if (!inc) return {false, "benchmark gate: " + why, {}};
+  const schedule::ScheduleConfig incumbent = schedule::plan_config_for(inc->plan, 0);
+  *incumbent_doc = {
+      {"id", inc->id}, {"source", inc->source}, {"config", schedule::to_json(incumbent)}};
+  if (!inc->plan.single()) (*incumbent_doc)["plan"] = inc->document;
   if (schedule::to_json(incumbent) == schedule::to_json(candidate))
     return {false,
             "benchmark gate: the candidate is the incumbent (" +
@@ -105,22 +99,14 @@ constexpr const char* kPlanGateRule =
     "positions; promoted when the incumbent's weighted median over the candidate's >= --speedup)";
 
 /// The benchmark gate of a plan of several buckets over its weighted objective (harness/promote.h)
-/// against the registry's newest entry for the workload (a config or a plan; else the default).
+/// against what best:MODEL:GPU resolves to (gate_incumbent: a config or a plan).
 GateOutcome benchmark_plan(const Options& opt, const schedule::Plan& candidate,
                            const Workload& probe, json* incumbent_doc) {
-  const flywheel::RegistryRead registry = flywheel::read_registry(opt.registry);
-  const std::optional<flywheel::RegistryEntry> newest = flywheel::newest_entry(
-      registry, probe.shape.name, probe.target.name, schedule::dtype_name(probe.shape.dtype));
-  schedule::Plan incumbent = schedule::single_config_plan(schedule::ScheduleConfig{});
-  *incumbent_doc = {{"id", "default"}, {"config", schedule::to_json(incumbent)}};
   std::string error;
-  if (newest) {
-    auto parsed = schedule::parse_plan(newest->config, &error);
-    if (!parsed || !schedule::check_plan_covers(*parsed, probe.shape.max_seq, &error))
-      return {false, "benchmark gate: registry entry " + newest->id + ": " + error, {}};
-    incumbent = *parsed;
-    *incumbent_doc = {{"id", newest->id}, {"config", newest->config}};
-  }
+  const auto inc = gate_incumbent(opt.registry, probe.shape, probe.target.name, &error);
+  if (!inc) return {false, "benchmark gate: " + error, {}};
+  const schedule::Plan& incumbent = inc->plan;
+  *incumbent_doc = {{"id", inc->id}, {"source", inc->source}, {"config", inc->document}};
   const std::vector<PlanGateBucket> buckets = plan_gate_buckets(candidate, probe.shape.max_seq);
   std::vector<schedule::ScheduleConfig> mine, theirs;
   bool same = true;
@@ -324,7 +310,8 @@ void add_promote_command(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand(
       "promote",
       "Promote a config into the verified registry: verify gate, then an interleaved benchmark "
-      "against the registry's entry (>= 1.10x), then an append to registry/verified.jsonl");
+      "against what best:MODEL:GPU resolves to (the registry's entry, else the built-in record, "
+      "else the default; >= --speedup), then an append to registry/verified.jsonl");
   add_model_flag(cmd, &opt->model);
   add_gpu_flag(cmd, &opt->gpu);
   add_device_flag(cmd, &opt->device,

@@ -9,10 +9,12 @@
 #include "eval/generate.h"
 #include "eval/plan_evaluate.h"
 #include "flywheel/measured_records.h"
+#include "flywheel/registry.h"
 #include "flywheel/run_dir.h"
 #include "harness/cli_util.h"
 #include "schedule/format.h"
 #include "schedule/lookup.h"
+#include "schedule/named_configs.h"
 #include "search/plan_search.h"
 
 namespace megasched::harness {
@@ -277,6 +279,36 @@ GateOutcome run_plan_verify_gate(const VerifyRequest& request, const schedule::P
   for (const std::string& p : passed) list += (list.empty() ? "" : ", ") + p;
   g.message = "verify gate passed bucket by bucket: " + list + " (" + request.device + ")";
   return g;
+}
+
+std::optional<GateIncumbent> gate_incumbent(const std::string& registry_path,
+                                            const schedule::ModelShape& shape,
+                                            const std::string& target, std::string* error) {
+  GateIncumbent inc;
+  const flywheel::RegistryRead registry = flywheel::read_registry(registry_path);
+  const std::optional<flywheel::RegistryEntry> newest =
+      flywheel::newest_entry(registry, shape.name, target, schedule::dtype_name(shape.dtype));
+  const std::string record = "best:" + shape.name + ":" + target;
+  const std::optional<schedule::NamedConfig> named =
+      newest ? std::nullopt : schedule::find_named_config(record, nullptr);
+  if (newest) {
+    inc = {{}, newest->id, "registry", newest->config};
+  } else if (const auto preset = schedule::find_preset(shape.name);
+             named && named->model == shape.name && named->gpu == target && preset &&
+             preset->dtype == shape.dtype) {
+    inc = {{}, record, "built-in record", named->config};
+  } else {
+    inc = {schedule::single_config_plan(schedule::ScheduleConfig{}), "default", "default",
+           schedule::to_json(schedule::ScheduleConfig{})};
+    return inc;
+  }
+  auto plan = schedule::parse_plan(inc.document, error);
+  if (!plan || !schedule::check_plan_covers(*plan, shape.max_seq, error)) {
+    *error = inc.source + " " + inc.id + ": " + *error;
+    return std::nullopt;
+  }
+  inc.plan = std::move(*plan);
+  return inc;
 }
 
 }  // namespace megasched::harness

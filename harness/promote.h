@@ -3,8 +3,9 @@
 //   verify gate     valid, correct on the ReferenceVm and (device gpu) on the GPU at positions
 //                   0, 1024 and 4096 (clipped to the model's last position), and a greedy
 //                   generate with every step checked against the eager forward (64 tokens)
-//   benchmark gate  the candidate and the incumbent (the registry's newest entry for the model,
-//                   GPU and dtype, else the default config) re-measured in one process, rounds
+//   benchmark gate  the candidate and the incumbent (what best:MODEL:GPU resolves to: the
+//                   registry's newest entry for the model, GPU and dtype, else the built-in
+//                   record, else the default config) re-measured in one process, rounds
 //                   interleaved ABBA (candidate, incumbent, incumbent, candidate, ...), and
 //                   promoted only when median(incumbent) / median(candidate) >= 1.10
 // The benchmark gate needs measured latencies: with --device cpu only the verify gate runs
@@ -52,6 +53,23 @@ using Measure = std::function<std::optional<double>(bool candidate, std::string*
 /// then candidate), so a drift of the clock or the temperature falls on both alike. Returns the
 /// gate's outcome; detail has each side's samples and the order measured.
 GateOutcome run_benchmark_gate(int rounds, double required, const Measure& measure);
+
+/// The incumbent of the benchmark gate: what `best:MODEL:GPU` resolves to for the workload, so a
+/// promotion can never make that name slower than it was. `source` says which it is.
+struct GateIncumbent {
+  schedule::Plan plan;      // a one-bucket plan for a single config
+  std::string id;           // the registry entry's id, the record's name, or "default"
+  std::string source;       // "registry", "built-in record" or "default"
+  nlohmann::json document;  // the config or plan document as the registry or record holds it
+};
+
+/// The registry's newest entry at `registry_path` for the shape's model and dtype on `target`,
+/// else the built-in record best:MODEL:GPU of schedule/named_configs.h for that model (a preset)
+/// and target, else the default config. nullopt with *error when the one chosen does not parse
+/// or does not cover the model's positions.
+std::optional<GateIncumbent> gate_incumbent(const std::string& registry_path,
+                                            const schedule::ModelShape& shape,
+                                            const std::string& target, std::string* error);
 
 /// The verify gate on `device` (cpu: the ReferenceVm only, generate on the ReferenceVm).
 struct VerifyRequest {

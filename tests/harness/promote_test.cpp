@@ -16,6 +16,7 @@
 #include "harness/build_info.h"
 #include "harness/json_schema.h"
 #include "schedule/config.h"
+#include "schedule/named_configs.h"
 #include "schedule/plan.h"
 #include "tests/harness/run_cli.h"
 #include "vm/nvrtc_build.h"
@@ -231,6 +232,48 @@ TEST_F(PromoteCli, APlanEntryIsTheIncumbentThroughItsPositionZeroConfig) {
   ASSERT_EQ(verified["verify"]["buckets"].size(), 2u);
   EXPECT_EQ(verified["verify"]["buckets"][0]["positions"], json({0, 15}));
   EXPECT_EQ(verified["verify"]["buckets"][1]["positions"], json({16, 127}));
+}
+
+// The benchmark gate's incumbent is what best:MODEL:GPU resolves to: the registry's newest entry,
+// else the built-in record (so a promotion on a machine with an empty registry must beat the
+// record, not the default config), else the default.
+TEST_F(PromoteCli, TheGateIncumbentIsWhatTheBestNameResolvesTo) {
+  const schedule::ModelShape llama = *schedule::find_preset("llama-1b");
+  std::string error;
+  auto inc = gate_incumbent(registry_, llama, "h200", &error);
+  ASSERT_TRUE(inc) << error;
+  EXPECT_EQ(inc->source, "built-in record");
+  EXPECT_EQ(inc->id, "best:llama-1b:h200");
+  const auto record = schedule::find_named_config("best:llama-1b:h200", nullptr);
+  ASSERT_TRUE(record);
+  EXPECT_EQ(inc->document, record->config);
+  EXPECT_EQ(schedule::to_json(inc->plan),
+            schedule::to_json(*schedule::parse_plan(record->config, nullptr)));
+  // No record for this GPU or model: the default config.
+  for (const auto& [shape, gpu] : {std::pair{llama, std::string("a100")},
+                                   std::pair{*schedule::find_preset("toy"), std::string("h100")}}) {
+    inc = gate_incumbent(registry_, shape, gpu, &error);
+    ASSERT_TRUE(inc) << error;
+    EXPECT_EQ(inc->source, "default") << shape.name << " " << gpu;
+    EXPECT_EQ(inc->id, "default");
+    EXPECT_TRUE(inc->plan.single());
+    EXPECT_EQ(inc->plan.buckets[0].config, schedule::ScheduleConfig{});
+  }
+  // A registry entry comes first.
+  flywheel::RegistryEntry e;
+  e.model = "llama-1b";
+  e.gpu = "h200";
+  e.dtype = schedule::dtype_name(llama.dtype);
+  schedule::ScheduleConfig mine;
+  mine.kernel.unroll = 8;
+  e.config = schedule::to_json(mine);
+  const auto stored = flywheel::append_registry_entry(registry_, e, nullptr);
+  ASSERT_TRUE(stored);
+  inc = gate_incumbent(registry_, llama, "h200", &error);
+  ASSERT_TRUE(inc) << error;
+  EXPECT_EQ(inc->source, "registry");
+  EXPECT_EQ(inc->id, stored->id);
+  EXPECT_EQ(inc->plan.buckets[0].config, mine);
 }
 
 // The entry's commit is the one megasched was built from, wherever the command runs (once it
