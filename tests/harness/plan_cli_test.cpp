@@ -1,8 +1,11 @@
 // Plans through the binary (schedule/plan.h, HARNESS.md section 15): validate and evaluate check
 // every bucket, generate switches program at a boundary, a verb of one config takes a one-bucket
 // plan and refuses several buckets with the verbs that take them; bad plans exit 2 naming the
-// positions.
+// positions. `bench --from-bench` fits a plan to a saved bench.json on a machine without a GPU.
 #include <fstream>
+#include <sstream>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +14,7 @@
 #include "harness/json_schema.h"
 #include "schedule/config.h"
 #include "tests/harness/run_cli.h"
+#include "vm/nvrtc_build.h"
 
 namespace {
 
@@ -143,6 +147,113 @@ TEST(PlanCli, VerbsOfOneConfigTakeAOneBucketPlanAndTheBucketOfTheirPosition) {
       error.find("validate, evaluate, generate, bench, bench --generate, promote and loop --plan"),
       std::string::npos)
       << error;
+}
+
+// A bench.json of model toy on an H100 at positions 0, 64 and 127: the default (fastest at 0),
+// two KV partitions (fastest at no measured position: its line is the lowest from 32 to 40) and
+// four (fastest at 64 and 127), each row carrying its config as `bench` writes it.
+json saved_bench(const std::string& build_key = "") {
+  using megasched::schedule::ScheduleConfig;
+  const auto partitions = [](int p) {
+    ScheduleConfig c;
+    c.tiling.attn_kv_partitions = p;
+    return megasched::schedule::to_json(c);
+  };
+  const std::vector<std::tuple<std::string, json, std::vector<double>>> configs = {
+      {"default", megasched::schedule::to_json(ScheduleConfig{}), {100, 300, 500}},
+      {"p2", partitions(2), {150, 250, 420}},
+      {"p4", partitions(4), {220, 210, 200}}};
+  json rows = json::array();
+  const std::vector<int> positions = {0, 64, 127};
+  for (size_t k = 0; k < positions.size(); ++k)
+    for (const auto& [label, config, us] : configs) {
+      json detail = {{"config", config}};
+      if (!build_key.empty()) detail["kernel"] = {{"build_key", build_key}};
+      rows.push_back({{"name", label},
+                      {"kind", "config"},
+                      {"position", positions[k]},
+                      {"status", "ok"},
+                      {"median_us", us[k]},
+                      {"detail", detail}});
+    }
+  return {{"model", "toy"},
+          {"device", "NVIDIA H100 80GB HBM3"},
+          {"bandwidth_gbs", 3350},
+          {"bandwidth", "datasheet"},
+          {"positions", positions},
+          {"floor_us", {10, 10, 10}},
+          {"rows", rows}};
+}
+
+TEST(PlanCli, FromBenchFitsASavedBenchJsonWithoutAGpu) {
+  const std::string bench = write_plan(saved_bench(), "from_bench");
+  const std::string out = testing::TempDir() + "plan_cli_from_bench_out";
+  const RunResult r = run("bench --model toy --from-bench " + bench + " --fit-plan " + out +
+                          "/plan.json --out " + out + " --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json explain = json::parse(r.out);
+  ASSERT_EQ(explain["buckets"].size(), 3u) << explain.dump();
+  EXPECT_EQ(explain["buckets"][1]["config"], "p2");
+  EXPECT_EQ(explain["buckets"][1]["begin"], 32);
+  EXPECT_EQ(explain["buckets"][1]["fastest_at"], json::array());
+  EXPECT_EQ(explain["buckets"][2]["begin"], 41);
+  EXPECT_EQ(explain["from_bench"]["file"], bench);
+  std::ifstream written(out + "/plan.json");
+  std::stringstream text;
+  text << written.rdbuf();
+  std::string error;
+  const auto plan = megasched::schedule::parse_plan_text(text.str(), &error);
+  ASSERT_TRUE(plan) << error;
+  ASSERT_EQ(plan->buckets.size(), 3u);
+  EXPECT_EQ(plan->buckets[1].config.tiling.attn_kv_partitions, 2);
+  EXPECT_EQ(json::parse(std::ifstream(out + "/plan_fit.json"))["winners"],
+            json({"default", "p4", "p4"}));
+  // At 0 and 127 only, p4's line crosses below p2's (at 30.7) before p2's crosses below the
+  // default's (at 48.8): p2 is lowest nowhere.
+  const RunResult two = run("bench --model toy --from-bench " + bench + " --positions 0,127 " +
+                            "--fit-plan " + out + "/two.json --out " + out + " --format json");
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  EXPECT_EQ(json::parse(two.out)["buckets"].size(), 2u) << two.out;
+}
+
+TEST(PlanCli, FromBenchRefusesAMeasurementThatIsNotOfTheseConfigs) {
+  const std::string bench = write_plan(saved_bench(), "from_bench_refused");
+  const std::string fit = " --fit-plan " + testing::TempDir() + "plan_cli_refused.json --out " +
+                          testing::TempDir() + "plan_cli_refused";
+  struct Bad {
+    std::string args;
+    int exit_code;
+    const char* says;
+  };
+  // A file labelled p4 (its stem) holding another config than the file's p4.
+  const std::string other = testing::TempDir() + "p4.json";
+  std::ofstream(other) << json({{"tiling", {{"attn_kv_partitions", 8}}}}).dump();
+  for (const Bad& bad : {
+           Bad{"--model llama-1b --from-bench " + bench + fit, 2, "measured model toy"},
+           Bad{"--model toy --from-bench " + bench + " --positions 0,100" + fit, 2,
+               "100 was not measured"},
+           Bad{"--model toy --from-bench " + bench + " --config " + other + fit, 2,
+               "--config p4 is not the config"},
+           Bad{"--model toy --from-bench " + bench, 2, "pass --fit-plan"},
+           Bad{"--model toy --from-bench " + testing::TempDir() + "no_such_bench.json" + fit, 3,
+               "--from-bench"},
+           Bad{"--model toy --from-bench " + write_plan(json::array(), "not_bench") + fit, 2,
+               "not a bench.json"},
+       }) {
+    const RunResult r = run("bench " + bad.args, true);
+    EXPECT_EQ(r.exit_code, bad.exit_code) << bad.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(bad.says), std::string::npos) << bad.args << "\n" << r.out;
+  }
+  // A row measured with another kernel build: refused where this megasched can build the key.
+  const std::string stale = write_plan(saved_bench("0000000000000000"), "from_bench_stale");
+  const RunResult r = run("bench --model toy --from-bench " + stale + fit, true);
+  if (megasched::vm::nvrtc_available()) {
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find("with kernel build 0000000000000000"), std::string::npos) << r.out;
+  } else {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("not checked: this megasched has no NVRTC"), std::string::npos) << r.out;
+  }
 }
 
 }  // namespace
