@@ -78,7 +78,9 @@
 #        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_POSITION,
 #        default 0: the position the loop checks and times and the bench measures);
 #        stage "planfit" times the default and PLANFIT_CONFIGS (default the three llama-1b record
-#        configs) at PLANFIT_POSITIONS (default 0,128,256,512,1024,2048,4096) with
+#        configs of 2026-11-27; a plan such as best:llama-1b:h200 stands for its buckets' configs,
+#        so "best:llama-1b:h200 found.json" refits the record with a find) at PLANFIT_POSITIONS
+#        (default 0,128,256,512,1024,2048,4096) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
 #        config, boundaries where latencies cross; plan_fit.json: why), then benches that plan
 #        beside them at PLAN_POSITIONS (default 0,512,1024,2048,4096) into plan_table/ and

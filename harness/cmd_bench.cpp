@@ -124,11 +124,23 @@ std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* e
     }
     const std::string label =
         schedule::is_config_name(arg) ? arg : std::filesystem::path(arg).stem().string();
-    // A plan of several buckets: each position runs the config of the bucket that holds it.
-    if (plan->single())
+    // A plan of several buckets: each position runs the config of the bucket that holds it; with
+    // --fit-plan its buckets' configs are candidates instead, each timed at every position
+    // (labelled "PLAN [begin, end)", one per distinct config, the first bucket's range).
+    if (plan->single()) {
       p.bench.configs.push_back({label, plan->buckets[0].config});
-    else
+    } else if (!o.fit_plan.empty()) {
+      for (const schedule::PlanBucket& b : plan->buckets) {
+        const bool seen =
+            std::any_of(p.bench.configs.begin(), p.bench.configs.end(), [&](const auto& c) {
+              return c.first.rfind(label + " [", 0) == 0 &&
+                     schedule::to_json(c.second) == schedule::to_json(b.config);
+            });
+        if (!seen) p.bench.configs.push_back({label + " " + schedule::bucket_label(b), b.config});
+      }
+    } else {
       p.bench.plans.push_back({label, *plan});
+    }
   }
   auto kinds = baseline_kinds_for(o, *shape, error);
   if (!kinds) return std::nullopt;
@@ -323,8 +335,7 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const B
   nlohmann::json explain = fit->explain;
   explain.update(more);
   explain["left_out"] = left_out;
-  explain["plans_not_fitted"] = nlohmann::json::array();
-  for (const auto& plan : parsed.bench.plans) explain["plans_not_fitted"].push_back(plan.first);
+
   explain["plan_file"] = o.fit_plan;
   if (written) *written = explain;
   if (!write_text_file(o.fit_plan, schedule::to_json(fit->plan).dump(1) + "\n", error) ||
@@ -340,9 +351,6 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const B
   for (const std::string& label : left_out)
     std::cerr << "bench: --fit-plan left out " << label
               << ": it has no checked median at every position\n";
-  for (const auto& plan : parsed.bench.plans)
-    std::cerr << "bench: --fit-plan left out " << plan.first
-              << ": it is a plan, not a candidate config (pass its buckets' config files)\n";
   return true;
 }
 

@@ -152,7 +152,8 @@ TEST(PlanCli, VerbsOfOneConfigTakeAOneBucketPlanAndTheBucketOfTheirPosition) {
 // A bench.json of model toy on an H100 at positions 0, 64 and 127: the default (fastest at 0),
 // two KV partitions (fastest at no measured position: its line is the lowest from 32 to 40) and
 // four (fastest at 64 and 127), each row carrying its config as `bench` writes it.
-json saved_bench(const std::string& build_key = "") {
+json saved_bench(const std::string& build_key = "",
+                 const std::vector<std::string>& labels = {"default", "p2", "p4"}) {
   using megasched::schedule::ScheduleConfig;
   const auto partitions = [](int p) {
     ScheduleConfig c;
@@ -160,9 +161,9 @@ json saved_bench(const std::string& build_key = "") {
     return megasched::schedule::to_json(c);
   };
   const std::vector<std::tuple<std::string, json, std::vector<double>>> configs = {
-      {"default", megasched::schedule::to_json(ScheduleConfig{}), {100, 300, 500}},
-      {"p2", partitions(2), {150, 250, 420}},
-      {"p4", partitions(4), {220, 210, 200}}};
+      {labels[0], megasched::schedule::to_json(ScheduleConfig{}), {100, 300, 500}},
+      {labels[1], partitions(2), {150, 250, 420}},
+      {labels[2], partitions(4), {220, 210, 200}}};
   json rows = json::array();
   const std::vector<int> positions = {0, 64, 127};
   for (size_t k = 0; k < positions.size(); ++k)
@@ -214,6 +215,38 @@ TEST(PlanCli, FromBenchFitsASavedBenchJsonWithoutAGpu) {
                             "--fit-plan " + out + "/two.json --out " + out + " --format json");
   ASSERT_EQ(two.exit_code, 0) << two.out;
   EXPECT_EQ(json::parse(two.out)["buckets"].size(), 2u) << two.out;
+}
+
+// With --fit-plan a plan given as --config is its buckets' configs, each a candidate labelled
+// "PLAN [begin, end)": here a bench.json measured that way, refitted.
+TEST(PlanCli, FitPlanTakesAPlansBucketsAsCandidates) {
+  const std::string bench =
+      write_plan(saved_bench("", {"default", "rec [0, 64)", "rec [64, max)"}), "from_bench_plan");
+  const std::string rec = testing::TempDir() + "rec.json";
+  const json plan = {
+      {"buckets",
+       {{{"begin", 0}, {"end", 64}, {"config", {{"tiling", {{"attn_kv_partitions", 2}}}}}},
+        {{"begin", 64}, {"end", "max"}, {"config", {{"tiling", {{"attn_kv_partitions", 4}}}}}}}}};
+  std::ofstream(rec) << plan.dump();
+  const std::string out = testing::TempDir() + "plan_cli_from_bench_plan";
+  const RunResult r = run("bench --model toy --from-bench " + bench + " --config " + rec +
+                          " --fit-plan " + out + "/plan.json --out " + out + " --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json explain = json::parse(r.out);
+  ASSERT_EQ(explain["buckets"].size(), 3u) << explain.dump();
+  EXPECT_EQ(explain["buckets"][1]["config"], "rec [0, 64)");
+  EXPECT_EQ(explain["buckets"][2]["config"], "rec [64, max)");
+  EXPECT_EQ(explain["left_out"], json::array());
+  // The plan's buckets are not the configs the file measured under those labels: refused.
+  json other = plan;
+  other["buckets"][1]["config"]["tiling"]["attn_kv_partitions"] = 8;
+  std::ofstream(rec) << other.dump();
+  const RunResult refused = run("bench --model toy --from-bench " + bench + " --config " + rec +
+                                    " --fit-plan " + out + "/other.json --out " + out,
+                                true);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("--config rec [64, max) is not the config"), std::string::npos)
+      << refused.out;
 }
 
 TEST(PlanCli, FromBenchRefusesAMeasurementThatIsNotOfTheseConfigs) {
