@@ -66,6 +66,36 @@ TEST(Bench, JsonCarriesPercentOfBandwidthAndRatiosToEachBaseline) {
   EXPECT_TRUE(j["rows"][7]["median_us"].is_null());
 }
 
+TEST(Bench, JsonReadsBackAsTheResultItWasWrittenFrom) {
+  BenchResult r = synthetic();
+  r.rows[1].detail = {{"config", {{"kernel", {{"unroll", 4}}}}}};
+  const auto back = bench_from_json(bench_to_json(r), nullptr);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->model, r.model);
+  EXPECT_EQ(back->device, r.device);
+  EXPECT_EQ(back->positions, r.positions);
+  EXPECT_EQ(back->floor_us, r.floor_us);
+  EXPECT_TRUE(back->measured_bandwidth);
+  ASSERT_EQ(back->rows.size(), r.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(back->rows[i].name, r.rows[i].name);
+    EXPECT_EQ(back->rows[i].status, r.rows[i].status);
+    EXPECT_EQ(back->rows[i].median_us, r.rows[i].median_us) << i;
+    EXPECT_EQ(back->rows[i].detail, r.rows[i].detail) << i;
+  }
+  std::string error;
+  EXPECT_FALSE(bench_from_json(json::array(), &error));
+  EXPECT_NE(error.find("not a JSON object"), std::string::npos) << error;
+  json no_rows = bench_to_json(r);
+  no_rows.erase("rows");
+  EXPECT_FALSE(bench_from_json(no_rows, &error));
+  EXPECT_NE(error.find("no \"rows\" field"), std::string::npos) << error;
+  json bad = bench_to_json(r);
+  bad["rows"][0]["position"] = "zero";
+  EXPECT_FALSE(bench_from_json(bad, &error));
+  EXPECT_NE(error.find("wrong type"), std::string::npos) << error;
+}
+
 TEST(Bench, TableHasOneLinePerRowAndSaysWhatIsComputed) {
   const std::string t = bench_table(synthetic());
   EXPECT_NE(t.find("| position | row | kind | median us | p10 us | p90 us | % of bandwidth | x vs "
