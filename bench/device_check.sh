@@ -72,15 +72,18 @@
 #        stage "search" runs the search of record: `loop --device gpu` of llama-1b from the
 #        default config for SEARCH_MINUTES (default 15) in SEARCH_DIR (default
 #        workspace/search_of_record; a second call on the same warm machine resumes it, so 15
-#        minutes fit two calls of 7.5), its best benched beside best:llama-1b:<GPU> and graph-pdl
-#        at position 0 into search_bench.md, its report into search_report.html, and its
+#        minutes fit two calls of 7.5), its best (kept as SEARCH_DIR/best.json) benched beside
+#        best:llama-1b:<GPU> and graph-pdl at position 0 into search_bench.md, its report into
+#        search_report.html, and its
 #        results.tsv and corpus.jsonl into search_results.tsv and search_corpus.jsonl (SEARCH_FLAGS:
 #        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_POSITION,
 #        default 0: the position the loop checks and times and the bench measures);
 #        stage "planfit" times the default and PLANFIT_CONFIGS (default the three llama-1b record
-#        configs of 2026-11-27; a plan such as best:llama-1b:h200 stands for its buckets' configs,
-#        so "best:llama-1b:h200 found.json" refits the record with a find) at PLANFIT_POSITIONS
-#        (default 0,128,256,512,1024,2048,4096) with
+#        configs of 2026-11-27; a plan such as best:llama-1b:h200 stands for its buckets' configs;
+#        the word "record" is best:llama-1b:<this GPU> and "search" the search stage's best, of
+#        this call or an earlier one on the same warm machine, SEARCH_DIR/best.json: so
+#        PLANFIT_CONFIGS="record search" refits the record with the loop's find) at
+#        PLANFIT_POSITIONS (default 0,128,256,512,1024,2048,4096) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
 #        config, boundaries where latencies cross; plan_fit.json: why), then benches that plan
 #        beside them at PLAN_POSITIONS (default 0,512,1024,2048,4096) into plan_table/ and
@@ -103,7 +106,9 @@
 #        reference and cubin_cache) and `loop --device gpu` trials per minute over TRIALS_BUDGET
 #        (default 20) trials, with fresh kernel and reference caches under OUT_DIR/trials_ws;
 #        stage "promote" runs `megasched promote` of PROMOTE_CONFIG for PROMOTE_MODEL on PROMOTE_GPU
-#        (default bench/configs/best_1b.json on llama-1b; verify gate at PROMOTE_POSITIONS,
+#        (default bench/configs/best_1b.json on llama-1b on this GPU's registry name, h100 where
+#        it is neither an H100 nor an H200; the word "planfit" is this call's fitted
+#        plan, "search" the search's best, as above; verify gate at PROMOTE_POSITIONS,
 #        default 0,1024,4096, and generate --verify 64 tokens; PROMOTE_ROUNDS interleaved rounds
 #        against what best:MODEL:GPU resolves to, the built-in record where the fresh registry has
 #        no entry, needing PROMOTE_SPEEDUP, default 1.10) into OUT_DIR/verified.jsonl
@@ -145,7 +150,6 @@ PROFILES=${PROFILES:-llama-1b@0@default}
 CROSSCHECK_SHAPES=${CROSSCHECK_SHAPES:-small-gqa1-untied,small-gqa4-tied,llama-1b}
 CROSSCHECK_STEPS=${CROSSCHECK_STEPS:-128}
 PROMOTE_MODEL=${PROMOTE_MODEL:-llama-1b}
-PROMOTE_GPU=${PROMOTE_GPU:-h100}
 PROMOTE_CONFIG=${PROMOTE_CONFIG:-$ROOT/bench/configs/best_1b.json}
 PROMOTE_POSITIONS=${PROMOTE_POSITIONS:-0,1024,4096}
 PROMOTE_ROUNDS=${PROMOTE_ROUNDS:-3}
@@ -163,6 +167,12 @@ done
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+# The registry name of GPU 0 (h200, h100), or "" for another or none: best:llama-1b:<it>.
+gpu_key() {
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)" in
+    *H200*) echo h200 ;; *H100*) echo h100 ;; *) echo "" ;;
+  esac
+}
 
 # Long stages keep a copy of what they record under OUT every 20 s, so a call killed at its time
 # limit (or by a spent device budget) still brings back every row so far: keep_copying SRC DEST
@@ -616,7 +626,7 @@ if has_stage search; then
   spos=()
   [ "$SEARCH_POSITION" != 0 ] && spos=(--timed-position "$SEARCH_POSITION" --positions "$SEARCH_POSITION")
   sgpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
-  case "$sgpu" in *H200*) skey=h200 ;; *H100*) skey=h100 ;; *) skey="" ;; esac
+  skey=$(gpu_key)
   mkdir -p "$SEARCH_DIR"
   sresume=()
   [ -s "$SEARCH_DIR/results.tsv" ] && sresume=(--resume)
@@ -635,6 +645,9 @@ if has_stage search; then
   log "search: loop exit $search_rc ($(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d.get("best") or {}; print(d.get("trials"), "trials, best", b.get("latency_us"), "us")' "$OUT/search_summary.json" 2>/dev/null))"
   if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); json.dump(d["best"]["config"], open(sys.argv[2], "w"), indent=1)' \
        "$OUT/search_summary.json" "$OUT/search_best.json" 2>> "$LOG"; then
+    # Kept beside the loop's logs too: "search" in PLANFIT_CONFIGS or PROMOTE_CONFIG, in this
+    # call or a later one on the same warm machine.
+    cp "$OUT/search_best.json" "$SEARCH_DIR/best.json"
     sargs=(--config "$OUT/search_best.json")
     [ -n "$skey" ] && sargs+=(--config "best:llama-1b:$skey")
     if "$BUILD/megasched" bench --model llama-1b --positions "$SEARCH_POSITION" "${sargs[@]}" --baseline graph-pdl \
@@ -659,7 +672,13 @@ if has_stage planfit; then
   PLAN_POSITIONS=${PLAN_POSITIONS:-0,512,1024,2048,4096}
   PLANFIT_CONFIGS=${PLANFIT_CONFIGS:-bench/configs/stream_r2u4_pairs_am.json bench/configs/stream_r2u4_g4p8_pairs_am_st.json bench/configs/stream_r2u4_g4p16_pairs_am_st.json}
   pcargs=()
-  for c in $PLANFIT_CONFIGS; do pcargs+=(--config "$c"); done
+  for c in $PLANFIT_CONFIGS; do
+    case "$c" in
+      record) c="best:llama-1b:$(gpu_key)" ;;
+      search) c="${SEARCH_DIR:-$ROOT/workspace/search_of_record}/best.json" ;;
+    esac
+    pcargs+=(--config "$c")
+  done
   # Both benches: llama-1b, the configs and graph-pdl, ITERATIONS steps each.
   planfit_bench() { timeout 900 "$BUILD/megasched" bench --model llama-1b "${pcargs[@]}" \
     --baseline graph-pdl --iterations "$ITERATIONS" "$@"; }
@@ -722,6 +741,12 @@ if has_stage generate; then
 fi
 
 if has_stage promote; then
+  PROMOTE_GPU=${PROMOTE_GPU:-$(gpu_key)}
+  PROMOTE_GPU=${PROMOTE_GPU:-h100}
+  case "$PROMOTE_CONFIG" in
+    planfit) PROMOTE_CONFIG="$OUT/planfit/plan.json" ;;
+    search) PROMOTE_CONFIG="${SEARCH_DIR:-$ROOT/workspace/search_of_record}/best.json" ;;
+  esac
   log "promote --model $PROMOTE_MODEL --gpu $PROMOTE_GPU --config $PROMOTE_CONFIG" \
     "--positions $PROMOTE_POSITIONS --rounds $PROMOTE_ROUNDS --speedup $PROMOTE_SPEEDUP"
   timeout 540 "$BUILD/megasched" promote --model "$PROMOTE_MODEL" --gpu "$PROMOTE_GPU" \

@@ -203,4 +203,48 @@ TEST(DeviceCheckScript, TheAbStagesBaseBuildsBesideTheBuildStage) {
   std::filesystem::remove_all(dir);
 }
 
+// The autoresearch cycle without a person choosing: PLANFIT_CONFIGS="record search" fits the
+// GPU's record with the search's best (kept in SEARCH_DIR by an earlier call), and
+// PROMOTE_CONFIG=planfit promotes the plan this call fitted. A stand-in megasched logs its
+// arguments (and writes the plan --fit-plan names); a stand-in nvidia-smi says H200.
+TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFittedPlan) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_cycle";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "bin");
+  std::filesystem::create_directories(dir / "build");
+  std::filesystem::create_directories(dir / "search");
+  std::ofstream(dir / "search" / "best.json") << "{}\n";
+  const std::string calls = (dir / "calls").string();
+  {
+    std::ofstream smi(dir / "bin" / "nvidia-smi");
+    smi << "#!/bin/bash\necho 'NVIDIA H200'\n";
+    std::ofstream fake(dir / "build" / "megasched");
+    fake << "#!/bin/bash\necho \"$*\" >> " << shell_quote(calls)
+         << "\nwhile [ $# -gt 0 ]; do\n"
+            "  [ \"$1\" = --fit-plan ] && mkdir -p \"$(dirname \"$2\")\" && echo '{}' > \"$2\"\n"
+            "  shift\ndone\necho '{}'\n";
+  }
+  for (const char* f : {"bin/nvidia-smi", "build/megasched"})
+    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+  const std::string out = (dir / "out").string();
+  const std::string cmd = "PATH=" + shell_quote((dir / "bin").string()) +
+                          ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
+                          " SEARCH_DIR=" + shell_quote((dir / "search").string()) +
+                          " MEGASCHED_FLYWHEEL_DIR=none STAGES='planfit promote' "
+                          "PLANFIT_CONFIGS='record search' PROMOTE_CONFIG=planfit bash " +
+                          shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
+                          shell_quote(out) + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
+  const std::string lines = slurp(calls);
+  const std::string fit = "--config best:llama-1b:h200 --config " + (dir / "search").string() +
+                          "/best.json --baseline graph-pdl";
+  EXPECT_NE(lines.find("bench --model llama-1b " + fit), std::string::npos) << lines;
+  EXPECT_NE(lines.find("--fit-plan " + out + "/planfit/plan.json"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("promote --model llama-1b --gpu h200 --device gpu --config " + out +
+                       "/planfit/plan.json"),
+            std::string::npos)
+      << lines;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
