@@ -49,7 +49,8 @@ struct BenchOptionsCli {
   uint64_t seed = 0;
   std::string fit_plan;      // a file: the plan fitted to the config rows (search/plan_fit.h)
   double fit_margin = 0.01;  // its tie margin
-  std::string from_bench;    // with fit_plan: a bench.json written earlier, fitted without a GPU
+  std::vector<std::string> from_bench;  // with fit_plan: bench.json files written earlier, fitted
+                                        // without a GPU
 };
 
 /// The arguments checked on any machine; the exit code and message of the first bad one.
@@ -298,8 +299,9 @@ void append_to_shared_corpus(const eval::BenchResult& r, const Parsed& parsed,
 }
 
 /// The plan fitted to the config rows of `r` (search/plan_fit.h): each config of --config and the
-/// default with a checked median at every position; a config that failed somewhere is left out
-/// (named in *left_out).
+/// default at the positions it has a row (every one when `bench` measured it; several
+/// --from-bench files may measure a config at some of them); a config that failed at one, or
+/// was measured nowhere, is left out (named in *left_out).
 std::optional<search::PlanFit> fit_plan_to(const eval::BenchResult& r, const Parsed& parsed,
                                            double margin, std::vector<std::string>* left_out,
                                            std::string* error) {
@@ -309,14 +311,18 @@ std::optional<search::PlanFit> fit_plan_to(const eval::BenchResult& r, const Par
   in.tie_margin = margin;
   for (const auto& [label, config] : parsed.bench.configs) {
     search::MeasuredConfig m{label, config, {}};
+    bool failed = false;
     for (int pos : in.positions) {
       const auto row = std::find_if(r.rows.begin(), r.rows.end(), [&](const eval::BenchRow& x) {
         return x.kind == "config" && x.name == label && x.position == pos;
       });
-      if (row == r.rows.end() || row->status != "ok" || !row->median_us) break;
+      if (row == r.rows.end()) continue;  // not measured there (another --from-bench file)
+      if (row->status != "ok" || !row->median_us) failed = true;
+      if (failed) break;
       m.median_us.push_back(*row->median_us);
+      m.positions.push_back(pos);
     }
-    if (m.median_us.size() == in.positions.size())
+    if (!failed && !m.median_us.empty())
       in.configs.push_back(std::move(m));
     else
       left_out->push_back(label);
@@ -350,7 +356,7 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const B
             << " -> " << o.fit_plan << "\n";
   for (const std::string& label : left_out)
     std::cerr << "bench: --fit-plan left out " << label
-              << ": it has no checked median at every position\n";
+              << ": it failed at a position or was measured at none\n";
   return true;
 }
 
@@ -368,27 +374,73 @@ std::string kernel_key_on(const schedule::ModelShape& shape, const std::string& 
   return vm::build_key(vm::megakernel_request(*program, target->sm_arch, ""));
 }
 
-/// `bench --from-bench FILE --fit-plan PLAN`: the plan fitted to the medians of a bench.json
-/// written earlier, no GPU. The file's config rows carry their configs (detail.config); a
-/// --config of the same label must be that config, and one the file measured without its config
+/// The bench.json files of --from-bench as one measurement: their rows, the union of their
+/// positions. nullopt with *error (and *code) for a file that cannot be read or is not a
+/// bench.json, files of different models or GPUs, or a config row measured twice.
+std::optional<eval::BenchResult> read_measurements(const std::vector<std::string>& files,
+                                                   std::string* error, int* code) {
+  std::optional<eval::BenchResult> all;
+  for (const std::string& path : files) {
+    const std::string file = "--from-bench " + path;
+    *code = kExitEnvironment;
+    const auto text = read_text(path, error);
+    if (!text) return *error = file + ": " + *error, std::nullopt;
+    *code = kExitUsage;
+    const auto doc = nlohmann::json::parse(*text, nullptr, false);
+    auto one = doc.is_discarded() ? std::nullopt : eval::bench_from_json(doc, error);
+    if (!one) {
+      *error = file + ": " + (doc.is_discarded() ? "not JSON" : *error) +
+               " (hint: pass the bench.json that `bench --out DIR` wrote)";
+      return std::nullopt;
+    }
+    if (!all) {
+      all = std::move(one);
+      continue;
+    }
+    if (one->model != all->model || one->device != all->device) {
+      *error = file + " measured " + one->model + " on " + one->device + ", the file before it " +
+               all->model + " on " + all->device +
+               " (hint: fit the measurements of one model on one GPU)";
+      return std::nullopt;
+    }
+    for (const eval::BenchRow& row : one->rows) {
+      const bool twice =
+          row.kind == "config" &&
+          std::any_of(all->rows.begin(), all->rows.end(), [&](const auto& r) {
+            return r.kind == "config" && r.name == row.name && r.position == row.position;
+          });
+      if (twice) {
+        *error = file + " measured " + row.name + " at position " + std::to_string(row.position) +
+                 " again (hint: give each position of a config in one file only)";
+        return std::nullopt;
+      }
+      all->rows.push_back(row);
+    }
+    for (int p : one->positions)
+      if (std::find(all->positions.begin(), all->positions.end(), p) == all->positions.end())
+        all->positions.push_back(p);
+  }
+  std::sort(all->positions.begin(), all->positions.end());
+  return all;
+}
+
+/// `bench --from-bench FILE... --fit-plan PLAN`: the plan fitted to the medians of bench.json
+/// files written earlier, no GPU. The files' config rows carry their configs (detail.config); a
+/// --config of the same label must be that config, and one a file measured without its config
 /// (a bench.json from before rows carried it) is fitted when --config names it. Each config's
-/// kernel must build to the key the file measured (detail.kernel.build_key) where this megasched
-/// can tell: a measurement of another kernel build is refused. Returns the exit code.
+/// kernel must build to the key it was measured with (detail.kernel.build_key) where this
+/// megasched can tell: a measurement of another kernel build is refused. Returns the exit code.
 int run_fit_from_bench(const BenchOptionsCli& o) {
-  const std::string file = "--from-bench " + o.from_bench;
+  std::string names;
+  for (const std::string& f : o.from_bench) names += (names.empty() ? "" : ", ") + f;
+  const std::string file = "--from-bench " + names;
   const std::string again =
       " (hint: measure again: bench --positions 0,128,512,1024,4096 --config ... --fit-plan "
       "FILE)";
   std::string error;
-  const auto text = read_text(o.from_bench, &error);
-  if (!text) return print_error("bench", file + ": " + error), kExitEnvironment;
-  const auto doc = nlohmann::json::parse(*text, nullptr, false);
-  auto measured = doc.is_discarded() ? std::nullopt : eval::bench_from_json(doc, &error);
-  if (!measured) {
-    print_error("bench", file + ": " + (doc.is_discarded() ? "not JSON" : error) +
-                             " (hint: pass the bench.json that `bench --out DIR` wrote)");
-    return kExitUsage;
-  }
+  int read_code = kExitOk;
+  auto measured = read_measurements(o.from_bench, &error, &read_code);
+  if (!measured) return print_error("bench", error), read_code;
   BenchOptionsCli opts = o;
   if (opts.positions.empty())
     for (int p : measured->positions)
@@ -404,8 +456,7 @@ int run_fit_from_bench(const BenchOptionsCli& o) {
   for (int p : parsed->bench.positions)
     if (std::find(measured->positions.begin(), measured->positions.end(), p) ==
         measured->positions.end()) {
-      print_error("bench", "--positions: " + std::to_string(p) + " was not measured in " +
-                               o.from_bench +
+      print_error("bench", "--positions: " + std::to_string(p) + " was not measured in " + names +
                                " (hint: leave --positions out to fit every "
                                "position the file measured)");
       return kExitUsage;
@@ -437,10 +488,17 @@ int run_fit_from_bench(const BenchOptionsCli& o) {
       print_error("bench", file + ": the config of " + label + " does not parse: " + error);
       return kExitUsage;
     }
+    for (const eval::BenchRow& r : measured->rows)
+      if (r.name == label && r.detail.contains("config") &&
+          r.detail["config"] != row->detail["config"]) {
+        print_error("bench", file + " measured two configs under the label " + label +
+                                 " (hint: fit the files one at a time)");
+        return kExitUsage;
+      }
     if (given == configs.end()) {
       configs.push_back({label, *config});
     } else if (schedule::to_json(given->second) != schedule::to_json(*config)) {
-      print_error("bench", "--config " + label + " is not the config " + o.from_bench +
+      print_error("bench", "--config " + label + " is not the config " + names +
                                " measured under that label (hint: leave that --config out to "
                                "fit the file's own)");
       return kExitUsage;
@@ -449,38 +507,43 @@ int run_fit_from_bench(const BenchOptionsCli& o) {
   // The kernel each config builds today against the one measured.
   nlohmann::json identity = nlohmann::json::object();
   for (const auto& [label, config] : configs) {
-    const auto row =
-        std::find_if(measured->rows.begin(), measured->rows.end(), [&](const eval::BenchRow& r) {
-          return r.name == label && r.kind == "config" && r.detail.contains("kernel") &&
-                 r.detail["kernel"].contains("build_key");
-        });
-    if (row == measured->rows.end()) continue;
-    const std::string then = row->detail["kernel"]["build_key"].get<std::string>();
+    std::vector<std::string> keys;  // every build key the label was measured with
+    for (const eval::BenchRow& r : measured->rows)
+      if (r.name == label && r.kind == "config" && r.detail.contains("kernel") &&
+          r.detail["kernel"].contains("build_key")) {
+        const std::string key = r.detail["kernel"]["build_key"].get<std::string>();
+        if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+      }
+    if (keys.empty()) continue;
     std::string why;
     const std::string now = kernel_key_on(parsed->shape, measured->device, config, &why);
     if (now.empty()) {
       identity[label] = "not checked: " + why;
       std::cerr << "bench: " << file << ": the kernel of " << label << " not checked: " << why
                 << "\n";
-    } else if (now != then) {
-      print_error("bench", file + " measured " + label + " with kernel build " + then +
-                               "; this megasched builds " + now +
-                               " for it (the kernel sources or the config changed since)" + again);
-      return kExitUsage;
-    } else {
-      identity[label] = "checked: " + now;
+      continue;
     }
+    for (const std::string& then : keys)
+      if (then != now) {
+        print_error("bench", file + " measured " + label + " with kernel build " + then +
+                                 "; this megasched builds " + now +
+                                 " for it (the kernel sources or the config changed since)" +
+                                 again);
+        return kExitUsage;
+      }
+    identity[label] = "checked: " + now;
   }
   std::error_code made;
   std::filesystem::create_directories(o.out, made);
   if (const auto dir = std::filesystem::path(o.fit_plan).parent_path(); !dir.empty())
     std::filesystem::create_directories(dir, made);
   nlohmann::json explain;
-  if (!write_fitted_plan(
-          *measured, *parsed, o, &error,
-          {{"from_bench",
-            {{"file", o.from_bench}, {"device", measured->device}, {"kernel_identity", identity}}}},
-          &explain)) {
+  if (!write_fitted_plan(*measured, *parsed, o, &error,
+                         {{"from_bench",
+                           {{"files", o.from_bench},
+                            {"device", measured->device},
+                            {"kernel_identity", identity}}}},
+                         &explain)) {
     print_error("bench", error);
     return kExitEnvironment;
   }
@@ -555,9 +618,10 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
                   "boundaries where two configs' latencies cross between measured positions, "
                   "noise within --fit-margin no boundary; its reasoning in OUT/plan_fit.json");
   cmd->add_option("--from-bench", opt->from_bench,
-                  "With --fit-plan: fit to the medians of a bench.json written earlier instead "
-                  "of measuring (no GPU): the configs its rows carry (or --config of the same "
-                  "label), at its positions (or those of --positions it measured); a config "
+                  "With --fit-plan: fit to the medians of bench.json files written earlier "
+                  "instead of measuring (no GPU; repeatable, one model on one GPU, each config "
+                  "at a position in one file): the configs their rows carry (or --config of the "
+                  "same label), at their positions (or those of --positions measured); a config "
                   "whose kernel builds differently today is refused");
   cmd->add_option("--fit-margin", opt->fit_margin,
                   "With --fit-plan: a config already running keeps its place while within this "

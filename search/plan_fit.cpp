@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace megasched::search {
@@ -25,14 +26,26 @@ std::string input_error(const PlanFitInput& input) {
              std::to_string(input.positions[i - 1]) + hint;
   if (!(input.tie_margin >= 0.0 && input.tie_margin < 1.0))
     return "the tie margin must be in [0, 1), got " + std::to_string(input.tie_margin);
+  bool from_zero = false;
   for (const MeasuredConfig& c : input.configs) {
-    if (c.median_us.size() != input.positions.size())
+    const std::vector<int>& own = c.positions.empty() ? input.positions : c.positions;
+    if (c.median_us.size() != own.size())
       return "config " + c.label + " has " + std::to_string(c.median_us.size()) + " medians for " +
-             std::to_string(input.positions.size()) + " positions";
+             std::to_string(own.size()) + " positions";
+    for (size_t i = 0; i < own.size(); ++i) {
+      if (std::find(input.positions.begin(), input.positions.end(), own[i]) ==
+          input.positions.end())
+        return "config " + c.label + " was measured at " + std::to_string(own[i]) +
+               ", not one of the measured positions";
+      if (i > 0 && own[i] <= own[i - 1])
+        return "config " + c.label + "'s positions must be strictly ascending";
+    }
     for (double us : c.median_us)
       if (!std::isfinite(us) || us <= 0.0)
         return "config " + c.label + " has a median that is not a positive number";
+    from_zero = from_zero || (!own.empty() && own.front() == 0);
   }
+  if (!from_zero) return "no config was measured at position 0" + hint;
   return "";
 }
 
@@ -41,24 +54,22 @@ class Lines {
  public:
   explicit Lines(const PlanFitInput& input) : in_(input) {}
 
-  /// The interval index k of position x: positions[k] <= x <= positions[k + 1], the interval to
-  /// the right at a measured position (the last interval from the last measured position on).
-  size_t interval(int x) const {
-    const auto& p = in_.positions;
-    if (p.size() < 2) return 0;
-    const size_t above = std::upper_bound(p.begin(), p.end(), x) - p.begin();
-    return std::min(above == 0 ? 0 : above - 1, p.size() - 2);
+  /// Whether config c has a line at x: x within its first and last measured positions.
+  bool covers(size_t c, int x) const {
+    const auto& p = own(c);
+    return !p.empty() && p.front() <= x && x <= p.back();
   }
   double slope(size_t c, int x) const {
-    const auto& p = in_.positions;
+    const auto& p = own(c);
     if (p.size() < 2) return 0.0;
-    const size_t k = interval(x);
+    const size_t k = interval(p, x);
     const auto& m = in_.configs[c].median_us;
     return (m[k + 1] - m[k]) / static_cast<double>(p[k + 1] - p[k]);
   }
   double at(size_t c, int x) const {
-    const size_t k = interval(x);
-    return in_.configs[c].median_us[k] + slope(c, x) * static_cast<double>(x - in_.positions[k]);
+    const auto& p = own(c);
+    const size_t k = interval(p, x);
+    return in_.configs[c].median_us[k] + slope(c, x) * static_cast<double>(x - p[k]);
   }
   /// Whether config a is ahead of b at x: lower, or tied and falling faster (ahead just after x),
   /// or tied both ways and listed first.
@@ -71,6 +82,17 @@ class Lines {
   }
 
  private:
+  const std::vector<int>& own(size_t c) const {
+    return in_.configs[c].positions.empty() ? in_.positions : in_.configs[c].positions;
+  }
+  /// The interval index k of x among positions p: p[k] <= x <= p[k + 1], the interval to the
+  /// right at a measured position (the last interval from the last position on).
+  static size_t interval(const std::vector<int>& p, int x) {
+    if (p.size() < 2) return 0;
+    const size_t above = std::upper_bound(p.begin(), p.end(), x) - p.begin();
+    return std::min(above == 0 ? 0 : above - 1, p.size() - 2);
+  }
+
   const PlanFitInput& in_;
 };
 
@@ -85,9 +107,13 @@ std::vector<size_t> configs_in_force(const PlanFitInput& input, std::vector<size
   const Lines lines(input);
   const int last = input.positions.back();
   lowest->assign(static_cast<size_t>(last) + 1, 0);
-  for (int x = 0; x <= last; ++x)
-    for (size_t c = 1; c < input.configs.size(); ++c)
-      if (lines.ahead(c, (*lowest)[x], x)) (*lowest)[x] = c;
+  for (int x = 0; x <= last; ++x) {
+    // Among the configs with a line at x; where none has one, the lowest before x stays.
+    std::optional<size_t> best;
+    for (size_t c = 0; c < input.configs.size(); ++c)
+      if (lines.covers(c, x) && (!best || lines.ahead(c, *best, x))) best = c;
+    (*lowest)[x] = best ? *best : (*lowest)[x > 0 ? x - 1 : 0];
+  }
 
   std::vector<size_t> in_force(lowest->size());
   size_t running = (*lowest)[0];
@@ -96,14 +122,19 @@ std::vector<size_t> configs_in_force(const PlanFitInput& input, std::vector<size
     const size_t c = (*lowest)[start];
     int end = start;
     while (end <= last && (*lowest)[end] == c) ++end;
-    double advantage = 0.0;  // the most c beats the running config by in [start, end)
+    // The most c beats the running config by in [start, end); past the running config's last
+    // measured position it has no line and c takes over.
+    double advantage = 0.0;
     for (int x = start; x < end; ++x)
-      advantage = std::max(advantage, lines.at(running, x) / lines.at(c, x) - 1.0);
+      advantage = lines.covers(running, x)
+                      ? std::max(advantage, lines.at(running, x) / lines.at(c, x) - 1.0)
+                      : HUGE_VAL;
     if (same_config(input, c, running)) {
       kept_from = -1;  // the running config (under any label) is lowest again
     } else if (advantage > input.tie_margin) {
       int begin = start;  // back to where c last crossed below the running config
-      while (kept_from >= 0 && begin - 1 >= kept_from && lines.ahead(c, running, begin - 1))
+      while (kept_from >= 0 && begin - 1 >= kept_from && lines.covers(c, begin - 1) &&
+             lines.ahead(c, running, begin - 1))
         --begin;
       std::fill(in_force.begin() + begin, in_force.begin() + start, c);
       running = c;

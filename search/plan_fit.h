@@ -1,10 +1,11 @@
 // A plan fitted to measurements (`bench --fit-plan`, HARNESS.md section "Plans"): given the
 // checked, timed medians of several configs at several positions, the plan that runs at every
 // position the config whose latency is lowest there, its boundaries where the latencies cross.
-//   lines     between two measured positions p < q a config's latency is the straight line
-//             through its medians at p and q (a latency grows about linearly with the position
-//             between two measurements); after the last measured position the config in force
-//             there runs on
+//   lines     between two positions p < q a config was measured at, its latency is the straight
+//             line through its medians at p and q (a latency grows about linearly with the
+//             position between two measurements); a config competes from its first measured
+//             position to its last; after the last measured position the config in force there
+//             runs on
 //   envelope  at every position the config on the lowest line; a config that is fastest at no
 //             measured position still gets the positions where its line is the lowest (between
 //             a config fast early and one fast late, a third can be lowest in the middle), and
@@ -33,7 +34,13 @@ namespace megasched::search {
 struct MeasuredConfig {
   std::string label;
   schedule::ScheduleConfig config;
-  std::vector<double> median_us;  // one per PlanFitInput::positions, in that order
+  /// One per position of `positions`, in that order (empty `positions`: one per
+  /// PlanFitInput::positions).
+  std::vector<double> median_us;
+  /// The positions this config was measured at, strictly ascending, each one of
+  /// PlanFitInput::positions; empty: all of them. Its lines span its first to its last: a config
+  /// measured from 0 to 4096 competes everywhere, one measured at 8-100 only between them.
+  std::vector<int> positions = {};
 };
 
 struct PlanFitInput {
@@ -54,8 +61,9 @@ struct PlanFit {
 };
 
 /// The fitted plan, or nullopt with *error (and a hint) when the input cannot make one: no
-/// config, positions not ascending from 0, a config without a median at every position, a median
-/// that is not a positive finite number.
+/// config, positions not ascending from 0, no config measured at 0, a config whose medians do not
+/// match its positions or whose positions are not measured ones, a median that is not a positive
+/// finite number.
 std::optional<PlanFit> fit_plan(const PlanFitInput& input, std::string* error);
 
 }  // namespace megasched::search

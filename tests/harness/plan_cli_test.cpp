@@ -198,7 +198,7 @@ TEST(PlanCli, FromBenchFitsASavedBenchJsonWithoutAGpu) {
   EXPECT_EQ(explain["buckets"][1]["begin"], 32);
   EXPECT_EQ(explain["buckets"][1]["fastest_at"], json::array());
   EXPECT_EQ(explain["buckets"][2]["begin"], 41);
-  EXPECT_EQ(explain["from_bench"]["file"], bench);
+  EXPECT_EQ(explain["from_bench"]["files"], json({bench}));
   std::ifstream written(out + "/plan.json");
   std::stringstream text;
   text << written.rdbuf();
@@ -247,6 +247,47 @@ TEST(PlanCli, FitPlanTakesAPlansBucketsAsCandidates) {
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
   EXPECT_NE(refused.out.find("--config rec [64, max) is not the config"), std::string::npos)
       << refused.out;
+}
+
+// Several bench.json files are one measurement: their positions together. The same rows split
+// into a file of positions 0 and 64 and one of 127 fit the plan one file gives; a config measured
+// at one position in both files, or files of two models, are refused.
+TEST(PlanCli, FromBenchJoinsSeveralFiles) {
+  json early = saved_bench();
+  json late = saved_bench();
+  early["positions"] = {0, 64};
+  late["positions"] = {127};
+  json early_rows = json::array(), late_rows = json::array();
+  const json all = saved_bench();
+  for (const json& row : all["rows"])
+    (row["position"] == 127 ? late_rows : early_rows).push_back(row);
+  early["rows"] = early_rows;
+  late["rows"] = late_rows;
+  const std::string a = write_plan(early, "from_bench_early");
+  const std::string b = write_plan(late, "from_bench_late");
+  const std::string out = testing::TempDir() + "plan_cli_from_bench_two";
+  const RunResult r = run("bench --model toy --from-bench " + a + " --from-bench " + b +
+                          " --fit-plan " + out + "/plan.json --out " + out + " --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json explain = json::parse(r.out);
+  EXPECT_EQ(explain["positions"], json({0, 64, 127}));
+  ASSERT_EQ(explain["buckets"].size(), 3u) << explain.dump();
+  EXPECT_EQ(explain["buckets"][1]["begin"], 32);
+  EXPECT_EQ(explain["buckets"][2]["begin"], 41);
+  EXPECT_EQ(explain["from_bench"]["files"], json({a, b}));
+  const RunResult twice = run("bench --model toy --from-bench " + a + " --from-bench " + a +
+                                  " --fit-plan " + out + "/twice.json --out " + out,
+                              true);
+  EXPECT_EQ(twice.exit_code, 2) << twice.out;
+  EXPECT_NE(twice.out.find("at position 0 again"), std::string::npos) << twice.out;
+  json other_model = late;
+  other_model["model"] = "small";
+  const RunResult mixed = run("bench --model toy --from-bench " + a + " --from-bench " +
+                                  write_plan(other_model, "from_bench_small") + " --fit-plan " +
+                                  out + "/mixed.json --out " + out,
+                              true);
+  EXPECT_EQ(mixed.exit_code, 2) << mixed.out;
+  EXPECT_NE(mixed.out.find("measured small on"), std::string::npos) << mixed.out;
 }
 
 TEST(PlanCli, FromBenchRefusesAMeasurementThatIsNotOfTheseConfigs) {

@@ -120,6 +120,24 @@ TEST(PlanFit, AConfigFastestOnlyBetweenMeasuredPositionsGetsItsBucket) {
   EXPECT_EQ(wide->plan.buckets[1].begin, 58);
 }
 
+TEST(PlanFit, AConfigMeasuredAtSomePositionsCompetesBetweenThem) {
+  // a and c measured at 0, 100 and 1000; b only at 100 and 200 (a second measurement), where it
+  // is the fastest: its line runs from 100 to 200 only, so c takes over at 200, not where b's
+  // line would have crossed c's.
+  const std::vector<int> at = {0, 100, 200, 1000};
+  MeasuredConfig a{"a", ScheduleConfig{}, {100, 300, 500, 2100}};
+  MeasuredConfig b{"b", partitions(2), {250, 260}, {100, 200}};
+  MeasuredConfig c{"c", partitions(4), {400, 400, 400, 400}};
+  std::string error;
+  auto fit = fit_plan(PlanFitInput{at, {a, b, c}}, &error);
+  ASSERT_TRUE(fit) << error;
+  ASSERT_EQ(fit->plan.buckets.size(), 3u);
+  EXPECT_EQ(fit->labels, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(fit->plan.buckets[1].begin, 100);  // b has no line before 100 (a = 300 there)
+  EXPECT_EQ(fit->plan.buckets[2].begin, 201);  // past b's last measured position
+  EXPECT_EQ(fit->explain["winners"], nlohmann::json({"a", "b", "b", "c"}));
+}
+
 TEST(PlanFit, BadInputIsRefusedWithAHint) {
   struct Bad {
     PlanFitInput in;
@@ -133,6 +151,12 @@ TEST(PlanFit, BadInputIsRefusedWithAHint) {
            Bad{PlanFitInput{{0, 8, 9}, {two}}, "config a has 2 medians for 3 positions"},
            Bad{PlanFitInput{{0, 8}, {MeasuredConfig{"z", {}, {1, -2}}}}, "not a positive"},
            Bad{PlanFitInput{{0, 8}, {two}, 1.5}, "tie margin must be in [0, 1)"},
+           Bad{PlanFitInput{{0, 8}, {MeasuredConfig{"late", {}, {5}, {8}}}},
+               "no config was measured at position 0"},
+           Bad{PlanFitInput{{0, 8}, {MeasuredConfig{"odd", {}, {5}, {4}}}},
+               "odd was measured at 4, not one of the measured positions"},
+           Bad{PlanFitInput{{0, 8}, {MeasuredConfig{"short", {}, {5}, {0, 8}}}},
+               "short has 1 medians for 2 positions"},
        }) {
     std::string error;
     EXPECT_FALSE(fit_plan(bad.in, &error));
