@@ -256,6 +256,18 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
   }
 }
 
+/// The config of a file under dev/configs, or nullopt with *why.
+std::optional<ScheduleConfig> dev_config(const std::string& name, std::string* why) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/dev/configs/" + name);
+  if (!in) {
+    *why = "cannot read dev/configs/" + name;
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config_text(text.str(), why);
+}
+
 // The H200 record's first bucket is what a loop from the default config kept
 // (dev/configs/search_h200_p0_r4_attn_in_o.json), with what a loop from the record then kept
 // (kernel.stream_held 1 and LM-head tiles of 512 rows:
@@ -263,28 +275,23 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
 // positions `bench --fit-plan` gave it: [0, 5), where its line is below the three-rows config's;
 // from position 5 on, whose O tiles read more keys each, the record's buckets before it.
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
-  std::ifstream in(std::string(MS_SOURCE_DIR) +
-                   "/dev/configs/search_h200_p0_loop_held1_every2.json");
-  ASSERT_TRUE(in.good());
-  std::stringstream text;
-  text << in.rdbuf();
   std::string why;
-  const auto found = parse_config_text(text.str(), &why);
+  const auto found = dev_config("search_h200_p0_loop_held1_every2.json", &why);
   ASSERT_TRUE(found) << why;
   const auto at0 = named_config_at("best:llama-1b:h200", 0, &why);
-  const auto at2 = named_config_at("best:llama-1b:h200", 4, &why);
-  const auto at3 = named_config_at("best:llama-1b:h200", 5, &why);
-  const auto at129 = named_config_at("best:llama-1b:h200", 356, &why);
-  ASSERT_TRUE(at0 && at2 && at3 && at129) << why;
+  const auto at4 = named_config_at("best:llama-1b:h200", 4, &why);
+  const auto at5 = named_config_at("best:llama-1b:h200", 5, &why);
+  const auto at356 = named_config_at("best:llama-1b:h200", 356, &why);
+  ASSERT_TRUE(at0 && at4 && at5 && at356) << why;
   EXPECT_EQ(*at0, *found);
-  EXPECT_EQ(*at2, *found);
+  EXPECT_EQ(*at4, *found);
   EXPECT_TRUE(at0->fusion.attention_into_o);
-  EXPECT_FALSE(at3->fusion.attention_into_o);
+  EXPECT_FALSE(at5->fusion.attention_into_o);
   EXPECT_EQ(at0->kernel.stream_held, 1);
   EXPECT_EQ(at0->kernel.stream_held_every, 2);
-  EXPECT_EQ(at3->kernel.stream_held, 0);
-  EXPECT_EQ(at3->kernel.rows_per_warp, 3);
-  EXPECT_EQ(at129->tiling.attn_kv_partitions, 8);
+  EXPECT_EQ(at5->kernel.stream_held, 0);
+  EXPECT_EQ(at5->kernel.rows_per_warp, 3);
+  EXPECT_EQ(at356->tiling.attn_kv_partitions, 8);
 }
 
 // The H200 record's long-context config is what a loop from the record kept at position 4096
@@ -292,13 +299,8 @@ TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
 // the measured lines gave it: [89, 356) and from 874 on, the staged attention in 8 partitions
 // between them (its line lowest around position 512).
 TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFind) {
-  std::ifstream in(std::string(MS_SOURCE_DIR) +
-                   "/dev/configs/search_h200_p4096_loop_d3_held3_every2.json");
-  ASSERT_TRUE(in.good());
-  std::stringstream text;
-  text << in.rdbuf();
   std::string why;
-  const auto found = parse_config_text(text.str(), &why);
+  const auto found = dev_config("search_h200_p4096_loop_d3_held3_every2.json", &why);
   ASSERT_TRUE(found) << why;
   for (int pos : {89, 355, 874, 4096, 8191}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
