@@ -78,12 +78,13 @@
 #        results.tsv and corpus.jsonl into search_results.tsv and search_corpus.jsonl (SEARCH_FLAGS:
 #        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_POSITION,
 #        default 0: the position the loop checks and times and the bench measures);
-#        stage "planfit" times the default and PLANFIT_CONFIGS (default the three llama-1b record
-#        configs of 2026-11-27; a plan such as best:llama-1b:h200 stands for its buckets' configs;
-#        the word "record" is best:llama-1b:<this GPU> and "search" the search stage's best, of
-#        this call or an earlier one on the same warm machine, SEARCH_DIR/best.json: so
-#        PLANFIT_CONFIGS="record search" refits the record with the loop's find) at
-#        PLANFIT_POSITIONS (default 0,128,256,512,1024,2048,4096) with
+#        stage "planfit" times the default and PLANFIT_CONFIGS (default "record"; on a GPU that
+#        is neither an H100 nor an H200 the three llama-1b record configs of 2026-11-27; a plan
+#        such as best:llama-1b:h200 stands for its buckets' configs; the word "record" is
+#        best:llama-1b:<this GPU> and "search" the search stage's best, of this call or an
+#        earlier one on the same warm machine, SEARCH_DIR/best.json: so PLANFIT_CONFIGS="record
+#        search" refits the record with the loop's find) at PLANFIT_POSITIONS (default
+#        0,4,8,16,32,64,128,256,512,1024,2048,4096) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
 #        config, boundaries where latencies cross; plan_fit.json: why), then benches that plan
 #        beside them at PLAN_POSITIONS (default 0,512,1024,2048,4096) into plan_table/ and
@@ -668,9 +669,14 @@ if has_stage planfit; then
   # timed at PLANFIT_POSITIONS, the fastest config at each position, boundaries where two
   # configs' latencies cross; then the fitted plan benched beside them at PLAN_POSITIONS. The
   # plan becomes the generate stage's GENERATE_PLAN unless one is given.
-  PLANFIT_POSITIONS=${PLANFIT_POSITIONS:-0,128,256,512,1024,2048,4096}
+  # About every doubling of the position: a line through two measurements far apart can miss a
+  # step (dev/perf_log.md section 47).
+  PLANFIT_POSITIONS=${PLANFIT_POSITIONS:-0,4,8,16,32,64,128,256,512,1024,2048,4096}
   PLAN_POSITIONS=${PLAN_POSITIONS:-0,512,1024,2048,4096}
-  PLANFIT_CONFIGS=${PLANFIT_CONFIGS:-bench/configs/stream_r2u4_pairs_am.json bench/configs/stream_r2u4_g4p8_pairs_am_st.json bench/configs/stream_r2u4_g4p16_pairs_am_st.json}
+  if [ -z "${PLANFIT_CONFIGS:-}" ]; then
+    PLANFIT_CONFIGS=record
+    [ -z "$(gpu_key)" ] && PLANFIT_CONFIGS="bench/configs/stream_r2u4_pairs_am.json bench/configs/stream_r2u4_g4p8_pairs_am_st.json bench/configs/stream_r2u4_g4p16_pairs_am_st.json"
+  fi
   pcargs=()
   for c in $PLANFIT_CONFIGS; do
     case "$c" in

@@ -244,6 +244,19 @@ TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFitted
                        "/planfit/plan.json"),
             std::string::npos)
       << lines;
+  // By default the stage refits this GPU's record at about every doubling of the position.
+  std::filesystem::remove(calls);
+  const std::string plain = "PATH=" + shell_quote((dir / "bin").string()) +
+                            ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
+                            " MEGASCHED_FLYWHEEL_DIR=none STAGES=planfit bash " +
+                            shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") +
+                            " " + shell_quote(out) + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(plain.c_str()), 0);
+  EXPECT_NE(slurp(calls).find("bench --model llama-1b --config best:llama-1b:h200 --baseline "
+                              "graph-pdl --iterations 100 --positions "
+                              "0,4,8,16,32,64,128,256,512,1024,2048,4096 --fit-plan"),
+            std::string::npos)
+      << slurp(calls);
   std::filesystem::remove_all(dir);
 }
 
