@@ -317,8 +317,10 @@ std::optional<search::PlanFit> fit_plan_to(const eval::BenchResult& r, const Par
         return x.kind == "config" && x.name == label && x.position == pos;
       });
       if (row == r.rows.end()) continue;  // not measured there (another --from-bench file)
-      if (row->status != "ok" || !row->median_us) failed = true;
-      if (failed) break;
+      if (row->status != "ok" || !row->median_us) {
+        failed = true;
+        break;
+      }
       m.median_us.push_back(*row->median_us);
       m.positions.push_back(pos);
     }
@@ -341,9 +343,12 @@ bool write_fitted_plan(const eval::BenchResult& r, const Parsed& parsed, const B
   nlohmann::json explain = fit->explain;
   explain.update(more);
   explain["left_out"] = left_out;
-
   explain["plan_file"] = o.fit_plan;
   if (written) *written = explain;
+  std::error_code made;  // a failure to make them shows as the write's error
+  std::filesystem::create_directories(o.out, made);
+  if (const auto dir = std::filesystem::path(o.fit_plan).parent_path(); !dir.empty())
+    std::filesystem::create_directories(dir, made);
   if (!write_text_file(o.fit_plan, schedule::to_json(fit->plan).dump(1) + "\n", error) ||
       !write_text_file((std::filesystem::path(o.out) / "plan_fit.json").string(),
                        explain.dump(1) + "\n", error))
@@ -533,10 +538,6 @@ int run_fit_from_bench(const BenchOptionsCli& o) {
       }
     identity[label] = "checked: " + now;
   }
-  std::error_code made;
-  std::filesystem::create_directories(o.out, made);
-  if (const auto dir = std::filesystem::path(o.fit_plan).parent_path(); !dir.empty())
-    std::filesystem::create_directories(dir, made);
   nlohmann::json explain;
   if (!write_fitted_plan(*measured, *parsed, o, &error,
                          {{"from_bench",

@@ -289,13 +289,13 @@ std::optional<GateIncumbent> gate_incumbent(const std::string& registry_path,
   const std::optional<flywheel::RegistryEntry> newest =
       flywheel::newest_entry(registry, shape.name, target, schedule::dtype_name(shape.dtype));
   const std::string record = "best:" + shape.name + ":" + target;
-  const std::optional<schedule::NamedConfig> named =
-      newest ? std::nullopt : schedule::find_named_config(record, nullptr);
+  const auto preset = schedule::find_preset(shape.name);  // the records are of presets' dtypes
+  const auto named = preset && preset->dtype == shape.dtype
+                         ? schedule::find_named_config(record, nullptr)
+                         : std::nullopt;
   if (newest) {
     inc = {{}, newest->id, "registry", newest->config};
-  } else if (const auto preset = schedule::find_preset(shape.name);
-             named && named->model == shape.name && named->gpu == target && preset &&
-             preset->dtype == shape.dtype) {
+  } else if (named) {
     inc = {{}, record, "built-in record", named->config};
   } else {
     inc = {schedule::single_config_plan(schedule::ScheduleConfig{}), "default", "default",

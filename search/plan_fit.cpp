@@ -178,9 +178,9 @@ std::optional<PlanFit> fit_plan(const PlanFitInput& input, std::string* error) {
   }
   json winners = json::array();
   for (int p : positions) {
-    const size_t plan = in_force[p];
-    winners.push_back(input.configs[same_config(input, lowest[p], plan) ? lowest[p] : plan].label);
-    if (same_config(input, lowest[p], plan)) {
+    const bool plan_is_lowest = same_config(input, lowest[p], in_force[p]);
+    winners.push_back(input.configs[plan_is_lowest ? lowest[p] : in_force[p]].label);
+    if (plan_is_lowest) {
       size_t i = 0;
       while (i + 1 < fit.plan.buckets.size() && fit.plan.buckets[i + 1].begin <= p) ++i;
       buckets[i]["fastest_at"].push_back(p);
