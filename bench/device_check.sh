@@ -36,7 +36,7 @@
 #        list in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage; the default
 #        names every suite with a GPU test),
 #        BUILD (build dir), BUILD_TARGETS (what the build stage builds; default every binary the
-#        stages run: megasched megasched_tests device_bench ring_bench gate_bench); stage "profile" runs `megasched profile` for each of PROFILES
+#        stages run: megasched megasched_tests device_bench ring_bench gate_bench mlp_bench); stage "profile" runs `megasched profile` for each of PROFILES
 #        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
 #        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies, `stream/OP/pairs_am` the streamed GEMV of
@@ -50,6 +50,10 @@
 #        cluster's shared memory (gate/relay/...); GATE_FILTER narrows it, e.g.
 #        'gate/C/gate_up|gate/hop') into gate.json, with a short table of every case's GB/s,
 #        us per link and verdict at the end of check.log;
+#        stage "mlp" runs bench/mlp_bench.cpp (the MLP gate: 16 llama-1b MLP blocks back to back
+#        as today's two dependent ops, gate/up then down, and with down folded into gate/up's
+#        task as a split-K partial added with red.global.add.v4.f32; each checked against an
+#        fp64 reference; MLP_FILTER narrows it) into mlp.json;
 #        stage "ncu" profiles ring_bench cases (NCU_FILTERS; set it empty for none) with ncu into
 #        ncu_N.txt + ring_N.ncu-rep, with NCU_GATE (gate_bench filters) the gate's kernel of each
 #        case into ncu_gate_N.txt, and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
@@ -261,7 +265,7 @@ fi
 if has_stage build; then
   log "build"
   if ! { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMEGASCHED_CUDA=ON -DMEGASCHED_WERROR=OFF &&
-         cmake --build "$BUILD" -j"$(nproc)" --target ${BUILD_TARGETS:-megasched megasched_tests device_bench ring_bench gate_bench}; } > "$OUT/build.log" 2>&1; then
+         cmake --build "$BUILD" -j"$(nproc)" --target ${BUILD_TARGETS:-megasched megasched_tests device_bench ring_bench gate_bench mlp_bench}; } > "$OUT/build.log" 2>&1; then
     log "build FAILED"
     tail -60 "$OUT/build.log" >> "$LOG"
     exit 1
@@ -351,6 +355,18 @@ if has_stage gate; then
     log "gate ok (verdicts: the table at the end of this log)"
   else
     log "gate FAILED"
+    status=1
+  fi
+fi
+
+if has_stage mlp; then
+  log "mlp: an MLP block as two dependent ops and with down folded into gate/up (filter ${MLP_FILTER:-all})"
+  if "$BUILD/mlp_bench" --benchmark_filter="${MLP_FILTER:-.}" \
+       --benchmark_out="$OUT/mlp.json" --benchmark_out_format=json \
+       --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
+    log "mlp ok"
+  else
+    log "mlp FAILED"
     status=1
   fi
 fi

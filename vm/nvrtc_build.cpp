@@ -87,7 +87,9 @@ std::vector<std::string> pdl_baseline_defines(const schedule::ModelShape& shape)
   return baseline_defines(shape);  // the graph-pdl kernels also run 256 threads per block
 }
 
-bool bench_only_source(const std::string& path) { return path == "vm/device/gate.cuh"; }
+bool bench_only_source(const std::string& path) {
+  return path == "vm/device/gate.cuh" || path == "vm/device/mlp_gate.cuh";
+}
 
 std::string build_identity() {
   // Hashed once: a build key is asked for every prebuilt and every loaded program.

@@ -119,7 +119,8 @@ void record_cubin_lookup(bool hit);
 /// and registry entries are keyed by it, so a change to a bench-only kernel stales none of them.
 std::string build_identity();
 /// Whether an embedded device source is compiled only by a benchmark (vm/device/gate.cuh, the gate
-/// before megakernel v3, built by bench/gate_bench.cpp): outside build_identity().
+/// before megakernel v3, built by bench/gate_bench.cpp; vm/device/mlp_gate.cuh, the MLP gate, built
+/// by bench/mlp_bench.cpp): outside build_identity().
 bool bench_only_source(const std::string& path);
 
 /// "13.0" (the NVRTC version), or "none" without the toolkit.
