@@ -6,6 +6,7 @@
 //   mlp/split   gate/up tile b, signal; down tile b after every gate/up tile (h staged), signal
 //   mlp/fused   gate/up tile b, then its h times W_down's column slice b added into the next
 //               residual with red.global.add.v4.f32, signal: one dependency a layer
+//   mlp/fused_b8  the same with 8 (not 16) 16-byte loads a lane in flight on the slice
 //
 // Each case first checks the last layer's output against an fp64 CPU reference of the whole chain
 // (relative error max|y - ref| / max|ref| <= 1e-3; the outputs cleared before). Counters:
@@ -363,7 +364,7 @@ void mlp_case(benchmark::State& state, const std::string&) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (const char* design : {"split", "fused"}) {
+  for (const char* design : {"split", "fused", "fused_b8"}) {
     const std::string name = std::string("mlp/") + design;
     benchmark::RegisterBenchmark(name.c_str(), mlp_case, std::string("ms_mlp_") + design)
         ->UseManualTime()

@@ -310,27 +310,28 @@ extern "C" __global__ void __launch_bounds__(ms_mlp::kThreads, 1)
   }
 }
 
-/// Down folded into gate/up: tile b's h times W_down's column slice b, added into x[l + 1].
-extern "C" __global__ void __launch_bounds__(ms_mlp::kThreads, 1)
-    ms_mlp_fused(const ms_mlp::MlpArgs a) {
-  using namespace ms_mlp;
-  __shared__ __align__(16) Smem s;
+namespace ms_mlp {
+
+/// Down folded into gate/up: tile b's h times W_down's column slice b, added into x[l + 1], with
+/// kBatch 16-byte loads a lane in flight on the slice.
+template <u32 kBatch>
+__device__ __forceinline__ void fused_main(const MlpArgs& a, Smem& s) {
   u32* cnt = reinterpret_cast<u32*>(a.counters);
   const u32 b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // The down slice: lane L reads the 16-byte vector L % 8 of rows r + L / 8, four rows a load;
   // warp w takes rows [w kHidden / kWarps, (w + 1) kHidden / kWarps).
   constexpr u32 kRowsPerWarp = kHidden / kWarps;  // 256
   constexpr u32 kLoads = kRowsPerWarp / 4;        // 64 loads a lane
-  static_assert(kLoads % kDownBatch == 0, "whole batches");
+  static_assert(kLoads % kBatch == 0, "whole batches");
   const u32 vec = lane & 7u, sub = lane >> 3;
   for (u32 l = 0; l < a.layers; ++l) {
     if (!gate_up_tile(a, l, l > 0 ? cnt + l - 1 : nullptr, kTasks, s)) return;
     const unsigned short* Wd = reinterpret_cast<const unsigned short*>(a.w_down) +
                                u64(l) * kHidden * kFfn + u64(b) * kPairs + vec * 8;
     const u32 row0 = warp * kRowsPerWarp + sub;
-    Bf16x8 w[kDownBatch];
+    Bf16x8 w[kBatch];
 #pragma unroll
-    for (u32 k = 0; k < kDownBatch; ++k) w[k] = ld_stream(Wd + u64(row0 + 4 * k) * kFfn);
+    for (u32 k = 0; k < kBatch; ++k) w[k] = ld_stream(Wd + u64(row0 + 4 * k) * kFfn);
     // h = SiLU(gate) * up, in place over the gate rows.
     if (threadIdx.x < kPairs)
       s.rows[threadIdx.x] = silu(s.rows[threadIdx.x]) * s.rows[kPairs + threadIdx.x];
@@ -338,16 +339,16 @@ extern "C" __global__ void __launch_bounds__(ms_mlp::kThreads, 1)
     float h[8];
 #pragma unroll
     for (u32 e = 0; e < 8; ++e) h[e] = s.rows[vec * 8 + e];
-    for (u32 k0 = 0; k0 < kLoads; k0 += kDownBatch) {
+    for (u32 k0 = 0; k0 < kLoads; k0 += kBatch) {
 #pragma unroll
-      for (u32 k = 0; k < kDownBatch; ++k) {
+      for (u32 k = 0; k < kBatch; ++k) {
         float p = 0.0f;
 #pragma unroll
         for (u32 q = 0; q < 4; ++q) {
           p += bf16_lo(w[k].w[q]) * h[2 * q];
           p += bf16_hi(w[k].w[q]) * h[2 * q + 1];
         }
-        const u32 next = k0 + k + kDownBatch;
+        const u32 next = k0 + k + kBatch;
         if (next < kLoads) w[k] = ld_stream(Wd + u64(row0 + 4 * next) * kFfn);
         p += __shfl_xor_sync(0xffffffffu, p, 1);
         p += __shfl_xor_sync(0xffffffffu, p, 2);
@@ -371,6 +372,21 @@ extern "C" __global__ void __launch_bounds__(ms_mlp::kThreads, 1)
     }
     signal(cnt + l);
   }
+}
+
+}  // namespace ms_mlp
+
+extern "C" __global__ void __launch_bounds__(ms_mlp::kThreads, 1)
+    ms_mlp_fused(const ms_mlp::MlpArgs a) {
+  __shared__ __align__(16) ms_mlp::Smem s;
+  ms_mlp::fused_main<ms_mlp::kDownBatch>(a, s);
+}
+
+/// The same with 8 loads a lane in flight on the down slice (32 KiB an SM; 32 loads spill).
+extern "C" __global__ void __launch_bounds__(ms_mlp::kThreads, 1)
+    ms_mlp_fused_b8(const ms_mlp::MlpArgs a) {
+  __shared__ __align__(16) ms_mlp::Smem s;
+  ms_mlp::fused_main<8>(a, s);
 }
 
 #endif  // __CUDACC__
