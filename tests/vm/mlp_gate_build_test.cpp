@@ -1,5 +1,5 @@
-// The MLP gate's kernels (vm/device/mlp_gate.cuh, timed by bench/mlp_bench.cpp) on the CPU: both
-// designs compile with NVRTC for sm_90a within the launch bound's register cap and without spills,
+// The MLP gate's kernels (vm/device/mlp_gate.cuh, timed by bench/mlp_bench.cpp) on the CPU: every
+// design compiles with NVRTC for sm_90a within the launch bound's register cap and without spills,
 // and the tiles cover each op of a llama-1b MLP block exactly.
 #include <gtest/gtest.h>
 
