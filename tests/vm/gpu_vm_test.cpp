@@ -215,19 +215,22 @@ schedule::ModelShape wide_head_toy(int head_dim) {
   s.kv_heads = 1;
   s.hidden = 2 * head_dim;
   s.ffn = 2 * s.hidden;
+  s.max_seq = 256;  // a partition of more than attn_short's 128 keys (registers builds)
   return s;
 }
 
-// The long-partition attention paths (more keys than attn_short takes: positions 40 and 100, in
-// one partition or two, one query head per task or the whole group; kernel.attention registers
-// and staged) match the eager reference at head dims 64 and 128, the llama-1b and `small` head
-// widths the toy models do not cover. Staged with the default 2 x 16 KiB of pages, a round holds
+// The long-partition attention paths (more keys than attn_short takes: 32 in staged builds, 128
+// in registers builds; positions 40, 100 and 200, in one partition or two, one query head per task
+// or the whole group; kernel.attention registers and staged) match the eager reference at head
+// dims 64 and 128, the llama-1b and `small` head widths the toy models do not cover. In registers
+// builds positions 40 and 100 take attn_short with several rounds of keys a warp, and position 200
+// in one partition the key-per-lane path. Staged with the default 2 x 16 KiB of pages, a round holds
 // 96 keys at head dim 64 and 48 at 128: position 100 in one partition takes two and three rounds,
 // the last one holding the step's own key (read after the wait, not copied); one page (16 KiB)
 // holds 32 keys at head dim 64 and too few at 128, where attn_short takes the partition. The last
 // case runs staged partitions from the dynamic queue.
 TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
-  const std::vector<int> positions = {0, 40, 100};
+  const std::vector<int> positions = {0, 40, 100, 200};
   struct Case {
     int q_heads, partitions;
     schedule::AttentionPath path;

@@ -595,14 +595,21 @@ __device__ __forceinline__ void attn_merge_head(const KernelArgs& a, const Instr
   block_sync();
 }
 
-/// Keys of a partition at most this long take attn_short.
-constexpr uint32_t kAttnShortKeys = 4 * kComputeWarps;
+/// Keys of a partition at most this long take attn_short: 16 a warp (four rounds of
+/// kShortKeysInFlight) in registers builds, where a longer one takes attn_partial's key-per-lane
+/// path and its seven or so dependent round trips whatever the count; 4 a warp in staged builds,
+/// whose staged path was the faster at 64 and 128 keys a partition (dev/perf_log.md section 50).
+constexpr uint32_t kAttnShortKeys = (kAttnStagedBuild ? 4u : 16u) * kComputeWarps;
+
+/// Keys whose rows a warp of attn_short loads together: its next kShortKeysInFlight keys.
+constexpr int kShortKeysInFlight = 4;
 
 /// A short partition [t0, t1) (short contexts: one key at position 0): warp w takes keys
 /// t0 + w, t0 + w + kComputeWarps, ...; lane L owns head dims L + 32 i of the queries, keys and
-/// values. The queries and the first key and value rows are independent loads issued together
-/// (one L2 round trip where the key-per-lane path of attn_partial makes four dependent ones:
-/// the queries, the key row in two batches, the values).
+/// values. The queries and the key and value rows of the warp's next kShortKeysInFlight keys are
+/// independent loads issued together (one L2 round trip for up to 32 keys of a partition, where
+/// the key-per-lane path of attn_partial makes four dependent ones: the queries, the key row in
+/// two batches, the values); the keys are then taken in the same order as one at a time.
 __device__ __forceinline__ void attn_short(const KernelArgs& a, const Instr& in, Shared& s,
                                            const KvT* K, const KvT* V, uint32_t t0, uint32_t t1) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -623,27 +630,36 @@ __device__ __forceinline__ void attn_short(const KernelArgs& a, const Instr& in,
                       : 0.0f;
       }
     }
-    for (uint32_t t = t0 + warp; t < t1; t += kComputeWarps) {
-      float kx[kHeadDimPerLane], vx[kHeadDimPerLane];
+    for (uint32_t t = t0 + warp; t < t1; t += kComputeWarps * kShortKeysInFlight) {
+      float kx[kShortKeysInFlight][kHeadDimPerLane], vx[kShortKeysInFlight][kHeadDimPerLane];
 #pragma unroll
-      for (int i = 0; i < kHeadDimPerLane; ++i) {
-        const int d = lane + 32 * i;
-        kx[i] = d < kHeadDim ? kv_load(K + uint64_t(t) * kHeadDim + d) : 0.0f;
-        vx[i] = d < kHeadDim ? kv_load(V + uint64_t(t) * kHeadDim + d) : 0.0f;
+      for (int u = 0; u < kShortKeysInFlight; ++u) {
+        const uint32_t tu = t + uint32_t(u * kComputeWarps);
+#pragma unroll
+        for (int i = 0; i < kHeadDimPerLane; ++i) {
+          const int d = lane + 32 * i;
+          const bool in_range = tu < t1 && d < kHeadDim;
+          kx[u][i] = in_range ? kv_load(K + uint64_t(tu) * kHeadDim + d) : 0.0f;
+          vx[u][i] = in_range ? kv_load(V + uint64_t(tu) * kHeadDim + d) : 0.0f;
+        }
       }
 #pragma unroll
-      for (int j = 0; j < kAttnHeadBatch; ++j) {
-        if (j >= nh) break;
-        float part = 0.0f;
+      for (int u = 0; u < kShortKeysInFlight; ++u) {
+        if (t + uint32_t(u * kComputeWarps) >= t1) break;  // uniform in the warp
 #pragma unroll
-        for (int i = 0; i < kHeadDimPerLane; ++i) part += q[j][i] * kx[i];
-        const float sc = a.model.attn_scale * warp_sum(part);
-        const float mnew = fmaxf(mx[j], sc);
-        const float corr = expf(mx[j] - mnew), pr = expf(sc - mnew);
-        l[j] = l[j] * corr + pr;
+        for (int j = 0; j < kAttnHeadBatch; ++j) {
+          if (j >= nh) break;
+          float part = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = o[j][i] * corr + pr * vx[i];
-        mx[j] = mnew;
+          for (int i = 0; i < kHeadDimPerLane; ++i) part += q[j][i] * kx[u][i];
+          const float sc = a.model.attn_scale * warp_sum(part);
+          const float mnew = fmaxf(mx[j], sc);
+          const float corr = expf(mx[j] - mnew), pr = expf(sc - mnew);
+          l[j] = l[j] * corr + pr;
+#pragma unroll
+          for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = o[j][i] * corr + pr * vx[u][i];
+          mx[j] = mnew;
+        }
       }
     }
 #pragma unroll
