@@ -56,7 +56,8 @@
 #        fp64 reference; MLP_FILTER narrows it) into mlp.json;
 #        stage "ncu" profiles ring_bench cases (NCU_FILTERS; set it empty for none) with ncu into
 #        ncu_N.txt + ring_N.ncu-rep, with NCU_GATE (gate_bench filters) the gate's kernel of each
-#        case into ncu_gate_N.txt, and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
+#        case into ncu_gate_N.txt, with NCU_MLP (mlp_bench filters, e.g. mlp/fused) the MLP gate's
+#        kernel into ncu_mlp_N.txt, and with NCU_STEPS (MODEL@POSITION@CONFIG ...) whole decode steps into ncu_step_N.txt
 #        (with the step's dram__bytes_read.sum / dram__bytes_write.sum: any read beyond the weights
 #        and the KV history is re-reading);
 #        stage "scaleout" runs bench/scaleout_bench.sh (SCALEOUT_STAGES, default "cpu gpu1": CPU-path
@@ -412,6 +413,16 @@ if has_stage ncu; then
     n=$((n + 1))
     ncu_case "gate $n: gate_bench $filter" "gate_$n" "ncu_gate_$n.txt" "" \
       --kernel-name regex:ms_gate_ --launch-skip 2 "$BUILD/gate_bench" --benchmark_filter="$filter"
+  done
+  # NCU_MLP (space-separated mlp_bench filters, e.g. mlp/fused): the MLP gate's kernel of that case
+  # (its third launch: the check, a warm-up, then a timed one; 16 layers) into ncu_mlp_N.txt
+  # (mlp_N.ncu-rep), with source lines.
+  n=0
+  for filter in ${NCU_MLP:-}; do
+    n=$((n + 1))
+    MEGASCHED_NVRTC_LINEINFO=1 ncu_case "mlp $n: mlp_bench $filter" "mlp_$n" "ncu_mlp_$n.txt" "" \
+      --kernel-name regex:ms_mlp_ --launch-skip 2 "$BUILD/mlp_bench" \
+      --benchmark_filter="^$filter/"
   done
   # NCU_STEPS (space-separated MODEL@POSITION@CONFIG): the whole megakernel of one timed decode
   # step of `megasched evaluate` into ncu_step_N.txt (step_N.ncu-rep), with the step's DRAM bytes.

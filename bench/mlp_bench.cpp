@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -204,8 +205,12 @@ const MlpCubin& mlp_cubin() {
   nvrtcProgram prog = nullptr;
   MS_CHECK_CUDA(nvrtcCreateProgram(&prog, "#include \"vm/device/mlp_gate.cuh\"\n", "mlp.cu",
                                    static_cast<int>(names.size()), texts.data(), names.data()));
-  const char* opts[] = {"--std=c++17", "-arch=sm_90a", "--ptxas-options=-v", "-default-device"};
-  const nvrtcResult rc = nvrtcCompileProgram(prog, 4, opts);
+  std::vector<const char*> opts = {"--std=c++17", "-arch=sm_90a", "--ptxas-options=-v",
+                                   "-default-device"};
+  // Source lines for ncu (bench/device_check.sh's NCU_MLP sets it, as for the megakernel).
+  if (const char* env = std::getenv("MEGASCHED_NVRTC_LINEINFO"); env && std::string(env) == "1")
+    opts.push_back("-lineinfo");
+  const nvrtcResult rc = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
   size_t log_size = 0;
   nvrtcGetProgramLogSize(prog, &log_size);
   std::string log(log_size, '\0');
