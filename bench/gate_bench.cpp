@@ -49,6 +49,7 @@
 
 #include "eval/device.h"
 #include "eval/timing.h"
+#include "gate_common.h"
 #include "schedule/config.h"
 #include "vm/cuda_runtime.h"
 #include "vm/device/gate.cuh"
@@ -62,6 +63,11 @@
 namespace {
 
 using namespace megasched;
+using gate_common::bf16_bits;
+using gate_common::bf16_value;
+using gate_common::fmt;
+using gate_common::relative_error;
+using gate_common::uniform;
 using ms_gate::GateArgs;
 
 struct Shape {
@@ -139,20 +145,7 @@ std::map<std::string, std::string>& verdicts() {
 
 /// The live GPU's target; nullopt after marking `state` skipped when there is none.
 std::optional<schedule::GpuTarget> live_target_or_skip(benchmark::State& state) {
-  std::string why;
-  if (!eval::gpu_available(&why)) {
-    state.SkipWithError(("no GPU: " + why).c_str());
-    return std::nullopt;
-  }
-  auto t = eval::live_target(&why);
-  if (!t) state.SkipWithError(("no GPU target: " + why).c_str());
-  if (t && t->sm_arch != 90) {
-    state.SkipWithError(("the gate kernel needs sm_90 (cp.async.bulk); this GPU is sm_" +
-                         std::to_string(t->sm_arch))
-                            .c_str());
-    return std::nullopt;
-  }
-  return t;
+  return gate_common::live_sm90_target_or_skip(state, "cp.async.bulk");
 }
 
 #if MS_HAVE_CUDA
@@ -168,50 +161,9 @@ void record_verdict(benchmark::State& state, const std::string& name, bool pass,
   verdicts()[name] = std::string(pass ? "PASS " : "FAIL ") + what;
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-/// The streaming-read bandwidth the all-SM gate is relative to: `doctor --measure`'s stored
-/// figure, else measured once here.
+/// The streaming-read bandwidth the all-SM gate is relative to.
 double measured_bw_gbs(const schedule::GpuTarget& t) {
-  static double bw = 0.0;
-  if (bw > 0.0) return bw;
-  bw = t.measured_bw_gbs;
-  if (bw <= 0.0) {
-    std::string err;
-    const auto m =
-        eval::measure_stream_bandwidth(eval::default_probe_bytes(t.l2_bytes), 10, nullptr, &err);
-    bw = m ? *m : t.floor_bw_gbs();
-    if (!m)
-      std::fprintf(stderr, "gate: bandwidth probe failed (%s); using %.0f GB/s\n", err.c_str(), bw);
-  }
-  return bw;
-}
-
-uint64_t splitmix(uint64_t* s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/// Uniform in [-1, 1).
-float uniform(uint64_t* s) { return static_cast<float>(splitmix(s) >> 40) * 0x1p-23f - 1.0f; }
-
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-float bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return gate_common::measured_bw_gbs(t, "gate");
 }
 
 /// One shape's random weights (bf16, row-major), input and fp64 reference output.
@@ -255,17 +207,6 @@ std::vector<uint16_t> packed_weights(const HostMatrix& m, uint32_t design) {
     for (uint32_t k = 0; k < m.cols; ++k)
       p[ms_gate::mma_packed_index(m.cols, r, k)] = m.w[uint64_t(r) * m.cols + k];
   return p;
-}
-
-/// max|y - ref| / max|ref| (infinite when y holds a NaN: the poison, or a wrong result).
-double relative_error(const std::vector<float>& y, const std::vector<double>& ref) {
-  double err = 0.0, scale = 0.0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (!std::isfinite(y[i])) return INFINITY;
-    err = std::max(err, std::fabs(double(y[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(ref[i]));
-  }
-  return scale > 0 ? err / scale : err;
 }
 
 /// Copies of the matrix one timed launch streams: 2.5 x the L2 for one block, 1 GiB for all SMs,

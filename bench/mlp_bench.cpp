@@ -29,6 +29,7 @@
 
 #include "eval/device.h"
 #include "eval/timing.h"
+#include "gate_common.h"
 #include "schedule/config.h"
 #include "vm/cuda_runtime.h"
 #include "vm/device/mlp_gate.cuh"
@@ -42,6 +43,11 @@
 namespace {
 
 using namespace megasched;
+using gate_common::bf16_bits;
+using gate_common::bf16_value;
+using gate_common::fmt;
+using gate_common::relative_error;
+using gate_common::uniform;
 using ms_mlp::kFfn;
 using ms_mlp::kHidden;
 
@@ -49,35 +55,6 @@ constexpr uint32_t kLayers = 16;
 constexpr double kMaxRelErr = 1e-3;
 constexpr uint64_t kSpinBoundNs = 2'000'000'000ull;        // a wait past 2 s is a broken kernel
 constexpr uint64_t kLayerWeights = 3ull * kFfn * kHidden;  // bf16 elements: gate, up, down
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-uint64_t splitmix(uint64_t* s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/// Uniform in [-1, 1).
-float uniform(uint64_t* s) { return static_cast<float>(splitmix(s) >> 40) * 0x1p-23f - 1.0f; }
-
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-float bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 /// The weights, the input and the fp64 reference of every layer's output.
 struct HostMlp {
@@ -127,53 +104,11 @@ const HostMlp& host_mlp() {
   return m;
 }
 
-/// max|y - ref| / max|ref| (infinite when y holds a NaN).
-double relative_error(const std::vector<float>& y, const std::vector<double>& ref) {
-  double err = 0.0, scale = 0.0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (!std::isfinite(y[i])) return INFINITY;
-    err = std::max(err, std::fabs(double(y[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(ref[i]));
-  }
-  return scale > 0 ? err / scale : err;
-}
-
-/// The streaming-read bandwidth the figures are relative to: `doctor --measure`'s stored figure,
-/// else measured once here.
-double measured_bw_gbs(const schedule::GpuTarget& t) {
-  static double bw = 0.0;
-  if (bw > 0.0) return bw;
-  bw = t.measured_bw_gbs;
-  if (bw <= 0.0) {
-    std::string err;
-    const auto m =
-        eval::measure_stream_bandwidth(eval::default_probe_bytes(t.l2_bytes), 10, nullptr, &err);
-    bw = m ? *m : t.floor_bw_gbs();
-    if (!m)
-      std::fprintf(stderr, "mlp: bandwidth probe failed (%s); using %.0f GB/s\n", err.c_str(), bw);
-  }
-  return bw;
-}
-
-/// The live GPU's target; nullopt after marking `state` skipped when there is none.
+/// The live GPU's target; nullopt after marking `state` skipped unless it is an sm_90 part with
+/// room for kTasks co-resident blocks.
 std::optional<schedule::GpuTarget> live_target_or_skip(benchmark::State& state) {
-  std::string why;
-  if (!eval::gpu_available(&why)) {
-    state.SkipWithError(("no GPU: " + why).c_str());
-    return std::nullopt;
-  }
-  auto t = eval::live_target(&why);
-  if (!t) {
-    state.SkipWithError(("no GPU target: " + why).c_str());
-    return std::nullopt;
-  }
-  if (t->sm_arch != 90) {
-    state.SkipWithError(("the MLP gate needs sm_90 (red.global.add.v4.f32); this GPU is sm_" +
-                         std::to_string(t->sm_arch))
-                            .c_str());
-    return std::nullopt;
-  }
-  if (t->num_sms < int(ms_mlp::kTasks)) {
+  auto t = gate_common::live_sm90_target_or_skip(state, "red.global.add.v4.f32");
+  if (t && t->num_sms < int(ms_mlp::kTasks)) {
     state.SkipWithError(("the MLP gate needs " + std::to_string(ms_mlp::kTasks) +
                          " co-resident blocks; this GPU has " + std::to_string(t->num_sms) + " SMs")
                             .c_str());
@@ -345,7 +280,7 @@ void mlp_case(benchmark::State& state, const std::string& kernel) {
     return;
   }
   const double median_ms = eval::sample_stats(ms).median;
-  const double bw = measured_bw_gbs(*t);
+  const double bw = gate_common::measured_bw_gbs(*t, "mlp");
   const double layer_bytes = double(kLayerWeights) * 2;
   const double gbps = layer_bytes * kLayers / (median_ms * 1e6);
   state.counters["us_per_layer"] = median_ms * 1e3 / kLayers;

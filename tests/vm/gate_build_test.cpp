@@ -10,12 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/vm/nvrtc_log.h"
 #include "vm/device/gate.cuh"
 #include "vm/embedded_sources.h"
 #include "vm/nvrtc_build.h"
-#if MS_HAVE_CUDA
-#include <nvrtc.h>
-#endif
 
 namespace megasched::vm {
 namespace {
@@ -33,45 +31,11 @@ const char* const kKernels[] = {"ms_gate_copy_k2048",   "ms_gate_copy_k8192", "m
 /// NVRTC's log of gate.cuh built for `arch` and a geometry ("" and *ok false when it fails, with
 /// the log in the failure message).
 std::string build_log(const std::string& arch, const Geometry& g, bool* ok) {
-  *ok = false;
-#if MS_HAVE_CUDA
-  std::vector<const char*> names, texts;
-  for (const EmbeddedSource& s : embedded_sources()) {
-    names.push_back(s.path);
-    texts.push_back(s.text);
-  }
-  nvrtcProgram prog = nullptr;
-  if (nvrtcCreateProgram(&prog, "#include \"vm/device/gate.cuh\"\n", "gate.cu",
-                         static_cast<int>(names.size()), texts.data(),
-                         names.data()) != NVRTC_SUCCESS)
-    return "nvrtcCreateProgram failed";
-  const std::vector<std::string> opts = {"--std=c++17",
-                                         "-arch=" + arch,
-                                         "--ptxas-options=-v",
-                                         "-default-device",
-                                         "-DMS_GATE_PAGE_BYTES=" + std::to_string(g.page_bytes),
-                                         "-DMS_GATE_PAGES=" + std::to_string(g.pages)};
-  std::vector<const char*> copts;
-  for (const std::string& o : opts) copts.push_back(o.c_str());
-  *ok = nvrtcCompileProgram(prog, static_cast<int>(copts.size()), copts.data()) == NVRTC_SUCCESS;
-  size_t size = 0;
-  nvrtcGetProgramLogSize(prog, &size);
-  std::string log(size, '\0');
-  if (size > 0) nvrtcGetProgramLog(prog, log.data());
-  nvrtcDestroyProgram(&prog);
-  return log;
-#else
-  (void)arch, (void)g;
-  return "built without the CUDA toolkit";
-#endif
-}
-
-bool have_nvrtc() {
-#if MS_HAVE_CUDA
-  return nvrtc_version() != "none" && nvrtc_version() != "unknown";
-#else
-  return false;
-#endif
+  return nvrtc_log("vm/device/gate.cuh",
+                   {"--std=c++17", "-arch=" + arch, "--ptxas-options=-v", "-default-device",
+                    "-DMS_GATE_PAGE_BYTES=" + std::to_string(g.page_bytes),
+                    "-DMS_GATE_PAGES=" + std::to_string(g.pages)},
+                   ok);
 }
 
 void expect_kernels_fit(const std::string& arch, const Geometry& g) {

@@ -7,49 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "tests/vm/nvrtc_log.h"
 #include "vm/device/mlp_gate.cuh"
 #include "vm/embedded_sources.h"
 #include "vm/nvrtc_build.h"
-#if MS_HAVE_CUDA
-#include <nvrtc.h>
-#endif
 
 namespace megasched::vm {
 namespace {
 
-bool have_nvrtc() {
-#if MS_HAVE_CUDA
-  return nvrtc_version() != "none" && nvrtc_version() != "unknown";
-#else
-  return false;
-#endif
-}
-
 /// NVRTC's log of mlp_gate.cuh for sm_90a (*ok false when it fails).
 std::string build_log(bool* ok) {
-  *ok = false;
-#if MS_HAVE_CUDA
-  std::vector<const char*> names, texts;
-  for (const EmbeddedSource& s : embedded_sources()) {
-    names.push_back(s.path);
-    texts.push_back(s.text);
-  }
-  nvrtcProgram prog = nullptr;
-  if (nvrtcCreateProgram(&prog, "#include \"vm/device/mlp_gate.cuh\"\n", "mlp.cu",
-                         static_cast<int>(names.size()), texts.data(),
-                         names.data()) != NVRTC_SUCCESS)
-    return "nvrtcCreateProgram failed";
-  const char* opts[] = {"--std=c++17", "-arch=sm_90a", "--ptxas-options=-v", "-default-device"};
-  *ok = nvrtcCompileProgram(prog, 4, opts) == NVRTC_SUCCESS;
-  size_t size = 0;
-  nvrtcGetProgramLogSize(prog, &size);
-  std::string log(size, '\0');
-  if (size > 0) nvrtcGetProgramLog(prog, log.data());
-  nvrtcDestroyProgram(&prog);
-  return log;
-#else
-  return "built without the CUDA toolkit";
-#endif
+  return nvrtc_log("vm/device/mlp_gate.cuh",
+                   {"--std=c++17", "-arch=sm_90a", "--ptxas-options=-v", "-default-device"}, ok);
 }
 
 TEST(MlpGateBuild, EveryKernelCompilesForSm90aWithoutSpills) {
