@@ -7,12 +7,12 @@
 
 #include "eval/baselines/baseline.h"
 #include "eval/device.h"
-#include "eval/eager.h"
 #include "eval/evaluate.h"
 #include "eval/gpu_trial.h"
 #include "eval/prepare.h"
 #include "eval/roofline.h"
 #include "eval/timing.h"
+#include "eval/trial_reference.h"
 #include "schedule/format.h"
 
 namespace megasched::eval {
@@ -261,16 +261,19 @@ std::optional<std::vector<BenchRow>> peer_rows(const json& peers, std::string* e
 
 namespace {
 
-/// What every config trial of the model shares: the checked positions, their tokens and eager
-/// logits.
-struct Refs {
-  std::vector<int> checked = {0, 1, 2};
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-};
+/// The reference windows a config row at `position` is checked on: the one at position 0 and the
+/// one holding `position` (once when they are the same), ascending.
+std::vector<ReferenceWindow> row_windows(const TrialReference& reference, int position) {
+  std::vector<ReferenceWindow> out;
+  const ReferenceWindow* first = reference.window_at(0);
+  const ReferenceWindow* at = reference.window_at(position);
+  if (first) out.push_back(*first);
+  if (at && at != first) out.push_back(*at);
+  return out;
+}
 
 BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget& target,
-                    const Refs& refs, const std::string& label,
+                    const TrialReference& reference, const std::string& label,
                     const schedule::ScheduleConfig& config, int position,
                     const BenchOptions& options) {
   BenchRow row;
@@ -289,9 +292,14 @@ BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget&
   o.warmup = options.warmup;
   o.timed_position = position;
   o.baselines.clear();  // the baselines have rows of their own
-  const GpuTrialResult t =
-      run_gpu_trial(*prepared.program, weights, refs.tokens, refs.logits, refs.checked, o);
-  row.detail = {{"max_abs_err", t.max_abs_err}, {"rel_err", t.rel_err}, {"kernel", t.kernel}};
+  const GpuTrialResult t = run_gpu_trial(*prepared.program, weights, reference.tokens(),
+                                         row_windows(reference, position), o);
+  json checked = json::array();
+  for (const json& c : t.checks) checked.push_back(c.value("position", -1));
+  row.detail = {{"max_abs_err", t.max_abs_err},
+                {"rel_err", t.rel_err},
+                {"checked_positions", checked},
+                {"kernel", t.kernel}};
   if (t.status != "ok") {
     row.status = t.status;
     row.message = t.message;
@@ -349,6 +357,14 @@ void withhold_below_floor(BenchRow* row, double floor_us) {
 
 }  // namespace
 
+std::vector<int> bench_check_positions(const std::vector<int>& positions) {
+  std::vector<int> out = positions;
+  out.push_back(0);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::optional<BenchResult> run_bench(const schedule::Weights& weights,
                                      const schedule::GpuTarget& target, const BenchOptions& options,
                                      std::string* error,
@@ -360,11 +376,18 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
   r.bandwidth_gbs = target.floor_bw_gbs();
   r.measured_bandwidth = target.measured_bw_gbs > 0;
   r.positions = options.positions;
-  Refs refs;
-  refs.tokens = trial_tokens(weights.shape.vocab, 3, options.seed);
-  EagerModel eager(weights);
-  for (int p = 0; p < 3; ++p)
-    refs.logits.push_back(eager.step(refs.tokens[static_cast<size_t>(p)], p));
+  // The reference windows (the KV cache before each position and the logits of the steps from
+  // it), from the disk cache or one pass of the GPU eager forward, as a loop's trials are checked.
+  const std::vector<int> checked = bench_check_positions(options.positions);
+  const int end = std::min(checked.back() + kBenchCheckSteps, weights.shape.max_seq);
+  TrialReference reference(weights, trial_tokens(weights.shape.vocab, end, options.seed), checked);
+  EvaluatorOptions reference_options;
+  reference_options.device = "gpu";
+  reference_options.reference = "auto";
+  reference_options.check_steps = kBenchCheckSteps;
+  reference_options.seed = options.seed;
+  if (progress) reference_options.progress = progress;
+  if (!reference.load(reference_options, error)) return std::nullopt;
   const std::vector<std::string> kinds =
       options.baselines.empty() ? baseline_kinds() : options.baselines;
   auto report = [&](const BenchRow& row) {
@@ -383,7 +406,7 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
     f.detail = {{"bytes_min", floor.bytes_min}, {"floor_datasheet_us", floor.floor_datasheet_us}};
     r.rows.push_back(f);
     for (const auto& [label, config] : options.configs) {
-      r.rows.push_back(config_row(weights, target, refs, label, config, position, options));
+      r.rows.push_back(config_row(weights, target, reference, label, config, position, options));
       // The config itself: `bench --from-bench` fits a plan to this file later.
       r.rows.back().detail["config"] = schedule::to_json(config);
       withhold_below_floor(&r.rows.back(), floor.floor_us);
@@ -391,7 +414,7 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
     }
     for (const auto& [label, plan] : options.plans) {
       const schedule::PlanBucket& b = plan.buckets[schedule::plan_bucket_index(plan, position)];
-      r.rows.push_back(config_row(weights, target, refs, label, b.config, position, options));
+      r.rows.push_back(config_row(weights, target, reference, label, b.config, position, options));
       r.rows.back().detail["bucket"] = schedule::bucket_label(b);
       r.rows.back().detail["config"] = schedule::to_json(b.config);
       withhold_below_floor(&r.rows.back(), floor.floor_us);

@@ -1,9 +1,10 @@
 // The comparison behind `megasched bench`: one model on the live GPU, in one process, at several
 // positions: the floor (computed from the bytes a step must move and the measured bandwidth), the
-// default config and any given configs (each a GPU trial: kernel checked against eager at
-// positions 0, 1, 2, the KV cache filled by the kernel, timed at the position), every baseline kind
-// (eval/baselines/baseline.h, checked against eager at position 0) and, when given, the rows of
-// peers' JSON (bench/peers/: PyTorch and transformers, measured by their own scripts on the same
+// default config and any given configs (each a GPU trial: the kernel checked on the reference
+// windows at position 0 and at the timed position, kBenchCheckSteps steps each from the reference
+// KV cache before it, as a loop's trials are checked, then timed at the position), every baseline
+// kind (eval/baselines/baseline.h, checked against eager at position 0) and, when given, the rows
+// of peers' JSON (bench/peers/: PyTorch and transformers, measured by their own scripts on the same
 // GPU). The result renders as JSON, a Markdown table (median, p10/p90, % of the measured bandwidth,
 // ratio to each baseline kind) and an SVG bar chart; the rendering is host code with no GPU.
 #pragma once
@@ -79,9 +80,18 @@ struct BenchOptions {
   std::vector<BenchRow> peers;  // appended as given
 };
 
+/// Consecutive steps a config row is checked from each of its windows' positions: the timed step
+/// and the one after it, which reads the KV row the timed step wrote.
+constexpr int kBenchCheckSteps = 2;
+
+/// The positions the reference has a window at: every measured position, and 0 (each config row
+/// is checked at 0 too), ascending and distinct.
+std::vector<int> bench_check_positions(const std::vector<int>& positions);
+
 /// Measures everything on the live GPU (`target` is the live device). Progress lines (one per
-/// row) go to `progress` when given. A failing config or baseline is a row with its status; only
-/// a failure before anything can run (no device) is nullopt with *error.
+/// row, and the reference windows' pass while it runs) go to `progress` when given. A failing
+/// config or baseline is a row with its status; only a failure before anything can run (no
+/// device, or a reference that cannot be computed) is nullopt with *error.
 std::optional<BenchResult> run_bench(const schedule::Weights& weights,
                                      const schedule::GpuTarget& target, const BenchOptions& options,
                                      std::string* error,

@@ -126,6 +126,15 @@ TEST(Bench, SvgHasABarPerRowScaledToTheSlowest) {
   EXPECT_NE(svg.find("url(#hatch)"), std::string::npos) << "the computed floor is hatched";
 }
 
+// A config row is checked where it is timed: the reference has a window at every measured
+// position, and at 0, which every row is checked at too.
+TEST(Bench, TheReferenceHasAWindowAtEveryMeasuredPositionAndAtZero) {
+  EXPECT_EQ(bench_check_positions({1024, 0, 4096, 1024}), (std::vector<int>{0, 1024, 4096}));
+  EXPECT_EQ(bench_check_positions({48}), (std::vector<int>{0, 48}));
+  EXPECT_EQ(bench_check_positions({0}), (std::vector<int>{0}));
+  EXPECT_GE(kBenchCheckSteps, 2) << "the step after the timed one reads the KV row it wrote";
+}
+
 TEST(Bench, ReadsPeerRowsAndRejectsMalformedOnes) {
   const json peers = {{"peer", "pytorch"},
                       {"rows",
