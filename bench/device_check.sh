@@ -149,7 +149,7 @@ CONFIGS=${CONFIGS:-all}
 # Every suite with a test that needs or branches on a GPU (eval::gpu_available, MS_REQUIRE_GPU) or
 # on NVRTC: the megakernel, the baselines, the GPU reference, the planted bugs, the CLI verbs
 # (profile, promote, bad input) and the MCP server on a device.
-GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GateBuild.*:MlpGateBuild.*:DeviceModel.*:GpuVm.*:GeneratePlanGpu.*:GenerateBenchGpu.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*:PromoteCli.*:ProfileCommand.*:CliBadInput.*:McpServer.*}
+GPU_TESTS=${GPU_TESTS:-NvrtcBuild.*:GateBuild.*:MlpGateBuild.*:DeviceModel.*:GpuVm.*:GeneratePlanGpu.*:GenerateBenchGpu.*:BenchGpu.*:CublasBaseline.*:GraphPdlBaseline.*:Doctor.*:Bf16Precision.*:GpuReference.*:PlantedBug.*:PromoteCli.*:ProfileCommand.*:CliBadInput.*:McpServer.*}
 PEER_SHAPE=${PEER_SHAPE:-llama-1b}
 COMPARE=${COMPARE:-llama-1b@0,1024,4096 small@0,1024 llama-8b@0}
 PROFILES=${PROFILES:-llama-1b@0@default}

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "eval/baselines/baseline.h"
+#include "eval/device.h"
 #include "eval/trial_timing.h"
+#include "schedule/model.h"
 
 namespace megasched::eval {
 namespace {
@@ -133,6 +135,36 @@ TEST(Bench, TheReferenceHasAWindowAtEveryMeasuredPositionAndAtZero) {
   EXPECT_EQ(bench_check_positions({48}), (std::vector<int>{0, 48}));
   EXPECT_EQ(bench_check_positions({0}), (std::vector<int>{0}));
   EXPECT_GE(kBenchCheckSteps, 2) << "the step after the timed one reads the KV row it wrote";
+}
+
+// On a GPU (skipped without one): a toy bench's config rows are checked at 0 and where they are
+// timed (two steps each from the reference KV cache), then timed, and say which positions.
+TEST(BenchGpu, EveryConfigRowIsCheckedAtZeroAndWhereItIsTimed) {
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << why;
+  const auto target = live_target(&why);
+  ASSERT_TRUE(target) << why;
+  const schedule::Weights w = schedule::generate_weights(*schedule::find_preset("toy"), 3);
+  BenchOptions o;
+  o.positions = {0, 40};
+  o.configs = {{"default", schedule::ScheduleConfig{}}};
+  o.baselines = {"cublas"};
+  o.warmup = 1;
+  o.iterations = 5;
+  const auto r = run_bench(w, *target, o, &why);
+  ASSERT_TRUE(r) << why;
+  int config_rows = 0;
+  for (const BenchRow& row : r->rows) {
+    if (row.kind != "config") continue;
+    ++config_rows;
+    EXPECT_EQ(row.status, "ok") << row.position << ": " << row.message;
+    EXPECT_TRUE(row.median_us.has_value()) << row.position;
+    std::vector<int> checked = row.detail.value("checked_positions", std::vector<int>{});
+    const std::vector<int> want =
+        row.position == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 40, 41};
+    EXPECT_EQ(checked, want) << row.position;
+  }
+  EXPECT_EQ(config_rows, 2);
 }
 
 TEST(Bench, ReadsPeerRowsAndRejectsMalformedOnes) {
