@@ -89,7 +89,8 @@
 #        best:llama-1b:<this GPU> and "search" the search stage's best, of this call or an
 #        earlier one on the same warm machine, SEARCH_DIR/best.json: so PLANFIT_CONFIGS="record
 #        search" refits the record with the loop's find) at PLANFIT_POSITIONS (default
-#        0,4,8,16,32,64,128,256,512,1024,2048,4096) with
+#        0,4,8,16,32,48,64,128,256,512,1024,2048,4096: about every doubling, and 48, past the 32
+#        keys where attention partitions change path) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
 #        config, boundaries where latencies cross; plan_fit.json: why), then benches that plan
 #        beside them at PLAN_POSITIONS (default 0,512,1024,2048,4096) into plan_table/ and
@@ -698,7 +699,7 @@ if has_stage planfit; then
   # plan becomes the generate stage's GENERATE_PLAN unless one is given.
   # About every doubling of the position: a line through two measurements far apart can miss a
   # step (dev/perf_log.md section 47).
-  PLANFIT_POSITIONS=${PLANFIT_POSITIONS:-0,4,8,16,32,64,128,256,512,1024,2048,4096}
+  PLANFIT_POSITIONS=${PLANFIT_POSITIONS:-0,4,8,16,32,48,64,128,256,512,1024,2048,4096}
   PLAN_POSITIONS=${PLAN_POSITIONS:-0,512,1024,2048,4096}
   if [ -z "${PLANFIT_CONFIGS:-}" ]; then
     PLANFIT_CONFIGS=record

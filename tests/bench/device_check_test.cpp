@@ -254,7 +254,7 @@ TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFitted
   EXPECT_EQ(std::system(plain.c_str()), 0);
   EXPECT_NE(slurp(calls).find("bench --model llama-1b --config best:llama-1b:h200 --baseline "
                               "graph-pdl --iterations 100 --positions "
-                              "0,4,8,16,32,64,128,256,512,1024,2048,4096 --fit-plan"),
+                              "0,4,8,16,32,48,64,128,256,512,1024,2048,4096 --fit-plan"),
             std::string::npos)
       << slurp(calls);
   std::filesystem::remove_all(dir);
