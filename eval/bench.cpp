@@ -273,8 +273,8 @@ std::vector<ReferenceWindow> row_windows(const TrialReference& reference, int po
 }
 
 BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget& target,
-                    const TrialReference& reference, const std::string& label,
-                    const schedule::ScheduleConfig& config, int position,
+                    const TrialReference& reference, const std::vector<ReferenceWindow>& windows,
+                    const std::string& label, const schedule::ScheduleConfig& config, int position,
                     const BenchOptions& options) {
   BenchRow row;
   row.name = label;
@@ -292,8 +292,8 @@ BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget&
   o.warmup = options.warmup;
   o.timed_position = position;
   o.baselines.clear();  // the baselines have rows of their own
-  const GpuTrialResult t = run_gpu_trial(*prepared.program, weights, reference.tokens(),
-                                         row_windows(reference, position), o);
+  const GpuTrialResult t =
+      run_gpu_trial(*prepared.program, weights, reference.tokens(), windows, o);
   json checked = json::array();
   for (const json& c : t.checks) checked.push_back(c.value("position", -1));
   row.detail = {{"max_abs_err", t.max_abs_err},
@@ -405,8 +405,12 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
     f.median_us = floor.floor_us;
     f.detail = {{"bytes_min", floor.bytes_min}, {"floor_datasheet_us", floor.floor_datasheet_us}};
     r.rows.push_back(f);
+    // Every config row at this position is checked on the same windows (copied once: a window
+    // holds the reference KV cache up to its start).
+    const std::vector<ReferenceWindow> windows = row_windows(reference, position);
     for (const auto& [label, config] : options.configs) {
-      r.rows.push_back(config_row(weights, target, reference, label, config, position, options));
+      r.rows.push_back(
+          config_row(weights, target, reference, windows, label, config, position, options));
       // The config itself: `bench --from-bench` fits a plan to this file later.
       r.rows.back().detail["config"] = schedule::to_json(config);
       withhold_below_floor(&r.rows.back(), floor.floor_us);
@@ -414,7 +418,8 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
     }
     for (const auto& [label, plan] : options.plans) {
       const schedule::PlanBucket& b = plan.buckets[schedule::plan_bucket_index(plan, position)];
-      r.rows.push_back(config_row(weights, target, reference, label, b.config, position, options));
+      r.rows.push_back(
+          config_row(weights, target, reference, windows, label, b.config, position, options));
       r.rows.back().detail["bucket"] = schedule::bucket_label(b);
       r.rows.back().detail["config"] = schedule::to_json(b.config);
       withhold_below_floor(&r.rows.back(), floor.floor_us);

@@ -224,11 +224,11 @@ schedule::ModelShape wide_head_toy(int head_dim) {
 // or the whole group; kernel.attention registers and staged) match the eager reference at head
 // dims 64 and 128, the llama-1b and `small` head widths the toy models do not cover. In registers
 // builds positions 40 and 100 take attn_short with several rounds of keys a warp, and position 200
-// in one partition the key-per-lane path. Staged with the default 2 x 16 KiB of pages, a round holds
-// 96 keys at head dim 64 and 48 at 128: position 100 in one partition takes two and three rounds,
-// the last one holding the step's own key (read after the wait, not copied); one page (16 KiB)
-// holds 32 keys at head dim 64 and too few at 128, where attn_short takes the partition. The last
-// case runs staged partitions from the dynamic queue.
+// in one partition the key-per-lane path. Staged with the default 2 x 16 KiB of pages, a round
+// holds 96 keys at head dim 64 and 48 at 128: position 100 in one partition takes two and three
+// rounds, the last one holding the step's own key (read after the wait, not copied); one page (16
+// KiB) holds 32 keys at head dim 64 and too few at 128, where attn_short takes the partition. The
+// last case runs staged partitions from the dynamic queue.
 TEST(GpuVm, LongAttentionMatchesEagerAtWideHeads) {
   const std::vector<int> positions = {0, 40, 100, 200};
   struct Case {
