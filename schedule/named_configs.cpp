@@ -99,6 +99,11 @@ const std::vector<NamedConfig>& named_configs() {
   // section 42), promoted.
   static const nlohmann::json search_d3_held3 =
       patched(g4p16, {{"kernel", {{"stream_depth", 3}, {"stream_held", 3}}}});
+  // The same with the KV history in one partition: what a 5-minute loop from the record at
+  // position 256 kept on two H200s (2026-11-29, BENCHMARKS.md "Plans over positions"), promoted.
+  // Up to a few hundred keys, 16 partitions cost more in their merge than they save.
+  static const nlohmann::json search_kv1 =
+      patched(search_d3_held3, {{"tiling", {{"attn_kv_partitions", 1}}}});
   // The records are plans over positions: the configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
@@ -129,7 +134,10 @@ const std::vector<NamedConfig>& named_configs() {
        "record at 4096: h200-2026-11-29-0412-search-4096-from-record.bench.md and "
        "h200-2026-11-29-0521-promote-llama-1b.json; the buckets refitted on the lower envelope: "
        "h200-2026-11-29-0529-planfit.bench.json (`bench --from-bench`), "
-       "h200-2026-11-29-0546-envelope-table.md and h200-2026-11-29-0547-promote-llama-1b.json",
+       "h200-2026-11-29-0546-envelope-table.md and h200-2026-11-29-0547-promote-llama-1b.json; "
+       "the middle config, a loop from the record at 256: "
+       "h200-2026-11-29-0909-search-256-from-record.bench.md, h200-2026-11-29-0926-planfit.md "
+       "(its .bench.json) and h200-2026-11-29-0928-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
        "its position-0 config alone took 8912.8 ms; on [0, 3) the config a 6-minute loop from "
@@ -141,11 +149,13 @@ const std::vector<NamedConfig>& named_configs() {
        "side); with the long-context config a loop from the record kept at 4096 on [89, 356) and "
        "from 874 on, where the lower envelope of the measured lines put it, the plan ran "
        "1001.4 us at position 100 against 1024.3 and 1011.4 at 1200 against 1023.4 (2026-11-29, "
-       "side by side)",
+       "side by side); with that config's KV history in one partition, which a loop from the "
+       "record kept at 256, on [40, 363), the plan ran 948.5 us at position 192 against 1018.8 "
+       "(2026-11-29, side by side)",
        plan_of({{search_held, 5},
-                {stream_r3, 89},
-                {search_d3_held3, 356},
-                {staged, 874},
+                {stream_r3, 40},
+                {search_kv1, 363},
+                {staged, 958},
                 {search_d3_held3, kToMax}})},
   };
   return table;

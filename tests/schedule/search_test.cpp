@@ -281,8 +281,8 @@ TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   const auto at0 = named_config_at("best:llama-1b:h200", 0, &why);
   const auto at4 = named_config_at("best:llama-1b:h200", 4, &why);
   const auto at5 = named_config_at("best:llama-1b:h200", 5, &why);
-  const auto at356 = named_config_at("best:llama-1b:h200", 356, &why);
-  ASSERT_TRUE(at0 && at4 && at5 && at356) << why;
+  const auto at363 = named_config_at("best:llama-1b:h200", 363, &why);
+  ASSERT_TRUE(at0 && at4 && at5 && at363) << why;
   EXPECT_EQ(*at0, *found);
   EXPECT_EQ(*at4, *found);
   EXPECT_TRUE(at0->fusion.attention_into_o);
@@ -291,32 +291,47 @@ TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   EXPECT_EQ(at0->kernel.stream_held_every, 2);
   EXPECT_EQ(at5->kernel.stream_held, 0);
   EXPECT_EQ(at5->kernel.rows_per_warp, 3);
-  EXPECT_EQ(at356->tiling.attn_kv_partitions, 8);
+  EXPECT_EQ(at363->tiling.attn_kv_partitions, 8);
 }
 
 // The H200 record's long-context config is what a loop from the record kept at position 4096
-// (dev/configs/search_h200_p4096_loop_d3_held3_every2.json), on the buckets the lower envelope of
-// the measured lines gave it: [89, 356) and from 874 on, the staged attention in 8 partitions
-// between them (its line lowest around position 512).
-TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFind) {
+// (dev/configs/search_h200_p4096_loop_d3_held3_every2.json), on the bucket the lower envelope of
+// the measured lines gave it: from 958 on. Before it, [40, 363) holds what a loop from the record
+// kept at position 256 (dev/configs/search_h200_p256_loop_kv1.json: the same config with the KV
+// history in one partition) and [363, 958) the staged attention in 8 partitions (its line lowest
+// around position 512).
+TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFinds) {
   std::string why;
   const auto found = dev_config("search_h200_p4096_loop_d3_held3_every2.json", &why);
   ASSERT_TRUE(found) << why;
-  for (int pos : {89, 355, 874, 4096, 8191}) {
+  const auto middle = dev_config("search_h200_p256_loop_kv1.json", &why);
+  ASSERT_TRUE(middle) << why;
+  for (int pos : {958, 4096, 8191}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
     ASSERT_TRUE(at) << why;
     EXPECT_EQ(*at, *found) << pos;
   }
-  for (int pos : {88, 356, 873}) {
+  for (int pos : {40, 256, 362}) {
+    const auto at = named_config_at("best:llama-1b:h200", pos, &why);
+    ASSERT_TRUE(at) << why;
+    EXPECT_EQ(*at, *middle) << pos;
+  }
+  for (int pos : {39, 363, 957}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
     ASSERT_TRUE(at) << why;
     EXPECT_NE(*at, *found) << pos;
+    EXPECT_NE(*at, *middle) << pos;
   }
   const auto at512 = named_config_at("best:llama-1b:h200", 512, &why);
   ASSERT_TRUE(at512) << why;
   EXPECT_EQ(at512->tiling.attn_kv_partitions, 8);
   EXPECT_EQ(found->kernel.stream_depth, 3);
   EXPECT_EQ(found->kernel.stream_held, 3);
+  EXPECT_EQ(middle->tiling.attn_kv_partitions, 1);
+  // The loop changed one knob of the 4096 find, nothing else.
+  ScheduleConfig one_partition = *found;
+  one_partition.tiling.attn_kv_partitions = 1;
+  EXPECT_EQ(one_partition, *middle);
 }
 
 TEST(SearchMoves, ConfigFitsRejectsLaunchesThatCannotBeCoResident) {
