@@ -83,6 +83,13 @@
 #        results.tsv and corpus.jsonl into search_results.tsv and search_corpus.jsonl (SEARCH_FLAGS:
 #        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_POSITION,
 #        default 0: the position the loop checks and times and the bench measures);
+#        stage "plansearch" searches a plan bucket by bucket: `loop --plan PLANSEARCH_PLAN`
+#        (default best:llama-1b:<this GPU>), each bucket a loop from its config at the bucket's
+#        midpoint, PLANSEARCH_MINUTES (default 6) split over the buckets, logs in PLANSEARCH_DIR
+#        (default workspace/plansearch), PLANSEARCH_FLAGS more loop flags (e.g. "--gpus all");
+#        its plan (PLANSEARCH_DIR/plan.json, OUT/plansearch_plan.json) benched beside
+#        PLANSEARCH_PLAN at each bucket's timed position into plansearch_bench.md; the word
+#        "plansearch" in PLANFIT_CONFIGS or as PROMOTE_CONFIG is that plan;
 #        stage "planfit" times the default and PLANFIT_CONFIGS (default "record"; on a GPU that
 #        is neither an H100 nor an H200 the three llama-1b record configs of 2026-11-27; a plan
 #        such as best:llama-1b:h200 stands for its buckets' configs; the word "record" is
@@ -692,6 +699,60 @@ if has_stage search; then
     > "$OUT/search_report.txt" 2>> "$LOG" || log "search: report FAILED"
 fi
 
+if has_stage plansearch; then
+  # The record searched bucket by bucket: `loop --plan PLANSEARCH_PLAN` (default this GPU's
+  # best:llama-1b:<gpu>), each bucket a loop from its config timed at the bucket's midpoint and
+  # checked at both its ends, PLANSEARCH_MINUTES (default 6) split evenly over the buckets
+  # (HARNESS.md, "Searching a plan"). The middle buckets of a fitted plan hold configs found at
+  # other positions; a loop at their own position can find better (BENCHMARKS.md [O]). The
+  # loop's logs live in PLANSEARCH_DIR (default workspace/plansearch; a re-run on the same warm
+  # machine seeds each bucket with the best config its logs know there), its plan is kept as
+  # PLANSEARCH_DIR/plan.json: "plansearch" in PLANFIT_CONFIGS refits the record with the
+  # buckets' winners (a plan stands for its buckets' configs), "plansearch" as PROMOTE_CONFIG
+  # promotes the plan as it came. Then the plan is benched beside PLANSEARCH_PLAN at every
+  # bucket's timed position (plansearch_bench.md). PLANSEARCH_FLAGS adds loop flags, e.g.
+  # "--gpus all" on a machine of several GPUs.
+  PLANSEARCH_MINUTES=${PLANSEARCH_MINUTES:-6}
+  PLANSEARCH_DIR=${PLANSEARCH_DIR:-$ROOT/workspace/plansearch}
+  PLANSEARCH_PLAN=${PLANSEARCH_PLAN:-best:llama-1b:$(gpu_key)}
+  if [ "$PLANSEARCH_PLAN" = "best:llama-1b:" ]; then
+    log "plansearch: this GPU has no record of its own; set PLANSEARCH_PLAN (a plan file or best:MODEL:GPU)"
+    status=1
+  else
+    mkdir -p "$PLANSEARCH_DIR"
+    log "plansearch: loop --model llama-1b --device gpu --plan $PLANSEARCH_PLAN --minutes $PLANSEARCH_MINUTES ${PLANSEARCH_FLAGS:-} in $PLANSEARCH_DIR"
+    keep_copying "$PLANSEARCH_DIR/results.tsv" "$OUT/plansearch_results.tsv"
+    # shellcheck disable=SC2086  # PLANSEARCH_FLAGS is a list of flags
+    MEGASCHED_KERNEL_CACHE="$PLANSEARCH_DIR/kernels" timeout 3600 "$BUILD/megasched" loop \
+      --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes "$PLANSEARCH_MINUTES" \
+      --plan "$PLANSEARCH_PLAN" --results "$PLANSEARCH_DIR/results.tsv" \
+      --corpus "$PLANSEARCH_DIR/corpus.jsonl" --runs-dir "$PLANSEARCH_DIR/runs" ${PLANSEARCH_FLAGS:-} \
+      > "$OUT/plansearch_summary.json" 2> "$OUT/plansearch_progress.log"
+    ps_rc=$?
+    stop_copying
+    # The summary names the plan file (under PLANSEARCH_DIR/runs/<run id>/) and each bucket's
+    # timed position.
+    read -r ps_plan ps_positions < <(python3 -c 'import json,sys
+d = json.load(open(sys.argv[1]))
+print(d.get("plan_file", ""), ",".join(str(b["timed_position"]) for b in d.get("buckets", [])))' \
+      "$OUT/plansearch_summary.json" 2>> "$LOG")
+    if [ $ps_rc -eq 0 ] && [ -n "${ps_plan:-}" ] && [ -s "$ps_plan" ]; then
+      cp "$ps_plan" "$PLANSEARCH_DIR/plan.json"
+      cp "$ps_plan" "$OUT/plansearch_plan.json"
+      log "plansearch: loop exit 0, plan $PLANSEARCH_DIR/plan.json; benched beside $PLANSEARCH_PLAN at $ps_positions"
+      if "$BUILD/megasched" bench --model llama-1b --positions "$ps_positions" \
+           --config "$OUT/plansearch_plan.json" --config "$PLANSEARCH_PLAN" --baseline graph-pdl \
+           --iterations "$ITERATIONS" --out "$OUT/plansearch_bench" > "$OUT/plansearch_bench.md" 2>> "$LOG"; then
+        cat "$OUT/plansearch_bench.md" >> "$LOG"
+      else
+        log "plansearch: the bench of its plan FAILED"; status=1
+      fi
+    else
+      log "plansearch: loop exit $ps_rc, no plan (plansearch_progress.log says why)"; status=1
+    fi
+  fi
+fi
+
 if has_stage planfit; then
   # The plan fitted to measurements (megasched bench --fit-plan): the default and PLANFIT_CONFIGS
   # timed at PLANFIT_POSITIONS, the fastest config at each position, boundaries where two
@@ -710,6 +771,7 @@ if has_stage planfit; then
     case "$c" in
       record) c="best:llama-1b:$(gpu_key)" ;;
       search) c="${SEARCH_DIR:-$ROOT/workspace/search_of_record}/best.json" ;;
+      plansearch) c="${PLANSEARCH_DIR:-$ROOT/workspace/plansearch}/plan.json" ;;
     esac
     pcargs+=(--config "$c")
   done
@@ -779,6 +841,7 @@ if has_stage promote; then
   PROMOTE_GPU=${PROMOTE_GPU:-h100}
   case "$PROMOTE_CONFIG" in
     planfit) PROMOTE_CONFIG="$OUT/planfit/plan.json" ;;
+    plansearch) PROMOTE_CONFIG="${PLANSEARCH_DIR:-$ROOT/workspace/plansearch}/plan.json" ;;
     search) PROMOTE_CONFIG="${SEARCH_DIR:-$ROOT/workspace/search_of_record}/best.json" ;;
   esac
   log "promote --model $PROMOTE_MODEL --gpu $PROMOTE_GPU --config $PROMOTE_CONFIG" \

@@ -260,4 +260,83 @@ TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFitted
   std::filesystem::remove_all(dir);
 }
 
+// Stage "plansearch": `loop --plan` of this GPU's record, each bucket searched at its midpoint; its
+// plan benched beside the record at every bucket's timed position, kept as
+// PLANSEARCH_DIR/plan.json, which the words "plansearch" in PLANFIT_CONFIGS and as PROMOTE_CONFIG
+// name. A stand-in megasched logs its arguments; as `loop` it writes a plan under --runs-dir and
+// prints the summary that names it; a stand-in nvidia-smi says H200.
+TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_plansearch";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "bin");
+  std::filesystem::create_directories(dir / "build");
+  const std::string calls = (dir / "calls").string();
+  {
+    std::ofstream smi(dir / "bin" / "nvidia-smi");
+    smi << "#!/bin/bash\necho 'NVIDIA H200'\n";
+    std::ofstream fake(dir / "build" / "megasched");
+    fake << "#!/bin/bash\necho \"$*\" >> " << shell_quote(calls)
+         << "\nverb=$1\nruns=\nwhile [ $# -gt 0 ]; do\n"
+            "  [ \"$1\" = --fit-plan ] && mkdir -p \"$(dirname \"$2\")\" && echo '{}' > \"$2\"\n"
+            "  [ \"$1\" = --runs-dir ] && runs=$2\n"
+            "  shift\ndone\n"
+            "if [ \"$verb\" = loop ]; then\n"
+            "  mkdir -p \"$runs/r1\" && echo '{\"buckets\": []}' > \"$runs/r1/plan.json\"\n"
+            "  echo \"{\\\"plan_file\\\": \\\"$runs/r1/plan.json\\\", \\\"buckets\\\": "
+            "[{\\\"timed_position\\\": 2}, {\\\"timed_position\\\": 201}]}\"\n"
+            "else echo '{}'; fi\n";
+  }
+  for (const char* f : {"bin/nvidia-smi", "build/megasched"})
+    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+  const std::string out = (dir / "out").string();
+  const std::string ps = (dir / "ps").string();
+  const std::string cmd = "PATH=" + shell_quote((dir / "bin").string()) +
+                          ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
+                          " PLANSEARCH_DIR=" + shell_quote(ps) +
+                          " MEGASCHED_FLYWHEEL_DIR=none STAGES='plansearch planfit promote' "
+                          "PLANSEARCH_MINUTES=2 PLANSEARCH_FLAGS='--gpus all' "
+                          "PLANFIT_CONFIGS='record plansearch' PROMOTE_CONFIG=plansearch bash " +
+                          shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
+                          shell_quote(out) + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
+  const std::string lines = slurp(calls);
+  EXPECT_NE(lines.find("loop --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes 2 "
+                       "--plan best:llama-1b:h200 --results " +
+                       ps + "/results.tsv"),
+            std::string::npos)
+      << lines;
+  EXPECT_NE(lines.find("--gpus all"), std::string::npos) << lines;
+  EXPECT_TRUE(std::filesystem::exists(dir / "ps" / "plan.json"));
+  EXPECT_NE(lines.find("bench --model llama-1b --positions 2,201 --config " + out +
+                       "/plansearch_plan.json --config best:llama-1b:h200 --baseline graph-pdl"),
+            std::string::npos)
+      << lines;
+  EXPECT_NE(
+      lines.find("--config best:llama-1b:h200 --config " + ps + "/plan.json --baseline graph-pdl"),
+      std::string::npos)
+      << lines;
+  EXPECT_NE(
+      lines.find("promote --model llama-1b --gpu h200 --device gpu --config " + ps + "/plan.json"),
+      std::string::npos)
+      << lines;
+  // A loop that ends without a plan fails the stage and benches nothing.
+  std::filesystem::remove_all(dir / "ps");
+  std::filesystem::remove(calls);
+  {
+    std::ofstream fake(dir / "build" / "megasched");
+    fake << "#!/bin/bash\necho \"$*\" >> " << shell_quote(calls)
+         << "\necho 'no bucket has a correct trial' >&2\nexit 1\n";
+  }
+  const std::string failing = "PATH=" + shell_quote((dir / "bin").string()) +
+                              ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
+                              " PLANSEARCH_DIR=" + shell_quote(ps) +
+                              " MEGASCHED_FLYWHEEL_DIR=none STAGES=plansearch bash " +
+                              shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") +
+                              " " + shell_quote(out) + " > /dev/null 2>&1";
+  EXPECT_NE(std::system(failing.c_str()), 0);
+  EXPECT_EQ(slurp(calls).find("bench "), std::string::npos) << slurp(calls);
+  EXPECT_NE(slurp(dir / "out" / "check.log").find("no plan"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
