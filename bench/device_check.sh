@@ -97,7 +97,8 @@
 #        earlier one on the same warm machine, SEARCH_DIR/best.json: so PLANFIT_CONFIGS="record
 #        search" refits the record with the loop's find) at PLANFIT_POSITIONS (default
 #        0,4,8,16,32,48,64,128,256,512,1024,2048,4096: about every doubling, and 48, past the 32
-#        keys where attention partitions change path) with
+#        keys where attention partitions change path) in PLANFIT_ROUNDS interleaved rounds
+#        (default 2; bench --rounds) with
 #        `megasched bench --fit-plan` into planfit/ (plan.json: at each position the fastest
 #        config, boundaries where latencies cross; plan_fit.json: why), then benches that plan
 #        beside them at PLAN_POSITIONS (default 0,512,1024,2048,4096) into plan_table/ and
@@ -776,8 +777,11 @@ if has_stage planfit; then
     pcargs+=(--config "$c")
   done
   # Both benches: llama-1b, the configs and graph-pdl, ITERATIONS steps each.
+  # PLANFIT_ROUNDS (default 2) interleaved rounds: between two rows of one process a config's
+  # median moves by up to ~1.5% (BENCHMARKS.md, "Plans over positions"), the fit's tie margin is
+  # 1%, so each row pools its rounds, timed in turn with every other row.
   planfit_bench() { timeout 900 "$BUILD/megasched" bench --model llama-1b "${pcargs[@]}" \
-    --baseline graph-pdl --iterations "$ITERATIONS" "$@"; }
+    --baseline graph-pdl --iterations "$ITERATIONS" --rounds "${PLANFIT_ROUNDS:-2}" "$@"; }
   log "planfit: megasched bench --positions $PLANFIT_POSITIONS ${pcargs[*]} --fit-plan $OUT/planfit/plan.json"
   if planfit_bench --positions "$PLANFIT_POSITIONS" --fit-plan "$OUT/planfit/plan.json" \
        --out "$OUT/planfit" > "$OUT/planfit.md" 2>> "$LOG"; then

@@ -275,7 +275,7 @@ std::vector<ReferenceWindow> row_windows(const TrialReference& reference, int po
 BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget& target,
                     const TrialReference& reference, const std::vector<ReferenceWindow>& windows,
                     const std::string& label, const schedule::ScheduleConfig& config, int position,
-                    const BenchOptions& options) {
+                    const BenchOptions& options, std::vector<double>* samples) {
   BenchRow row;
   row.name = label;
   row.kind = "config";
@@ -309,11 +309,13 @@ BenchRow config_row(const schedule::Weights& weights, const schedule::GpuTarget&
   row.median_us = s.median;
   row.p10_us = s.p10;
   row.p90_us = s.p90;
+  *samples = t.samples_us;
   return row;
 }
 
 BenchRow baseline_row(const schedule::Weights& weights, const schedule::GpuTarget& target,
-                      const std::string& kind, int position, const BenchOptions& options) {
+                      const std::string& kind, int position, const BenchOptions& options,
+                      std::vector<double>* samples) {
   BenchRow row;
   row.name = kind;
   row.kind = "baseline";
@@ -325,7 +327,7 @@ BenchRow baseline_row(const schedule::Weights& weights, const schedule::GpuTarge
   timing.iterations = options.iterations;
   timing.seed = options.seed;
   std::string error;
-  const auto out = time_baseline(weights, target, timing, &error);
+  const auto out = time_baseline(weights, target, timing, &error, samples);
   if (!out) {
     row.status = "error";
     row.message = error;
@@ -356,6 +358,26 @@ void withhold_below_floor(BenchRow* row, double floor_us) {
 }
 
 }  // namespace
+
+BenchRow pool_rounds(const std::vector<BenchRow>& rounds,
+                     const std::vector<std::vector<double>>& samples) {
+  for (const BenchRow& row : rounds)
+    if (!row.median_us) return row;  // a failed round says more than the others' timings
+  BenchRow pooled = rounds.front();
+  if (rounds.size() < 2) return pooled;
+  std::vector<double> all;
+  json medians = json::array();
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    all.insert(all.end(), samples[i].begin(), samples[i].end());
+    medians.push_back(*rounds[i].median_us);
+  }
+  const SampleStats s = sample_stats(all);
+  pooled.median_us = s.median;
+  pooled.p10_us = s.p10;
+  pooled.p90_us = s.p90;
+  pooled.detail["round_medians_us"] = medians;
+  return pooled;
+}
 
 std::vector<int> bench_check_positions(const std::vector<int>& positions) {
   std::vector<int> out = positions;
@@ -408,25 +430,58 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
     // Every config row at this position is checked on the same windows (copied once: a window
     // holds the reference KV cache up to its start).
     const std::vector<ReferenceWindow> windows = row_windows(reference, position);
-    for (const auto& [label, config] : options.configs) {
-      r.rows.push_back(
-          config_row(weights, target, reference, windows, label, config, position, options));
-      // The config itself: `bench --from-bench` fits a plan to this file later.
-      r.rows.back().detail["config"] = schedule::to_json(config);
-      withhold_below_floor(&r.rows.back(), floor.floor_us);
-      report(r.rows.back());
-    }
+    // The rows at this position, each measured once a round, in turn.
+    struct Measured {
+      std::function<BenchRow(std::vector<double>*)> measure;
+      std::vector<BenchRow> rounds;
+      std::vector<std::vector<double>> samples;
+    };
+    std::vector<Measured> measured;
+    for (const auto& [label, config] : options.configs)
+      measured.push_back({[&, label = label, config = config](std::vector<double>* samples) {
+                            BenchRow row = config_row(weights, target, reference, windows, label,
+                                                      config, position, options, samples);
+                            // The config itself: `bench --from-bench` fits a plan to it later.
+                            row.detail["config"] = schedule::to_json(config);
+                            return row;
+                          },
+                          {},
+                          {}});
     for (const auto& [label, plan] : options.plans) {
       const schedule::PlanBucket& b = plan.buckets[schedule::plan_bucket_index(plan, position)];
-      r.rows.push_back(
-          config_row(weights, target, reference, windows, label, b.config, position, options));
-      r.rows.back().detail["bucket"] = schedule::bucket_label(b);
-      r.rows.back().detail["config"] = schedule::to_json(b.config);
-      withhold_below_floor(&r.rows.back(), floor.floor_us);
-      report(r.rows.back());
+      measured.push_back({[&, label = label, b = b](std::vector<double>* samples) {
+                            BenchRow row = config_row(weights, target, reference, windows, label,
+                                                      b.config, position, options, samples);
+                            row.detail["bucket"] = schedule::bucket_label(b);
+                            row.detail["config"] = schedule::to_json(b.config);
+                            return row;
+                          },
+                          {},
+                          {}});
     }
-    for (const std::string& kind : kinds) {
-      r.rows.push_back(baseline_row(weights, target, kind, position, options));
+    for (const std::string& kind : kinds)
+      measured.push_back({[&, kind = kind](std::vector<double>* samples) {
+                            return baseline_row(weights, target, kind, position, options, samples);
+                          },
+                          {},
+                          {}});
+    const int rounds = std::max(1, options.rounds);
+    for (int round = 0; round < rounds; ++round)
+      for (Measured& m : measured) {
+        std::vector<double> samples;
+        m.rounds.push_back(m.measure(&samples));
+        m.samples.push_back(std::move(samples));
+        if (rounds > 1 && progress) {
+          const BenchRow& row = m.rounds.back();
+          progress(
+              "position " + std::to_string(position) + " round " + std::to_string(round + 1) + "/" +
+              std::to_string(rounds) + " " + row.name + ": " +
+              (row.median_us ? fmt("%.1f us", *row.median_us) : row.status + " " + row.message));
+        }
+      }
+    for (Measured& m : measured) {
+      r.rows.push_back(pool_rounds(m.rounds, m.samples));
+      if (r.rows.back().kind == "config") withhold_below_floor(&r.rows.back(), floor.floor_us);
       report(r.rows.back());
     }
   }

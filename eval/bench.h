@@ -75,10 +75,23 @@ struct BenchOptions {
   std::vector<std::pair<std::string, schedule::Plan>> plans;
   std::vector<std::string> baselines;  // baseline kinds to time (default: every kind)
   int warmup = 10;
-  int iterations = 100;
+  int iterations = 100;  // timed steps per row and round
+  /// Interleaved rounds: at each position every config, plan and baseline row is timed once per
+  /// round, in turn, and its median and p10/p90 are over every round's samples (detail
+  /// "round_medians_us"), so a drift over time or a fresh allocation's luck falls on every row
+  /// alike instead of on whichever row ran then. Each round checks a config row again.
+  int rounds = 1;
   uint64_t seed = 0;            // tokens
   std::vector<BenchRow> peers;  // appended as given
 };
+
+/// A row measured in several rounds as one row: the first round's row with its median and p10/p90
+/// over every round's samples (`samples[r]`: round r's) and detail "round_medians_us" (each
+/// round's median) when there is more than one; a round whose row has no latency (a failed check,
+/// an error) makes the whole row that round's row, as the failure says more than the timings.
+/// `rounds` and `samples` are the same length, at least one.
+BenchRow pool_rounds(const std::vector<BenchRow>& rounds,
+                     const std::vector<std::vector<double>>& samples);
 
 /// Consecutive steps a config row is checked from each of its windows' positions: the timed step
 /// and the one after it, which reads the KV row the timed step wrote.

@@ -46,6 +46,7 @@ struct BenchOptionsCli {
   std::string flywheel_dir = flywheel::default_flywheel_dir();
   int warmup = 10;
   int iterations = 100;
+  int rounds = 1;  // interleaved rounds of every row at a position
   uint64_t seed = 0;
   std::string fit_plan;      // a file: the plan fitted to the config rows (search/plan_fit.h)
   double fit_margin = 0.01;  // its tie margin
@@ -165,6 +166,7 @@ std::optional<Parsed> parse(const BenchOptionsCli& o, std::string* error, int* e
   }
   p.bench.warmup = o.warmup;
   p.bench.iterations = o.iterations;
+  p.bench.rounds = o.rounds;
   p.bench.seed = o.seed;
   *exit_code = kExitOk;
   return p;
@@ -610,8 +612,15 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--warmup", opt->warmup, "Untimed steps per row")
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
-  cmd->add_option("--iterations", opt->iterations, "Timed steps per row")
+  cmd->add_option("--iterations", opt->iterations, "Timed steps per row (and round)")
       ->check(integer_in(1, kMaxInt))
+      ->capture_default_str();
+  cmd->add_option("--rounds", opt->rounds,
+                  "Interleaved rounds: at each position every config and baseline row is "
+                  "checked and timed once a round, in turn; its median and p10/p90 are over all "
+                  "rounds' steps (detail round_medians_us), so drift between rows falls on all "
+                  "alike (single steps only)")
+      ->check(integer_in(1, 1000))
       ->capture_default_str();
   cmd->add_option("--fit-plan", opt->fit_plan,
                   "Write to this file the plan that runs at each position the config measured "
@@ -636,6 +645,14 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       print_error("bench",
                   "--fit-plan fits a plan to single steps: run bench --positions ... --fit-plan "
                   "FILE first, then bench --generate ... --plan FILE");
+      ctx.exit_code = kExitUsage;
+      return;
+    }
+    if (opt->rounds > 1 && (!opt->generate.empty() || !opt->from_bench.empty())) {
+      print_error("bench",
+                  "--rounds interleaves single-step rows on the GPU; --generate times every "
+                  "step of a generation once and --from-bench measures nothing (hint: drop "
+                  "--rounds, or run bench --positions ... --rounds N)");
       ctx.exit_code = kExitUsage;
       return;
     }

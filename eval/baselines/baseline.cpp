@@ -112,7 +112,8 @@ std::string graph_pdl_misfit(const schedule::ModelShape& s) {
 
 std::optional<nlohmann::json> time_baseline(const schedule::Weights& weights,
                                             const schedule::GpuTarget& target,
-                                            const BaselineTiming& timing, std::string* error) {
+                                            const BaselineTiming& timing, std::string* error,
+                                            std::vector<double>* samples_us) {
   auto base = create_baseline(timing.kind, weights, error);
   if (!base) return std::nullopt;
   try {
@@ -130,6 +131,7 @@ std::optional<nlohmann::json> time_baseline(const schedule::Weights& weights,
     for (int i = 0; i < timing.iterations; ++i)
       samples.push_back(base->time_step_us(tok, position, flush));
     const SampleStats s = sample_stats(samples);
+    if (samples_us) *samples_us = samples;
     std::optional<nlohmann::json> timeline;
     if (timing.timeline && !(timeline = base->timeline(tok, position))) {
       *error = std::string("the ") + base->kind() +

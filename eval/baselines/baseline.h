@@ -173,9 +173,11 @@ struct BaselineTiming {
 /// "floor_datasheet_us", "bytes_min", "check_position_0", "kind", "info", and "pct_of_floor" /
 /// "pct_of_datasheet", or "note" without "latency_us" when the median is below the floor, and
 /// "timeline" when asked}. nullopt with *error when the baseline cannot be built, has no timeline
-/// when one is asked for, or a device call fails.
+/// when one is asked for, or a device call fails. `samples_us`, when given, receives the timed
+/// replays' latencies.
 std::optional<nlohmann::json> time_baseline(const schedule::Weights& weights,
                                             const schedule::GpuTarget& target,
-                                            const BaselineTiming& timing, std::string* error);
+                                            const BaselineTiming& timing, std::string* error,
+                                            std::vector<double>* samples_us = nullptr);
 
 }  // namespace megasched::eval

@@ -253,7 +253,7 @@ TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFitted
                             " " + shell_quote(out) + " > /dev/null 2>&1";
   EXPECT_EQ(std::system(plain.c_str()), 0);
   EXPECT_NE(slurp(calls).find("bench --model llama-1b --config best:llama-1b:h200 --baseline "
-                              "graph-pdl --iterations 100 --positions "
+                              "graph-pdl --iterations 100 --rounds 2 --positions "
                               "0,4,8,16,32,48,64,128,256,512,1024,2048,4096 --fit-plan"),
             std::string::npos)
       << slurp(calls);

@@ -8,6 +8,7 @@
 
 #include "eval/baselines/baseline.h"
 #include "eval/device.h"
+#include "eval/timing.h"
 #include "eval/trial_timing.h"
 #include "schedule/model.h"
 
@@ -137,8 +138,45 @@ TEST(Bench, TheReferenceHasAWindowAtEveryMeasuredPositionAndAtZero) {
   EXPECT_GE(kBenchCheckSteps, 2) << "the step after the timed one reads the KV row it wrote";
 }
 
+// Rows measured in interleaved rounds: one row, its statistics over every round's samples, each
+// round's median in its detail; a round without a latency makes the row that round's.
+TEST(Bench, RoundsPoolEveryRoundsSamplesAndAFailedRoundFailsTheRow) {
+  BenchRow a;
+  a.name = "default";
+  a.kind = "config";
+  a.median_us = 101.0;
+  a.p10_us = 100.0;
+  a.p90_us = 102.0;
+  a.detail = {{"kernel", "k"}};
+  BenchRow b = a;
+  b.median_us = 111.0;
+  const std::vector<double> sa = {100.0, 101.0, 102.0}, sb = {110.0, 111.0, 112.0};
+  const BenchRow one = pool_rounds({a}, {sa});
+  EXPECT_EQ(*one.median_us, 101.0);
+  EXPECT_FALSE(one.detail.contains("round_medians_us")) << "one round is the row as measured";
+  const BenchRow two = pool_rounds({a, b}, {sa, sb});
+  ASSERT_TRUE(two.median_us);
+  const SampleStats want = sample_stats({100.0, 101.0, 102.0, 110.0, 111.0, 112.0});
+  EXPECT_DOUBLE_EQ(*two.median_us, want.median);
+  EXPECT_DOUBLE_EQ(*two.p10_us, want.p10);
+  EXPECT_DOUBLE_EQ(*two.p90_us, want.p90);
+  EXPECT_GT(*two.median_us, 101.0);
+  EXPECT_LT(*two.median_us, 111.0);
+  EXPECT_EQ(two.detail.at("round_medians_us"), json::array({101.0, 111.0}));
+  EXPECT_EQ(two.detail.at("kernel"), "k") << "the first round's detail stays";
+  BenchRow failed = a;
+  failed.status = "incorrect";
+  failed.message = "logits differ at position 40";
+  failed.median_us.reset();
+  const BenchRow bad = pool_rounds({a, failed, b}, {sa, {}, sb});
+  EXPECT_EQ(bad.status, "incorrect");
+  EXPECT_EQ(bad.message, "logits differ at position 40");
+  EXPECT_FALSE(bad.median_us);
+}
+
 // On a GPU (skipped without one): a toy bench's config rows are checked at 0 and where they are
-// timed (two steps each from the reference KV cache), then timed, and say which positions.
+// timed (two steps each from the reference KV cache), then timed, and say which positions; in two
+// rounds, every config and baseline row has both rounds' medians.
 TEST(BenchGpu, EveryConfigRowIsCheckedAtZeroAndWhereItIsTimed) {
   std::string why;
   if (!gpu_available(&why)) GTEST_SKIP() << why;
@@ -151,12 +189,18 @@ TEST(BenchGpu, EveryConfigRowIsCheckedAtZeroAndWhereItIsTimed) {
   o.baselines = {"cublas"};
   o.warmup = 1;
   o.iterations = 5;
+  o.rounds = 2;
   const auto r = run_bench(w, *target, o, &why);
   ASSERT_TRUE(r) << why;
-  int config_rows = 0;
+  int config_rows = 0, baseline_rows = 0;
   for (const BenchRow& row : r->rows) {
+    if (row.kind == "baseline") {
+      ++baseline_rows;
+      EXPECT_EQ(row.detail.value("round_medians_us", json::array()).size(), 2u) << row.position;
+    }
     if (row.kind != "config") continue;
     ++config_rows;
+    EXPECT_EQ(row.detail.value("round_medians_us", json::array()).size(), 2u) << row.position;
     EXPECT_EQ(row.status, "ok") << row.position << ": " << row.message;
     EXPECT_TRUE(row.median_us.has_value()) << row.position;
     std::vector<int> checked = row.detail.value("checked_positions", std::vector<int>{});
@@ -165,6 +209,7 @@ TEST(BenchGpu, EveryConfigRowIsCheckedAtZeroAndWhereItIsTimed) {
     EXPECT_EQ(checked, want) << row.position;
   }
   EXPECT_EQ(config_rows, 2);
+  EXPECT_EQ(baseline_rows, 2);
 }
 
 TEST(Bench, ReadsPeerRowsAndRejectsMalformedOnes) {
