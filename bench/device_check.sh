@@ -182,6 +182,19 @@ done
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+# bench_beside NAME POSITIONS WHAT ARGS...: `megasched bench` of llama-1b at POSITIONS with ARGS
+# (its --config rows) and graph-pdl, ITERATIONS steps a row, into OUT/NAME/ and OUT/NAME.md, the
+# table appended to check.log; when it fails, "WHAT FAILED" and the call's status 1.
+bench_beside() {
+  local name=$1 positions=$2 what=$3
+  shift 3
+  if "$BUILD/megasched" bench --model llama-1b --positions "$positions" "$@" --baseline graph-pdl \
+       --iterations "$ITERATIONS" --out "$OUT/$name" > "$OUT/$name.md" 2>> "$LOG"; then
+    cat "$OUT/$name.md" >> "$LOG"
+  else
+    log "$what FAILED"; status=1
+  fi
+}
 # The registry name of GPU 0 (h200, h100), or "" for another or none: best:llama-1b:<it>.
 gpu_key() {
   case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)" in
@@ -687,12 +700,7 @@ if has_stage search; then
     cp "$OUT/search_best.json" "$SEARCH_DIR/best.json"
     sargs=(--config "$OUT/search_best.json")
     [ -n "$skey" ] && sargs+=(--config "best:llama-1b:$skey")
-    if "$BUILD/megasched" bench --model llama-1b --positions "$SEARCH_POSITION" "${sargs[@]}" --baseline graph-pdl \
-         --iterations "$ITERATIONS" --out "$OUT/search_bench" > "$OUT/search_bench.md" 2>> "$LOG"; then
-      cat "$OUT/search_bench.md" >> "$LOG"
-    else
-      log "search: the bench of its best FAILED"; status=1
-    fi
+    bench_beside search_bench "$SEARCH_POSITION" "search: the bench of its best" "${sargs[@]}"
   else
     log "search: no best config in the loop's summary"; status=1
   fi
@@ -741,13 +749,8 @@ print(d.get("plan_file", ""), ",".join(str(b["timed_position"]) for b in d.get("
       cp "$ps_plan" "$PLANSEARCH_DIR/plan.json"
       cp "$ps_plan" "$OUT/plansearch_plan.json"
       log "plansearch: loop exit 0, plan $PLANSEARCH_DIR/plan.json; benched beside $PLANSEARCH_PLAN at $ps_positions"
-      if "$BUILD/megasched" bench --model llama-1b --positions "$ps_positions" \
-           --config "$OUT/plansearch_plan.json" --config "$PLANSEARCH_PLAN" --baseline graph-pdl \
-           --iterations "$ITERATIONS" --out "$OUT/plansearch_bench" > "$OUT/plansearch_bench.md" 2>> "$LOG"; then
-        cat "$OUT/plansearch_bench.md" >> "$LOG"
-      else
-        log "plansearch: the bench of its plan FAILED"; status=1
-      fi
+      bench_beside plansearch_bench "$ps_positions" "plansearch: the bench of its plan" \
+        --config "$OUT/plansearch_plan.json" --config "$PLANSEARCH_PLAN"
     else
       log "plansearch: loop exit $ps_rc, no plan (plansearch_progress.log says why)"; status=1
     fi
