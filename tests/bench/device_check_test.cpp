@@ -114,6 +114,41 @@ int count_files(const std::filesystem::path& dir) {
   return n;
 }
 
+// Stand-ins for a GPU machine under `dir`: bin/nvidia-smi says H200, build/megasched logs its
+// arguments to `dir`/calls, then runs `body` (bash, with the arguments in "$@"; a --fit-plan
+// FILE is written as {}). Returns the calls file.
+std::string write_stand_ins(const std::filesystem::path& dir, const std::string& body) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "bin");
+  std::filesystem::create_directories(dir / "build");
+  const std::string calls = (dir / "calls").string();
+  {
+    std::ofstream smi(dir / "bin" / "nvidia-smi");
+    smi << "#!/bin/bash\necho 'NVIDIA H200'\n";
+    std::ofstream fake(dir / "build" / "megasched");
+    fake << "#!/bin/bash\necho \"$*\" >> " << shell_quote(calls)
+         << "\nfor ((i = 1; i < $#; ++i)); do\n"
+            "  [ \"${!i}\" = --fit-plan ] && j=$((i + 1)) && mkdir -p \"$(dirname \"${!j}\")\" && "
+            "echo '{}' > \"${!j}\"\n"
+            "done\n"
+         << body;
+  }
+  for (const char* f : {"bin/nvidia-smi", "build/megasched"})
+    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+  return calls;
+}
+
+// The command line of bench/device_check.sh OUT on the stand-ins under `dir`, with `env`
+// (NAME=VALUE words) before it.
+std::string device_check_on_stand_ins(const std::filesystem::path& dir, const std::string& env,
+                                      const std::string& out) {
+  return "PATH=" + shell_quote((dir / "bin").string()) +
+         ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
+         " MEGASCHED_FLYWHEEL_DIR=none " + env + " bash " +
+         shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
+         shell_quote(out) + " > /dev/null 2>&1";
+}
+
 TEST(DeviceCheckScript, PacksMoreThanEightFilesIntoOneBundle) {
   const std::filesystem::path out = std::filesystem::path(testing::TempDir()) / "dc_bundle";
   std::filesystem::remove_all(out);
@@ -209,31 +244,15 @@ TEST(DeviceCheckScript, TheAbStagesBaseBuildsBesideTheBuildStage) {
 // arguments (and writes the plan --fit-plan names); a stand-in nvidia-smi says H200.
 TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFittedPlan) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_cycle";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir / "bin");
-  std::filesystem::create_directories(dir / "build");
+  const std::string calls = write_stand_ins(dir, "echo '{}'\n");
   std::filesystem::create_directories(dir / "search");
   std::ofstream(dir / "search" / "best.json") << "{}\n";
-  const std::string calls = (dir / "calls").string();
-  {
-    std::ofstream smi(dir / "bin" / "nvidia-smi");
-    smi << "#!/bin/bash\necho 'NVIDIA H200'\n";
-    std::ofstream fake(dir / "build" / "megasched");
-    fake << "#!/bin/bash\necho \"$*\" >> " << shell_quote(calls)
-         << "\nwhile [ $# -gt 0 ]; do\n"
-            "  [ \"$1\" = --fit-plan ] && mkdir -p \"$(dirname \"$2\")\" && echo '{}' > \"$2\"\n"
-            "  shift\ndone\necho '{}'\n";
-  }
-  for (const char* f : {"bin/nvidia-smi", "build/megasched"})
-    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
   const std::string out = (dir / "out").string();
-  const std::string cmd = "PATH=" + shell_quote((dir / "bin").string()) +
-                          ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
-                          " SEARCH_DIR=" + shell_quote((dir / "search").string()) +
-                          " MEGASCHED_FLYWHEEL_DIR=none STAGES='planfit promote' "
-                          "PLANFIT_CONFIGS='record search' PROMOTE_CONFIG=planfit bash " +
-                          shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
-                          shell_quote(out) + " > /dev/null 2>&1";
+  const std::string cmd = device_check_on_stand_ins(
+      dir,
+      "SEARCH_DIR=" + shell_quote((dir / "search").string()) +
+          " STAGES='planfit promote' PLANFIT_CONFIGS='record search' PROMOTE_CONFIG=planfit",
+      out);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
   const std::string lines = slurp(calls);
   const std::string fit = "--config best:llama-1b:h200 --config " + (dir / "search").string() +
@@ -246,12 +265,7 @@ TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFitted
       << lines;
   // By default the stage refits this GPU's record at about every doubling of the position.
   std::filesystem::remove(calls);
-  const std::string plain = "PATH=" + shell_quote((dir / "bin").string()) +
-                            ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
-                            " MEGASCHED_FLYWHEEL_DIR=none STAGES=planfit bash " +
-                            shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") +
-                            " " + shell_quote(out) + " > /dev/null 2>&1";
-  EXPECT_EQ(std::system(plain.c_str()), 0);
+  EXPECT_EQ(std::system(device_check_on_stand_ins(dir, "STAGES=planfit", out).c_str()), 0);
   EXPECT_NE(slurp(calls).find("bench --model llama-1b --config best:llama-1b:h200 --baseline "
                               "graph-pdl --iterations 100 --rounds 2 --positions "
                               "0,4,8,16,32,48,64,128,256,512,1024,2048,4096 --fit-plan"),
@@ -267,37 +281,25 @@ TEST(DeviceCheckScript, PlanfitAndPromoteTakeTheRecordTheSearchsBestAndTheFitted
 // prints the summary that names it; a stand-in nvidia-smi says H200.
 TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_plansearch";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir / "bin");
-  std::filesystem::create_directories(dir / "build");
-  const std::string calls = (dir / "calls").string();
-  {
-    std::ofstream smi(dir / "bin" / "nvidia-smi");
-    smi << "#!/bin/bash\necho 'NVIDIA H200'\n";
-    std::ofstream fake(dir / "build" / "megasched");
-    fake << "#!/bin/bash\necho \"$*\" >> " << shell_quote(calls)
-         << "\nverb=$1\nruns=\nwhile [ $# -gt 0 ]; do\n"
-            "  [ \"$1\" = --fit-plan ] && mkdir -p \"$(dirname \"$2\")\" && echo '{}' > \"$2\"\n"
-            "  [ \"$1\" = --runs-dir ] && runs=$2\n"
-            "  shift\ndone\n"
-            "if [ \"$verb\" = loop ]; then\n"
-            "  mkdir -p \"$runs/r1\" && echo '{\"buckets\": []}' > \"$runs/r1/plan.json\"\n"
-            "  echo \"{\\\"plan_file\\\": \\\"$runs/r1/plan.json\\\", \\\"buckets\\\": "
-            "[{\\\"timed_position\\\": 2}, {\\\"timed_position\\\": 201}]}\"\n"
-            "else echo '{}'; fi\n";
-  }
-  for (const char* f : {"bin/nvidia-smi", "build/megasched"})
-    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+  const std::string calls = write_stand_ins(
+      dir,
+      "runs=\nfor ((i = 1; i < $#; ++i)); do\n"
+      "  [ \"${!i}\" = --runs-dir ] && j=$((i + 1)) && runs=${!j}\n"
+      "done\n"
+      "if [ \"$1\" = loop ]; then\n"
+      "  mkdir -p \"$runs/r1\" && echo '{\"buckets\": []}' > \"$runs/r1/plan.json\"\n"
+      "  echo \"{\\\"plan_file\\\": \\\"$runs/r1/plan.json\\\", \\\"buckets\\\": "
+      "[{\\\"timed_position\\\": 2}, {\\\"timed_position\\\": 201}]}\"\n"
+      "else echo '{}'; fi\n");
   const std::string out = (dir / "out").string();
   const std::string ps = (dir / "ps").string();
-  const std::string cmd = "PATH=" + shell_quote((dir / "bin").string()) +
-                          ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
-                          " PLANSEARCH_DIR=" + shell_quote(ps) +
-                          " MEGASCHED_FLYWHEEL_DIR=none STAGES='plansearch planfit promote' "
-                          "PLANSEARCH_MINUTES=2 PLANSEARCH_FLAGS='--gpus all' "
-                          "PLANFIT_CONFIGS='record plansearch' PROMOTE_CONFIG=plansearch bash " +
-                          shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") + " " +
-                          shell_quote(out) + " > /dev/null 2>&1";
+  const std::string cmd = device_check_on_stand_ins(
+      dir,
+      "PLANSEARCH_DIR=" + shell_quote(ps) +
+          " STAGES='plansearch planfit promote' PLANSEARCH_MINUTES=2 "
+          "PLANSEARCH_FLAGS='--gpus all' PLANFIT_CONFIGS='record plansearch' "
+          "PROMOTE_CONFIG=plansearch",
+      out);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
   const std::string lines = slurp(calls);
   EXPECT_NE(lines.find("loop --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes 2 "
@@ -320,21 +322,13 @@ TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
       std::string::npos)
       << lines;
   // A loop that ends without a plan fails the stage and benches nothing.
-  std::filesystem::remove_all(dir / "ps");
-  std::filesystem::remove(calls);
-  {
-    std::ofstream fake(dir / "build" / "megasched");
-    fake << "#!/bin/bash\necho \"$*\" >> " << shell_quote(calls)
-         << "\necho 'no bucket has a correct trial' >&2\nexit 1\n";
-  }
-  const std::string failing = "PATH=" + shell_quote((dir / "bin").string()) +
-                              ":\"$PATH\" BUILD=" + shell_quote((dir / "build").string()) +
-                              " PLANSEARCH_DIR=" + shell_quote(ps) +
-                              " MEGASCHED_FLYWHEEL_DIR=none STAGES=plansearch bash " +
-                              shell_quote(std::string(MS_SOURCE_DIR) + "/bench/device_check.sh") +
-                              " " + shell_quote(out) + " > /dev/null 2>&1";
-  EXPECT_NE(std::system(failing.c_str()), 0);
-  EXPECT_EQ(slurp(calls).find("bench "), std::string::npos) << slurp(calls);
+  const std::string failing_calls =
+      write_stand_ins(dir, "echo 'no bucket has a correct trial' >&2\nexit 1\n");
+  EXPECT_NE(std::system(device_check_on_stand_ins(
+                            dir, "PLANSEARCH_DIR=" + shell_quote(ps) + " STAGES=plansearch", out)
+                            .c_str()),
+            0);
+  EXPECT_EQ(slurp(failing_calls).find("bench "), std::string::npos) << slurp(failing_calls);
   EXPECT_NE(slurp(dir / "out" / "check.log").find("no plan"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
