@@ -465,13 +465,22 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
                           },
                           {},
                           {}});
+    // One round: each row is reported as it is measured. Several: each round's row as it is
+    // measured, then the pooled rows.
     const int rounds = std::max(1, options.rounds);
+    auto finish = [&](Measured& m) {
+      r.rows.push_back(pool_rounds(m.rounds, m.samples));
+      if (r.rows.back().kind == "config") withhold_below_floor(&r.rows.back(), floor.floor_us);
+      report(r.rows.back());
+    };
     for (int round = 0; round < rounds; ++round)
       for (Measured& m : measured) {
         std::vector<double> samples;
         m.rounds.push_back(m.measure(&samples));
         m.samples.push_back(std::move(samples));
-        if (rounds > 1 && progress) {
+        if (rounds == 1) {
+          finish(m);
+        } else if (progress) {
           const BenchRow& row = m.rounds.back();
           progress(
               "position " + std::to_string(position) + " round " + std::to_string(round + 1) + "/" +
@@ -479,11 +488,8 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
               (row.median_us ? fmt("%.1f us", *row.median_us) : row.status + " " + row.message));
         }
       }
-    for (Measured& m : measured) {
-      r.rows.push_back(pool_rounds(m.rounds, m.samples));
-      if (r.rows.back().kind == "config") withhold_below_floor(&r.rows.back(), floor.floor_us);
-      report(r.rows.back());
-    }
+    if (rounds > 1)
+      for (Measured& m : measured) finish(m);
   }
   for (const BenchRow& peer : options.peers) r.rows.push_back(peer);
   for (int position : options.positions)

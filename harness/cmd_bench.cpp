@@ -565,6 +565,78 @@ int run_fit_from_bench(const BenchOptionsCli& o) {
   return kExitOk;
 }
 
+/// `megasched bench`'s run once its flags are parsed: the exit code.
+int run_bench_cli(const BenchOptionsCli& o) {
+  if (!o.fit_plan.empty() && !o.generate.empty()) {
+    print_error("bench",
+                "--fit-plan fits a plan to single steps: run bench --positions ... --fit-plan "
+                "FILE first, then bench --generate ... --plan FILE");
+    return kExitUsage;
+  }
+  if (o.rounds > 1 && (!o.generate.empty() || !o.from_bench.empty())) {
+    print_error("bench",
+                "--rounds interleaves single-step rows on the GPU; --generate times every "
+                "step of a generation once and --from-bench measures nothing (hint: drop "
+                "--rounds, or run bench --positions ... --rounds N)");
+    return kExitUsage;
+  }
+  if (!o.from_bench.empty()) {
+    if (o.fit_plan.empty() || !o.generate.empty()) {
+      print_error("bench",
+                  "--from-bench fits a plan to a saved bench.json: pass --fit-plan FILE (and "
+                  "no --generate)");
+      return kExitUsage;
+    }
+    return run_fit_from_bench(o);
+  }
+  if (!o.generate.empty()) return run_generate_bench_cli(o);
+  if (!o.plan.empty()) {
+    print_error("bench", "--plan times a whole generation: pass --generate PROMPT_LEN:NEW_TOKENS");
+    return kExitUsage;
+  }
+  std::string error;
+  int code = kExitOk;
+  const auto parsed = parse(o, &error, &code);
+  if (!parsed) {
+    print_error("bench", error);
+    return code;
+  }
+  if (!eval::gpu_available(&error)) {
+    print_error("bench", error +
+                             "; bench measures on a GPU and predicts nothing (hint: `megasched "
+                             "evaluate --device cpu` gives a config's predicted latency)");
+    return kExitEnvironment;
+  }
+  auto weights = schedule::load_weights(o.model, o.seed, &error);
+  auto target = weights ? eval::live_target(&error) : std::nullopt;
+  if (!weights || !target) {
+    print_error("bench", error);
+    return weights ? kExitEnvironment : kExitUsage;
+  }
+  const auto result =
+      eval::run_bench(*weights, *target, parsed->bench, &error, [](const std::string& line) {
+        std::cerr << "bench: " << line << "\n" << std::flush;
+      });
+  if (!result) {
+    print_error("bench", error);
+    return kExitEnvironment;
+  }
+  if (!write_outputs(*result, o.out, &error)) {
+    print_error("bench", error);
+    return kExitEnvironment;
+  }
+  append_to_shared_corpus(*result, *parsed, o);
+  if (!o.fit_plan.empty() && !write_fitted_plan(*result, *parsed, o, &error)) {
+    print_error("bench", error);
+    return kExitEnvironment;
+  }
+  if (o.format == "json")
+    print_json(eval::bench_to_json(*result));
+  else
+    std::cout << eval::bench_table(*result) << "\nwritten: " << o.out << "/bench.{json,md,svg}\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, CliContext& ctx) {
@@ -640,92 +712,7 @@ void add_bench_command(CLI::App& app, CliContext& ctx) {
       ->capture_default_str();
   add_seed_flag(cmd, &opt->seed);
   add_flywheel_flag(cmd, &opt->flywheel_dir);
-  cmd->callback([&ctx, opt] {
-    if (!opt->fit_plan.empty() && !opt->generate.empty()) {
-      print_error("bench",
-                  "--fit-plan fits a plan to single steps: run bench --positions ... --fit-plan "
-                  "FILE first, then bench --generate ... --plan FILE");
-      ctx.exit_code = kExitUsage;
-      return;
-    }
-    if (opt->rounds > 1 && (!opt->generate.empty() || !opt->from_bench.empty())) {
-      print_error("bench",
-                  "--rounds interleaves single-step rows on the GPU; --generate times every "
-                  "step of a generation once and --from-bench measures nothing (hint: drop "
-                  "--rounds, or run bench --positions ... --rounds N)");
-      ctx.exit_code = kExitUsage;
-      return;
-    }
-    if (!opt->from_bench.empty()) {
-      if (opt->fit_plan.empty() || !opt->generate.empty()) {
-        print_error("bench",
-                    "--from-bench fits a plan to a saved bench.json: pass --fit-plan FILE (and "
-                    "no --generate)");
-        ctx.exit_code = kExitUsage;
-        return;
-      }
-      ctx.exit_code = run_fit_from_bench(*opt);
-      return;
-    }
-    if (!opt->generate.empty()) {
-      ctx.exit_code = run_generate_bench_cli(*opt);
-      return;
-    }
-    if (!opt->plan.empty()) {
-      print_error("bench",
-                  "--plan times a whole generation: pass --generate PROMPT_LEN:NEW_TOKENS");
-      ctx.exit_code = kExitUsage;
-      return;
-    }
-    std::string error;
-    int code = kExitOk;
-    const auto parsed = parse(*opt, &error, &code);
-    if (!parsed) {
-      print_error("bench", error);
-      ctx.exit_code = code;
-      return;
-    }
-    if (!eval::gpu_available(&error)) {
-      print_error("bench", error +
-                               "; bench measures on a GPU and predicts nothing (hint: `megasched "
-                               "evaluate --device cpu` gives a config's predicted latency)");
-      ctx.exit_code = kExitEnvironment;
-      return;
-    }
-    auto weights = schedule::load_weights(opt->model, opt->seed, &error);
-    auto target = weights ? eval::live_target(&error) : std::nullopt;
-    if (!weights || !target) {
-      print_error("bench", error);
-      ctx.exit_code = weights ? kExitEnvironment : kExitUsage;
-      return;
-    }
-    const auto result =
-        eval::run_bench(*weights, *target, parsed->bench, &error, [](const std::string& line) {
-          std::cerr << "bench: " << line << "\n" << std::flush;
-        });
-    if (!result) {
-      print_error("bench", error);
-      ctx.exit_code = kExitEnvironment;
-      return;
-    }
-    if (!write_outputs(*result, opt->out, &error)) {
-      print_error("bench", error);
-      ctx.exit_code = kExitEnvironment;
-      return;
-    }
-    append_to_shared_corpus(*result, *parsed, *opt);
-    if (!opt->fit_plan.empty() && !write_fitted_plan(*result, *parsed, *opt, &error)) {
-      print_error("bench", error);
-      ctx.exit_code = kExitEnvironment;
-      return;
-    }
-    if (opt->format == "json")
-      print_json(eval::bench_to_json(*result));
-    else
-      std::cout << eval::bench_table(*result) << "\nwritten: " << opt->out
-                << "/bench.{json,md,svg}\n";
-    ctx.exit_code = kExitOk;
-  });
+  cmd->callback([&ctx, opt] { ctx.exit_code = run_bench_cli(*opt); });
 }
 
 }  // namespace megasched::harness
