@@ -88,7 +88,8 @@
 #        midpoint, PLANSEARCH_MINUTES (default 6) split over the buckets, logs in PLANSEARCH_DIR
 #        (default workspace/plansearch), PLANSEARCH_FLAGS more loop flags (e.g. "--gpus all");
 #        its plan (PLANSEARCH_DIR/plan.json, OUT/plansearch_plan.json) benched beside
-#        PLANSEARCH_PLAN at each bucket's timed position into plansearch_bench.md; the word
+#        PLANSEARCH_PLAN at each bucket's timed position into plansearch_bench.md, its report
+#        (trajectories, the plan over positions) into plansearch_report.{txt,html}; the word
 #        "plansearch" in PLANFIT_CONFIGS or as PROMOTE_CONFIG is that plan;
 #        stage "planfit" times the default and PLANFIT_CONFIGS (default "record"; on a GPU that
 #        is neither an H100 nor an H200 the three llama-1b record configs of 2026-11-27; a plan
@@ -751,6 +752,11 @@ print(d.get("plan_file", ""), ",".join(str(b["timed_position"]) for b in d.get("
       log "plansearch: loop exit 0, plan $PLANSEARCH_DIR/plan.json; benched beside $PLANSEARCH_PLAN at $ps_positions"
       bench_beside plansearch_bench "$ps_positions" "plansearch: the bench of its plan" \
         --config "$OUT/plansearch_plan.json" --config "$PLANSEARCH_PLAN"
+      # Each bucket's trajectory and, per bucket, its config against its neighbours' at the
+      # buckets' timed positions (what a boundary saves).
+      "$BUILD/megasched" report --results "$PLANSEARCH_DIR/results.tsv" --plan "$PLANSEARCH_DIR/plan.json" \
+        --html "$OUT/plansearch_report.html" > "$OUT/plansearch_report.txt" 2>> "$LOG" \
+        || log "plansearch: report FAILED"
     else
       log "plansearch: loop exit $ps_rc, no plan (plansearch_progress.log says why)"; status=1
     fi

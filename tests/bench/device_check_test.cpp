@@ -313,6 +313,9 @@ TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
                        "/plansearch_plan.json --config best:llama-1b:h200 --baseline graph-pdl"),
             std::string::npos)
       << lines;
+  EXPECT_NE(lines.find("report --results " + ps + "/results.tsv --plan " + ps + "/plan.json"),
+            std::string::npos)
+      << lines;
   EXPECT_NE(
       lines.find("--config best:llama-1b:h200 --config " + ps + "/plan.json --baseline graph-pdl"),
       std::string::npos)
