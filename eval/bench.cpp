@@ -475,6 +475,7 @@ std::optional<BenchResult> run_bench(const schedule::Weights& weights,
     };
     for (int round = 0; round < rounds; ++round)
       for (Measured& m : measured) {
+        if (!m.rounds.empty() && !m.rounds.back().median_us) continue;  // failed: measured enough
         std::vector<double> samples;
         m.rounds.push_back(m.measure(&samples));
         m.samples.push_back(std::move(samples));
