@@ -81,7 +81,9 @@
 #        best:llama-1b:<GPU> and graph-pdl at position 0 into search_bench.md, its report into
 #        search_report.html, and its
 #        results.tsv and corpus.jsonl into search_results.tsv and search_corpus.jsonl (SEARCH_FLAGS:
-#        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_POSITION,
+#        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_MODEL,
+#        default llama-1b: the model searched and benched (the record row is llama-1b's only;
+#        e.g. llama-8b with SEARCH_FLAGS="--start dev/configs/...json"); SEARCH_POSITION,
 #        default 0: the position the loop checks and times and the bench measures);
 #        stage "plansearch" searches a plan bucket by bucket: `loop --plan PLANSEARCH_PLAN`
 #        (default best:llama-1b:<this GPU>), each bucket a loop from its config at the bucket's
@@ -183,13 +185,13 @@ done
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
-# bench_beside NAME POSITIONS WHAT ARGS...: `megasched bench` of llama-1b at POSITIONS with ARGS
-# (its --config rows) and graph-pdl, ITERATIONS steps a row, into OUT/NAME/ and OUT/NAME.md, the
-# table appended to check.log; when it fails, "WHAT FAILED" and the call's status 1.
+# bench_beside NAME MODEL POSITIONS WHAT ARGS...: `megasched bench` of MODEL at POSITIONS with
+# ARGS (its --config rows) and graph-pdl, ITERATIONS steps a row, into OUT/NAME/ and OUT/NAME.md,
+# the table appended to check.log; when it fails, "WHAT FAILED" and the call's status 1.
 bench_beside() {
-  local name=$1 positions=$2 what=$3
-  shift 3
-  if "$BUILD/megasched" bench --model llama-1b --positions "$positions" "$@" --baseline graph-pdl \
+  local name=$1 model=$2 positions=$3 what=$4
+  shift 4
+  if "$BUILD/megasched" bench --model "$model" --positions "$positions" "$@" --baseline graph-pdl \
        --iterations "$ITERATIONS" --out "$OUT/$name" > "$OUT/$name.md" 2>> "$LOG"; then
     cat "$OUT/$name.md" >> "$LOG"
   else
@@ -674,6 +676,7 @@ if has_stage search; then
   SEARCH_MINUTES=${SEARCH_MINUTES:-15}
   SEARCH_DIR=${SEARCH_DIR:-$ROOT/workspace/search_of_record}
   SEARCH_POSITION=${SEARCH_POSITION:-0}
+  SEARCH_MODEL=${SEARCH_MODEL:-llama-1b}
   spos=()
   [ "$SEARCH_POSITION" != 0 ] && spos=(--timed-position "$SEARCH_POSITION" --positions "$SEARCH_POSITION")
   sgpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
@@ -681,14 +684,14 @@ if has_stage search; then
   mkdir -p "$SEARCH_DIR"
   sresume=()
   [ -s "$SEARCH_DIR/results.tsv" ] && sresume=(--resume)
-  log "search: loop --model llama-1b --device gpu --minutes $SEARCH_MINUTES ${spos[*]} ${sresume[*]} ${SEARCH_FLAGS:-} in $SEARCH_DIR ($sgpu)"
+  log "search: loop --model $SEARCH_MODEL --device gpu --minutes $SEARCH_MINUTES ${spos[*]} ${sresume[*]} ${SEARCH_FLAGS:-} in $SEARCH_DIR ($sgpu)"
   # The loop's logs, kept under OUT as they grow (results.tsv for the trajectory, corpus.jsonl for
   # `megasched corpus import`).
   keep_copying "$SEARCH_DIR/results.tsv" "$OUT/search_results.tsv"
   keep_copying "$SEARCH_DIR/corpus.jsonl" "$OUT/search_corpus.jsonl"
   # shellcheck disable=SC2086  # SEARCH_FLAGS is a list of flags
   MEGASCHED_KERNEL_CACHE="$SEARCH_DIR/kernels" timeout 3600 "$BUILD/megasched" loop \
-    --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes "$SEARCH_MINUTES" \
+    --model "$SEARCH_MODEL" --gpu auto --device gpu --budget 1000000 --minutes "$SEARCH_MINUTES" \
     --results "$SEARCH_DIR/results.tsv" --corpus "$SEARCH_DIR/corpus.jsonl" "${spos[@]}" "${sresume[@]}" \
     ${SEARCH_FLAGS:-} > "$OUT/search_summary.json" 2> "$OUT/search_progress.log"
   search_rc=$?
@@ -700,8 +703,10 @@ if has_stage search; then
     # call or a later one on the same warm machine.
     cp "$OUT/search_best.json" "$SEARCH_DIR/best.json"
     sargs=(--config "$OUT/search_best.json")
-    [ -n "$skey" ] && sargs+=(--config "best:llama-1b:$skey")
-    bench_beside search_bench "$SEARCH_POSITION" "search: the bench of its best" "${sargs[@]}"
+    # The record beside it: the named records are llama-1b's.
+    [ -n "$skey" ] && [ "$SEARCH_MODEL" = llama-1b ] && sargs+=(--config "best:llama-1b:$skey")
+    bench_beside search_bench "$SEARCH_MODEL" "$SEARCH_POSITION" "search: the bench of its best" \
+      "${sargs[@]}"
   else
     log "search: no best config in the loop's summary"; status=1
   fi
@@ -750,7 +755,7 @@ print(d.get("plan_file", ""), ",".join(str(b["timed_position"]) for b in d.get("
       cp "$ps_plan" "$PLANSEARCH_DIR/plan.json"
       cp "$ps_plan" "$OUT/plansearch_plan.json"
       log "plansearch: loop exit 0, plan $PLANSEARCH_DIR/plan.json; benched beside $PLANSEARCH_PLAN at $ps_positions"
-      bench_beside plansearch_bench "$ps_positions" "plansearch: the bench of its plan" \
+      bench_beside plansearch_bench llama-1b "$ps_positions" "plansearch: the bench of its plan" \
         --config "$OUT/plansearch_plan.json" --config "$PLANSEARCH_PLAN"
       # Each bucket's trajectory and, per bucket, its config against its neighbours' at the
       # buckets' timed positions (what a boundary saves).

@@ -336,4 +336,39 @@ TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
   std::filesystem::remove_all(dir);
 }
 
+// Stage "search" on another model (SEARCH_MODEL): the loop and the bench of its best run that
+// model, and the bench leaves out best:llama-1b:<gpu>, a record of another model; llama-1b's
+// search benches its best beside that record.
+TEST(DeviceCheckScript, TheSearchStageSearchesAndBenchesSearchModel) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_search_model";
+  const std::string calls = write_stand_ins(
+      dir,
+      "if [ \"$1\" = loop ]; then echo '{\"trials\": 3, \"best\": {\"latency_us\": 5000, "
+      "\"config\": {}}}'; else echo '| table |'; fi\n");
+  const std::string out = (dir / "out").string();
+  const std::string search = (dir / "search").string();
+  const std::string env =
+      "SEARCH_DIR=" + shell_quote(search) + " STAGES=search SEARCH_MINUTES=0.01";
+  EXPECT_EQ(
+      std::system(device_check_on_stand_ins(dir, env + " SEARCH_MODEL=llama-8b", out).c_str()), 0)
+      << slurp(dir / "out" / "check.log");
+  std::string lines = slurp(calls);
+  EXPECT_NE(lines.find("loop --model llama-8b --gpu auto --device gpu"), std::string::npos)
+      << lines;
+  EXPECT_NE(lines.find("bench --model llama-8b --positions 0 --config " + out +
+                       "/search_best.json --baseline graph-pdl"),
+            std::string::npos)
+      << lines;
+  EXPECT_EQ(lines.find("best:llama-1b"), std::string::npos) << lines;
+  std::filesystem::remove(calls);
+  std::filesystem::remove_all(search);
+  EXPECT_EQ(std::system(device_check_on_stand_ins(dir, env, out).c_str()), 0);
+  lines = slurp(calls);
+  EXPECT_NE(lines.find("bench --model llama-1b --positions 0 --config " + out +
+                       "/search_best.json --config best:llama-1b:h200 --baseline graph-pdl"),
+            std::string::npos)
+      << lines;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
