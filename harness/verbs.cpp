@@ -182,20 +182,24 @@ nlohmann::json kernel_resources(const schedule::Program& program,
     k["error"] = build.error.substr(0, build.error.find('\n'));
     return k;
   }
-  for (const vm::KernelResources& r : build.kernels) {
-    if (r.name != "ms_megakernel") continue;
-    k["registers"] = r.registers;
-    k["spill_store_bytes"] = r.spill_store_bytes;
-    k["spill_load_bytes"] = r.spill_load_bytes;
-    k["stack_bytes"] = r.stack_bytes;
-    k["smem_static_bytes"] = r.smem_static_bytes;
-    if (r.spill_store_bytes > 0 || r.spill_load_bytes > 0)
-      k["note"] =
-          "the kernel spills registers to local memory, and every task of the step pays for "
-          "it (fewer threads per block leave more registers per thread; a smaller "
-          "kernel.unroll or kernel.rows_per_warp needs fewer)";
+  // The entry and the device functions it calls (the streamed GEMV's spills are its own).
+  const vm::KernelResources r = vm::megakernel_resources(build.kernels);
+  if (r.name.empty()) {
+    k["note"] = "ptxas reported no resources for ms_megakernel";
+    return k;
   }
-  if (!k.contains("registers")) k["note"] = "ptxas reported no resources for ms_megakernel";
+  k["registers"] = r.registers;
+  k["spill_store_bytes"] = r.spill_store_bytes;
+  k["spill_load_bytes"] = r.spill_load_bytes;
+  k["stack_bytes"] = r.stack_bytes;
+  k["smem_static_bytes"] = r.smem_static_bytes;
+  if (r.spill_store_bytes > 0 || r.spill_load_bytes > 0) {
+    k["spills_by_function"] = vm::spills_json(build.kernels);
+    k["note"] =
+        "the kernel spills registers to local memory, and every task of the step pays for "
+        "it (fewer threads per block leave more registers per thread; a smaller "
+        "kernel.unroll or kernel.rows_per_warp needs fewer)";
+  }
   return k;
 }
 

@@ -162,12 +162,14 @@ bool GpuVm::Impl::build_kernel(const GpuVmOptions& options, const DeviceInfo& de
            {"grid_blocks", grid},
            {"nvrtc", nvrtc_version()},
            {"device", dev.name}};
-  for (const KernelResources& k : build.kernels) {
-    if (k.name == "ms_megakernel") {
-      (*info)["spill_store_bytes"] = k.spill_store_bytes;
-      (*info)["spill_load_bytes"] = k.spill_load_bytes;
-      (*info)["stack_bytes"] = k.stack_bytes;
-    }
+  // The entry and the device functions it calls (the streamed GEMV's spills are its own).
+  const KernelResources k = megakernel_resources(build.kernels);
+  if (!k.name.empty()) {
+    (*info)["spill_store_bytes"] = k.spill_store_bytes;
+    (*info)["spill_load_bytes"] = k.spill_load_bytes;
+    (*info)["stack_bytes"] = k.stack_bytes;
+    if (k.spill_store_bytes > 0 || k.spill_load_bytes > 0)
+      (*info)["spills_by_function"] = spills_json(build.kernels);
   }
   return true;
 }

@@ -2,6 +2,8 @@
 // cache folder and the ptxas log parser (see vm/nvrtc_build.h).
 #include "vm/nvrtc_build.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -229,6 +231,47 @@ std::vector<KernelResources> parse_ptxas_log(const std::string& log) {
       k.smem_static_bytes = std::regex_search(line, m, smem_re) ? std::stoi(m[1]) : 0;
     }
   }
+  return out;
+}
+
+KernelResources megakernel_resources(const std::vector<KernelResources>& kernels) {
+  KernelResources total;
+  for (const KernelResources& k : kernels)
+    if (k.name == "ms_megakernel") total = k;
+  if (total.name.empty()) return total;
+  auto add = [](int* into, int bytes) {
+    if (bytes > 0) *into = std::max(*into, 0) + bytes;
+  };
+  for (const KernelResources& k : kernels) {
+    if (k.registers >= 0) continue;  // an entry (ms_megakernel, another kernel of the module)
+    add(&total.spill_store_bytes, k.spill_store_bytes);
+    add(&total.spill_load_bytes, k.spill_load_bytes);
+  }
+  return total;
+}
+
+namespace {
+
+/// A ptxas function name as its C++ qualified name without the parameters (ms_dev::gemv_stream);
+/// the name itself when it is not a mangled one.
+std::string readable_name(const std::string& name) {
+  int status = -1;
+  char* plain = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  if (status != 0 || !plain) return name;
+  std::string out(plain);
+  std::free(plain);
+  return out.substr(0, out.find('('));
+}
+
+}  // namespace
+
+nlohmann::json spills_json(const std::vector<KernelResources>& kernels) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const KernelResources& k : kernels)
+    if (k.spill_store_bytes > 0 || k.spill_load_bytes > 0)
+      out.push_back({{"name", readable_name(k.name)},
+                     {"spill_store_bytes", k.spill_store_bytes},
+                     {"spill_load_bytes", k.spill_load_bytes}});
   return out;
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "schedule/model.h"
 #include "schedule/program.h"
 
@@ -131,5 +133,17 @@ std::string default_cache_dir();
 
 /// Parses ptxas -v lines ("Used 40 registers", "N bytes spill stores") per function.
 std::vector<KernelResources> parse_ptxas_log(const std::string& log);
+
+/// The megakernel as one kernel, from parse_ptxas_log's list: the entry ms_megakernel's registers,
+/// stack and static shared memory, and the spill bytes of the entry and of every non-inlined
+/// device function ptxas reported (those without a register line of their own: gemv_stream, the
+/// streamed GEMV, is one, and a count of the entry's alone misses its spills). name "" when ptxas
+/// reported no entry.
+KernelResources megakernel_resources(const std::vector<KernelResources>& kernels);
+
+/// Each reported function that spills, as a JSON array of {"name" (demangled, without its
+/// parameters: ms_dev::gemv_stream), "spill_store_bytes", "spill_load_bytes"} in the log's order
+/// (empty when none does).
+nlohmann::json spills_json(const std::vector<KernelResources>& kernels);
 
 }  // namespace megasched::vm

@@ -102,6 +102,45 @@ TEST(NvrtcBuild, ParsesDeviceFunctionPropertiesApartFromTheKernel) {
   EXPECT_EQ(ks[1].spill_load_bytes, 44);
 }
 
+// The megakernel's spills are its entry's and its non-inlined device functions' (the streamed
+// GEMV's are its own); another entry of the module is not counted; each spilling function is
+// named as C++ reads it.
+TEST(NvrtcBuild, TheMegakernelsSpillsIncludeItsDeviceFunctions) {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'ms_megakernel' for 'sm_90'\n"
+      "ptxas info    : Function properties for "
+      "_ZN6ms_dev11gemv_streamERKN6ms_abi10KernelArgsERKNS0_5InstrERNS_6SharedEjRKNS0_8WaitHeadE\n"
+      "    0 bytes stack frame, 416 bytes spill stores, 228 bytes spill loads\n"
+      "ptxas info    : Function properties for ms_megakernel\n"
+      "    584 bytes stack frame, 148 bytes spill stores, 212 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers, 8672 bytes smem\n"
+      "ptxas info    : Compiling entry function 'ms_bl_embed' for 'sm_90'\n"
+      "ptxas info    : Function properties for ms_bl_embed\n"
+      "    0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n"
+      "ptxas info    : Used 12 registers, used 0 barriers\n";
+  const auto ks = parse_ptxas_log(log);
+  const KernelResources k = megakernel_resources(ks);
+  EXPECT_EQ(k.name, "ms_megakernel");
+  EXPECT_EQ(k.registers, 255);
+  EXPECT_EQ(k.stack_bytes, 584);
+  EXPECT_EQ(k.smem_static_bytes, 8672);
+  EXPECT_EQ(k.spill_store_bytes, 148 + 416);
+  EXPECT_EQ(k.spill_load_bytes, 212 + 228);
+  const nlohmann::json spills = spills_json(ks);
+  ASSERT_EQ(spills.size(), 3u) << spills.dump();
+  EXPECT_EQ(spills[0]["name"], "ms_megakernel");
+  EXPECT_EQ(spills[1]["name"], "ms_dev::gemv_stream");
+  EXPECT_EQ(spills[1]["spill_store_bytes"], 416);
+  EXPECT_EQ(spills[2]["name"], "ms_bl_embed");
+  // Only a device function spills: the entry's -1 (not reported) does not lower the sum.
+  std::vector<KernelResources> only_callee = ks;
+  ASSERT_EQ(only_callee[0].name, "ms_megakernel");
+  only_callee[0].spill_store_bytes = only_callee[0].spill_load_bytes = -1;
+  EXPECT_EQ(megakernel_resources(only_callee).spill_store_bytes, 416);
+  EXPECT_EQ(megakernel_resources({}).name, "");
+  EXPECT_TRUE(spills_json({}).empty());
+}
+
 TEST(NvrtcBuild, KernelDefinesExtendTheProgramsBuildKnobs) {
   const schedule::Program p = program_for(8, 4, 2, 1, 384, false, 128);
   const std::vector<std::string> d = kernel_defines(p);
