@@ -185,6 +185,21 @@ done
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+# run_gbench NAME FILTER OK_MESSAGE [FLAGS...]: the Google Benchmark binary BUILD/NAME_bench with
+# FLAGS, the cases FILTER matches, into OUT/NAME.json, its table into check.log; when it fails,
+# "NAME FAILED" and the call's status 1.
+run_gbench() {
+  local name=$1 filter=$2 ok=$3
+  shift 3
+  if "$BUILD/${name}_bench" "$@" --benchmark_filter="$filter" \
+       --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
+       --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
+    log "$ok"
+  else
+    log "$name FAILED"
+    status=1
+  fi
+}
 # bench_beside NAME MODEL POSITIONS WHAT ARGS...: `megasched bench` of MODEL at POSITIONS with
 # ARGS (its --config rows) and graph-pdl, ITERATIONS steps a row, into OUT/NAME/ and OUT/NAME.md,
 # the table appended to check.log; when it fails, "WHAT FAILED" and the call's status 1.
@@ -363,38 +378,17 @@ fi
 
 if has_stage ring; then
   log "ring: per-SM streaming of the weight streams (filter ${RING_FILTER:-all})"
-  if "$BUILD/ring_bench" --benchmark_min_time=0.05 --benchmark_filter="${RING_FILTER:-.}" \
-       --benchmark_out="$OUT/ring.json" --benchmark_out_format=json \
-       --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
-    log "ring ok"
-  else
-    log "ring FAILED"
-    status=1
-  fi
+  run_gbench ring "${RING_FILTER:-.}" "ring ok" --benchmark_min_time=0.05
 fi
 
 if has_stage gate; then
   log "gate: bulk-copy ring, C and M consumers, hop under load (filter ${GATE_FILTER:-all})"
-  if "$BUILD/gate_bench" --benchmark_filter="${GATE_FILTER:-.}" \
-       --benchmark_out="$OUT/gate.json" --benchmark_out_format=json \
-       --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
-    log "gate ok (verdicts: the table at the end of this log)"
-  else
-    log "gate FAILED"
-    status=1
-  fi
+  run_gbench gate "${GATE_FILTER:-.}" "gate ok (verdicts: the table at the end of this log)"
 fi
 
 if has_stage mlp; then
   log "mlp: an MLP block as two dependent ops and with down folded into gate/up (filter ${MLP_FILTER:-all})"
-  if "$BUILD/mlp_bench" --benchmark_filter="${MLP_FILTER:-.}" \
-       --benchmark_out="$OUT/mlp.json" --benchmark_out_format=json \
-       --benchmark_counters_tabular=true >> "$LOG" 2>&1; then
-    log "mlp ok"
-  else
-    log "mlp FAILED"
-    status=1
-  fi
+  run_gbench mlp "${MLP_FILTER:-.}" "mlp ok"
 fi
 
 # Every profile: the sampled source counters (ncu at the shortest warp-sampling interval maps stall
