@@ -141,9 +141,10 @@
 #        beside this tree's, then runs `megasched bench` of AB_CONFIG (default
 #        bench/configs/stream_r2u4.json; several space-separated configs are all benched) at
 #        AB_POSITIONS (default 0) with the graph-pdl baseline from each build in turn, AB_ROUNDS
-#        rounds (default 2), into ab_{SIDE}_N.md and ab.md (the rows of every round, then per
-#        position and config row, the default's included, each side's mean and the tree's
-#        difference to it); SIDE is base and tree with one base, else each base's directory name
+#        rounds (default 2), for each model of AB_MODELS (default llama-1b; space-separated), into
+#        ab_{SIDE}_N.md (ab_{SIDE}_{MODEL}_N.md for a model other than llama-1b) and ab.md (the rows
+#        of every round, then per model, position and config row, the default's included, each
+#        side's mean and the tree's difference to it); SIDE is base and tree with one base, else each base's directory name
 #        (AB_NCU, space-separated MODEL@POSITION@CONFIG: then each side's decode step of that config
 #        under ncu into ncu_ab_SIDE_N.txt, as NCU_STEPS does; AB_NCU_KEEP=1 keeps the .ncu-rep)
 set -uo pipefail
@@ -912,38 +913,46 @@ if has_stage ab; then
       }
       ab_args=()
       for c in $AB_CONFIG; do ab_args+=(--config "$c"); done
-      for round in $(seq 1 "$AB_ROUNDS"); do
-        for side in "${ab_sides[@]}"; do
-          bin=$(ab_bin "$side")
-          log "ab: round $round, $side: megasched bench ${ab_args[*]} --positions $AB_POSITIONS"
-          if "$bin" bench --model llama-1b --positions "$AB_POSITIONS" "${ab_args[@]}" \
-               --baseline graph-pdl --iterations "$ITERATIONS" --out "$OUT/ab_${side}_$round" \
-               > "$OUT/ab_${side}_$round.md" 2>> "$LOG"; then
-            grep -E '^\| [0-9]+ \| [^|]*\| (config|baseline) ' "$OUT/ab_${side}_$round.md" |
-              sed "s/^/$side round $round: /" | tee -a "$OUT/ab.md" >> "$LOG"
-          else
-            log "ab: round $round, $side FAILED"
-            status=1
-          fi
+      for ab_model in ${AB_MODELS:-llama-1b}; do
+        ab_tag=""
+        [ "$ab_model" = llama-1b ] || ab_tag="_$ab_model"
+        : > "$OUT/ab_model.tmp"
+        for round in $(seq 1 "$AB_ROUNDS"); do
+          for side in "${ab_sides[@]}"; do
+            bin=$(ab_bin "$side")
+            name="ab_${side}${ab_tag}_$round"
+            log "ab: round $round, $side: megasched bench --model $ab_model ${ab_args[*]} --positions $AB_POSITIONS"
+            if "$bin" bench --model "$ab_model" --positions "$AB_POSITIONS" "${ab_args[@]}" \
+                 --baseline graph-pdl --iterations "$ITERATIONS" --out "$OUT/$name" \
+                 > "$OUT/$name.md" 2>> "$LOG"; then
+              grep -E '^\| [0-9]+ \| [^|]*\| (config|baseline) ' "$OUT/$name.md" |
+                sed "s/^/$side round $round: /" | tee -a "$OUT/ab_model.tmp" >> "$LOG"
+            else
+              log "ab: round $round, $side, $ab_model FAILED"
+              status=1
+            fi
+          done
         done
-      done
-      # The summary: per position and config row (the default's too), each side's mean over the
-      # rounds, and the tree against every other side.
-      awk -F'|' '$4 ~ /config/ {
-          split($1, w, " "); side = w[1]; pos = $2 + 0; row = $3; gsub(/ /, "", row)
-          sum[side, pos, row] += $5; n[side, pos, row]++; keys[pos, row] = 1; sides[side] = 1
-        }
-        END {
-          for (k in keys) {
-            split(k, pr, SUBSEP); p = pr[1]; r = pr[2]
-            if (!n["tree", p, r]) continue
-            t = sum["tree", p, r] / n["tree", p, r]
-            for (s in sides) if (s != "tree" && n[s, p, r]) {
-              b = sum[s, p, r] / n[s, p, r]
-              printf "summary: position %d, %s: %s %.1f us, tree %.1f us (mean of %d / %d rounds): %+.1f us, %+.2f%%\n", p, r, s, b, t, n[s, p, r], n["tree", p, r], t - b, 100 * (t - b) / b
-            }
+        { echo "model $ab_model:"; cat "$OUT/ab_model.tmp"; } >> "$OUT/ab.md"
+        # The summary: per position and config row (the default's too), each side's mean over the
+        # rounds, and the tree against every other side.
+        awk -F'|' -v model="$ab_model" '$4 ~ /config/ {
+            split($1, w, " "); side = w[1]; pos = $2 + 0; row = $3; gsub(/ /, "", row)
+            sum[side, pos, row] += $5; n[side, pos, row]++; keys[pos, row] = 1; sides[side] = 1
           }
-        }' "$OUT/ab.md" | sort | tee -a "$OUT/ab.md" >> "$LOG"
+          END {
+            for (k in keys) {
+              split(k, pr, SUBSEP); p = pr[1]; r = pr[2]
+              if (!n["tree", p, r]) continue
+              t = sum["tree", p, r] / n["tree", p, r]
+              for (s in sides) if (s != "tree" && n[s, p, r]) {
+                b = sum[s, p, r] / n[s, p, r]
+                printf "summary: %s, position %d, %s: %s %.1f us, tree %.1f us (mean of %d / %d rounds): %+.1f us, %+.2f%%\n", model, p, r, s, b, t, n[s, p, r], n["tree", p, r], t - b, 100 * (t - b) / b
+              }
+            }
+          }' "$OUT/ab_model.tmp" | sort | tee -a "$OUT/ab.md" >> "$LOG"
+        rm -f "$OUT/ab_model.tmp"
+      done
       # AB_NCU (space-separated MODEL@POSITION@CONFIG): each side's megakernel of one timed decode
       # step under ncu, as NCU_STEPS does, into ncu_ab_SIDE_N.txt (stall reasons, scheduler, the
       # hottest SASS instructions with their source lines): what a change did to the kernel, not

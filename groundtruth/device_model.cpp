@@ -51,6 +51,7 @@ DeviceBuild device_build(const Program& program) {
   take("MS_WEIGHT_BF16", &wbf16);
   take("MS_KV_BF16", &kvbf16);
   take("MS_ATTN_STAGED", &b.attn_staged);
+  take("MS_ATTN_HEAD_BATCH", &b.attn_head_batch);
   b.weight_ring = ring != 0;
   b.weight_bf16 = wbf16 != 0;
   b.kv_bf16 = kvbf16 != 0;
@@ -80,6 +81,7 @@ std::vector<std::string> device_build_errors(const DeviceBuild& b) {
         "MS_SEG_VECS");
   check(b.head_dim >= 2 && b.head_dim <= 256 && b.head_dim % 2 == 0, "MS_HEAD_DIM");
   check(b.attn_staged == 0 || b.attn_staged == 1, "MS_ATTN_STAGED");
+  check(b.attn_head_batch == 4 || b.attn_head_batch == 8, "MS_ATTN_HEAD_BATCH: 4 or 8");
   return out;
 }
 
@@ -97,7 +99,7 @@ int64_t device_static_smem_bytes(const DeviceBuild& b) {
   // Ahead ahead[2]: 16-byte aligned (and so is the struct's size), an Instr and kWaitHeads heads.
   const int64_t ahead = 2 * (static_cast<int64_t>(sizeof(ms_abi::Instr)) +
                              static_cast<int64_t>(sizeof(ms_abi::WaitHead)) * ms_abi::kWaitHeads);
-  const int64_t attn = 4 * (8 * hd + warps * (hd + 2));
+  const int64_t attn = 4 * (b.attn_head_batch * hd + warps * (hd + 2));
   const int64_t u = std::max<int64_t>(4 * epilogue_rows, attn);
   auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
   const int64_t shared =

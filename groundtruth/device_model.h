@@ -42,6 +42,7 @@ struct DeviceBuild {
   bool weight_bf16 = true;                 // MS_WEIGHT_BF16
   bool kv_bf16 = true;                     // MS_KV_BF16
   int attn_staged = 0;                     // MS_ATTN_STAGED
+  int attn_head_batch = 8;                 // MS_ATTN_HEAD_BATCH
   std::vector<std::string> option_errors;  // a macro given twice with different values, or not a
                                            // number
 };

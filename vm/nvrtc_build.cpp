@@ -48,8 +48,10 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
   // from the program's tasks").
   bool combine_in_o = false, attention_in_o = false, combine_tasks = false, tagged = false;
   bool gemv_fallback = build.weight_ring(), chains = false;
-  uint32_t opcodes = 0;
+  uint32_t opcodes = 0, attention_heads = 0;
   for (const ms_abi::Instr& t : program.tasks) {
+    if (t.opcode == ms_abi::kAttnPartial)
+      attention_heads = std::max(attention_heads, t.row_end - t.row_begin);
     combine_in_o |= t.opcode == ms_abi::kGemv && (t.flags & ms_abi::kFlagCombinePrologue) != 0;
     attention_in_o |= t.opcode == ms_abi::kGemv && (t.flags & ms_abi::kFlagAttentionPrologue) != 0;
     combine_tasks |= t.opcode == ms_abi::kAttnCombine;
@@ -63,6 +65,9 @@ std::vector<std::string> kernel_defines(const schedule::Program& program, bool p
   if (attention_in_o) define("MS_ATTENTION_IN_O", 1);
   if (combine_tasks) define("MS_COMBINE_TASKS", 1);
   if (tagged) define("MS_TAGGED", 1);
+  // An attention warp carries four query heads when no task has more (a llama GQA group): eight
+  // heads' arrays at head_dim 128 made ptxas spill the streamed GEMV (dev/perf_log.md section 53).
+  if (attention_heads > 0) define("MS_ATTN_HEAD_BATCH", attention_heads <= 4 ? 4 : 8);
   // A program with tasks compiles only the opcodes it has, the fallback GEMV only when some GEMV
   // task needs it, the last arrivers' path only with chains and the L2 prefetch only with a
   // prefetch depth (without tasks, as for the NVRTC tests' bare builds, everything is compiled).

@@ -238,6 +238,47 @@ TEST(DeviceCheckScript, TheAbStagesBaseBuildsBesideTheBuildStage) {
   std::filesystem::remove_all(dir);
 }
 
+// Stage "ab" times each model of AB_MODELS from both builds and summarises each model apart (a
+// stand-in CLI per side prints one config row: the tree's 100 us, the base's 110).
+TEST(DeviceCheckScript, TheAbStageComparesTheSidesForEachModel) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_ab_models";
+  const std::string calls =
+      write_stand_ins(dir, "echo '| 0 | cfg | config | 100.0 |'\n");
+  std::filesystem::create_directories(dir / "base");
+  std::ofstream(dir / "base" / "CMakeLists.txt") << "# a base tree\n";
+  std::ofstream(dir / "build" / "CMakeCache.txt") << "\n";
+  std::filesystem::create_directories(dir / "build-ab-base");
+  {
+    std::ofstream(dir / "bin" / "cmake") << "#!/bin/bash\nexit 0\n";
+    std::ofstream(dir / "build-ab-base" / "megasched")
+        << "#!/bin/bash\necho \"base $*\" >> " << shell_quote(calls)
+        << "\necho '| 0 | cfg | config | 110.0 |'\n";
+  }
+  for (const char* f : {"bin/cmake", "build-ab-base/megasched"})
+    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+  const std::string out = (dir / "out").string();
+  const std::string cmd = device_check_on_stand_ins(
+      dir,
+      "STAGES=ab AB_ROUNDS=1 AB_MODELS='llama-1b llama-8b' AB_BASE=" +
+          shell_quote((dir / "base").string()),
+      out);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
+  const std::string lines = slurp(calls);
+  for (const char* m : {"llama-1b", "llama-8b"}) {
+    EXPECT_NE(lines.find(std::string("base bench --model ") + m), std::string::npos) << lines;
+    EXPECT_NE(lines.find(std::string("\nbench --model ") + m), std::string::npos) << lines;
+  }
+  const std::string ab = slurp(dir / "out" / "ab.md");
+  for (const char* m : {"llama-1b", "llama-8b"})
+    EXPECT_NE(ab.find(std::string("summary: ") + m +
+                      ", position 0, cfg: base 110.0 us, tree 100.0 us (mean of 1 / 1 rounds): "
+                      "-10.0 us, -9.09%"),
+              std::string::npos)
+        << ab;
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "ab_tree_llama-8b_1.md"));
+  std::filesystem::remove_all(dir);
+}
+
 // The autoresearch cycle without a person choosing: PLANFIT_CONFIGS="record search" fits the
 // GPU's record with the search's best (kept in SEARCH_DIR by an earlier call), and
 // PROMOTE_CONFIG=planfit promotes the plan this call fitted. A stand-in megasched logs its

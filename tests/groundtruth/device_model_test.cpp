@@ -52,11 +52,20 @@ TEST(DeviceModel, StaticSharedMemoryIsWhatPtxasReports) {
   struct Case {
     int threads, head_dim;
     bool ring;
+    uint32_t attention_heads = 0;  // > 0: one attention task of this many query heads
   };
   int reports = 0;
-  for (const Case& c : {Case{128, 16, false}, Case{256, 256, false}, Case{1024, 64, true},
-                        Case{160, 128, true}, Case{288, 64, false}, Case{160, 64, false}}) {
-    const Program p = build_only(c.threads, c.head_dim, c.ring);
+  const std::vector<Case> cases = {{128, 16, false},     {256, 256, false},   {1024, 64, true},
+                                   {160, 128, true},     {288, 64, false},    {160, 64, false},
+                                   {256, 128, false, 4}, {160, 128, true, 4}, {256, 64, false, 8}};
+  for (const Case& c : cases) {
+    Program p = build_only(c.threads, c.head_dim, c.ring);
+    if (c.attention_heads > 0) {  // its build carries MS_ATTN_HEAD_BATCH (4 or 8 heads a warp)
+      ms_abi::Instr t{};
+      t.opcode = ms_abi::kAttnPartial;
+      t.row_end = c.attention_heads;
+      p.tasks.push_back(t);
+    }
     vm::BuildRequest req{"vm/device/megakernel.cuh", vm::kernel_defines(p), 90, ""};
     const vm::BuildResult r = vm::build_cubin(req);
     ASSERT_TRUE(r.ok) << r.error;
@@ -65,9 +74,10 @@ TEST(DeviceModel, StaticSharedMemoryIsWhatPtxasReports) {
     if (r.kernels.empty() || r.kernels[0].smem_static_bytes < 0) continue;  // no ptxas report
     ++reports;
     EXPECT_EQ(r.kernels[0].smem_static_bytes, model)
-        << c.threads << " threads, head_dim " << c.head_dim << (c.ring ? ", ring" : "");
+        << c.threads << " threads, head_dim " << c.head_dim << (c.ring ? ", ring" : "") << ", "
+        << c.attention_heads << " attention heads";
   }
-  std::printf("ptxas reported static shared memory for %d of 6 builds\n", reports);
+  std::printf("ptxas reported static shared memory for %d of %zu builds\n", reports, cases.size());
 }
 
 // The cap on the ring's pages in flight (MS_RING_INFLIGHT) builds below the ring's pages and in a

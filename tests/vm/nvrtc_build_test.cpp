@@ -595,6 +595,51 @@ TEST(NvrtcBuild, ADeeperStreamOnThePositionZeroRecordKeepsTheStreamedGemvFreeOfS
   }
 }
 
+// An attention warp carries four query heads when no attention task has more (a llama GQA group),
+// else eight: the arrays of eight heads at head_dim 128 made ptxas spill the streamed GEMV's weight
+// chunks, though that is a function of its own (dev/perf_log.md section 53).
+TEST(NvrtcBuild, AttentionWarpsCarryTheProgramsWidestTaskOfQueryHeads) {
+  auto batch_with = [](std::vector<uint32_t> heads) {
+    schedule::Program p = program_for(16, 2, 4, 1, 256, true, 128);
+    for (uint32_t h : heads) {
+      ms_abi::Instr t{};
+      t.opcode = ms_abi::kAttnPartial;
+      t.row_begin = 4;
+      t.row_end = 4 + h;
+      p.tasks.push_back(t);
+    }
+    return define_value(kernel_defines(p), "MS_ATTN_HEAD_BATCH");
+  };
+  EXPECT_EQ(batch_with({}), -1);  // no attention task: the device default, 8
+  EXPECT_EQ(batch_with({1, 4}), 4);
+  EXPECT_EQ(batch_with({4, 5}), 8);
+  EXPECT_EQ(batch_with({8}), 8);
+  EXPECT_EQ(batch_with({16}), 8);  // a task of more heads takes them eight at a time
+}
+
+// llama-8b (head_dim 128) with the H200 record's staged-attention config of its middle positions:
+// the streamed GEMV spilled 416 B of stores with eight heads an attention warp, on the weight chunks'
+// loads and FMAs; with four, one 4-byte store, once a task at its staging call (SASS by source line:
+// dev/sass_spills.py). The kernel itself spilled 140 B, and 96 B when this was written.
+TEST(NvrtcBuild, TheLlama8bStagedAttentionBuildKeepsSpillsOutOfTheStreamedGemvsLoop) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  std::string error;
+  auto c = schedule::named_config_at("best:llama-1b:h200", 192, &error);
+  ASSERT_TRUE(c.has_value()) << error;
+  ASSERT_EQ(c->kernel.attention, schedule::AttentionPath::kStaged);
+  const auto p = schedule::lower(*schedule::find_preset("llama-8b"),
+                                 *schedule::find_target("h200"), *c, &error);
+  ASSERT_TRUE(p.has_value()) << error;
+  const std::vector<std::string> d = kernel_defines(*p);
+  EXPECT_EQ(define_value(d, "MS_HEAD_DIM"), 128);
+  EXPECT_EQ(define_value(d, "MS_ATTN_HEAD_BATCH"), 4);
+  const BuildSpills b = registers_build_spills(*p);
+  EXPECT_GE(b.stream, 0) << b.log;
+  EXPECT_LE(b.stream, 4) << b.log;
+  EXPECT_GE(b.kernel, 0) << b.log;
+  EXPECT_LE(b.kernel, 96) << b.log;
+}
+
 TEST(NvrtcBuild, CompilesTheGpuReferenceKernelsAndTheFaultSwitch) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (int arch : {90, 80}) {

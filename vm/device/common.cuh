@@ -109,6 +109,9 @@
 #ifndef MS_HEAD_DIM
 #define MS_HEAD_DIM 64  // attention head dimension of the model
 #endif
+#ifndef MS_ATTN_HEAD_BATCH
+#define MS_ATTN_HEAD_BATCH 8  // query heads an attention warp carries at once: 4 or 8
+#endif
 
 namespace ms_dev {
 
@@ -134,8 +137,12 @@ constexpr int kStreamHeld = MS_STREAM_HELD;
 constexpr uint32_t kStreamHeldEvery = MS_STREAM_HELD_EVERY;
 constexpr int kHeadDim = MS_HEAD_DIM;
 constexpr int kHeadDimPerLane = (MS_HEAD_DIM + 31) / 32;  // head dims a lane owns (d = lane + 32 j)
-constexpr int kAttnHeadBatch = 8;  // query heads an attention warp carries at once
-constexpr int kRowChunk = 1024;    // GEMV rows whose results are staged for one epilogue pass
+// Query heads an attention warp carries at once: 4 when no attention task of the program has more
+// (vm::kernel_defines), else 8. Each head holds head_dim / 32 floats of queries and of outputs per
+// lane: at head_dim 128, eight heads' arrays made ptxas spill the streamed GEMV's weight chunks,
+// another function (ARCHITECTURE.md, "Build defines derived from the program's tasks").
+constexpr int kAttnHeadBatch = MS_ATTN_HEAD_BATCH;
+constexpr int kRowChunk = 1024;  // GEMV rows whose results are staged for one epilogue pass
 
 // ---- TEST-ONLY fault injection (tests/eval/planted_bug_test.cpp) ----
 // MS_TEST_FAULT_KV_FROM / MS_TEST_FAULT_KV_UNTIL come only from vm::GpuVmOptions::test_defines,
@@ -168,6 +175,7 @@ static_assert(MS_SEG_VECS == 0 || MS_SEG_VECS == 1 || MS_SEG_VECS == 2 || MS_SEG
                   MS_SEG_VECS == 8,
               "MS_SEG_VECS");
 static_assert(MS_HEAD_DIM >= 2 && MS_HEAD_DIM <= 256 && MS_HEAD_DIM % 2 == 0, "MS_HEAD_DIM");
+static_assert(MS_ATTN_HEAD_BATCH == 4 || MS_ATTN_HEAD_BATCH == 8, "MS_ATTN_HEAD_BATCH: 4 or 8");
 static_assert(MS_ATTN_STAGED == 0 || MS_ATTN_STAGED == 1, "MS_ATTN_STAGED");
 
 #if MS_WEIGHT_BF16
