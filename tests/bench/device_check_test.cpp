@@ -242,8 +242,7 @@ TEST(DeviceCheckScript, TheAbStagesBaseBuildsBesideTheBuildStage) {
 // stand-in CLI per side prints one config row: the tree's 100 us, the base's 110).
 TEST(DeviceCheckScript, TheAbStageComparesTheSidesForEachModel) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_ab_models";
-  const std::string calls =
-      write_stand_ins(dir, "echo '| 0 | cfg | config | 100.0 |'\n");
+  const std::string calls = write_stand_ins(dir, "echo '| 0 | cfg | config | 100.0 |'\n");
   std::filesystem::create_directories(dir / "base");
   std::ofstream(dir / "base" / "CMakeLists.txt") << "# a base tree\n";
   std::ofstream(dir / "build" / "CMakeCache.txt") << "\n";
@@ -257,11 +256,11 @@ TEST(DeviceCheckScript, TheAbStageComparesTheSidesForEachModel) {
   for (const char* f : {"bin/cmake", "build-ab-base/megasched"})
     std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
   const std::string out = (dir / "out").string();
-  const std::string cmd = device_check_on_stand_ins(
-      dir,
-      "STAGES=ab AB_ROUNDS=1 AB_MODELS='llama-1b llama-8b' AB_BASE=" +
-          shell_quote((dir / "base").string()),
-      out);
+  const std::string cmd =
+      device_check_on_stand_ins(dir,
+                                "STAGES=ab AB_ROUNDS=1 AB_MODELS='llama-1b llama-8b' AB_BASE=" +
+                                    shell_quote((dir / "base").string()),
+                                out);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
   const std::string lines = slurp(calls);
   for (const char* m : {"llama-1b", "llama-8b"}) {

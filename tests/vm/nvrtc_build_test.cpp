@@ -618,17 +618,18 @@ TEST(NvrtcBuild, AttentionWarpsCarryTheProgramsWidestTaskOfQueryHeads) {
 }
 
 // llama-8b (head_dim 128) with the H200 record's staged-attention config of its middle positions:
-// the streamed GEMV spilled 416 B of stores with eight heads an attention warp, on the weight chunks'
-// loads and FMAs; with four, one 4-byte store, once a task at its staging call (SASS by source line:
-// dev/sass_spills.py). The kernel itself spilled 140 B, and 96 B when this was written.
+// the streamed GEMV spilled 416 B of stores with eight heads an attention warp, on the weight
+// chunks' loads and FMAs; with four, one 4-byte store, once a task at its staging call (SASS by
+// source line: dev/sass_spills.py). The kernel itself spilled 140 B, and 96 B when this was
+// written.
 TEST(NvrtcBuild, TheLlama8bStagedAttentionBuildKeepsSpillsOutOfTheStreamedGemvsLoop) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   std::string error;
   auto c = schedule::named_config_at("best:llama-1b:h200", 192, &error);
   ASSERT_TRUE(c.has_value()) << error;
   ASSERT_EQ(c->kernel.attention, schedule::AttentionPath::kStaged);
-  const auto p = schedule::lower(*schedule::find_preset("llama-8b"),
-                                 *schedule::find_target("h200"), *c, &error);
+  const auto p = schedule::lower(*schedule::find_preset("llama-8b"), *schedule::find_target("h200"),
+                                 *c, &error);
   ASSERT_TRUE(p.has_value()) << error;
   const std::vector<std::string> d = kernel_defines(*p);
   EXPECT_EQ(define_value(d, "MS_HEAD_DIM"), 128);
