@@ -122,6 +122,15 @@ const ReferenceWindow* TrialReference::window_at(int position) const {
   return nullptr;
 }
 
+const ReferenceWindow* TrialReference::nearest_window_at(int position) const {
+  const ReferenceWindow* best = nullptr;
+  for (const ReferenceWindow& w : windows_)
+    if (position >= w.start && position < w.start + static_cast<int>(w.logits.size()) &&
+        (!best || w.start > best->start))
+      best = &w;
+  return best;
+}
+
 bool TrialReference::record_reference_vm_check(int position, int start,
                                                const vm::ReferenceVm::StepResult& step,
                                                const std::vector<float>& ref, Verdict* v) const {
@@ -158,21 +167,27 @@ bool TrialReference::check_reference_vm(const schedule::Program& program,
   // Sampled: the timed position alone (each objective position), from the reference KV cache
   // (a large model's ReferenceVm step takes most of a second on one thread: it runs in waves on
   // reference_vm_threads_, the same logits as in queue order). Loading a later position's KV
-  // overwrites every row the earlier step read or wrote.
+  // overwrites every row the earlier step read or wrote. A window's cache is the one before its
+  // start: the window that starts last at or before p is taken (the one starting at p whenever the
+  // timed position is a checked one), and its steps before p are run first (windows overlap when
+  // checked positions are closer than the steps a window holds: [0, 2, 3, 4], three steps each).
   if (info_.value("reference_vm", "") == "sampled") {
     ref.set_threads(reference_vm_threads_);
     bool ok = true;
     for (const int p : timed) {
-      const ReferenceWindow* w = window_at(p);
+      const ReferenceWindow* w = nearest_window_at(p);
       if (!ref.load_kv(w->kv)) {
         v->notes.push_back("the reference KV cache does not fit the program's model");
         return false;
       }
-      const auto step = ref.step(tokens_[static_cast<size_t>(p)], p, vm::RunOrder::kWaves);
-      if (!step.completed) {
-        v->notes.push_back("ReferenceVm could not finish position " + std::to_string(p) + ": " +
-                           step.stuck);
-        return false;
+      vm::ReferenceVm::StepResult step;
+      for (int q = w->start; q <= p; ++q) {
+        step = ref.step(tokens_[static_cast<size_t>(q)], q, vm::RunOrder::kWaves);
+        if (!step.completed) {
+          v->notes.push_back("ReferenceVm could not finish position " + std::to_string(q) + ": " +
+                             step.stuck);
+          return false;
+        }
       }
       ok = record_reference_vm_check(p, w->start, step,
                                      w->logits[static_cast<size_t>(p - w->start)], v) &&
@@ -190,7 +205,7 @@ bool TrialReference::check_reference_vm(const schedule::Program& program,
                          step.stuck);
       return false;
     }
-    const ReferenceWindow* w = window_at(p);
+    const ReferenceWindow* w = nearest_window_at(p);
     if (w)
       ok = record_reference_vm_check(p, 0, step, w->logits[static_cast<size_t>(p - w->start)], v) &&
            ok;

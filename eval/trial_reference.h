@@ -36,6 +36,9 @@ class TrialReference {
 
   /// The window whose steps include `position` (nullptr when none).
   const ReferenceWindow* window_at(int position) const;
+  /// Of the windows whose steps include `position`, the one that starts last (fewest steps from
+  /// its KV cache to `position`; nullptr when none).
+  const ReferenceWindow* nearest_window_at(int position) const;
   const std::vector<ReferenceWindow>& windows() const { return windows_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
   /// The checked positions, ascending (a window at each).

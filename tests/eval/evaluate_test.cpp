@@ -170,6 +170,29 @@ TEST(TrialEvaluator, LargeModelsSampleTheReferenceVmAtTheTimedPositionFromTheRef
   EXPECT_EQ(v.positions_checked, (std::vector<int>{0, 3, 60}));
 }
 
+// Checked positions closer than a window's steps make overlapping windows ([0, 2, 3, 4] with three
+// steps each: the window at 0 holds 2 too). The sampled check at 2 starts from the KV cache before
+// 2, not from the one before 0 (which failed every config of a plan's bucket [0, 5) on an H200,
+// 2026-11-29: the ReferenceVm stepped position 2 with an empty cache). The timed position gets a
+// window of its own when it is not a checked one, and that window is the one taken.
+TEST(TrialEvaluator, TheSampledCheckStartsFromTheCacheOfTheWindowNearestBeforeIt) {
+  for (const bool timed_is_checked : {true, false}) {
+    EvaluatorOptions o;
+    o.positions = timed_is_checked ? std::vector<int>{0, 2, 3, 4} : std::vector<int>{0, 3, 4};
+    o.timed_position = timed_is_checked ? 2 : 1;
+    o.check_steps = 3;
+    o.reference_vm_walk_elements = 0;
+    std::string error;
+    auto ev = TrialEvaluator::create(o, &error);
+    ASSERT_TRUE(ev) << error;
+    const Verdict v = ev->evaluate(schedule::ScheduleConfig{});
+    EXPECT_TRUE(v.correct) << to_json(v).dump();
+    const std::vector<std::pair<int, int>> want = {timed_is_checked ? std::pair<int, int>{2, 2}
+                                                                    : std::pair<int, int>{1, 1}};
+    EXPECT_EQ(checks_on(v, "reference_vm"), want);
+  }
+}
+
 // The sampled check runs its step in waves on reference_vm_threads threads (auto: the hardware's,
 // at most kReferenceVmAutoThreads) and finds what one thread finds: the same logits, bit for bit.
 TEST(TrialEvaluator, TheSampledCheckOnManyThreadsFindsWhatOneThreadFinds) {
