@@ -84,7 +84,8 @@
 #        more loop flags, e.g. "--flywheel none" or "--start best:llama-1b:h100"; SEARCH_MODEL,
 #        default llama-1b: the model searched and benched (the record row is llama-1b's only;
 #        e.g. llama-8b with SEARCH_FLAGS="--start dev/configs/...json"); SEARCH_POSITION,
-#        default 0: the position the loop checks and times and the bench measures);
+#        default 0: the position the loop checks and times and the bench measures; SEARCH_BESIDE,
+#        space-separated configs, files or names, benched beside the best too, e.g. its start);
 #        stage "plansearch" searches a plan bucket by bucket: `loop --plan PLANSEARCH_PLAN`
 #        (default best:llama-1b:<this GPU>), each bucket a loop from its config at the bucket's
 #        midpoint, PLANSEARCH_MINUTES (default 6) split over the buckets, logs in PLANSEARCH_DIR
@@ -700,6 +701,7 @@ if has_stage search; then
     sargs=(--config "$OUT/search_best.json")
     # The record beside it: the named records are llama-1b's.
     [ -n "$skey" ] && [ "$SEARCH_MODEL" = llama-1b ] && sargs+=(--config "best:llama-1b:$skey")
+    for c in ${SEARCH_BESIDE:-}; do sargs+=(--config "$c"); done
     bench_beside search_bench "$SEARCH_MODEL" "$SEARCH_POSITION" "search: the bench of its best" \
       "${sargs[@]}"
   else

@@ -378,7 +378,7 @@ TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
 
 // Stage "search" on another model (SEARCH_MODEL): the loop and the bench of its best run that
 // model, and the bench leaves out best:llama-1b:<gpu>, a record of another model; llama-1b's
-// search benches its best beside that record.
+// search benches its best beside that record. SEARCH_BESIDE adds configs to that bench.
 TEST(DeviceCheckScript, TheSearchStageSearchesAndBenchesSearchModel) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_search_model";
   const std::string calls = write_stand_ins(
@@ -389,14 +389,16 @@ TEST(DeviceCheckScript, TheSearchStageSearchesAndBenchesSearchModel) {
   const std::string search = (dir / "search").string();
   const std::string env =
       "SEARCH_DIR=" + shell_quote(search) + " STAGES=search SEARCH_MINUTES=0.01";
-  EXPECT_EQ(
-      std::system(device_check_on_stand_ins(dir, env + " SEARCH_MODEL=llama-8b", out).c_str()), 0)
+  EXPECT_EQ(std::system(device_check_on_stand_ins(
+                            dir, env + " SEARCH_MODEL=llama-8b SEARCH_BESIDE='a.json b.json'", out)
+                            .c_str()),
+            0)
       << slurp(dir / "out" / "check.log");
   std::string lines = slurp(calls);
   EXPECT_NE(lines.find("loop --model llama-8b --gpu auto --device gpu"), std::string::npos)
       << lines;
   EXPECT_NE(lines.find("bench --model llama-8b --positions 0 --config " + out +
-                       "/search_best.json --baseline graph-pdl"),
+                       "/search_best.json --config a.json --config b.json --baseline graph-pdl"),
             std::string::npos)
       << lines;
   EXPECT_EQ(lines.find("best:llama-1b"), std::string::npos) << lines;
