@@ -24,6 +24,20 @@ bool has_latency(const eval::Verdict& v) {
 }
 
 double latency_sigma_us(const eval::Verdict& v) {
+  if (v.samples_us.size() >= kRobustSigmaSamples) {
+    // (p90 - p10) / 2.563, one sigma of a normal: a few outlier samples (a step that waited on
+    // the host) do not widen it. Their standard deviation did: one re-measured incumbent gave a
+    // 560 us margin, and a candidate 18% slower was kept as a near-tie (an H200, 2026-11-29).
+    std::vector<double> s = v.samples_us;
+    std::sort(s.begin(), s.end());
+    auto quantile = [&s](double q) {
+      const double at = q * static_cast<double>(s.size() - 1);
+      const size_t lo = static_cast<size_t>(at);
+      const size_t hi = std::min(lo + 1, s.size() - 1);
+      return s[lo] + (s[hi] - s[lo]) * (at - static_cast<double>(lo));
+    };
+    return (quantile(0.9) - quantile(0.1)) / 2.563;
+  }
   if (v.samples_us.size() >= 2) {
     double mean = 0;
     for (double s : v.samples_us) mean += s;
@@ -52,6 +66,11 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
   if (d.gain_us > d.margin_us) {
     d.keep = true;
     d.reason = "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") > margin " + margin;
+  } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity &&
+             -d.gain_us > kMaxTradeShare * inc) {
+    d.reason = "near-tie (" + pct + ", margin " + margin + "), simpler, but slower by more than " +
+               fmt("%.0f%%", 100 * kMaxTradeShare) +
+               " of the incumbent, more than a trade gives up";
   } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity &&
              fastest_us && cand - *fastest_us > d.margin_us) {
     // Each near-tie may give up a margin; chained, they would walk the incumbent away from the

@@ -4,13 +4,15 @@
 //   1. correct first: rejected, incorrect, crash and timeout are never kept;
 //   2. a candidate replaces the incumbent when it is faster by more than
 //      max(min_gain x incumbent, sigmas x sigma), sigma = sqrt(sigma_cand^2 + sigma_inc^2) from
-//      the timing samples (a prediction has sigma 0, so only the 1% applies);
+//      the timing samples (latency_sigma_us: read off their quantiles, deaf to a few outliers; a
+//      prediction has sigma 0, so only the 1% applies);
 //   3. on measured latencies the incumbent is re-measured back to back first and the rule is
 //      applied again against that fresh time;
 //   4. a near-tie (the difference within the margin either way) goes to the config with fewer
 //      knobs off the default, unless the candidate is slower than the fastest latency this run has
-//      kept by more than the margin: chained trades to simpler configs cannot carry the incumbent
-//      more than one margin from the fastest config the run found.
+//      kept by more than the margin (chained trades to simpler configs cannot carry the incumbent
+//      more than one margin from the fastest config the run found) or slower than the incumbent
+//      by more than kMaxTradeShare (5%), however wide the noise.
 // Every trial becomes a corpus record and then a results row (flywheel/). No schedule is
 // evaluated twice: candidates whose schedule id any run already logged are skipped before they
 // run, and --resume continues the last run of this model, target and device where it stopped.
@@ -96,8 +98,15 @@ struct KeepDecision {
   std::string reason;      // "faster by 12.1 us (2.4%) > margin 5.0 us" ...
 };
 
-/// sigma of a verdict's latency: the sample standard deviation with >= 2 samples, else
-/// spread / 2.563 (p90 - p10 of a normal), else 0 (a prediction).
+/// Samples from which a latency's sigma is read off its quantiles.
+constexpr size_t kRobustSigmaSamples = 10;
+/// The most of the incumbent's latency a near-tie trade to a simpler config gives up: a candidate
+/// slower than this is not kept for its fewer knobs, however noisy the measurements.
+constexpr double kMaxTradeShare = 0.05;
+
+/// sigma of a verdict's latency: with >= kRobustSigmaSamples samples (p90 - p10) / 2.563 of them
+/// (one sigma of a normal, deaf to a few outliers); with 2 or more their standard deviation; else
+/// spread / 2.563 (the verdict's p90 - p10); else 0 (a prediction).
 double latency_sigma_us(const eval::Verdict& verdict);
 
 /// The keep rule for a correct candidate with a latency against an incumbent with one.

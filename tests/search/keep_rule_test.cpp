@@ -85,6 +85,42 @@ TEST(KeepRule, MeasuredMarginIsTwoSigmaOfTheDifferenceWhenThatExceedsOnePercent)
   EXPECT_TRUE(contains(clear.reason, "sigma")) << clear.reason;
 }
 
+// With ten samples or more, sigma is read off their p10 and p90: a few outlier steps in the
+// incumbent's re-measurement do not make an 18% slower, simpler candidate a near-tie (their
+// standard deviation gave a 560 us margin on an H200, 2026-11-29, and such a candidate was kept).
+TEST(KeepRule, AFewOutlierSamplesDoNotWidenTheMargin) {
+  std::vector<double> inc, cand;
+  for (int i = 0; i < 100; ++i) {
+    inc.push_back(939.0 + (i % 5) - 2.0);  // 937 .. 941
+    cand.push_back(1108.0 + (i % 5) - 2.0);
+  }
+  inc[10] = inc[50] = inc[90] = 9000.0;  // three steps that waited on something else
+  ASSERT_GT(sample_sigma(inc), 1000.0);
+  eval::Verdict incumbent = measured(inc);
+  incumbent.latency_us = 939.0;                                 // the median
+  EXPECT_NEAR(latency_sigma_us(incumbent), 4.0 / 2.563, 1e-9);  // p90 941, p10 937
+  const KeepDecision d = decide_keep(measured(cand), 2, incumbent, 5, kMinGain, kSigmas);
+  EXPECT_FALSE(d.keep) << d.reason;
+  EXPECT_LT(d.margin_us, 0.02 * 1100) << d.reason;
+  EXPECT_TRUE(contains(d.reason, "slower by")) << d.reason;
+  // Below ten samples, their standard deviation (the rule's small-sample case).
+  EXPECT_NEAR(latency_sigma_us(measured({96.0, 100.0, 104.0})), 4.0, 1e-12);
+}
+
+// However noisy both measurements, a near-tie trade to a simpler config gives up at most 5% of the
+// incumbent: a candidate 18% slower inside a wide noise margin is not kept; 4% slower is.
+TEST(KeepRule, ANearTieTradeGivesUpAtMostFivePercent) {
+  const eval::Verdict noisy_incumbent = measured({500.0, 930.0, 1360.0});
+  const KeepDecision far =
+      decide_keep(measured({700.0, 1100.0, 1500.0}), 1, noisy_incumbent, 5, kMinGain, kSigmas);
+  EXPECT_GT(far.margin_us, 170.0);  // the noise margin holds it
+  EXPECT_FALSE(far.keep) << far.reason;
+  EXPECT_TRUE(contains(far.reason, "more than 5% of the incumbent")) << far.reason;
+  const KeepDecision near =
+      decide_keep(measured({537.2, 967.2, 1397.2}), 1, noisy_incumbent, 5, kMinGain, kSigmas);
+  EXPECT_TRUE(near.keep) << near.reason;
+}
+
 TEST(KeepRule, SlowerSimplerCandidateBeyondTheMarginIsNotKept) {
   // 50% slower with no knob off the default against an incumbent with three: slower is slower.
   const KeepDecision far = decide_keep(predicted(150.0), 0, predicted(100.0), 3, kMinGain, kSigmas);
