@@ -21,6 +21,7 @@
 #include "flywheel/results.h"
 #include "harness/cli_util.h"
 #include "harness/trial_flags.h"
+#include "schedule/build_fit.h"
 #include "schedule/lookup.h"
 #include "schedule/lower.h"
 #include "schedule/search.h"
@@ -193,12 +194,25 @@ nlohmann::json kernel_resources(const schedule::Program& program,
   k["spill_load_bytes"] = r.spill_load_bytes;
   k["stack_bytes"] = r.stack_bytes;
   k["smem_static_bytes"] = r.smem_static_bytes;
+  const schedule::FallbackGemv fallback = schedule::fallback_gemv(program);
+  if (fallback.tasks > 0)
+    k["fallback_gemv"] = {{"tasks", fallback.tasks}, {"first", fallback.first}};
   if (r.spill_store_bytes > 0 || r.spill_load_bytes > 0) {
     k["spills_by_function"] = vm::spills_json(build.kernels);
-    k["note"] =
+    std::string note =
         "the kernel spills registers to local memory, and every task of the step pays for "
         "it (fewer threads per block leave more registers per thread; a smaller "
         "kernel.unroll or kernel.rows_per_warp needs fewer)";
+    bool stream_spills = false;
+    for (const vm::KernelResources& f : build.kernels)
+      stream_spills = stream_spills || (f.name.find("gemv_stream") != std::string::npos &&
+                                        f.spill_store_bytes + f.spill_load_bytes > 0);
+    if (stream_spills && fallback.tasks > 0)
+      note += "; the build compiles the fallback GEMV for " + std::to_string(fallback.tasks) +
+              " GEMV task(s) the streamed GEMV does not take, and its registers cost the "
+              "streamed GEMV's: " +
+              fallback.first;
+    k["note"] = note;
   }
   return k;
 }

@@ -198,6 +198,19 @@ bool stream_takes(const Program& p, const ms_abi::Instr& in) {
   return !p.build.weight_ring() && stream_rule(p, in) == ms_abi::kStreamFits;
 }
 
+FallbackGemv fallback_gemv(const Program& p) {
+  FallbackGemv out;
+  if (p.build.weight_ring()) return out;
+  for (const ms_abi::Instr& in : p.tasks) {
+    if (in.opcode != ms_abi::kGemv || stream_takes(p, in)) continue;
+    if (out.tasks++ > 0) continue;
+    const std::string op =
+        in.op_id < p.ops.size() ? p.ops[in.op_id].name : "#" + std::to_string(in.op_id);
+    out.first = op + " " + stream_misfit_text(p, in, "a GEMV task", "");
+  }
+  return out;
+}
+
 GemvPath ring_path(const Program& p, const ms_abi::Instr& in) {
   if (!p.build.weight_ring() || p.launch.dynamic_queue || in.opcode != ms_abi::kGemv ||
       p.build.x_floats < 0 || p.launch.smem_page_bytes < 0)

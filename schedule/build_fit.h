@@ -57,6 +57,18 @@ GemvPath ring_path(const Program& program, const ms_abi::Instr& in);
 /// weight-ring build, where it never runs.
 bool stream_takes(const Program& program, const ms_abi::Instr& in);
 
+/// The GEMV tasks of a registers build the streamed GEMV does not take, which ops.cuh's fallback
+/// `gemv` runs (vm::kernel_defines compiles it in for them: MS_GEMV_FALLBACK).
+struct FallbackGemv {
+  size_t tasks = 0;   // how many (0 in a weight-ring build, whose GEMVs take the ring's paths)
+  std::string first;  // the first one's op and why, with a hint ("L0.down is a GEMV task whose
+                      // 8192 input floats do not fit ...; hint: smem.pages x ...")
+};
+
+/// The program's GEMV tasks the fallback runs (dev/perf_log.md section 54: the fallback's
+/// registers cost the streamed GEMV's, so a build that compiles it streams every other op slower).
+FallbackGemv fallback_gemv(const Program& program);
+
 /// One way the build breaks the device code's assumptions.
 struct BuildMisfit {
   std::string message;         // one sentence with its hint; for a task, the sentence after the
