@@ -326,6 +326,27 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/// One key of a warp's online softmax for one query head: the lanes' dims d = lane + 32 i of the
+/// query `q`, key `k` and value `v`; the head's running max `mx`, sum `l` and output `o` take the
+/// key's score (attn_scale x q.k). The short attention path (ops.cuh attn_short) and the attention
+/// prologue of the streamed GEMV (stream.cuh stream_stage_attention) both run it.
+__device__ __forceinline__ void online_softmax_key(const float (&q)[kHeadDimPerLane],
+                                                   const float (&k)[kHeadDimPerLane],
+                                                   const float (&v)[kHeadDimPerLane],
+                                                   float attn_scale, float& mx, float& l,
+                                                   float (&o)[kHeadDimPerLane]) {
+  float part = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHeadDimPerLane; ++i) part += q[i] * k[i];
+  const float sc = attn_scale * warp_sum(part);
+  const float mnew = fmaxf(mx, sc);
+  const float corr = expf(mx - mnew), pr = expf(sc - mnew);
+  l = l * corr + pr;
+#pragma unroll
+  for (int i = 0; i < kHeadDimPerLane; ++i) o[i] = o[i] * corr + pr * v[i];
+  mx = mnew;
+}
+
 /// Block-wide sum in a fixed order (deterministic); every thread gets the result. `scratch` holds
 /// kComputeWarps floats and is reused, so the function ends with a barrier.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

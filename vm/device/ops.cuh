@@ -649,16 +649,7 @@ __device__ __forceinline__ void attn_short(const KernelArgs& a, const Instr& in,
 #pragma unroll
         for (int j = 0; j < kAttnHeadBatch; ++j) {
           if (j >= nh) break;
-          float part = 0.0f;
-#pragma unroll
-          for (int i = 0; i < kHeadDimPerLane; ++i) part += q[j][i] * kx[u][i];
-          const float sc = a.model.attn_scale * warp_sum(part);
-          const float mnew = fmaxf(mx[j], sc);
-          const float corr = expf(mx[j] - mnew), pr = expf(sc - mnew);
-          l[j] = l[j] * corr + pr;
-#pragma unroll
-          for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = o[j][i] * corr + pr * vx[u][i];
-          mx[j] = mnew;
+          online_softmax_key(q[j], kx[u], vx[u], a.model.attn_scale, mx[j], l[j], o[j]);
         }
       }
     }

@@ -384,16 +384,7 @@ __device__ __forceinline__ void stream_stage_attention(const KernelArgs& a, cons
 #pragma unroll
           for (int j = 0; j < kPrologueHeads; ++j) {
             if (j >= nh) break;
-            float part = 0.0f;
-#pragma unroll
-            for (int i = 0; i < kHeadDimPerLane; ++i) part += q[j][i] * kx[b][i];
-            const float sc = m.attn_scale * warp_sum(part);
-            const float mnew = fmaxf(mx[j], sc);
-            const float corr = expf(mx[j] - mnew), pr = expf(sc - mnew);
-            l[j] = l[j] * corr + pr;
-#pragma unroll
-            for (int i = 0; i < kHeadDimPerLane; ++i) o[j][i] = o[j][i] * corr + pr * vx[b][i];
-            mx[j] = mnew;
+            online_softmax_key(q[j], kx[b], vx[b], m.attn_scale, mx[j], l[j], o[j]);
           }
         }
       }
