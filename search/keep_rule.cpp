@@ -63,26 +63,29 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
   const std::string margin = fmt("%.3f us", d.margin_us) +
                              (noise > min_gain * inc ? " (" + fmt("%.1f", sigmas) + " sigma)"
                                                      : " (" + fmt("%.0f%%", 100 * min_gain) + ")");
+  const bool simpler_tie =
+      std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity;
   if (d.gain_us > d.margin_us) {
     d.keep = true;
     d.reason = "faster by " + fmt("%.3f us", d.gain_us) + " (" + pct + ") > margin " + margin;
-  } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity &&
-             -d.gain_us > kMaxTradeShare * inc) {
-    d.reason = "near-tie (" + pct + ", margin " + margin + "), simpler, but slower by more than " +
-               fmt("%.0f%%", 100 * kMaxTradeShare) +
-               " of the incumbent, more than a trade gives up";
-  } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity &&
-             fastest_us && cand - *fastest_us > d.margin_us) {
-    // Each near-tie may give up a margin; chained, they would walk the incumbent away from the
-    // fastest config the run found. A trade stays within one margin of it.
-    d.reason = "near-tie (" + pct + ", margin " + margin + "), simpler, but " +
-               fmt("%.3f us", cand - *fastest_us) + " slower than the run's fastest kept (" +
-               fmt("%.3f us", *fastest_us) + "), beyond the margin";
-  } else if (std::abs(d.gain_us) <= d.margin_us && candidate_complexity < incumbent_complexity) {
-    d.keep = true;
-    d.reason = "near-tie (" + pct + ", margin " + margin +
-               "), simpler: " + std::to_string(candidate_complexity) + " knobs off default vs " +
-               std::to_string(incumbent_complexity);
+  } else if (simpler_tie) {
+    // A near-tie goes to the simpler config, within bounds: each may give up a margin, and
+    // chained they would walk the incumbent away from the fastest config the run found (a trade
+    // stays within one margin of it), and a wide noise margin would let one give up a lot (never
+    // more than kMaxTradeShare of the incumbent).
+    const std::string tie = "near-tie (" + pct + ", margin " + margin + "), simpler";
+    if (-d.gain_us > kMaxTradeShare * inc) {
+      d.reason = tie + ", but slower by more than " + fmt("%.0f%%", 100 * kMaxTradeShare) +
+                 " of the incumbent, more than a trade gives up";
+    } else if (fastest_us && cand - *fastest_us > d.margin_us) {
+      d.reason = tie + ", but " + fmt("%.3f us", cand - *fastest_us) +
+                 " slower than the run's fastest kept (" + fmt("%.3f us", *fastest_us) +
+                 "), beyond the margin";
+    } else {
+      d.keep = true;
+      d.reason = tie + ": " + std::to_string(candidate_complexity) + " knobs off default vs " +
+                 std::to_string(incumbent_complexity);
+    }
   } else if (std::abs(d.gain_us) < 5e-4) {
     d.reason = "as fast as the incumbent, and not simpler (" +
                std::to_string(candidate_complexity) + " knobs off default vs " +
