@@ -103,8 +103,8 @@ struct MachineState {
   }
 };
 
-/// The attention twins of the device code (vm/device/ops.cuh, stream.cuh): the partial and
-/// combine tasks, and the two GEMV input prologues that attend or combine in place.
+/// The attention twins of the device code (vm/device/attention_tasks.cuh, stream.cuh): the partial
+/// and combine tasks, and the two GEMV input prologues that attend or combine in place.
 template <typename W>
 struct AttentionOps : MachineState<W> {
   using MachineState<W>::program;

@@ -3,14 +3,16 @@
 // tasks). A partition's keys [t0, t1) are copied into shared memory in rounds of whole key and
 // value rows, two bulk copies per round (the K rows and the V rows of one KV head are contiguous),
 // so every byte of a round is in flight at once: one round trip where the register path of
-// ops.cuh's attn_partial makes a dependent one per key-row batch and per value batch. The copies
-// are issued after the task's wait, like every read of attn_partial. Only the history (keys before
-// this step's position, written by earlier steps) is copied; the current token's row, written by
-// this step's QKV, is read from L2. The arithmetic runs from shared memory with the semantics of
-// attn_partial (fp32 online softmax, the same record) in a different order of additions.
-// ARCHITECTURE.md, "The megakernel", has the map; dev/perf_log.md section 16 the measurements.
+// attention_tasks.cuh's attn_partial makes a dependent one per key-row batch and per value batch.
+// The copies are issued after the task's wait, like every read of attn_partial. Only the history
+// (keys before this step's position, written by earlier steps) is copied; the current token's row,
+// written by this step's QKV, is read from L2. The arithmetic runs from shared memory with the
+// semantics of attn_partial (fp32 online softmax, the same record) in a different order of
+// additions. ARCHITECTURE.md, "The megakernel", has the map; dev/perf_log.md section 16 the
+// measurements.
 #pragma once
 
+#include "vm/device/attention_tasks.cuh"
 #include "vm/device/ring.cuh"
 
 namespace ms_dev {
@@ -300,8 +302,8 @@ __device__ __forceinline__ void attn_staged(const KernelArgs& a, const Instr& in
   if (threadIdx.x == 0) s.kv_phase = phase;  // every thread read s.kv_phase before the barriers
 }
 
-/// A staged partition (ops.cuh's attn_partial hands over the long ones): issues the first round's
-/// copies and runs the rounds.
+/// A staged partition (attention_tasks.cuh's attn_partial hands over the long ones): issues the
+/// first round's copies and runs the rounds.
 __device__ __forceinline__ void attn_staged_partition(const KernelArgs& a, const Instr& in,
                                                       Shared& s) {
   extern __shared__ __align__(16) float pages[];  // the dynamic shared memory: the rounds

@@ -328,8 +328,8 @@ __device__ __forceinline__ float warp_max(float v) {
 
 /// One key of a warp's online softmax for one query head: the lanes' dims d = lane + 32 i of the
 /// query `q`, key `k` and value `v`; the head's running max `mx`, sum `l` and output `o` take the
-/// key's score (attn_scale x q.k). The short attention path (ops.cuh attn_short) and the attention
-/// prologue of the streamed GEMV (stream.cuh stream_stage_attention) both run it.
+/// key's score (attn_scale x q.k). The short attention path (attention_tasks.cuh attn_short) and
+/// the attention prologue of the streamed GEMV (stream.cuh stream_stage_attention) both run it.
 __device__ __forceinline__ void online_softmax_key(const float (&q)[kHeadDimPerLane],
                                                    const float (&k)[kHeadDimPerLane],
                                                    const float (&v)[kHeadDimPerLane],

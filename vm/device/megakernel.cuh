@@ -16,6 +16,96 @@
 
 namespace ms_dev {
 
+/// Whether this build compiles opcode `op` in (MS_OPCODES, vm/device/common.cuh): a program's
+/// build has only its own opcodes (a task of any other traps: never, as kernel_defines derives the
+/// mask from the program's tasks).
+__device__ constexpr bool has_opcode(uint32_t op) {
+  return ((uint32_t(MS_OPCODES) >> op) & 1u) != 0;
+}
+
+/// The dispatch switch: one case per opcode, no default (kOpcodeCount breaks it when an opcode is
+/// added without a device function).
+__device__ __forceinline__ void execute(const KernelArgs& a, const Instr& in, Shared& s,
+                                        float* pages, uint32_t page_floats) {
+  switch (static_cast<Opcode>(in.opcode)) {
+    case kEmbed:
+      if constexpr (has_opcode(kEmbed))
+        embed(a, in);
+      else
+        __trap();
+      break;
+    case kRmsNorm:
+      if constexpr (has_opcode(kRmsNorm))
+        rms_norm(a, in, s);
+      else
+        __trap();
+      break;
+    case kGemv:
+      if constexpr (has_opcode(kGemv) && MS_GEMV_FALLBACK)
+        gemv(a, in, s, pages, page_floats);
+      else
+        __trap();
+      break;
+    case kGemvReduce:
+      if constexpr (has_opcode(kGemvReduce))
+        gemv_reduce(a, in, s);
+      else
+        __trap();
+      break;
+    case kRopeKv:
+      if constexpr (has_opcode(kRopeKv))
+        rope_kv(a, in, s);
+      else
+        __trap();
+      break;
+    case kAttnPartial:
+      if constexpr (has_opcode(kAttnPartial))
+        attn_partial(a, in, s);
+      else
+        __trap();
+      break;
+    case kAttnCombine:
+      if constexpr (has_opcode(kAttnCombine))
+        attn_combine(a, in, pages, page_floats);
+      else
+        __trap();
+      break;
+    case kSiluMul:
+      if constexpr (has_opcode(kSiluMul))
+        silu_mul(a, in);
+      else
+        __trap();
+      break;
+    case kAdd:
+      if constexpr (has_opcode(kAdd))
+        add(a, in);
+      else
+        __trap();
+      break;
+    case kArgmax:
+      if constexpr (has_opcode(kArgmax))
+        argmax(a, in, s);
+      else
+        __trap();
+      break;
+    case kOpcodeCount:
+      break;
+  }
+}
+
+/// Runs chained task `task` (abi/abi.h, Last arrivers) on the block whose signal completed its
+/// wait, then signals it. Only chainable opcodes (the validator refuses others as chained tasks).
+/// Not inlined: the task loop keeps its registers (a second inline copy of execute() would not).
+__device__ __noinline__ void run_chained(const KernelArgs& a, uint32_t task, Shared& s) {
+  const Instr in = a.tasks[task];
+  if (in.opcode == kAttnCombine) {
+    if constexpr (has_opcode(kAttnCombine)) attn_combine(a, in, nullptr, 0);
+  } else if (in.opcode == kArgmax) {
+    if constexpr (has_opcode(kArgmax)) argmax(a, in, s);
+  }
+  signal(a, in);
+}
+
 /// Lanes 0 .. 7 of warp 0 copy task t's instruction and wait heads into `dst` with cp.async, 16
 /// bytes each (no register waits for them); ahead_landed() and a barrier make them visible.
 __device__ __forceinline__ void fetch_ahead(const KernelArgs& a, Ahead& dst, uint32_t t) {

@@ -1,8 +1,9 @@
 // The GPU reference forward's kernels (eval/gpu_reference_cuda.cpp): plain fp32 kernels written
 // from the model definition, one thread block per row or (token, head), for T tokens at a time.
-// They share no code with the megakernel (vm/device/common.cuh, ops.cuh, ring.cuh) or the
-// baseline: this file includes nothing, so the reference cannot inherit a kernel bug. The GEMMs are
-// cuBLAS Sgemm on weights upcast to fp32 by ms_ref_upcast. Compiled by NVRTC like the megakernel.
+// They share no code with the megakernel (vm/device/common.cuh, ops.cuh, attention_tasks.cuh,
+// ring.cuh) or the baseline: this file includes nothing, so the reference cannot inherit a kernel
+// bug. The GEMMs are cuBLAS Sgemm on weights upcast to fp32 by ms_ref_upcast. Compiled by NVRTC
+// like the megakernel.
 #pragma once
 
 #define MS_REF_THREADS 256
