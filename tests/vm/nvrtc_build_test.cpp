@@ -678,6 +678,29 @@ TEST(NvrtcBuild, EveryBucketOfTheLlama1bRecordsKeepsTheStreamedGemvFreeOfSpills)
   EXPECT_GE(builds, 6);  // two GPUs' records, the H200's in several buckets
 }
 
+// The H200 position-0 record with one shared-memory page: down's input does not fit, so its tasks
+// take the fallback GEMV (ops.cuh gemv), compiled into the kernel beside the streamed one. The
+// fallback's batches of the streamed GEMV's unroll made ptxas spill the streamed GEMV's chunks
+// (544 B of stores at llama-1b and llama-8b); a quarter of it (kFallbackUnroll) leaves llama-1b's
+// streamed GEMV free of spills and llama-8b's at 44 B, and on an H200 made both steps 20-23% faster
+// (dev/perf_log.md section 54).
+TEST(NvrtcBuild, TheFallbackGemvLeavesTheStreamedGemvItsRegisters) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  for (const char* model : {"llama-1b", "llama-8b"}) {
+    std::string error;
+    auto c = schedule::named_config_at("best:llama-1b:h200", 0, &error);
+    ASSERT_TRUE(c.has_value()) << error;
+    c->smem.pages = 1;
+    const auto p =
+        schedule::lower(*schedule::find_preset(model), *schedule::find_target("h200"), *c, &error);
+    ASSERT_TRUE(p.has_value()) << model << ": " << error;
+    EXPECT_EQ(define_value(kernel_defines(*p), "MS_GEMV_FALLBACK"), 1) << model;
+    const BuildSpills b = registers_build_spills(*p);
+    EXPECT_GE(b.stream, 0) << model << "\n" << b.log;
+    EXPECT_LE(b.stream, std::string(model) == "llama-1b" ? 0 : 48) << model << "\n" << b.log;
+  }
+}
+
 TEST(NvrtcBuild, CompilesTheGpuReferenceKernelsAndTheFaultSwitch) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (int arch : {90, 80}) {

@@ -275,6 +275,11 @@ __device__ __forceinline__ float stage_input(const KernelArgs& a, const Instr& i
   return ss;
 }
 
+/// Vectors per row of one batch of the fallback GEMV (gemv_rows, double-buffered): a quarter of the
+/// streamed GEMV's unroll, with which the builds of dev/perf_log.md section 54 spill in the
+/// streamed GEMV what they spill without the fallback at head_dim 64, and less at 128.
+constexpr int kFallbackUnroll = kUnroll > 2 ? kUnroll / 4 : 1;
+
 /// One warp's dot products of kRowsPerWarp weight rows (first row r_first, clamped to row_last)
 /// with x over columns [k0, k1). `x` is the staged chunk starting at column k0, in x_slot order;
 /// when `staged` is false it is unused and the input is computed on the fly.
@@ -295,29 +300,32 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
     constexpr uint32_t kStep = 32 * kVecElems;
     const uint32_t vend = k0 + ((k1 - k0) / kVecElems) * kVecElems;
     uint32_t c = k0 + lane * kVecElems;
-    // Batches of kUnroll vectors per row, double-buffered in registers: the next batch's loads are
-    // in flight while this one is multiplied, so a warp always has two batches outstanding.
-    constexpr uint32_t kBatch = kUnroll * kStep;
-    if (c + (kUnroll - 1) * kStep + kVecElems <= vend) {
-      WeightVec cur[kUnroll][kRowsPerWarp], nxt[kUnroll][kRowsPerWarp];
+    // Batches of kFallbackUnroll vectors per row, double-buffered in registers: the next batch's
+    // loads are in flight while this one is multiplied, so a warp always has two batches
+    // outstanding. Fewer than the streamed GEMV's: this function's registers cost the streamed
+    // GEMV, another function, its own (dev/perf_log.md section 54).
+    constexpr int kU = kFallbackUnroll;
+    constexpr uint32_t kBatch = kU * kStep;
+    if (c + (kU - 1) * kStep + kVecElems <= vend) {
+      WeightVec cur[kU][kRowsPerWarp], nxt[kU][kRowsPerWarp];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kU; ++u) {
 #pragma unroll
         for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = load_weight_vec(rowp[j] + c + u * kStep);
       }
       while (true) {
         const uint32_t cn = c + kBatch;
-        const bool more = cn + (kUnroll - 1) * kStep + kVecElems <= vend;
+        const bool more = cn + (kU - 1) * kStep + kVecElems <= vend;
         if (more) {
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
+          for (int u = 0; u < kU; ++u) {
 #pragma unroll
             for (int j = 0; j < kRowsPerWarp; ++j)
               nxt[u][j] = load_weight_vec(rowp[j] + cn + u * kStep);
           }
         }
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < kU; ++u) {
 #pragma unroll
           for (int e = 0; e < kVecElems; ++e) {
             const uint32_t col = c + u * kStep + e;
@@ -330,7 +338,7 @@ __device__ __forceinline__ void gemv_rows(const KernelArgs& a, const Instr& in, 
         c = cn;
         if (!more) break;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < kU; ++u) {
 #pragma unroll
           for (int j = 0; j < kRowsPerWarp; ++j) cur[u][j] = nxt[u][j];
         }
