@@ -147,7 +147,10 @@
 #        of every round, then per model, position and config row, the default's included, each
 #        side's mean and the tree's difference to it); SIDE is base and tree with one base, else each base's directory name
 #        (AB_NCU, space-separated MODEL@POSITION@CONFIG: then each side's decode step of that config
-#        under ncu into ncu_ab_SIDE_N.txt, as NCU_STEPS does; AB_NCU_KEEP=1 keeps the .ncu-rep)
+#        under ncu into ncu_ab_SIDE_N.txt, as NCU_STEPS does; AB_NCU_KEEP=1 keeps the .ncu-rep;
+#        AB_PROFILES, space-separated MODEL@POSITION@CONFIG: then each side's `megasched profile`
+#        of that step into profile_ab_SIDE_N.json, and bench/profile_compare.py of every base
+#        against the tree, op kind by op kind, into ab.md and check.log)
 set -uo pipefail
 
 OUT=${1:?usage: bench/device_check.sh OUT_DIR}
@@ -974,6 +977,29 @@ if has_stage ab; then
             "$bin" evaluate --model "$smodel" --gpu auto --device gpu --positions "$spos" \
             --timed-position "$spos" --config "$scfg" --iterations 3 --warmup 2 --no-baseline
           [ "${AB_NCU_KEEP:-0}" = 1 ] || rm -f "$OUT/ab_${side}_$n.ncu-rep"
+        done
+      done
+      # AB_PROFILES (space-separated MODEL@POSITION@CONFIG): each side's stamped profile of one
+      # step, then each base against the tree by op kind (bench/profile_compare.py): which ops a
+      # change made faster or slower, and in which phase of their tasks.
+      n=0
+      for spec in ${AB_PROFILES:-}; do
+        n=$((n + 1))
+        IFS=@ read -r pmodel ppos pcfg <<< "$spec"
+        pcfg_args=()
+        [ "$pcfg" != default ] && pcfg_args=(--config "$pcfg")
+        for side in "${ab_sides[@]}"; do
+          log "ab: profile $n, $side: --model $pmodel --position $ppos ${pcfg_args[*]}"
+          timeout 300 "$(ab_bin "$side")" profile --model "$pmodel" --gpu auto --position "$ppos" \
+            "${pcfg_args[@]}" --out "$OUT/profile_ab_${side}_$n.json" --no-run-dir \
+            >> "$LOG" 2>&1 || { log "ab: profile $n, $side FAILED"; status=1; }
+        done
+        for side in "${ab_sides[@]}"; do
+          [ "$side" = tree ] && continue
+          [ -s "$OUT/profile_ab_${side}_$n.json" ] && [ -s "$OUT/profile_ab_tree_$n.json" ] || continue
+          { echo "profile $n ($spec):"
+            python3 "$ROOT/bench/profile_compare.py" "$OUT/profile_ab_${side}_$n.json" \
+              "$OUT/profile_ab_tree_$n.json" --labels "$side,tree"; } 2>&1 | tee -a "$OUT/ab.md" >> "$LOG"
         done
       done
     fi

@@ -278,6 +278,72 @@ TEST(DeviceCheckScript, TheAbStageComparesTheSidesForEachModel) {
   std::filesystem::remove_all(dir);
 }
 
+// A stand-in CLI's body that answers `profile ... --out FILE` with a profile of two layers' down
+// ops whose tasks stage for `staging` us, and `bench` with one config row of `us`.
+std::string profile_stand_in(double staging, double us) {
+  std::ostringstream json;
+  json << R"({"model": "llama-8b", "position": 0, "per_op": [)"
+       << R"({"kind": "down", "layer": 0, "last_signal_us": )" << 10 + staging << "}, "
+       << R"({"kind": "down", "layer": 1, "last_signal_us": )" << 2 * (10 + staging) << "}], "
+       << R"("per_kind": [{"kind": "down", "tasks": 2, "exec_us": {"sum": )" << 2 * (8 + staging)
+       << R"(}, "wait_us": {"sum": 2}, "signal_us": {"sum": 1}, )"
+       << R"("exec_parts": {"tasks": 2, "staging_us": {"sum": )" << 2 * staging
+       << R"(}, "stream_us": {"sum": 16}, "epilogue_us": {"sum": 0}}}]})";
+  return "if [ \"$1\" = profile ]; then\n"
+         "  for ((i = 1; i < $#; ++i)); do j=$((i + 1));"
+         " [ \"${!i}\" = --out ] && echo '" +
+         json.str() +
+         "' > \"${!j}\"; done\n"
+         "  true\n"
+         "else echo '| 0 | cfg | config | " +
+         std::to_string(us) + " |'; fi\n";
+}
+
+// AB_PROFILES: each side's `megasched profile` of the step, then the base against the tree by op
+// kind (bench/profile_compare.py) in ab.md: here the tree's down tasks stage in 2 us, the base's
+// in 6, so each down op ends 4 us sooner.
+TEST(DeviceCheckScript, TheAbStageProfilesBothSidesAndComparesThemByOpKind) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_ab_profiles";
+  const std::string calls = write_stand_ins(dir, profile_stand_in(2, 100));
+  std::filesystem::create_directories(dir / "base");
+  std::ofstream(dir / "base" / "CMakeLists.txt") << "# a base tree\n";
+  std::ofstream(dir / "build" / "CMakeCache.txt") << "\n";
+  std::filesystem::create_directories(dir / "build-ab-base");
+  {
+    std::ofstream(dir / "bin" / "cmake") << "#!/bin/bash\nexit 0\n";
+    std::ofstream(dir / "build-ab-base" / "megasched")
+        << "#!/bin/bash\necho \"base $*\" >> " << shell_quote(calls) << "\n"
+        << profile_stand_in(6, 110);
+  }
+  for (const char* f : {"bin/cmake", "build-ab-base/megasched"})
+    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+  const std::string out = (dir / "out").string();
+  const std::string cmd =
+      device_check_on_stand_ins(dir,
+                                "STAGES=ab AB_ROUNDS=1 AB_PROFILES='llama-8b@0@cfg.json' AB_BASE=" +
+                                    shell_quote((dir / "base").string()),
+                                out);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
+  const std::string lines = slurp(calls);
+  const std::string profile =
+      "profile --model llama-8b --gpu auto --position 0 --config cfg.json --out " + out;
+  EXPECT_NE(lines.find("base " + profile + "/profile_ab_base_1.json --no-run-dir"),
+            std::string::npos)
+      << lines;
+  EXPECT_NE(lines.find("\n" + profile + "/profile_ab_tree_1.json --no-run-dir"), std::string::npos)
+      << lines;
+  const std::string ab = slurp(dir / "out" / "ab.md");
+  EXPECT_NE(ab.find("profile 1 (llama-8b@0@cfg.json):\nprofile_compare: llama-8b at position 0, "
+                    "base -> tree; span 32.0 -> 24.0 us (-8.0)"),
+            std::string::npos)
+      << ab;
+  // Two down ops of 16 us each against 12: 32 -> 24 us of the step; a task's staging 6 -> 2.
+  EXPECT_NE(ab.find("32.0->24.0 (-8.0)"), std::string::npos) << ab;
+  EXPECT_NE(ab.find("16.0->12.0 (-4.0)"), std::string::npos) << ab;
+  EXPECT_NE(ab.find("6.00->2.00"), std::string::npos) << ab;
+  std::filesystem::remove_all(dir);
+}
+
 // The autoresearch cycle without a person choosing: PLANFIT_CONFIGS="record search" fits the
 // GPU's record with the search's best (kept in SEARCH_DIR by an earlier call), and
 // PROMOTE_CONFIG=planfit promotes the plan this call fitted. A stand-in megasched logs its
