@@ -36,8 +36,11 @@
 #        list in bench/device_bench.cpp), GPU_TESTS (gtest filter of the tests stage; the default
 #        names every suite with a GPU test),
 #        BUILD (build dir), BUILD_TARGETS (what the build stage builds; default every binary the
-#        stages run: megasched megasched_tests device_bench ring_bench gate_bench mlp_bench); stage "profile" runs `megasched profile` for each of PROFILES
-#        (space-separated MODEL@POSITION@CONFIG; CONFIG a file, a named config or default);
+#        stages run: megasched megasched_tests device_bench ring_bench gate_bench mlp_bench);
+#        stage "profile" runs `megasched profile` for each of PROFILES (space-separated
+#        MODEL@POSITION@CONFIG; CONFIG a file, a named config or default) into profile_N.json;
+#        after stage kprof of that model and position, bench/profile_compare.py sets each op kind
+#        beside graph-pdl's kernel for it in check.log;
 #        stage "ring" runs bench/ring_bench.cpp (the weight streams per SM: 1, 66 and all blocks
 #        streaming one op's tiles with no dependencies, `stream/OP/pairs_am` the streamed GEMV of
 #        best:llama-1b:h100 at position 0, `stream/OP/h200_r3[_rowsN]` that of best:llama-1b:h200
@@ -560,6 +563,12 @@ if has_stage profile; then
     if timeout 300 "$BUILD/megasched" profile --model "$pmodel" --gpu auto --position "$ppos" \
          "${cfg[@]}" --out "$OUT/profile_$n.json" >> "$LOG" 2>&1; then
       log "profile $n ok"
+      # Beside graph-pdl's kernels when the kprof stage timed this model at this position.
+      if [ "${KPROF_MODEL:-llama-1b}" = "$pmodel" ] && [ -s "$OUT/kprof_timeline_$ppos.json" ]; then
+        python3 "$ROOT/bench/profile_compare.py" "$OUT/profile_$n.json" \
+          --graph "$OUT/kprof_timeline_$ppos.json" --labels "profile $n,-" >> "$LOG" 2>&1 ||
+          log "profile $n: profile_compare FAILED"
+      fi
     else
       log "profile $n FAILED"
       status=1

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Two `megasched profile` analyses of one step side by side: where a kernel change moved the time.
+"""Two `megasched profile` analyses of one step side by side (where a kernel change moved the time),
+or one beside the graph-pdl baseline's per-kernel timeline (where the megakernel loses to it).
 
 For each task kind (qkv, attention, o, gate_up, down, lm_head, ...) of two profiles (the same model,
 position and config built from two trees, or two configs), the kind's share of the step and its
@@ -14,7 +15,14 @@ average task:
 and B minus A for each. The stamps add a timer read and a barrier per task, so the span is not the
 step's latency (`megasched bench` measures that); both sides pay them alike.
 
-usage: bench/profile_compare.py A.json B.json [--labels A,B] [--json]
+With --graph T.json (`megasched baseline --kind graph-pdl --timeline`'s output, the kprof stage's
+kprof_timeline_POS.json, of the same model and position), each profile's op kinds are grouped
+under the graph-pdl kernel that does their work (qkv and rope: ms_pdl_qkv_rope; attention and
+attn_combine: ms_pdl_attention; o: ms_pdl_o_residual; silu_mul and down: ms_pdl_down_residual;
+lm_head and argmax: ms_pdl_lm_head; ...) and each group's share of the step is set beside that
+kernel's time on the graph's critical path, in all and per launch (a layer's).
+
+usage: bench/profile_compare.py A.json [B.json] [--labels A,B] [--graph T.json] [--json]
 exit 0, or 2 on a bad input (with a hint).
 """
 import argparse
@@ -24,6 +32,14 @@ import statistics
 import sys
 
 PARTS = ("exec", "staging", "stream", "epilogue", "wait", "signal")
+
+# The graph-pdl kernel (eval/baselines/pdl_baseline.cuh) that does each op kind's work; the kinds
+# left out (a separate norm, add or reduce) have no kernel of their own there.
+GRAPH_KERNEL = {"embed": "ms_pdl_embed", "qkv": "ms_pdl_qkv_rope", "rope": "ms_pdl_qkv_rope",
+                "attention": "ms_pdl_attention", "attn_combine": "ms_pdl_attention",
+                "o": "ms_pdl_o_residual", "gate_up": "ms_pdl_gate_up",
+                "silu_mul": "ms_pdl_down_residual", "down": "ms_pdl_down_residual",
+                "lm_head": "ms_pdl_lm_head", "argmax": "ms_pdl_lm_head"}
 
 
 def fail(msg):
@@ -74,30 +90,101 @@ def summarise(d):
     return out, prev
 
 
+def load_graph(path):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror}; hint: the kprof stage's kprof_timeline_POS.json")
+    except json.JSONDecodeError as e:
+        fail(f"{path} is not JSON ({e.msg}, line {e.lineno}); hint: the kprof stage's "
+             "kprof_timeline_POS.json")
+    by_kernel = d.get("timeline", {}).get("by_kernel") if isinstance(d, dict) else None
+    if not isinstance(by_kernel, dict):
+        fail(f"{path} has no timeline.by_kernel; hint: `megasched baseline --kind graph-pdl "
+             "--timeline` writes it (the kprof stage's kprof_timeline_POS.json)")
+    return d
+
+
+def vs_graph(label, d, summary, span, g):
+    """The profile's kinds grouped under graph-pdl's kernels, each group beside its kernel."""
+    by_kernel = g["timeline"]["by_kernel"]
+    groups = {}
+    for kind, row in summary.items():
+        groups.setdefault(GRAPH_KERNEL.get(kind, ""), []).append((kind, row))
+    rows = []
+    for kernel in list(by_kernel) + [k for k in groups if k not in by_kernel]:
+        members = groups.get(kernel, [])
+        mk = sum(r["step_us"] for _, r in members)
+        ops = max([r["ops"] for _, r in members], default=0)
+        k = by_kernel.get(kernel)
+        rows.append({"kernel": kernel or "(no graph-pdl kernel)",
+                     "kinds": [m for m, _ in members], "megakernel_us": mk, "ops": ops,
+                     "graph_us": k["critical_us"] if k else None,
+                     "launches": k["launches"] if k else None})
+    step = g["timeline"].get("step_us", sum(k["critical_us"] for k in by_kernel.values()))
+    return {"label": label, "span_us": span, "graph_step_us": step, "rows": rows}
+
+
+def print_vs_graph(v):
+    print(f"profile_compare: {v['label']} beside graph-pdl: span {v['span_us']:.1f} us, graph-pdl's "
+          f"step {v['graph_step_us']:.1f} in place ({v['span_us'] - v['graph_step_us']:+.1f})")
+    print(f"{'graph-pdl kernel':22} {'kinds':22} {'megakernel us':>14} {'graph-pdl us':>13} "
+          f"{'diff':>8} {'per op':>8} {'per launch':>10} {'diff':>7}")
+    for r in v["rows"]:
+        mk, gu = r["megakernel_us"], r["graph_us"]
+        per_op = mk / r["ops"] if r["ops"] else 0.0
+        line = f"{r['kernel']:22} {','.join(r['kinds']) or '-':22} {mk:14.1f} "
+        if gu is None:
+            print(line + f"{'-':>13} {'':>8} {per_op:8.2f}")
+            continue
+        per_launch = gu / r["launches"] if r["launches"] else 0.0
+        print(line + f"{gu:13.1f} {mk - gu:+8.1f} {per_op:8.2f} {per_launch:10.2f} "
+              f"{per_op - per_launch:+7.2f}")
+
+
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("a")
-    ap.add_argument("b")
+    ap.add_argument("b", nargs="?")
     ap.add_argument("--labels", default="A,B", help="names of the two sides (default A,B)")
+    ap.add_argument("--graph", help="graph-pdl's timeline (kprof_timeline_POS.json) to set beside")
     ap.add_argument("--json", action="store_true", help="print the comparison as JSON")
     args = ap.parse_args()
     labels = args.labels.split(",")
     if len(labels) != 2 or not all(labels):
         fail(f"--labels takes two names joined by a comma (got '{args.labels}'); hint: --labels base,tree")
-    da, db = load(args.a), load(args.b)
-    for key in ("model", "position"):
-        if da.get(key) != db.get(key):
-            fail(f"the profiles differ in {key} ({da.get(key)} against {db.get(key)}); hint: compare "
-                 "one model at one position")
+    if args.b is None and args.graph is None:
+        fail("one profile needs --graph (graph-pdl's timeline) to compare with; hint: give two "
+             "profiles, or --graph kprof_timeline_0.json")
+    da = load(args.a)
+    db = load(args.b) if args.b is not None else None
+    g = load_graph(args.graph) if args.graph is not None else None
+    for other, what in ((db, "the profiles"), (g, "the profile and graph-pdl's timeline")):
+        for key in ("model", "position"):
+            if other is not None and da.get(key) != other.get(key):
+                fail(f"{what} differ in {key} ({da.get(key)} against {other.get(key)}); hint: "
+                     "compare one model at one position")
     sa, span_a = summarise(da)
+    graphs = [vs_graph(labels[0], da, sa, span_a, g)] if g is not None else []
+    if db is None:
+        if args.json:
+            print(json.dumps({"model": da.get("model"), "position": da.get("position"),
+                              "vs_graph": graphs}, indent=1))
+        else:
+            print_vs_graph(graphs[0])
+        return
     sb, span_b = summarise(db)
+    if g is not None:
+        graphs.append(vs_graph(labels[1], db, sb, span_b, g))
     kinds = [k for k in sa if k in sb] + [k for k in sb if k not in sa]
     kinds += [k for k in sa if k not in kinds]
     if args.json:
         print(json.dumps({"labels": labels, "model": da.get("model"), "position": da.get("position"),
                           "span_us": [span_a, span_b],
-                          "kinds": {k: [sa.get(k), sb.get(k)] for k in kinds}}, indent=1))
+                          "kinds": {k: [sa.get(k), sb.get(k)] for k in kinds},
+                          "vs_graph": graphs}, indent=1))
         return
     a, b = labels
     print(f"profile_compare: {da.get('model')} at position {da.get('position')}, {a} -> {b}; "
@@ -115,6 +202,8 @@ def main():
 
         print(f"{k:10} {rb['ops']:>4} {cell('step_us', 20)} {cell('per_op', 18)} " +
               " ".join(f"{ra[p]:.2f}->{rb[p]:.2f}".rjust(16) for p in PARTS))
+    for v in graphs:
+        print_vs_graph(v)
 
 
 if __name__ == "__main__":

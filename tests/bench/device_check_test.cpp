@@ -344,6 +344,37 @@ TEST(DeviceCheckScript, TheAbStageProfilesBothSidesAndComparesThemByOpKind) {
   std::filesystem::remove_all(dir);
 }
 
+// Stages kprof then profile of one model and position: the profile's op kinds are set beside
+// graph-pdl's kernels in check.log (bench/profile_compare.py --graph). The stand-in's down ops take
+// 18 us each (two layers), graph-pdl's down kernel 12.5 a launch.
+TEST(DeviceCheckScript, TheProfileStageSetsTheStepBesideGraphPdlsKernels) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_profile_graph";
+  const std::string timeline =
+      R"({"model": "llama-8b", "position": 0, "timeline": {"step_us": 25, "by_kernel": )"
+      R"({"ms_pdl_down_residual": {"launches": 2, "critical_us": 25.0, "released_us": 1.0, )"
+      R"("after_wait_us": 24.0}}}})";
+  write_stand_ins(dir, "if [ \"$1\" = baseline ]; then echo '" + timeline + "'; exit 0; fi\n" +
+                           profile_stand_in(8, 100));
+  const std::string out = (dir / "out").string();
+  const std::string cmd = device_check_on_stand_ins(
+      dir,
+      "STAGES='kprof profile' KPROF_MODEL=llama-8b KPROF_POSITIONS=0 PROFILES=llama-8b@0@default",
+      out);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
+  const std::string log = slurp(dir / "out" / "check.log");
+  EXPECT_NE(log.find("profile_compare: profile 1 beside graph-pdl: span 36.0 us, graph-pdl's step "
+                     "25.0 in place (+11.0)"),
+            std::string::npos)
+      << log;
+  std::string squeezed;  // the row, without its column padding
+  for (char c : log)
+    if (c != ' ') squeezed += c;
+  EXPECT_NE(squeezed.find("ms_pdl_down_residualdown36.025.0+11.018.0012.50+5.50"),
+            std::string::npos)
+      << log;
+  std::filesystem::remove_all(dir);
+}
+
 // The autoresearch cycle without a person choosing: PLANFIT_CONFIGS="record search" fits the
 // GPU's record with the search's best (kept in SEARCH_DIR by an earlier call), and
 // PROMOTE_CONFIG=planfit promotes the plan this call fitted. A stand-in megasched logs its
