@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Two `megasched profile` analyses of one step side by side (where a kernel change moved the time),
-or one beside the graph-pdl baseline's per-kernel timeline (where the megakernel loses to it).
+"""Where a step's time goes, compared: two `megasched profile` analyses, or one beside graph-pdl.
+
+Two analyses of one step side by side show where a kernel change moved the time; one beside the
+graph-pdl baseline's per-kernel timeline shows where the megakernel loses to it.
 
 For each task kind (qkv, attention, o, gate_up, down, lm_head, ...) of two profiles (the same model,
 position and config built from two trees, or two configs), the kind's share of the step and its
