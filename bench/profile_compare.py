@@ -49,14 +49,18 @@ def fail(msg):
     sys.exit(2)
 
 
-def load(path):
+def read_json(path, hint):
     try:
         with open(path) as f:
-            d = json.load(f)
+            return json.load(f)
     except OSError as e:
-        fail(f"cannot read {path}: {e.strerror}; hint: the file `megasched profile --out` wrote")
+        fail(f"cannot read {path}: {e.strerror}; hint: {hint}")
     except json.JSONDecodeError as e:
-        fail(f"{path} is not JSON ({e.msg}, line {e.lineno}); hint: the file `megasched profile --out` wrote")
+        fail(f"{path} is not JSON ({e.msg}, line {e.lineno}); hint: {hint}")
+
+
+def load(path):
+    d = read_json(path, "the file `megasched profile --out` wrote")
     if not isinstance(d, dict) or not isinstance(d.get("per_op"), list) or not isinstance(
             d.get("per_kind"), list):
         fail(f"{path} has no per_op and per_kind lists; hint: the file `megasched profile --out` "
@@ -93,14 +97,7 @@ def summarise(d):
 
 
 def load_graph(path):
-    try:
-        with open(path) as f:
-            d = json.load(f)
-    except OSError as e:
-        fail(f"cannot read {path}: {e.strerror}; hint: the kprof stage's kprof_timeline_POS.json")
-    except json.JSONDecodeError as e:
-        fail(f"{path} is not JSON ({e.msg}, line {e.lineno}); hint: the kprof stage's "
-             "kprof_timeline_POS.json")
+    d = read_json(path, "the kprof stage's kprof_timeline_POS.json")
     by_kernel = d.get("timeline", {}).get("by_kernel") if isinstance(d, dict) else None
     if not isinstance(by_kernel, dict):
         fail(f"{path} has no timeline.by_kernel; hint: `megasched baseline --kind graph-pdl "
@@ -108,7 +105,7 @@ def load_graph(path):
     return d
 
 
-def vs_graph(label, d, summary, span, g):
+def vs_graph(label, summary, span, g):
     """The profile's kinds grouped under graph-pdl's kernels, each group beside its kernel."""
     by_kernel = g["timeline"]["by_kernel"]
     groups = {}
@@ -169,7 +166,7 @@ def main():
                 fail(f"{what} differ in {key} ({da.get(key)} against {other.get(key)}); hint: "
                      "compare one model at one position")
     sa, span_a = summarise(da)
-    graphs = [vs_graph(labels[0], da, sa, span_a, g)] if g is not None else []
+    graphs = [vs_graph(labels[0], sa, span_a, g)] if g is not None else []
     if db is None:
         if args.json:
             print(json.dumps({"model": da.get("model"), "position": da.get("position"),
@@ -179,7 +176,7 @@ def main():
         return
     sb, span_b = summarise(db)
     if g is not None:
-        graphs.append(vs_graph(labels[1], db, sb, span_b, g))
+        graphs.append(vs_graph(labels[1], sb, span_b, g))
     kinds = [k for k in sa if k in sb] + [k for k in sb if k not in sa]
     kinds += [k for k in sa if k not in kinds]
     if args.json:

@@ -238,11 +238,11 @@ TEST(DeviceCheckScript, TheAbStagesBaseBuildsBesideTheBuildStage) {
   std::filesystem::remove_all(dir);
 }
 
-// Stage "ab" times each model of AB_MODELS from both builds and summarises each model apart (a
-// stand-in CLI per side prints one config row: the tree's 100 us, the base's 110).
-TEST(DeviceCheckScript, TheAbStageComparesTheSidesForEachModel) {
-  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_ab_models";
-  const std::string calls = write_stand_ins(dir, "echo '| 0 | cfg | config | 100.0 |'\n");
+// Beside write_stand_ins' under `dir`: a base source tree `dir`/base for AB_BASE, this tree's build
+// already configured, a cmake that does nothing, and the base's CLI build-ab-base/megasched, which
+// logs "base ARGS" to `calls`, then runs `body` (bash, the arguments in "$@").
+void write_ab_base(const std::filesystem::path& dir, const std::string& calls,
+                   const std::string& body) {
   std::filesystem::create_directories(dir / "base");
   std::ofstream(dir / "base" / "CMakeLists.txt") << "# a base tree\n";
   std::ofstream(dir / "build" / "CMakeCache.txt") << "\n";
@@ -250,11 +250,19 @@ TEST(DeviceCheckScript, TheAbStageComparesTheSidesForEachModel) {
   {
     std::ofstream(dir / "bin" / "cmake") << "#!/bin/bash\nexit 0\n";
     std::ofstream(dir / "build-ab-base" / "megasched")
-        << "#!/bin/bash\necho \"base $*\" >> " << shell_quote(calls)
-        << "\necho '| 0 | cfg | config | 110.0 |'\n";
+        << "#!/bin/bash\necho \"base $*\" >> " << shell_quote(calls) << "\n"
+        << body;
   }
   for (const char* f : {"bin/cmake", "build-ab-base/megasched"})
     std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+}
+
+// Stage "ab" times each model of AB_MODELS from both builds and summarises each model apart (a
+// stand-in CLI per side prints one config row: the tree's 100 us, the base's 110).
+TEST(DeviceCheckScript, TheAbStageComparesTheSidesForEachModel) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_ab_models";
+  const std::string calls = write_stand_ins(dir, "echo '| 0 | cfg | config | 100.0 |'\n");
+  write_ab_base(dir, calls, "echo '| 0 | cfg | config | 110.0 |'\n");
   const std::string out = (dir / "out").string();
   const std::string cmd =
       device_check_on_stand_ins(dir,
@@ -305,18 +313,7 @@ std::string profile_stand_in(double staging, double us) {
 TEST(DeviceCheckScript, TheAbStageProfilesBothSidesAndComparesThemByOpKind) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_ab_profiles";
   const std::string calls = write_stand_ins(dir, profile_stand_in(2, 100));
-  std::filesystem::create_directories(dir / "base");
-  std::ofstream(dir / "base" / "CMakeLists.txt") << "# a base tree\n";
-  std::ofstream(dir / "build" / "CMakeCache.txt") << "\n";
-  std::filesystem::create_directories(dir / "build-ab-base");
-  {
-    std::ofstream(dir / "bin" / "cmake") << "#!/bin/bash\nexit 0\n";
-    std::ofstream(dir / "build-ab-base" / "megasched")
-        << "#!/bin/bash\necho \"base $*\" >> " << shell_quote(calls) << "\n"
-        << profile_stand_in(6, 110);
-  }
-  for (const char* f : {"bin/cmake", "build-ab-base/megasched"})
-    std::filesystem::permissions(dir / f, std::filesystem::perms::owner_all);
+  write_ab_base(dir, calls, profile_stand_in(6, 110));
   const std::string out = (dir / "out").string();
   const std::string cmd =
       device_check_on_stand_ins(dir,
