@@ -53,10 +53,28 @@ struct Shared {
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // ---- kEmbed ----
+/// Elements of the embedding row a thread loads before it stores any: the stores to act may alias
+/// the weights for all the compiler knows, so a load-store loop waited one HBM round trip an
+/// element (6.0 us for llama-8b's 16 a thread on an H200, on the step's critical path: every first
+/// QKV task waits for it; dev/perf_log.md section 57). 4, not 8: with 8 (and 16) ptxas spilled 4 B
+/// in the streamed GEMV of the llama-1b position-0 record's build, another function.
+constexpr int kEmbedBatch = 4;
+
 __device__ __forceinline__ void embed(const KernelArgs& a, const Instr& in) {
   const uint64_t row = uint64_t(uint32_t(a.step->token)) * in.ld;
-  for (uint32_t r = in.row_begin + threadIdx.x; r < in.row_end; r += kComputeThreads) {
-    a.act[in.out + r] = weight_at(a, in.weight + row + r);
+  for (uint32_t r0 = in.row_begin + threadIdx.x; r0 < in.row_end;
+       r0 += kComputeThreads * kEmbedBatch) {
+    float v[kEmbedBatch];
+#pragma unroll
+    for (int u = 0; u < kEmbedBatch; ++u) {
+      const uint32_t r = r0 + u * kComputeThreads;
+      v[u] = r < in.row_end ? weight_at(a, in.weight + row + r) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kEmbedBatch; ++u) {
+      const uint32_t r = r0 + u * kComputeThreads;
+      if (r < in.row_end) a.act[in.out + r] = v[u];
+    }
   }
 }
 
