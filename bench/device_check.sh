@@ -468,12 +468,13 @@ fi
 
 if has_stage kprof; then
   # Per-kernel profile of the graph-pdl baseline (KPROF_MODEL, default llama-1b, at each of
-  # KPROF_POSITIONS, default "0 4096"): the timeline of one replay in place, PDL overlap included
+  # KPROF_POSITIONS, default "0 4096", spaces or commas): the timeline of one replay in place, PDL overlap included
   # (`megasched baseline --timeline`: kprof_timeline_POS.json), and with KPROF_NCU=1 each kernel
   # alone under ncu: duration, DRAM bytes and throughput, registers, occupancy (kprof_ncu.csv).
   # bench/kprof_summary.py prints both per kernel into check.log.
   KPROF_MODEL=${KPROF_MODEL:-llama-1b}
-  for kpos in ${KPROF_POSITIONS:-0 4096}; do
+  kprof_positions=${KPROF_POSITIONS:-0 4096}
+  for kpos in ${kprof_positions//,/ }; do
     log "kprof: baseline --kind graph-pdl --model $KPROF_MODEL --position $kpos --timeline"
     "$BUILD/megasched" baseline --kind graph-pdl --model "$KPROF_MODEL" --position "$kpos" \
       --iterations 20 --timeline > "$OUT/kprof_timeline_$kpos.json" 2>> "$LOG" ||

@@ -343,7 +343,8 @@ TEST(DeviceCheckScript, TheAbStageProfilesBothSidesAndComparesThemByOpKind) {
 
 // Stages kprof then profile of one model and position: the profile's op kinds are set beside
 // graph-pdl's kernels in check.log (bench/profile_compare.py --graph). The stand-in's down ops take
-// 18 us each (two layers), graph-pdl's down kernel 12.5 a launch.
+// 18 us each (two layers), graph-pdl's down kernel 12.5 a launch. KPROF_POSITIONS is a comma list,
+// as every other list of positions the script takes (a space-separated one works too).
 TEST(DeviceCheckScript, TheProfileStageSetsTheStepBesideGraphPdlsKernels) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_profile_graph";
   const std::string timeline =
@@ -355,10 +356,14 @@ TEST(DeviceCheckScript, TheProfileStageSetsTheStepBesideGraphPdlsKernels) {
   const std::string out = (dir / "out").string();
   const std::string cmd = device_check_on_stand_ins(
       dir,
-      "STAGES='kprof profile' KPROF_MODEL=llama-8b KPROF_POSITIONS=0 PROFILES=llama-8b@0@default",
+      "STAGES='kprof profile' KPROF_MODEL=llama-8b KPROF_POSITIONS=0,4096 "
+      "PROFILES=llama-8b@0@default",
       out);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir / "out" / "check.log");
   const std::string log = slurp(dir / "out" / "check.log");
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "kprof_timeline_0.json")) << log;
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "kprof_timeline_4096.json")) << log;
+  EXPECT_EQ(log.find("FAILED"), std::string::npos) << log;
   EXPECT_NE(log.find("profile_compare: profile 1 beside graph-pdl: span 36.0 us, graph-pdl's step "
                      "25.0 in place (+11.0)"),
             std::string::npos)
