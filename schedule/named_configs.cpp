@@ -104,6 +104,18 @@ const std::vector<NamedConfig>& named_configs() {
   // Up to a few hundred keys, 16 partitions cost more in their merge than they save.
   static const nlohmann::json search_kv1 =
       patched(search_d3_held3, {{"tiling", {{"attn_kv_partitions", 1}}}});
+  // The staged attention in 8 partitions with three rows a warp and one weight chunk of each warp
+  // held back until the wait on every second block: what `loop --plan` kept in the record's
+  // [363, 958) bucket, timed at its midpoint 660 (an H200, 2026-11-29, BENCHMARKS.md "Plans over
+  // positions" [P]); `bench --fit-plan` placed it on [394, 1096), promoted.
+  static const nlohmann::json staged_r3_held1 =
+      patched(staged, {{"kernel", {{"rows_per_warp", 3}, {"stream_held", 1}}}});
+  // llama-8b's config on an H200: the long-context config with its KV history in one partition,
+  // one query head a task (four attention warps a block, so llama-8b's streamed GEMV keeps its
+  // registers, dev/perf_log.md section 53) and LM-head tiles of 512 rows: what a loop at llama-8b
+  // kept (dev/configs/search_h200_llama8b_p0_loop.json), promoted against the default.
+  static const nlohmann::json llama8b_h200 = patched(
+      search_kv1, {{"tiling", {{"attn_q_heads_per_task", 1}, {"lm_head_rows_per_task", 512}}}});
   // The records are plans over positions: the configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
@@ -137,7 +149,11 @@ const std::vector<NamedConfig>& named_configs() {
        "h200-2026-11-29-0546-envelope-table.md and h200-2026-11-29-0547-promote-llama-1b.json; "
        "the middle config, a loop from the record at 256: "
        "h200-2026-11-29-0909-search-256-from-record.bench.md, h200-2026-11-29-0926-planfit.md "
-       "(its .bench.json) and h200-2026-11-29-0928-promote-llama-1b.json",
+       "(its .bench.json) and h200-2026-11-29-0928-promote-llama-1b.json; the buckets' own "
+       "loops (`loop --plan`) and the refit with their finds: "
+       "h200-2026-11-29-1542-plansearch.md (its .results.tsv.gz), "
+       "h200-2026-11-29-1544-planfit.md (its .bench.json) and "
+       "h200-2026-11-29-1546-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
        "its position-0 config alone took 8912.8 ms; on [0, 3) the config a 6-minute loop from "
@@ -151,12 +167,21 @@ const std::vector<NamedConfig>& named_configs() {
        "1001.4 us at position 100 against 1024.3 and 1011.4 at 1200 against 1023.4 (2026-11-29, "
        "side by side); with that config's KV history in one partition, which a loop from the "
        "record kept at 256, on [40, 363), the plan ran 948.5 us at position 192 against 1018.8 "
+       "(2026-11-29, side by side); with the staged attention's config that a loop of the "
+       "bucket at its own position kept (three rows a warp, one chunk held) on [394, 1096), "
+       "refitted on this run's lines, the plan ran 999.9 us at position 660 against 1011.1 "
        "(2026-11-29, side by side)",
-       plan_of({{search_held, 5},
-                {stream_r3, 40},
-                {search_kv1, 363},
-                {staged, 958},
+       plan_of({{search_held, 3},
+                {stream_r3, 62},
+                {search_kv1, 394},
+                {staged_r3_held1, 1096},
                 {search_d3_held3, kToMax}})},
+      {"best:llama-8b:h200", "llama-8b", "h200",
+       "dev/perf_log.md section 53 (the loop) and "
+       "bench/results/h200-2026-11-29-1555-promote-llama-8b.json",
+       "4295.5 us at position 0 against the default config's 11837.5 (2026-11-29, side by side, "
+       "promoted at 2.76x); graph-pdl ran 3924.1-3946.1 us on the same GPU that hour",
+       llama8b_h200},
   };
   return table;
 }

@@ -272,62 +272,76 @@ std::optional<ScheduleConfig> dev_config(const std::string& name, std::string* w
 // (dev/configs/search_h200_p0_r4_attn_in_o.json), with what a loop from the record then kept
 // (kernel.stream_held 1 and LM-head tiles of 512 rows:
 // dev/configs/search_h200_p0_loop_held1_every2.json, the file the loop's best was saved as), on the
-// positions `bench --fit-plan` gave it: [0, 5), where its line is below the three-rows config's;
-// from position 5 on, whose O tiles read more keys each, the record's buckets before it.
+// positions `bench --fit-plan` gave it: [0, 3), where its line is below the three-rows config's;
+// from position 3 on, whose O tiles read more keys each, the record's buckets before it.
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   std::string why;
   const auto found = dev_config("search_h200_p0_loop_held1_every2.json", &why);
   ASSERT_TRUE(found) << why;
   const auto at0 = named_config_at("best:llama-1b:h200", 0, &why);
-  const auto at4 = named_config_at("best:llama-1b:h200", 4, &why);
-  const auto at5 = named_config_at("best:llama-1b:h200", 5, &why);
-  const auto at363 = named_config_at("best:llama-1b:h200", 363, &why);
-  ASSERT_TRUE(at0 && at4 && at5 && at363) << why;
+  const auto at2 = named_config_at("best:llama-1b:h200", 2, &why);
+  const auto at3 = named_config_at("best:llama-1b:h200", 3, &why);
+  const auto at394 = named_config_at("best:llama-1b:h200", 394, &why);
+  ASSERT_TRUE(at0 && at2 && at3 && at394) << why;
   EXPECT_EQ(*at0, *found);
-  EXPECT_EQ(*at4, *found);
+  EXPECT_EQ(*at2, *found);
   EXPECT_TRUE(at0->fusion.attention_into_o);
-  EXPECT_FALSE(at5->fusion.attention_into_o);
+  EXPECT_FALSE(at3->fusion.attention_into_o);
   EXPECT_EQ(at0->kernel.stream_held, 1);
   EXPECT_EQ(at0->kernel.stream_held_every, 2);
-  EXPECT_EQ(at5->kernel.stream_held, 0);
-  EXPECT_EQ(at5->kernel.rows_per_warp, 3);
-  EXPECT_EQ(at363->tiling.attn_kv_partitions, 8);
+  EXPECT_EQ(at3->kernel.stream_held, 0);
+  EXPECT_EQ(at3->kernel.rows_per_warp, 3);
+  EXPECT_EQ(at394->tiling.attn_kv_partitions, 8);
 }
 
 // The H200 record's long-context config is what a loop from the record kept at position 4096
 // (dev/configs/search_h200_p4096_loop_d3_held3_every2.json), on the bucket the lower envelope of
-// the measured lines gave it: from 958 on. Before it, [40, 363) holds what a loop from the record
-// kept at position 256 (dev/configs/search_h200_p256_loop_kv1.json: the same config with the KV
-// history in one partition) and [363, 958) the staged attention in 8 partitions (its line lowest
-// around position 512).
+// the measured lines gave it: from 1096 on. Before it, [62, 394) holds what a loop from the
+// record kept at position 256 (dev/configs/search_h200_p256_loop_kv1.json: the same config with
+// the KV history in one partition) and [394, 1096) the staged attention in 8 partitions at three
+// rows a warp with one chunk held, what `loop --plan` kept in that bucket at its midpoint
+// (dev/configs/search_h200_p660_plansearch_r3_held1.json; its line lowest around position 512).
 TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFinds) {
   std::string why;
   const auto found = dev_config("search_h200_p4096_loop_d3_held3_every2.json", &why);
   ASSERT_TRUE(found) << why;
   const auto middle = dev_config("search_h200_p256_loop_kv1.json", &why);
   ASSERT_TRUE(middle) << why;
-  for (int pos : {958, 4096, 8191}) {
+  const auto staged = dev_config("search_h200_p660_plansearch_r3_held1.json", &why);
+  ASSERT_TRUE(staged) << why;
+  for (int pos : {1096, 4096, 8191}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
     ASSERT_TRUE(at) << why;
     EXPECT_EQ(*at, *found) << pos;
   }
-  for (int pos : {40, 256, 362}) {
+  for (int pos : {62, 256, 393}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
     ASSERT_TRUE(at) << why;
     EXPECT_EQ(*at, *middle) << pos;
   }
-  for (int pos : {39, 363, 957}) {
+  for (int pos : {394, 660, 1095}) {
+    const auto at = named_config_at("best:llama-1b:h200", pos, &why);
+    ASSERT_TRUE(at) << why;
+    EXPECT_EQ(*at, *staged) << pos;
+  }
+  for (int pos : {61, 393}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
     ASSERT_TRUE(at) << why;
     EXPECT_NE(*at, *found) << pos;
-    EXPECT_NE(*at, *middle) << pos;
+    EXPECT_NE(*at, *staged) << pos;
   }
+  const auto at61 = named_config_at("best:llama-1b:h200", 61, &why);
+  ASSERT_TRUE(at61) << why;
+  EXPECT_NE(*at61, *middle);
   const auto at512 = named_config_at("best:llama-1b:h200", 512, &why);
   ASSERT_TRUE(at512) << why;
   EXPECT_EQ(at512->tiling.attn_kv_partitions, 8);
   EXPECT_EQ(found->kernel.stream_depth, 3);
   EXPECT_EQ(found->kernel.stream_held, 3);
   EXPECT_EQ(middle->tiling.attn_kv_partitions, 1);
+  EXPECT_EQ(staged->tiling.attn_kv_partitions, 8);
+  EXPECT_EQ(staged->kernel.rows_per_warp, 3);
+  EXPECT_EQ(staged->kernel.stream_held, 1);
   // The loop changed one knob of the 4096 find, nothing else.
   ScheduleConfig one_partition = *found;
   one_partition.tiling.attn_kv_partitions = 1;
@@ -384,5 +398,24 @@ TEST(SearchMoves, MutateChangesRequestedNumberOfKnobsAtMost) {
   EXPECT_EQ(changed_knobs(ScheduleConfig{}, m).size(), 1u);
 }
 
+// llama-8b's record on an H200 is what a 6.5-minute loop at llama-8b kept from the staged config
+// (dev/configs/search_h200_llama8b_p0_loop.json, dev/perf_log.md section 53), promoted against the
+// default: one config for every position, not a plan.
+TEST(SearchMoves, TheLlama8bH200RecordIsTheLoopsFind) {
+  std::string why;
+  const auto found = dev_config("search_h200_llama8b_p0_loop.json", &why);
+  ASSERT_TRUE(found) << why;
+  const auto named = find_named_config("best:llama-8b:h200", &why);
+  ASSERT_TRUE(named) << why;
+  EXPECT_EQ(named->model, "llama-8b");
+  EXPECT_EQ(named->gpu, "h200");
+  for (int pos : {0, 4096}) {
+    const auto at = named_config_at("best:llama-8b:h200", pos, &why);
+    ASSERT_TRUE(at) << why;
+    EXPECT_EQ(*at, *found) << pos;
+  }
+}
+
 }  // namespace
 }  // namespace megasched::schedule
+
