@@ -468,9 +468,10 @@ fi
 
 if has_stage kprof; then
   # Per-kernel profile of the graph-pdl baseline (KPROF_MODEL, default llama-1b, at each of
-  # KPROF_POSITIONS, default "0 4096", spaces or commas): the timeline of one replay in place, PDL overlap included
-  # (`megasched baseline --timeline`: kprof_timeline_POS.json), and with KPROF_NCU=1 each kernel
-  # alone under ncu: duration, DRAM bytes and throughput, registers, occupancy (kprof_ncu.csv).
+  # KPROF_POSITIONS, default "0 4096", spaces or commas): the timeline of one replay in place,
+  # PDL overlap included (`megasched baseline --timeline`: kprof_timeline_POS.json), and with
+  # KPROF_NCU=1 each kernel alone under ncu: duration, DRAM bytes and throughput, registers,
+  # occupancy (kprof_ncu.csv).
   # bench/kprof_summary.py prints both per kernel into check.log.
   KPROF_MODEL=${KPROF_MODEL:-llama-1b}
   kprof_positions=${KPROF_POSITIONS:-0 4096}

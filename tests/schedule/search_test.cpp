@@ -418,4 +418,3 @@ TEST(SearchMoves, TheLlama8bH200RecordIsTheLoopsFind) {
 
 }  // namespace
 }  // namespace megasched::schedule
-
