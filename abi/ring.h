@@ -151,6 +151,15 @@ MS_ABI_FN uint64_t stream_stage_bytes(const Instr& in) {
   return uint64_t(in.ld) * 4 + words * 8;
 }
 
+/// Whether the streamed GEMV stages task `in`'s SiLU x up input by copies (vm/device/stream.cuh
+/// stream_stage_silu_copied): a plain (untagged) kFlagSiluMulPrologue task whose two inputs, 2 x ld
+/// floats, fit the dynamic shared memory, so that every piece of both is in flight at once, in no
+/// register, instead of a register batch a round trip.
+MS_ABI_FN bool stream_silu_copies(const Instr& in, uint64_t smem_bytes) {
+  return (in.flags & kFlagSiluMulPrologue) != 0 && (in.flags & kFlagTagIn) == 0 &&
+         uint64_t(in.ld) * 8 <= smem_bytes;
+}
+
 /// The streamed GEMV's rule for task `in`, with the build's elements per weight vector, rows per
 /// epilogue pass (ring_epilogue_rows), dynamic shared memory bytes, and the model's head_dim and
 /// query heads (the combine prologue's record layout).

@@ -75,6 +75,12 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "Stop after this many trials in a row without a keep (0: never)")
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
+  cmd->add_option("--min-gain", opt->loop.min_gain,
+                  "Keep rule: a candidate replaces the incumbent when faster by more than this "
+                  "share of it and by more than 2 sigma of the two timings' noise (0.005: half a "
+                  "percent, for a search near a record where gains are small)")
+      ->check(finite_number_in(0.0, 0.5))
+      ->capture_default_str();
   cmd->add_option("--strategy", opt->strategy.name,
                   "random | hillclimb | elite | sweep | guided | prior | bandit | proposer")
       ->check(CLI::IsMember(search::strategy_names()))

@@ -211,6 +211,10 @@ const json& loop_schema() {
        {"plateau", integer_property("Stop after this many trials in a row without a keep (0: "
                                     "never)",
                                     loop.plateau, 0, 1000)},
+       {"min_gain", number_property("Keep rule: a candidate replaces the incumbent when faster "
+                                    "by more than this share of it (at most 0.5) and by more "
+                                    "than 2 sigma of the two timings' noise",
+                                    loop.min_gain, 0)},
        {"strategy",
         enum_property("Search strategy (the external proposer is the CLI's: through "
                       "MCP, propose and evaluate yourself)",

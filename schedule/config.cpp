@@ -51,6 +51,74 @@ std::vector<json> ints(std::initializer_list<int> values) {
   return out;
 }
 
+// The kernel knobs of the knob table (knob_table's `add`): each a define of the megakernel build.
+template <typename Add>
+void add_kernel_knobs(Add& add) {
+  add("kernel.vector_bytes", ints({4, 8, 16}), 16, "bytes per weight load per thread",
+      field_access(&ScheduleConfig::kernel, &KernelConfig::vector_bytes), "MS_VECTOR_BYTES");
+  add("kernel.rows_per_warp", ints({1, 2, 3, 4}), 2, "GEMV rows a warp computes at once",
+      field_access(&ScheduleConfig::kernel, &KernelConfig::rows_per_warp), "MS_ROWS_PER_WARP");
+  add("kernel.unroll", ints({1, 2, 4, 8}), 2, "independent weight-load batches in flight per warp",
+      field_access(&ScheduleConfig::kernel, &KernelConfig::unroll), "MS_UNROLL");
+  add("kernel.stream_depth", ints({2, 3, 4}), 2,
+      "streamed GEMV (registers weight stream): weight chunks (kernel.unroll vectors x "
+      "kernel.rows_per_warp rows per lane) each warp keeps in flight in registers, the first "
+      "ones issued before the task's dependency wait; 3 and 4 hold 1.5x and 2x depth 2's "
+      "bytes in flight per SM. Needs kernel.weight_stream registers",
+      field_access(&ScheduleConfig::kernel, &KernelConfig::stream_depth), "MS_STREAM_DEPTH");
+  add("kernel.stream_held", ints({0, 1, 2, 3, 4}), 0,
+      "streamed GEMV (registers weight stream): of the kernel.stream_depth chunks a warp keeps "
+      "in flight, the ones it issues only once the task's dependency wait holds instead of "
+      "before the wait: a block's poll queues behind fewer of its own weight bytes (a hop "
+      "behind 128 KiB a block took 2 us on an H200, behind 64 KiB 1.4), and fewer bytes "
+      "arrive while it waits; 0: every chunk before the wait. Needs "
+      "kernel.weight_stream registers and at most kernel.stream_depth",
+      field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held), "MS_STREAM_HELD");
+  add("kernel.stream_held_every", ints({1, 2, 4}), 2,
+      "the blocks that hold back kernel.stream_held chunks: N every Nth (block b when "
+      "b % N == N - 1), so that some blocks poll behind fewer bytes while the others keep every "
+      "chunk in flight during their waits; 1 every block. The default, 2, acts once "
+      "kernel.stream_held > 0 (one move of kernel.stream_held from the default reaches the "
+      "fastest setting measured); another value needs kernel.stream_held > 0",
+      field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held_every),
+      "MS_STREAM_HELD_EVERY");
+  add("kernel.weight_load", {"ldg", "ldg_stream"}, "ldg",
+      "weight load instruction: ld.global, or ld.global.nc.L1::no_allocate (streaming)",
+      enum_access(&ScheduleConfig::kernel, &KernelConfig::weight_load,
+                  std::vector<std::pair<WeightLoad, std::string>>{
+                      {WeightLoad::kLdg, "ldg"}, {WeightLoad::kLdgStream, "ldg_stream"}}),
+      "MS_WEIGHT_LOAD");
+  add("kernel.weight_stream", {"registers", "smem_ring"}, "registers",
+      "GEMV weights: loaded by every warp into registers, or streamed by a loader warp into the "
+      "smem page ring (smem.pages x smem.page_bytes) ahead of the dependency waits",
+      enum_access(
+          &ScheduleConfig::kernel, &KernelConfig::weight_stream,
+          std::vector<std::pair<WeightStream, std::string>>{
+              {WeightStream::kRegisters, "registers"}, {WeightStream::kSmemRing, "smem_ring"}}),
+      "MS_WEIGHT_RING");
+  add("kernel.attention", {"registers", "staged"}, "registers",
+      "long attention partitions: key and value rows loaded into registers in dependent "
+      "batches, or staged into shared memory by bulk copies (a round holds (smem.pages x "
+      "smem.page_bytes - 1 KiB per compute warp) / (4 x head_dim) bf16 keys; registers weight "
+      "stream only)",
+      enum_access(
+          &ScheduleConfig::kernel, &KernelConfig::attention,
+          std::vector<std::pair<AttentionPath, std::string>>{
+              {AttentionPath::kRegisters, "registers"}, {AttentionPath::kStaged, "staged"}}),
+      "MS_ATTN_STAGED");
+  add("kernel.silu_stage", {"registers", "copies"}, "registers",
+      "the down projection's SiLU x up input (fusion.silu_mul_into_down): gate and up loaded in "
+      "register batches beside the weight chunks in flight, a round trip a batch, or copied "
+      "into the dynamic shared memory by cp.async, every copy in flight at once and in no "
+      "register, then combined there (needs kernel.weight_stream registers, "
+      "fusion.silu_mul_into_down, tiling.gemv_k_split 1, pipeline.tagged_inputs false and "
+      "smem.pages x smem.page_bytes >= 8 x ffn bytes)",
+      enum_access(&ScheduleConfig::kernel, &KernelConfig::silu_stage,
+                  std::vector<std::pair<SiluStage, std::string>>{
+                      {SiluStage::kRegisters, "registers"}, {SiluStage::kCopies, "copies"}}),
+      "MS_SILU_COPIES");
+}
+
 // The fusion knobs of the knob table (knob_table's `add`).
 template <typename Add>
 void add_fusion_knobs(Add& add, const std::vector<json>& bools) {
@@ -184,59 +252,7 @@ const std::vector<KnobEntry>& knob_table() {
     add("launch.blocks_per_sm", ints({1, 2, 3, 4}), 1,
         "persistent blocks per SM (grid = SMs x this)",
         field_access(&ScheduleConfig::launch, &LaunchConfig::blocks_per_sm));
-    add("kernel.vector_bytes", ints({4, 8, 16}), 16, "bytes per weight load per thread",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::vector_bytes), "MS_VECTOR_BYTES");
-    add("kernel.rows_per_warp", ints({1, 2, 3, 4}), 2, "GEMV rows a warp computes at once",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::rows_per_warp), "MS_ROWS_PER_WARP");
-    add("kernel.unroll", ints({1, 2, 4, 8}), 2,
-        "independent weight-load batches in flight per warp",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::unroll), "MS_UNROLL");
-    add("kernel.stream_depth", ints({2, 3, 4}), 2,
-        "streamed GEMV (registers weight stream): weight chunks (kernel.unroll vectors x "
-        "kernel.rows_per_warp rows per lane) each warp keeps in flight in registers, the first "
-        "ones issued before the task's dependency wait; 3 and 4 hold 1.5x and 2x depth 2's "
-        "bytes in flight per SM. Needs kernel.weight_stream registers",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::stream_depth), "MS_STREAM_DEPTH");
-    add("kernel.stream_held", ints({0, 1, 2, 3, 4}), 0,
-        "streamed GEMV (registers weight stream): of the kernel.stream_depth chunks a warp keeps "
-        "in flight, the ones it issues only once the task's dependency wait holds instead of "
-        "before the wait: a block's poll queues behind fewer of its own weight bytes (a hop "
-        "behind 128 KiB a block took 2 us on an H200, behind 64 KiB 1.4), and fewer bytes "
-        "arrive while it waits; 0: every chunk before the wait. Needs "
-        "kernel.weight_stream registers and at most kernel.stream_depth",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held), "MS_STREAM_HELD");
-    add("kernel.stream_held_every", ints({1, 2, 4}), 2,
-        "the blocks that hold back kernel.stream_held chunks: N every Nth (block b when "
-        "b % N == N - 1), so that some blocks poll behind fewer bytes while the others keep every "
-        "chunk in flight during their waits; 1 every block. The default, 2, acts once "
-        "kernel.stream_held > 0 (one move of kernel.stream_held from the default reaches the "
-        "fastest setting measured); another value needs kernel.stream_held > 0",
-        field_access(&ScheduleConfig::kernel, &KernelConfig::stream_held_every),
-        "MS_STREAM_HELD_EVERY");
-    add("kernel.weight_load", {"ldg", "ldg_stream"}, "ldg",
-        "weight load instruction: ld.global, or ld.global.nc.L1::no_allocate (streaming)",
-        enum_access(&ScheduleConfig::kernel, &KernelConfig::weight_load,
-                    std::vector<std::pair<WeightLoad, std::string>>{
-                        {WeightLoad::kLdg, "ldg"}, {WeightLoad::kLdgStream, "ldg_stream"}}),
-        "MS_WEIGHT_LOAD");
-    add("kernel.weight_stream", {"registers", "smem_ring"}, "registers",
-        "GEMV weights: loaded by every warp into registers, or streamed by a loader warp into the "
-        "smem page ring (smem.pages x smem.page_bytes) ahead of the dependency waits",
-        enum_access(
-            &ScheduleConfig::kernel, &KernelConfig::weight_stream,
-            std::vector<std::pair<WeightStream, std::string>>{
-                {WeightStream::kRegisters, "registers"}, {WeightStream::kSmemRing, "smem_ring"}}),
-        "MS_WEIGHT_RING");
-    add("kernel.attention", {"registers", "staged"}, "registers",
-        "long attention partitions: key and value rows loaded into registers in dependent "
-        "batches, or staged into shared memory by bulk copies (a round holds (smem.pages x "
-        "smem.page_bytes - 1 KiB per compute warp) / (4 x head_dim) bf16 keys; registers weight "
-        "stream only)",
-        enum_access(
-            &ScheduleConfig::kernel, &KernelConfig::attention,
-            std::vector<std::pair<AttentionPath, std::string>>{
-                {AttentionPath::kRegisters, "registers"}, {AttentionPath::kStaged, "staged"}}),
-        "MS_ATTN_STAGED");
+    add_kernel_knobs(add);
     return t;
   }();
   return table;
@@ -643,6 +659,20 @@ std::string knob_conflict(const ScheduleConfig& config) {
       config.kernel.weight_stream != WeightStream::kRegisters)
     return "kernel.attention = staged needs kernel.weight_stream = registers (the weight ring "
            "owns the shared memory the KV rows would be staged in); hint: set one of them back";
+  if (config.kernel.silu_stage == SiluStage::kCopies) {
+    if (config.kernel.weight_stream != WeightStream::kRegisters)
+      return "kernel.silu_stage = copies needs kernel.weight_stream = registers (only its "
+             "streamed GEMV stages the SiLU x up input); hint: set one of them back";
+    if (!config.fusion.silu_mul_into_down)
+      return "kernel.silu_stage = copies needs fusion.silu_mul_into_down = true (unfused, no GEMV "
+             "stages a SiLU x up input, so it would change nothing); hint: set one of them back";
+    if (config.tiling.gemv_k_split != 1)
+      return "kernel.silu_stage = copies needs tiling.gemv_k_split = 1 (the streamed GEMV that "
+             "stages the input takes whole rows); hint: set one of them back";
+    if (config.pipeline.tagged_inputs)
+      return "kernel.silu_stage = copies needs pipeline.tagged_inputs = false (a tagged input "
+             "is copied from the tagged mirror already); hint: set one of them back";
+  }
   if (config.fusion.combine_into_o && config.tiling.attn_kv_partitions <= 1)
     return "fusion.combine_into_o = true needs tiling.attn_kv_partitions > 1 (with one partition "
            "there is no combine to fold, so it would change nothing); hint: set one of them back";

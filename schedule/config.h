@@ -49,6 +49,13 @@ enum class WeightStream : uint8_t {
 };
 
 /// How a long attention partition reads its KV history (vm/device/attention.cuh).
+/// How the streamed GEMV stages a SiLU x up input (the down projection's; vm/device/stream.cuh).
+enum class SiluStage : uint8_t {
+  kRegisters,  // both inputs loaded in register batches, a round trip each, beside the chunks
+  kCopies,     // both inputs copied into the dynamic shared memory by cp.async, all in flight at
+               // once (needs smem.pages x smem.page_bytes >= 8 x ffn)
+};
+
 enum class AttentionPath : uint8_t {
   kRegisters,  // each warp loads its keys' rows into registers, in dependent batches
   kStaged,     // bulk copies of whole K and V row ranges into shared memory, then computed there
@@ -136,6 +143,7 @@ struct KernelConfig {
   WeightLoad weight_load;
   WeightStream weight_stream;
   AttentionPath attention;
+  SiluStage silu_stage;
 
   bool operator==(const KernelConfig&) const = default;
 };

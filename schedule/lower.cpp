@@ -114,6 +114,7 @@ bool check_lowerable(const ModelShape& shape, const GpuTarget& target, const Sch
                 " does not divide the " + std::to_string(group) + " query heads per KV head of " +
                 shape.name + "; allowed: 0 (whole group) or a divisor of " + std::to_string(group));
   if (std::string conflict = knob_conflict(config); !conflict.empty()) return fail(conflict);
+  if (std::string misfit = silu_copies_misfit(config, shape); !misfit.empty()) return fail(misfit);
   if (!knob_value_fits("fusion.argmax_into_lm_head", config.fusion.argmax_into_lm_head, shape))
     return fail(
         "fusion.argmax_into_lm_head needs a vocabulary of at most 2^24 rows (its records "

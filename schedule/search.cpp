@@ -19,6 +19,16 @@ int dynamic_smem_bytes(const ScheduleConfig& config, const ModelShape& shape) {
   return config.smem.pages * config.smem.page_bytes;
 }
 
+std::string silu_copies_misfit(const ScheduleConfig& config, const ModelShape& shape) {
+  const int64_t need = 8 * static_cast<int64_t>(shape.ffn);
+  if (config.kernel.silu_stage != SiluStage::kCopies || dynamic_smem_bytes(config, shape) >= need)
+    return "";
+  return "kernel.silu_stage = copies needs smem.pages x smem.page_bytes >= 8 x ffn = " +
+         std::to_string(need) +
+         " bytes (gate and up, fp32, copied side by side); hint: more or larger pages, or "
+         "kernel.silu_stage registers";
+}
+
 bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const GpuTarget& target,
                  std::string* why) {
   auto fail = [&](std::string msg) {
@@ -51,6 +61,8 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
                   " bytes (the O projection's input, the partition weights and one partition's "
                   "records of every head); hint: more or larger pages");
   }
+  if (std::string misfit = silu_copies_misfit(config, shape); !misfit.empty())
+    return fail(misfit);
   if (config.fusion.attention_into_o &&
       dynamic_smem_bytes(config, shape) < 4 * static_cast<int64_t>(shape.q_dim()))
     return fail(

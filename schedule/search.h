@@ -29,6 +29,11 @@ int ring_x_floats(const ModelShape& shape);
 /// kernel.weight_stream = smem_ring the input staging area and two mbarriers per page.
 int dynamic_smem_bytes(const ScheduleConfig& config, const ModelShape& shape);
 
+/// Why kernel.silu_stage = copies does not fit `shape` (both SiLU x up inputs, 8 x ffn bytes, in
+/// the dynamic shared memory), with a hint; empty when it fits or the knob is registers. Lowering
+/// and config_fits refuse with it.
+std::string silu_copies_misfit(const ScheduleConfig& config, const ModelShape& shape);
+
 /// Every knob drawn uniformly from its fitting choices (rejection-sampled until config_fits).
 ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target,
                              std::mt19937_64& rng);

@@ -294,6 +294,11 @@ TEST(DeviceModel, FootprintsHoldEveryDeviceAccess) {
       if (i % 4 == 0 && cfg.smem.pages > 1)
         cfg.smem.inflight_pages = 1 + (i / 4) % std::min(cfg.smem.pages - 1, 4);
     }
+    // Down's input copied into shared memory reads the same elements (kernel.silu_stage): kept
+    // where the edits above leave it allowed.
+    if (cfg.kernel.silu_stage == SiluStage::kCopies &&
+        (!knob_conflict(cfg).empty() || !silu_copies_misfit(cfg, shape).empty()))
+      cfg.kernel.silu_stage = SiluStage::kRegisters;
     std::string error;
     const std::optional<Program> p = lower(shape, target, cfg, &error);
     ASSERT_TRUE(p) << error;

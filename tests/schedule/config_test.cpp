@@ -83,7 +83,7 @@ TEST(ScheduleConfigCanonical, EveryKnobHasItsDefaultAmongChoicesAndDistinctPaths
     EXPECT_GE(k.choices.size(), 2u) << k.path << " has a single choice: a knob that does nothing";
     EXPECT_FALSE(k.description.empty()) << k.path;
   }
-  EXPECT_EQ(paths.size(), 37u);
+  EXPECT_EQ(paths.size(), 38u);
 }
 
 TEST(ScheduleConfigKnobs, DefaultConstructionTakesEveryDefaultOfTheTable) {
@@ -96,6 +96,7 @@ TEST(ScheduleConfigKnobs, KernelKnobsBecomeTheirMacrosWithNamedChoicesAsEnumValu
   EXPECT_EQ(kernel_knob_defines(c), (std::map<std::string, int>{{"MS_ATTN_STAGED", 0},
                                                                 {"MS_RING_INFLIGHT", 0},
                                                                 {"MS_ROWS_PER_WARP", 2},
+                                                                {"MS_SILU_COPIES", 0},
                                                                 {"MS_STREAM_DEPTH", 2},
                                                                 {"MS_STREAM_HELD", 0},
                                                                 {"MS_STREAM_HELD_EVERY", 2},

@@ -526,6 +526,55 @@ TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {
             std::string::npos);
 }
 
+// kernel.silu_stage = copies: lowering and config_fits refuse it, with the same sentence and a hint,
+// where no streamed GEMV would stage a SiLU x up input (the weight ring, the product unfused, a
+// k-split, tagged inputs) or where its two inputs (8 x ffn bytes) do not fit the pages; otherwise
+// it lowers into the build (MS_SILU_COPIES 1; registers 0).
+TEST(Lowering, SiluCopiesNeedTheStreamedDownAndRoomForBothInputs) {
+  auto error_of = [](void (*edit)(ScheduleConfig*)) {
+    ScheduleConfig config;
+    config.kernel.silu_stage = SiluStage::kCopies;
+    edit(&config);
+    return refusal(config);
+  };
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->kernel.weight_stream = WeightStream::kSmemRing;
+            }).find("kernel.silu_stage = copies needs kernel.weight_stream = registers"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->fusion.silu_mul_into_down = false;
+            }).find("needs fusion.silu_mul_into_down = true"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->tiling.gemv_k_split = 2;
+            }).find("kernel.silu_stage = copies needs tiling.gemv_k_split = 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->pipeline.tagged_inputs = true;
+            }).find("needs pipeline.tagged_inputs = false"),
+            std::string::npos);
+  const ModelShape toy = *find_preset("toy");
+  EXPECT_NE(error_of([](ScheduleConfig* c) {
+              c->smem.page_bytes = 64;  // toy: ffn 128 floats a input, 1024 bytes for both
+              c->smem.pages = 1;
+            }).find("kernel.silu_stage = copies needs smem.pages x smem.page_bytes >= 8 x ffn = " +
+                    std::to_string(8 * toy.ffn) + " bytes"),
+            std::string::npos);
+  ScheduleConfig config;
+  EXPECT_EQ(lower_ok(toy, config).build.knob("MS_SILU_COPIES"), 0);
+  config.kernel.silu_stage = SiluStage::kCopies;
+  EXPECT_EQ(lower_ok(toy, config).build.knob("MS_SILU_COPIES"), 1);
+  // llama-1b (ffn 8192): 64 KiB, four pages of 16 KiB; the H200's record has two.
+  const ModelShape llama = *find_preset("llama-1b");
+  const GpuTarget h200 = *find_target("h200");
+  config.smem.pages = 2;
+  std::string why;
+  EXPECT_FALSE(config_fits(config, llama, h200, &why));
+  EXPECT_NE(why.find(">= 8 x ffn = 65536 bytes"), std::string::npos) << why;
+  config.smem.pages = 4;
+  EXPECT_TRUE(config_fits(config, llama, h200, &why)) << why;
+}
+
 // fusion.combine_into_o: lowering and the search's config_fits refuse it, with the same sentence
 // and a hint, without KV partitions, with the weight ring, or with a k-split.
 TEST(Lowering, CombineIntoONeedsPartitionsOneSplitAndTheRegistersBuild) {
@@ -856,6 +905,7 @@ TEST(Lowering, LaunchShapeAndBuildComeFromTheKnobs) {
   EXPECT_EQ(p.build.knobs, (std::map<std::string, int>{{"MS_ATTN_STAGED", 0},
                                                        {"MS_RING_INFLIGHT", 0},
                                                        {"MS_ROWS_PER_WARP", 2},
+                                                       {"MS_SILU_COPIES", 0},
                                                        {"MS_STREAM_DEPTH", 2},
                                                        {"MS_STREAM_HELD", 0},
                                                        {"MS_STREAM_HELD_EVERY", 2},

@@ -59,16 +59,17 @@ TEST(Replay, RandomExpectedBestIsTheOrderStatistic) {
   EXPECT_DOUBLE_EQ(random_expected_best_us(land, 9), 1.0);
 }
 
-// The known optimum of the synthetic landscape (1 in 336 configs; 4 of the ~37 knobs matter) within
+// The known optimum of the synthetic landscape (1 in 336 configs; 4 of the ~38 knobs matter) within
 // 200 trials (replays are exact for a seed, so these counts are fixed until a strategy, the loop or
-// the knob table changes: a knob or a knob's value reshuffles every random draw): over seeds 1-6
-// elite's restarts from perturbed elites find it in 5, random search in 2, hillclimb (restarts at
-// random) in 1 (its first at seed 4); guided finds it at seed 1 (HARNESS.md section 3b has the
-// full table over seeds 1-20). Before kernel.stream_held and kernel.stream_held_every: elite 6,
-// random 2, hillclimb 1, guided's first seed 13.
+// the knob table changes: a knob or a knob's value reshuffles every random draw): over seeds 1-20
+// elite's restarts from perturbed elites find it in 10, random search in 7, hillclimb (restarts at
+// random) finds it at some seed; guided finds it at seed 1 (HARNESS.md section 3b has the table
+// over seeds 1-20 at 2%). Over seeds 1-6, as this test counted before kernel.silu_stage, elite and
+// random found it in 3 each: six seeds were too few to rank them. Before kernel.stream_held and
+// kernel.stream_held_every (seeds 1-6): elite 6, random 2.
 TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
   const Landscape land = synthetic_landscape();
-  constexpr int kBudget = 200, kSeeds = 6;
+  constexpr int kBudget = 200, kSeeds = 20;
   auto found = [&](const std::string& strategy, int seed) {
     return trials_to_optimum(replay(land, strategy, seed, kBudget), kBudget) <= kBudget;
   };
@@ -81,8 +82,8 @@ TEST(Replay, EachStrategyFindsTheSyntheticOptimumEliteMostOften) {
     return n;
   };
   const int elite = found_in("elite", false), random = found_in("random", false);
-  EXPECT_EQ(elite, 5);
-  EXPECT_EQ(random, 2);
+  EXPECT_EQ(elite, 10);
+  EXPECT_EQ(random, 7);
   EXPECT_GT(elite, random);
   EXPECT_EQ(found_in("hillclimb", true), 1);
   EXPECT_TRUE(found("guided", 1));

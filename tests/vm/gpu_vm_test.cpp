@@ -171,6 +171,9 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
         c.tiling.qkv_rope_pairs = false;
       if (c.pipeline.tagged_inputs && !schedule::knob_conflict(c).empty())
         c.pipeline.tagged_inputs = false;
+      if (c.kernel.silu_stage == schedule::SiluStage::kCopies &&
+          !schedule::knob_conflict(c).empty())
+        c.kernel.silu_stage = schedule::SiluStage::kRegisters;
       // The cap on the ring's pages in flight needs the ring and stays below its pages.
       if (c.kernel.weight_stream != schedule::WeightStream::kSmemRing) c.smem.inflight_pages = 0;
       if (c.smem.inflight_pages >= c.smem.pages) c.smem.inflight_pages = c.smem.pages - 1;
@@ -202,6 +205,15 @@ TEST(GpuVm, EveryKnobValueRunsCorrectly) {
     c.kernel.stream_held = 1;
     c.kernel.stream_held_every = every;
     EXPECT_TRUE(run(c)) << every;
+  }
+  // The SiLU x up input copied into shared memory (the down GEMVs streamed, whole rows, untagged).
+  for (auto stage : {schedule::SiluStage::kRegisters, schedule::SiluStage::kCopies}) {
+    schedule::ScheduleConfig c = *registers_ran;
+    c.fusion.silu_mul_into_down = true;
+    c.tiling.gemv_k_split = 1;
+    c.pipeline.tagged_inputs = false;
+    c.kernel.silu_stage = stage;
+    EXPECT_TRUE(run(c)) << schedule::canonical_string(c);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "abi/ring.h"
 #include "schedule/build_fit.h"
 #include "schedule/config.h"
 #include "schedule/lower.h"
@@ -699,6 +700,37 @@ TEST(NvrtcBuild, TheFallbackGemvLeavesTheStreamedGemvItsRegisters) {
     EXPECT_GE(b.stream, 0) << model << "\n" << b.log;
     EXPECT_LE(b.stream, std::string(model) == "llama-1b" ? 0 : 48) << model << "\n" << b.log;
   }
+}
+
+// kernel.silu_stage = copies on the H200 position-0 record with the four pages it needs at llama-1b
+// (8 x ffn bytes): the build compiles the copied staging in (MS_SILU_COPIES 1), every down task
+// takes it (abi/ring.h stream_silu_copies), and neither the streamed GEMV nor the kernel spills more
+// than the record's own build (nvcc 13.0 on the record's defines: 0 B and 4 B both ways).
+TEST(NvrtcBuild, SiluCopiesOnThePositionZeroRecordSpillNoMore) {
+  if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
+  std::string error;
+  auto c = schedule::named_config_at("best:llama-1b:h200", 0, &error);
+  ASSERT_TRUE(c.has_value()) << error;
+  c->smem.pages = 4;
+  const schedule::ModelShape shape = *schedule::find_preset("llama-1b");
+  const schedule::GpuTarget h200 = *schedule::find_target("h200");
+  int spills[2][2] = {};
+  for (int copies : {0, 1}) {
+    c->kernel.silu_stage = copies ? schedule::SiluStage::kCopies : schedule::SiluStage::kRegisters;
+    const auto p = schedule::lower(shape, h200, *c, &error);
+    ASSERT_TRUE(p.has_value()) << error;
+    EXPECT_EQ(define_value(kernel_defines(*p), "MS_SILU_COPIES"), copies);
+    size_t taking = 0;
+    for (const ms_abi::Instr& t : p->tasks)
+      taking += schedule::stream_takes(*p, t) &&
+                ms_abi::stream_silu_copies(t, uint64_t(p->launch.smem_bytes));
+    EXPECT_EQ(taking, size_t{16 * 128});  // down: 128 tiles a layer
+    const BuildSpills b = registers_build_spills(*p);
+    spills[copies][0] = b.stream;
+    spills[copies][1] = b.kernel;
+  }
+  EXPECT_EQ(spills[1][0], spills[0][0]);
+  EXPECT_LE(spills[1][1], spills[0][1]);
 }
 
 TEST(NvrtcBuild, CompilesTheGpuReferenceKernelsAndTheFaultSwitch) {

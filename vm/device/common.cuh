@@ -56,6 +56,9 @@
 #ifndef MS_TAGGED
 #define MS_TAGGED 0  // tagged words (kFlagTagIn / kFlagTagOut; abi/abi.h, Tagged words)
 #endif
+#ifndef MS_SILU_COPIES
+#define MS_SILU_COPIES 0  // SiLU x up staged by copies where it fits (abi/ring.h stream_silu_copies)
+#endif
 // What a program with tasks compiles in (kernel_defines; everything when undefined): the opcodes
 // of MS_OPCODES (bit i: opcode i), ops.cuh's gemv for GEMV tasks the streamed GEMV does not take,
 // the last arrivers' path, the L2 prefetch of upcoming tasks.

@@ -185,6 +185,33 @@ __device__ __forceinline__ float stream_stage_input(const KernelArgs& a, const I
   return ss;
 }
 
+#if MS_SILU_COPIES
+/// stream_stage_input of a SiLU x up task whose two inputs fit the dynamic shared memory
+/// (abi/ring.h stream_silu_copies): each thread copies its float4 groups of gate into x and of up
+/// after it by cp.async, every copy in flight at once and in no register (the register batches
+/// took a round trip each: four for llama-8b's 14336-float down input), then computes
+/// x[i] = silu(gate) x up in place over its own groups (no barrier: its own copies). The same
+/// arithmetic as stream_stage_input. Returns 0 (no norm). Does not sync.
+__device__ __forceinline__ float stream_stage_silu_copied(const KernelArgs& a, const Instr& in,
+                                                          float* x) {
+  const float* src = a.act + in.in;
+  const float* src2 = a.act + in.in2;
+  float* up = x + in.ld;  // in.ld % 4 == 0: 16-byte aligned
+  for (uint32_t i = 4 * threadIdx.x; i < in.ld; i += 4 * kComputeThreads) {
+    copy16_async(x + i, src + i);
+    copy16_async(up + i, src2 + i);
+  }
+  copies_landed();
+  for (uint32_t i = 4 * threadIdx.x; i < in.ld; i += 4 * kComputeThreads) {
+    const float4 g = *reinterpret_cast<const float4*>(x + i);
+    const float4 u = *reinterpret_cast<const float4*>(up + i);
+    *reinterpret_cast<float4*>(x + i) =
+        make_float4(silu(g.x) * u.x, silu(g.y) * u.y, silu(g.z) * u.z, silu(g.w) * u.w);
+  }
+  return 0.0f;
+}
+#endif
+
 /// Float4 groups of the norm's gamma a thread loads at once in stream_stage_tagged (a hidden size
 /// of 2048 over 256 threads is one batch; 8, kStreamStageBatch, spilled 80 B in gemv_stream; with 2
 /// the kernel spills 80 B, with 1 24 B but a hidden size of 2048 takes two round trips).
@@ -483,8 +510,15 @@ __device__ __noinline__ WaitOutcome gemv_stream(const KernelArgs& a, const Instr
   } else {
     // One staging and one norm reduction in the code, whichever the source (a second inlined
     // copy of either made ptxas spill the streamed GEMV's chunks: 384 B, NVRTC).
+#if MS_SILU_COPIES
+    const float ss = tag_in ? stream_stage_tagged(a, in, stream_x, tag)
+                     : stream_silu_copies(in, a.smem_bytes)
+                         ? stream_stage_silu_copied(a, in, stream_x)
+                         : stream_stage_input(a, in, stream_x);
+#else
     const float ss =
         tag_in ? stream_stage_tagged(a, in, stream_x, tag) : stream_stage_input(a, in, stream_x);
+#endif
     if (tag_in && residual && threadIdx.x < rows) {
       uint64_t start = 0;
       for (uint32_t spins = 1; !tag_is(res_word, tag) && tagged_spin_on(a, spins, &start); ++spins)
