@@ -380,9 +380,10 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.loop.plateau = a.integer("plateau");
   command.loop.min_gain = a.number("min_gain");
   if (!(command.loop.min_gain >= 0.0 && command.loop.min_gain <= 0.5))
-    return tool_error(kExitUsage, "megasched loop: min_gain must be in [0, 0.5] (a share of the "
-                                  "incumbent's latency; 0.01 is 1%); hint: 0.005 for half a "
-                                  "percent");
+    return tool_error(kExitUsage,
+                      "megasched loop: min_gain must be in [0, 0.5] (a share of the "
+                      "incumbent's latency; 0.01 is 1%); hint: 0.005 for half a "
+                      "percent");
   command.loop.resume = a.flag("resume");
   command.loop.warm_start = a.flag("warm_start");
   command.loop.results_path = context.options().results_path;

@@ -247,8 +247,8 @@ std::pair<nlohmann::json, std::vector<nlohmann::json>> loop_in(const std::string
 }
 
 // --min-gain is the keep rule's share: random search with one seed proposes the same configs either
-// way; its fifth trial, 19.8% faster than the default on toy (predicted, no noise), is kept past the
-// default 1% and held inside a 25% margin.
+// way; its fifth trial, 19.8% faster than the default on toy (predicted, no noise), is kept past
+// the default 1% and held inside a 25% margin.
 TEST(Cli, LoopMinGainIsTheKeepRulesShare) {
   const std::string dir = testing::TempDir() + "ms_cli_min_gain_" + std::to_string(::getpid());
   const std::string args = "--budget 5 --strategy random --seed 3 --flywheel none";

@@ -526,9 +526,9 @@ TEST(Lowering, QkvRopePairsNeedFusedRopeOneSplitAndTheRegistersBuild) {
             std::string::npos);
 }
 
-// kernel.silu_stage = copies: lowering and config_fits refuse it, with the same sentence and a hint,
-// where no streamed GEMV would stage a SiLU x up input (the weight ring, the product unfused, a
-// k-split, tagged inputs) or where its two inputs (8 x ffn bytes) do not fit the pages; otherwise
+// kernel.silu_stage = copies: lowering and config_fits refuse it, with the same sentence and a
+// hint, where no streamed GEMV would stage a SiLU x up input (the weight ring, the product unfused,
+// a k-split, tagged inputs) or where its two inputs (8 x ffn bytes) do not fit the pages; otherwise
 // it lowers into the build (MS_SILU_COPIES 1; registers 0).
 TEST(Lowering, SiluCopiesNeedTheStreamedDownAndRoomForBothInputs) {
   auto error_of = [](void (*edit)(ScheduleConfig*)) {
@@ -554,12 +554,14 @@ TEST(Lowering, SiluCopiesNeedTheStreamedDownAndRoomForBothInputs) {
             }).find("needs pipeline.tagged_inputs = false"),
             std::string::npos);
   const ModelShape toy = *find_preset("toy");
-  EXPECT_NE(error_of([](ScheduleConfig* c) {
-              c->smem.page_bytes = 64;  // toy: ffn 128 floats a input, 1024 bytes for both
-              c->smem.pages = 1;
-            }).find("kernel.silu_stage = copies needs smem.pages x smem.page_bytes >= 8 x ffn = " +
-                    std::to_string(8 * toy.ffn) + " bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([](ScheduleConfig* c) {
+        c->smem.page_bytes = 64;  // toy: ffn 128 floats a input, 1024 bytes for both
+        c->smem.pages = 1;
+      })
+          .find("kernel.silu_stage = copies needs smem.pages x smem.page_bytes >= 8 x ffn = " +
+                std::to_string(8 * toy.ffn) + " bytes"),
+      std::string::npos);
   ScheduleConfig config;
   EXPECT_EQ(lower_ok(toy, config).build.knob("MS_SILU_COPIES"), 0);
   config.kernel.silu_stage = SiluStage::kCopies;

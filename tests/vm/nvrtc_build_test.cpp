@@ -704,8 +704,8 @@ TEST(NvrtcBuild, TheFallbackGemvLeavesTheStreamedGemvItsRegisters) {
 
 // kernel.silu_stage = copies on the H200 position-0 record with the four pages it needs at llama-1b
 // (8 x ffn bytes): the build compiles the copied staging in (MS_SILU_COPIES 1), every down task
-// takes it (abi/ring.h stream_silu_copies), and neither the streamed GEMV nor the kernel spills more
-// than the record's own build (nvcc 13.0 on the record's defines: 0 B and 4 B both ways).
+// takes it (abi/ring.h stream_silu_copies), and neither the streamed GEMV nor the kernel spills
+// more than the record's own build (nvcc 13.0 on the record's defines: 0 B and 4 B both ways).
 TEST(NvrtcBuild, SiluCopiesOnThePositionZeroRecordSpillNoMore) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   std::string error;
