@@ -1,6 +1,7 @@
 #include "schedule/search.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "abi/ring.h"
 #include "schedule/launch_fit.h"
@@ -61,8 +62,7 @@ bool config_fits(const ScheduleConfig& config, const ModelShape& shape, const Gp
                   " bytes (the O projection's input, the partition weights and one partition's "
                   "records of every head); hint: more or larger pages");
   }
-  if (std::string misfit = silu_copies_misfit(config, shape); !misfit.empty())
-    return fail(misfit);
+  if (std::string misfit = silu_copies_misfit(config, shape); !misfit.empty()) return fail(misfit);
   if (config.fusion.attention_into_o &&
       dynamic_smem_bytes(config, shape) < 4 * static_cast<int64_t>(shape.q_dim()))
     return fail(
@@ -145,6 +145,36 @@ ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target,
   }
 }
 
+namespace {
+
+// `moved` (one knob changed) with the fewest more pages (smem.pages) that make it fit, when it is
+// a registers build and the move was not a shared-memory knob's own; nothing when no page count
+// does. More pages fix only a shortage of the staging room (kernel.silu_stage copies, the
+// attention or combine in O, QKV tiles of RoPE pairs: config_fits' shared-memory needs); in a
+// registers build pages size nothing else.
+std::optional<ScheduleConfig> with_room(const ScheduleConfig& moved, const KnobSpec& spec,
+                                        const ModelShape& shape, const GpuTarget& target) {
+  if (moved.kernel.weight_stream != WeightStream::kRegisters || spec.path.rfind("smem.", 0) == 0)
+    return std::nullopt;
+  static const KnobSpec* pages = [] {
+    for (const auto& k : knob_specs())
+      if (k.path == "smem.pages") return &k;
+    return static_cast<const KnobSpec*>(nullptr);
+  }();
+  std::vector<int> more;
+  for (const auto& c : fitting_choices(*pages, shape))
+    if (c.get<int>() > moved.smem.pages) more.push_back(c.get<int>());
+  std::sort(more.begin(), more.end());
+  for (int p : more) {
+    ScheduleConfig roomy = moved;
+    roomy.smem.pages = p;
+    if (config_fits(roomy, shape, target)) return roomy;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::vector<ScheduleConfig> neighbours(const ScheduleConfig& config, const ModelShape& shape,
                                        const GpuTarget& target) {
   std::vector<ScheduleConfig> out;
@@ -154,7 +184,10 @@ std::vector<ScheduleConfig> neighbours(const ScheduleConfig& config, const Model
       if (c == current) continue;
       ScheduleConfig n = config;
       set_knob(&n, spec.path, c, nullptr);
-      if (config_fits(n, shape, target)) out.push_back(n);
+      if (config_fits(n, shape, target))
+        out.push_back(n);
+      else if (auto roomy = with_room(n, spec, shape, target))
+        out.push_back(*roomy);
     }
   }
   return out;

@@ -1,8 +1,8 @@
 // Search moves over the ScheduleConfig space of one model on one target: the default, uniform
-// random sampling, one-knob neighbours and mutation. Every config these produce lowers for the
-// shape (knob_value_fits) and fits the target's launch limits (config_fits, with the validator's
-// launch_misfits), so the search never wastes trials on configs that cannot launch; validate()
-// still checks every lowered program.
+// random sampling, one-knob neighbours (with the pages a move needs) and mutation. Every config
+// these produce lowers for the shape (knob_value_fits) and fits the target's launch limits
+// (config_fits, with the validator's launch_misfits), so the search never wastes trials on configs
+// that cannot launch; validate() still checks every lowered program.
 #pragma once
 
 #include <random>
@@ -38,7 +38,11 @@ std::string silu_copies_misfit(const ScheduleConfig& config, const ModelShape& s
 ScheduleConfig random_config(const ModelShape& shape, const GpuTarget& target,
                              std::mt19937_64& rng);
 
-/// Every config that differs from `config` in exactly one knob and fits.
+/// Every config that differs from `config` in exactly one knob and fits; where that knob's value
+/// needs more staging room than a registers build's pages hold (kernel.silu_stage copies, the
+/// attention or combine in O, QKV tiles of RoPE pairs), it comes with the fewest more pages
+/// (smem.pages) that fit, so that one move reaches it (dev/perf_log.md section 61: the H200
+/// record's SiLU copies need four pages where it runs two).
 std::vector<ScheduleConfig> neighbours(const ScheduleConfig& config, const ModelShape& shape,
                                        const GpuTarget& target);
 

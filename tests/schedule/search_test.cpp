@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -40,6 +41,49 @@ TEST(SearchMoves, NeighboursDifferInExactlyOneKnob) {
   auto n = neighbours(ScheduleConfig{}, toy_like(), h100_like());
   EXPECT_GT(n.size(), 30u);
   for (const auto& c : n) EXPECT_EQ(changed_knobs(ScheduleConfig{}, c).size(), 1u);
+}
+
+// A move that needs more staging room than a registers build's pages hold comes with the fewest
+// more pages that fit (one move, not two): from the H200's position-0 record (two pages of 16 KiB)
+// kernel.silu_stage copies arrives with four pages at llama-1b (8 x ffn = 64 KiB), never fewer;
+// every neighbour still differs in one knob, or in that knob and smem.pages upward; the ring's
+// pages are never moved so (there they size the ring).
+TEST(SearchMoves, NeighboursBringThePagesAMoveNeeds) {
+  std::string why;
+  const auto record = named_config_at("best:llama-1b:h200", 0, &why);
+  ASSERT_TRUE(record.has_value()) << why;
+  ASSERT_EQ(record->smem.pages, 2);
+  const ModelShape llama = *find_preset("llama-1b");
+  const GpuTarget h200 = *find_target("h200");
+  int copies = 0;
+  for (const ScheduleConfig& c : neighbours(*record, llama, h200)) {
+    const std::vector<std::string> moved = changed_knobs(*record, c);
+    ASSERT_FALSE(moved.empty());
+    if (moved.size() == 2) {
+      EXPECT_EQ(std::count(moved.begin(), moved.end(), "smem.pages"), 1) << canonical_string(c);
+      EXPECT_GT(c.smem.pages, record->smem.pages) << canonical_string(c);
+    } else {
+      EXPECT_EQ(moved.size(), 1u) << canonical_string(c);
+    }
+    if (c.kernel.silu_stage == SiluStage::kCopies) {
+      ++copies;
+      EXPECT_EQ(std::set<std::string>(moved.begin(), moved.end()),
+                (std::set<std::string>{"kernel.silu_stage", "smem.pages"}));
+      EXPECT_EQ(c.smem.pages, 4);
+      EXPECT_TRUE(config_fits(c, llama, h200, &why)) << why;
+    }
+  }
+  EXPECT_EQ(copies, 1);
+  ScheduleConfig ring = *record;
+  ring.kernel.weight_stream = WeightStream::kSmemRing;
+  ring.fusion.attention_into_o = false;
+  ring.tiling.qkv_rope_pairs = false;
+  ring.kernel.stream_held = 0;
+  for (const ScheduleConfig& c : neighbours(ring, llama, h200)) {
+    if (c.kernel.weight_stream == WeightStream::kSmemRing) {
+      EXPECT_LE(changed_knobs(ring, c).size(), 1u) << canonical_string(c);
+    }
+  }
 }
 
 // The search's moves come from the knob table, so they see smem.inflight_pages where it lowers:
