@@ -48,7 +48,6 @@ enum class WeightStream : uint8_t {
                // dependencies); the other warps compute from the ring (static queues only)
 };
 
-/// How a long attention partition reads its KV history (vm/device/attention.cuh).
 /// How the streamed GEMV stages a SiLU x up input (the down projection's; vm/device/stream.cuh).
 enum class SiluStage : uint8_t {
   kRegisters,  // both inputs loaded in register batches, a round trip each, beside the chunks
@@ -56,6 +55,7 @@ enum class SiluStage : uint8_t {
                // once (needs smem.pages x smem.page_bytes >= 8 x ffn)
 };
 
+/// How a long attention partition reads its KV history (vm/device/attention.cuh).
 enum class AttentionPath : uint8_t {
   kRegisters,  // each warp loads its keys' rows into registers, in dependent batches
   kStaged,     // bulk copies of whole K and V row ranges into shared memory, then computed there

@@ -156,14 +156,11 @@ std::optional<ScheduleConfig> with_room(const ScheduleConfig& moved, const KnobS
                                         const ModelShape& shape, const GpuTarget& target) {
   if (moved.kernel.weight_stream != WeightStream::kRegisters || spec.path.rfind("smem.", 0) == 0)
     return std::nullopt;
-  static const KnobSpec* pages = [] {
-    for (const auto& k : knob_specs())
-      if (k.path == "smem.pages") return &k;
-    return static_cast<const KnobSpec*>(nullptr);
-  }();
-  std::vector<int> more;
-  for (const auto& c : fitting_choices(*pages, shape))
-    if (c.get<int>() > moved.smem.pages) more.push_back(c.get<int>());
+  std::vector<int> more;  // the page counts above the move's, fewest first
+  for (const auto& k : knob_specs())
+    if (k.path == "smem.pages")
+      for (const auto& c : fitting_choices(k, shape))
+        if (c.get<int>() > moved.smem.pages) more.push_back(c.get<int>());
   std::sort(more.begin(), more.end());
   for (int p : more) {
     ScheduleConfig roomy = moved;
