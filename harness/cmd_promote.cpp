@@ -96,7 +96,8 @@ constexpr const char* kPlanGateRule =
     "plan: verify gate bucket by bucket (each config checked at the positions inside its bucket, "
     "its ends included); benchmark gate over the weighted objective (each bucket's config and the "
     "incumbent's config for that bucket timed at the bucket's midpoint, weighted by the bucket's "
-    "positions; promoted when the incumbent's weighted median over the candidate's >= --speedup)";
+    "positions, a bucket whose config is the incumbent's timed once a round for both sides; "
+    "promoted when the incumbent's weighted median over the candidate's >= --speedup)";
 
 /// The benchmark gate of a plan of several buckets over its weighted objective (harness/promote.h)
 /// against what best:MODEL:GPU resolves to (gate_incumbent: a config or a plan).
@@ -107,13 +108,14 @@ GateOutcome benchmark_plan(const Options& opt, const schedule::Plan& candidate,
   if (!inc) return {false, "benchmark gate: " + error, {}};
   const schedule::Plan& incumbent = inc->plan;
   *incumbent_doc = {{"id", inc->id}, {"source", inc->source}, {"config", inc->document}};
-  const std::vector<PlanGateBucket> buckets = plan_gate_buckets(candidate, probe.shape.max_seq);
+  std::vector<PlanGateBucket> buckets = plan_gate_buckets(candidate, probe.shape.max_seq);
   std::vector<schedule::ScheduleConfig> mine, theirs;
   bool same = true;
   for (size_t i = 0; i < buckets.size(); ++i) {
     mine.push_back(candidate.buckets[i].config);
     theirs.push_back(schedule::plan_config_for(incumbent, buckets[i].timed_position));
-    same = same && schedule::to_json(mine.back()) == schedule::to_json(theirs.back());
+    buckets[i].shared = schedule::to_json(mine.back()) == schedule::to_json(theirs.back());
+    same = same && buckets[i].shared;
   }
   if (same)
     return {false,

@@ -196,6 +196,13 @@ GateOutcome run_plan_benchmark_gate(const std::vector<PlanGateBucket>& buckets, 
   GateOutcome g = run_benchmark_gate(rounds, required, [&](bool candidate, std::string* error) {
     double sum = 0.0;
     for (size_t i = 0; i < buckets.size(); ++i) {
+      // A shared bucket: the side timed second in a round counts the first side's sample.
+      const std::vector<double>& other = samples[!candidate][i];
+      if (buckets[i].shared && other.size() > samples[candidate][i].size()) {
+        samples[candidate][i].push_back(other.back());
+        sum += buckets[i].weight * other.back();
+        continue;
+      }
       std::string why;
       const std::optional<double> us = measure(candidate, i, &why);
       if (!us) {
@@ -222,12 +229,14 @@ GateOutcome run_plan_benchmark_gate(const std::vector<PlanGateBucket>& buckets, 
       e["incumbent_median_us"] = inc;
       e["speedup"] = cand > 0 ? inc / cand : 0.0;
     }
+    if (b.shared) e["shared"] = true;
     per_bucket.push_back(e);
   }
   g.detail["buckets"] = per_bucket;
   g.detail["rule"] =
       "weighted: each side's round latency is the mean over the buckets, each timed at its "
-      "midpoint and weighted by its positions; the gate compares the medians of those";
+      "midpoint and weighted by its positions; the gate compares the medians of those; a bucket "
+      "whose candidate config is the incumbent's is timed once a round for both sides (shared)";
   if (g.message.rfind("benchmark gate", 0) == 0)
     g.message.insert(std::string("benchmark gate").size(), " (plan, weighted over buckets)");
   return g;

@@ -106,7 +106,9 @@ GateOutcome run_verify_gate(const VerifyRequest& request, const schedule::Schedu
 //                 w_b the bucket's positions (end - begin): the mean step of a generation through
 //                 every position; promoted when median(incumbent) / median(candidate) >= 1.10.
 //                 Per-bucket speedups are reported, not gated: a bucket may keep the incumbent's
-//                 config (1.0x) while the others carry the plan.
+//                 config (1.0x) while the others carry the plan. A bucket whose candidate config
+//                 is the incumbent's (PlanGateBucket::shared) is timed once a round, that sample
+//                 counted on both sides.
 
 /// One bucket of a plan's benchmark gate.
 struct PlanGateBucket {
@@ -114,6 +116,10 @@ struct PlanGateBucket {
   int end = 0;  // resolved
   int timed_position = 0;
   double weight = 1.0;  // end - begin
+  // The candidate's config is the incumbent's at timed_position: one measurement a round serves
+  // both sides. Two timings of one program would put the noise of the plan's widest bucket, not a
+  // difference, into the weighted objective (HARNESS.md, "Promoting a plan").
+  bool shared = false;
 };
 
 /// The gate's buckets of `plan` on a model of `max_seq` positions (timed at the midpoints).
