@@ -110,6 +110,25 @@ const std::vector<NamedConfig>& named_configs() {
   // positions" [P]); `bench --fit-plan` placed it on [394, 1096), promoted.
   static const nlohmann::json staged_r3_held1 =
       patched(staged, {{"kernel", {{"rows_per_warp", 3}, {"stream_held", 1}}}});
+  // The position-0 config with down's SiLU x up input copied into shared memory
+  // (kernel.silu_stage copies) and the four pages that takes at llama-1b (8 x ffn bytes): placed
+  // on [0, 3) by `bench --fit-plan` (878.7 us at position 0 against 888.2 for the config without;
+  // an H200, 2026-11-29, BENCHMARKS.md "Plans over positions" [Q]), promoted.
+  static const nlohmann::json search_held_copies =
+      patched(search_held, {{"kernel", {{"silu_stage", "copies"}}}, {"smem", {{"pages", 4}}}});
+  // Four rows a warp with one weight chunk of each warp held back until the wait on every fourth
+  // block and 512-row LM-head tiles: what `loop --plan` kept in the record's [3, 62) bucket at its
+  // midpoint 32 (dev/configs/search_h200_p32_plansearch_r4_held1_every4.json); the refit placed it
+  // on [21, 67) ([Q]).
+  static const nlohmann::json r4_held1_every4 = patched(
+      stream_r3, {{"kernel", {{"rows_per_warp", 4}, {"stream_held", 1}, {"stream_held_every", 4}}},
+                  {"tiling", {{"lm_head_rows_per_task", 512}}}});
+  // The staged attention's config in two pages (its staging still fits at llama-1b's head_dim):
+  // what `loop --plan` kept in the record's [394, 1096) bucket at its midpoint 744
+  // (dev/configs/search_h200_p744_plansearch_staged_pages2.json); the refit placed it on
+  // [382, 700) ([Q]).
+  static const nlohmann::json staged_r3_held1_p2 =
+      patched(staged_r3_held1, {{"smem", {{"pages", 2}}}});
   // llama-8b's config on an H200: the long-context config with its KV history in one partition,
   // one query head a task (four attention warps a block, so llama-8b's streamed GEMV keeps its
   // registers, dev/perf_log.md section 53) and LM-head tiles of 512 rows: what a loop at llama-8b
@@ -153,7 +172,10 @@ const std::vector<NamedConfig>& named_configs() {
        "loops (`loop --plan`) and the refit with their finds: "
        "h200-2026-11-29-1542-plansearch.md (its .results.tsv.gz), "
        "h200-2026-11-29-1544-planfit.md (its .bench.json) and "
-       "h200-2026-11-29-1546-promote-llama-1b.json",
+       "h200-2026-11-29-1546-promote-llama-1b.json; a second `loop --plan` and a refit with "
+       "its finds and kernel.silu_stage copies: h200-2026-11-29-2045-plansearch.md (its "
+       ".results.tsv.gz), h200-2026-11-29-2053-planfit.md (its .bench.json) and "
+       "h200-2026-11-29-2101-promote-llama-1b.json",
        "a plan within 0.3% of the fastest single config at positions 0, 512, 1024, 2048 and 4096 "
        "on an H200 (921.2 us at 0, 1063.4 us at 4096), generating 128:4096 in 4417.2 ms where "
        "its position-0 config alone took 8912.8 ms; on [0, 3) the config a 6-minute loop from "
@@ -170,11 +192,17 @@ const std::vector<NamedConfig>& named_configs() {
        "(2026-11-29, side by side); with the staged attention's config that a loop of the "
        "bucket at its own position kept (three rows a warp, one chunk held) on [394, 1096), "
        "refitted on this run's lines, the plan ran 999.9 us at position 660 against 1011.1 "
-       "(2026-11-29, side by side)",
-       plan_of({{search_held, 3},
-                {stream_r3, 62},
-                {search_kv1, 394},
-                {staged_r3_held1, 1096},
+       "(2026-11-29, side by side); refitted with a second `loop --plan`'s finds and the "
+       "position-0 config with down's input copied into shared memory, the plan passed the "
+       "promotion's gate at 1.000x over the weighted objective: 884.5 us against 888.1 at "
+       "position 1 and 990.0 against 997.7 at 540, 938.4 against 931.5 at 43 (2026-11-29, side "
+       "by side, three rounds)",
+       plan_of({{search_held_copies, 3},
+                {stream_r3, 21},
+                {r4_held1_every4, 67},
+                {search_kv1, 382},
+                {staged_r3_held1_p2, 700},
+                {staged_r3_held1, 1151},
                 {search_d3_held3, kToMax}})},
       {"best:llama-8b:h200", "llama-8b", "h200",
        "dev/perf_log.md section 53 (the loop) and "

@@ -44,15 +44,21 @@ TEST(SearchMoves, NeighboursDifferInExactlyOneKnob) {
 }
 
 // A move that needs more staging room than a registers build's pages hold comes with the fewest
-// more pages that fit (one move, not two): from the H200's position-0 record (two pages of 16 KiB)
-// kernel.silu_stage copies arrives with four pages at llama-1b (8 x ffn = 64 KiB), never fewer;
-// every neighbour still differs in one knob, or in that knob and smem.pages upward; the ring's
-// pages are never moved so (there they size the ring).
+// more pages that fit (one move, not two): from the H200's position-0 record as it ran before
+// kernel.silu_stage (two pages of 16 KiB, registers), copies arrives with four pages at llama-1b
+// (8 x ffn = 64 KiB), never fewer: the record's position-0 config since; every neighbour still
+// differs in one knob, or in that knob and smem.pages upward; the ring's pages are never moved so
+// (there they size the ring).
 TEST(SearchMoves, NeighboursBringThePagesAMoveNeeds) {
   std::string why;
-  const auto record = named_config_at("best:llama-1b:h200", 0, &why);
+  auto record = named_config_at("best:llama-1b:h200", 0, &why);
   ASSERT_TRUE(record.has_value()) << why;
-  ASSERT_EQ(record->smem.pages, 2);
+  const ScheduleConfig now = *record;
+  ASSERT_EQ(record->smem.pages, 4);
+  ASSERT_EQ(record->kernel.silu_stage, SiluStage::kCopies);
+  record->smem.pages = 2;
+  record->kernel.silu_stage = SiluStage::kRegisters;
+  bool reaches_the_record = false;
   const ModelShape llama = *find_preset("llama-1b");
   const GpuTarget h200 = *find_target("h200");
   int copies = 0;
@@ -71,9 +77,11 @@ TEST(SearchMoves, NeighboursBringThePagesAMoveNeeds) {
                 (std::set<std::string>{"kernel.silu_stage", "smem.pages"}));
       EXPECT_EQ(c.smem.pages, 4);
       EXPECT_TRUE(config_fits(c, llama, h200, &why)) << why;
+      reaches_the_record = reaches_the_record || c == now;
     }
   }
   EXPECT_EQ(copies, 1);
+  EXPECT_TRUE(reaches_the_record);
   ScheduleConfig ring = *record;
   ring.kernel.weight_stream = WeightStream::kSmemRing;
   ring.fusion.attention_into_o = false;
@@ -296,7 +304,7 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
     const auto fitted = parse_plan_text(text.str(), &why);
     ASSERT_TRUE(fitted) << path << ": " << why;
     EXPECT_EQ(to_json(*preset), to_json(*fitted)) << name;
-    EXPECT_EQ(preset->buckets.size(), std::string(gpu) == "h200" ? 5u : 3u) << name;
+    EXPECT_EQ(preset->buckets.size(), std::string(gpu) == "h200" ? 7u : 3u) << name;
   }
 }
 
@@ -315,36 +323,60 @@ std::optional<ScheduleConfig> dev_config(const std::string& name, std::string* w
 // The H200 record's first bucket is what a loop from the default config kept
 // (dev/configs/search_h200_p0_r4_attn_in_o.json), with what a loop from the record then kept
 // (kernel.stream_held 1 and LM-head tiles of 512 rows:
-// dev/configs/search_h200_p0_loop_held1_every2.json, the file the loop's best was saved as), on the
-// positions `bench --fit-plan` gave it: [0, 3), where its line is below the three-rows config's;
-// from position 3 on, whose O tiles read more keys each, the record's buckets before it.
+// dev/configs/search_h200_p0_loop_held1_every2.json, the file the loop's best was saved as) and
+// down's input copied into shared memory in the four pages that takes
+// (dev/configs/search_h200_p0_pages4_silu_copies.json), on the positions `bench --fit-plan` gave
+// it: [0, 3), where its line is below the three-rows config's; from position 3 on, whose O tiles
+// read more keys each, the record's buckets before it. [21, 67) holds what `loop --plan` kept in
+// the bucket [3, 62) at its midpoint (four rows, one chunk held on every fourth block).
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   std::string why;
   const auto found = dev_config("search_h200_p0_loop_held1_every2.json", &why);
   ASSERT_TRUE(found) << why;
+  const auto copies = dev_config("search_h200_p0_pages4_silu_copies.json", &why);
+  ASSERT_TRUE(copies) << why;
+  const auto p32 = dev_config("search_h200_p32_plansearch_r4_held1_every4.json", &why);
+  ASSERT_TRUE(p32) << why;
   const auto at0 = named_config_at("best:llama-1b:h200", 0, &why);
   const auto at2 = named_config_at("best:llama-1b:h200", 2, &why);
   const auto at3 = named_config_at("best:llama-1b:h200", 3, &why);
-  const auto at394 = named_config_at("best:llama-1b:h200", 394, &why);
-  ASSERT_TRUE(at0 && at2 && at3 && at394) << why;
-  EXPECT_EQ(*at0, *found);
-  EXPECT_EQ(*at2, *found);
+  const auto at20 = named_config_at("best:llama-1b:h200", 20, &why);
+  const auto at21 = named_config_at("best:llama-1b:h200", 21, &why);
+  const auto at66 = named_config_at("best:llama-1b:h200", 66, &why);
+  const auto at382 = named_config_at("best:llama-1b:h200", 382, &why);
+  ASSERT_TRUE(at0 && at2 && at3 && at20 && at21 && at66 && at382) << why;
+  EXPECT_EQ(*at0, *copies);
+  EXPECT_EQ(*at2, *copies);
+  // The copies config is the loop's find with two knobs moved, nothing else.
+  ScheduleConfig moved = *found;
+  moved.kernel.silu_stage = SiluStage::kCopies;
+  moved.smem.pages = 4;
+  EXPECT_EQ(moved, *copies);
   EXPECT_TRUE(at0->fusion.attention_into_o);
   EXPECT_FALSE(at3->fusion.attention_into_o);
   EXPECT_EQ(at0->kernel.stream_held, 1);
   EXPECT_EQ(at0->kernel.stream_held_every, 2);
   EXPECT_EQ(at3->kernel.stream_held, 0);
   EXPECT_EQ(at3->kernel.rows_per_warp, 3);
-  EXPECT_EQ(at394->tiling.attn_kv_partitions, 8);
+  EXPECT_EQ(*at20, *at3);
+  EXPECT_EQ(*at21, *p32);
+  EXPECT_EQ(*at66, *p32);
+  EXPECT_EQ(p32->kernel.rows_per_warp, 4);
+  EXPECT_EQ(p32->kernel.stream_held, 1);
+  EXPECT_EQ(p32->kernel.stream_held_every, 4);
+  EXPECT_FALSE(p32->fusion.attention_into_o);
+  EXPECT_EQ(at382->tiling.attn_kv_partitions, 8);
 }
 
 // The H200 record's long-context config is what a loop from the record kept at position 4096
 // (dev/configs/search_h200_p4096_loop_d3_held3_every2.json), on the bucket the lower envelope of
-// the measured lines gave it: from 1096 on. Before it, [62, 394) holds what a loop from the
+// the measured lines gave it: from 1151 on. Before it, [67, 382) holds what a loop from the
 // record kept at position 256 (dev/configs/search_h200_p256_loop_kv1.json: the same config with
-// the KV history in one partition) and [394, 1096) the staged attention in 8 partitions at three
-// rows a warp with one chunk held, what `loop --plan` kept in that bucket at its midpoint
-// (dev/configs/search_h200_p660_plansearch_r3_held1.json; its line lowest around position 512).
+// the KV history in one partition), [700, 1151) the staged attention in 8 partitions at three
+// rows a warp with one chunk held, what `loop --plan` kept in its bucket at the midpoint 660
+// (dev/configs/search_h200_p660_plansearch_r3_held1.json; its line lowest around position 512),
+// and [382, 700) the same in two pages, what a second `loop --plan` kept at 744
+// (dev/configs/search_h200_p744_plansearch_staged_pages2.json).
 TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFinds) {
   std::string why;
   const auto found = dev_config("search_h200_p4096_loop_d3_held3_every2.json", &why);
@@ -353,43 +385,41 @@ TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFinds) {
   ASSERT_TRUE(middle) << why;
   const auto staged = dev_config("search_h200_p660_plansearch_r3_held1.json", &why);
   ASSERT_TRUE(staged) << why;
-  for (int pos : {1096, 4096, 8191}) {
-    const auto at = named_config_at("best:llama-1b:h200", pos, &why);
-    ASSERT_TRUE(at) << why;
-    EXPECT_EQ(*at, *found) << pos;
-  }
-  for (int pos : {62, 256, 393}) {
-    const auto at = named_config_at("best:llama-1b:h200", pos, &why);
-    ASSERT_TRUE(at) << why;
-    EXPECT_EQ(*at, *middle) << pos;
-  }
-  for (int pos : {394, 660, 1095}) {
-    const auto at = named_config_at("best:llama-1b:h200", pos, &why);
-    ASSERT_TRUE(at) << why;
-    EXPECT_EQ(*at, *staged) << pos;
-  }
-  for (int pos : {61, 393}) {
+  const auto staged2 = dev_config("search_h200_p744_plansearch_staged_pages2.json", &why);
+  ASSERT_TRUE(staged2) << why;
+  const auto expect_at = [&](std::initializer_list<int> positions, const ScheduleConfig& c) {
+    for (int pos : positions) {
+      const auto at = named_config_at("best:llama-1b:h200", pos, &why);
+      ASSERT_TRUE(at) << why;
+      EXPECT_EQ(*at, c) << pos;
+    }
+  };
+  expect_at({1151, 4096, 8191}, *found);
+  expect_at({67, 256, 381}, *middle);
+  expect_at({382, 512, 699}, *staged2);
+  expect_at({700, 1024, 1150}, *staged);
+  for (int pos : {66, 381}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
     ASSERT_TRUE(at) << why;
     EXPECT_NE(*at, *found) << pos;
     EXPECT_NE(*at, *staged) << pos;
   }
-  const auto at61 = named_config_at("best:llama-1b:h200", 61, &why);
-  ASSERT_TRUE(at61) << why;
-  EXPECT_NE(*at61, *middle);
-  const auto at512 = named_config_at("best:llama-1b:h200", 512, &why);
-  ASSERT_TRUE(at512) << why;
-  EXPECT_EQ(at512->tiling.attn_kv_partitions, 8);
+  const auto at66 = named_config_at("best:llama-1b:h200", 66, &why);
+  ASSERT_TRUE(at66) << why;
+  EXPECT_NE(*at66, *middle);
   EXPECT_EQ(found->kernel.stream_depth, 3);
   EXPECT_EQ(found->kernel.stream_held, 3);
   EXPECT_EQ(middle->tiling.attn_kv_partitions, 1);
   EXPECT_EQ(staged->tiling.attn_kv_partitions, 8);
   EXPECT_EQ(staged->kernel.rows_per_warp, 3);
   EXPECT_EQ(staged->kernel.stream_held, 1);
-  // The loop changed one knob of the 4096 find, nothing else.
+  // Each loop changed one knob of its bucket's config, nothing else.
   ScheduleConfig one_partition = *found;
   one_partition.tiling.attn_kv_partitions = 1;
   EXPECT_EQ(one_partition, *middle);
+  ScheduleConfig two_pages = *staged;
+  two_pages.smem.pages = 2;
+  EXPECT_EQ(two_pages, *staged2);
 }
 
 TEST(SearchMoves, ConfigFitsRejectsLaunchesThatCannotBeCoResident) {

@@ -679,12 +679,12 @@ TEST(NvrtcBuild, EveryBucketOfTheLlama1bRecordsKeepsTheStreamedGemvFreeOfSpills)
   EXPECT_GE(builds, 6);  // two GPUs' records, the H200's in several buckets
 }
 
-// The H200 position-0 record with one shared-memory page: down's input does not fit, so its tasks
-// take the fallback GEMV (ops.cuh gemv), compiled into the kernel beside the streamed one. The
-// fallback's batches of the streamed GEMV's unroll made ptxas spill the streamed GEMV's chunks
-// (544 B of stores at llama-1b and llama-8b); a quarter of it (kFallbackUnroll) leaves llama-1b's
-// streamed GEMV free of spills and llama-8b's at 44 B, and on an H200 made both steps 20-23% faster
-// (dev/perf_log.md section 54).
+// The H200 position-0 record with one shared-memory page and down's input in registers: that
+// input does not fit, so its tasks take the fallback GEMV (ops.cuh gemv), compiled into the kernel
+// beside the streamed one. The fallback's batches of the streamed GEMV's unroll made ptxas spill
+// the streamed GEMV's chunks (544 B of stores at llama-1b and llama-8b); a quarter of it
+// (kFallbackUnroll) leaves llama-1b's streamed GEMV free of spills and llama-8b's at 44 B, and on
+// an H200 made both steps 20-23% faster (dev/perf_log.md section 54).
 TEST(NvrtcBuild, TheFallbackGemvLeavesTheStreamedGemvItsRegisters) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   for (const char* model : {"llama-1b", "llama-8b"}) {
@@ -692,6 +692,7 @@ TEST(NvrtcBuild, TheFallbackGemvLeavesTheStreamedGemvItsRegisters) {
     auto c = schedule::named_config_at("best:llama-1b:h200", 0, &error);
     ASSERT_TRUE(c.has_value()) << error;
     c->smem.pages = 1;
+    c->kernel.silu_stage = schedule::SiluStage::kRegisters;  // copies need 8 x ffn bytes of pages
     const auto p =
         schedule::lower(*schedule::find_preset(model), *schedule::find_target("h200"), *c, &error);
     ASSERT_TRUE(p.has_value()) << model << ": " << error;
@@ -703,9 +704,10 @@ TEST(NvrtcBuild, TheFallbackGemvLeavesTheStreamedGemvItsRegisters) {
 }
 
 // kernel.silu_stage = copies on the H200 position-0 record with the four pages it needs at llama-1b
-// (8 x ffn bytes): the build compiles the copied staging in (MS_SILU_COPIES 1), every down task
-// takes it (abi/ring.h stream_silu_copies), and neither the streamed GEMV nor the kernel spills
-// more than the record's own build (nvcc 13.0 on the record's defines: 0 B and 4 B both ways).
+// (8 x ffn bytes; the record's own since 2026-11-29, BENCHMARKS.md [Q]): the build compiles the
+// copied staging in (MS_SILU_COPIES 1), every down task takes it (abi/ring.h stream_silu_copies),
+// and neither the streamed GEMV nor the kernel spills more than the registers build (nvcc 13.0 on
+// the record's defines: 0 B and 4 B both ways).
 TEST(NvrtcBuild, SiluCopiesOnThePositionZeroRecordSpillNoMore) {
   if (!have_nvrtc()) GTEST_SKIP() << "built without the CUDA toolkit";
   std::string error;
