@@ -37,51 +37,54 @@ nlohmann::json plan_of(std::initializer_list<Bucket> buckets) {
   return plan;
 }
 
-}  // namespace
+/// The records' plans (and llama-8b's config), built from the configs they are made of, each
+/// commented where it is defined.
+struct RecordPlans {
+  nlohmann::json h100, h200, llama8b_h200;
+};
 
-const std::vector<NamedConfig>& named_configs() {
+RecordPlans record_plans() {
   // The streamed GEMV of registers builds (vm/device/stream.cuh) with QKV in tiles of RoPE pairs
   // over every block and the argmax folded into the LM-head tiles
   // (bench/configs/stream_r2u4_pairs_am.json): no ring, each warp's first weight chunks loaded
   // before its dependency wait; the fastest config at position 0 on both GPUs (measured 2026-11-26
   // 09:26-09:56 UTC, dev/benchmarks_history.md).
-  static const nlohmann::json stream = {{"kernel",
-                                         {{"weight_stream", "registers"},
-                                          {"vector_bytes", 16},
-                                          {"rows_per_warp", 2},
-                                          {"unroll", 4},
-                                          {"weight_load", "ldg_stream"}}},
-                                        {"pipeline", {{"prefetch_depth", 0}}},
-                                        {"launch", {{"threads_per_block", 256}}},
-                                        {"tiling",
-                                         {{"gemv_rows_per_task", 0},
-                                          {"lm_head_rows_per_task", 0},
-                                          {"attn_q_heads_per_task", 1},
-                                          {"qkv_rope_pairs", true}}},
-                                        {"fusion", {{"argmax_into_lm_head", true}}}};
+  const nlohmann::json stream = {{"kernel",
+                                  {{"weight_stream", "registers"},
+                                   {"vector_bytes", 16},
+                                   {"rows_per_warp", 2},
+                                   {"unroll", 4},
+                                   {"weight_load", "ldg_stream"}}},
+                                 {"pipeline", {{"prefetch_depth", 0}}},
+                                 {"launch", {{"threads_per_block", 256}}},
+                                 {"tiling",
+                                  {{"gemv_rows_per_task", 0},
+                                   {"lm_head_rows_per_task", 0},
+                                   {"attn_q_heads_per_task", 1},
+                                   {"qkv_rope_pairs", true}}},
+                                 {"fusion", {{"argmax_into_lm_head", true}}}};
   // The same with the whole KV group per attention task and the KV history in 8 or 16 partitions
   // staged in 5 x 16 KiB of shared memory (bench/configs/stream_r2u4_g4p8_pairs_am_st.json,
   // stream_r2u4_g4p16_pairs_am_st.json): the fastest configs from about position 128 on.
-  static const nlohmann::json staged =
+  const nlohmann::json staged =
       patched(stream, {{"kernel", {{"attention", "staged"}}},
                        {"smem", {{"pages", 5}, {"page_bytes", 16384}}},
                        {"tiling", {{"attn_q_heads_per_task", 0}, {"attn_kv_partitions", 8}}}});
-  static const nlohmann::json g4p16 = patched(staged, {{"tiling", {{"attn_kv_partitions", 16}}}});
+  const nlohmann::json g4p16 = patched(staged, {{"tiling", {{"attn_kv_partitions", 16}}}});
   // The H100's position-0 config with three weight chunks in flight per warp
   // (kernel.stream_depth 3): the loop's pick from the record on an H100 (2026-11-28), promoted.
-  static const nlohmann::json stream_d3 = patched(stream, {{"kernel", {{"stream_depth", 3}}}});
+  const nlohmann::json stream_d3 = patched(stream, {{"kernel", {{"stream_depth", 3}}}});
   // The H200's position-0 config: three rows a warp (a 24-row QKV tile wholly in flight before its
   // wait), blocks assigned layer-affine and LM-head tiles of 1024 rows: the loop's pick from the
   // record on an H200 (2026-11-28, dev/perf_log.md section 33), promoted.
-  static const nlohmann::json stream_r3 =
-      patched(stream, {{"kernel", {{"rows_per_warp", 3}}},
-                       {"assignment", {{"policy", "layer_affine"}}},
-                       {"tiling", {{"lm_head_rows_per_task", 1024}}}});
+  const nlohmann::json stream_r3 = patched(stream, {{"kernel", {{"rows_per_warp", 3}}},
+                                                    {"assignment", {{"policy", "layer_affine"}}},
+                                                    {"tiling", {{"lm_head_rows_per_task", 1024}}}});
   // The H200's config for positions 0-2: four rows a warp, the attention in the O projection's
   // input load (no attention tasks; every O tile reads the whole KV history, so it loses from
   // position 4 on), blocks dealt round robin: what a 6-minute loop from the default config kept
   // (2026-11-28, dev/perf_log.md section 37); `bench --fit-plan` placed it on [0, 3).
-  static const nlohmann::json search_r4_attn_in_o =
+  const nlohmann::json search_r4_attn_in_o =
       patched(stream_r3, {{"kernel", {{"rows_per_warp", 4}}},
                           {"assignment", {{"policy", "round_robin"}}},
                           {"fusion", {{"attention_into_o", true}}},
@@ -90,51 +93,65 @@ const std::vector<NamedConfig>& named_configs() {
   // wait holds, on every second block: kernel.stream_held_every's default) and LM-head tiles of
   // 512 rows: what a 6-minute loop from the record kept on an H200 (2026-11-29, dev/perf_log.md
   // section 42), promoted.
-  static const nlohmann::json search_held =
+  const nlohmann::json search_held =
       patched(search_r4_attn_in_o,
               {{"kernel", {{"stream_held", 1}}}, {"tiling", {{"lm_head_rows_per_task", 512}}}});
   // The H200's long-context config: the staged attention in 16 partitions with three weight
   // chunks in flight per warp, all three held back until the wait on every second block: what a
   // 6-minute loop from the record at position 4096 kept on an H200 (2026-11-29, dev/perf_log.md
   // section 42), promoted.
-  static const nlohmann::json search_d3_held3 =
+  const nlohmann::json search_d3_held3 =
       patched(g4p16, {{"kernel", {{"stream_depth", 3}, {"stream_held", 3}}}});
   // The same with the KV history in one partition: what a 5-minute loop from the record at
   // position 256 kept on two H200s (2026-11-29, BENCHMARKS.md "Plans over positions"), promoted.
   // Up to a few hundred keys, 16 partitions cost more in their merge than they save.
-  static const nlohmann::json search_kv1 =
+  const nlohmann::json search_kv1 =
       patched(search_d3_held3, {{"tiling", {{"attn_kv_partitions", 1}}}});
   // The staged attention in 8 partitions with three rows a warp and one weight chunk of each warp
   // held back until the wait on every second block: what `loop --plan` kept in the record's
   // [363, 958) bucket, timed at its midpoint 660 (an H200, 2026-11-29, BENCHMARKS.md "Plans over
   // positions" [P]); `bench --fit-plan` placed it on [394, 1096), promoted.
-  static const nlohmann::json staged_r3_held1 =
+  const nlohmann::json staged_r3_held1 =
       patched(staged, {{"kernel", {{"rows_per_warp", 3}, {"stream_held", 1}}}});
   // The position-0 config with down's SiLU x up input copied into shared memory
   // (kernel.silu_stage copies) and the four pages that takes at llama-1b (8 x ffn bytes): placed
   // on [0, 3) by `bench --fit-plan` (878.7 us at position 0 against 888.2 for the config without;
   // an H200, 2026-11-29, BENCHMARKS.md "Plans over positions" [Q]), promoted.
-  static const nlohmann::json search_held_copies =
+  const nlohmann::json search_held_copies =
       patched(search_held, {{"kernel", {{"silu_stage", "copies"}}}, {"smem", {{"pages", 4}}}});
   // Four rows a warp with one weight chunk of each warp held back until the wait on every fourth
   // block and 512-row LM-head tiles: what `loop --plan` kept in the record's [3, 62) bucket at its
   // midpoint 32 (dev/configs/search_h200_p32_plansearch_r4_held1_every4.json); the refit placed it
   // on [21, 67) ([Q]).
-  static const nlohmann::json r4_held1_every4 = patched(
+  const nlohmann::json r4_held1_every4 = patched(
       stream_r3, {{"kernel", {{"rows_per_warp", 4}, {"stream_held", 1}, {"stream_held_every", 4}}},
                   {"tiling", {{"lm_head_rows_per_task", 512}}}});
   // The staged attention's config in two pages (its staging still fits at llama-1b's head_dim):
   // what `loop --plan` kept in the record's [394, 1096) bucket at its midpoint 744
   // (dev/configs/search_h200_p744_plansearch_staged_pages2.json); the refit placed it on
   // [382, 700) ([Q]).
-  static const nlohmann::json staged_r3_held1_p2 =
-      patched(staged_r3_held1, {{"smem", {{"pages", 2}}}});
+  const nlohmann::json staged_r3_held1_p2 = patched(staged_r3_held1, {{"smem", {{"pages", 2}}}});
   // llama-8b's config on an H200: the long-context config with its KV history in one partition,
   // one query head a task (four attention warps a block, so llama-8b's streamed GEMV keeps its
   // registers, dev/perf_log.md section 53) and LM-head tiles of 512 rows: what a loop at llama-8b
   // kept (dev/configs/search_h200_llama8b_p0_loop.json), promoted against the default.
-  static const nlohmann::json llama8b_h200 = patched(
+  const nlohmann::json llama8b_h200 = patched(
       search_kv1, {{"tiling", {{"attn_q_heads_per_task", 1}, {"lm_head_rows_per_task", 512}}}});
+  return {plan_of({{stream_d3, 129}, {staged, 2049}, {g4p16, kToMax}}),
+          plan_of({{search_held_copies, 3},
+                   {stream_r3, 21},
+                   {r4_held1_every4, 67},
+                   {search_kv1, 382},
+                   {staged_r3_held1_p2, 700},
+                   {staged_r3_held1, 1151},
+                   {search_d3_held3, kToMax}}),
+          llama8b_h200};
+}
+
+}  // namespace
+
+const std::vector<NamedConfig>& named_configs() {
+  static const RecordPlans plans = record_plans();
   // The records are plans over positions: the configs on the buckets `bench --fit-plan`
   // measured for each GPU (bench/plans/llama-1b-h100-fitted.json, llama-1b-h200-fitted.json).
   static const std::vector<NamedConfig> table = {
@@ -150,7 +167,7 @@ const std::vector<NamedConfig>& named_configs() {
        "its position-0 config alone took 9742.6 ms; its position-0 config with three weight chunks "
        "in flight per warp, which a loop from the record kept, ran 1097.8 us against 1114.5 "
        "(2026-11-28, side by side)",
-       plan_of({{stream_d3, 129}, {staged, 2049}, {g4p16, kToMax}})},
+       plans.h100},
       {"best:llama-1b:h200", "llama-1b", "h200",
        "bench/results/h200-2026-11-27-1647-plan-table.md and "
        "h200-2026-11-27-1649-generate-128-4096.md (plan bench/plans/llama-1b-h200-fitted.json); "
@@ -197,19 +214,13 @@ const std::vector<NamedConfig>& named_configs() {
        "promotion's gate at 1.000x over the weighted objective: 884.5 us against 888.1 at "
        "position 1 and 990.0 against 997.7 at 540, 938.4 against 931.5 at 43 (2026-11-29, side "
        "by side, three rounds)",
-       plan_of({{search_held_copies, 3},
-                {stream_r3, 21},
-                {r4_held1_every4, 67},
-                {search_kv1, 382},
-                {staged_r3_held1_p2, 700},
-                {staged_r3_held1, 1151},
-                {search_d3_held3, kToMax}})},
+       plans.h200},
       {"best:llama-8b:h200", "llama-8b", "h200",
        "dev/perf_log.md section 53 (the loop) and "
        "bench/results/h200-2026-11-29-1555-promote-llama-8b.json",
        "4295.5 us at position 0 against the default config's 11837.5 (2026-11-29, side by side, "
        "promoted at 2.76x); graph-pdl ran 3924.1-3946.1 us on the same GPU that hour",
-       llama8b_h200},
+       plans.llama8b_h200},
   };
   return table;
 }
