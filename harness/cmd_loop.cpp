@@ -52,6 +52,22 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &action, nullptr);
 }
 
+/// The keep rule's flags (search/loop.h states the rule).
+void add_keep_rule_flags(CLI::App* cmd, search::LoopOptions* loop) {
+  cmd->add_option("--min-gain", loop->min_gain,
+                  "Keep rule: a candidate replaces the incumbent when faster by more than this "
+                  "share of it and by more than 2 sigma of the two timings' noise (0.005: half a "
+                  "percent, for a search near a record where gains are small)")
+      ->check(finite_number_in(0.0, 0.5))
+      ->capture_default_str();
+  cmd->add_option("--confirm", loop->confirm,
+                  "Keep rule: a measured candidate faster by --min-gain but inside the noise is "
+                  "timed again back to back with the incumbent this many rounds, and kept when "
+                  "it was faster in every round and by --min-gain in the median (0: never)")
+      ->check(integer_in(0, 10))
+      ->capture_default_str();
+}
+
 }  // namespace
 
 void add_loop_command(CLI::App& app, CliContext& ctx) {
@@ -75,12 +91,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "Stop after this many trials in a row without a keep (0: never)")
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
-  cmd->add_option("--min-gain", opt->loop.min_gain,
-                  "Keep rule: a candidate replaces the incumbent when faster by more than this "
-                  "share of it and by more than 2 sigma of the two timings' noise (0.005: half a "
-                  "percent, for a search near a record where gains are small)")
-      ->check(finite_number_in(0.0, 0.5))
-      ->capture_default_str();
+  add_keep_rule_flags(cmd, &opt->loop);
   cmd->add_option("--strategy", opt->strategy.name,
                   "random | hillclimb | elite | sweep | guided | prior | bandit | proposer")
       ->check(CLI::IsMember(search::strategy_names()))

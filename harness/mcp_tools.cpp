@@ -384,6 +384,7 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
                       "megasched loop: min_gain must be in [0, 0.5] (a share of the "
                       "incumbent's latency; 0.01 is 1%); hint: 0.005 for half a "
                       "percent");
+  command.loop.confirm = a.integer("confirm");
   command.loop.resume = a.flag("resume");
   command.loop.warm_start = a.flag("warm_start");
   command.loop.results_path = context.options().results_path;

@@ -104,8 +104,8 @@ KeepDecision decide_keep(const eval::Verdict& candidate, int candidate_complexit
   return d;
 }
 
-std::string KeepRule::judge(const eval::Verdict& v, flywheel::CorpusRecord* r,
-                            const Remeasure& remeasure) {
+std::string KeepRule::judge(const schedule::ScheduleConfig& candidate, const eval::Verdict& v,
+                            flywheel::CorpusRecord* r, const Remeasure& remeasure) {
   std::string status = failure_status(v);
   std::string decision;
   if (status.empty() && !has_latency(v)) {
@@ -123,7 +123,13 @@ std::string KeepRule::judge(const eval::Verdict& v, flywheel::CorpusRecord* r,
                {"incumbent_us", *incumbent_.latency()},
                {"margin_us", d.margin_us},
                {"gain_us", d.gain_us}};
-    if (d.keep && v.latency_kind == "measured-gpu") d = judge_again(v, *r, std::move(d), remeasure);
+    const bool measured = v.latency_kind == "measured-gpu";
+    if (d.keep && measured) d = judge_again(v, *r, std::move(d), remeasure);
+    // Rule 3b: faster by the share, held back only by the noise (the reason is empty when the
+    // incumbent's re-measurement was abandoned).
+    if (!d.keep && measured && confirm_ > 0 && !d.reason.empty() && incumbent_.latency() &&
+        d.gain_us >= min_gain_ * *incumbent_.latency() && d.gain_us <= d.margin_us)
+      d = confirm(candidate, *r, std::move(d), remeasure);
     r->keep["reason"] = d.reason;
     status = d.keep ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
     decision = d.reason;
@@ -152,6 +158,52 @@ KeepDecision KeepRule::judge_again(const eval::Verdict& v, flywheel::CorpusRecor
     r.keep["remeasured_incumbent_status"] = again.status;
     d.reason += " (the incumbent's re-measurement failed: " + again.status + ")";
   }
+  return d;
+}
+
+KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywheel::CorpusRecord& r,
+                               KeepDecision d, const Remeasure& remeasure) {
+  std::vector<double> shares = {d.gain_us / *incumbent_.latency()};
+  json rounds = json::array();
+  std::string lost;  // why the confirmation failed, "" while it holds
+  for (int i = 0; i < confirm_ && lost.empty(); ++i) {
+    // The order alternates (incumbent first in even rounds): a drift over the rounds favours
+    // neither side.
+    std::optional<eval::Verdict> timed[2];  // [0] the incumbent, [1] the candidate
+    for (int k = 0; k < 2; ++k) {
+      const int side = (i % 2 == 0) ? k : 1 - k;
+      timed[side] = remeasure(side ? candidate : incumbent_.config);
+      if (!timed[side]) return {};  // abandoned: the caller checks why
+    }
+    if (!has_latency(*timed[0]) || !has_latency(*timed[1])) {
+      lost = "round " + std::to_string(i + 1) + " did not time both (" + timed[0]->status + ", " +
+             timed[1]->status + ")";
+      break;
+    }
+    const double inc = *timed[0]->latency_us, cand = *timed[1]->latency_us;
+    incumbent_.verdict = *timed[0];
+    rounds.push_back({{"incumbent_us", inc}, {"candidate_us", cand}});
+    shares.push_back((inc - cand) / inc);
+    if (cand >= inc)
+      lost = "round " + std::to_string(i + 1) + " timed the incumbent " + fmt("%.3f us", inc) +
+             ", the candidate " + fmt("%.3f us", cand);
+  }
+  std::vector<double> sorted = shares;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  if (lost.empty() && median < min_gain_)
+    lost = "median gain " + fmt("%.2f%%", 100 * median) + " under the " +
+           fmt("%.2f%%", 100 * min_gain_) + " share";
+  d.keep = lost.empty();
+  r.keep["confirm"] = {{"rounds", rounds},
+                       {"gain_shares", shares},
+                       {"median_gain_share", median},
+                       {"confirmed", d.keep}};
+  d.reason += d.keep ? "; confirmed: faster in " + std::to_string(confirm_) + " of " +
+                           std::to_string(confirm_) + " back-to-back rounds, median gain " +
+                           fmt("%.2f%%", 100 * median)
+                     : "; not confirmed: " + lost;
   return d;
 }
 

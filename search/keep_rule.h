@@ -39,12 +39,15 @@ class KeepRule {
   /// Times the incumbent again (nullopt: the harness failed or the run was cancelled).
   using Remeasure = std::function<std::optional<eval::Verdict>(const schedule::ScheduleConfig&)>;
 
-  KeepRule(double min_gain, double sigmas) : min_gain_(min_gain), sigmas_(sigmas) {}
+  KeepRule(double min_gain, double sigmas, int confirm = 0)
+      : min_gain_(min_gain), sigmas_(sigmas), confirm_(confirm) {}
 
-  /// The keep rule for a candidate's verdict: sets the record's status and keep evidence and
-  /// returns the decision in words. A measured candidate that would be kept is judged again
-  /// against the incumbent re-measured back to back.
-  std::string judge(const eval::Verdict& v, flywheel::CorpusRecord* r, const Remeasure& remeasure);
+  /// The keep rule for the verdict `v` of `candidate`: sets the record's status and keep evidence
+  /// and returns the decision in words. A measured candidate that would be kept is judged again
+  /// against the incumbent re-measured back to back; one faster by min_gain but inside the noise
+  /// goes through the confirm rounds (search/loop.h, rule 3b), which re-time both.
+  std::string judge(const schedule::ScheduleConfig& candidate, const eval::Verdict& v,
+                    flywheel::CorpusRecord* r, const Remeasure& remeasure);
 
   /// The record's config becomes the incumbent (and its latency the run's fastest, if it is).
   void adopt(const schedule::ScheduleConfig& config, const std::string& id,
@@ -69,8 +72,12 @@ class KeepRule {
   /// Back to back: time the incumbent again now and judge the candidate against that.
   KeepDecision judge_again(const eval::Verdict& v, flywheel::CorpusRecord& r, KeepDecision d,
                            const Remeasure& remeasure);
+  /// Rule 3b: confirm_ rounds of the candidate and the incumbent timed back to back.
+  KeepDecision confirm(const schedule::ScheduleConfig& candidate, flywheel::CorpusRecord& r,
+                       KeepDecision d, const Remeasure& remeasure);
 
   const double min_gain_, sigmas_;
+  const int confirm_;
   Incumbent incumbent_;
   std::optional<double> default_us_;
   std::map<std::string, Incumbent> others_;  // device types other than the primary

@@ -48,7 +48,7 @@ class LoopRun : public TrialSink {
           const schedule::GpuTarget& target, Strategy& strategy, Clock& clock,
           const LoopOptions& options, TrialPool* pool = nullptr)
       : ctx_(evaluator, shape, target, strategy, clock, options, pool),
-        keep_(options.min_gain, options.sigmas),
+        keep_(options.min_gain, options.sigmas, options.confirm),
         logs_(ctx_, keep_) {
     if (pool) pool_schedule_.emplace(ctx_, *pool, keep_, *this);
   }
@@ -115,8 +115,8 @@ class LoopRun : public TrialSink {
       r.device = (*slot)["identity"].value("device", r.device);
       r.timed_on = (*slot)["label"].get<std::string>();
     }
-    const std::string decision =
-        keep_.judge(v, &r, [this](const ScheduleConfig& c) { return evaluate(c); });
+    const std::string decision = keep_.judge(
+        proposal.config, v, &r, [this](const ScheduleConfig& c) { return evaluate(c); });
     if (ctx_.abandoned(ctx_.next_trial)) return false;  // during the incumbent's re-measurement
     if (!ctx_.result.ok) return false;  // the incumbent's re-measurement failed on the harness side
     if (r.status == flywheel::kStatusKept) {

@@ -8,6 +8,11 @@
 //      prediction has sigma 0, so only the 1% applies);
 //   3. on measured latencies the incumbent is re-measured back to back first and the rule is
 //      applied again against that fresh time;
+//   3b. with confirm rounds (--confirm R), a measured candidate faster by at least min_gain x
+//      incumbent but inside the noise margin is timed again back to back with the incumbent R
+//      times (the order alternating round by round); it is kept when it was the faster of the two
+//      in every round and the median of its relative gains, the first timing's included, is at
+//      least min_gain (a sign test: equal configs pass R rounds with odds 2^-R at most);
 //   4. a near-tie (the difference within the margin either way) goes to the config with fewer
 //      knobs off the default, unless the candidate is slower than the fastest latency this run has
 //      kept by more than the margin (chained trades to simpler configs cannot carry the incumbent
@@ -68,8 +73,9 @@ struct LoopOptions {
   /// The shared corpus folder (flywheel/shared_corpus.h) each GPU trial is also appended to; ""
   /// or "none": none (the CLI passes flywheel::default_flywheel_dir()).
   std::string flywheel_dir;
-  double min_gain = 0.01;                   // keep rule: relative gain floor (1%)
-  double sigmas = 2.0;                      // keep rule: noise multiple
+  double min_gain = 0.01;  // keep rule: relative gain floor (1%)
+  double sigmas = 2.0;     // keep rule: noise multiple
+  int confirm = 0;         // keep rule 3b: back-to-back rounds for a gain inside the noise; 0: none
   std::ostream* progress = nullptr;         // one line per trial (stderr in the CLI)
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM: stop after this trial
   /// Set to abandon the loop now (the MCP server, on notifications/cancelled): the trial in flight

@@ -267,6 +267,8 @@ const Row kRows[] = {
     {"loop --model toy --device cpu --restart-after 0", 2, "--restart-after"},
     {"loop --model toy --device cpu --min-gain 0.9", 2, "--min-gain"},
     {"loop --model toy --device cpu --min-gain -0.01", 2, "--min-gain"},
+    {"loop --model toy --device cpu --confirm -1", 2, "--confirm"},
+    {"loop --model toy --device cpu --confirm 11", 2, "--confirm"},
     {"loop --model toy --device cpu --exploration 1.5", 2,
      "--exploration: must be a finite number in [0, 1]"},
     {"loop --model toy --device cpu --pool 0", 2, "--pool"},

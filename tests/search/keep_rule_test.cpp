@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "eval/verdict.h"
+#include "flywheel/corpus.h"
+#include "schedule/config.h"
+#include "search/keep_rule.h"
 #include "search/loop.h"
 
 namespace megasched::search {
@@ -181,6 +184,100 @@ TEST(KeepRule, NearTieBeyondOneMarginOfTheRunsFastestIsRefused) {
   // fastest, and without a fastest (none kept yet) a near-tie is judged as before.
   EXPECT_TRUE(decide_keep(predicted(98.5), 2, predicted(100.0), 2, kMinGain, kSigmas, 90.0).keep);
   EXPECT_TRUE(decide_keep(predicted(100.9), 1, predicted(100.0), 2, kMinGain, kSigmas).keep);
+}
+
+/// Thirty samples around `median_us`, spread +-1% (one sigma ~0.8% of it: a 2-sigma margin of
+/// about 2.2% for two such timings).
+eval::Verdict spread(double median_us) {
+  std::vector<double> s;
+  for (int i = 0; i < 30; ++i) s.push_back(median_us * (0.99 + 0.02 * i / 29.0));
+  eval::Verdict v = measured(s);
+  v.latency_us = median_us;
+  return v;
+}
+
+/// A keep rule whose incumbent (the default config) ran `incumbent_us`, and a candidate config
+/// (one knob moved) with 5 knobs off the default against the incumbent's 2 (never a near-tie).
+struct ConfirmCase {
+  explicit ConfirmCase(int rounds) : rule(kMinGain, kSigmas, rounds) {
+    candidate.kernel.unroll = 4;
+  }
+  /// judge() with the timings `script` hands out in order (its configs are noted).
+  std::string judge(double candidate_us, std::vector<double> script, flywheel::CorpusRecord* r) {
+    r->complexity = 5;
+    size_t next = 0;
+    return rule.judge(candidate, spread(candidate_us), r,
+                      [&](const schedule::ScheduleConfig& c) -> std::optional<eval::Verdict> {
+                        timed.push_back(c == candidate ? "candidate" : "incumbent");
+                        if (next >= script.size()) return std::nullopt;
+                        return spread(script[next++]);
+                      });
+  }
+  KeepRule rule;
+  schedule::ScheduleConfig candidate;
+  std::vector<std::string> timed;
+};
+
+// Rule 3b (search/loop.h): a candidate 1.5% faster, inside the ~3% noise margin. Without confirm
+// rounds it is discarded after the one re-measurement the rule always makes of a kept-looking
+// candidate (none here: it does not look kept). With three rounds it is timed again back to back
+// with the incumbent, the order alternating, and kept when it wins every round by a median of at
+// least the 1% share; a round it loses ends the rounds and discards it; a gain under the share
+// never starts them.
+TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
+  {
+    ConfirmCase none(0);
+    none.rule.adopt({}, "inc", spread(100.0), 2);
+    flywheel::CorpusRecord r;
+    const std::string why = none.judge(98.5, {}, &r);
+    EXPECT_TRUE(contains(why, "within margin")) << why;
+    EXPECT_TRUE(none.timed.empty());
+    EXPECT_FALSE(r.keep.contains("confirm"));
+  }
+  {
+    ConfirmCase three(3);
+    three.rule.adopt({}, "inc", spread(100.0), 2);
+    flywheel::CorpusRecord r;
+    // Rounds: (incumbent, candidate), (candidate, incumbent), (incumbent, candidate).
+    const std::string why = three.judge(98.5, {100.4, 98.9, 99.0, 100.2, 100.1, 98.7}, &r);
+    EXPECT_EQ(three.timed, (std::vector<std::string>{"incumbent", "candidate", "candidate",
+                                                     "incumbent", "incumbent", "candidate"}));
+    EXPECT_TRUE(contains(why, "confirmed: faster in 3 of 3 back-to-back rounds")) << why;
+    ASSERT_TRUE(r.keep.contains("confirm")) << r.keep.dump();
+    EXPECT_TRUE(r.keep["confirm"]["confirmed"].get<bool>());
+    EXPECT_EQ(r.keep["confirm"]["rounds"].size(), 3u);
+    // Gains 1.5%, 1.49%, 1.20%, 1.40%: the median of the four, between the middle two.
+    EXPECT_NEAR(r.keep["confirm"]["median_gain_share"].get<double>(),
+                ((100.1 - 98.7) / 100.1 + (100.4 - 98.9) / 100.4) / 2, 1e-12);
+    EXPECT_EQ(three.rule.incumbent().latency(), 100.1);  // the last re-measurement
+  }
+  {
+    ConfirmCase lost(3);
+    lost.rule.adopt({}, "inc", spread(100.0), 2);
+    flywheel::CorpusRecord r;
+    const std::string why = lost.judge(98.5, {100.4, 98.9, 100.3, 100.2, 100.1, 98.7}, &r);
+    EXPECT_EQ(lost.timed.size(), 4u);  // the second round lost: no third
+    EXPECT_TRUE(contains(why,
+                         "not confirmed: round 2 timed the incumbent 100.200 us, the "
+                         "candidate 100.300 us"))
+        << why;
+    EXPECT_FALSE(r.keep["confirm"]["confirmed"].get<bool>());
+  }
+  {
+    ConfirmCase small(3);  // 0.6% faster: under the 1% share, no rounds
+    small.rule.adopt({}, "inc", spread(100.0), 2);
+    flywheel::CorpusRecord r;
+    const std::string why = small.judge(99.4, {100.0, 99.4, 99.4, 100.0, 100.0, 99.4}, &r);
+    EXPECT_TRUE(small.timed.empty()) << why;
+    EXPECT_FALSE(r.keep.contains("confirm"));
+  }
+  {
+    ConfirmCase thin(3);  // every round won, by a median of 0.6%: under the share
+    thin.rule.adopt({}, "inc", spread(100.0), 2);
+    flywheel::CorpusRecord r;
+    const std::string why = thin.judge(98.5, {100.0, 99.5, 99.5, 100.0, 100.0, 99.5}, &r);
+    EXPECT_TRUE(contains(why, "not confirmed: median gain 0.50% under the 1.00% share")) << why;
+  }
 }
 
 }  // namespace

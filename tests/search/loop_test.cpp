@@ -72,6 +72,42 @@ TEST_F(HarnessLoop, DiscardsMeasuredCandidateFasterOnlyWithinNoise) {
   EXPECT_EQ(ev.evaluations[ev.schedule_id(ScheduleConfig{})], 1);  // no re-measure for a loser
 }
 
+// --confirm (search/loop.h, rule 3b), through the loop: the candidate 3% faster inside the 5.66 us
+// margin of the test above is timed again with the incumbent, back to back, and kept after it won
+// both rounds; the loop's own record says so. The same candidate losing a round is discarded.
+TEST_F(HarnessLoop, ConfirmRoundsKeepAMeasuredGainInsideTheNoise) {
+  for (const bool wins : {true, false}) {
+    SCOPED_TRACE(wins ? "wins both rounds" : "loses the second round");
+    FakeEvaluator ev(&clock, "gpu");
+    const ScheduleConfig candidate = with({{"kernel.unroll", 4}});
+    ev.script(ScheduleConfig{}, ok_verdict(100.0, 2.0, "measured-gpu"));
+    int candidate_runs = 0;
+    ev.fallback = [&](const ScheduleConfig&) {
+      ++candidate_runs;  // the trial, then a round each
+      return ok_verdict(!wins && candidate_runs == 3 ? 100.5 : 97.0, 2.0, "measured-gpu");
+    };
+    options.confirm = 2;
+    options.results_path = (dir_ / (wins ? "won.tsv" : "lost.tsv")).string();
+    options.corpus_path = (dir_ / (wins ? "won.jsonl" : "lost.jsonl")).string();
+    ScriptedStrategy strategy({candidate});
+    LoopResult r = run(ev, strategy);
+    ASSERT_TRUE(r.ok) << r.error;
+    auto log = records();
+    ASSERT_EQ(log.size(), 2u);
+    EXPECT_EQ(log[1].status, wins ? "kept" : "discarded") << log[1].description;
+    EXPECT_EQ(candidate_runs, 3);
+    EXPECT_EQ(ev.evaluations[ev.schedule_id(ScheduleConfig{})], 3);  // trial 0, then a round each
+    ASSERT_TRUE(log[1].keep.contains("confirm")) << log[1].keep.dump();
+    EXPECT_EQ(log[1].keep["confirm"]["confirmed"].get<bool>(), wins);
+    EXPECT_NE(
+        log[1].description.find(wins ? "confirmed: faster in 2 of 2" : "not confirmed: round 2"),
+        std::string::npos)
+        << log[1].description;
+    EXPECT_EQ(r.summary["best"]["schedule_id"],
+              ev.schedule_id(wins ? candidate : ScheduleConfig{}));
+  }
+}
+
 TEST_F(HarnessLoop, KeepsMeasuredCandidateFasterBeyondNoiseAfterRemeasuringIncumbent) {
   FakeEvaluator ev(&clock, "gpu");
   const ScheduleConfig candidate = with({{"kernel.unroll", 4}});
