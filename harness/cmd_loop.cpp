@@ -61,9 +61,10 @@ void add_keep_rule_flags(CLI::App* cmd, search::LoopOptions* loop) {
       ->check(finite_number_in(0.0, 0.5))
       ->capture_default_str();
   cmd->add_option("--confirm", loop->confirm,
-                  "Keep rule: a measured candidate faster by --min-gain but inside the noise is "
-                  "timed again back to back with the incumbent this many rounds, and kept when "
-                  "it was faster in every round and by --min-gain in the median (0: never)")
+                  "Keep rule: a measured difference of --min-gain or more inside the noise is "
+                  "settled by timing both configs again back to back this many rounds: a faster "
+                  "candidate is kept, and a simpler slower one (a near-tie trade) refused, when "
+                  "the faster side won every round by --min-gain in the median (0: never)")
       ->check(integer_in(0, 10))
       ->capture_default_str();
 }

@@ -215,11 +215,13 @@ const json& loop_schema() {
                                     "by more than this share of it (at most 0.5) and by more "
                                     "than 2 sigma of the two timings' noise",
                                     loop.min_gain, 0)},
-       {"confirm", integer_property("Keep rule: a measured candidate faster by min_gain but "
-                                    "inside the noise is timed again back to back with the "
-                                    "incumbent this many rounds, and kept when it was faster in "
-                                    "every round and by min_gain in the median (0: never)",
-                                    loop.confirm, 0, 10)},
+       {"confirm",
+        integer_property("Keep rule: a measured difference of min_gain or more inside the "
+                         "noise is settled by timing both configs again back to back "
+                         "this many rounds: a faster candidate is kept, and a simpler "
+                         "slower one (a near-tie trade) refused, when the faster side "
+                         "won every round by min_gain in the median (0: never)",
+                         loop.confirm, 0, 10)},
        {"strategy",
         enum_property("Search strategy (the external proposer is the CLI's: through "
                       "MCP, propose and evaluate yourself)",

@@ -125,11 +125,16 @@ std::string KeepRule::judge(const schedule::ScheduleConfig& candidate, const eva
                {"gain_us", d.gain_us}};
     const bool measured = v.latency_kind == "measured-gpu";
     if (d.keep && measured) d = judge_again(v, *r, std::move(d), remeasure);
-    // Rule 3b: faster by the share, held back only by the noise (the reason is empty when the
-    // incumbent's re-measurement was abandoned).
-    if (!d.keep && measured && confirm_ > 0 && !d.reason.empty() && incumbent_.latency() &&
-        d.gain_us >= min_gain_ * *incumbent_.latency() && d.gain_us <= d.margin_us)
-      d = confirm(candidate, *r, std::move(d), remeasure);
+    // Rule 3b: a difference of at least the share that the noise left open, either way: a
+    // candidate faster but inside the margin, or a simpler one slower that rule 4 would trade
+    // for (the reason is empty when the incumbent's re-measurement was abandoned).
+    if (measured && confirm_ > 0 && !d.reason.empty() && incumbent_.latency()) {
+      const double share = min_gain_ * *incumbent_.latency();
+      const bool hidden_gain = !d.keep && d.gain_us >= share && d.gain_us <= d.margin_us;
+      const bool costly_trade = d.keep && -d.gain_us >= share && -d.gain_us <= d.margin_us;
+      if (hidden_gain || costly_trade)
+        d = confirm(candidate, *r, std::move(d), remeasure, hidden_gain);
+    }
     r->keep["reason"] = d.reason;
     status = d.keep ? flywheel::kStatusKept : flywheel::kStatusDiscarded;
     decision = d.reason;
@@ -162,10 +167,13 @@ KeepDecision KeepRule::judge_again(const eval::Verdict& v, flywheel::CorpusRecor
 }
 
 KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywheel::CorpusRecord& r,
-                               KeepDecision d, const Remeasure& remeasure) {
-  std::vector<double> shares = {d.gain_us / *incumbent_.latency()};
+                               KeepDecision d, const Remeasure& remeasure, bool candidate_faster) {
+  // The rounds test whether `faster` (the candidate, or the incumbent against a trade) is.
+  const double sign = candidate_faster ? 1.0 : -1.0;
+  const char* faster = candidate_faster ? "candidate" : "incumbent";
+  std::vector<double> shares = {d.gain_us / *incumbent_.latency()};  // incumbent - candidate
   json rounds = json::array();
-  std::string lost;  // why the confirmation failed, "" while it holds
+  std::string lost;  // why the rounds did not confirm `faster`, "" while they do
   for (int i = 0; i < confirm_ && lost.empty(); ++i) {
     // The order alternates (incumbent first in even rounds): a drift over the rounds favours
     // neither side.
@@ -184,26 +192,33 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
     incumbent_.verdict = *timed[0];
     rounds.push_back({{"incumbent_us", inc}, {"candidate_us", cand}});
     shares.push_back((inc - cand) / inc);
-    if (cand >= inc)
+    if (sign * (inc - cand) <= 0)
       lost = "round " + std::to_string(i + 1) + " timed the incumbent " + fmt("%.3f us", inc) +
              ", the candidate " + fmt("%.3f us", cand);
   }
-  std::vector<double> sorted = shares;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  std::vector<double> lead;  // the tested side's gains
+  for (double x : shares) lead.push_back(sign * x);
+  std::sort(lead.begin(), lead.end());
+  const size_t n = lead.size();
+  const double median = n % 2 ? lead[n / 2] : (lead[n / 2 - 1] + lead[n / 2]) / 2;
   if (lost.empty() && median < min_gain_)
     lost = "median gain " + fmt("%.2f%%", 100 * median) + " under the " +
            fmt("%.2f%%", 100 * min_gain_) + " share";
-  d.keep = lost.empty();
-  r.keep["confirm"] = {{"rounds", rounds},
+  const bool confirmed = lost.empty();
+  d.keep = candidate_faster == confirmed;
+  r.keep["confirm"] = {{"faster", faster},
+                       {"rounds", rounds},
                        {"gain_shares", shares},
                        {"median_gain_share", median},
-                       {"confirmed", d.keep}};
-  d.reason += d.keep ? "; confirmed: faster in " + std::to_string(confirm_) + " of " +
-                           std::to_string(confirm_) + " back-to-back rounds, median gain " +
-                           fmt("%.2f%%", 100 * median)
-                     : "; not confirmed: " + lost;
+                       {"confirmed", confirmed}};
+  const std::string won = "faster in " + std::to_string(confirm_) + " of " +
+                          std::to_string(confirm_) + " back-to-back rounds, median gain " +
+                          fmt("%.2f%%", 100 * median);
+  if (candidate_faster)
+    d.reason += confirmed ? "; confirmed: " + won : "; not confirmed: " + lost;
+  else
+    d.reason += confirmed ? "; the trade refused: the incumbent was " + won
+                          : "; the incumbent's lead not confirmed (" + lost + "): the trade stands";
   return d;
 }
 

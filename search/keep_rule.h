@@ -44,8 +44,9 @@ class KeepRule {
 
   /// The keep rule for the verdict `v` of `candidate`: sets the record's status and keep evidence
   /// and returns the decision in words. A measured candidate that would be kept is judged again
-  /// against the incumbent re-measured back to back; one faster by min_gain but inside the noise
-  /// goes through the confirm rounds (search/loop.h, rule 3b), which re-time both.
+  /// against the incumbent re-measured back to back; a difference of min_gain or more inside the
+  /// noise, either way, goes through the confirm rounds (search/loop.h, rule 3b), which re-time
+  /// both.
   std::string judge(const schedule::ScheduleConfig& candidate, const eval::Verdict& v,
                     flywheel::CorpusRecord* r, const Remeasure& remeasure);
 
@@ -72,9 +73,11 @@ class KeepRule {
   /// Back to back: time the incumbent again now and judge the candidate against that.
   KeepDecision judge_again(const eval::Verdict& v, flywheel::CorpusRecord& r, KeepDecision d,
                            const Remeasure& remeasure);
-  /// Rule 3b: confirm_ rounds of the candidate and the incumbent timed back to back.
+  /// Rule 3b: confirm_ rounds of the candidate and the incumbent timed back to back, testing
+  /// whether the candidate is faster (candidate_faster) or, against a near-tie trade, the
+  /// incumbent is.
   KeepDecision confirm(const schedule::ScheduleConfig& candidate, flywheel::CorpusRecord& r,
-                       KeepDecision d, const Remeasure& remeasure);
+                       KeepDecision d, const Remeasure& remeasure, bool candidate_faster);
 
   const double min_gain_, sigmas_;
   const int confirm_;

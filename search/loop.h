@@ -8,11 +8,13 @@
 //      prediction has sigma 0, so only the 1% applies);
 //   3. on measured latencies the incumbent is re-measured back to back first and the rule is
 //      applied again against that fresh time;
-//   3b. with confirm rounds (--confirm R), a measured candidate faster by at least min_gain x
-//      incumbent but inside the noise margin is timed again back to back with the incumbent R
-//      times (the order alternating round by round); it is kept when it was the faster of the two
-//      in every round and the median of its relative gains, the first timing's included, is at
-//      least min_gain (a sign test: equal configs pass R rounds with odds 2^-R at most);
+//   3b. with confirm rounds (--confirm R), a measured difference of at least min_gain x
+//      incumbent inside the noise margin is settled by timing both again back to back R times
+//      (the order alternating round by round): a candidate faster by it is kept when it was the
+//      faster of the two in every round and the median of its relative gains, the first timing's
+//      included, is at least min_gain; a simpler candidate slower by it, which rule 4 would trade
+//      for, is refused when the incumbent passes the same test (a sign test: equal configs pass R
+//      rounds with odds 2^-R at most);
 //   4. a near-tie (the difference within the margin either way) goes to the config with fewer
 //      knobs off the default, unless the candidate is slower than the fastest latency this run has
 //      kept by more than the margin (chained trades to simpler configs cannot carry the incumbent

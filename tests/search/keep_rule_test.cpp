@@ -196,15 +196,16 @@ eval::Verdict spread(double median_us) {
   return v;
 }
 
-/// A keep rule whose incumbent (the default config) ran `incumbent_us`, and a candidate config
-/// (one knob moved) with 5 knobs off the default against the incumbent's 2 (never a near-tie).
+/// A keep rule and a candidate config (one knob moved), by default with 5 knobs off the default
+/// against the incumbent's 2 (never a near-tie trade).
 struct ConfirmCase {
   explicit ConfirmCase(int rounds) : rule(kMinGain, kSigmas, rounds) {
     candidate.kernel.unroll = 4;
   }
   /// judge() with the timings `script` hands out in order (its configs are noted).
-  std::string judge(double candidate_us, std::vector<double> script, flywheel::CorpusRecord* r) {
-    r->complexity = 5;
+  std::string judge(double candidate_us, std::vector<double> script, flywheel::CorpusRecord* r,
+                    int complexity = 5) {
+    r->complexity = complexity;
     size_t next = 0;
     return rule.judge(candidate, spread(candidate_us), r,
                       [&](const schedule::ScheduleConfig& c) -> std::optional<eval::Verdict> {
@@ -277,6 +278,49 @@ TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
     flywheel::CorpusRecord r;
     const std::string why = thin.judge(98.5, {100.0, 99.5, 99.5, 100.0, 100.0, 99.5}, &r);
     EXPECT_TRUE(contains(why, "not confirmed: median gain 0.50% under the 1.00% share")) << why;
+  }
+}
+
+// Rule 3b against a trade (search/loop.h): a simpler candidate 1.5% slower, inside the noise, is
+// a near-tie rule 4 would trade the incumbent for. With confirm rounds the incumbent's lead is
+// tested as a candidate's gain would be: the trade is refused when the incumbent was faster in
+// every round by a median of at least the share, and stands when a round says otherwise.
+// (An H200, 2026-11-29: a loop kept a config with kernel.silu_stage copies after three rounds,
+// then traded it for the simpler config without them, 0.62% slower inside a 16.8 us margin.)
+TEST(KeepRule, ConfirmRoundsRefuseATradeThatGivesUpAConfirmedLead) {
+  {
+    ConfirmCase refused(3);
+    refused.rule.adopt({}, "inc", spread(100.0), 6);
+    flywheel::CorpusRecord r;
+    // The one re-measurement of a kept-looking candidate first (100.2), then three rounds.
+    const std::string why =
+        refused.judge(101.5, {100.2, 100.1, 101.4, 101.6, 100.3, 100.2, 101.2}, &r, 5);
+    EXPECT_EQ(refused.timed.size(), 7u);
+    EXPECT_EQ(r.status, "discarded") << why;
+    EXPECT_TRUE(contains(why, "near-tie")) << why;
+    EXPECT_TRUE(contains(why, "the trade refused: the incumbent was faster in 3 of 3")) << why;
+    EXPECT_EQ(r.keep["confirm"]["faster"], "incumbent");
+    EXPECT_TRUE(r.keep["confirm"]["confirmed"].get<bool>());
+  }
+  {
+    ConfirmCase stands(3);
+    stands.rule.adopt({}, "inc", spread(100.0), 6);
+    flywheel::CorpusRecord r;
+    const std::string why =
+        stands.judge(101.5, {100.2, 100.1, 101.4, 100.9, 101.0, 100.2, 101.2}, &r, 5);
+    EXPECT_EQ(stands.timed.size(), 5u);  // round 2 went the candidate's way: no third
+    EXPECT_EQ(r.status, "kept") << why;
+    EXPECT_TRUE(contains(why, "the incumbent's lead not confirmed (round 2")) << why;
+    EXPECT_FALSE(r.keep["confirm"]["confirmed"].get<bool>());
+  }
+  {
+    ConfirmCase cheap(3);  // 0.4% slower: under the share, the trade goes ahead untested
+    cheap.rule.adopt({}, "inc", spread(100.0), 6);
+    flywheel::CorpusRecord r;
+    const std::string why = cheap.judge(100.4, {100.0}, &r, 5);
+    EXPECT_EQ(cheap.timed.size(), 1u);  // the re-measurement only
+    EXPECT_EQ(r.status, "kept") << why;
+    EXPECT_FALSE(r.keep.contains("confirm"));
   }
 }
 
