@@ -604,7 +604,8 @@ const std::vector<McpTool>& mcp_tools() {
       {"loop", "Loop: search schedules over a bounded budget",
        "The keep/revert search of `megasched loop`: trial 0 (the default, warm_start's best or "
        "start), then the strategy proposes, every trial runs in a worker, the keep rule (correct "
-       "first, faster beyond max(1%, 2 sigma), near-ties to the simpler config) decides, and "
+       "first, faster beyond max(min_gain, 2 sigma), a difference inside the noise settled by "
+       "`confirm` back-to-back rounds, near-ties to the simpler config) decides, and "
        "every trial is logged to the server's results.tsv and corpus.jsonl. Progress: one "
        "notification per trial. Cancelling stops the trial in flight (it is not logged) and the "
        "loop; `resume` continues the run later. Gives the loop's summary JSON.",
