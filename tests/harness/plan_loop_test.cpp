@@ -222,6 +222,29 @@ TEST_F(PlanLoopCli, APlanPromotesIsStoredAndResolvesByPosition) {
                        "position"),
             std::string::npos)
       << r.out;
+  // A plan that keeps the incumbent's first bucket and changes the second: the first is timed
+  // once a round for both sides (shared, its speedup exactly 1), and the entry still fits
+  // registry_entry.schema.json.
+  schedule::ScheduleConfig fast_eight = *fast;
+  fast_eight.tiling.attn_kv_partitions = 8;
+  schedule::Plan second = plan;
+  second.buckets[1].config = fast_eight;
+  std::ofstream(dir_ / "second.json") << schedule::to_json(second).dump();
+  r = test::run_megasched(
+      "promote --model toy --device cpu --tokens 4 --rounds 2 --speedup 0.5 "
+      "--plan " +
+          (dir_ / "second.json").string() + flags,
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  doc = json::parse(r.out);
+  const json& shared = doc["benchmark"]["buckets"][0];
+  EXPECT_TRUE(shared.value("shared", false)) << shared.dump();
+  EXPECT_EQ(shared["candidate_median_us"], shared["incumbent_median_us"]);
+  EXPECT_FALSE(doc["benchmark"]["buckets"][1].contains("shared"));
+  std::ifstream schema_in(std::string(MS_SOURCE_DIR) + "/schemas/registry_entry.schema.json");
+  const json schema = json::parse(schema_in);
+  for (const auto& e : harness::check_against_schema(schema, doc["entry"]))
+    ADD_FAILURE() << "registry_entry.schema.json: " << harness::describe(e);
 }
 
 TEST_F(PlanLoopCli, PromoteTakesOneCandidate) {
