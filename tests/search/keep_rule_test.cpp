@@ -3,6 +3,7 @@
 // config; a slower or equally complex candidate never replacing the incumbent). The expected
 // margins are computed here from the rule as search/loop.h states it, not read back from the code.
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "eval/verdict.h"
 #include "flywheel/corpus.h"
+#include "harness/json_schema.h"
 #include "schedule/config.h"
 #include "search/keep_rule.h"
 #include "search/loop.h"
@@ -186,6 +188,14 @@ TEST(KeepRule, NearTieBeyondOneMarginOfTheRunsFastestIsRefused) {
   EXPECT_TRUE(decide_keep(predicted(100.9), 1, predicted(100.0), 2, kMinGain, kSigmas).keep);
 }
 
+/// The record's keep object against schemas/corpus_record.schema.json's "keep".
+void expect_keep_fits_the_schema(const nlohmann::json& keep) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/schemas/corpus_record.schema.json");
+  const nlohmann::json schema = nlohmann::json::parse(in)["properties"]["keep"];
+  for (const auto& e : harness::check_against_schema(schema, keep))
+    ADD_FAILURE() << "corpus_record.schema.json keep: " << harness::describe(e);
+}
+
 /// Thirty samples around `median_us`, spread +-1% (one sigma ~0.8% of it: a 2-sigma margin of
 /// about 2.2% for two such timings).
 eval::Verdict spread(double median_us) {
@@ -251,6 +261,7 @@ TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
     EXPECT_NEAR(r.keep["confirm"]["median_gain_share"].get<double>(),
                 ((100.1 - 98.7) / 100.1 + (100.4 - 98.9) / 100.4) / 2, 1e-12);
     EXPECT_EQ(three.rule.incumbent().latency(), 100.1);  // the last re-measurement
+    expect_keep_fits_the_schema(r.keep);
   }
   {
     ConfirmCase lost(3);
@@ -301,6 +312,7 @@ TEST(KeepRule, ConfirmRoundsRefuseATradeThatGivesUpAConfirmedLead) {
     EXPECT_TRUE(contains(why, "the trade refused: the incumbent was faster in 3 of 3")) << why;
     EXPECT_EQ(r.keep["confirm"]["faster"], "incumbent");
     EXPECT_TRUE(r.keep["confirm"]["confirmed"].get<bool>());
+    expect_keep_fits_the_schema(r.keep);
   }
   {
     ConfirmCase stands(3);
