@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "flywheel/report.h"
 #include "flywheel/results.h"
 #include "schedule/format.h"
 
@@ -198,9 +199,7 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
   }
   std::vector<double> lead;  // the tested side's gains
   for (double x : shares) lead.push_back(sign * x);
-  std::sort(lead.begin(), lead.end());
-  const size_t n = lead.size();
-  const double median = n % 2 ? lead[n / 2] : (lead[n / 2 - 1] + lead[n / 2]) / 2;
+  const double median = flywheel::median(lead);
   if (lost.empty() && median < min_gain_)
     lost = "median gain " + fmt("%.2f%%", 100 * median) + " under the " +
            fmt("%.2f%%", 100 * min_gain_) + " share";
