@@ -43,15 +43,28 @@ TEST(SearchMoves, NeighboursDifferInExactlyOneKnob) {
   for (const auto& c : n) EXPECT_EQ(changed_knobs(ScheduleConfig{}, c).size(), 1u);
 }
 
+/// The config of a file under dev/configs, or nullopt with *why.
+std::optional<ScheduleConfig> dev_config(const std::string& name, std::string* why) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/dev/configs/" + name);
+  if (!in) {
+    *why = "cannot read dev/configs/" + name;
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config_text(text.str(), why);
+}
+
 // A move that needs more staging room than a registers build's pages hold comes with the fewest
 // more pages that fit (one move, not two): from the H200's position-0 record as it ran before
 // kernel.silu_stage (two pages of 16 KiB, registers), copies arrives with four pages at llama-1b
-// (8 x ffn = 64 KiB), never fewer: the record's position-0 config since; every neighbour still
-// differs in one knob, or in that knob and smem.pages upward; the ring's pages are never moved so
-// (there they size the ring).
+// (8 x ffn = 64 KiB), never fewer: the record's position-0 config of 2026-11-29 [Q]
+// (dev/configs/search_h200_p0_pages4_silu_copies.json); every neighbour still differs in one
+// knob, or in that knob and smem.pages upward; the ring's pages are never moved so (there they
+// size the ring).
 TEST(SearchMoves, NeighboursBringThePagesAMoveNeeds) {
   std::string why;
-  auto record = named_config_at("best:llama-1b:h200", 0, &why);
+  auto record = dev_config("search_h200_p0_pages4_silu_copies.json", &why);
   ASSERT_TRUE(record.has_value()) << why;
   const ScheduleConfig now = *record;
   ASSERT_EQ(record->smem.pages, 4);
@@ -304,78 +317,69 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
     const auto fitted = parse_plan_text(text.str(), &why);
     ASSERT_TRUE(fitted) << path << ": " << why;
     EXPECT_EQ(to_json(*preset), to_json(*fitted)) << name;
-    EXPECT_EQ(preset->buckets.size(), std::string(gpu) == "h200" ? 7u : 3u) << name;
+    EXPECT_EQ(preset->buckets.size(), std::string(gpu) == "h200" ? 6u : 3u) << name;
   }
-}
-
-/// The config of a file under dev/configs, or nullopt with *why.
-std::optional<ScheduleConfig> dev_config(const std::string& name, std::string* why) {
-  std::ifstream in(std::string(MS_SOURCE_DIR) + "/dev/configs/" + name);
-  if (!in) {
-    *why = "cannot read dev/configs/" + name;
-    return std::nullopt;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_config_text(text.str(), why);
 }
 
 // The H200 record's first bucket is what a loop from the default config kept
 // (dev/configs/search_h200_p0_r4_attn_in_o.json), with what a loop from the record then kept
 // (kernel.stream_held 1 and LM-head tiles of 512 rows:
-// dev/configs/search_h200_p0_loop_held1_every2.json, the file the loop's best was saved as) and
-// down's input copied into shared memory in the four pages that takes
-// (dev/configs/search_h200_p0_pages4_silu_copies.json), on the positions `bench --fit-plan` gave
-// it: [0, 3), where its line is below the three-rows config's; from position 3 on, whose O tiles
-// read more keys each, the record's buckets before it. [21, 67) holds what `loop --plan` kept in
-// the bucket [3, 62) at its midpoint (four rows, one chunk held on every fourth block).
+// dev/configs/search_h200_p0_loop_held1_every2.json, the file the loop's best was saved as), down's
+// input copied into shared memory in the four pages that takes
+// (dev/configs/search_h200_p0_pages4_silu_copies.json), and what `loop --confirm 3` from the config
+// without the copies kept on top of them (two chunks held on every fourth block, five pages, one
+// LM-head tile a block: dev/configs/search_h200_p1_loop_confirm_held2_every4.json), on the positions
+// `bench --fit-plan` gave it: [0, 4), where its line is below the others'; from position 4 on, whose
+// O tiles read more keys each, what `loop --plan` kept in the bucket [3, 62) at its midpoint (four
+// rows, one chunk held on every fourth block), up to 65.
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   std::string why;
   const auto found = dev_config("search_h200_p0_loop_held1_every2.json", &why);
   ASSERT_TRUE(found) << why;
   const auto copies = dev_config("search_h200_p0_pages4_silu_copies.json", &why);
   ASSERT_TRUE(copies) << why;
+  const auto confirmed = dev_config("search_h200_p1_loop_confirm_held2_every4.json", &why);
+  ASSERT_TRUE(confirmed) << why;
   const auto p32 = dev_config("search_h200_p32_plansearch_r4_held1_every4.json", &why);
   ASSERT_TRUE(p32) << why;
   const auto at0 = named_config_at("best:llama-1b:h200", 0, &why);
-  const auto at2 = named_config_at("best:llama-1b:h200", 2, &why);
   const auto at3 = named_config_at("best:llama-1b:h200", 3, &why);
-  const auto at20 = named_config_at("best:llama-1b:h200", 20, &why);
-  const auto at21 = named_config_at("best:llama-1b:h200", 21, &why);
-  const auto at66 = named_config_at("best:llama-1b:h200", 66, &why);
-  const auto at382 = named_config_at("best:llama-1b:h200", 382, &why);
-  ASSERT_TRUE(at0 && at2 && at3 && at20 && at21 && at66 && at382) << why;
-  EXPECT_EQ(*at0, *copies);
-  EXPECT_EQ(*at2, *copies);
-  // The copies config is the loop's find with two knobs moved, nothing else.
+  const auto at4 = named_config_at("best:llama-1b:h200", 4, &why);
+  const auto at64 = named_config_at("best:llama-1b:h200", 64, &why);
+  const auto at65 = named_config_at("best:llama-1b:h200", 65, &why);
+  ASSERT_TRUE(at0 && at3 && at4 && at64 && at65) << why;
+  EXPECT_EQ(*at0, *confirmed);
+  EXPECT_EQ(*at3, *confirmed);
+  // The copies config is the loop's find with two knobs moved, nothing else; the confirmed find
+  // is the copies config with four more.
   ScheduleConfig moved = *found;
   moved.kernel.silu_stage = SiluStage::kCopies;
   moved.smem.pages = 4;
   EXPECT_EQ(moved, *copies);
+  moved.kernel.stream_held = 2;
+  moved.kernel.stream_held_every = 4;
+  moved.smem.pages = 5;
+  moved.tiling.lm_head_rows_per_task = 0;
+  EXPECT_EQ(moved, *confirmed);
   EXPECT_TRUE(at0->fusion.attention_into_o);
-  EXPECT_FALSE(at3->fusion.attention_into_o);
-  EXPECT_EQ(at0->kernel.stream_held, 1);
-  EXPECT_EQ(at0->kernel.stream_held_every, 2);
-  EXPECT_EQ(at3->kernel.stream_held, 0);
-  EXPECT_EQ(at3->kernel.rows_per_warp, 3);
-  EXPECT_EQ(*at20, *at3);
-  EXPECT_EQ(*at21, *p32);
-  EXPECT_EQ(*at66, *p32);
+  EXPECT_FALSE(at4->fusion.attention_into_o);
+  EXPECT_EQ(*at4, *p32);
+  EXPECT_EQ(*at64, *p32);
+  EXPECT_NE(*at65, *p32);
   EXPECT_EQ(p32->kernel.rows_per_warp, 4);
   EXPECT_EQ(p32->kernel.stream_held, 1);
   EXPECT_EQ(p32->kernel.stream_held_every, 4);
   EXPECT_FALSE(p32->fusion.attention_into_o);
-  EXPECT_EQ(at382->tiling.attn_kv_partitions, 8);
 }
 
 // The H200 record's long-context config is what a loop from the record kept at position 4096
 // (dev/configs/search_h200_p4096_loop_d3_held3_every2.json), on the bucket the lower envelope of
-// the measured lines gave it: from 1151 on. Before it, [67, 382) holds what a loop from the
+// the measured lines gave it: from 1112 on. Before it, [65, 370) holds what a loop from the
 // record kept at position 256 (dev/configs/search_h200_p256_loop_kv1.json: the same config with
-// the KV history in one partition), [700, 1151) the staged attention in 8 partitions at three
+// the KV history in one partition), [667, 1112) the staged attention in 8 partitions at three
 // rows a warp with one chunk held, what `loop --plan` kept in its bucket at the midpoint 660
 // (dev/configs/search_h200_p660_plansearch_r3_held1.json; its line lowest around position 512),
-// and [382, 700) the same in two pages, what a second `loop --plan` kept at 744
+// and [370, 667) the same in two pages, what a second `loop --plan` kept at 744
 // (dev/configs/search_h200_p744_plansearch_staged_pages2.json).
 TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFinds) {
   std::string why;
@@ -394,19 +398,19 @@ TEST(SearchMoves, TheH200RecordsLongContextBucketsAreTheLoopsFinds) {
       EXPECT_EQ(*at, c) << pos;
     }
   };
-  expect_at({1151, 4096, 8191}, *found);
-  expect_at({67, 256, 381}, *middle);
-  expect_at({382, 512, 699}, *staged2);
-  expect_at({700, 1024, 1150}, *staged);
-  for (int pos : {66, 381}) {
+  expect_at({1112, 4096, 8191}, *found);
+  expect_at({65, 256, 369}, *middle);
+  expect_at({370, 512, 666}, *staged2);
+  expect_at({667, 1024, 1111}, *staged);
+  for (int pos : {64, 369}) {
     const auto at = named_config_at("best:llama-1b:h200", pos, &why);
     ASSERT_TRUE(at) << why;
     EXPECT_NE(*at, *found) << pos;
     EXPECT_NE(*at, *staged) << pos;
   }
-  const auto at66 = named_config_at("best:llama-1b:h200", 66, &why);
-  ASSERT_TRUE(at66) << why;
-  EXPECT_NE(*at66, *middle);
+  const auto at64 = named_config_at("best:llama-1b:h200", 64, &why);
+  ASSERT_TRUE(at64) << why;
+  EXPECT_NE(*at64, *middle);
   EXPECT_EQ(found->kernel.stream_depth, 3);
   EXPECT_EQ(found->kernel.stream_held, 3);
   EXPECT_EQ(middle->tiling.attn_kv_partitions, 1);
