@@ -92,7 +92,8 @@
 #        stage "plansearch" searches a plan bucket by bucket: `loop --plan PLANSEARCH_PLAN`
 #        (default best:llama-1b:<this GPU>), each bucket a loop from its config at the bucket's
 #        midpoint, PLANSEARCH_MINUTES (default 6) split over the buckets, logs in PLANSEARCH_DIR
-#        (default workspace/plansearch), PLANSEARCH_FLAGS more loop flags (e.g. "--gpus all");
+#        (default workspace/plansearch), PLANSEARCH_KEEP the keep rule's flags (default
+#        "--min-gain 0.005 --confirm 3"), PLANSEARCH_FLAGS more loop flags (e.g. "--gpus all");
 #        its plan (PLANSEARCH_DIR/plan.json, OUT/plansearch_plan.json) benched beside
 #        PLANSEARCH_PLAN at each bucket's timed position into plansearch_bench.md, its report
 #        (trajectories, the plan over positions) into plansearch_report.{txt,html}; the word
@@ -737,8 +738,12 @@ if has_stage plansearch; then
   # buckets' winners (a plan stands for its buckets' configs), "plansearch" as PROMOTE_CONFIG
   # promotes the plan as it came. Then the plan is benched beside PLANSEARCH_PLAN at every
   # bucket's timed position (plansearch_bench.md). PLANSEARCH_FLAGS adds loop flags, e.g.
-  # "--gpus all" on a machine of several GPUs.
+  # "--gpus all" on a machine of several GPUs. PLANSEARCH_KEEP is the keep rule's flags, default
+  # "--min-gain 0.005 --confirm 3": a bucket's gains are under 1%, inside one 30-step timing's
+  # noise, and only back-to-back rounds keep them (BENCHMARKS.md [R]); set it empty for the
+  # loop's own defaults.
   PLANSEARCH_MINUTES=${PLANSEARCH_MINUTES:-6}
+  PLANSEARCH_KEEP=${PLANSEARCH_KEEP---min-gain 0.005 --confirm 3}
   PLANSEARCH_DIR=${PLANSEARCH_DIR:-$ROOT/workspace/plansearch}
   PLANSEARCH_PLAN=${PLANSEARCH_PLAN:-best:llama-1b:$(gpu_key)}
   if [ "$PLANSEARCH_PLAN" = "best:llama-1b:" ]; then
@@ -746,13 +751,13 @@ if has_stage plansearch; then
     status=1
   else
     mkdir -p "$PLANSEARCH_DIR"
-    log "plansearch: loop --model llama-1b --device gpu --plan $PLANSEARCH_PLAN --minutes $PLANSEARCH_MINUTES ${PLANSEARCH_FLAGS:-} in $PLANSEARCH_DIR"
+    log "plansearch: loop --model llama-1b --device gpu --plan $PLANSEARCH_PLAN --minutes $PLANSEARCH_MINUTES $PLANSEARCH_KEEP ${PLANSEARCH_FLAGS:-} in $PLANSEARCH_DIR"
     keep_copying "$PLANSEARCH_DIR/results.tsv" "$OUT/plansearch_results.tsv"
-    # shellcheck disable=SC2086  # PLANSEARCH_FLAGS is a list of flags
+    # shellcheck disable=SC2086  # PLANSEARCH_KEEP and PLANSEARCH_FLAGS are lists of flags
     MEGASCHED_KERNEL_CACHE="$PLANSEARCH_DIR/kernels" timeout 3600 "$BUILD/megasched" loop \
       --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes "$PLANSEARCH_MINUTES" \
       --plan "$PLANSEARCH_PLAN" --results "$PLANSEARCH_DIR/results.tsv" \
-      --corpus "$PLANSEARCH_DIR/corpus.jsonl" --runs-dir "$PLANSEARCH_DIR/runs" ${PLANSEARCH_FLAGS:-} \
+      --corpus "$PLANSEARCH_DIR/corpus.jsonl" --runs-dir "$PLANSEARCH_DIR/runs" $PLANSEARCH_KEEP ${PLANSEARCH_FLAGS:-} \
       > "$OUT/plansearch_summary.json" 2> "$OUT/plansearch_progress.log"
     ps_rc=$?
     stop_copying

@@ -446,7 +446,8 @@ TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
                        ps + "/results.tsv"),
             std::string::npos)
       << lines;
-  EXPECT_NE(lines.find("--gpus all"), std::string::npos) << lines;
+  // The keep rule's default for a plan search (PLANSEARCH_KEEP), then the caller's flags.
+  EXPECT_NE(lines.find("/runs --min-gain 0.005 --confirm 3 --gpus all"), std::string::npos) << lines;
   EXPECT_TRUE(std::filesystem::exists(dir / "ps" / "plan.json"));
   EXPECT_NE(lines.find("bench --model llama-1b --positions 2,201 --config " + out +
                        "/plansearch_plan.json --config best:llama-1b:h200 --baseline graph-pdl"),
