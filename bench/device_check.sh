@@ -89,6 +89,14 @@
 #        e.g. llama-8b with SEARCH_FLAGS="--start dev/configs/...json"); SEARCH_POSITION,
 #        default 0: the position the loop checks and times and the bench measures; SEARCH_BESIDE,
 #        space-separated configs, files or names, benched beside the best too, e.g. its start);
+#        stage "searchab" runs two searches of llama-1b side by side that differ only in their
+#        flags (SEARCHAB_FLAGS_A, default none; SEARCHAB_FLAGS_B, default "--min-gain 0.005
+#        --confirm 3"): A on GPU 0 and B on GPU 1 at once (one after the other on a machine of one
+#        GPU), each from the same start (SEARCHAB_START, default the default config) at
+#        SEARCHAB_POSITION (default 0) for SEARCHAB_MINUTES (default 4.5) with its own empty logs
+#        and kernel cache under SEARCHAB_DIR (default workspace/searchab); then both bests benched
+#        on GPU 0 beside best:llama-1b:<GPU> in one process into searchab_bench.md, and each
+#        loop's results.tsv and summary into searchab_{a,b}_results.tsv, searchab_{a,b}.json;
 #        stage "plansearch" searches a plan bucket by bucket: `loop --plan PLANSEARCH_PLAN`
 #        (default best:llama-1b:<this GPU>), each bucket a loop from its config at the bucket's
 #        midpoint, PLANSEARCH_MINUTES (default 6) split over the buckets, logs in PLANSEARCH_DIR
@@ -724,6 +732,67 @@ if has_stage search; then
   fi
   "$BUILD/megasched" report --results "$SEARCH_DIR/results.tsv" --html "$OUT/search_report.html" \
     > "$OUT/search_report.txt" 2>> "$LOG" || log "search: report FAILED"
+fi
+
+if has_stage searchab; then
+  # Two searches that differ only in their flags, side by side: the keep rule's or a strategy's
+  # A/B on a GPU (BENCHMARKS.md, "The search of record"). Each loop gets its own GPU (its own
+  # machine's worth of noise and speed; the bench that decides runs both bests on GPU 0 in one
+  # process), its own logs and its own kernel cache, so both start cold.
+  SEARCHAB_MINUTES=${SEARCHAB_MINUTES:-4.5}
+  SEARCHAB_DIR=${SEARCHAB_DIR:-$ROOT/workspace/searchab}
+  SEARCHAB_POSITION=${SEARCHAB_POSITION:-0}
+  SEARCHAB_FLAGS_B=${SEARCHAB_FLAGS_B---min-gain 0.005 --confirm 3}
+  ab_gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+  ab_pos=()
+  [ "$SEARCHAB_POSITION" != 0 ] && ab_pos=(--timed-position "$SEARCHAB_POSITION" --positions "$SEARCHAB_POSITION")
+  ab_start=()
+  [ -n "${SEARCHAB_START:-}" ] && ab_start=(--start "$SEARCHAB_START")
+  rm -rf "$SEARCHAB_DIR"
+  mkdir -p "$SEARCHAB_DIR/a" "$SEARCHAB_DIR/b"
+  ab_search() {  # SIDE GPU FLAGS...: one loop, in the background when there are two GPUs
+    local side=$1 gpu=$2
+    shift 2
+    log "searchab: $side on GPU $gpu: loop --minutes $SEARCHAB_MINUTES ${ab_start[*]} ${ab_pos[*]} $*"
+    CUDA_VISIBLE_DEVICES=$gpu MEGASCHED_KERNEL_CACHE="$SEARCHAB_DIR/$side/kernels" timeout 3600 \
+      "$BUILD/megasched" loop --model llama-1b --gpu auto --device gpu --budget 1000000 \
+      --minutes "$SEARCHAB_MINUTES" --results "$SEARCHAB_DIR/$side/results.tsv" \
+      --corpus "$SEARCHAB_DIR/$side/corpus.jsonl" "${ab_start[@]}" "${ab_pos[@]}" "$@" \
+      > "$OUT/searchab_$side.json" 2> "$SEARCHAB_DIR/$side/progress.log"
+  }
+  keep_copying "$SEARCHAB_DIR/a/results.tsv" "$OUT/searchab_a_results.tsv"
+  keep_copying "$SEARCHAB_DIR/b/results.tsv" "$OUT/searchab_b_results.tsv"
+  # shellcheck disable=SC2086  # the flags are lists of flags
+  if [ "$ab_gpus" -ge 2 ]; then
+    ab_search a 0 ${SEARCHAB_FLAGS_A:-} & ab_a=$!
+    ab_search b 1 $SEARCHAB_FLAGS_B & ab_b=$!
+    wait "$ab_a"; ab_rc_a=$?
+    wait "$ab_b"; ab_rc_b=$?
+  else
+    log "searchab: one GPU: A, then B"
+    ab_search a 0 ${SEARCHAB_FLAGS_A:-}; ab_rc_a=$?
+    ab_search b 0 $SEARCHAB_FLAGS_B; ab_rc_b=$?
+  fi
+  stop_copying
+  ab_args=()
+  for side in a b; do
+    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); json.dump(d["best"]["config"], open(sys.argv[2], "w"), indent=1)' \
+         "$OUT/searchab_$side.json" "$OUT/searchab_${side}_best.json" 2>> "$LOG"; then
+      log "searchab: $side: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("trials"), "trials, best", d["best"].get("latency_us"), "us")' "$OUT/searchab_$side.json" 2>/dev/null)"
+      ab_args+=(--config "$OUT/searchab_${side}_best.json")
+    else
+      ab_rc=$ab_rc_a
+      [ "$side" = b ] && ab_rc=$ab_rc_b
+      log "searchab: $side: no best config in its summary (loop exit $ab_rc; $SEARCHAB_DIR/$side/progress.log says why)"
+      status=1
+    fi
+  done
+  ab_key=$(gpu_key)
+  [ -n "$ab_key" ] && ab_args+=(--config "best:llama-1b:$ab_key")
+  if [ ${#ab_args[@]} -gt 0 ]; then
+    CUDA_VISIBLE_DEVICES=0 bench_beside searchab_bench llama-1b "$SEARCHAB_POSITION" \
+      "searchab: the bench of both bests" "${ab_args[@]}"
+  fi
 fi
 
 if has_stage plansearch; then

@@ -447,7 +447,8 @@ TEST(DeviceCheckScript, PlansearchSearchesTheRecordsBucketsAndHandsItsPlanOn) {
             std::string::npos)
       << lines;
   // The keep rule's default for a plan search (PLANSEARCH_KEEP), then the caller's flags.
-  EXPECT_NE(lines.find("/runs --min-gain 0.005 --confirm 3 --gpus all"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("/runs --min-gain 0.005 --confirm 3 --gpus all"), std::string::npos)
+      << lines;
   EXPECT_TRUE(std::filesystem::exists(dir / "ps" / "plan.json"));
   EXPECT_NE(lines.find("bench --model llama-1b --positions 2,201 --config " + out +
                        "/plansearch_plan.json --config best:llama-1b:h200 --baseline graph-pdl"),
@@ -510,6 +511,73 @@ TEST(DeviceCheckScript, TheSearchStageSearchesAndBenchesSearchModel) {
                        "/search_best.json --config best:llama-1b:h200 --baseline graph-pdl"),
             std::string::npos)
       << lines;
+  std::filesystem::remove_all(dir);
+}
+
+// Stage "searchab": two loops that differ only in their flags (A none, B the confirm rounds by
+// default), each with its own logs, on GPU 0 and GPU 1 at once; then both bests benched beside the
+// record on GPU 0. On a machine of one GPU both run on GPU 0, one after the other. A loop that
+// leaves no best fails the stage.
+TEST(DeviceCheckScript, TheSearchAbStageRunsTwoLoopsSideBySideAndBenchesBothBests) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "dc_searchab";
+  // Each call also logs one line "gpu=<CUDA_VISIBLE_DEVICES> <its arguments>" (the two loops run
+  // at once, so a line of its own per call).
+  const std::string body =
+      "echo \"gpu=$CUDA_VISIBLE_DEVICES $*\" >> " + shell_quote((dir / "calls").string()) +
+      "\nif [ \"$1\" = loop ]; then echo '{\"trials\": 3, \"best\": {\"latency_us\": 900, "
+      "\"config\": {}}}'; else echo '| table |'; fi\n";
+  const std::string calls = write_stand_ins(dir, body);
+  const std::string out = (dir / "out").string();
+  const std::string ab = (dir / "ab").string();
+  const std::string env =
+      "SEARCHAB_DIR=" + shell_quote(ab) + " STAGES=searchab SEARCHAB_MINUTES=0.01";
+  const auto gpus = [&](int n) {
+    std::ofstream smi(dir / "bin" / "nvidia-smi");
+    smi << "#!/bin/bash\n";
+    for (int i = 0; i < n; ++i) smi << "echo 'NVIDIA H200'\n";
+  };
+  const std::string loop =
+      "loop --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes 0.01 --results ";
+  gpus(2);
+  ASSERT_EQ(std::system(device_check_on_stand_ins(dir, env, out).c_str()), 0)
+      << slurp(dir / "out" / "check.log");
+  std::string lines = slurp(calls);
+  EXPECT_NE(
+      lines.find("gpu=0 " + loop + ab + "/a/results.tsv --corpus " + ab + "/a/corpus.jsonl\n"),
+      std::string::npos)
+      << lines;
+  EXPECT_NE(lines.find("gpu=1 " + loop + ab + "/b/results.tsv --corpus " + ab +
+                       "/b/corpus.jsonl --min-gain 0.005 --confirm 3\n"),
+            std::string::npos)
+      << lines;
+  EXPECT_NE(lines.find("gpu=0 bench --model llama-1b --positions 0 --config " + out +
+                       "/searchab_a_best.json --config " + out +
+                       "/searchab_b_best.json --config best:llama-1b:h200 --baseline graph-pdl"),
+            std::string::npos)
+      << lines;
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "searchab_b_best.json"));
+  // One GPU: both loops on GPU 0, A then B, with the flags given.
+  std::filesystem::remove(calls);
+  gpus(1);
+  ASSERT_EQ(
+      std::system(device_check_on_stand_ins(
+                      dir, env + " SEARCHAB_FLAGS_A='--strategy elite' SEARCHAB_FLAGS_B=''", out)
+                      .c_str()),
+      0);
+  lines = slurp(calls);
+  const size_t a1 = lines.find("gpu=0 " + loop + ab + "/a/results.tsv --corpus " + ab +
+                               "/a/corpus.jsonl --strategy elite\n");
+  const size_t b1 =
+      lines.find("gpu=0 " + loop + ab + "/b/results.tsv --corpus " + ab + "/b/corpus.jsonl\n");
+  EXPECT_NE(a1, std::string::npos) << lines;
+  EXPECT_NE(b1, std::string::npos) << lines;
+  EXPECT_LT(a1, b1) << lines;
+  EXPECT_EQ(lines.find("--confirm"), std::string::npos) << lines;
+  // A loop with no best fails the stage.
+  write_stand_ins(dir, "if [ \"$1\" = loop ]; then exit 1; else echo '| table |'; fi\n");
+  EXPECT_NE(std::system(device_check_on_stand_ins(dir, env, out).c_str()), 0);
+  EXPECT_NE(slurp(dir / "out" / "check.log").find("searchab: a: no best config"),
+            std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
