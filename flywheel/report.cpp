@@ -45,6 +45,34 @@ json faster_not_kept(const ResultRow& row) {
       {"latency_us", *row.latency_us},  {"status", row.status}, {"description", row.description}};
 }
 
+// The keep rule's confirm rounds (loop --confirm, the record's keep.confirm) of a group's trials:
+// how many were settled by rounds, how each ended, and what the rounds cost in timings.
+json confirm_rounds(const std::vector<const CorpusRecord*>& records) {
+  json trials = json::array();
+  int kept = 0, refused = 0, unconfirmed = 0, timings = 0;
+  for (const CorpusRecord* r : records) {
+    const auto it = r->keep.find("confirm");
+    if (it == r->keep.end() || !it->is_object()) continue;
+    const json& c = *it;
+    const bool candidate = c.value("faster", "") == "candidate";
+    const bool confirmed = c.value("confirmed", false);
+    if (!confirmed)
+      ++unconfirmed;
+    else if (candidate)
+      ++kept;
+    else
+      ++refused;
+    timings += 2 * static_cast<int>(c.value("rounds", json::array()).size());
+    trials.push_back({{"run_id", r->run_id},
+                      {"trial", r->trial},
+                      {"faster", c.value("faster", "")},
+                      {"confirmed", confirmed},
+                      {"median_gain_share", c.value("median_gain_share", json(nullptr))}});
+  }
+  return {{"settled", trials.size()},     {"kept", kept},       {"trades_refused", refused},
+          {"not_confirmed", unconfirmed}, {"timings", timings}, {"trials", trials}};
+}
+
 }  // namespace
 
 double median(std::vector<double> values) {
@@ -173,6 +201,7 @@ json build_report(const std::vector<ResultRow>& rows, const std::vector<CorpusRe
       bottlenecks[c] = bottlenecks.value(c, 0) + 1;
     }
     group["bottleneck_counts"] = bottlenecks;
+    group["confirm_rounds"] = confirm_rounds(g.records);
     out["groups"].push_back(group);
   }
   return out;

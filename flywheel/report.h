@@ -28,7 +28,14 @@ namespace megasched::flywheel {
 ///                "best_so_far": [{"index", "run_id", "trial", "status", "latency_us", "best_us"}],
 ///                "knob_effects": [{"knob", "values": [{"value", "count", "with_latency",
 ///                                                      "median_us"}]}],
-///                "bottleneck_counts": {"memory", "latency-sync", "compute", "launch", "none"}}]}
+///                "bottleneck_counts": {"memory", "latency-sync", "compute", "launch", "none"},
+///                "confirm_rounds": {"settled", "kept", "trades_refused", "not_confirmed",
+///                                   "timings", "trials": [{"run_id", "trial", "faster",
+///                                                          "confirmed", "median_gain_share"}]}}]}
+///   confirm_rounds: the trials the keep rule settled by back-to-back rounds (loop --confirm):
+///   kept (a faster candidate confirmed), trades_refused (a simpler slower candidate refused, the
+///   incumbent's lead confirmed), not_confirmed (a round lost: the margin's verdict stood), and
+///   the timings the rounds took (two a round).
 /// Rows are grouped in order of first appearance; best_so_far follows file order.
 nlohmann::json build_report(const std::vector<ResultRow>& rows,
                             const std::vector<CorpusRecord>& records);

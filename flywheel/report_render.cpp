@@ -180,6 +180,25 @@ std::string bar_svg(double fraction, const std::string& color) {
          "\"/></svg>";
 }
 
+// One line of a group's confirm_rounds (flywheel/report.h): "4 trials settled: 4 kept, 0 trades
+// refused, 0 not confirmed (24 timings); kept: trial 104 (0.98%), ...".
+std::string confirm_summary(const json& c) {
+  std::string line = std::to_string(c["settled"].get<int>()) +
+                     " trials settled: " + std::to_string(c["kept"].get<int>()) + " kept, " +
+                     std::to_string(c["trades_refused"].get<int>()) + " trades refused, " +
+                     std::to_string(c["not_confirmed"].get<int>()) + " not confirmed (" +
+                     std::to_string(c["timings"].get<int>()) + " timings)";
+  std::string kept;
+  for (const json& t : c["trials"]) {
+    if (!t["confirmed"].get<bool>() || t["faster"] != "candidate") continue;
+    kept += (kept.empty() ? "" : ", ") + ("trial " + std::to_string(t["trial"].get<int>())) +
+            (t["median_gain_share"].is_number()
+                 ? fmt(" (%.2f%%)", 100.0 * t["median_gain_share"].get<double>())
+                 : std::string());
+  }
+  return kept.empty() ? line : line + "; kept: " + kept;
+}
+
 }  // namespace
 
 std::string report_text(const json& report) {
@@ -208,6 +227,8 @@ std::string report_text(const json& report) {
         t << " " << name << "=" << count.get<int>();
       t << "\n";
     }
+    if (g.contains("confirm_rounds") && g["confirm_rounds"]["settled"].get<int>() > 0)
+      t << "confirm rounds: " << confirm_summary(g["confirm_rounds"]) << "\n";
     const json& best = g["best"];
     if (best.is_null()) {
       t << "best: none (no correct trial with a latency)\n";
@@ -302,6 +323,9 @@ std::string report_html(const json& report) {
           << (v.value("argmax_match", false) ? "matches" : "differs") << ", tasks "
           << v.value("tasks", 0) << "</td></tr>";
     }
+    if (g.contains("confirm_rounds") && g["confirm_rounds"]["settled"].get<int>() > 0)
+      h << "<tr><th>confirm rounds</th><td>" << html_escape(confirm_summary(g["confirm_rounds"]))
+        << "</td></tr>";
     h << "</table>\n";
     h << "<h3>Best so far versus trial</h3>\n<div class=\"legend\">";
     for (const std::string& s : status_vocabulary())

@@ -174,6 +174,53 @@ TEST_F(Report, TextAndHtmlCarryTheFigures) {
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external fetches
 }
 
+// The keep rule's confirm rounds (the records' keep.confirm): counted by outcome, their timings
+// (two a round) summed, the kept trials named in the text and the HTML; no line where no trial was
+// settled by rounds.
+TEST_F(Report, ConfirmRoundsAreCountedByOutcome) {
+  const auto rounds = [](int n) {
+    nlohmann::json r = nlohmann::json::array();
+    for (int i = 0; i < n; ++i) r.push_back({{"candidate_us", 79.0}, {"incumbent_us", 80.0}});
+    return r;
+  };
+  std::vector<CorpusRecord> records = records_;
+  records[1].trial = 1;
+  records[1].keep["confirm"] = {{"faster", "candidate"},
+                                {"rounds", rounds(3)},
+                                {"gain_shares", {0.01}},
+                                {"median_gain_share", 0.0075},
+                                {"confirmed", true}};
+  records[2].trial = 2;
+  records[2].keep["confirm"] = {{"faster", "incumbent"},
+                                {"rounds", rounds(3)},
+                                {"gain_shares", {0.01}},
+                                {"median_gain_share", 0.006},
+                                {"confirmed", true}};
+  records[4].trial = 4;
+  records[4].keep["confirm"] = {{"faster", "candidate"},
+                                {"rounds", rounds(1)},
+                                {"gain_shares", {0.01}},
+                                {"median_gain_share", 0.002},
+                                {"confirmed", false}};
+  const nlohmann::json report = build_report(rows_, records);
+  const auto& c = report["groups"][0]["confirm_rounds"];
+  EXPECT_EQ(c["settled"], 3);
+  EXPECT_EQ(c["kept"], 1);
+  EXPECT_EQ(c["trades_refused"], 1);
+  EXPECT_EQ(c["not_confirmed"], 1);
+  EXPECT_EQ(c["timings"], 14);
+  ASSERT_EQ(c["trials"].size(), 3u);
+  EXPECT_EQ(c["trials"][0]["trial"], 1);
+  EXPECT_EQ(c["trials"][0]["faster"], "candidate");
+  const std::string line =
+      "confirm rounds: 3 trials settled: 1 kept, 1 trades refused, 1 not confirmed (14 "
+      "timings); kept: trial 1 (0.75%)";
+  EXPECT_NE(report_text(report).find(line), std::string::npos) << report_text(report);
+  EXPECT_NE(report_html(report).find("3 trials settled: 1 kept"), std::string::npos);
+  EXPECT_EQ(report_["groups"][0]["confirm_rounds"]["settled"], 0);
+  EXPECT_EQ(report_text(report_).find("confirm rounds"), std::string::npos);
+}
+
 TEST(ReportMedian, EvenCountAveragesTheMiddleTwo) {
   EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
   EXPECT_DOUBLE_EQ(median({5}), 5.0);
