@@ -178,30 +178,23 @@ TEST_F(Report, TextAndHtmlCarryTheFigures) {
 // (two a round) summed, the kept trials named in the text and the HTML; no line where no trial was
 // settled by rounds.
 TEST_F(Report, ConfirmRoundsAreCountedByOutcome) {
-  const auto rounds = [](int n) {
+  // A record's keep.confirm: which side was faster, `rounds` rounds, whether it was confirmed.
+  const auto confirm = [](const char* faster, int rounds, double median, bool confirmed) {
     nlohmann::json r = nlohmann::json::array();
-    for (int i = 0; i < n; ++i) r.push_back({{"candidate_us", 79.0}, {"incumbent_us", 80.0}});
-    return r;
+    for (int i = 0; i < rounds; ++i) r.push_back({{"candidate_us", 79.0}, {"incumbent_us", 80.0}});
+    return nlohmann::json{{"faster", faster},
+                          {"rounds", r},
+                          {"gain_shares", {0.01}},
+                          {"median_gain_share", median},
+                          {"confirmed", confirmed}};
   };
   std::vector<CorpusRecord> records = records_;
   records[1].trial = 1;
-  records[1].keep["confirm"] = {{"faster", "candidate"},
-                                {"rounds", rounds(3)},
-                                {"gain_shares", {0.01}},
-                                {"median_gain_share", 0.0075},
-                                {"confirmed", true}};
+  records[1].keep["confirm"] = confirm("candidate", 3, 0.0075, true);
   records[2].trial = 2;
-  records[2].keep["confirm"] = {{"faster", "incumbent"},
-                                {"rounds", rounds(3)},
-                                {"gain_shares", {0.01}},
-                                {"median_gain_share", 0.006},
-                                {"confirmed", true}};
+  records[2].keep["confirm"] = confirm("incumbent", 3, 0.006, true);
   records[4].trial = 4;
-  records[4].keep["confirm"] = {{"faster", "candidate"},
-                                {"rounds", rounds(1)},
-                                {"gain_shares", {0.01}},
-                                {"median_gain_share", 0.002},
-                                {"confirmed", false}};
+  records[4].keep["confirm"] = confirm("candidate", 1, 0.002, false);
   const nlohmann::json report = build_report(rows_, records);
   const auto& c = report["groups"][0]["confirm_rounds"];
   EXPECT_EQ(c["settled"], 3);
