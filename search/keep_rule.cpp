@@ -183,6 +183,7 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
       const int side = (i % 2 == 0) ? k : 1 - k;
       timed[side] = remeasure(side ? candidate : incumbent_.config);
       if (!timed[side]) return {};  // abandoned: the caller checks why
+      ++tally_.timings;
     }
     if (!has_latency(*timed[0]) || !has_latency(*timed[1])) {
       lost = "round " + std::to_string(i + 1) + " did not time both (" + timed[0]->status + ", " +
@@ -205,6 +206,8 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
            fmt("%.2f%%", 100 * min_gain_) + " share";
   const bool confirmed = lost.empty();
   d.keep = candidate_faster == confirmed;
+  ++tally_.settled;
+  ++(!confirmed ? tally_.not_confirmed : candidate_faster ? tally_.kept : tally_.trades_refused);
   r.keep["confirm"] = {{"faster", faster},
                        {"rounds", rounds},
                        {"gain_shares", shares},
@@ -219,6 +222,16 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
     d.reason += confirmed ? "; the trade refused: the incumbent was " + won
                           : "; the incumbent's lead not confirmed (" + lost + "): the trade stands";
   return d;
+}
+
+json KeepRule::confirm_summary() const {
+  if (confirm_ == 0) return nullptr;
+  return {{"rounds", confirm_},
+          {"settled", tally_.settled},
+          {"kept", tally_.kept},
+          {"trades_refused", tally_.trades_refused},
+          {"not_confirmed", tally_.not_confirmed},
+          {"timings", tally_.timings}};
 }
 
 void KeepRule::adopt(const schedule::ScheduleConfig& config, const std::string& id,

@@ -68,6 +68,10 @@ class KeepRule {
   nlohmann::json best_summary() const;
   /// The summary's "other_device_types": their incumbents.
   nlohmann::json others_summary() const;
+  /// The summary's "confirm": this invocation's trials settled by rule 3b's rounds, by outcome
+  /// {"rounds", "settled", "kept", "trades_refused", "not_confirmed", "timings"} (null without
+  /// --confirm).
+  nlohmann::json confirm_summary() const;
 
  private:
   /// Back to back: time the incumbent again now and judge the candidate against that.
@@ -81,6 +85,9 @@ class KeepRule {
 
   const double min_gain_, sigmas_;
   const int confirm_;
+  struct ConfirmTally {
+    int settled = 0, kept = 0, trades_refused = 0, not_confirmed = 0, timings = 0;
+  } tally_;
   Incumbent incumbent_;
   std::optional<double> default_us_;
   std::map<std::string, Incumbent> others_;  // device types other than the primary

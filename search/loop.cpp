@@ -216,6 +216,7 @@ class LoopRun : public TrialSink {
         {"keep_rate", trials > 0 ? json(static_cast<double>(kept) / trials) : json(nullptr)},
         {"default_us", keep_.default_us() ? json(*keep_.default_us()) : json(nullptr)},
         {"best", keep_.best_summary()},
+        {"confirm", keep_.confirm_summary()},
         {"elapsed_s", ctx_.clock.now_s() - ctx_.start_s},
         {"problems", ctx_.problems}};
     logs_.add_to_summary(out);

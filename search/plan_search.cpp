@@ -79,7 +79,7 @@ json bucket_entry(const BucketSearch& s, const json& loop, bool searched) {
   if (!searched) return entry;
   entry["seed"] = loop.value("seed", json(nullptr));
   for (const char* key : {"run_id", "trials", "trials_this_invocation", "evaluations",
-                          "skipped_known", "stop_reason", "default_us"})
+                          "skipped_known", "stop_reason", "default_us", "confirm"})
     entry[key] = loop.value(key, json(nullptr));
   const json best = loop.value("best", json(nullptr));
   entry["best"] = best.is_object() ? json{{"schedule_id", best.value("schedule_id", "")},

@@ -244,6 +244,7 @@ TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
     EXPECT_TRUE(contains(why, "within margin")) << why;
     EXPECT_TRUE(none.timed.empty());
     EXPECT_FALSE(r.keep.contains("confirm"));
+    EXPECT_TRUE(none.rule.confirm_summary().is_null());  // no --confirm: no tally
   }
   {
     ConfirmCase three(3);
@@ -262,6 +263,12 @@ TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
                 ((100.1 - 98.7) / 100.1 + (100.4 - 98.9) / 100.4) / 2, 1e-12);
     EXPECT_EQ(three.rule.incumbent().latency(), 100.1);  // the last re-measurement
     expect_keep_fits_the_schema(r.keep);
+    EXPECT_EQ(three.rule.confirm_summary(), (nlohmann::json{{"rounds", 3},
+                                                            {"settled", 1},
+                                                            {"kept", 1},
+                                                            {"trades_refused", 0},
+                                                            {"not_confirmed", 0},
+                                                            {"timings", 6}}));
   }
   {
     ConfirmCase lost(3);
@@ -274,6 +281,8 @@ TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
                          "candidate 100.300 us"))
         << why;
     EXPECT_FALSE(r.keep["confirm"]["confirmed"].get<bool>());
+    EXPECT_EQ(lost.rule.confirm_summary()["not_confirmed"], 1);
+    EXPECT_EQ(lost.rule.confirm_summary()["timings"], 4);
   }
   {
     ConfirmCase small(3);  // 0.6% faster: under the 1% share, no rounds
@@ -282,6 +291,7 @@ TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
     const std::string why = small.judge(99.4, {100.0, 99.4, 99.4, 100.0, 100.0, 99.4}, &r);
     EXPECT_TRUE(small.timed.empty()) << why;
     EXPECT_FALSE(r.keep.contains("confirm"));
+    EXPECT_EQ(small.rule.confirm_summary()["settled"], 0);
   }
   {
     ConfirmCase thin(3);  // every round won, by a median of 0.6%: under the share
@@ -313,6 +323,13 @@ TEST(KeepRule, ConfirmRoundsRefuseATradeThatGivesUpAConfirmedLead) {
     EXPECT_EQ(r.keep["confirm"]["faster"], "incumbent");
     EXPECT_TRUE(r.keep["confirm"]["confirmed"].get<bool>());
     expect_keep_fits_the_schema(r.keep);
+    // The re-measurement is rule 3's, not a round's: six timings.
+    EXPECT_EQ(refused.rule.confirm_summary(), (nlohmann::json{{"rounds", 3},
+                                                              {"settled", 1},
+                                                              {"kept", 0},
+                                                              {"trades_refused", 1},
+                                                              {"not_confirmed", 0},
+                                                              {"timings", 6}}));
   }
   {
     ConfirmCase stands(3);

@@ -105,6 +105,10 @@ TEST_F(HarnessLoop, ConfirmRoundsKeepAMeasuredGainInsideTheNoise) {
         << log[1].description;
     EXPECT_EQ(r.summary["best"]["schedule_id"],
               ev.schedule_id(wins ? candidate : ScheduleConfig{}));
+    // The summary's tally of the rounds: one trial settled, two rounds of two timings.
+    EXPECT_EQ(r.summary["confirm"]["settled"], 1) << r.summary.dump();
+    EXPECT_EQ(r.summary["confirm"][wins ? "kept" : "not_confirmed"], 1);
+    EXPECT_EQ(r.summary["confirm"]["timings"], 4);
   }
 }
 
@@ -123,6 +127,7 @@ TEST_F(HarnessLoop, KeepsMeasuredCandidateFasterBeyondNoiseAfterRemeasuringIncum
   EXPECT_EQ(r.summary["best"]["schedule_id"], ev.schedule_id(candidate));
   EXPECT_NEAR(r.summary["best"]["speedup_vs_default"].get<double>(), 100.0 / 90.0, 1e-9);
   EXPECT_EQ(r.summary["evaluations"], 3);
+  EXPECT_TRUE(r.summary["confirm"].is_null());  // no --confirm
 }
 
 TEST_F(HarnessLoop, DiscardsMeasuredCandidateWhenRemeasuredIncumbentCatchesUp) {

@@ -155,6 +155,8 @@ TEST_F(PlanSearchLoop, SearchesEachBucketAtItsMidpointSeedsFromTheNeighbourAndMe
   ASSERT_EQ(r.summary["buckets"].size(), 4u);
   EXPECT_EQ(r.summary["buckets"][2]["timed_position"], 79);
   EXPECT_EQ(r.summary["buckets"][2]["best"]["config"], schedule::to_json(four));
+  ASSERT_TRUE(r.summary["buckets"][2].contains("confirm"));   // the bucket loop's tally
+  EXPECT_TRUE(r.summary["buckets"][2]["confirm"].is_null());  // (no --confirm)
   // Bucket 3's seed (four, winner of bucket 2) is a new trial at position 111, so it ran, and
   // its proposal of four was known there (skipped): 3 + 3 + 3 + 2, no (config, position) twice.
   EXPECT_EQ(evaluations(), 11);
