@@ -224,6 +224,15 @@ struct ConfirmCase {
                         return spread(script[next++]);
                       });
   }
+  /// The rule's tally of three rounds a trial (KeepRule::confirm_summary) as expected.
+  static nlohmann::json tally(int settled, int kept, int refused, int not_confirmed, int timings) {
+    return {{"rounds", 3},
+            {"settled", settled},
+            {"kept", kept},
+            {"trades_refused", refused},
+            {"not_confirmed", not_confirmed},
+            {"timings", timings}};
+  }
   KeepRule rule;
   schedule::ScheduleConfig candidate;
   std::vector<std::string> timed;
@@ -263,12 +272,7 @@ TEST(KeepRule, ConfirmRoundsKeepAGainInsideTheNoiseOnlyWhenEveryRoundAgrees) {
                 ((100.1 - 98.7) / 100.1 + (100.4 - 98.9) / 100.4) / 2, 1e-12);
     EXPECT_EQ(three.rule.incumbent().latency(), 100.1);  // the last re-measurement
     expect_keep_fits_the_schema(r.keep);
-    EXPECT_EQ(three.rule.confirm_summary(), (nlohmann::json{{"rounds", 3},
-                                                            {"settled", 1},
-                                                            {"kept", 1},
-                                                            {"trades_refused", 0},
-                                                            {"not_confirmed", 0},
-                                                            {"timings", 6}}));
+    EXPECT_EQ(three.rule.confirm_summary(), ConfirmCase::tally(1, 1, 0, 0, 6));
   }
   {
     ConfirmCase lost(3);
@@ -324,12 +328,7 @@ TEST(KeepRule, ConfirmRoundsRefuseATradeThatGivesUpAConfirmedLead) {
     EXPECT_TRUE(r.keep["confirm"]["confirmed"].get<bool>());
     expect_keep_fits_the_schema(r.keep);
     // The re-measurement is rule 3's, not a round's: six timings.
-    EXPECT_EQ(refused.rule.confirm_summary(), (nlohmann::json{{"rounds", 3},
-                                                              {"settled", 1},
-                                                              {"kept", 0},
-                                                              {"trades_refused", 1},
-                                                              {"not_confirmed", 0},
-                                                              {"timings", 6}}));
+    EXPECT_EQ(refused.rule.confirm_summary(), ConfirmCase::tally(1, 0, 1, 0, 6));
   }
   {
     ConfirmCase stands(3);
