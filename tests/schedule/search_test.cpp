@@ -328,10 +328,10 @@ TEST(SearchMoves, TheLlamaRecordsAreTheCommittedFittedPlans) {
 // input copied into shared memory in the four pages that takes
 // (dev/configs/search_h200_p0_pages4_silu_copies.json), and what `loop --confirm 3` from the config
 // without the copies kept on top of them (two chunks held on every fourth block, five pages, one
-// LM-head tile a block: dev/configs/search_h200_p1_loop_confirm_held2_every4.json), on the positions
-// `bench --fit-plan` gave it: [0, 4), where its line is below the others'; from position 4 on, whose
-// O tiles read more keys each, what `loop --plan` kept in the bucket [3, 62) at its midpoint (four
-// rows, one chunk held on every fourth block), up to 65.
+// LM-head tile a block: dev/configs/search_h200_p1_loop_confirm_held2_every4.json), on the
+// positions `bench --fit-plan` gave it: [0, 4), where its line is below the others'; from position
+// 4 on, whose O tiles read more keys each, what `loop --plan` kept in the bucket [3, 62) at its
+// midpoint (four rows, one chunk held on every fourth block), up to 65.
 TEST(SearchMoves, TheH200RecordsFirstBucketIsTheLoopsFind) {
   std::string why;
   const auto found = dev_config("search_h200_p0_loop_held1_every2.json", &why);
