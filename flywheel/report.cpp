@@ -46,34 +46,44 @@ json faster_not_kept(const ResultRow& row) {
 }
 
 // The keep rule's confirm rounds (loop --confirm, the record's keep.confirm) of a group's trials:
-// how many were settled by rounds, how each ended, and what the rounds cost in timings.
+// confirm_counts, and which trials they settled.
 json confirm_rounds(const std::vector<const CorpusRecord*>& records) {
   json trials = json::array();
-  int kept = 0, refused = 0, unconfirmed = 0, timings = 0;
+  std::vector<const json*> confirms;
   for (const CorpusRecord* r : records) {
     const auto it = r->keep.find("confirm");
     if (it == r->keep.end() || !it->is_object()) continue;
-    const json& c = *it;
-    const bool candidate = c.value("faster", "") == "candidate";
-    const bool confirmed = c.value("confirmed", false);
-    if (!confirmed)
-      ++unconfirmed;
-    else if (candidate)
-      ++kept;
-    else
-      ++refused;
-    timings += 2 * static_cast<int>(c.value("rounds", json::array()).size());
+    confirms.push_back(&*it);
     trials.push_back({{"run_id", r->run_id},
                       {"trial", r->trial},
-                      {"faster", c.value("faster", "")},
-                      {"confirmed", confirmed},
-                      {"median_gain_share", c.value("median_gain_share", json(nullptr))}});
+                      {"faster", it->value("faster", "")},
+                      {"confirmed", it->value("confirmed", false)},
+                      {"median_gain_share", it->value("median_gain_share", json(nullptr))}});
   }
-  return {{"settled", trials.size()},     {"kept", kept},       {"trades_refused", refused},
-          {"not_confirmed", unconfirmed}, {"timings", timings}, {"trials", trials}};
+  json out = confirm_counts(confirms);
+  out["trials"] = trials;
+  return out;
 }
 
 }  // namespace
+
+json confirm_counts(const std::vector<const json*>& confirms) {
+  int kept = 0, refused = 0, unconfirmed = 0, timings = 0;
+  for (const json* c : confirms) {
+    if (!c->value("confirmed", false))
+      ++unconfirmed;
+    else if (c->value("faster", "") == "candidate")
+      ++kept;
+    else
+      ++refused;
+    timings += 2 * static_cast<int>(c->value("rounds", json::array()).size());
+  }
+  return {{"settled", confirms.size()},
+          {"kept", kept},
+          {"trades_refused", refused},
+          {"not_confirmed", unconfirmed},
+          {"timings", timings}};
+}
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());

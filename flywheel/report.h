@@ -35,12 +35,17 @@ namespace megasched::flywheel {
 ///   confirm_rounds: the trials the keep rule settled by back-to-back rounds (loop --confirm):
 ///   kept (a faster candidate confirmed), trades_refused (a simpler slower candidate refused, the
 ///   incumbent's lead confirmed), not_confirmed (a round lost: the margin's verdict stood), and
-///   the timings the rounds took (two a round).
+///   the timings the rounds took (two a recorded round): confirm_counts, with the trials.
 /// Rows are grouped in order of first appearance; best_so_far follows file order.
 nlohmann::json build_report(const std::vector<ResultRow>& rows,
                             const std::vector<CorpusRecord>& records);
 
 /// Median of a non-empty list (mean of the middle two for an even count).
 double median(std::vector<double> values);
+
+/// The keep rule's confirm rounds (the records' keep.confirm objects) counted by outcome:
+/// {"settled", "kept", "trades_refused", "not_confirmed", "timings"}, timings two a recorded round.
+/// The report's confirm_rounds and the loop summary's confirm (search/keep_rule.h) both count so.
+nlohmann::json confirm_counts(const std::vector<const nlohmann::json*>& confirms);
 
 }  // namespace megasched::flywheel

@@ -183,7 +183,6 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
       const int side = (i % 2 == 0) ? k : 1 - k;
       timed[side] = remeasure(side ? candidate : incumbent_.config);
       if (!timed[side]) return {};  // abandoned: the caller checks why
-      ++tally_.timings;
     }
     if (!has_latency(*timed[0]) || !has_latency(*timed[1])) {
       lost = "round " + std::to_string(i + 1) + " did not time both (" + timed[0]->status + ", " +
@@ -206,13 +205,12 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
            fmt("%.2f%%", 100 * min_gain_) + " share";
   const bool confirmed = lost.empty();
   d.keep = candidate_faster == confirmed;
-  ++tally_.settled;
-  ++(!confirmed ? tally_.not_confirmed : candidate_faster ? tally_.kept : tally_.trades_refused);
   r.keep["confirm"] = {{"faster", faster},
                        {"rounds", rounds},
                        {"gain_shares", shares},
                        {"median_gain_share", median},
                        {"confirmed", confirmed}};
+  confirms_.push_back(r.keep["confirm"]);
   const std::string won = "faster in " + std::to_string(confirm_) + " of " +
                           std::to_string(confirm_) + " back-to-back rounds, median gain " +
                           fmt("%.2f%%", 100 * median);
@@ -226,12 +224,11 @@ KeepDecision KeepRule::confirm(const schedule::ScheduleConfig& candidate, flywhe
 
 json KeepRule::confirm_summary() const {
   if (confirm_ == 0) return nullptr;
-  return {{"rounds", confirm_},
-          {"settled", tally_.settled},
-          {"kept", tally_.kept},
-          {"trades_refused", tally_.trades_refused},
-          {"not_confirmed", tally_.not_confirmed},
-          {"timings", tally_.timings}};
+  std::vector<const json*> confirms;
+  for (const json& c : confirms_) confirms.push_back(&c);
+  json out = flywheel::confirm_counts(confirms);
+  out["rounds"] = confirm_;
+  return out;
 }
 
 void KeepRule::adopt(const schedule::ScheduleConfig& config, const std::string& id,

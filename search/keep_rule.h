@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -69,8 +70,8 @@ class KeepRule {
   /// The summary's "other_device_types": their incumbents.
   nlohmann::json others_summary() const;
   /// The summary's "confirm": this invocation's trials settled by rule 3b's rounds, by outcome
-  /// {"rounds", "settled", "kept", "trades_refused", "not_confirmed", "timings"} (null without
-  /// --confirm).
+  /// (flywheel::confirm_counts) and the rounds a trial, {"rounds", "settled", "kept",
+  /// "trades_refused", "not_confirmed", "timings"} (null without --confirm).
   nlohmann::json confirm_summary() const;
 
  private:
@@ -85,9 +86,7 @@ class KeepRule {
 
   const double min_gain_, sigmas_;
   const int confirm_;
-  struct ConfirmTally {
-    int settled = 0, kept = 0, trades_refused = 0, not_confirmed = 0, timings = 0;
-  } tally_;
+  std::vector<nlohmann::json> confirms_;  // this invocation's keep.confirm records
   Incumbent incumbent_;
   std::optional<double> default_us_;
   std::map<std::string, Incumbent> others_;  // device types other than the primary
