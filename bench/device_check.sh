@@ -90,9 +90,9 @@
 #        default 0: the position the loop checks and times and the bench measures; SEARCH_BESIDE,
 #        space-separated configs, files or names, benched beside the best too, e.g. its start);
 #        stage "searchab" runs two searches of llama-1b side by side that differ only in their
-#        flags (SEARCHAB_FLAGS_A, default none; SEARCHAB_FLAGS_B, default "--min-gain 0.005
-#        --confirm 3"): A on GPU 0 and B on GPU 1 at once (one after the other on a machine of one
-#        GPU), each from the same start (SEARCHAB_START, default the default config) at
+#        flags (SEARCHAB_FLAGS_A, default "--min-gain 0.01 --confirm 0", the GPU loop's keep
+#        rule before 2026-11-30; SEARCHAB_FLAGS_B, default none, the loop's own): A on GPU 0
+#        and B on GPU 1 at once (one after the other on a machine of one GPU), each from the same start (SEARCHAB_START, default the default config) at
 #        SEARCHAB_POSITION (default 0) for SEARCHAB_MINUTES (default 4.5) with its own empty logs
 #        and kernel cache under SEARCHAB_DIR (default workspace/searchab); then both bests benched
 #        on GPU 0 beside best:llama-1b:<GPU> in one process into searchab_bench.md, and each
@@ -742,7 +742,7 @@ if has_stage searchab; then
   SEARCHAB_MINUTES=${SEARCHAB_MINUTES:-4.5}
   SEARCHAB_DIR=${SEARCHAB_DIR:-$ROOT/workspace/searchab}
   SEARCHAB_POSITION=${SEARCHAB_POSITION:-0}
-  SEARCHAB_FLAGS_B=${SEARCHAB_FLAGS_B---min-gain 0.005 --confirm 3}
+  SEARCHAB_FLAGS_A=${SEARCHAB_FLAGS_A---min-gain 0.01 --confirm 0}
   ab_gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
   ab_pos=()
   [ "$SEARCHAB_POSITION" != 0 ] && ab_pos=(--timed-position "$SEARCHAB_POSITION" --positions "$SEARCHAB_POSITION")
@@ -764,14 +764,14 @@ if has_stage searchab; then
   keep_copying "$SEARCHAB_DIR/b/results.tsv" "$OUT/searchab_b_results.tsv"
   # shellcheck disable=SC2086  # the flags are lists of flags
   if [ "$ab_gpus" -ge 2 ]; then
-    ab_search a 0 ${SEARCHAB_FLAGS_A:-} & ab_a=$!
-    ab_search b 1 $SEARCHAB_FLAGS_B & ab_b=$!
+    ab_search a 0 $SEARCHAB_FLAGS_A & ab_a=$!
+    ab_search b 1 ${SEARCHAB_FLAGS_B:-} & ab_b=$!
     wait "$ab_a"; ab_rc_a=$?
     wait "$ab_b"; ab_rc_b=$?
   else
     log "searchab: one GPU: A, then B"
-    ab_search a 0 ${SEARCHAB_FLAGS_A:-}; ab_rc_a=$?
-    ab_search b 0 $SEARCHAB_FLAGS_B; ab_rc_b=$?
+    ab_search a 0 $SEARCHAB_FLAGS_A; ab_rc_a=$?
+    ab_search b 0 ${SEARCHAB_FLAGS_B:-}; ab_rc_b=$?
   fi
   stop_copying
   ab_args=()

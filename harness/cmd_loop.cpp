@@ -52,21 +52,31 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &action, nullptr);
 }
 
-/// The keep rule's flags (search/loop.h states the rule).
-void add_keep_rule_flags(CLI::App* cmd, search::LoopOptions* loop) {
-  cmd->add_option("--min-gain", loop->min_gain,
+/// A share as the flag takes it: 0.005.
+std::string fmt_share(double share) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", share);
+  return text;
+}
+
+/// The keep rule's flags (search/loop.h states the rule; harness/verbs.h kGpuMinGain the defaults).
+void add_keep_rule_flags(CLI::App* cmd, LoopCommand* opt) {
+  cmd->add_option("--min-gain", opt->min_gain,
                   "Keep rule: a candidate replaces the incumbent when faster by more than this "
-                  "share of it and by more than 2 sigma of the two timings' noise (0.005: half a "
-                  "percent, for a search near a record where gains are small)")
-      ->check(finite_number_in(0.0, 0.5))
-      ->capture_default_str();
-  cmd->add_option("--confirm", loop->confirm,
+                  "share of it and by more than 2 sigma of the two timings' noise. Default " +
+                      fmt_share(kGpuMinGain) + " on a GPU device (with --confirm), " +
+                      fmt_share(search::LoopOptions{}.min_gain) +
+                      " on the CPU (predicted latencies)")
+      ->check(finite_number_in(0.0, 0.5));
+  cmd->add_option("--confirm", opt->confirm,
                   "Keep rule: a measured difference of --min-gain or more inside the noise is "
                   "settled by timing both configs again back to back this many rounds: a faster "
                   "candidate is kept, and a simpler slower one (a near-tie trade) refused, when "
-                  "the faster side won every round by --min-gain in the median (0: never)")
-      ->check(integer_in(0, 10))
-      ->capture_default_str();
+                  "the faster side won every round by --min-gain in the median (0: never). "
+                  "Default " +
+                      std::to_string(kGpuConfirm) +
+                      " on a GPU device; the CPU's predicted latencies take no rounds")
+      ->check(integer_in(0, 10));
 }
 
 }  // namespace
@@ -92,7 +102,7 @@ void add_loop_command(CLI::App& app, CliContext& ctx) {
                   "Stop after this many trials in a row without a keep (0: never)")
       ->check(integer_in(0, kMaxInt))
       ->capture_default_str();
-  add_keep_rule_flags(cmd, &opt->loop);
+  add_keep_rule_flags(cmd, opt.get());
   cmd->add_option("--strategy", opt->strategy.name,
                   "random | hillclimb | elite | sweep | guided | prior | bandit | proposer")
       ->check(CLI::IsMember(search::strategy_names()))

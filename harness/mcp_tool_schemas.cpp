@@ -3,6 +3,8 @@
 // surfaces cannot drift, and the output schemas read from schemas/.
 #include "harness/mcp_tool_schemas.h"
 
+#include <cstdio>
+
 #include "eval/evaluate.h"
 #include "eval/profile_run.h"
 #include "harness/embedded_docs.h"
@@ -104,6 +106,20 @@ json boolean_property(const std::string& description, bool fallback) {
 json enum_property(const std::string& description, const std::vector<std::string>& choices,
                    const std::string& fallback) {
   return {{"enum", choices}, {"default", fallback}, {"description", description}};
+}
+
+/// A property whose default the server resolves (the loop's keep rule, by device): none in the
+/// schema, its description says what absent means.
+json without_default(json property) {
+  property.erase("default");
+  return property;
+}
+
+/// A share as the description gives it: 0.005.
+std::string share_text(double share) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", share);
+  return text;
 }
 
 /// A required property has no default: the client gives it.
@@ -211,17 +227,23 @@ const json& loop_schema() {
        {"plateau", integer_property("Stop after this many trials in a row without a keep (0: "
                                     "never)",
                                     loop.plateau, 0, 1000)},
-       {"min_gain", number_property("Keep rule: a candidate replaces the incumbent when faster "
-                                    "by more than this share of it (at most 0.5) and by more "
-                                    "than 2 sigma of the two timings' noise",
-                                    loop.min_gain, 0)},
+       // No default in the schema: absent, the device decides (harness/verbs.h kGpuMinGain).
+       {"min_gain",
+        without_default(number_property(
+            "Keep rule: a candidate replaces the incumbent when faster by more than this share "
+            "of it (at most 0.5) and by more than 2 sigma of the two timings' noise. Absent: " +
+                share_text(kGpuMinGain) + " on a GPU device, " + share_text(loop.min_gain) +
+                " on the CPU (predicted latencies)",
+            loop.min_gain, 0))},
        {"confirm",
-        integer_property("Keep rule: a measured difference of min_gain or more inside the "
-                         "noise is settled by timing both configs again back to back "
-                         "this many rounds: a faster candidate is kept, and a simpler "
-                         "slower one (a near-tie trade) refused, when the faster side "
-                         "won every round by min_gain in the median (0: never)",
-                         loop.confirm, 0, 10)},
+        without_default(integer_property(
+            "Keep rule: a measured difference of min_gain or more inside the noise is settled "
+            "by timing both configs again back to back this many rounds: a faster candidate is "
+            "kept, and a simpler slower one (a near-tie trade) refused, when the faster side "
+            "won every round by min_gain in the median (0: never). Absent: " +
+                std::to_string(kGpuConfirm) +
+                " on a GPU device; the CPU's predicted latencies take no rounds",
+            loop.confirm, 0, 10))},
        {"strategy",
         enum_property("Search strategy (the external proposer is the CLI's: through "
                       "MCP, propose and evaluate yourself)",

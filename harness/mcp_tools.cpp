@@ -378,13 +378,16 @@ ToolResult loop_tool(const ToolCall& call, McpContext& context) {
   command.loop.budget = a.integer("budget");
   command.loop.minutes = a.number("minutes");
   command.loop.plateau = a.integer("plateau");
-  command.loop.min_gain = a.number("min_gain");
-  if (!(command.loop.min_gain >= 0.0 && command.loop.min_gain <= 0.5))
-    return tool_error(kExitUsage,
-                      "megasched loop: min_gain must be in [0, 0.5] (a share of the "
-                      "incumbent's latency; 0.01 is 1%); hint: 0.005 for half a "
-                      "percent");
-  command.loop.confirm = a.integer("confirm");
+  // Absent: the device's default (harness/verbs.h kGpuMinGain), resolved with the device.
+  if (a.has("min_gain")) {
+    command.min_gain = a.number("min_gain");
+    if (!(command.min_gain >= 0.0 && command.min_gain <= 0.5))
+      return tool_error(kExitUsage,
+                        "megasched loop: min_gain must be in [0, 0.5] (a share of the "
+                        "incumbent's latency; 0.01 is 1%); hint: 0.005 for half a "
+                        "percent, or leave it out for the device's default");
+  }
+  if (a.has("confirm")) command.confirm = a.integer("confirm");
   command.loop.resume = a.flag("resume");
   command.loop.warm_start = a.flag("warm_start");
   command.loop.results_path = context.options().results_path;

@@ -449,6 +449,13 @@ std::optional<VerbResult> start_loop_backend(LoopCommand& opt, const std::string
   return std::nullopt;
 }
 
+void resolve_keep_rule(LoopCommand& opt, const std::string& device) {
+  const search::LoopOptions fallback;
+  const bool gpu = device == "gpu";
+  opt.loop.min_gain = opt.min_gain >= 0 ? opt.min_gain : gpu ? kGpuMinGain : fallback.min_gain;
+  opt.loop.confirm = opt.confirm >= 0 ? opt.confirm : gpu ? kGpuConfirm : fallback.confirm;
+}
+
 std::optional<VerbResult> start_compile_ahead(LoopCommand& opt, const std::string& device,
                                               const schedule::ModelShape& shape,
                                               const schedule::GpuTarget& target,
@@ -545,6 +552,7 @@ VerbResult run_loop_command(LoopCommand& opt) {
   if (device == "auto" && !opt.gpus.empty()) device = "gpu";
   if (device == "auto") device = eval::gpu_available(nullptr) ? "gpu" : "cpu";
   ev.device = device;
+  resolve_keep_rule(opt, device);
 
   auto shape = schedule::resolve_shape(ev.model, &error);
   if (!shape) return failed(kExitUsage, error);

@@ -104,6 +104,11 @@ struct LoopCommand {
   // build them (0: search::default_compile_threads()).
   int compile_ahead = -1;
   int compile_threads = 0;
+  // The keep rule's --min-gain and --confirm (search/loop.h): -1 takes the device's default,
+  // kGpuMinGain and kGpuConfirm on a GPU device, LoopOptions' 1% and no rounds on a CPU one
+  // (resolve_keep_rule).
+  double min_gain = -1;
+  int confirm = -1;
   std::string objective_flag = "--objective";  // how messages name trial.objective ("objective"
                                                // for the MCP tool)
   // The shared corpus (flywheel/shared_corpus.h): where the GPU trials go and what a prior or
@@ -140,6 +145,20 @@ std::optional<VerbResult> start_loop_backend(LoopCommand& command, const std::st
 /// in the same call (309.4 against 140.4 trials a minute), although a pool's queued tickets run
 /// even when a keep made them stale (HARNESS.md section 13).
 constexpr int kDefaultCompileAhead = 16;
+
+/// The keep rule a GPU loop takes unless --min-gain / --confirm say: gains of half a percent,
+/// those inside the timings' 2-sigma margin settled by three back-to-back rounds. Two cold
+/// 4.5-minute loops from the default config on two H200s of one host, this rule against 1% with
+/// no rounds, twice with the GPUs swapped (BENCHMARKS.md, "The search of record"): this rule's
+/// best ran 1.3% and 0.9% faster in the bench that followed each, both within 0.4% of the record.
+/// On a CPU device the latencies are predictions without noise: 1% (LoopOptions) and no rounds,
+/// which only measured latencies take.
+constexpr double kGpuMinGain = 0.005;
+constexpr int kGpuConfirm = 3;
+
+/// Sets command.loop's min_gain and confirm for `device` ("cpu" | "gpu", resolved): the flags'
+/// values when given, else kGpuMinGain and kGpuConfirm on a GPU and LoopOptions' on a CPU.
+void resolve_keep_rule(LoopCommand& command, const std::string& device);
 
 /// The compile-ahead pool of a loop or landscape recording on `device` ("cpu" | "gpu", resolved)
 /// into *pool: none on a CPU device (a refusal, exit 2, when --compile-ahead or

@@ -75,9 +75,11 @@ struct LoopOptions {
   /// The shared corpus folder (flywheel/shared_corpus.h) each GPU trial is also appended to; ""
   /// or "none": none (the CLI passes flywheel::default_flywheel_dir()).
   std::string flywheel_dir;
-  double min_gain = 0.01;  // keep rule: relative gain floor (1%)
-  double sigmas = 2.0;     // keep rule: noise multiple
-  int confirm = 0;         // keep rule 3b: back-to-back rounds for a gain inside the noise; 0: none
+  // The keep rule. These are the library's and a CPU loop's defaults; `megasched loop` on a GPU
+  // takes half a percent with three confirm rounds (harness/verbs.h kGpuMinGain).
+  double min_gain = 0.01;  // relative gain floor (1%)
+  double sigmas = 2.0;     // noise multiple
+  int confirm = 0;         // rule 3b: back-to-back rounds for a gain inside the noise; 0: none
   std::ostream* progress = nullptr;         // one line per trial (stderr in the CLI)
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM: stop after this trial
   /// Set to abandon the loop now (the MCP server, on notifications/cancelled): the trial in flight

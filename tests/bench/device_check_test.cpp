@@ -542,13 +542,14 @@ TEST(DeviceCheckScript, TheSearchAbStageRunsTwoLoopsSideBySideAndBenchesBothBest
   ASSERT_EQ(std::system(device_check_on_stand_ins(dir, env, out).c_str()), 0)
       << slurp(dir / "out" / "check.log");
   std::string lines = slurp(calls);
-  EXPECT_NE(
-      lines.find("gpu=0 " + loop + ab + "/a/results.tsv --corpus " + ab + "/a/corpus.jsonl\n"),
-      std::string::npos)
-      << lines;
-  EXPECT_NE(lines.find("gpu=1 " + loop + ab + "/b/results.tsv --corpus " + ab +
-                       "/b/corpus.jsonl --min-gain 0.005 --confirm 3\n"),
+  // By default A keeps the rule before 2026-11-30 and B the loop's own.
+  EXPECT_NE(lines.find("gpu=0 " + loop + ab + "/a/results.tsv --corpus " + ab +
+                       "/a/corpus.jsonl --min-gain 0.01 --confirm 0\n"),
             std::string::npos)
+      << lines;
+  EXPECT_NE(
+      lines.find("gpu=1 " + loop + ab + "/b/results.tsv --corpus " + ab + "/b/corpus.jsonl\n"),
+      std::string::npos)
       << lines;
   EXPECT_NE(lines.find("gpu=0 bench --model llama-1b --positions 0 --config " + out +
                        "/searchab_a_best.json --config " + out +

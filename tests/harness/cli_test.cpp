@@ -262,6 +262,16 @@ TEST(Cli, LoopMinGainIsTheKeepRulesShare) {
   EXPECT_NE(kept.find("(1%)"), std::string::npos) << kept;
   EXPECT_NE(held.find("within margin"), std::string::npos) << held;
   EXPECT_NE(held.find("(25%)"), std::string::npos) << held;
+  // On the CPU the default takes no confirm rounds (predicted latencies have no noise to settle);
+  // --confirm given is the summary's (harness/verbs.h resolve_keep_rule; a GPU loop's default
+  // rounds are KeepRuleDefault's).
+  EXPECT_TRUE(plain_summary.contains("confirm")) << plain_summary.dump();
+  EXPECT_TRUE(plain_summary["confirm"].is_null()) << plain_summary.dump();
+  const auto [rounds_summary, rounds] = loop_in(dir, args + " --confirm 2");
+  EXPECT_EQ(rounds_summary["confirm"]["rounds"], 2) << rounds_summary.dump();
+  const std::string help = run("loop --help").out;
+  EXPECT_NE(help.find("Default 0.005 on a GPU device"), std::string::npos) << help;
+  EXPECT_NE(help.find("Default 3 on a GPU device"), std::string::npos) << help;
 }
 
 TEST(Cli, LoopOverAnObjectiveLogsItsMeanWithTheIdsEvaluateGives) {

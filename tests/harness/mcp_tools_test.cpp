@@ -78,7 +78,17 @@ TEST(McpTools, SchemasAreWithinTheCheckedSubsetAndOptionalArgumentsHaveDefaults)
     for (const auto& [name, property] : t.input_schema["properties"].items()) {
       const bool is_required = std::find(required.begin(), required.end(), name) != required.end();
       const bool absent_means_default_config = name == "config" || name == "start";
-      if (is_required || absent_means_default_config || name == "program") continue;
+      // The loop's keep rule: absent, the device decides (harness/verbs.h kGpuMinGain), and the
+      // description says so.
+      const bool absent_means_by_device =
+          t.name == "loop" && (name == "min_gain" || name == "confirm");
+      if (absent_means_by_device) {
+        EXPECT_FALSE(property.contains("default")) << t.name << "." << name;
+        EXPECT_NE(property["description"].get<std::string>().find("Absent: "), std::string::npos)
+            << t.name << "." << name;
+      }
+      if (is_required || absent_means_default_config || absent_means_by_device || name == "program")
+        continue;
       ASSERT_TRUE(property.contains("default")) << t.name << "." << name;
       EXPECT_TRUE(check_against_schema(property, property["default"]).empty())
           << t.name << "." << name << " default " << property["default"];
