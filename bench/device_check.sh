@@ -92,16 +92,17 @@
 #        stage "searchab" runs two searches of llama-1b side by side that differ only in their
 #        flags (SEARCHAB_FLAGS_A, default "--min-gain 0.01 --confirm 0", the GPU loop's keep
 #        rule before 2026-11-30; SEARCHAB_FLAGS_B, default none, the loop's own): A on GPU 0
-#        and B on GPU 1 at once (one after the other on a machine of one GPU), each from the same start (SEARCHAB_START, default the default config) at
-#        SEARCHAB_POSITION (default 0) for SEARCHAB_MINUTES (default 4.5) with its own empty logs
+#        and B on GPU 1 at once (one after the other on a machine of one GPU), each from the
+#        same start (SEARCHAB_START, default the default config) at SEARCHAB_POSITION
+#        (default 0) for SEARCHAB_MINUTES (default 4.5) with its own empty logs
 #        and kernel cache under SEARCHAB_DIR (default workspace/searchab); then both bests benched
 #        on GPU 0 beside best:llama-1b:<GPU> in one process into searchab_bench.md, and each
 #        loop's results.tsv and summary into searchab_{a,b}_results.tsv, searchab_{a,b}.json;
 #        stage "plansearch" searches a plan bucket by bucket: `loop --plan PLANSEARCH_PLAN`
 #        (default best:llama-1b:<this GPU>), each bucket a loop from its config at the bucket's
 #        midpoint, PLANSEARCH_MINUTES (default 6) split over the buckets, logs in PLANSEARCH_DIR
-#        (default workspace/plansearch), PLANSEARCH_KEEP the keep rule's flags (default
-#        "--min-gain 0.005 --confirm 3"), PLANSEARCH_FLAGS more loop flags (e.g. "--gpus all");
+#        (default workspace/plansearch), PLANSEARCH_FLAGS more loop flags (e.g. "--gpus all";
+#        the keep rule is the GPU loop's own, --min-gain 0.005 --confirm 3, unless they say);
 #        its plan (PLANSEARCH_DIR/plan.json, OUT/plansearch_plan.json) benched beside
 #        PLANSEARCH_PLAN at each bucket's timed position into plansearch_bench.md, its report
 #        (trajectories, the plan over positions) into plansearch_report.{txt,html}; the word
@@ -807,12 +808,10 @@ if has_stage plansearch; then
   # buckets' winners (a plan stands for its buckets' configs), "plansearch" as PROMOTE_CONFIG
   # promotes the plan as it came. Then the plan is benched beside PLANSEARCH_PLAN at every
   # bucket's timed position (plansearch_bench.md). PLANSEARCH_FLAGS adds loop flags, e.g.
-  # "--gpus all" on a machine of several GPUs. PLANSEARCH_KEEP is the keep rule's flags, default
-  # "--min-gain 0.005 --confirm 3": a bucket's gains are under 1%, inside one 30-step timing's
-  # noise, and only back-to-back rounds keep them (BENCHMARKS.md [R]); set it empty for the
-  # loop's own defaults.
+  # "--gpus all" on a machine of several GPUs. The keep rule is the GPU loop's own (--min-gain
+  # 0.005 --confirm 3: a bucket's gains are under 1%, inside one 30-step timing's noise, and only
+  # back-to-back rounds keep them; BENCHMARKS.md [R]) unless PLANSEARCH_FLAGS says otherwise.
   PLANSEARCH_MINUTES=${PLANSEARCH_MINUTES:-6}
-  PLANSEARCH_KEEP=${PLANSEARCH_KEEP---min-gain 0.005 --confirm 3}
   PLANSEARCH_DIR=${PLANSEARCH_DIR:-$ROOT/workspace/plansearch}
   PLANSEARCH_PLAN=${PLANSEARCH_PLAN:-best:llama-1b:$(gpu_key)}
   if [ "$PLANSEARCH_PLAN" = "best:llama-1b:" ]; then
@@ -820,13 +819,13 @@ if has_stage plansearch; then
     status=1
   else
     mkdir -p "$PLANSEARCH_DIR"
-    log "plansearch: loop --model llama-1b --device gpu --plan $PLANSEARCH_PLAN --minutes $PLANSEARCH_MINUTES $PLANSEARCH_KEEP ${PLANSEARCH_FLAGS:-} in $PLANSEARCH_DIR"
+    log "plansearch: loop --model llama-1b --device gpu --plan $PLANSEARCH_PLAN --minutes $PLANSEARCH_MINUTES ${PLANSEARCH_FLAGS:-} in $PLANSEARCH_DIR"
     keep_copying "$PLANSEARCH_DIR/results.tsv" "$OUT/plansearch_results.tsv"
-    # shellcheck disable=SC2086  # PLANSEARCH_KEEP and PLANSEARCH_FLAGS are lists of flags
+    # shellcheck disable=SC2086  # PLANSEARCH_FLAGS is a list of flags
     MEGASCHED_KERNEL_CACHE="$PLANSEARCH_DIR/kernels" timeout 3600 "$BUILD/megasched" loop \
       --model llama-1b --gpu auto --device gpu --budget 1000000 --minutes "$PLANSEARCH_MINUTES" \
       --plan "$PLANSEARCH_PLAN" --results "$PLANSEARCH_DIR/results.tsv" \
-      --corpus "$PLANSEARCH_DIR/corpus.jsonl" --runs-dir "$PLANSEARCH_DIR/runs" $PLANSEARCH_KEEP ${PLANSEARCH_FLAGS:-} \
+      --corpus "$PLANSEARCH_DIR/corpus.jsonl" --runs-dir "$PLANSEARCH_DIR/runs" ${PLANSEARCH_FLAGS:-} \
       > "$OUT/plansearch_summary.json" 2> "$OUT/plansearch_progress.log"
     ps_rc=$?
     stop_copying

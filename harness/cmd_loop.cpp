@@ -23,6 +23,7 @@
 #include "harness/run_record.h"
 #include "harness/trial_flags.h"
 #include "harness/verbs.h"
+#include "schedule/format.h"
 #include "schedule/lookup.h"
 #include "schedule/lower.h"
 #include "search/strategy.h"
@@ -52,20 +53,13 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &action, nullptr);
 }
 
-/// A share as the flag takes it: 0.005.
-std::string fmt_share(double share) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", share);
-  return text;
-}
-
 /// The keep rule's flags (search/loop.h states the rule; harness/verbs.h kGpuMinGain the defaults).
 void add_keep_rule_flags(CLI::App* cmd, LoopCommand* opt) {
   cmd->add_option("--min-gain", opt->min_gain,
                   "Keep rule: a candidate replaces the incumbent when faster by more than this "
                   "share of it and by more than 2 sigma of the two timings' noise. Default " +
-                      fmt_share(kGpuMinGain) + " on a GPU device (with --confirm), " +
-                      fmt_share(search::LoopOptions{}.min_gain) +
+                      schedule::fmt("%g", kGpuMinGain) + " on a GPU device (with --confirm), " +
+                      schedule::fmt("%g", search::LoopOptions{}.min_gain) +
                       " on the CPU (predicted latencies)")
       ->check(finite_number_in(0.0, 0.5));
   cmd->add_option("--confirm", opt->confirm,

@@ -3,8 +3,6 @@
 // surfaces cannot drift, and the output schemas read from schemas/.
 #include "harness/mcp_tool_schemas.h"
 
-#include <cstdio>
-
 #include "eval/evaluate.h"
 #include "eval/profile_run.h"
 #include "harness/embedded_docs.h"
@@ -12,6 +10,7 @@
 #include "harness/promote.h"
 #include "harness/verbs.h"
 #include "schedule/config.h"
+#include "schedule/format.h"
 #include "search/loop.h"
 #include "search/strategy.h"
 
@@ -113,13 +112,6 @@ json enum_property(const std::string& description, const std::vector<std::string
 json without_default(json property) {
   property.erase("default");
   return property;
-}
-
-/// A share as the description gives it: 0.005.
-std::string share_text(double share) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", share);
-  return text;
 }
 
 /// A required property has no default: the client gives it.
@@ -232,8 +224,8 @@ const json& loop_schema() {
         without_default(number_property(
             "Keep rule: a candidate replaces the incumbent when faster by more than this share "
             "of it (at most 0.5) and by more than 2 sigma of the two timings' noise. Absent: " +
-                share_text(kGpuMinGain) + " on a GPU device, " + share_text(loop.min_gain) +
-                " on the CPU (predicted latencies)",
+                schedule::fmt("%g", kGpuMinGain) + " on a GPU device, " +
+                schedule::fmt("%g", loop.min_gain) + " on the CPU (predicted latencies)",
             loop.min_gain, 0))},
        {"confirm",
         without_default(integer_property(

@@ -617,9 +617,7 @@ const std::vector<McpTool>& mcp_tools() {
        "The analyst report of the server's results.tsv and corpus.jsonl, per model, target and "
        "device: best config and verdict, status counts, keep rate, best so far per trial, "
        "median latency per knob value, the keep rule's confirm rounds by outcome (`megasched "
-       "report "
-       "--format json`); also writes the HTML "
-       "page.",
+       "report --format json`); also writes the HTML page.",
        report_schema(), nullptr, writes(true), report_tool},
       {"profile", "Profile: where one step's time goes (GPU)",
        "One decode step of the config with a timestamp per task, on the GPU (`megasched "
